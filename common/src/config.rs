@@ -1,0 +1,249 @@
+//! The cluster config, one TOML file shared by every daemon and tool. Found through
+//! `YSCHED_CONF` (default `/etc/ysched/ysched.toml`); without a file, built-in single-machine
+//! defaults apply. Unknown keys are an error, so a typo never silently falls back to a default.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONF_PATH: &str = "/etc/ysched/ysched.toml";
+pub const CONF_ENV: &str = "YSCHED_CONF";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub scheduler: SchedulerConfig,
+    pub node: NodeConfig,
+    /// Priority tiers by name. Replaces the defaults as a whole when given.
+    pub tiers: BTreeMap<String, TierConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// TCP address node agents connect to.
+    pub listen: String,
+    /// Unix socket for local clients.
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub cluster_key_file: PathBuf,
+    /// Tier used when a submit names none.
+    pub default_tier: String,
+    /// Where per-job checkpoint directories go: `<checkpoint_root>/<job id>`. A leading `~`
+    /// is the job user's home. Must be storage every node sees.
+    pub checkpoint_root: String,
+    /// A node whose agent has been disconnected this long is DOWN (seconds).
+    pub node_timeout_secs: u64,
+    /// How often an agent sends a heartbeat (seconds).
+    pub heartbeat_secs: u64,
+    /// Most times one job is requeued after preemption before it is left PREEMPTED.
+    pub max_requeues: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    pub spool_dir: PathBuf,
+    /// Address of schedd for agents; empty: `scheduler.listen`.
+    pub schedd: String,
+    /// Features this node advertises in addition to the detected ones (e.g. `ib`).
+    pub features: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TierConfig {
+    /// Higher runs first and may preempt lower.
+    pub value: i64,
+    /// Jobs of this tier may be evicted by a tier that may preempt.
+    pub preemptible: bool,
+    /// Jobs of this tier may evict preemptible jobs of strictly lower value.
+    pub may_preempt: bool,
+    /// Seconds between SIGTERM and SIGKILL when a job does not ask for its own.
+    pub default_grace: u32,
+    /// Largest `--grace` a submit may ask for; larger is refused.
+    pub max_grace: u32,
+    /// Seconds a job must have run before it may be evicted (protects the first checkpoint).
+    pub min_runtime: u64,
+    /// Users allowed to submit to this tier; with `allow_groups`, empty means everyone.
+    pub allow_users: Vec<String>,
+    pub allow_groups: Vec<String>,
+}
+
+impl Default for TierConfig {
+    fn default() -> Self {
+        TierConfig {
+            value: 0,
+            preemptible: true,
+            may_preempt: false,
+            default_grace: 30,
+            max_grace: 300,
+            min_runtime: 0,
+            allow_users: Vec::new(),
+            allow_groups: Vec::new(),
+        }
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            listen: "127.0.0.1:7117".into(),
+            socket: "/run/ysched/schedd.sock".into(),
+            state_dir: "/var/lib/ysched".into(),
+            cluster_key_file: "/etc/ysched/cluster.key".into(),
+            default_tier: "medium".into(),
+            checkpoint_root: "~/.ysched/checkpoints".into(),
+            node_timeout_secs: 60,
+            heartbeat_secs: 10,
+            max_requeues: 20,
+        }
+    }
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            spool_dir: "/var/spool/ysched".into(),
+            schedd: String::new(),
+            features: Vec::new(),
+        }
+    }
+}
+
+/// The default tiers: `critical` > `high` > `medium` > `low`.
+pub fn default_tiers() -> BTreeMap<String, TierConfig> {
+    let tier = |value, preemptible, may_preempt| TierConfig {
+        value,
+        preemptible,
+        may_preempt,
+        ..TierConfig::default()
+    };
+    let mut critical = tier(1_000_000, false, true);
+    critical.allow_users = vec!["root".into()];
+    BTreeMap::from([
+        ("critical".to_string(), critical),
+        ("high".to_string(), tier(10_000, true, true)),
+        ("medium".to_string(), tier(1_000, true, false)),
+        ("low".to_string(), tier(100, true, false)),
+    ])
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            scheduler: SchedulerConfig::default(),
+            node: NodeConfig::default(),
+            tiers: default_tiers(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// The path named by `YSCHED_CONF`, else the default path.
+    pub fn path_from_env() -> PathBuf {
+        std::env::var_os(CONF_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| DEFAULT_CONF_PATH.into())
+    }
+
+    /// Loads the config from `YSCHED_CONF`. A missing file gives the built-in defaults.
+    pub fn load() -> Result<Config, ConfigError> {
+        Self::load_from(&Self::path_from_env())
+    }
+
+    pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text).map_err(|message| ConfigError::Invalid {
+                path: path.to_owned(),
+                message,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let cfg: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.tiers.is_empty() {
+            return Err("no tiers defined".into());
+        }
+        if !self.tiers.contains_key(&self.scheduler.default_tier) {
+            return Err(format!(
+                "scheduler.default_tier '{}' is not a defined tier",
+                self.scheduler.default_tier
+            ));
+        }
+        for (name, t) in &self.tiers {
+            if t.default_grace > t.max_grace {
+                return Err(format!("tier '{name}': default_grace exceeds max_grace"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Address agents dial: `node.schedd` if set, else `scheduler.listen`.
+    pub fn schedd_addr(&self) -> &str {
+        if self.node.schedd.is_empty() {
+            &self.scheduler.listen
+        } else {
+            &self.node.schedd
+        }
+    }
+
+    pub fn tier(&self, name: &str) -> Option<&TierConfig> {
+        self.tiers.get(name)
+    }
+
+    /// Tier names from the highest value down, for messages and help text.
+    pub fn tier_names(&self) -> Vec<&str> {
+        let mut v: Vec<_> = self.tiers.iter().collect();
+        v.sort_by_key(|(n, t)| (std::cmp::Reverse(t.value), n.as_str()));
+        v.into_iter().map(|(n, _)| n.as_str()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.tier_names(), ["critical", "high", "medium", "low"]);
+        let c = Config::parse(
+            "[scheduler]\nlisten = \"127.0.0.1:9\"\n[node]\nspool_dir = \"/tmp/s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.scheduler.listen, "127.0.0.1:9");
+        assert_eq!(c.node.spool_dir, PathBuf::from("/tmp/s"));
+        assert_eq!(c.tiers.len(), 4);
+    }
+
+    #[test]
+    fn rejects_typos_and_bad_tiers() {
+        assert!(Config::parse("[scheduler]\nlisten_addr = \"x\"\n").is_err());
+        assert!(Config::parse("[tiers.a]\nvalue = 1\n").is_err()); // default tier missing
+        assert!(Config::parse(
+            "[scheduler]\ndefault_tier = \"a\"\n[tiers.a]\nvalue = 1\ndefault_grace = 400\n"
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! Conversions between the domain records and the wire format (`ysched-proto`). Turning a
+//! client's wire `JobSpec` into a domain one needs config and identity, so that validation
+//! lives in schedd; everything plain lives here.
+
+use crate::types::{Gpu, Job, JobEvent, JobSpec, NodeAlloc};
+use ysched_proto as pb;
+
+impl From<&Gpu> for pb::Gpu {
+    fn from(g: &Gpu) -> Self {
+        pb::Gpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            model: g.model.clone(),
+            memory_mib: g.memory_mib,
+            pci_bus_id: g.pci_bus_id.clone(),
+            numa_node: g.numa_node.unwrap_or(-1),
+            nvlink: g.nvlink.clone(),
+        }
+    }
+}
+
+impl From<&pb::Gpu> for Gpu {
+    fn from(g: &pb::Gpu) -> Self {
+        Gpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            model: g.model.clone(),
+            memory_mib: g.memory_mib,
+            pci_bus_id: g.pci_bus_id.clone(),
+            numa_node: (g.numa_node >= 0).then_some(g.numa_node),
+            nvlink: g.nvlink.clone(),
+        }
+    }
+}
+
+impl From<&NodeAlloc> for pb::NodeAlloc {
+    fn from(a: &NodeAlloc) -> Self {
+        pb::NodeAlloc {
+            node: a.node.clone(),
+            gpus: a.gpus.clone(),
+            cpus: a.cpus,
+            mem_mib: a.mem_mib,
+        }
+    }
+}
+
+impl From<&JobEvent> for pb::JobEvent {
+    fn from(e: &JobEvent) -> Self {
+        pb::JobEvent {
+            time_ms: e.time,
+            kind: e.kind.clone(),
+            detail: e.detail.clone(),
+        }
+    }
+}
+
+impl From<&JobSpec> for pb::JobSpec {
+    fn from(s: &JobSpec) -> Self {
+        pb::JobSpec {
+            name: s.name.clone(),
+            tier: s.tier.clone(),
+            gpus: s.gpus,
+            gpu_type: s.gpu_types.join("|"),
+            cpus: s.cpus,
+            mem_mib: s.mem_mib,
+            time_limit_secs: s.time_limit_secs.unwrap_or(0),
+            grace_secs: s.grace_secs,
+            checkpoint_dir: s.checkpoint_dir.clone().unwrap_or_default(),
+            account: s.account.clone(),
+            stdout_path: s.stdout_path.clone().unwrap_or_default(),
+            stderr_path: s.stderr_path.clone().unwrap_or_default(),
+            workdir: s.workdir.clone(),
+            // The script can be large and the environment private: a listing leaves them out.
+            script: String::new(),
+            args: s.args.clone(),
+            env: Default::default(),
+            hold: s.hold,
+            nodes: s.nodes,
+            no_requeue: s.no_requeue,
+            interconnect: s.interconnect.clone().unwrap_or_default(),
+            constraints: s.constraints.clone(),
+        }
+    }
+}
+
+impl From<&Job> for pb::JobInfo {
+    fn from(j: &Job) -> Self {
+        pb::JobInfo {
+            id: j.id.0,
+            name: j.spec.name.clone(),
+            user: j.owner.user.clone(),
+            uid: j.owner.uid,
+            gid: j.owner.gid,
+            account: j.spec.account.clone(),
+            tier: j.spec.tier.clone(),
+            tier_value: j.tier_value,
+            state: j.state.as_str().to_string(),
+            reason: j.reason.clone(),
+            alloc: j.alloc.iter().map(Into::into).collect(),
+            restart_count: j.restart_count,
+            exit_code: j.exit_code,
+            signal: j.signal,
+            submit_time_ms: j.submit_time,
+            start_time_ms: j.start_time.unwrap_or(0),
+            end_time_ms: j.end_time.unwrap_or(0),
+            spec: Some((&j.spec).into()),
+            checkpoint_dir: j.checkpoint_dir.clone(),
+            grace_secs: j.grace_secs,
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Domain types every ysched crate shares: ids, job and node records, tiers and config,
+//! parsers for the Slurm-style option formats, and conversions to and from the wire format.
+//!
+//! Nothing here does I/O except [`config::Config::load`], which reads the config file.
+
+pub mod config;
+pub mod convert;
+pub mod parse;
+pub mod time;
+pub mod types;
+
+pub use config::{Config, TierConfig};
+pub use types::*;

@@ -1,0 +1,293 @@
+//! Job and node records as schedd keeps them. The scheduling core reads these; the store
+//! persists them (as JSON); the server converts them to the wire format.
+
+use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Job ids increase and are never reused, also across crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Held,
+    Running,
+    /// Asked to stop (preempted, cancelled, timed out): SIGTERM sent, waiting for its exit.
+    Preempting,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+    /// Evicted with `--no-requeue` (or past the requeue limit).
+    Preempted,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 10] = [
+        JobState::Pending,
+        JobState::Held,
+        JobState::Running,
+        JobState::Preempting,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+        JobState::Preempted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Held => "HELD",
+            JobState::Running => "RUNNING",
+            JobState::Preempting => "PREEMPTING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+            JobState::Preempted => "PREEMPTED",
+        }
+    }
+
+    /// Accepts the full name or squeue's short codes (PD, R, CD, ...), any case.
+    pub fn parse(s: &str) -> Option<JobState> {
+        let u = s.trim().to_ascii_uppercase();
+        let short = match u.as_str() {
+            "PD" => Some(JobState::Pending),
+            "R" => Some(JobState::Running),
+            "CD" => Some(JobState::Completed),
+            "F" => Some(JobState::Failed),
+            "CA" => Some(JobState::Cancelled),
+            "TO" => Some(JobState::Timeout),
+            "NF" => Some(JobState::NodeFail),
+            "PR" => Some(JobState::Preempted),
+            _ => None,
+        };
+        short.or_else(|| JobState::ALL.into_iter().find(|st| st.as_str() == u))
+    }
+
+    /// A finished job never changes state again.
+    pub fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            JobState::Pending | JobState::Held | JobState::Running | JobState::Preempting
+        )
+    }
+
+    /// Holds GPUs on a node.
+    pub fn holds_resources(self) -> bool {
+        matches!(self, JobState::Running | JobState::Preempting)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who submitted a job, as the kernel reported it on the socket (never as the client claimed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    /// Names of the primary and supplementary groups.
+    pub groups: Vec<String>,
+}
+
+impl Owner {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// A validated submit request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct JobSpec {
+    pub name: String,
+    pub tier: String,
+    pub gpus: u32,
+    /// Accepted GPU models (`A100|H100` gives two); empty accepts any.
+    pub gpu_types: Vec<String>,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub time_limit_secs: Option<u64>,
+    pub grace_secs: Option<u32>,
+    pub checkpoint_dir: Option<String>,
+    pub account: String,
+    pub stdout_path: Option<String>,
+    pub stderr_path: Option<String>,
+    pub workdir: String,
+    pub script: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub hold: bool,
+    pub nodes: u32,
+    pub no_requeue: bool,
+    pub interconnect: Option<String>,
+    pub constraints: Vec<String>,
+}
+
+/// What one job holds on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAlloc {
+    pub node: String,
+    pub gpus: Vec<u32>,
+    pub cpus: u32,
+    pub mem_mib: u64,
+}
+
+/// Why a running job was asked to stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopReason {
+    Cancel { by: String },
+    Preempt { by: JobId },
+    NodeDrain,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopRequest {
+    pub reason: StopReason,
+    pub at: Millis,
+    pub grace_secs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub owner: Owner,
+    /// Tier value at submit: the tier's config may change later, the job's place may not.
+    pub tier_value: i64,
+    pub state: JobState,
+    /// Why pending or held, or how it ended; empty when running normally.
+    pub reason: String,
+    pub alloc: Vec<NodeAlloc>,
+    pub restart_count: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub submit_time: Millis,
+    pub start_time: Option<Millis>,
+    pub end_time: Option<Millis>,
+    /// The agent confirmed the process started (a running job the agent does not know is
+    /// requeued when unconfirmed, NODE_FAIL when confirmed).
+    pub launched: bool,
+    /// Resolved grace and checkpoint directory.
+    pub grace_secs: u32,
+    pub checkpoint_dir: String,
+    pub stop: Option<StopRequest>,
+    /// When the job last saved a checkpoint, where known.
+    pub last_checkpoint: Option<Millis>,
+}
+
+impl Job {
+    pub fn gpus_held(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.alloc
+            .iter()
+            .flat_map(|a| a.gpus.iter().map(move |g| (a.node.as_str(), *g)))
+    }
+}
+
+/// One GPU as the node agent reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub memory_mib: u64,
+    pub pci_bus_id: String,
+    pub numa_node: Option<i32>,
+    /// Indices of local GPUs this one reaches over NVLink.
+    pub nvlink: Vec<u32>,
+}
+
+/// A node as schedd knows it: what its agent reported at registration plus admin state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub address: String,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub gpus: Vec<Gpu>,
+    pub features: Vec<String>,
+    /// Set by `yctl drain`: no new jobs; running ones finish.
+    pub drain_reason: Option<String>,
+    /// Its agent has a live session.
+    pub connected: bool,
+    pub last_seen: Millis,
+}
+
+impl Node {
+    /// May receive new jobs.
+    pub fn is_schedulable(&self) -> bool {
+        self.connected && self.drain_reason.is_none()
+    }
+}
+
+/// An entry of a job's append-only history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub time: Millis,
+    pub kind: String,
+    pub detail: String,
+}
+
+/// Whether a requested GPU type matches a model name: the model without the vendor word equals
+/// the type or begins with `type-`, case-insensitively (`A100` matches `NVIDIA A100-SXM4-80GB`,
+/// `A10` does not).
+pub fn gpu_type_matches(wanted: &str, model: &str) -> bool {
+    let model = model.trim();
+    let bare = model
+        .split_once(' ')
+        .filter(|(vendor, _)| {
+            ["nvidia", "amd", "intel"].contains(&vendor.to_ascii_lowercase().as_str())
+        })
+        .map(|(_, rest)| rest.trim())
+        .unwrap_or(model);
+    let (bare, wanted) = (bare.to_ascii_lowercase(), wanted.trim().to_ascii_lowercase());
+    if wanted.is_empty() {
+        return false;
+    }
+    bare == wanted
+        || bare
+            .strip_prefix(&wanted)
+            .is_some_and(|rest| rest.starts_with('-') || rest.starts_with(' '))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_types() {
+        assert!(gpu_type_matches("A100", "NVIDIA A100-SXM4-80GB"));
+        assert!(gpu_type_matches("a100", "NVIDIA A100-PCIE-40GB"));
+        assert!(gpu_type_matches("A10", "NVIDIA A10"));
+        assert!(!gpu_type_matches("A10", "NVIDIA A100-SXM4-80GB"));
+        assert!(gpu_type_matches("H100", "NVIDIA H100 80GB HBM3"));
+        assert!(!gpu_type_matches("", "NVIDIA A10"));
+    }
+
+    #[test]
+    fn states_parse() {
+        assert_eq!(JobState::parse("pd"), Some(JobState::Pending));
+        assert_eq!(JobState::parse("node_fail"), Some(JobState::NodeFail));
+        assert_eq!(JobState::parse("bogus"), None);
+        assert!(JobState::Timeout.is_terminal());
+        assert!(!JobState::Held.is_terminal());
+    }
+}
