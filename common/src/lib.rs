@@ -6,6 +6,7 @@
 pub mod config;
 pub mod convert;
 pub mod parse;
+pub mod sdnotify;
 pub mod time;
 pub mod types;
 
