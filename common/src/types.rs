@@ -258,7 +258,10 @@ pub fn gpu_type_matches(wanted: &str, model: &str) -> bool {
         })
         .map(|(_, rest)| rest.trim())
         .unwrap_or(model);
-    let (bare, wanted) = (bare.to_ascii_lowercase(), wanted.trim().to_ascii_lowercase());
+    let (bare, wanted) = (
+        bare.to_ascii_lowercase(),
+        wanted.trim().to_ascii_lowercase(),
+    );
     if wanted.is_empty() {
         return false;
     }

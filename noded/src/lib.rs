@@ -1,1 +1,16 @@
+//! `noded`, the per-host node agent of ysched.
+//!
+//! It reports what the host has ([`gpu`], [`host`]), keeps one session with schedd
+//! ([`agent`]), and runs jobs as real processes under a per-job shepherd so that they survive
+//! a restart of noded itself ([`launch`]).
+//!
+//! The binary (`src/main.rs`) only parses flags and wires these modules together.
 
+pub mod agent;
+pub mod daemon;
+pub mod gpu;
+pub mod host;
+pub mod launch;
+
+/// The agent's version, reported to schedd at registration.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,1 +1,90 @@
-fn main() {}
+//! `noded`: the ysched node agent. Parses flags and hands over to the library.
+
+use clap::{ArgAction, Parser, Subcommand};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+use ysched_noded::{daemon, launch};
+
+/// ysched node agent: runs jobs on this host for schedd.
+#[derive(Parser)]
+#[command(name = "noded", version)]
+struct Cli {
+    /// Node name reported to schedd [default: the host name]
+    #[arg(long)]
+    name: Option<String>,
+    /// Read the GPU inventory from this TOML file instead of asking NVML
+    #[arg(long, value_name = "FILE")]
+    fake_gpus: Option<PathBuf>,
+    /// Spool directory [default: node.spool_dir of the config]
+    #[arg(long, value_name = "DIR")]
+    spool_dir: Option<PathBuf>,
+    /// schedd's agent address [default: node.schedd, else scheduler.listen]
+    #[arg(long, value_name = "HOST:PORT")]
+    schedd: Option<String>,
+    /// Address peers of multi-node jobs reach this host at [default: the local IP used to
+    /// reach schedd]
+    #[arg(long, value_name = "ADDR")]
+    address: Option<String>,
+    /// More log output: -v info, -vv debug (RUST_LOG overrides)
+    #[arg(short, long, action = ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    internal: Option<Internal>,
+}
+
+#[derive(Subcommand)]
+enum Internal {
+    /// Supervises one job; started by noded itself.
+    #[command(name = "__shepherd", hide = true)]
+    Shepherd { job_dir: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Before anything else: the shepherd stays single-threaded and logs to its own stderr.
+    if let Some(Internal::Shepherd { job_dir }) = &cli.internal {
+        return launch::shepherd::run(job_dir);
+    }
+    init_logging(cli.verbose);
+    let options = daemon::Options {
+        name: cli.name,
+        fake_gpus: cli.fake_gpus,
+        spool_dir: cli.spool_dir,
+        schedd: cli.schedd,
+        address: cli.address,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("noded: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(daemon::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One line per event on stderr; warnings only unless -v, RUST_LOG wins.
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}

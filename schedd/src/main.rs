@@ -1,1 +1,84 @@
-fn main() {}
+//! schedd: parses arguments, sets up logging, opens the store and serves until SIGTERM/SIGINT.
+
+use clap::Parser;
+use std::path::PathBuf;
+use ysched_common::Config;
+use ysched_schedd::{cluster::Cluster, server, store::Store};
+
+/// The ysched central scheduler daemon.
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// Override `scheduler.state_dir`.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Override `scheduler.listen` (TCP address for node agents).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Override `scheduler.socket` (Unix socket for clients).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// More log output (-v info, -vv debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    init_tracing(args.verbose);
+    if let Err(e) = run(args).await {
+        eprintln!("schedd: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let mut config = Config::load()?;
+    if let Some(d) = args.state_dir {
+        config.scheduler.state_dir = d;
+    }
+    if let Some(l) = args.listen {
+        config.scheduler.listen = l;
+    }
+    if let Some(s) = args.socket {
+        config.scheduler.socket = s;
+    }
+    std::fs::create_dir_all(&config.scheduler.state_dir)?;
+    let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
+    let store = Store::open(&config.scheduler.state_dir)?;
+    let agents = tokio::net::TcpListener::bind(&config.scheduler.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.scheduler.listen))?;
+    let clients = server::bind_client_socket(&config.scheduler.socket)?;
+    let socket_path = config.scheduler.socket.clone();
+    let cluster = Cluster::start(config, store)?;
+    tracing::info!("schedd ready");
+    let _ = ysched_common::sdnotify::notify_ready();
+    server::serve(cluster, key, clients, agents, shutdown_signal()).await?;
+    let _ = std::fs::remove_file(socket_path);
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}

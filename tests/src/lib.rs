@@ -1,1 +1,402 @@
-//! Shared harness for end-to-end tests.
+//! The harness for end-to-end tests: a real `schedd` and real `noded` agents on loopback, in a
+//! temp dir, with fake GPU inventories, driven through the real CLIs.
+//!
+//! Every process the harness starts carries `YSCHED_TEST_TAG` in its environment (jobs inherit
+//! it through `--export=ALL`), so dropping the harness kills all of them, shepherds and jobs
+//! included, even after an agent was killed.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// One fake node: name and GPUs (model per GPU; NVLink given per GPU as peer indices).
+#[derive(Clone)]
+pub struct FakeNode {
+    pub name: String,
+    pub gpus: Vec<FakeGpu>,
+}
+
+#[derive(Clone)]
+pub struct FakeGpu {
+    pub model: String,
+    pub memory_mib: u64,
+    pub nvlink: Vec<u32>,
+}
+
+impl FakeNode {
+    /// `n` GPUs of one model, all NVLinked to each other (DGX-style).
+    pub fn uniform(name: &str, n: u32, model: &str) -> FakeNode {
+        FakeNode {
+            name: name.into(),
+            gpus: (0..n)
+                .map(|i| FakeGpu {
+                    model: model.into(),
+                    memory_mib: 81920,
+                    nvlink: (0..n).filter(|j| *j != i).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn inventory_toml(&self) -> String {
+        let mut s = String::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            s.push_str(&format!(
+                "[[gpu]]\nindex = {i}\nuuid = \"GPU-{}-{i:04}\"\nmodel = \"{}\"\nmemory_mib = {}\nnvlink = {:?}\n\n",
+                self.name, g.model, g.memory_mib, g.nvlink
+            ));
+        }
+        s
+    }
+}
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub conf: PathBuf,
+    /// A world-writable directory for job files (jobs may run as `nobody`).
+    pub work: PathBuf,
+    pub port: u16,
+    tag: String,
+    bin_dir: PathBuf,
+    schedd: Option<Child>,
+    agents: BTreeMap<String, Child>,
+    nodes: Vec<FakeNode>,
+}
+
+/// Where cargo put the binaries: next to the test executable's `deps/` directory.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf();
+    for b in ["schedd", "noded", "ysub", "yq", "ycancel", "yctl"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} missing: build the binaries first (scripts/test.sh does `cargo build --bins`)",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestCluster {
+    /// Starts schedd and one agent per node, and waits until every node is registered.
+    pub fn start(nodes: Vec<FakeNode>) -> TestCluster {
+        Self::start_with_config(nodes, "")
+    }
+
+    /// As [`start`], with extra TOML appended to the generated config (e.g. tiers).
+    pub fn start_with_config(nodes: Vec<FakeNode>, extra_toml: &str) -> TestCluster {
+        let dir = tempfile::Builder::new().prefix("ys").tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let port = free_port();
+        let conf = dir.path().join("ysched.toml");
+        let d = dir.path().display();
+        std::fs::write(
+            &conf,
+            format!(
+                "[scheduler]\nlisten = \"127.0.0.1:{port}\"\nsocket = \"{d}/schedd.sock\"\nstate_dir = \"{d}/state\"\n\
+                 cluster_key_file = \"{d}/cluster.key\"\ncheckpoint_root = \"{d}/work/ckpt\"\nheartbeat_secs = 2\n\
+                 [node]\nspool_dir = \"{d}/spool\"\n{extra_toml}\n"
+            ),
+        )
+        .unwrap();
+        let tag = format!("ystest-{}-{port}", std::process::id());
+        let mut c = TestCluster {
+            dir,
+            conf,
+            work,
+            port,
+            tag,
+            bin_dir: bin_dir(),
+            schedd: None,
+            agents: BTreeMap::new(),
+            nodes: nodes.clone(),
+        };
+        c.start_schedd();
+        for n in &nodes {
+            c.start_agent(&n.name);
+        }
+        c.wait_nodes_up(nodes.len());
+        c
+    }
+
+    fn command(&self, bin: &str) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join(bin));
+        cmd.env("YSCHED_CONF", &self.conf)
+            .env("YSCHED_TEST_TAG", &self.tag)
+            .env_remove("RUST_LOG")
+            .current_dir(&self.work);
+        cmd
+    }
+
+    fn log_file(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .unwrap()
+    }
+
+    pub fn start_schedd(&mut self) {
+        assert!(self.schedd.is_none(), "schedd already running");
+        let child = self
+            .command("schedd")
+            .arg("-v")
+            .stdout(Stdio::null())
+            .stderr(self.log_file("schedd"))
+            .spawn()
+            .expect("start schedd");
+        self.schedd = Some(child);
+        let sock = self.dir.path().join("schedd.sock");
+        wait_until(Duration::from_secs(20), "schedd socket", || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        });
+    }
+
+    /// Sends `signal` to schedd and reaps it.
+    pub fn stop_schedd(&mut self, signal: nix::sys::signal::Signal) {
+        if let Some(mut c) = self.schedd.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal);
+            let _ = c.wait();
+        }
+    }
+
+    pub fn start_agent(&mut self, name: &str) {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .expect("known node")
+            .clone();
+        let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
+        std::fs::write(&gpus, node.inventory_toml()).unwrap();
+        let spool = self.dir.path().join("spool").join(name);
+        let child = self
+            .command("noded")
+            .args(["-v", "--name", name, "--fake-gpus"])
+            .arg(&gpus)
+            .arg("--spool-dir")
+            .arg(&spool)
+            .stdout(Stdio::null())
+            .stderr(self.log_file(&format!("noded-{name}")))
+            .spawn()
+            .expect("start noded");
+        self.agents.insert(name.to_string(), child);
+    }
+
+    pub fn stop_agent(&mut self, name: &str, signal: nix::sys::signal::Signal) {
+        if let Some(mut c) = self.agents.remove(name) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal);
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs a CLI tool (as the test's user).
+    pub fn run(&self, bin: &str, args: &[&str]) -> Output {
+        self.command(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cli")
+    }
+
+    /// Runs a CLI tool as another uid/gid.
+    pub fn run_as(&self, uid: u32, gid: u32, bin: &str, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        self.command(bin)
+            .args(args)
+            .uid(uid)
+            .gid(gid)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cli")
+    }
+
+    /// Submits with `ysub --parsable` and returns the id; panics with the error otherwise.
+    pub fn submit(&self, args: &[&str]) -> u64 {
+        let out = self.run("ysub", &[&["--parsable"], args].concat());
+        assert!(
+            out.status.success(),
+            "ysub {args:?} failed: {}",
+            stderr(&out)
+        );
+        stdout(&out).trim().parse().expect("job id")
+    }
+
+    /// All jobs, finished ones too, from `yq --all --json`.
+    pub fn jobs(&self) -> Vec<Value> {
+        let out = self.run("yq", &["--all", "--json"]);
+        assert!(out.status.success(), "yq failed: {}", stderr(&out));
+        serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("yq json")
+    }
+
+    pub fn job(&self, id: u64) -> Value {
+        let out = self.run("yq", &["--all", "--json", "-j", &id.to_string()]);
+        assert!(out.status.success(), "yq failed: {}", stderr(&out));
+        let v: Vec<Value> = serde_json::from_slice(&out.stdout).expect("yq json");
+        v.into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("job {id} not listed"))
+    }
+
+    /// Waits until job `id` is in `state` and returns it.
+    pub fn wait_state(&self, id: u64, state: &str, timeout: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let j = self.job(id);
+            if j["state"] == state {
+                return j;
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "job {id} not {state} after {timeout:?}: {j}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn nodes(&self) -> Vec<Value> {
+        let out = self.run("yctl", &["nodes", "--json"]);
+        assert!(out.status.success(), "yctl nodes failed: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).expect("nodes json")
+    }
+
+    pub fn wait_nodes_up(&self, n: usize) {
+        let start = Instant::now();
+        loop {
+            let out = self.run("yctl", &["nodes", "--json"]);
+            if out.status.success() {
+                let v: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                if v.iter().filter(|n| n["state"] != "DOWN").count() >= n {
+                    return;
+                }
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                panic!("{n} nodes not up: {}\n{}", stdout(&out), self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The daemons' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
+            let mut files: Vec<_> = rd
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .collect();
+            files.sort_by_key(|e| e.path());
+            for e in files {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                s.push_str(&format!("--- {}\n", e.path().display()));
+                for l in tail.into_iter().rev() {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.work.join(rel)
+    }
+
+    /// Writes an executable script into the work dir.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.work.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        use nix::sys::signal::Signal::SIGKILL;
+        self.stop_schedd(SIGKILL);
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for n in names {
+            self.stop_agent(&n, SIGKILL);
+        }
+        kill_tagged(&self.tag);
+    }
+}
+
+/// SIGKILLs every process whose environment carries `YSCHED_TEST_TAG=<tag>`.
+pub fn kill_tagged(tag: &str) {
+    let needle = format!("YSCHED_TEST_TAG={tag}");
+    for _ in 0..3 {
+        let mut found = false;
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                if pid == std::process::id() as i32 {
+                    continue;
+                }
+                let Ok(env) = std::fs::read(e.path().join("environ")) else {
+                    continue;
+                };
+                if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                    found = true;
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+        if !found {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Polls `cond` until true or panics after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > timeout {
+            panic!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads a file the job wrote, waiting for it to appear.
+pub fn read_when_exists(p: &Path, timeout: Duration) -> String {
+    wait_until(timeout, &format!("{}", p.display()), || p.exists());
+    std::fs::read_to_string(p).unwrap()
+}

@@ -1,0 +1,256 @@
+//! The session with schedd: register, then stream both ways (launch/stop/ack in, job events
+//! and heartbeats out); reconnect with backoff whenever the stream fails. Jobs keep running
+//! while disconnected; their ends are kept in the spool and reported at the next
+//! registration.
+
+use crate::launch::{JobEvent, Launcher};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::Endpoint;
+use ysched_proto as pb;
+use ysched_proto::agent_message::Msg as AgentMsg;
+use ysched_proto::node_agent_client::NodeAgentClient;
+use ysched_proto::scheduler_message::Msg as SchedulerMsg;
+
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Who this agent is and what its host has, as reported at registration.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub name: String,
+    /// Where multi-node peers reach this host.
+    pub address: String,
+    /// schedd's agent endpoint, `host:port`.
+    pub schedd: String,
+    pub cluster_key: String,
+    pub heartbeat: Duration,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub gpus: Vec<pb::Gpu>,
+    pub features: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the cluster key cannot be sent as a header (it must be printable ASCII)")]
+    BadClusterKey,
+    #[error("bad schedd address {0:?}: {1}")]
+    BadAddress(String, tonic::transport::Error),
+}
+
+/// Why one session ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("cannot connect: {0}")]
+    Connect(#[from] tonic::transport::Error),
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(#[from] tonic::Status),
+    #[error("schedd closed the session")]
+    Closed,
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+pub struct Agent {
+    config: AgentConfig,
+    endpoint: Endpoint,
+    authorization: MetadataValue<Ascii>,
+    launcher: Launcher,
+    events: mpsc::UnboundedReceiver<JobEvent>,
+    told_systemd: bool,
+}
+
+impl Agent {
+    pub fn new(
+        config: AgentConfig,
+        launcher: Launcher,
+        events: mpsc::UnboundedReceiver<JobEvent>,
+    ) -> Result<Agent, AgentError> {
+        let authorization = format!("Bearer {}", config.cluster_key)
+            .parse()
+            .map_err(|_| AgentError::BadClusterKey)?;
+        let url = format!("http://{}", config.schedd);
+        let endpoint = Endpoint::from_shared(url)
+            .map_err(|e| AgentError::BadAddress(config.schedd.clone(), e))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            // A schedd host that vanished (no RST) is noticed within about a heartbeat.
+            .http2_keep_alive_interval(config.heartbeat.max(Duration::from_secs(1)))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        Ok(Agent {
+            config,
+            endpoint,
+            authorization,
+            launcher,
+            events,
+            told_systemd: false,
+        })
+    }
+
+    /// Keeps a session with schedd forever, reconnecting with exponential backoff
+    /// (100 ms doubling up to 5 s, reset after each successful registration).
+    pub async fn run(mut self) {
+        let mut retry = FIRST_RETRY;
+        let mut was_connected = true;
+        loop {
+            let mut registered = false;
+            let result = self.session(&mut registered).await;
+            if registered {
+                retry = FIRST_RETRY;
+                was_connected = true;
+            }
+            let schedd = &self.config.schedd;
+            match result {
+                Ok(()) => {}
+                // The first failure after a working session (or at start) is news; repeated
+                // failures while schedd is down are not.
+                Err(e) if was_connected => {
+                    tracing::warn!("session with schedd at {schedd} ended: {e}; retrying")
+                }
+                Err(e) => tracing::debug!("session with schedd at {schedd}: {e}"),
+            }
+            was_connected = false;
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(MAX_RETRY);
+        }
+    }
+
+    async fn session(&mut self, registered: &mut bool) -> Result<(), SessionError> {
+        let channel = self.endpoint.connect().await?;
+        let mut client = NodeAgentClient::new(channel);
+        let (outbox, outgoing) = mpsc::channel::<pb::AgentMessage>(256);
+
+        // Events queued while disconnected are stale: the registration below carries the
+        // running jobs and every unacknowledged end from the spool. Drained first, so an
+        // event that happens meanwhile is sent afterwards (at worst twice, never lost).
+        while self.events.try_recv().is_ok() {}
+        let register = self.registration();
+        let (running, finished) = (register.running_jobs.len(), register.finished.len());
+        send(&outbox, AgentMsg::Register(register)).await?;
+
+        let mut request = tonic::Request::new(ReceiverStream::new(outgoing));
+        request
+            .metadata_mut()
+            .insert("authorization", self.authorization.clone());
+        let mut inbound = client.session(request).await?.into_inner();
+
+        match inbound.message().await?.and_then(|m| m.msg) {
+            Some(SchedulerMsg::Registered(registered_reply)) => {
+                *registered = true;
+                tracing::info!(
+                    "registered with schedd at {} ({running} running, {finished} ended jobs reported)",
+                    self.config.schedd
+                );
+                self.notify_systemd_once();
+                for job_id in registered_reply.kill_jobs {
+                    tracing::warn!("job {job_id}: schedd does not know it, killing it");
+                    self.launcher.kill(job_id);
+                }
+            }
+            Some(other) => {
+                return Err(SessionError::Protocol(format!(
+                    "expected Registered first, got {other:?}"
+                )))
+            }
+            None => return Err(SessionError::Closed),
+        }
+
+        let mut heartbeat =
+            tokio::time::interval(self.config.heartbeat.max(Duration::from_secs(1)));
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        heartbeat.tick().await; // the first tick is immediate; registration just said it all
+        loop {
+            tokio::select! {
+                message = inbound.message() => match message? {
+                    Some(message) => self.handle(message),
+                    None => return Err(SessionError::Closed),
+                },
+                Some(event) = self.events.recv() => {
+                    let message = match event {
+                        JobEvent::Started(started) => AgentMsg::Started(started),
+                        JobEvent::Finished(finished) => AgentMsg::Finished(finished),
+                    };
+                    send(&outbox, message).await?;
+                }
+                _ = heartbeat.tick() => {
+                    let running_jobs = self.launcher.running_jobs();
+                    send(&outbox, AgentMsg::Heartbeat(pb::Heartbeat { running_jobs })).await?;
+                }
+            }
+        }
+    }
+
+    fn registration(&self) -> pb::Register {
+        // Ends first, then running jobs: a job ending in between shows up in neither
+        // snapshot but its event is still queued (see `session`).
+        let finished = self.launcher.unacked_finished();
+        let running_jobs = self.launcher.running_jobs();
+        pb::Register {
+            name: self.config.name.clone(),
+            address: self.config.address.clone(),
+            cpus: self.config.cpus,
+            mem_mib: self.config.mem_mib,
+            gpus: self.config.gpus.clone(),
+            features: self.config.features.clone(),
+            running_jobs,
+            finished,
+            version: crate::VERSION.to_string(),
+        }
+    }
+
+    fn handle(&mut self, message: pb::SchedulerMessage) {
+        match message.msg {
+            Some(SchedulerMsg::Launch(job)) => {
+                tracing::info!(
+                    "job {}: launch as {} (uid {})",
+                    job.job_id,
+                    job.user,
+                    job.uid
+                );
+                if let Err(e) = self.launcher.launch(&job) {
+                    tracing::warn!("{e}; launch ignored");
+                }
+            }
+            Some(SchedulerMsg::Stop(stop)) => {
+                tracing::info!(
+                    "job {}: stop requested ({}), grace {}s",
+                    stop.job_id,
+                    stop.reason,
+                    stop.grace_secs
+                );
+                if !self.launcher.stop(stop.job_id, stop.grace_secs) {
+                    tracing::info!("job {}: not running here, stop ignored", stop.job_id);
+                }
+            }
+            Some(SchedulerMsg::Ack(ack)) => {
+                if let Err(e) = self.launcher.ack(ack.job_id) {
+                    tracing::warn!("job {}: cannot forget it: {e}", ack.job_id);
+                }
+            }
+            Some(SchedulerMsg::Registered(_)) => {
+                tracing::warn!("unexpected second Registered from schedd, ignored")
+            }
+            None => tracing::debug!("empty message from schedd, ignored"),
+        }
+    }
+
+    fn notify_systemd_once(&mut self) {
+        if !self.told_systemd {
+            self.told_systemd = true;
+            if let Err(e) = ysched_common::sdnotify::notify_ready() {
+                tracing::warn!("cannot notify systemd: {e}");
+            }
+        }
+    }
+}
+
+async fn send(outbox: &mpsc::Sender<pb::AgentMessage>, msg: AgentMsg) -> Result<(), SessionError> {
+    outbox
+        .send(pb::AgentMessage { msg: Some(msg) })
+        .await
+        .map_err(|_| SessionError::Closed)
+}

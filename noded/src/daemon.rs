@@ -1,0 +1,117 @@
+//! Starting the agent: configuration and flags, host facts, job recovery, then the session
+//! with schedd until noded is told to stop. Stopping noded leaves jobs running.
+
+use crate::agent::{Agent, AgentConfig};
+use crate::gpu::inventory;
+use crate::host;
+use crate::launch::Launcher;
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use ysched_common::Config;
+use ysched_proto as pb;
+
+/// Command-line overrides of the config.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Node name; default: the host name.
+    pub name: Option<String>,
+    /// GPU inventory file instead of NVML.
+    pub fake_gpus: Option<PathBuf>,
+    pub spool_dir: Option<PathBuf>,
+    /// schedd's agent address, `host:port`.
+    pub schedd: Option<String>,
+    /// Where peers reach this host; default: the local IP used to reach schedd.
+    pub address: Option<String>,
+}
+
+/// Runs the agent until SIGTERM or SIGINT. Errors are fatal start-up problems.
+pub async fn run(options: Options) -> anyhow::Result<()> {
+    let config = Config::load()?;
+    let cluster_key = read_cluster_key(&config.scheduler.cluster_key_file)?;
+    let name = options.name.unwrap_or_else(host::hostname);
+    let spool_dir = options
+        .spool_dir
+        .unwrap_or_else(|| config.node.spool_dir.clone());
+    let schedd = options
+        .schedd
+        .unwrap_or_else(|| config.schedd_addr().to_string());
+    let address = match options.address {
+        Some(address) => address,
+        None => host::local_address_towards(&schedd).await.to_string(),
+    };
+    let gpus = detect_gpus(options.fake_gpus).await?;
+
+    let (launcher, events) = Launcher::new(&spool_dir, &name)
+        .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;
+    let recovery = launcher
+        .recover()
+        .await
+        .context("cannot recover jobs from the spool")?;
+    tracing::info!(
+        "node {name} ({address}): {} GPUs; re-attached jobs {:?}, ended while away {:?}",
+        gpus.len(),
+        recovery.reattached,
+        recovery.ended
+    );
+
+    let agent_config = AgentConfig {
+        name,
+        address,
+        schedd,
+        cluster_key,
+        heartbeat: Duration::from_secs(config.scheduler.heartbeat_secs),
+        cpus: host::cpu_count(),
+        mem_mib: host::memory_mib(),
+        gpus: gpus.iter().map(pb::Gpu::from).collect(),
+        features: host::features(&config.node.features),
+    };
+    let agent = Agent::new(agent_config, launcher, events)?;
+    tokio::select! {
+        () = agent.run() => Ok(()),
+        signal = shutdown_signal() => {
+            tracing::info!("{signal}: stopping; jobs keep running under their shepherds");
+            Ok(())
+        }
+    }
+}
+
+fn read_cluster_key(path: &Path) -> anyhow::Result<String> {
+    let key = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the cluster key {}", path.display()))?;
+    let key = key.trim();
+    if key.is_empty() {
+        bail!("the cluster key file {} is empty", path.display());
+    }
+    Ok(key.to_string())
+}
+
+/// A bad fake inventory file is a configuration error; NVML trouble only costs the GPUs.
+async fn detect_gpus(fake_gpus: Option<PathBuf>) -> anyhow::Result<Vec<ysched_common::Gpu>> {
+    let is_fake = fake_gpus.is_some();
+    let result = tokio::task::spawn_blocking(move || inventory(fake_gpus.as_deref()).gpus())
+        .await
+        .context("GPU inventory")?;
+    match result {
+        Ok(gpus) => Ok(gpus),
+        Err(e) if is_fake => Err(e.into()),
+        Err(e) => {
+            tracing::error!("GPU inventory failed, reporting no GPUs: {e}");
+            Ok(Vec::new())
+        }
+    }
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        },
+        _ => std::future::pending().await,
+    }
+}

@@ -1,0 +1,468 @@
+//! From a `LaunchJob` to a concrete plan for the shepherd: who runs what, where, with which
+//! environment and output files. Everything that needs the user database happens here, in
+//! noded, before any fork: name-service lookups are not safe in a forked child.
+
+use nix::unistd::{Gid, Uid, User};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use ysched_proto as pb;
+
+/// Default output file, as sbatch's `slurm-%j.out`.
+pub const DEFAULT_STDOUT: &str = "ysched-%j.out";
+/// PATH for jobs whose exported environment has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The launch request as schedd sent it (a serializable copy of `pb::LaunchJob`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobParams {
+    pub job_id: u64,
+    pub name: String,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub workdir: String,
+    /// Kept in the spool's `script` file, not in `state.json`.
+    #[serde(skip)]
+    pub script: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub stdout_path: String,
+    pub stderr_path: String,
+    pub gpus: Vec<u32>,
+    pub restart_count: u32,
+    pub checkpoint_dir: String,
+    pub time_limit_secs: u64,
+    pub grace_secs: u32,
+    pub node_rank: u32,
+    pub nnodes: u32,
+    pub nodelist: Vec<String>,
+    pub master_addr: String,
+    pub master_port: u32,
+}
+
+impl From<&pb::LaunchJob> for JobParams {
+    fn from(j: &pb::LaunchJob) -> Self {
+        JobParams {
+            job_id: j.job_id,
+            name: j.name.clone(),
+            user: j.user.clone(),
+            uid: j.uid,
+            gid: j.gid,
+            workdir: j.workdir.clone(),
+            script: j.script.clone(),
+            args: j.args.clone(),
+            env: j.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            stdout_path: j.stdout_path.clone(),
+            stderr_path: j.stderr_path.clone(),
+            gpus: j.gpus.clone(),
+            restart_count: j.restart_count,
+            checkpoint_dir: j.checkpoint_dir.clone(),
+            time_limit_secs: j.time_limit_secs,
+            grace_secs: j.grace_secs,
+            node_rank: j.node_rank,
+            nnodes: j.nnodes,
+            nodelist: j.nodelist.clone(),
+            master_addr: j.master_addr.clone(),
+            master_port: j.master_port,
+        }
+    }
+}
+
+/// Everything the shepherd needs to start the job, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecPlan {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (from `getgrouplist`).
+    pub groups: Vec<u32>,
+    /// noded runs as root and must become the job user; otherwise the job runs as noded's
+    /// own user, which was checked to be the job user.
+    pub switch_user: bool,
+    pub workdir: PathBuf,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub stdout: PathBuf,
+    /// `None`: stderr goes to the stdout file.
+    pub stderr: Option<PathBuf>,
+    /// A requeued job appends to the output of its earlier runs.
+    pub append_output: bool,
+    /// Created (as the job user) before the job starts.
+    pub checkpoint_dir: Option<PathBuf>,
+}
+
+/// Resolves the user and paths of `job`. The error is the message for `JobFinished.error`.
+pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecPlan, String> {
+    let user = resolve_user(job)?;
+    let running_as_root = Uid::effective().is_root();
+    if !running_as_root && user.uid != Uid::effective() {
+        return Err(format!(
+            "noded runs as uid {} (not root) and can only run jobs of its own user, not {} (uid {})",
+            Uid::effective(),
+            user.name,
+            user.uid
+        ));
+    }
+    let groups = if running_as_root {
+        let name = CString::new(user.name.as_str())
+            .map_err(|_| format!("invalid user name {:?}", user.name))?;
+        nix::unistd::getgrouplist(&name, Gid::from_raw(job.gid))
+            .map_err(|e| format!("cannot list the groups of user {}: {e}", user.name))?
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect()
+    } else {
+        Vec::new()
+    };
+
+    let workdir = PathBuf::from(&job.workdir);
+    if !workdir.is_absolute() {
+        return Err(format!(
+            "working directory {:?} is not an absolute path",
+            job.workdir
+        ));
+    }
+    match std::fs::metadata(&workdir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(format!(
+                "working directory {} is not a directory",
+                workdir.display()
+            ))
+        }
+        Err(e) => return Err(format!("working directory {}: {e}", workdir.display())),
+    }
+
+    let vars = PatternVars {
+        job_id: job.job_id,
+        job_name: &job.name,
+        user: &user.name,
+        node: node_name,
+    };
+    let stdout_pattern = non_empty_or(&job.stdout_path, DEFAULT_STDOUT);
+    let stdout = workdir.join(expand_pattern(stdout_pattern, &vars));
+    let stderr = (!job.stderr_path.is_empty())
+        .then(|| workdir.join(expand_pattern(&job.stderr_path, &vars)))
+        .filter(|stderr| *stderr != stdout);
+
+    let checkpoint_dir = (!job.checkpoint_dir.is_empty())
+        .then(|| workdir.join(expand_home(&job.checkpoint_dir, &user.dir)));
+
+    // A script without an interpreter line runs under /bin/sh, as sbatch does.
+    let (program, args) = if job.script.starts_with("#!") {
+        (script.to_owned(), job.args.clone())
+    } else {
+        let mut args = vec![script.to_string_lossy().into_owned()];
+        args.extend(job.args.iter().cloned());
+        (PathBuf::from("/bin/sh"), args)
+    };
+
+    Ok(ExecPlan {
+        env: job_environment(job, node_name, checkpoint_dir.as_deref()),
+        user: user.name,
+        uid: user.uid.as_raw(),
+        gid: job.gid,
+        groups,
+        switch_user: running_as_root,
+        workdir,
+        program,
+        args,
+        stdout,
+        stderr,
+        append_output: job.restart_count > 0,
+        checkpoint_dir,
+    })
+}
+
+/// Writes the job's script, executable and owned by the job user (when noded can chown).
+pub fn write_script(path: &Path, job: &JobParams, plan: &ExecPlan) -> io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o755)
+        .open(path)
+        .and_then(|mut file| io::Write::write_all(&mut file, job.script.as_bytes()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    if plan.switch_user {
+        nix::unistd::chown(
+            path,
+            Some(Uid::from_raw(plan.uid)),
+            Some(Gid::from_raw(plan.gid)),
+        )
+        .map_err(io::Error::from)?;
+    }
+    Ok(())
+}
+
+fn resolve_user(job: &JobParams) -> Result<User, String> {
+    let user = User::from_uid(Uid::from_raw(job.uid))
+        .map_err(|e| format!("cannot look up uid {}: {e}", job.uid))?
+        .ok_or_else(|| format!("no such user on this node: {} (uid {})", job.user, job.uid))?;
+    // Uids must mean the same user on every node; running as someone else is worse than
+    // not running at all.
+    if !job.user.is_empty() && user.name != job.user {
+        return Err(format!(
+            "uid {} is user {} on this node, not {}",
+            job.uid, user.name, job.user
+        ));
+    }
+    Ok(user)
+}
+
+fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
+    if value.is_empty() {
+        default
+    } else {
+        value
+    }
+}
+
+/// Values for the `%` patterns of output file names.
+pub struct PatternVars<'a> {
+    pub job_id: u64,
+    pub job_name: &'a str,
+    pub user: &'a str,
+    pub node: &'a str,
+}
+
+/// Expands sbatch-style patterns: `%j` job id, `%x` job name, `%u` user, `%N` node, `%%` a
+/// percent sign. Unknown patterns are kept as written.
+pub fn expand_pattern(pattern: &str, vars: &PatternVars) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(&vars.job_id.to_string()),
+            Some('x') => out.push_str(vars.job_name),
+            Some('u') => out.push_str(vars.user),
+            Some('N') => out.push_str(vars.node),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// A leading `~` is the job user's home directory.
+fn expand_home(path: &str, home: &Path) -> PathBuf {
+    if path == "~" {
+        home.to_owned()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        home.join(rest)
+    } else {
+        PathBuf::from(path)
+    }
+}
+
+/// The job's environment: the submitter's exported environment with the ysched variables on
+/// top (they win over exported ones of the same name).
+pub fn job_environment(
+    job: &JobParams,
+    node_name: &str,
+    checkpoint_dir: Option<&Path>,
+) -> BTreeMap<String, String> {
+    let mut env = job.env.clone();
+    env.entry("PATH".into())
+        .or_insert_with(|| DEFAULT_PATH.into());
+    let join = |items: &[u32]| {
+        items
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let nodelist = if job.nodelist.is_empty() {
+        node_name.to_string()
+    } else {
+        job.nodelist.join(",")
+    };
+    let mut set = |key: &str, value: String| {
+        env.insert(key.to_string(), value);
+    };
+    set("YS_JOB_ID", job.job_id.to_string());
+    set("YS_JOB_NAME", job.name.clone());
+    set("YS_NODE", node_name.to_string());
+    set("YS_RESTART_COUNT", job.restart_count.to_string());
+    set(
+        "YS_CHECKPOINT_DIR",
+        checkpoint_dir
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    set("CUDA_VISIBLE_DEVICES", join(&job.gpus));
+    set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+    set("YS_NNODES", job.nnodes.max(1).to_string());
+    set("YS_NODE_RANK", job.node_rank.to_string());
+    set("YS_NODELIST", nodelist);
+    if !job.master_addr.is_empty() {
+        set("MASTER_ADDR", job.master_addr.clone());
+    }
+    if job.master_port != 0 {
+        set("MASTER_PORT", job.master_port.to_string());
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> PatternVars<'static> {
+        PatternVars {
+            job_id: 42,
+            job_name: "train",
+            user: "alice",
+            node: "n1",
+        }
+    }
+
+    #[test]
+    fn patterns_expand() {
+        assert_eq!(expand_pattern("ysched-%j.out", &vars()), "ysched-42.out");
+        assert_eq!(expand_pattern("%x-%u-%N-%j", &vars()), "train-alice-n1-42");
+        assert_eq!(expand_pattern("100%%-%q-%", &vars()), "100%-%q-%");
+    }
+
+    #[test]
+    fn home_expands() {
+        let home = Path::new("/home/alice");
+        assert_eq!(
+            expand_home("~/ck/1", home),
+            PathBuf::from("/home/alice/ck/1")
+        );
+        assert_eq!(expand_home("~", home), PathBuf::from("/home/alice"));
+        assert_eq!(expand_home("/shared/ck", home), PathBuf::from("/shared/ck"));
+    }
+
+    #[test]
+    fn environment_has_ysched_variables_on_top() {
+        let job = JobParams {
+            job_id: 7,
+            name: "train".into(),
+            env: BTreeMap::from([
+                ("HOME".into(), "/home/a".into()),
+                ("YS_JOB_ID".into(), "spoofed".into()),
+            ]),
+            gpus: vec![1, 3],
+            nnodes: 2,
+            node_rank: 1,
+            nodelist: vec!["n1".into(), "n2".into()],
+            master_addr: "10.0.0.1".into(),
+            master_port: 29500,
+            restart_count: 2,
+            ..Default::default()
+        };
+        let env = job_environment(&job, "n2", Some(Path::new("/ck/7")));
+        assert_eq!(env["YS_JOB_ID"], "7");
+        assert_eq!(env["HOME"], "/home/a");
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1,3");
+        assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+        assert_eq!(env["YS_NODELIST"], "n1,n2");
+        assert_eq!(env["YS_NNODES"], "2");
+        assert_eq!(env["YS_NODE_RANK"], "1");
+        assert_eq!(env["YS_RESTART_COUNT"], "2");
+        assert_eq!(env["YS_CHECKPOINT_DIR"], "/ck/7");
+        assert_eq!(env["MASTER_ADDR"], "10.0.0.1");
+        assert_eq!(env["MASTER_PORT"], "29500");
+        assert!(env.contains_key("PATH"));
+
+        let single = job_environment(&JobParams::default(), "n1", None);
+        assert_eq!(single["CUDA_VISIBLE_DEVICES"], "");
+        assert_eq!(single["YS_NNODES"], "1");
+        assert_eq!(single["YS_NODELIST"], "n1");
+        assert!(!single.contains_key("MASTER_ADDR"));
+    }
+
+    #[test]
+    fn plan_rejects_bad_workdir_and_unknown_uid() {
+        let me = Uid::effective().as_raw();
+        let name = User::from_uid(Uid::effective()).unwrap().unwrap().name;
+        let job = JobParams {
+            job_id: 1,
+            uid: me,
+            user: name.clone(),
+            workdir: "/nonexistent/dir".into(),
+            ..Default::default()
+        };
+        let err = plan_job(&job, "n1", Path::new("/s")).unwrap_err();
+        assert!(err.contains("/nonexistent/dir"), "{err}");
+
+        let relative = JobParams {
+            workdir: "rel".into(),
+            ..job.clone()
+        };
+        assert!(plan_job(&relative, "n1", Path::new("/s"))
+            .unwrap_err()
+            .contains("absolute"));
+
+        let ghost = JobParams {
+            uid: 4_000_000_000,
+            user: "ghost".into(),
+            ..job.clone()
+        };
+        let err = plan_job(&ghost, "n1", Path::new("/s")).unwrap_err();
+        assert!(
+            err.contains("no such user") && err.contains("ghost"),
+            "{err}"
+        );
+
+        let wrong_name = JobParams {
+            user: "not-me".into(),
+            ..job
+        };
+        let err = plan_job(&wrong_name, "n1", Path::new("/s")).unwrap_err();
+        assert!(err.contains("not-me"), "{err}");
+    }
+
+    #[test]
+    fn plan_resolves_paths_and_interpreter() {
+        let me = Uid::effective().as_raw();
+        let name = User::from_uid(Uid::effective()).unwrap().unwrap().name;
+        let job = JobParams {
+            job_id: 9,
+            name: "t".into(),
+            uid: me,
+            gid: nix::unistd::Gid::effective().as_raw(),
+            user: name,
+            workdir: "/tmp".into(),
+            script: "echo hi\n".into(),
+            args: vec!["a".into()],
+            stderr_path: "err-%j".into(),
+            checkpoint_dir: "ck/%j".into(),
+            ..Default::default()
+        };
+        let plan = plan_job(&job, "n1", Path::new("/spool/script")).unwrap();
+        assert_eq!(plan.stdout, PathBuf::from("/tmp/ysched-9.out"));
+        assert_eq!(plan.stderr, Some(PathBuf::from("/tmp/err-9")));
+        assert_eq!(plan.program, PathBuf::from("/bin/sh"));
+        assert_eq!(plan.args, vec!["/spool/script", "a"]);
+        assert_eq!(plan.checkpoint_dir, Some(PathBuf::from("/tmp/ck/%j")));
+        assert!(!plan.append_output);
+
+        let shebang = JobParams {
+            script: "#!/bin/bash\n".into(),
+            stderr_path: "ysched-%j.out".into(),
+            restart_count: 1,
+            ..job
+        };
+        let plan = plan_job(&shebang, "n1", Path::new("/spool/script")).unwrap();
+        assert_eq!(plan.program, PathBuf::from("/spool/script"));
+        assert_eq!(plan.args, vec!["a"]);
+        assert_eq!(plan.stderr, None, "same file as stdout");
+        assert!(plan.append_output);
+    }
+}

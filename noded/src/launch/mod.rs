@@ -1,0 +1,266 @@
+//! Running jobs: real processes, real signals, surviving noded restarts.
+//!
+//! Each job gets a *shepherd* (the noded binary re-executed as `noded __shepherd <job dir>`,
+//! see [`shepherd`]) in its own session, which forks the job as the submitting user and
+//! records its pid and exit status in the job's spool directory (see [`spool`]). noded
+//! supervises each job in one task ([`supervisor`]): it learns of the shepherd's exit as an
+//! event (child wait, or a pidfd after a restart), runs the time-limit and grace timers, and
+//! reports [`JobEvent`]s on a channel.
+//!
+//! After a restart, [`Launcher::recover`] scans the spool, re-attaches to live shepherds and
+//! resumes their timers from `state.json`, and reports jobs whose shepherd is gone.
+
+mod job;
+mod process;
+pub mod shepherd;
+mod spool;
+mod supervisor;
+
+pub use job::{expand_pattern, job_environment, plan_job, ExecPlan, JobParams, PatternVars};
+pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
+pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
+
+use process::{is_shepherd_of, Shepherd};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use supervisor::Supervisor;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use ysched_proto as pb;
+
+/// What noded tells schedd about its jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    Started(pb::JobStarted),
+    Finished(pb::JobFinished),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("job {0} is already running here")]
+    AlreadyRunning(u64),
+}
+
+pub struct LauncherOptions {
+    pub spool_dir: PathBuf,
+    /// This node's name, for `YS_NODE` and `%N`.
+    pub node_name: String,
+    /// The binary run as `<program> __shepherd <job dir>`: noded itself by default.
+    pub shepherd_program: PathBuf,
+}
+
+impl LauncherOptions {
+    pub fn new(spool_dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
+        LauncherOptions {
+            spool_dir: spool_dir.into(),
+            node_name: node_name.into(),
+            // The running binary, even if it was replaced on disk by an upgrade since.
+            shepherd_program: PathBuf::from("/proc/self/exe"),
+        }
+    }
+}
+
+/// What [`Launcher::recover`] found in the spool.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Jobs whose shepherd is alive, now supervised again.
+    pub reattached: Vec<u64>,
+    /// Jobs that ended while noded was away (their `JobFinished` is now in the spool).
+    pub ended: Vec<u64>,
+}
+
+/// Starts, stops and supervises the jobs of this node. Dropping it stops supervising (the
+/// jobs and their shepherds keep running; a new `Launcher` can [`recover`](Self::recover)).
+pub struct Launcher {
+    shared: Arc<Shared>,
+}
+
+/// What the per-job tasks share with the launcher.
+struct Shared {
+    spool: Spool,
+    node_name: String,
+    shepherd_program: PathBuf,
+    jobs: Mutex<BTreeMap<u64, JobHandle>>,
+    events: mpsc::UnboundedSender<JobEvent>,
+}
+
+struct JobHandle {
+    controls: mpsc::UnboundedSender<Control>,
+    task: AbortHandle,
+}
+
+/// Requests to a job's supervisor task.
+#[derive(Debug, Clone, Copy)]
+enum Control {
+    /// SIGTERM now (unless sent already), SIGKILL after the grace.
+    Stop { grace_secs: u32 },
+    /// SIGKILL now.
+    Kill,
+}
+
+impl Shared {
+    fn jobs(&self) -> MutexGuard<'_, BTreeMap<u64, JobHandle>> {
+        // A panic elsewhere while holding the lock leaves the map itself consistent.
+        self.jobs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn emit(&self, event: JobEvent) {
+        // Nobody listening (shutting down) is not an error: the spool keeps the record.
+        let _ = self.events.send(event);
+    }
+}
+
+impl Launcher {
+    /// A launcher over `spool_dir` (created if needed), and the channel of its job events.
+    pub fn new(
+        spool_dir: impl Into<PathBuf>,
+        node_name: impl Into<String>,
+    ) -> io::Result<(Launcher, mpsc::UnboundedReceiver<JobEvent>)> {
+        Self::with_options(LauncherOptions::new(spool_dir, node_name))
+    }
+
+    pub fn with_options(
+        options: LauncherOptions,
+    ) -> io::Result<(Launcher, mpsc::UnboundedReceiver<JobEvent>)> {
+        let spool = Spool::open(&options.spool_dir)?;
+        let (events, receiver) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            spool,
+            node_name: options.node_name,
+            shepherd_program: options.shepherd_program,
+            jobs: Mutex::new(BTreeMap::new()),
+            events,
+        });
+        Ok((Launcher { shared }, receiver))
+    }
+
+    /// Starts a job. Failures to start it (no such user, bad working directory, ...) are not
+    /// errors here: they are reported as a `JobFinished` with `error` set. Must be called
+    /// within a tokio runtime.
+    pub fn launch(&self, job: &pb::LaunchJob) -> Result<(), LaunchError> {
+        let params = JobParams::from(job);
+        let job_id = params.job_id;
+        let mut jobs = self.shared.jobs();
+        if jobs.contains_key(&job_id) {
+            return Err(LaunchError::AlreadyRunning(job_id));
+        }
+        let (controls, receiver) = mpsc::unbounded_channel();
+        let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
+        let task = tokio::spawn(supervisor.launch()).abort_handle();
+        jobs.insert(job_id, JobHandle { controls, task });
+        Ok(())
+    }
+
+    /// Asks a job to stop: SIGTERM to its process group now, SIGKILL after `grace_secs` if
+    /// it is still alive. Repeating it is harmless (a shorter grace wins). `false` when the
+    /// job is not running here.
+    pub fn stop(&self, job_id: u64, grace_secs: u32) -> bool {
+        self.control(job_id, Control::Stop { grace_secs })
+    }
+
+    /// Kills a job's process group at once. `false` when the job is not running here.
+    pub fn kill(&self, job_id: u64) -> bool {
+        self.control(job_id, Control::Kill)
+    }
+
+    fn control(&self, job_id: u64, control: Control) -> bool {
+        match self.shared.jobs().get(&job_id) {
+            Some(handle) => handle.controls.send(control).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Jobs being supervised (starting, running or stopping), ascending.
+    pub fn running_jobs(&self) -> Vec<u64> {
+        self.shared.jobs().keys().copied().collect()
+    }
+
+    /// Every `JobFinished` in the spool that schedd has not acknowledged yet.
+    pub fn unacked_finished(&self) -> Vec<pb::JobFinished> {
+        let spool = &self.shared.spool;
+        let ids = match spool.job_ids() {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!("cannot list the spool: {e}");
+                return Vec::new();
+            }
+        };
+        ids.into_iter()
+            .filter_map(|id| match spool.job_dir(id).read_finished() {
+                Ok(finished) => finished.as_ref().map(pb::JobFinished::from),
+                Err(e) => {
+                    tracing::error!("job {id}: {e}");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// schedd has recorded the job's end: forget it (delete its spool directory).
+    pub fn ack(&self, job_id: u64) -> io::Result<()> {
+        if self.shared.jobs().contains_key(&job_id) {
+            tracing::warn!(
+                "job {job_id}: acknowledgement for a job that is still running, ignored"
+            );
+            return Ok(());
+        }
+        self.shared.spool.remove_job(job_id)
+    }
+
+    /// Picks up the jobs of an earlier noded from the spool: re-attaches to live shepherds
+    /// (resuming their timers) and finishes the jobs whose shepherd is gone. Call once, at
+    /// start, before launching anything.
+    pub async fn recover(&self) -> io::Result<Recovery> {
+        let spool = self.shared.spool.clone();
+        let found = tokio::task::spawn_blocking(move || supervisor::scan_spool(&spool))
+            .await
+            .map_err(io::Error::other)??;
+        let mut recovery = Recovery::default();
+        for job in found {
+            let job_id = job.job_id;
+            if self.shared.jobs().contains_key(&job_id) {
+                continue;
+            }
+            let record = job.record.unwrap_or_else(|e| {
+                tracing::error!("job {job_id}: {e}");
+                JobRecord::unreadable(job_id)
+            });
+            let shepherd = job.shepherd_pid.and_then(|pid| {
+                let shepherd = Shepherd::adopt(pid).ok()?;
+                // Checked again now that the pidfd pins the process: the pid may have been
+                // reused between the scan and the pidfd.
+                let dir = self.shared.spool.job_dir(job_id);
+                is_shepherd_of(pid, dir.path()).then_some(shepherd)
+            });
+            let (controls, receiver) = mpsc::unbounded_channel();
+            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
+            match shepherd {
+                Some(shepherd) => {
+                    tracing::info!("job {job_id}: re-attached to its shepherd");
+                    let mut jobs = self.shared.jobs();
+                    let task = tokio::spawn(supervisor.resume(shepherd)).abort_handle();
+                    jobs.insert(job_id, JobHandle { controls, task });
+                    recovery.reattached.push(job_id);
+                }
+                None => {
+                    tracing::info!("job {job_id}: ended while noded was away");
+                    supervisor.finish_after_shepherd(false).await;
+                    recovery.ended.push(job_id);
+                }
+            }
+        }
+        Ok(recovery)
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        for handle in self.shared.jobs().values() {
+            handle.task.abort();
+        }
+    }
+}

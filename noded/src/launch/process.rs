@@ -1,0 +1,148 @@
+//! Process plumbing for noded: signalling a job's process group, recognising shepherds, and
+//! learning of a shepherd's exit as an event (child wait or pidfd).
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::SystemTime;
+use tokio::io::unix::AsyncFd;
+
+/// The hidden subcommand that turns the noded binary into a job's shepherd.
+pub const SHEPHERD_SUBCOMMAND: &str = "__shepherd";
+
+/// Sends `signal` to the process group `pgid`. `Ok(false)` when the group no longer exists.
+/// Group ids below 2 are refused: `killpg(0)` would hit noded's own group and 1 is init.
+pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<bool> {
+    let pgid = i32::try_from(pgid)
+        .ok()
+        .filter(|&p| p > 1)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("bad pgid {pgid}")))?;
+    match killpg(Pid::from_raw(pgid), signal) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::ESRCH) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether `pid` is a live shepherd of `job_dir`, judged by its command line
+/// (`<exe> __shepherd <job_dir>`), so a recycled pid is never mistaken for one.
+pub fn is_shepherd_of(pid: u32, job_dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let mut args = cmdline.split(|&b| b == 0).skip(1);
+    args.next() == Some(SHEPHERD_SUBCOMMAND.as_bytes())
+        && args.next() == Some(job_dir.as_os_str().as_encoded_bytes())
+}
+
+/// Looks through `/proc` for the shepherd of `job_dir`: the fallback when noded stopped
+/// between starting a shepherd and recording its pid.
+pub fn find_shepherd(job_dir: &Path) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| is_shepherd_of(pid, job_dir))
+}
+
+/// A shepherd whose end noded waits for.
+pub enum Shepherd {
+    /// Started by this noded: wait for the child.
+    Child(tokio::process::Child),
+    /// Found after a restart (not our child): its pidfd becomes readable when it exits.
+    Adopted(AsyncFd<OwnedFd>),
+}
+
+impl Shepherd {
+    /// Adopts the running process `pid`. Fails when it is already gone.
+    pub fn adopt(pid: u32) -> io::Result<Shepherd> {
+        let pid = libc::pid_t::try_from(pid)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the syscall just returned this fd, and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // SAFETY: the OwnedFd moves into the AsyncFd and stays open as long as it lives.
+        let pidfd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
+        Ok(Shepherd::Adopted(pidfd))
+    }
+
+    /// Resolves when the shepherd has exited.
+    pub async fn exited(&mut self) {
+        match self {
+            Shepherd::Child(child) => {
+                if let Err(e) = child.wait().await {
+                    tracing::warn!("waiting for shepherd: {e}");
+                }
+            }
+            Shepherd::Adopted(pidfd) => {
+                if let Err(e) = pidfd.readable().await {
+                    tracing::warn!("waiting on pidfd {}: {e}", pidfd.get_ref().as_raw_fd());
+                }
+            }
+        }
+    }
+}
+
+/// The latest modification time under `dir` (recursively, not following symlinks), in ms
+/// since the epoch; `None` when there is nothing. Bounded so a huge tree cannot stall noded.
+pub fn newest_mtime_ms(dir: &Path) -> Option<i64> {
+    const MAX_ENTRIES: usize = 100_000;
+    let mut newest = None;
+    let mut pending = vec![dir.to_owned()];
+    let mut seen = 0;
+    while let Some(current) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                return newest;
+            }
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            let mtime = meta.modified().ok().and_then(|t| {
+                let since = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+                i64::try_from(since.as_millis()).ok()
+            });
+            newest = newest.max(mtime);
+        }
+    }
+    newest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_dangerous_groups() {
+        assert!(signal_group(0, Signal::SIGTERM).is_err());
+        assert!(signal_group(1, Signal::SIGTERM).is_err());
+    }
+
+    #[test]
+    fn this_process_is_no_shepherd() {
+        assert!(!is_shepherd_of(std::process::id(), Path::new("/x")));
+        assert!(find_shepherd(Path::new("/nonexistent/jobs/1")).is_none());
+    }
+
+    #[test]
+    fn newest_mtime_finds_nested_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest_mtime_ms(dir.path()), None);
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        std::fs::write(dir.path().join("a/f"), b"x").unwrap();
+        let newest = newest_mtime_ms(dir.path()).unwrap();
+        assert!(newest > ysched_common::time::now_ms() - 60_000);
+    }
+}

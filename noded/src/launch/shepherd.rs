@@ -1,0 +1,335 @@
+//! The shepherd: a small per-job supervisor, started by noded as `noded __shepherd <job dir>`
+//! in its own session. It outlives noded restarts (systemd `KillMode=process`), so running
+//! jobs do too.
+//!
+//! It reads the plan from `state.json`, forks the job (new session, job user, working
+//! directory, output files), records the job's pid in `pid`, tells noded the pid on its
+//! stdout (a pipe noded may no longer be reading), waits for the job, kills whatever is left
+//! in the job's process group, and records the outcome in `exit.json`. It is single-threaded
+//! and does no name-service lookups: noded resolved the user before starting it.
+
+use super::process::signal_group;
+use super::spool::{ExitRecord, JobDir, JobRecord};
+use super::ExecPlan;
+use nix::sys::signal::{signal, SigHandler, Signal};
+use nix::unistd::{Gid, Uid};
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use ysched_common::time::{now_ms, rfc3339};
+
+/// Runs the shepherd for the job in `job_dir`; the process's whole life.
+pub fn run(job_dir: &Path) -> ExitCode {
+    ignore_termination_signals();
+    let dir = JobDir::new(job_dir);
+    let exit = match dir.read_record() {
+        Ok(JobRecord {
+            plan: Some(plan), ..
+        }) => run_job(&dir, &plan),
+        Ok(_) => launch_failed("the job has no execution plan".into()),
+        Err(e) => launch_failed(format!("cannot read the job's state: {e}")),
+    };
+    if let Some(error) = &exit.error {
+        log(&format!("job did not start: {error}"));
+    }
+    match dir.write_exit(&exit) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log(&format!("cannot write {}: {e}", dir.exit().display()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// noded's stop requests go to the job's group, not here; a stray SIGTERM or SIGHUP (the
+/// session of a terminal, a broad `kill`) must not orphan the job.
+fn ignore_termination_signals() {
+    for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
+        // SAFETY: installing SIG_IGN involves no handler code.
+        if let Err(e) = unsafe { signal(sig, SigHandler::SigIgn) } {
+            log(&format!("cannot ignore {sig}: {e}"));
+        }
+    }
+}
+
+fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
+    let mut job = match start_job(plan) {
+        Ok(job) => job,
+        Err(error) => return launch_failed(error),
+    };
+    let pid = job.id();
+    log(&format!("job started as pid {pid}"));
+    if let Err(e) = dir.write_job_pid(pid) {
+        log(&format!("cannot record the job pid: {e}"));
+    }
+    announce_start(pid);
+
+    let status = job.wait();
+    // Processes the job left behind in its group die with it, as under slurmstepd.
+    if let Err(e) = signal_group(pid, Signal::SIGKILL) {
+        log(&format!("cannot kill what is left of the job's group: {e}"));
+    }
+    let end_time_ms = now_ms();
+    match status {
+        Ok(status) => {
+            log(&format!("job ended: {status}"));
+            ExitRecord {
+                exit_code: status.code(),
+                signal: status.signal(),
+                end_time_ms,
+                error: None,
+            }
+        }
+        Err(e) => ExitRecord {
+            end_time_ms,
+            error: Some(format!("lost track of the job: {e}")),
+            ..Default::default()
+        },
+    }
+}
+
+fn launch_failed(error: String) -> ExitRecord {
+    ExitRecord {
+        end_time_ms: now_ms(),
+        error: Some(error),
+        ..Default::default()
+    }
+}
+
+/// Tells noded the job's pid and start time: one line on stdout, then stdout is closed so
+/// noded sees the end. A noded that is gone makes this fail with EPIPE, which is fine: it
+/// reads the `pid` file when it comes back.
+fn announce_start(pid: u32) {
+    let line = format!("started {pid} {}\n", now_ms());
+    // SAFETY: plain writes and dup2 on the standard descriptors this process owns.
+    unsafe {
+        libc::write(1, line.as_ptr().cast(), line.len());
+        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if devnull >= 0 {
+            libc::dup2(devnull, 1);
+            libc::close(devnull);
+        }
+    }
+}
+
+/// Setup steps done in the forked child; on failure the child reports which one on a pipe
+/// (std's own pipe carries only the errno).
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Step {
+    Session = 1,
+    Groups,
+    Gid,
+    Uid,
+    Workdir,
+    CheckpointDir,
+    Stdout,
+    Stderr,
+}
+
+impl Step {
+    fn from_byte(byte: u8) -> Option<Step> {
+        [
+            Step::Session,
+            Step::Groups,
+            Step::Gid,
+            Step::Uid,
+            Step::Workdir,
+            Step::CheckpointDir,
+            Step::Stdout,
+            Step::Stderr,
+        ]
+        .into_iter()
+        .find(|step| *step as u8 == byte)
+    }
+
+    fn describe(self, plan: &ExecPlan) -> String {
+        let user = &plan.user;
+        match self {
+            Step::Session => "cannot start a new session".to_string(),
+            Step::Groups => format!("cannot set the supplementary groups of {user}"),
+            Step::Gid => format!("cannot switch to gid {}", plan.gid),
+            Step::Uid => format!("cannot switch to user {user} (uid {})", plan.uid),
+            Step::Workdir => format!(
+                "cannot enter working directory {} as {user}",
+                plan.workdir.display()
+            ),
+            Step::CheckpointDir => format!(
+                "cannot create checkpoint directory {} as {user}",
+                plan.checkpoint_dir
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+            ),
+            Step::Stdout => format!(
+                "cannot open output file {} as {user}",
+                plan.stdout.display()
+            ),
+            Step::Stderr => format!(
+                "cannot open error file {} as {user}",
+                plan.stderr.as_deref().unwrap_or(Path::new("")).display()
+            ),
+        }
+    }
+}
+
+/// Everything the child needs, prepared before the fork so the child only makes syscalls.
+struct ChildSetup {
+    switch_user: bool,
+    uid: Uid,
+    gid: Gid,
+    groups: Vec<Gid>,
+    workdir: CString,
+    /// The checkpoint directory and its ancestors, outermost first (`mkdir -p`).
+    checkpoint_dirs: Vec<CString>,
+    stdout: CString,
+    stderr: Option<CString>,
+    output_flags: libc::c_int,
+    step_report: OwnedFd,
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
+}
+
+/// Forks and execs the job. The error is the message for `JobFinished.error`.
+fn start_job(plan: &ExecPlan) -> Result<std::process::Child, String> {
+    let (step_read, step_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let checkpoint_dirs = match &plan.checkpoint_dir {
+        Some(dir) => {
+            let mut ancestors: Vec<&Path> = dir
+                .ancestors()
+                .filter(|p| !p.as_os_str().is_empty() && *p != Path::new("/"))
+                .collect();
+            ancestors.reverse();
+            ancestors
+                .into_iter()
+                .map(c_path)
+                .collect::<Result<_, _>>()?
+        }
+        None => Vec::new(),
+    };
+    let output_mode = if plan.append_output {
+        libc::O_APPEND
+    } else {
+        libc::O_TRUNC
+    };
+    let setup = ChildSetup {
+        switch_user: plan.switch_user,
+        uid: Uid::from_raw(plan.uid),
+        gid: Gid::from_raw(plan.gid),
+        groups: plan.groups.iter().copied().map(Gid::from_raw).collect(),
+        workdir: c_path(&plan.workdir)?,
+        checkpoint_dirs,
+        stdout: c_path(&plan.stdout)?,
+        stderr: plan.stderr.as_deref().map(c_path).transpose()?,
+        output_flags: libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | output_mode,
+        step_report: step_write,
+    };
+
+    let mut command = Command::new(&plan.program);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(&plan.env)
+        .stdin(Stdio::null());
+    // SAFETY: the closure only makes async-signal-safe syscalls on data prepared above.
+    unsafe {
+        command.pre_exec(move || setup_child(&setup));
+    }
+    let spawned = command.spawn();
+    // The closure (and its copy of the pipe's write end) lives in `command`: drop it, so that
+    // reading sees end-of-file once the child has exec'd or died.
+    drop(command);
+    let mut failed_step = [0u8; 1];
+    let reported = std::fs::File::from(step_read)
+        .read(&mut failed_step)
+        .unwrap_or(0);
+
+    spawned.map_err(|e| {
+        let what = match Step::from_byte(failed_step[0]).filter(|_| reported == 1) {
+            Some(step) => step.describe(plan),
+            None => format!("cannot execute {}", plan.program.display()),
+        };
+        format!("{what}: {e}")
+    })
+}
+
+/// Runs in the forked child, before exec: new session, user switch, directories, output.
+fn setup_child(s: &ChildSetup) -> io::Result<()> {
+    let fail = |step: Step, error: io::Error| -> io::Error {
+        let byte = step as u8;
+        // SAFETY: write(2) of one byte from a live local to a pipe fd we own.
+        unsafe { libc::write(s.step_report.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+        error
+    };
+    let check = |step: Step, ret: libc::c_int| -> io::Result<()> {
+        if ret < 0 {
+            Err(fail(step, io::Error::last_os_error()))
+        } else {
+            Ok(())
+        }
+    };
+
+    // The shepherd ignores these; ignored dispositions survive exec, the job needs defaults.
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGPIPE,
+    ] {
+        // SAFETY: resetting a disposition to SIG_DFL is async-signal-safe.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // Own session and process group: killpg(job pid) reaches the whole job, not the shepherd.
+    nix::unistd::setsid().map_err(|e| fail(Step::Session, e.into()))?;
+    if s.switch_user {
+        // Groups first: after setuid the process may no longer change them.
+        nix::unistd::setgroups(&s.groups).map_err(|e| fail(Step::Groups, e.into()))?;
+        nix::unistd::setgid(s.gid).map_err(|e| fail(Step::Gid, e.into()))?;
+        nix::unistd::setuid(s.uid).map_err(|e| fail(Step::Uid, e.into()))?;
+    }
+    // From here on, the kernel checks every path as the job user.
+    // SAFETY: chdir/mkdir/open/dup2/close on NUL-terminated strings prepared before fork.
+    unsafe {
+        check(Step::Workdir, libc::chdir(s.workdir.as_ptr()))?;
+        for dir in &s.checkpoint_dirs {
+            if libc::mkdir(dir.as_ptr(), 0o755) < 0 {
+                let error = io::Error::last_os_error();
+                if error.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(fail(Step::CheckpointDir, error));
+                }
+            }
+        }
+        let out = libc::open(s.stdout.as_ptr(), s.output_flags, 0o644);
+        check(Step::Stdout, out)?;
+        check(Step::Stdout, libc::dup2(out, 1))?;
+        libc::close(out);
+        match &s.stderr {
+            Some(path) => {
+                let err = libc::open(path.as_ptr(), s.output_flags, 0o644);
+                check(Step::Stderr, err)?;
+                check(Step::Stderr, libc::dup2(err, 2))?;
+                libc::close(err);
+            }
+            None => check(Step::Stderr, libc::dup2(1, 2))?,
+        }
+    }
+    Ok(())
+}
+
+/// One line on the shepherd's stderr (its `shepherd.log`).
+fn log(message: &str) {
+    eprintln!(
+        "{} shepherd[{}]: {message}",
+        rfc3339(now_ms()),
+        std::process::id()
+    );
+}

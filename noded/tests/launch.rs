@@ -1,0 +1,536 @@
+//! Real jobs through real shepherds (the built `noded` binary), real signals.
+
+use nix::unistd::{Gid, Uid, User};
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::sync::mpsc::UnboundedReceiver;
+use ysched_noded::launch::{
+    JobDir, JobEvent, JobParams, JobRecord, Launcher, LauncherOptions, Recovery, Spool,
+};
+use ysched_proto as pb;
+
+const NODE: &str = "n1";
+
+/// A spool and a working directory that any user may use (jobs may run as `nobody`).
+struct Fixture {
+    spool: TempDir,
+    work: TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let fixture = Fixture {
+            spool: tempfile::tempdir().unwrap(),
+            work: tempfile::tempdir().unwrap(),
+        };
+        let open = |dir: &Path, mode| {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        open(fixture.spool.path(), 0o755);
+        open(fixture.work.path(), 0o777);
+        fixture
+    }
+
+    fn launcher(&self) -> (Launcher, UnboundedReceiver<JobEvent>) {
+        Launcher::with_options(LauncherOptions {
+            shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            ..LauncherOptions::new(self.spool.path(), NODE)
+        })
+        .unwrap()
+    }
+
+    fn workdir(&self) -> &Path {
+        self.work.path()
+    }
+
+    /// A job of the current user running `script` in the working directory.
+    fn job(&self, job_id: u64, script: &str) -> pb::LaunchJob {
+        let me = User::from_uid(Uid::effective()).unwrap().unwrap();
+        pb::LaunchJob {
+            job_id,
+            name: format!("job{job_id}"),
+            user: me.name,
+            uid: me.uid.as_raw(),
+            gid: Gid::effective().as_raw(),
+            workdir: self.workdir().to_string_lossy().into_owned(),
+            script: script.to_string(),
+            grace_secs: 5,
+            ..Default::default()
+        }
+    }
+
+    fn output(&self, name: &str) -> String {
+        std::fs::read_to_string(self.workdir().join(name)).unwrap_or_default()
+    }
+}
+
+/// Events of one job until it finishes.
+struct Outcome {
+    started: Option<pb::JobStarted>,
+    finished: pb::JobFinished,
+}
+
+async fn wait_for_end(events: &mut UnboundedReceiver<JobEvent>, job_id: u64) -> Outcome {
+    let mut started = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let event = tokio::time::timeout(left, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("job {job_id} did not finish in time"))
+            .expect("event channel closed");
+        match event {
+            JobEvent::Started(s) if s.job_id == job_id => started = Some(s),
+            JobEvent::Finished(finished) if finished.job_id == job_id => {
+                return Outcome { started, finished }
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn wait_for_start(events: &mut UnboundedReceiver<JobEvent>, job_id: u64) -> pb::JobStarted {
+    let event = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match events.recv().await.expect("event channel closed") {
+                JobEvent::Started(s) if s.job_id == job_id => return s,
+                JobEvent::Finished(f) if f.job_id == job_id => panic!("job ended first: {f:?}"),
+                _ => {}
+            }
+        }
+    });
+    event.await.expect("job did not start in time")
+}
+
+/// Live (non-zombie) processes whose process group is `pgid`. Processes that died are
+/// zombies until someone reaps them, which in a container may be never.
+fn live_members(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command in parentheses: state ppid pgrp ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+async fn assert_group_empties(pgid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live_members(pgid).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "processes left in group {pgid}: {:?}",
+            live_members(pgid)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn is_root() -> bool {
+    Uid::effective().is_root()
+}
+
+#[tokio::test]
+async fn job_gets_environment_workdir_and_output() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let mut job = fx.job(
+        101,
+        "#!/bin/sh\n\
+         echo \"pwd=$(pwd)\"\n\
+         echo \"id=$YS_JOB_ID name=$YS_JOB_NAME node=$YS_NODE restarts=$YS_RESTART_COUNT\"\n\
+         echo \"cuda=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER\"\n\
+         echo \"nodes=$YS_NNODES rank=$YS_NODE_RANK list=$YS_NODELIST\"\n\
+         echo \"ckpt=$YS_CHECKPOINT_DIR\"\n\
+         test -d \"$YS_CHECKPOINT_DIR\" && echo ckpt-exists\n\
+         echo \"foo=$FOO args=$*\"\n\
+         echo to-stderr >&2\n\
+         exit 3\n",
+    );
+    job.gpus = vec![1, 3];
+    job.env = HashMap::from([("FOO".to_string(), "bar".to_string())]);
+    job.args = vec!["a".into(), "b c".into()];
+    let checkpoint_dir = fx.workdir().join("ck/deep/101");
+    job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
+    launcher.launch(&job).unwrap();
+
+    let outcome = wait_for_end(&mut events, 101).await;
+    let started = outcome.started.expect("JobStarted before JobFinished");
+    assert!(started.pid > 1 && started.time_ms > 0);
+    let finished = outcome.finished;
+    assert_eq!(finished.exit_code, Some(3), "{finished:?}");
+    assert_eq!(finished.signal, None);
+    assert!(finished.error.is_empty(), "{finished:?}");
+    assert!(!finished.timed_out && !finished.stop_requested && !finished.killed);
+    assert!(finished.end_time_ms >= started.time_ms);
+
+    let out = fx.output("ysched-101.out");
+    let workdir = fx.workdir().display();
+    assert!(out.contains(&format!("pwd={workdir}\n")), "{out}");
+    assert!(
+        out.contains("id=101 name=job101 node=n1 restarts=0\n"),
+        "{out}"
+    );
+    assert!(out.contains("cuda=1,3 order=PCI_BUS_ID\n"), "{out}");
+    assert!(out.contains("nodes=1 rank=0 list=n1\n"), "{out}");
+    assert!(
+        out.contains(&format!("ckpt={}\nckpt-exists\n", checkpoint_dir.display())),
+        "{out}"
+    );
+    assert!(out.contains("foo=bar args=a b c\n"), "{out}");
+    assert!(
+        out.contains("to-stderr\n"),
+        "stderr goes to the stdout file: {out}"
+    );
+
+    // Kept until schedd acknowledges it, then forgotten.
+    let unacked = launcher.unacked_finished();
+    assert_eq!(unacked, vec![finished]);
+    assert!(launcher.running_jobs().is_empty());
+    launcher.ack(101).unwrap();
+    assert!(launcher.unacked_finished().is_empty());
+    assert!(!fx.spool.path().join("jobs/101").exists());
+}
+
+#[tokio::test]
+async fn script_without_interpreter_line_runs_under_sh_with_separate_stderr() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let mut job = fx.job(102, "echo out-$0\necho err >&2\n");
+    job.stdout_path = "logs-%x-%u.%j.out".into();
+    job.stderr_path = format!("{}/err-%j-%%.txt", fx.workdir().display());
+    job.env = HashMap::from([("CUDA_VISIBLE_DEVICES".to_string(), "7".to_string())]);
+    launcher.launch(&job).unwrap();
+    let finished = wait_for_end(&mut events, 102).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    let user = &job.user;
+    let out = fx.output(&format!("logs-job102-{user}.102.out"));
+    assert!(out.starts_with("out-"), "{out}");
+    assert!(
+        out.contains("/jobs/102/script"),
+        "run as `sh <script>`: {out}"
+    );
+    assert_eq!(fx.output("err-102-%.txt"), "err\n");
+}
+
+#[tokio::test]
+async fn stop_kills_the_whole_process_group() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    launcher
+        .launch(&fx.job(201, "#!/bin/sh\nsleep 100 & sleep 100 & wait\n"))
+        .unwrap();
+    let started = wait_for_start(&mut events, 201).await;
+    assert!(matches!(
+        launcher.launch(&fx.job(201, "true")),
+        Err(ysched_noded::launch::LaunchError::AlreadyRunning(201))
+    ));
+    assert_eq!(launcher.running_jobs(), vec![201]);
+    // Let the shell start both sleeps.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while live_members(started.pid).len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        live_members(started.pid).len(),
+        3,
+        "sh and two sleeps in the job's group"
+    );
+
+    let before = ysched_common::time::now_ms();
+    assert!(launcher.stop(201, 5));
+    assert!(launcher.stop(201, 5), "stopping twice is harmless");
+    let finished = wait_for_end(&mut events, 201).await.finished;
+    assert_eq!(finished.signal, Some(libc::SIGTERM), "{finished:?}");
+    assert!(finished.stop_requested && !finished.killed && !finished.timed_out);
+    assert!(finished.term_time_ms >= before);
+    assert!(!finished.checkpoint_saved);
+    assert_group_empties(started.pid).await;
+    assert!(!launcher.stop(201, 5), "no longer running");
+    assert!(!launcher.stop(999, 5), "unknown job");
+}
+
+#[tokio::test]
+async fn job_ignoring_sigterm_is_killed_after_the_grace() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    launcher
+        .launch(&fx.job(301, "#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n"))
+        .unwrap();
+    let started = wait_for_start(&mut events, 301).await;
+    let stop_time = Instant::now();
+    assert!(launcher.stop(301, 1));
+    let finished = wait_for_end(&mut events, 301).await.finished;
+    assert!(
+        stop_time.elapsed() >= Duration::from_millis(900),
+        "SIGKILL only after the grace"
+    );
+    assert_eq!(finished.signal, Some(libc::SIGKILL), "{finished:?}");
+    assert!(finished.killed && finished.stop_requested);
+    assert!(finished.term_time_ms > 0);
+    assert_group_empties(started.pid).await;
+}
+
+#[tokio::test]
+async fn time_limit_terminates_and_reports_timed_out() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let mut job = fx.job(401, "#!/bin/sh\nsleep 100\n");
+    job.time_limit_secs = 1;
+    job.grace_secs = 1;
+    launcher.launch(&job).unwrap();
+    let outcome = wait_for_end(&mut events, 401).await;
+    let finished = outcome.finished;
+    assert!(finished.timed_out, "{finished:?}");
+    assert!(!finished.stop_requested);
+    assert_eq!(finished.signal, Some(libc::SIGTERM));
+    let started = outcome.started.unwrap();
+    assert!(
+        finished.term_time_ms - started.time_ms >= 1000,
+        "{finished:?} {started:?}"
+    );
+}
+
+#[tokio::test]
+async fn checkpoint_written_after_sigterm_is_reported_saved() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let mut job = fx.job(
+        501,
+        "#!/bin/sh\n\
+         trap 'echo saved > \"$YS_CHECKPOINT_DIR/state\"; exit 0' TERM\n\
+         echo ready\n\
+         sleep 100 & wait\n",
+    );
+    job.checkpoint_dir = fx.workdir().join("ck501").to_string_lossy().into_owned();
+    launcher.launch(&job).unwrap();
+    wait_for_start(&mut events, 501).await;
+    // Wait for the trap to be installed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fx.output("ysched-501.out").contains("ready") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(launcher.stop(501, 10));
+    let finished = wait_for_end(&mut events, 501).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    assert!(finished.stop_requested && !finished.killed);
+    assert!(finished.checkpoint_saved, "{finished:?}");
+}
+
+#[tokio::test]
+async fn requeued_job_appends_to_its_earlier_output() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let script = "#!/bin/sh\necho run $YS_RESTART_COUNT\n";
+    launcher.launch(&fx.job(601, script)).unwrap();
+    wait_for_end(&mut events, 601).await;
+    launcher.ack(601).unwrap();
+    let mut again = fx.job(601, script);
+    again.restart_count = 1;
+    launcher.launch(&again).unwrap();
+    wait_for_end(&mut events, 601).await;
+    assert_eq!(fx.output("ysched-601.out"), "run 0\nrun 1\n");
+    // A fresh run (restart_count 0) truncates.
+    launcher.launch(&fx.job(601, script)).unwrap();
+    wait_for_end(&mut events, 601).await;
+    assert_eq!(fx.output("ysched-601.out"), "run 0\n");
+}
+
+#[tokio::test]
+async fn launch_failures_are_reported_with_a_clear_error() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+
+    let mut bad_workdir = fx.job(701, "#!/bin/sh\ntrue\n");
+    bad_workdir.workdir = "/nonexistent/workdir".into();
+    let mut no_user = fx.job(702, "#!/bin/sh\ntrue\n");
+    no_user.uid = 3_999_999_999;
+    no_user.user = "ghost".into();
+    let bad_interpreter = fx.job(703, "#!/nonexistent/interpreter\n");
+    let mut bad_output = fx.job(704, "#!/bin/sh\ntrue\n");
+    bad_output.stdout_path = "no-such-dir/out".into();
+    for job in [&bad_workdir, &no_user, &bad_interpreter, &bad_output] {
+        launcher.launch(job).unwrap();
+    }
+
+    let expect = [
+        (701, "/nonexistent/workdir"),
+        (702, "no such user"),
+        (703, "cannot execute"),
+        (704, "cannot open output file"),
+    ];
+    for (job_id, message) in expect {
+        let outcome = wait_for_end(&mut events, job_id).await;
+        let finished = outcome.finished;
+        assert!(
+            finished.error.contains(message),
+            "job {job_id}: {finished:?}"
+        );
+        assert_eq!(finished.exit_code, None);
+        assert!(outcome.started.is_none(), "job {job_id} never started");
+    }
+    assert_eq!(launcher.unacked_finished().len(), 4);
+}
+
+#[tokio::test]
+async fn job_runs_as_nobody_when_root() {
+    if !is_root() {
+        eprintln!("not root: running jobs as another user needs root; skipped");
+        return;
+    }
+    let Some(nobody) = User::from_name("nobody").unwrap() else {
+        eprintln!("no user nobody here; skipped");
+        return;
+    };
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let mut job = fx.job(801, "#!/bin/sh\necho \"uid=$(id -u) gid=$(id -g)\"\n");
+    job.user = nobody.name.clone();
+    job.uid = nobody.uid.as_raw();
+    job.gid = nobody.gid.as_raw();
+    let checkpoint_dir = fx.workdir().join("ck801");
+    job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
+    launcher.launch(&job).unwrap();
+    let finished = wait_for_end(&mut events, 801).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    let out = fx.output("ysched-801.out");
+    assert_eq!(out, format!("uid={} gid={}\n", nobody.uid, nobody.gid));
+    let owner = |path: &Path| std::fs::metadata(path).unwrap().uid();
+    assert_eq!(
+        owner(&fx.workdir().join("ysched-801.out")),
+        nobody.uid.as_raw()
+    );
+    assert_eq!(owner(&checkpoint_dir), nobody.uid.as_raw());
+
+    // The output file is opened as the job user: a root-only place is refused.
+    let mut sneaky = fx.job(802, "#!/bin/sh\ntrue\n");
+    sneaky.user = nobody.name.clone();
+    sneaky.uid = nobody.uid.as_raw();
+    sneaky.gid = nobody.gid.as_raw();
+    let root_only = tempfile::tempdir().unwrap();
+    sneaky.stdout_path = root_only.path().join("out").to_string_lossy().into_owned();
+    launcher.launch(&sneaky).unwrap();
+    let finished = wait_for_end(&mut events, 802).await.finished;
+    assert!(
+        finished.error.contains("cannot open output file"),
+        "{finished:?}"
+    );
+    assert!(!root_only.path().join("out").exists());
+}
+
+#[tokio::test]
+async fn jobs_survive_a_noded_restart() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    // Ends by itself after the restart.
+    launcher
+        .launch(&fx.job(901, "#!/bin/sh\nsleep 2\nexit 7\n"))
+        .unwrap();
+    // Hits its time limit after the restart.
+    let mut limited = fx.job(902, "#!/bin/sh\nsleep 100\n");
+    limited.time_limit_secs = 3;
+    limited.grace_secs = 1;
+    launcher.launch(&limited).unwrap();
+    // Is stopped by the new noded.
+    launcher
+        .launch(&fx.job(903, "#!/bin/sh\nsleep 100\n"))
+        .unwrap();
+    let mut pids = HashMap::new();
+    for job_id in [901, 902, 903] {
+        pids.insert(job_id, wait_for_start(&mut events, job_id).await.pid);
+    }
+
+    // noded "restarts": the old launcher goes away, the shepherds stay.
+    drop(launcher);
+    drop(events);
+    let (launcher, mut events) = fx.launcher();
+    let recovery = launcher.recover().await.unwrap();
+    assert_eq!(
+        recovery,
+        Recovery {
+            reattached: vec![901, 902, 903],
+            ended: vec![]
+        }
+    );
+    assert_eq!(launcher.running_jobs(), vec![901, 902, 903]);
+
+    assert!(launcher.stop(903, 1));
+    let stopped = wait_for_end(&mut events, 903).await.finished;
+    assert_eq!(stopped.signal, Some(libc::SIGTERM), "{stopped:?}");
+    assert!(stopped.stop_requested);
+
+    let ended = wait_for_end(&mut events, 901).await.finished;
+    assert_eq!(ended.exit_code, Some(7), "{ended:?}");
+    assert!(ended.error.is_empty());
+
+    let limited = wait_for_end(&mut events, 902).await.finished;
+    assert!(limited.timed_out, "{limited:?}");
+    assert_eq!(limited.signal, Some(libc::SIGTERM));
+
+    for pid in pids.values() {
+        assert_group_empties(*pid).await;
+    }
+    let mut reported: Vec<u64> = launcher
+        .unacked_finished()
+        .iter()
+        .map(|f| f.job_id)
+        .collect();
+    reported.sort();
+    assert_eq!(reported, vec![901, 902, 903]);
+}
+
+#[tokio::test]
+async fn jobs_that_ended_while_noded_was_away_are_reported() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    launcher
+        .launch(&fx.job(1001, "#!/bin/sh\nsleep 1\nexit 5\n"))
+        .unwrap();
+    wait_for_start(&mut events, 1001).await;
+    drop(launcher);
+    drop(events);
+    // The job ends while no noded watches.
+    let exit_file = fx.spool.path().join("jobs/1001/exit.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !exit_file.exists() {
+        assert!(Instant::now() < deadline, "shepherd never wrote exit.json");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the shepherd exit
+
+    // A job whose shepherd vanished without a word (pid 2^22+1 is beyond pid_max's default).
+    let spool = Spool::open(fx.spool.path()).unwrap();
+    let dir: JobDir = spool.create_job_dir(1002).unwrap();
+    let mut record = JobRecord::unreadable(1002);
+    record.job = JobParams {
+        job_id: 1002,
+        ..Default::default()
+    };
+    record.shepherd_pid = Some(4_194_305);
+    dir.write_record(&record).unwrap();
+
+    let (launcher, _events) = fx.launcher();
+    let recovery = launcher.recover().await.unwrap();
+    assert_eq!(recovery.reattached, Vec::<u64>::new());
+    assert_eq!(recovery.ended, vec![1001, 1002]);
+    let finished = launcher.unacked_finished();
+    assert_eq!(finished.len(), 2);
+    assert_eq!(finished[0].exit_code, Some(5), "{:?}", finished[0]);
+    assert!(finished[0].error.is_empty());
+    assert_eq!(finished[1].error, "lost: shepherd gone");
+    assert!(launcher.running_jobs().is_empty());
+}

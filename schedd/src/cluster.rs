@@ -1,0 +1,1033 @@
+//! The applier: schedd's in-memory state, the events that change it (submits, cancels, agent
+//! reports), and the application of the core's plans. Every change is written to the store in
+//! one batch under the state lock; anything that must not happen before the change is durable
+//! (acknowledging a client, telling an agent to launch or stop) waits for a flush.
+//!
+//! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
+
+use crate::core::{self, Plan, Policy, Snapshot};
+use crate::store::{self, Batch, Payload, Store};
+use crate::submit;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{broadcast, mpsc, oneshot, Notify};
+use ysched_common::time::now_ms;
+use ysched_common::{
+    Config, Gpu, Job, JobId, JobSpec, JobState, Node, Owner, StopReason, StopRequest,
+};
+use ysched_proto as pb;
+
+/// An error for a client: its kind decides the status code, its message is shown as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    Invalid(String),
+    NotFound(String),
+    Denied(String),
+    Conflict(String),
+    Internal(String),
+}
+
+impl From<store::Error> for ApiError {
+    fn from(e: store::Error) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// Messages to one agent's session, in the order they must arrive.
+pub type AgentTx = mpsc::UnboundedSender<pb::SchedulerMessage>;
+
+struct Session {
+    id: u64,
+    tx: AgentTx,
+}
+
+pub struct State {
+    /// Jobs not yet finished; finished ones live only in the store.
+    jobs: BTreeMap<JobId, Job>,
+    nodes: BTreeMap<String, Node>,
+    next_job_id: u64,
+    sessions: BTreeMap<String, Session>,
+    next_session_id: u64,
+    /// Agent messages waiting for the next flush: never sent before the change they carry is
+    /// durable, and sent in the order they were queued.
+    outbox: Vec<(String, pb::SchedulerMessage)>,
+}
+
+pub struct Cluster {
+    config: Config,
+    store: Store,
+    state: Mutex<State>,
+    /// Wakes the scheduling loop: a submit, a job end, a node joining.
+    wake: Notify,
+    /// Job ids whose record changed, for `WatchJob` streams.
+    changes: broadcast::Sender<JobId>,
+    /// Group commit: each waiter is answered after one flush that began after it queued.
+    flush_tx: mpsc::UnboundedSender<Option<oneshot::Sender<bool>>>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock would be a bug; keep serving rather than cascade.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cluster {
+    /// Recovers state from the store and starts the flush and scheduling tasks.
+    pub fn start(config: Config, store: Store) -> Result<Arc<Cluster>, store::Error> {
+        let rec = store.recover()?;
+        let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        let cluster = Arc::new(Cluster {
+            config,
+            store,
+            state: Mutex::new(State {
+                jobs: rec.active_jobs,
+                nodes: rec.nodes,
+                next_job_id: rec.next_job_id,
+                sessions: BTreeMap::new(),
+                next_session_id: 1,
+                outbox: Vec::new(),
+            }),
+            wake: Notify::new(),
+            changes: broadcast::channel(4096).0,
+            flush_tx,
+        });
+        tokio::spawn(cluster.clone().flush_loop(flush_rx));
+        tokio::spawn(cluster.clone().schedule_loop());
+        cluster.wake.notify_one();
+        Ok(cluster)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Waits until everything applied so far is durable, then delivers queued agent messages.
+    async fn commit(&self) -> ApiResult<()> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.flush_tx.send(Some(tx));
+        match rx.await {
+            Ok(true) => Ok(()),
+            _ => Err(ApiError::Internal("state store flush failed".into())),
+        }
+    }
+
+    /// One task flushes for everybody: concurrent submits share a flush (group commit), and
+    /// agent messages leave in queue order, each after the flush that covers its change.
+    async fn flush_loop(
+        self: Arc<Self>,
+        mut rx: mpsc::UnboundedReceiver<Option<oneshot::Sender<bool>>>,
+    ) {
+        while let Some(first) = rx.recv().await {
+            let mut waiters: Vec<_> = first.into_iter().collect();
+            while let Ok(w) = rx.try_recv() {
+                waiters.extend(w);
+            }
+            let outbox = std::mem::take(&mut lock(&self.state).outbox);
+            let ok = match self.store.flush().await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!("flush failed: {e}");
+                    false
+                }
+            };
+            if ok {
+                let st = lock(&self.state);
+                for (node, msg) in outbox {
+                    if let Some(s) = st.sessions.get(&node) {
+                        let _ = s.tx.send(msg);
+                    }
+                }
+            }
+            for w in waiters {
+                let _ = w.send(ok);
+            }
+        }
+    }
+
+    fn queue_to_agent(&self, st: &mut State, node: &str, msg: pb::scheduler_message::Msg) {
+        st.outbox
+            .push((node.to_string(), pb::SchedulerMessage { msg: Some(msg) }));
+        let _ = self.flush_tx.send(None);
+    }
+
+    fn apply(&self, batch: Batch) -> ApiResult<()> {
+        self.store.apply(batch).map_err(Into::into)
+    }
+
+    fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
+        for id in ids {
+            let _ = self.changes.send(id);
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
+        self.changes.subscribe()
+    }
+
+    // ------------------------------------------------------------------ client requests
+
+    /// Validates, persists and acknowledges a submit. The id is returned only once the job is
+    /// durable.
+    pub async fn submit(
+        &self,
+        owner: Owner,
+        home: Option<std::path::PathBuf>,
+        spec: pb::JobSpec,
+    ) -> ApiResult<JobId> {
+        let job = {
+            let mut st = lock(&self.state);
+            let (spec, payload, grace) = submit::validate(spec, &owner, &self.config, &st.nodes)
+                .map_err(ApiError::Invalid)?;
+            let id = JobId(st.next_job_id);
+            let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
+            let checkpoint_dir = submit::checkpoint_dir(
+                &spec,
+                id.0,
+                &self.config.scheduler.checkpoint_root,
+                home.as_deref(),
+            );
+            let now = now_ms();
+            let job = Job {
+                id,
+                state: if spec.hold {
+                    JobState::Held
+                } else {
+                    JobState::Pending
+                },
+                reason: if spec.hold {
+                    "Held".into()
+                } else {
+                    String::new()
+                },
+                spec,
+                owner,
+                tier_value,
+                alloc: vec![],
+                restart_count: 0,
+                exit_code: None,
+                signal: None,
+                submit_time: now,
+                start_time: None,
+                end_time: None,
+                launched: false,
+                grace_secs: grace,
+                checkpoint_dir,
+                stop: None,
+                last_checkpoint: None,
+            };
+            let mut b = Batch::default();
+            b.put_job(&job);
+            b.put_payload(id, &payload);
+            b.event(
+                id,
+                now,
+                "submitted",
+                format!("by {} to tier {}", job.owner.user, job.spec.tier),
+            );
+            b.set_next_job_id(id.0 + 1);
+            self.apply(b)?;
+            st.next_job_id += 1;
+            job
+        };
+        self.commit().await?;
+        let id = job.id;
+        lock(&self.state).jobs.insert(id, job);
+        self.wake.notify_one();
+        self.changed([id]);
+        Ok(id)
+    }
+
+    pub fn list_jobs(&self, req: &pb::ListJobsRequest) -> ApiResult<Vec<pb::JobInfo>> {
+        let states: Vec<JobState> = req
+            .states
+            .iter()
+            .map(|s| {
+                JobState::parse(s)
+                    .ok_or_else(|| ApiError::Invalid(format!("unknown job state '{s}'")))
+            })
+            .collect::<ApiResult<_>>()?;
+        let ids: BTreeSet<u64> = req.job_ids.iter().copied().collect();
+        let want = |j: &Job| {
+            (req.user.is_empty() || j.owner.user == req.user || j.owner.uid.to_string() == req.user)
+                && (ids.is_empty() || ids.contains(&j.id.0))
+                && (states.is_empty() || states.contains(&j.state))
+        };
+        // Asking for finished states or ids implies looking at history too.
+        let with_history = req.all || !ids.is_empty() || states.iter().any(|s| s.is_terminal());
+        let mut res: Vec<pb::JobInfo> = Vec::new();
+        if with_history {
+            res.extend(
+                self.store
+                    .finished_jobs()?
+                    .iter()
+                    .filter(|j| want(j))
+                    .map(pb::JobInfo::from),
+            );
+        }
+        let st = lock(&self.state);
+        res.extend(st.jobs.values().filter(|j| want(j)).map(pb::JobInfo::from));
+        drop(st);
+        if with_history {
+            res.sort_by_key(|j| j.id);
+        }
+        Ok(res)
+    }
+
+    fn find_job(&self, id: JobId) -> ApiResult<Job> {
+        if let Some(j) = lock(&self.state).jobs.get(&id) {
+            return Ok(j.clone());
+        }
+        self.store
+            .job(id)?
+            .ok_or_else(|| ApiError::NotFound(format!("invalid job id {id}: no such job")))
+    }
+
+    pub fn job_info(&self, id: JobId) -> ApiResult<pb::JobInfo> {
+        Ok((&self.find_job(id)?).into())
+    }
+
+    pub fn job_detail(&self, id: JobId) -> ApiResult<pb::JobDetail> {
+        let job = self.find_job(id)?;
+        let mut info = pb::JobInfo::from(&job);
+        if job.state == JobState::Pending {
+            let st = lock(&self.state);
+            let snap = Snapshot {
+                jobs: &st.jobs,
+                nodes: &st.nodes,
+            };
+            let why = core::explain(&job, &snap, &self.policy(), now_ms());
+            let lines: Vec<String> = why.into_iter().map(|(n, w)| format!("{n}: {w}")).collect();
+            if !lines.is_empty() {
+                info.reason = format!("{} [{}]", info.reason, lines.join("; "));
+            }
+        }
+        Ok(pb::JobDetail {
+            job: Some(info),
+            events: self.store.events(id)?.iter().map(Into::into).collect(),
+        })
+    }
+
+    fn policy(&self) -> Policy<'_> {
+        Policy {
+            tiers: &self.config.tiers,
+        }
+    }
+
+    fn check_owner(job: &Job, caller: &Owner) -> ApiResult<()> {
+        if caller.is_root() || caller.uid == job.owner.uid {
+            Ok(())
+        } else {
+            Err(ApiError::Denied(format!(
+                "job {} belongs to {}: you ({}) may only act on your own jobs",
+                job.id, job.owner.user, caller.user
+            )))
+        }
+    }
+
+    /// Cancels jobs. All ids are checked first: one bad id cancels nothing.
+    pub async fn cancel(&self, caller: &Owner, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+        if ids.is_empty() && user.is_empty() {
+            return Err(ApiError::Invalid("no job ids or user given".into()));
+        }
+        let cancelled = {
+            let mut st = lock(&self.state);
+            let mut targets = Vec::new();
+            for &id in ids {
+                let id = JobId(id);
+                match st.jobs.get(&id) {
+                    Some(j) => {
+                        Self::check_owner(j, caller)?;
+                        targets.push(id);
+                    }
+                    None => {
+                        return Err(match self.store.job(id)? {
+                            Some(j) => ApiError::Conflict(format!(
+                                "job {id} already finished ({})",
+                                j.state
+                            )),
+                            None => ApiError::NotFound(format!("invalid job id {id}: no such job")),
+                        })
+                    }
+                }
+            }
+            if !user.is_empty() {
+                if !caller.is_root() && caller.user != user {
+                    return Err(ApiError::Denied(format!(
+                        "you ({}) may only cancel your own jobs, not {user}'s",
+                        caller.user
+                    )));
+                }
+                targets.extend(
+                    st.jobs
+                        .values()
+                        .filter(|j| j.owner.user == user)
+                        .map(|j| j.id),
+                );
+            }
+            targets.sort();
+            targets.dedup();
+            let now = now_ms();
+            let mut b = Batch::default();
+            let mut done = Vec::new();
+            for id in targets {
+                let job = st.jobs.get_mut(&id).expect("checked above");
+                match job.state {
+                    JobState::Pending | JobState::Held => {
+                        job.state = JobState::Cancelled;
+                        job.reason = format!("cancelled by {}", caller.user);
+                        job.end_time = Some(now);
+                        b.put_job(job);
+                        b.event(
+                            id,
+                            now,
+                            "cancelled",
+                            format!("by {} while {}", caller.user, "queued"),
+                        );
+                        st.jobs.remove(&id);
+                    }
+                    JobState::Running | JobState::Preempting => {
+                        if matches!(
+                            job.stop,
+                            Some(StopRequest {
+                                reason: StopReason::Cancel { .. },
+                                ..
+                            })
+                        ) {
+                            done.push(id);
+                            continue;
+                        }
+                        let grace = job.grace_secs;
+                        job.stop = Some(StopRequest {
+                            reason: StopReason::Cancel {
+                                by: caller.user.clone(),
+                            },
+                            at: now,
+                            grace_secs: grace,
+                        });
+                        job.reason = format!("cancelling (by {})", caller.user);
+                        b.put_job(job);
+                        b.event(
+                            id,
+                            now,
+                            "cancel",
+                            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
+                        );
+                        let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
+                        for n in nodes {
+                            self.queue_to_agent(&mut st, &n, stop_msg(id, grace, "cancel"));
+                        }
+                    }
+                    _ => {}
+                }
+                done.push(id);
+            }
+            self.apply(b)?;
+            done
+        };
+        self.commit().await?;
+        self.wake.notify_one();
+        self.changed(cancelled.iter().copied());
+        Ok(cancelled)
+    }
+
+    pub async fn hold(&self, caller: &Owner, id: JobId, hold: bool) -> ApiResult<()> {
+        {
+            let mut st = lock(&self.state);
+            let job = st.jobs.get_mut(&id).ok_or_else(|| {
+                ApiError::NotFound(format!("invalid job id {id}: no such active job"))
+            })?;
+            Self::check_owner(job, caller)?;
+            let (from, to) = if hold {
+                (JobState::Pending, JobState::Held)
+            } else {
+                (JobState::Held, JobState::Pending)
+            };
+            if job.state == to {
+                return Ok(());
+            }
+            if job.state != from {
+                return Err(ApiError::Conflict(format!(
+                    "job {id} is {}: only {} jobs can be {}",
+                    job.state,
+                    from,
+                    if hold { "held" } else { "released" }
+                )));
+            }
+            job.state = to;
+            job.reason = if hold { "Held".into() } else { String::new() };
+            let mut b = Batch::default();
+            b.put_job(job);
+            b.event(
+                id,
+                now_ms(),
+                if hold { "held" } else { "released" },
+                format!("by {}", caller.user),
+            );
+            self.apply(b)?;
+        }
+        self.commit().await?;
+        self.wake.notify_one();
+        self.changed([id]);
+        Ok(())
+    }
+
+    pub fn list_nodes(&self) -> Vec<pb::NodeInfo> {
+        let st = lock(&self.state);
+        st.nodes.values().map(|n| node_info(n, &st.jobs)).collect()
+    }
+
+    pub async fn drain(&self, caller: &Owner, name: &str, reason: Option<String>) -> ApiResult<()> {
+        if !caller.is_root() {
+            return Err(ApiError::Denied(
+                "only root may drain or resume nodes".into(),
+            ));
+        }
+        {
+            let mut st = lock(&self.state);
+            let node = st
+                .nodes
+                .get_mut(name)
+                .ok_or_else(|| ApiError::NotFound(format!("unknown node '{name}'")))?;
+            node.drain_reason = reason;
+            let mut b = Batch::default();
+            b.put_node(node);
+            self.apply(b)?;
+        }
+        self.commit().await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ agent sessions
+
+    /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
+    /// and answer with the jobs it must kill. Returns the session id.
+    pub async fn register_node(&self, reg: pb::Register, tx: AgentTx) -> ApiResult<u64> {
+        let name = reg.name.clone();
+        if name.is_empty() {
+            return Err(ApiError::Invalid(
+                "agent registered without a node name".into(),
+            ));
+        }
+        let session_id;
+        let mut changed = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            let now = now_ms();
+            let prev = st.nodes.get(&name);
+            let node = Node {
+                name: name.clone(),
+                address: reg.address.clone(),
+                cpus: reg.cpus,
+                mem_mib: reg.mem_mib,
+                gpus: reg.gpus.iter().map(Gpu::from).collect(),
+                features: reg.features.clone(),
+                drain_reason: prev.and_then(|p| p.drain_reason.clone()),
+                connected: true,
+                last_seen: now,
+            };
+            let mut b = Batch::default();
+            b.put_node(&node);
+            st.nodes.insert(name.clone(), node);
+            session_id = st.next_session_id;
+            st.next_session_id += 1;
+            let _ = tx.send(pb::SchedulerMessage {
+                msg: Some(pb::scheduler_message::Msg::Registered(pb::Registered {
+                    kill_jobs: reg
+                        .running_jobs
+                        .iter()
+                        .copied()
+                        .filter(|id| {
+                            !st.jobs.get(&JobId(*id)).is_some_and(|j| {
+                                j.state.holds_resources() && j.alloc.iter().any(|a| a.node == name)
+                            })
+                        })
+                        .collect(),
+                })),
+            });
+            st.sessions
+                .insert(name.clone(), Session { id: session_id, tx });
+            // Reports of jobs that ended while we were apart.
+            for fin in &reg.finished {
+                if let Some(id) = self.job_finished_locked(&mut st, &mut b, &name, fin) {
+                    changed.push(id);
+                }
+                self.queue_to_agent(
+                    &mut st,
+                    &name,
+                    pb::scheduler_message::Msg::Ack(pb::AckFinished { job_id: fin.job_id }),
+                );
+            }
+            // Our running jobs on this node that the agent no longer knows.
+            let reported: BTreeSet<u64> = reg
+                .running_jobs
+                .iter()
+                .chain(reg.finished.iter().map(|f| &f.job_id))
+                .copied()
+                .collect();
+            let here: Vec<JobId> = st
+                .jobs
+                .values()
+                .filter(|j| j.state.holds_resources() && j.alloc.iter().any(|a| a.node == name))
+                .map(|j| j.id)
+                .collect();
+            for id in here {
+                let job = st.jobs.get(&id).expect("listed above");
+                if reported.contains(&id.0) {
+                    // Re-send a stop that may have been lost while the agent was away
+                    // (stops are idempotent on the agent).
+                    if let Some(stop) = &job.stop {
+                        let grace = stop.grace_secs;
+                        self.queue_to_agent(&mut st, &name, stop_msg(id, grace, "resent"));
+                    }
+                    continue;
+                }
+                let mut job = st.jobs.remove(&id).expect("listed above");
+                if job.launched {
+                    job.state = JobState::NodeFail;
+                    job.reason = format!("node {name} lost the job");
+                    job.end_time = Some(now);
+                    b.event(
+                        id,
+                        now,
+                        "node_fail",
+                        format!("agent on {name} no longer runs it"),
+                    );
+                    b.put_job(&job);
+                } else {
+                    // The launch never reached the agent: the job never ran; queue it again.
+                    job.state = JobState::Pending;
+                    job.alloc.clear();
+                    job.start_time = None;
+                    job.stop = None;
+                    b.event(
+                        id,
+                        now,
+                        "requeued",
+                        format!("launch on {name} was not confirmed"),
+                    );
+                    b.put_job(&job);
+                    st.jobs.insert(id, job);
+                }
+                changed.push(id);
+            }
+            self.apply(b)?;
+        }
+        self.commit().await?;
+        let _ = ysched_common::sdnotify::notify("STATUS=node registered");
+        self.wake.notify_one();
+        self.changed(changed);
+        Ok(session_id)
+    }
+
+    pub fn node_disconnected(&self, name: &str, session_id: u64) {
+        let mut st = lock(&self.state);
+        if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
+            st.sessions.remove(name);
+            if let Some(n) = st.nodes.get_mut(name) {
+                n.connected = false;
+            }
+            tracing::warn!(node = name, "agent disconnected");
+        }
+    }
+
+    pub fn heartbeat(&self, name: &str) {
+        if let Some(n) = lock(&self.state).nodes.get_mut(name) {
+            n.last_seen = now_ms();
+        }
+    }
+
+    pub async fn job_started(&self, name: &str, started: pb::JobStarted) -> ApiResult<()> {
+        let id = JobId(started.job_id);
+        {
+            let mut st = lock(&self.state);
+            let Some(job) = st.jobs.get_mut(&id) else {
+                return Ok(());
+            };
+            if job.launched || !job.alloc.iter().any(|a| a.node == name) {
+                return Ok(());
+            }
+            job.launched = true;
+            let mut b = Batch::default();
+            b.put_job(job);
+            b.event(
+                id,
+                started.time_ms,
+                "started",
+                format!("on {name}, pid {}", started.pid),
+            );
+            self.apply(b)?;
+        }
+        self.changed([id]);
+        Ok(())
+    }
+
+    pub async fn job_finished(&self, name: &str, fin: pb::JobFinished) -> ApiResult<()> {
+        let changed = {
+            let mut st = lock(&self.state);
+            let mut b = Batch::default();
+            let changed = self.job_finished_locked(&mut st, &mut b, name, &fin);
+            self.apply(b)?;
+            self.queue_to_agent(
+                &mut st,
+                name,
+                pb::scheduler_message::Msg::Ack(pb::AckFinished { job_id: fin.job_id }),
+            );
+            changed
+        };
+        self.commit().await?;
+        self.wake.notify_one();
+        self.changed(changed);
+        Ok(())
+    }
+
+    /// Decides how a job ended (or whether it goes back to the queue) from the agent's report.
+    fn job_finished_locked(
+        &self,
+        st: &mut State,
+        b: &mut Batch,
+        node: &str,
+        fin: &pb::JobFinished,
+    ) -> Option<JobId> {
+        let id = JobId(fin.job_id);
+        let job = st.jobs.get_mut(&id)?;
+        if !job.state.holds_resources() || !job.alloc.iter().any(|a| a.node == node) {
+            return None;
+        }
+        let end = if fin.end_time_ms > 0 {
+            fin.end_time_ms
+        } else {
+            now_ms()
+        };
+        let how = describe_exit(fin);
+        b.event(id, end, "exited", format!("on {node}: {how}"));
+        job.exit_code = fin.exit_code;
+        job.signal = fin.signal;
+        let preempted_by = match &job.stop {
+            Some(StopRequest {
+                reason: StopReason::Preempt { by },
+                ..
+            }) => Some(*by),
+            _ => None,
+        };
+        if let Some(by) = preempted_by {
+            let term = if fin.term_time_ms > 0 {
+                fin.term_time_ms
+            } else {
+                job.stop.as_ref().map(|s| s.at).unwrap_or(end)
+            };
+            b.event(
+                id,
+                end,
+                "preemption",
+                format!(
+                    "preemptor={by} victim={id} sigterm={} exit={} ended={} checkpoint_saved={}",
+                    ysched_common::time::rfc3339(term),
+                    ysched_common::time::rfc3339(end),
+                    if fin.killed {
+                        "killed after grace"
+                    } else {
+                        "exited within grace"
+                    },
+                    fin.checkpoint_saved
+                ),
+            );
+            if fin.checkpoint_saved {
+                job.last_checkpoint = Some(end);
+            }
+            if !job.spec.no_requeue && job.restart_count < self.config.scheduler.max_requeues {
+                job.state = JobState::Pending;
+                job.restart_count += 1;
+                job.alloc.clear();
+                job.start_time = None;
+                job.launched = false;
+                job.stop = None;
+                job.reason = String::new();
+                b.event(
+                    id,
+                    end,
+                    "requeued",
+                    format!("restart {} after preemption by {by}", job.restart_count),
+                );
+                b.put_job(job);
+                return Some(id);
+            }
+            job.state = JobState::Preempted;
+            job.reason = format!("preempted by {by}");
+        } else if !fin.error.is_empty() {
+            job.state = JobState::Failed;
+            job.reason = format!("launch failed: {}", fin.error);
+        } else if fin.timed_out {
+            job.state = JobState::Timeout;
+            job.reason = "time limit reached".into();
+        } else if let Some(StopRequest {
+            reason: StopReason::Cancel { by },
+            ..
+        }) = &job.stop
+        {
+            job.state = JobState::Cancelled;
+            job.reason = format!("cancelled by {by}");
+        } else if fin.exit_code == Some(0) {
+            job.state = JobState::Completed;
+            job.reason = String::new();
+        } else {
+            job.state = JobState::Failed;
+            job.reason = how;
+        }
+        job.end_time = Some(end);
+        b.put_job(job);
+        st.jobs.remove(&id);
+        Some(id)
+    }
+
+    // ------------------------------------------------------------------ scheduling
+
+    async fn schedule_loop(self: Arc<Self>) {
+        loop {
+            self.wake.notified().await;
+            match self.schedule_once() {
+                Ok(changed) if !changed.is_empty() => {
+                    if self.commit().await.is_ok() {
+                        self.changed(changed);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("scheduling pass failed: {e:?}"),
+            }
+        }
+    }
+
+    /// Runs the core on a snapshot and applies its plan. Returns the jobs whose state changed.
+    pub fn schedule_once(&self) -> ApiResult<Vec<JobId>> {
+        let mut st = lock(&self.state);
+        let now = now_ms();
+        let plan: Plan = {
+            let snap = Snapshot {
+                jobs: &st.jobs,
+                nodes: &st.nodes,
+            };
+            core::schedule(&snap, &self.policy(), now)
+        };
+        let mut b = Batch::default();
+        let mut changed = Vec::new();
+        for (id, reason) in &plan.pending_reasons {
+            if let Some(j) = st.jobs.get_mut(id) {
+                if j.reason != *reason {
+                    j.reason = reason.clone();
+                    changed.push(*id);
+                }
+            }
+        }
+        for ev in &plan.evictions {
+            let Some(victim) = st.jobs.get_mut(&ev.victim) else {
+                continue;
+            };
+            victim.state = JobState::Preempting;
+            victim.stop = Some(StopRequest {
+                reason: StopReason::Preempt { by: ev.preemptor },
+                at: now,
+                grace_secs: ev.grace_secs,
+            });
+            victim.reason = format!("preempted by {}", ev.preemptor);
+            b.put_job(victim);
+            b.event(
+                ev.victim,
+                now,
+                "preempting",
+                format!(
+                    "for job {} on {}: SIGTERM, SIGKILL after {}s",
+                    ev.preemptor, ev.node, ev.grace_secs
+                ),
+            );
+            b.event(
+                ev.preemptor,
+                now,
+                "evicting",
+                format!("job {} on {}", ev.victim, ev.node),
+            );
+            let nodes: Vec<String> = victim.alloc.iter().map(|a| a.node.clone()).collect();
+            for n in nodes {
+                self.queue_to_agent(&mut st, &n, stop_msg(ev.victim, ev.grace_secs, "preempt"));
+            }
+            changed.push(ev.victim);
+        }
+        for p in &plan.placements {
+            let payload = match self.store.payload(p.job) {
+                Ok(pl) => pl,
+                Err(e) => {
+                    tracing::error!(job = %p.job, "cannot read job payload: {e}");
+                    continue;
+                }
+            };
+            let Some(job) = st.jobs.get_mut(&p.job) else {
+                continue;
+            };
+            job.state = JobState::Running;
+            job.alloc = p.alloc.clone();
+            job.start_time = Some(now);
+            job.launched = false;
+            job.reason = String::new();
+            b.put_job(job);
+            let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
+            b.event(
+                p.job,
+                now,
+                "scheduled",
+                format!("on {}", describe_alloc(&p.alloc)),
+            );
+            let job = job.clone();
+            let master_addr = p
+                .alloc
+                .first()
+                .and_then(|a| st.nodes.get(&a.node))
+                .map(|n| n.address.clone())
+                .unwrap_or_default();
+            let master_port = 20000 + (job.id.0 % 20000) as u32;
+            for (rank, a) in p.alloc.iter().enumerate() {
+                let launch = launch_msg(
+                    &job,
+                    &payload,
+                    a,
+                    rank as u32,
+                    &nodelist,
+                    &master_addr,
+                    master_port,
+                );
+                self.queue_to_agent(&mut st, &a.node, pb::scheduler_message::Msg::Launch(launch));
+            }
+            changed.push(p.job);
+        }
+        self.apply(b)?;
+        Ok(changed)
+    }
+}
+
+fn stop_msg(id: JobId, grace: u32, reason: &str) -> pb::scheduler_message::Msg {
+    pb::scheduler_message::Msg::Stop(pb::StopJob {
+        job_id: id.0,
+        grace_secs: grace,
+        reason: reason.into(),
+    })
+}
+
+fn launch_msg(
+    job: &Job,
+    payload: &Payload,
+    a: &ysched_common::NodeAlloc,
+    rank: u32,
+    nodelist: &[String],
+    master_addr: &str,
+    master_port: u32,
+) -> pb::LaunchJob {
+    let spec: &JobSpec = &job.spec;
+    pb::LaunchJob {
+        job_id: job.id.0,
+        name: spec.name.clone(),
+        user: job.owner.user.clone(),
+        uid: job.owner.uid,
+        gid: job.owner.gid,
+        workdir: spec.workdir.clone(),
+        script: payload.script.clone(),
+        args: spec.args.clone(),
+        env: payload.env.clone().into_iter().collect(),
+        stdout_path: spec.stdout_path.clone().unwrap_or_default(),
+        stderr_path: spec.stderr_path.clone().unwrap_or_default(),
+        gpus: a.gpus.clone(),
+        restart_count: job.restart_count,
+        checkpoint_dir: job.checkpoint_dir.clone(),
+        time_limit_secs: spec.time_limit_secs.unwrap_or(0),
+        grace_secs: job.grace_secs,
+        node_rank: rank,
+        nnodes: nodelist.len() as u32,
+        nodelist: nodelist.to_vec(),
+        master_addr: master_addr.to_string(),
+        master_port,
+    }
+}
+
+fn describe_alloc(alloc: &[ysched_common::NodeAlloc]) -> String {
+    alloc
+        .iter()
+        .map(|a| {
+            format!(
+                "{} gpus [{}]",
+                a.node,
+                a.gpus
+                    .iter()
+                    .map(|g| g.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn describe_exit(fin: &pb::JobFinished) -> String {
+    if !fin.error.is_empty() {
+        return format!("launch failed: {}", fin.error);
+    }
+    let mut s = match (fin.exit_code, fin.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "ended".to_string(),
+    };
+    if fin.timed_out {
+        s.push_str(", time limit");
+    }
+    if fin.killed {
+        s.push_str(", SIGKILL after grace");
+    }
+    s
+}
+
+/// What `yctl nodes` shows: derived state and the job holding each GPU.
+fn node_info(n: &Node, jobs: &BTreeMap<JobId, Job>) -> pb::NodeInfo {
+    let mut holders = vec![0u64; n.gpus.len()];
+    let (mut cpus_alloc, mut mem_alloc, mut n_jobs) = (0u32, 0u64, 0);
+    for j in jobs.values().filter(|j| j.state.holds_resources()) {
+        for a in j.alloc.iter().filter(|a| a.node == n.name) {
+            n_jobs += 1;
+            cpus_alloc += a.cpus;
+            mem_alloc += a.mem_mib;
+            for g in &a.gpus {
+                if let Some(pos) = n.gpus.iter().position(|x| x.index == *g) {
+                    holders[pos] = j.id.0;
+                }
+            }
+        }
+    }
+    let busy_gpus = holders.iter().filter(|h| **h != 0).count();
+    let state = if !n.connected {
+        "DOWN"
+    } else if n.drain_reason.is_some() {
+        if n_jobs > 0 {
+            "DRAINING"
+        } else {
+            "DRAINED"
+        }
+    } else if n_jobs == 0 {
+        "IDLE"
+    } else if (n.gpus.is_empty() && cpus_alloc >= n.cpus)
+        || (!n.gpus.is_empty() && busy_gpus == n.gpus.len())
+    {
+        "ALLOCATED"
+    } else {
+        "MIXED"
+    };
+    pb::NodeInfo {
+        name: n.name.clone(),
+        state: state.into(),
+        address: n.address.clone(),
+        cpus: n.cpus,
+        mem_mib: n.mem_mib,
+        gpus: n.gpus.iter().map(Into::into).collect(),
+        gpu_holders: holders,
+        reason: n.drain_reason.clone().unwrap_or_default(),
+        cpus_alloc,
+        mem_alloc_mib: mem_alloc,
+        features: n.features.clone(),
+        last_seen_ms: n.last_seen,
+    }
+}

@@ -1,0 +1,95 @@
+//! The scheduling core: from a snapshot of jobs and nodes, decide what runs where and whom to
+//! evict. The server builds a [`Snapshot`], calls [`schedule`] and applies the [`Plan`].
+//!
+//! # Layout
+//! - `order`: the queue order of pending jobs (tier, then submit time, then id).
+//! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), which GPUs it
+//!   gets, best-fit node choice, and [`check_satisfiable`].
+//! - `preempt`: the minimal victim set on a node and the cheapest node to evict on.
+//! - `pass`: one pass over the queue, building the plan and keeping node views in step.
+//! - `explain`: per-node reasons for `yctl show job`.
+//!
+//! **Invariants.** This module is pure: no async runtime, RPC, storage, randomness, no clock
+//! (time comes in as `now`) and no I/O. It never iterates an unordered map into a decision:
+//! the same snapshot, policy and `now` always give the same plan. It cannot fail; what a
+//! pending job waits for goes into [`Plan::pending_reasons`].
+
+use std::collections::BTreeMap;
+
+use ysched_common::time::Millis;
+use ysched_common::{Job, JobId, Node, NodeAlloc, TierConfig};
+
+mod explain;
+mod fit;
+mod order;
+mod pass;
+mod preempt;
+
+#[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
+
+pub use explain::explain;
+pub use fit::check_satisfiable;
+
+/// What the scheduler looks at: an immutable view of the store.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// All non-terminal jobs: PENDING, HELD, RUNNING and PREEMPTING.
+    pub jobs: &'a BTreeMap<JobId, Job>,
+    /// Every known node, schedulable or not.
+    pub nodes: &'a BTreeMap<String, Node>,
+}
+
+/// The configuration the scheduler obeys.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    pub tiers: &'a BTreeMap<String, TierConfig>,
+}
+
+/// The outcome of one pass. A value: the server applies it (and may re-check it against a
+/// newer state).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Jobs to start, in decision order (queue order).
+    pub placements: Vec<Placement>,
+    /// Jobs to stop for a preemptor, grouped by preemptor in queue order, victims by id.
+    pub evictions: Vec<Eviction>,
+    /// Why each PENDING job that is not placed by this plan still waits.
+    pub pending_reasons: BTreeMap<JobId, String>,
+}
+
+/// Start `job` with this allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub job: JobId,
+    /// One entry per node used.
+    pub alloc: Vec<NodeAlloc>,
+}
+
+/// Stop `victim` so that `preemptor` can run on `node`. The victim keeps its resources until
+/// its agent reports the process gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub victim: JobId,
+    pub preemptor: JobId,
+    pub node: String,
+    /// Seconds between SIGTERM and SIGKILL: the victim's own grace.
+    pub grace_secs: u32,
+}
+
+/// Decides placements and evictions for the pending jobs, in queue order.
+///
+/// Each job that fits somewhere is placed (best fit); a job of a tier that may preempt and
+/// fits nowhere plans the cheapest minimal eviction and reserves what is free of its target;
+/// every other pending job gets a reason. Deterministic and infallible.
+pub fn schedule(snap: &Snapshot<'_>, policy: &Policy<'_>, now: Millis) -> Plan {
+    let mut pass = pass::Pass::new(snap, policy, now);
+    for job in order::pending_in_order(snap.jobs) {
+        pass.step(job);
+    }
+    pass.into_plan()
+}

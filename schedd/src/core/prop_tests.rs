@@ -1,0 +1,436 @@
+//! Property tests: random clusters and queues, invariants on every plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+use ysched_common::time::Millis;
+use ysched_common::{JobId, JobState, StopReason, StopRequest};
+
+use super::fit::{capacity_views, find_placement, fit_on_node, Claim, Hold, NodeDemand};
+use super::order::pending_in_order;
+use super::pass::{Decision, Pass};
+use super::testkit::{Cluster, JobBuilder, NodeBuilder, A100, H100, HOUR, MINUTE, T0};
+
+const NOW: Millis = T0 + 3 * HOUR;
+const TIERS: [(&str, i64); 4] = [
+    ("critical", 1_000_000),
+    ("high", 10_000),
+    ("medium", 1_000),
+    ("low", 100),
+];
+
+#[derive(Debug, Clone)]
+struct NodeGen {
+    n_gpus: u32,
+    h100: bool,
+    cpus: u32,
+    mem_mib: u64,
+    /// 0: drained, 1: disconnected, otherwise schedulable.
+    health: u8,
+    ib: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Pending,
+    Held,
+    Running,
+    /// Running, then asked to stop for some pending job.
+    Preempting,
+}
+
+#[derive(Debug, Clone)]
+struct JobGen {
+    tier: usize,
+    gpus_per_node: u32,
+    cpus: u32,
+    mem_mib: u64,
+    /// 0: any model, 1: A100, 2: H100, 3: either.
+    gpu_type: u8,
+    nodes: u32,
+    wants_ib: bool,
+    start: Start,
+    submit_min: i64,
+    ran_min: i64,
+    checkpoint_min_ago: Option<i64>,
+    /// Which pending job a PREEMPTING one is being evicted for.
+    preemptor_idx: usize,
+}
+
+fn node_gen() -> impl Strategy<Value = NodeGen> {
+    (
+        prop::sample::select(vec![0u32, 2, 4, 8, 8]),
+        any::<bool>(),
+        prop::sample::select(vec![8u32, 16, 64]),
+        prop::sample::select(vec![64_000u64, 512_000]),
+        0u8..16,
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(n_gpus, h100, cpus, mem_mib, health, ib)| NodeGen {
+            n_gpus,
+            h100,
+            cpus,
+            mem_mib,
+            health,
+            ib,
+        })
+}
+
+fn job_gen() -> impl Strategy<Value = JobGen> {
+    (
+        (
+            0usize..4,
+            prop::sample::select(vec![0u32, 1, 1, 2, 2, 4, 4, 8]),
+            prop::sample::select(vec![0u32, 1, 4, 12]),
+            prop::sample::select(vec![0u64, 0, 16_000, 100_000]),
+            prop::sample::select(vec![0u8, 0, 0, 1, 2, 3]),
+            prop::sample::select(vec![1u32, 1, 1, 1, 2, 3]),
+            prop::bool::weighted(0.15),
+        ),
+        (
+            prop::sample::select(vec![
+                Start::Pending,
+                Start::Pending,
+                Start::Held,
+                Start::Running,
+                Start::Running,
+                Start::Running,
+                Start::Running,
+                Start::Preempting,
+            ]),
+            0i64..5,
+            0i64..180,
+            prop::option::of(0i64..180),
+            any::<usize>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (tier, gpus_per_node, cpus, mem_mib, gpu_type, nodes, wants_ib),
+                (start, submit_min, ran_min, checkpoint_min_ago, preemptor_idx),
+            )| JobGen {
+                tier,
+                gpus_per_node,
+                cpus,
+                mem_mib,
+                gpu_type,
+                nodes,
+                wants_ib,
+                start,
+                submit_min,
+                ran_min,
+                checkpoint_min_ago,
+                preemptor_idx,
+            },
+        )
+}
+
+/// A cluster whose running jobs were packed by the core's own placement (so their allocations
+/// never overlap and stay within capacity), with `low` sometimes protected by a min_runtime.
+fn cluster_gen() -> impl Strategy<Value = Cluster> {
+    (
+        prop::collection::vec(node_gen(), 1..5),
+        prop::collection::vec(job_gen(), 1..28),
+        prop::sample::select(vec![0u64, 0, 3600]),
+    )
+        .prop_map(|(nodes, jobs, low_min_runtime)| build(&nodes, &jobs, low_min_runtime))
+}
+
+fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
+    let mut cluster = Cluster::new();
+    cluster
+        .tiers
+        .get_mut("low")
+        .expect("default tiers have low")
+        .min_runtime = low_min_runtime;
+    for (i, gen) in nodes.iter().enumerate() {
+        let mut node = NodeBuilder::new(&format!("n{i}"))
+            .gpus(gen.n_gpus, if gen.h100 { H100 } else { A100 })
+            .cpus(gen.cpus)
+            .mem(gen.mem_mib);
+        node = match gen.health {
+            0 => node.drained("maintenance"),
+            1 => node.disconnected(),
+            _ => node,
+        };
+        if gen.ib {
+            node = node.feature("ib");
+        }
+        cluster = cluster.node(node);
+    }
+
+    let pending_ids: Vec<JobId> = (1..)
+        .zip(jobs)
+        .filter(|(_, gen)| gen.start == Start::Pending)
+        .map(|(id, _)| JobId(id))
+        .collect();
+    let node_map = cluster.nodes.clone();
+    let mut views = capacity_views(&node_map);
+    for (id, gen) in (1..).zip(jobs) {
+        let (tier, value) = TIERS[gen.tier];
+        let mut builder = JobBuilder::new(id)
+            .tier(tier, value)
+            .gpus(gen.gpus_per_node * gen.nodes)
+            .cpus(gen.cpus)
+            .mem(gen.mem_mib)
+            .nodes(gen.nodes)
+            .submitted(T0 + gen.submit_min * MINUTE);
+        if gen.gpu_type & 1 != 0 {
+            builder = builder.gpu_type("A100");
+        }
+        if gen.gpu_type & 2 != 0 {
+            builder = builder.gpu_type("H100");
+        }
+        if gen.wants_ib {
+            builder = builder.constraint("ib");
+        }
+        if gen.start == Start::Held {
+            builder = builder.held();
+        }
+        let mut job = builder.build();
+        if matches!(gen.start, Start::Running | Start::Preempting) {
+            // Jobs that find no room stay pending.
+            if let Some(allocs) = find_placement(&views, &job.spec) {
+                for alloc in &allocs {
+                    let view = views.get_mut(&alloc.node).expect("placed on a known node");
+                    view.add_hold(Hold::new(job.id, Claim::Running, alloc));
+                }
+                job.alloc = allocs;
+                job.state = JobState::Running;
+                let start = NOW - gen.ran_min * MINUTE;
+                job.start_time = Some(start);
+                job.last_checkpoint = gen
+                    .checkpoint_min_ago
+                    .map(|ago| (NOW - ago * MINUTE).max(start));
+                if gen.start == Start::Preempting && !pending_ids.is_empty() {
+                    job.state = JobState::Preempting;
+                    job.stop = Some(StopRequest {
+                        reason: StopReason::Preempt {
+                            by: pending_ids[gen.preemptor_idx % pending_ids.len()],
+                        },
+                        at: NOW - MINUTE,
+                        grace_secs: job.grace_secs,
+                    });
+                }
+            }
+        }
+        cluster.jobs.insert(job.id, job);
+    }
+    cluster
+}
+
+/// Invariants of the plan as the server sees it.
+fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
+    let plan = cluster.schedule(NOW);
+    prop_assert_eq!(&plan, &cluster.schedule(NOW), "same input, same plan");
+
+    let placed: BTreeSet<JobId> = plan.placements.iter().map(|p| p.job).collect();
+    prop_assert_eq!(placed.len(), plan.placements.len(), "a job placed twice");
+    for job in cluster.jobs.values() {
+        let pending = job.state == JobState::Pending;
+        let decided =
+            placed.contains(&job.id) as u8 + plan.pending_reasons.contains_key(&job.id) as u8;
+        prop_assert_eq!(
+            decided,
+            pending as u8,
+            "job {}: placed or reason, exactly one",
+            job.id
+        );
+    }
+
+    // No GPU given twice, within capacity, only where allowed.
+    let mut gpus_taken = BTreeSet::new();
+    let mut cpus_used: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut mem_used: BTreeMap<&str, u64> = BTreeMap::new();
+    let holders = cluster
+        .jobs
+        .values()
+        .filter(|j| j.state.holds_resources())
+        .map(|j| (j.id, &j.alloc));
+    let placements = plan.placements.iter().map(|p| (p.job, &p.alloc));
+    for (job, allocs) in holders.chain(placements) {
+        for alloc in allocs {
+            for gpu in &alloc.gpus {
+                prop_assert!(
+                    gpus_taken.insert((alloc.node.as_str(), *gpu)),
+                    "GPU {}:{} given twice (job {})",
+                    alloc.node,
+                    gpu,
+                    job
+                );
+            }
+            *cpus_used.entry(&alloc.node).or_default() += u64::from(alloc.cpus);
+            *mem_used.entry(&alloc.node).or_default() += alloc.mem_mib;
+        }
+    }
+    for (name, node) in &cluster.nodes {
+        prop_assert!(cpus_used.get(name.as_str()).copied().unwrap_or(0) <= u64::from(node.cpus));
+        prop_assert!(mem_used.get(name.as_str()).copied().unwrap_or(0) <= node.mem_mib);
+    }
+    for placement in &plan.placements {
+        let job = &cluster.jobs[&placement.job];
+        let demand = NodeDemand::of(&job.spec);
+        let nodes: BTreeSet<&str> = placement.alloc.iter().map(|a| a.node.as_str()).collect();
+        prop_assert_eq!(nodes.len() as u32, job.spec.nodes.max(1), "distinct nodes");
+        let mut models = BTreeSet::new();
+        for alloc in &placement.alloc {
+            let node = &cluster.nodes[&alloc.node];
+            prop_assert!(
+                node.is_schedulable(),
+                "placed on unschedulable {}",
+                node.name
+            );
+            prop_assert_eq!(alloc.gpus.len() as u32, demand.gpus);
+            for index in &alloc.gpus {
+                let gpu = node.gpus.iter().find(|g| g.index == *index);
+                prop_assert!(gpu.is_some_and(|g| demand.gpu_kind.accepts(g)));
+                models.extend(gpu.map(|g| g.model.as_str()));
+            }
+        }
+        if job.spec.nodes > 1 {
+            prop_assert!(models.len() <= 1, "gang {} mixes models", job.id);
+        }
+    }
+
+    // Evictions: only strictly lower, preemptible, old enough, never critical; for a single-node
+    // preemptor of a tier that may preempt and has no eviction in flight.
+    let in_flight: BTreeSet<JobId> = cluster
+        .jobs
+        .values()
+        .filter_map(|j| match &j.stop {
+            Some(StopRequest {
+                reason: StopReason::Preempt { by },
+                ..
+            }) if j.state == JobState::Preempting => Some(*by),
+            _ => None,
+        })
+        .collect();
+    let mut victims = BTreeSet::new();
+    for eviction in &plan.evictions {
+        prop_assert!(victims.insert(eviction.victim), "victim evicted twice");
+        let victim = &cluster.jobs[&eviction.victim];
+        let preemptor = &cluster.jobs[&eviction.preemptor];
+        let victim_tier = &cluster.tiers[&victim.spec.tier];
+        prop_assert_eq!(victim.state, JobState::Running);
+        prop_assert!(victim_tier.preemptible);
+        prop_assert_ne!(victim.spec.tier.as_str(), "critical");
+        prop_assert!(victim.tier_value < preemptor.tier_value);
+        prop_assert!(victim
+            .start_time
+            .is_some_and(|s| NOW - s >= victim_tier.min_runtime as i64 * 1000));
+        prop_assert!(victim.alloc.iter().any(|a| a.node == eviction.node));
+        prop_assert_eq!(eviction.grace_secs, victim.grace_secs);
+        prop_assert_eq!(preemptor.state, JobState::Pending);
+        prop_assert!(preemptor.spec.nodes <= 1);
+        prop_assert!(cluster.tiers[&preemptor.spec.tier].may_preempt);
+        prop_assert!(!in_flight.contains(&preemptor.id));
+        prop_assert!(!placed.contains(&preemptor.id));
+        let reason = &plan.pending_reasons[&preemptor.id];
+        let expected_suffix = format!(" on {}", eviction.node);
+        prop_assert!(
+            reason.starts_with("Preempting ") && reason.ends_with(&expected_suffix),
+            "reason {:?}",
+            reason
+        );
+    }
+    Ok(())
+}
+
+/// Invariants of each decision against the exact node views it was made on.
+fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
+    let (snap, policy) = (cluster.snapshot(), cluster.policy());
+    let mut pass = Pass::new(&snap, &policy, NOW);
+    for job in pending_in_order(&cluster.jobs) {
+        let before = pass.views().clone();
+        let demand = NodeDemand::of(&job.spec);
+        match pass.step(job) {
+            Decision::Placed(allocs) => {
+                // Never into room placed or reserved earlier in the pass.
+                for alloc in &allocs {
+                    let view = &before[&alloc.node];
+                    prop_assert!(alloc.gpus.iter().all(|g| view.free_gpus().contains(g)));
+                    prop_assert!(alloc.cpus <= view.free_cpus());
+                    prop_assert!(alloc.mem_mib <= view.free_mem_mib());
+                }
+            }
+            Decision::Preempting(preemption) => {
+                prop_assert!(find_placement(&before, &job.spec).is_none());
+                let view = &before[&preemption.node];
+                let victims: BTreeSet<JobId> = preemption.victims.iter().copied().collect();
+                prop_assert!(!victims.is_empty());
+                prop_assert_eq!(
+                    fit_on_node(&view.without(&victims), &demand),
+                    Ok(preemption.target.clone())
+                );
+                // Minimal: sparing any single victim, the job no longer fits.
+                for spared in &victims {
+                    let mut fewer = victims.clone();
+                    fewer.remove(spared);
+                    prop_assert!(
+                        fit_on_node(&view.without(&fewer), &demand).is_err(),
+                        "job {} fits on {} without evicting {}",
+                        job.id,
+                        preemption.node,
+                        spared
+                    );
+                }
+            }
+            Decision::AwaitingEviction { .. }
+            | Decision::Waiting(_)
+            | Decision::Unsatisfiable(_) => {}
+        }
+    }
+    prop_assert_eq!(pass.into_plan(), cluster.schedule(NOW));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn plans_keep_their_invariants(cluster in cluster_gen()) {
+        check_plan(&cluster)?;
+    }
+
+    #[test]
+    fn decisions_are_minimal_and_respect_earlier_ones(cluster in cluster_gen()) {
+        check_decisions(&cluster)?;
+    }
+}
+
+/// Guards the generator: the properties above mean little if random clusters rarely evict.
+#[test]
+fn generated_clusters_exercise_preemption() {
+    let mut runner = TestRunner::deterministic();
+    let strategy = cluster_gen();
+    let (mut with_evictions, mut with_placements, mut with_in_flight) = (0, 0, 0);
+    for _ in 0..128 {
+        let cluster = strategy
+            .new_tree(&mut runner)
+            .expect("strategy generates")
+            .current();
+        let plan = cluster.schedule(NOW);
+        with_evictions += usize::from(!plan.evictions.is_empty());
+        with_placements += usize::from(!plan.placements.is_empty());
+        with_in_flight += usize::from(
+            plan.pending_reasons
+                .values()
+                .any(|r| r.starts_with("Preempting"))
+                && plan.evictions.is_empty(),
+        );
+    }
+    assert!(
+        with_evictions >= 24,
+        "only {with_evictions}/128 plans evict"
+    );
+    assert!(
+        with_placements >= 32,
+        "only {with_placements}/128 plans place"
+    );
+    assert!(
+        with_in_flight >= 2,
+        "only {with_in_flight}/128 plans await an eviction"
+    );
+}

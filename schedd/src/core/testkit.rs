@@ -1,0 +1,369 @@
+//! Test-only builders and a small in-memory cluster that drives the core the way the server
+//! does: snapshot → plan → apply.
+
+use std::collections::BTreeMap;
+
+use ysched_common::config::default_tiers;
+use ysched_common::time::Millis;
+use ysched_common::{
+    Gpu, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, StopReason, StopRequest, TierConfig,
+};
+
+use super::{explain, schedule, Plan, Policy, Snapshot};
+
+pub(crate) const A100: &str = "NVIDIA A100-SXM4-80GB";
+pub(crate) const H100: &str = "NVIDIA H100 80GB HBM3";
+pub(crate) const A10: &str = "NVIDIA A10";
+
+/// Some fixed point in time; tests count from here.
+pub(crate) const T0: Millis = 1_700_000_000_000;
+pub(crate) const MINUTE: Millis = 60_000;
+pub(crate) const HOUR: Millis = 60 * MINUTE;
+
+pub(crate) struct NodeBuilder(Node);
+
+impl NodeBuilder {
+    /// A connected, undrained node with 64 CPUs, 512000 MiB and no GPUs.
+    pub(crate) fn new(name: &str) -> Self {
+        NodeBuilder(Node {
+            name: name.to_string(),
+            address: format!("{name}:7118"),
+            cpus: 64,
+            mem_mib: 512_000,
+            gpus: Vec::new(),
+            features: Vec::new(),
+            drain_reason: None,
+            connected: true,
+            last_seen: T0,
+        })
+    }
+
+    /// Adds `n` GPUs of `model`, numbered after the ones already there.
+    pub(crate) fn gpus(mut self, n: u32, model: &str) -> Self {
+        let first = self.0.gpus.len() as u32;
+        for index in first..first + n {
+            self.0.gpus.push(Gpu {
+                index,
+                uuid: format!("GPU-{}-{index}", self.0.name),
+                model: model.to_string(),
+                memory_mib: 81_920,
+                ..Gpu::default()
+            });
+        }
+        self
+    }
+
+    pub(crate) fn cpus(mut self, n: u32) -> Self {
+        self.0.cpus = n;
+        self
+    }
+
+    pub(crate) fn mem(mut self, mib: u64) -> Self {
+        self.0.mem_mib = mib;
+        self
+    }
+
+    pub(crate) fn feature(mut self, feature: &str) -> Self {
+        self.0.features.push(feature.to_string());
+        self
+    }
+
+    pub(crate) fn drained(mut self, reason: &str) -> Self {
+        self.0.drain_reason = Some(reason.to_string());
+        self
+    }
+
+    pub(crate) fn disconnected(mut self) -> Self {
+        self.0.connected = false;
+        self
+    }
+
+    pub(crate) fn build(self) -> Node {
+        self.0
+    }
+}
+
+pub(crate) struct JobBuilder {
+    job: Job,
+    /// Resolved at `build`, when cpus and memory are known whatever the call order.
+    running_on: Vec<(String, Vec<u32>)>,
+}
+
+impl JobBuilder {
+    /// A PENDING 1-CPU job in tier low (value 100), submitted at `T0`.
+    pub(crate) fn new(id: u64) -> Self {
+        let job = Job {
+            id: JobId(id),
+            spec: JobSpec {
+                name: format!("job{id}"),
+                tier: "low".into(),
+                account: "research".into(),
+                workdir: "/home/alice".into(),
+                script: "train.sh".into(),
+                ..JobSpec::default()
+            },
+            owner: Owner {
+                uid: 1000,
+                gid: 1000,
+                user: "alice".into(),
+                groups: vec!["alice".into()],
+            },
+            tier_value: 100,
+            state: JobState::Pending,
+            reason: String::new(),
+            alloc: Vec::new(),
+            restart_count: 0,
+            exit_code: None,
+            signal: None,
+            submit_time: T0,
+            start_time: None,
+            end_time: None,
+            launched: false,
+            grace_secs: 30,
+            checkpoint_dir: format!("/ckpt/{id}"),
+            stop: None,
+            last_checkpoint: None,
+        };
+        JobBuilder {
+            job,
+            running_on: Vec::new(),
+        }
+    }
+
+    pub(crate) fn tier(mut self, name: &str, value: i64) -> Self {
+        self.job.spec.tier = name.to_string();
+        self.job.tier_value = value;
+        self
+    }
+
+    /// Tiers with their default values.
+    pub(crate) fn low(self) -> Self {
+        self.tier("low", 100)
+    }
+    pub(crate) fn medium(self) -> Self {
+        self.tier("medium", 1_000)
+    }
+    pub(crate) fn high(self) -> Self {
+        self.tier("high", 10_000)
+    }
+    pub(crate) fn critical(self) -> Self {
+        self.tier("critical", 1_000_000)
+    }
+
+    pub(crate) fn gpus(mut self, n: u32) -> Self {
+        self.job.spec.gpus = n;
+        self
+    }
+
+    pub(crate) fn gpu_type(mut self, wanted: &str) -> Self {
+        self.job.spec.gpu_types.push(wanted.to_string());
+        self
+    }
+
+    pub(crate) fn cpus(mut self, n: u32) -> Self {
+        self.job.spec.cpus = n;
+        self
+    }
+
+    pub(crate) fn mem(mut self, mib: u64) -> Self {
+        self.job.spec.mem_mib = mib;
+        self
+    }
+
+    pub(crate) fn nodes(mut self, n: u32) -> Self {
+        self.job.spec.nodes = n;
+        self
+    }
+
+    pub(crate) fn constraint(mut self, feature: &str) -> Self {
+        self.job.spec.constraints.push(feature.to_string());
+        self
+    }
+
+    pub(crate) fn submitted(mut self, at: Millis) -> Self {
+        self.job.submit_time = at;
+        self
+    }
+
+    pub(crate) fn held(mut self) -> Self {
+        self.job.state = JobState::Held;
+        self
+    }
+
+    pub(crate) fn grace(mut self, secs: u32) -> Self {
+        self.job.grace_secs = secs;
+        self
+    }
+
+    /// RUNNING with these GPUs on `node` (call again for each node of a gang); started at `T0`
+    /// unless `started` says otherwise.
+    pub(crate) fn running_on(mut self, node: &str, gpus: &[u32]) -> Self {
+        self.job.state = JobState::Running;
+        self.job.launched = true;
+        self.job.start_time.get_or_insert(T0);
+        self.running_on.push((node.to_string(), gpus.to_vec()));
+        self
+    }
+
+    pub(crate) fn started(mut self, at: Millis) -> Self {
+        self.job.start_time = Some(at);
+        self
+    }
+
+    pub(crate) fn checkpointed(mut self, at: Millis) -> Self {
+        self.job.last_checkpoint = Some(at);
+        self
+    }
+
+    /// PREEMPTING: already asked to stop for `preemptor` (use with `running_on`).
+    pub(crate) fn preempted_by(mut self, preemptor: u64) -> Self {
+        self.job.state = JobState::Preempting;
+        self.job.stop = Some(StopRequest {
+            reason: StopReason::Preempt {
+                by: JobId(preemptor),
+            },
+            at: T0,
+            grace_secs: self.job.grace_secs,
+        });
+        self
+    }
+
+    pub(crate) fn build(mut self) -> Job {
+        let (cpus, mem_mib) = (self.job.spec.cpus.max(1), self.job.spec.mem_mib);
+        self.job.alloc = self
+            .running_on
+            .into_iter()
+            .map(|(node, gpus)| NodeAlloc {
+                node,
+                gpus,
+                cpus,
+                mem_mib,
+            })
+            .collect();
+        self.job
+    }
+}
+
+/// Nodes, jobs and tiers, as the store would hand them to the core.
+#[derive(Debug, Clone)]
+pub(crate) struct Cluster {
+    pub(crate) nodes: BTreeMap<String, Node>,
+    pub(crate) jobs: BTreeMap<JobId, Job>,
+    pub(crate) tiers: BTreeMap<String, TierConfig>,
+}
+
+impl Cluster {
+    /// No nodes, no jobs, the default tiers.
+    pub(crate) fn new() -> Self {
+        Cluster {
+            nodes: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            tiers: default_tiers(),
+        }
+    }
+
+    pub(crate) fn node(mut self, node: NodeBuilder) -> Self {
+        let node = node.build();
+        self.nodes.insert(node.name.clone(), node);
+        self
+    }
+
+    pub(crate) fn job(mut self, job: JobBuilder) -> Self {
+        let job = job.build();
+        self.jobs.insert(job.id, job);
+        self
+    }
+
+    pub(crate) fn tier(mut self, name: &str, tier: TierConfig) -> Self {
+        self.tiers.insert(name.to_string(), tier);
+        self
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            jobs: &self.jobs,
+            nodes: &self.nodes,
+        }
+    }
+
+    pub(crate) fn policy(&self) -> Policy<'_> {
+        Policy { tiers: &self.tiers }
+    }
+
+    pub(crate) fn schedule(&self, now: Millis) -> Plan {
+        schedule(&self.snapshot(), &self.policy(), now)
+    }
+
+    pub(crate) fn explain(&self, id: u64, now: Millis) -> Vec<(String, String)> {
+        explain(
+            &self.jobs[&JobId(id)],
+            &self.snapshot(),
+            &self.policy(),
+            now,
+        )
+    }
+
+    /// Applies a plan as the server would: placed jobs start, victims are asked to stop, and
+    /// every other pending job takes its reason.
+    pub(crate) fn apply(&mut self, plan: &Plan, now: Millis) {
+        for placement in &plan.placements {
+            let job = self
+                .jobs
+                .get_mut(&placement.job)
+                .expect("placed job exists");
+            job.state = JobState::Running;
+            job.alloc = placement.alloc.clone();
+            job.start_time = Some(now);
+            job.reason.clear();
+        }
+        for eviction in &plan.evictions {
+            let victim = self.jobs.get_mut(&eviction.victim).expect("victim exists");
+            victim.state = JobState::Preempting;
+            victim.stop = Some(StopRequest {
+                reason: StopReason::Preempt {
+                    by: eviction.preemptor,
+                },
+                at: now,
+                grace_secs: eviction.grace_secs,
+            });
+        }
+        for (id, reason) in &plan.pending_reasons {
+            self.jobs.get_mut(id).expect("pending job exists").reason = reason.clone();
+        }
+    }
+
+    /// The agent reports the job's process gone: it leaves the snapshot (terminal, or
+    /// requeued as a new pending job, which the tests add themselves when they need it).
+    pub(crate) fn exit(&mut self, id: u64) {
+        self.jobs.remove(&JobId(id));
+    }
+}
+
+/// A plan as stable text, one decision a line, for readable comparisons:
+///
+/// ```text
+/// place 3 on n1[0,1]+n2[0,1]
+/// evict 17 for 5 on n1 grace 30
+/// wait 4 Priority
+/// ```
+pub(crate) fn render(plan: &Plan) -> String {
+    let mut lines = Vec::new();
+    for placement in &plan.placements {
+        let nodes: Vec<String> = placement
+            .alloc
+            .iter()
+            .map(|a| format!("{}{:?}", a.node, a.gpus).replace(' ', ""))
+            .collect();
+        lines.push(format!("place {} on {}", placement.job, nodes.join("+")));
+    }
+    for eviction in &plan.evictions {
+        lines.push(format!(
+            "evict {} for {} on {} grace {}",
+            eviction.victim, eviction.preemptor, eviction.node, eviction.grace_secs
+        ));
+    }
+    for (id, reason) in &plan.pending_reasons {
+        lines.push(format!("wait {id} {reason}"));
+    }
+    lines.join("\n")
+}

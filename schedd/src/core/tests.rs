@@ -1,0 +1,820 @@
+//! Unit tests of the scheduling core, driven through [`Cluster`]: arrange nodes and jobs,
+//! schedule, compare the rendered plan.
+
+use ysched_common::{JobId, TierConfig};
+
+use super::check_satisfiable;
+use super::order::pending_in_order;
+use super::testkit::{
+    render, Cluster, JobBuilder as J, NodeBuilder as N, A10, A100, H100, HOUR, MINUTE, T0,
+};
+
+fn node8(name: &str) -> N {
+    N::new(name).gpus(8, A100)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queue order and placement
+
+#[test]
+fn queue_order_is_tier_then_submit_time_then_id() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(4, A100))
+        .job(J::new(1).low().gpus(4))
+        .job(J::new(2).high().gpus(4).submitted(T0 + 10 * MINUTE))
+        .job(J::new(3).high().gpus(4).submitted(T0 + 5 * MINUTE))
+        .job(J::new(4).high().gpus(4).submitted(T0 + 5 * MINUTE))
+        .job(J::new(5).critical().gpus(4).held());
+    let order: Vec<u64> = pending_in_order(&cluster.jobs)
+        .iter()
+        .map(|j| j.id.0)
+        .collect();
+    assert_eq!(order, [3, 4, 2, 1]);
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "place 3 on n1[0,1,2,3]\n\
+         wait 1 Priority\n\
+         wait 2 Priority\n\
+         wait 4 Resources"
+    );
+}
+
+#[test]
+fn gpus_of_running_jobs_are_not_given_again() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(J::new(1).gpus(4).running_on("n1", &[0, 2, 4, 6]))
+        .job(J::new(2).gpus(4));
+    assert_eq!(render(&cluster.schedule(T0)), "place 2 on n1[1,3,5,7]");
+}
+
+#[test]
+fn preempting_jobs_still_hold_their_gpus() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(
+            J::new(1)
+                .gpus(8)
+                .running_on("n1", &[0, 1, 2, 3, 4, 5, 6, 7])
+                .preempted_by(99),
+        )
+        .job(J::new(2).gpus(1));
+    assert_eq!(render(&cluster.schedule(T0)), "wait 2 Resources");
+}
+
+#[test]
+fn no_gpu_is_given_twice_in_one_plan() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(J::new(1).gpus(3))
+        .job(J::new(2).gpus(3))
+        .job(J::new(3).gpus(3))
+        .job(J::new(4).gpus(2));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n1[0,1,2]\n\
+         place 2 on n1[3,4,5]\n\
+         place 4 on n1[6,7]\n\
+         wait 3 Resources"
+    );
+}
+
+#[test]
+fn cpus_and_memory_limit_placement() {
+    let cluster = Cluster::new()
+        .node(node8("n1").cpus(16).mem(100_000))
+        .job(J::new(1).gpus(1).cpus(12))
+        .job(J::new(2).gpus(1).cpus(8))
+        .job(J::new(3).gpus(1).cpus(4).mem(200_000))
+        .job(J::new(4).gpus(1).cpus(2).mem(60_000))
+        .job(J::new(5).gpus(1).cpus(1).mem(60_000))
+        .job(J::new(6).gpus(1).cpus(0));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n1[0]\n\
+         place 4 on n1[1]\n\
+         place 6 on n1[2]\n\
+         wait 2 Resources\n\
+         wait 3 Unsatisfiable: no node has 200000 MiB of memory (largest has 100000 MiB)\n\
+         wait 5 Priority"
+    );
+    let plan = cluster.schedule(T0);
+    let cpus_of_6 = plan.placements[2].alloc[0].cpus;
+    assert_eq!(cpus_of_6, 1, "0 CPUs means 1");
+}
+
+#[test]
+fn gpu_type_must_match() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(8, A100))
+        .node(N::new("n2").gpus(8, A10))
+        .node(N::new("n3").gpus(2, H100))
+        .job(J::new(1).gpus(2).gpu_type("A10"))
+        .job(J::new(2).gpus(2).gpu_type("A100"))
+        .job(J::new(3).gpus(2).gpu_type("V100"))
+        .job(J::new(4).gpus(5).gpu_type("H100").gpu_type("A100"))
+        .job(J::new(5).gpus(2).gpu_type("H100").gpu_type("A100"));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n2[0,1]\n\
+         place 2 on n1[0,1]\n\
+         place 4 on n1[2,3,4,5,6]\n\
+         place 5 on n3[0,1]\n\
+         wait 3 Unsatisfiable: no node has GPU type V100 \
+         (models: NVIDIA A10, NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3)"
+    );
+}
+
+#[test]
+fn drained_and_disconnected_nodes_get_nothing() {
+    let cluster = Cluster::new()
+        .node(node8("n1").drained("bad fan"))
+        .node(node8("n2").disconnected())
+        .node(N::new("n3").gpus(2, A100))
+        .job(J::new(1).gpus(4))
+        .job(J::new(2).gpus(2));
+    // Job 1 could run on n1 or n2 some day: it waits, it is not unsatisfiable.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 2 on n3[0,1]\nwait 1 Resources"
+    );
+}
+
+#[test]
+fn waiting_reasons_are_resources_priority_or_unsatisfiable() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(J::new(1).gpus(6))
+        .job(J::new(2).gpus(4))
+        .job(J::new(3).gpus(16))
+        .job(J::new(4).gpus(4).submitted(T0 + 1))
+        .job(J::new(5).gpus(2).submitted(T0 + 2))
+        .job(J::new(6).gpus(1).submitted(T0 + 3));
+    // 3 can never run, so it blocks nobody: 2 is the first job that waits for room. 5 still
+    // fits behind it (no reservations for big jobs yet), 6 then waits behind 2 and 4.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n1[0,1,2,3,4,5]\n\
+         place 5 on n1[6,7]\n\
+         wait 2 Resources\n\
+         wait 3 Unsatisfiable: no node has 16 GPUs (largest has 8)\n\
+         wait 4 Priority\n\
+         wait 6 Priority"
+    );
+}
+
+#[test]
+fn held_jobs_get_neither_placement_nor_reason() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(J::new(1).gpus(1).held());
+    assert_eq!(cluster.schedule(T0), Default::default());
+}
+
+#[test]
+fn best_fit_prefers_the_fullest_node_that_fits() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .node(node8("n3"))
+        .node(node8("n4"))
+        .job(J::new(1).gpus(4).running_on("n2", &[0, 1, 2, 3]))
+        .job(J::new(2).gpus(7).running_on("n3", &[0, 1, 2, 3, 4, 5, 6]))
+        .job(J::new(10).gpus(2))
+        .job(J::new(11).gpus(8))
+        .job(J::new(12).gpus(8));
+    // 10: n3 has 1 free (too few), n2 has 4: n2. 11 and 12: n1 and n4 tie, by name.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 10 on n2[4,5]\n\
+         place 11 on n1[0,1,2,3,4,5,6,7]\n\
+         place 12 on n4[0,1,2,3,4,5,6,7]"
+    );
+}
+
+#[test]
+fn cpu_only_jobs_prefer_nodes_without_free_gpus() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(N::new("n2"))
+        .job(J::new(1).cpus(4));
+    assert_eq!(render(&cluster.schedule(T0)), "place 1 on n2[]");
+}
+
+#[test]
+fn constraints_need_every_feature() {
+    let cluster = Cluster::new()
+        .node(node8("n1").feature("ib"))
+        .node(node8("n2").feature("ib").feature("nvme"))
+        .job(J::new(1).gpus(1).constraint("ib").constraint("nvme"))
+        .job(J::new(2).gpus(1).constraint("roce"));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n2[0]\nwait 2 Unsatisfiable: no node has feature roce"
+    );
+}
+
+#[test]
+fn gang_takes_all_its_nodes_in_one_plan_or_none() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .node(node8("n3"))
+        .job(J::new(1).gpus(6).running_on("n1", &[0, 1, 2, 3, 4, 5]))
+        .job(J::new(2).gpus(8).nodes(2).cpus(4))
+        .job(J::new(3).gpus(8).nodes(2))
+        .job(J::new(4).gpus(6).nodes(3))
+        .job(J::new(5).gpus(2))
+        .job(J::new(6).gpus(4).nodes(4));
+    // 4 fits only on n1 (2 free) of three nodes, so it takes nothing and 5 gets n1.
+    let plan = cluster.schedule(T0);
+    assert_eq!(
+        render(&plan),
+        "place 2 on n2[0,1,2,3]+n3[0,1,2,3]\n\
+         place 3 on n2[4,5,6,7]+n3[4,5,6,7]\n\
+         place 5 on n1[6,7]\n\
+         wait 4 Resources\n\
+         wait 6 Unsatisfiable: the job needs 4 nodes, only 3 are registered"
+    );
+    assert_eq!(plan.placements[0].alloc[1].cpus, 4, "cpus are per node");
+}
+
+#[test]
+fn gang_runs_on_one_gpu_model() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(4, A100))
+        .node(N::new("n2").gpus(4, H100))
+        .node(N::new("n3").gpus(4, H100))
+        .job(J::new(1).gpus(8).nodes(2));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n2[0,1,2,3]+n3[0,1,2,3]"
+    );
+
+    let mixed = Cluster::new()
+        .node(N::new("n1").gpus(4, A100))
+        .node(N::new("n2").gpus(4, H100))
+        .job(J::new(1).gpus(8).nodes(2));
+    assert_eq!(
+        render(&mixed.schedule(T0)),
+        "wait 1 Unsatisfiable: fewer than 2 nodes with one GPU model each have 4 GPUs, 1 CPU"
+    );
+}
+
+#[test]
+fn same_input_same_plan() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(J::new(1).gpus(4).running_on("n1", &[0, 1, 2, 3]))
+        .job(J::new(2).critical().gpus(8))
+        .job(J::new(3).gpus(3))
+        .job(J::new(4).gpus(8).nodes(2));
+    assert_eq!(cluster.schedule(T0 + HOUR), cluster.schedule(T0 + HOUR));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Satisfiability and explain
+
+#[test]
+fn satisfiability_names_the_problem() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(8, A100).cpus(16).mem(64_000))
+        .node(N::new("n2").gpus(2, A10).cpus(64).feature("ib"))
+        .node(node8("n3").cpus(8).drained("maintenance").disconnected());
+    let check = |job: J| check_satisfiable(&job.build().spec, &cluster.nodes);
+    assert_eq!(
+        check(J::new(1).gpus(8)),
+        Ok(()),
+        "drain and connection do not matter"
+    );
+    assert_eq!(
+        check(J::new(1).gpus(16)),
+        Err("no node has 16 GPUs (largest has 8)".into())
+    );
+    assert_eq!(
+        check(J::new(1).gpus(4).gpu_type("A10")),
+        Err("no node has 4 GPUs of type A10 (largest has 2)".into())
+    );
+    assert_eq!(
+        check(J::new(1).gpus(1).gpu_type("H100")),
+        Err("no node has GPU type H100 (models: NVIDIA A10, NVIDIA A100-SXM4-80GB)".into())
+    );
+    assert_eq!(
+        check(J::new(1).cpus(128)),
+        Err("no node has 128 CPUs (largest has 64)".into())
+    );
+    assert_eq!(
+        check(J::new(1).mem(1_000_000)),
+        Err("no node has 1000000 MiB of memory (largest has 512000 MiB)".into())
+    );
+    assert_eq!(
+        check(J::new(1).gpus(4).cpus(32)),
+        Err("no node has 4 GPUs, 32 CPUs together".into())
+    );
+    assert_eq!(
+        check(J::new(1).gpus(4).constraint("ib")),
+        Err("no node has 4 GPUs, 1 CPU, feature ib together".into())
+    );
+    assert_eq!(
+        check(J::new(1).gpus(16).nodes(2).gpu_type("A10")),
+        Err("no node has 8 GPUs of type A10 (largest has 2), \
+             and the job needs that on each of 2 nodes"
+            .into())
+    );
+    assert_eq!(
+        check_satisfiable(&J::new(1).build().spec, &Default::default()),
+        Err("no nodes are registered".into())
+    );
+}
+
+#[test]
+fn explain_gives_a_reason_per_node() {
+    let cluster = Cluster::new()
+        .node(node8("n1").feature("ib").drained("bad fan"))
+        .node(node8("n2").feature("ib").disconnected())
+        .node(N::new("n3").gpus(8, A10).feature("ib"))
+        .node(node8("n4").feature("ib"))
+        .node(node8("n5"))
+        .node(node8("n6").feature("ib").cpus(8))
+        .node(node8("n7").feature("ib"))
+        .job(J::new(1).gpus(6).running_on("n4", &[0, 1, 2, 3, 4, 5]))
+        .job(
+            J::new(2)
+                .high()
+                .gpus(6)
+                .gpu_type("A100")
+                .cpus(16)
+                .constraint("ib"),
+        )
+        .job(J::new(3).gpus(4).gpu_type("A100").cpus(16).constraint("ib"));
+    // Job 2 is ahead of 3 in the queue and takes n7 (best fit) in the replayed pass.
+    assert_eq!(
+        cluster.explain(3, T0),
+        [
+            ("n1", "drained: bad fan"),
+            ("n2", "agent not connected"),
+            ("n3", "needs 4 GPUs of type A100, node has 0"),
+            ("n4", "needs 4 GPUs of type A100, 2 free"),
+            ("n5", "missing feature ib"),
+            ("n6", "needs 16 CPUs, node has 8"),
+            (
+                "n7",
+                "needs 4 GPUs of type A100, 2 free (taken by jobs ahead: 2)"
+            ),
+        ]
+        .map(|(n, why)| (n.to_string(), why.to_string()))
+    );
+    let cluster = cluster.node(node8("n8").feature("ib"));
+    assert_eq!(cluster.explain(3, T0)[7], ("n8".into(), "fits".into()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preemption
+
+/// Two 8-GPU nodes, each full with two 4-GPU low jobs (1, 2 on n1; 3, 4 on n2) started at T0.
+fn full_of_low_jobs() -> Cluster {
+    Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(J::new(1).gpus(4).running_on("n1", &[0, 1, 2, 3]))
+        .job(J::new(2).gpus(4).running_on("n1", &[4, 5, 6, 7]).grace(60))
+        .job(J::new(3).gpus(4).running_on("n2", &[0, 1, 2, 3]))
+        .job(J::new(4).gpus(4).running_on("n2", &[4, 5, 6, 7]))
+}
+
+#[test]
+fn critical_job_on_a_full_cluster_evicts_exactly_one() {
+    let cluster = full_of_low_jobs().job(J::new(5).critical().gpus(4));
+    // All four cost the same; n1 by name, and on n1 job 1 (the lower id) is reprieved first.
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "evict 2 for 5 on n1 grace 60\n\
+         wait 5 Preempting 2 on n1"
+    );
+}
+
+#[test]
+fn preemptor_runs_once_its_victims_exit() {
+    let mut cluster = full_of_low_jobs()
+        .job(J::new(5).critical().gpus(4))
+        .job(J::new(6).low().gpus(4));
+    let now = T0 + HOUR;
+    let plan = cluster.schedule(now);
+    assert_eq!(
+        render(&plan),
+        "evict 2 for 5 on n1 grace 60\n\
+         wait 5 Preempting 2 on n1\n\
+         wait 6 Priority"
+    );
+    cluster.apply(&plan, now);
+    // Grace running: no second eviction, and the reason stays.
+    assert_eq!(
+        render(&cluster.schedule(now + 1000)),
+        render(&plan).replace("evict 2 for 5 on n1 grace 60\n", "")
+    );
+    cluster.exit(2);
+    assert_eq!(
+        render(&cluster.schedule(now + 2000)),
+        "place 5 on n1[4,5,6,7]\nwait 6 Resources"
+    );
+}
+
+#[test]
+fn never_evicts_critical_non_preemptible_or_equal_tier_jobs() {
+    let protected = TierConfig {
+        value: 50,
+        preemptible: false,
+        ..TierConfig::default()
+    };
+    let cluster = Cluster::new()
+        .tier("protected", protected)
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .node(node8("n3"))
+        .job(
+            J::new(1)
+                .critical()
+                .gpus(8)
+                .running_on("n1", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(
+            J::new(2)
+                .high()
+                .gpus(8)
+                .running_on("n2", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(
+            J::new(3)
+                .tier("protected", 50)
+                .gpus(8)
+                .running_on("n3", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(J::new(4).critical().gpus(1))
+        .job(J::new(5).high().gpus(1));
+    // 4 could evict 2 (high < critical): it does. 5 may evict neither 1 (critical, higher),
+    // 2 (same tier) nor 3 (not preemptible).
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "evict 2 for 4 on n2 grace 30\n\
+         wait 4 Preempting 2 on n2\n\
+         wait 5 Priority"
+    );
+    let mut high_alone = cluster;
+    high_alone.jobs.remove(&JobId(4));
+    assert_eq!(render(&high_alone.schedule(T0 + HOUR)), "wait 5 Resources");
+}
+
+#[test]
+fn min_runtime_protects_young_jobs() {
+    let low = TierConfig {
+        value: 100,
+        min_runtime: 600,
+        ..TierConfig::default()
+    };
+    let cluster = Cluster::new()
+        .tier("low", low)
+        .node(node8("n1"))
+        .job(
+            J::new(1)
+                .gpus(8)
+                .running_on("n1", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(J::new(2).critical().gpus(8));
+    assert_eq!(
+        render(&cluster.schedule(T0 + 5 * MINUTE)),
+        "wait 2 Resources"
+    );
+    assert_eq!(
+        render(&cluster.schedule(T0 + 10 * MINUTE)),
+        "evict 1 for 2 on n1 grace 30\nwait 2 Preempting 1 on n1"
+    );
+}
+
+#[test]
+fn reprieve_keeps_the_victim_set_minimal() {
+    let now = T0 + HOUR;
+    // Work lost (2 GPUs each): job 1 3000 s, 2 300 s, 3 2400 s, 4 600 s since checkpoint.
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(
+            J::new(1)
+                .gpus(2)
+                .running_on("n1", &[0, 1])
+                .checkpointed(now - 50 * MINUTE),
+        )
+        .job(
+            J::new(2)
+                .gpus(2)
+                .running_on("n1", &[2, 3])
+                .checkpointed(now - 5 * MINUTE),
+        )
+        .job(
+            J::new(3)
+                .gpus(2)
+                .running_on("n1", &[4, 5])
+                .checkpointed(now - 40 * MINUTE),
+        )
+        .job(
+            J::new(4)
+                .gpus(2)
+                .running_on("n1", &[6, 7])
+                .checkpointed(now - 10 * MINUTE),
+        )
+        .job(J::new(5).critical().gpus(4));
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 2 for 5 on n1 grace 30\n\
+         evict 4 for 5 on n1 grace 30\n\
+         wait 5 Preempting 2,4 on n1"
+    );
+}
+
+#[test]
+fn reprieve_spares_higher_tiers_first() {
+    let now = T0 + HOUR;
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        // The medium job has little work to lose, the low one much: tier still comes first.
+        .job(
+            J::new(1)
+                .medium()
+                .gpus(4)
+                .running_on("n1", &[0, 1, 2, 3])
+                .checkpointed(now),
+        )
+        .job(J::new(2).low().gpus(4).running_on("n1", &[4, 5, 6, 7]))
+        .job(J::new(3).high().gpus(4));
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 2 for 3 on n1 grace 30\nwait 3 Preempting 2 on n1"
+    );
+}
+
+#[test]
+fn cost_prefers_the_node_losing_least_work() {
+    let now = T0 + 2 * HOUR;
+    let all: Vec<u32> = (0..8).collect();
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(J::new(1).gpus(8).running_on("n1", &all))
+        .job(
+            J::new(2)
+                .gpus(8)
+                .running_on("n2", &all)
+                .checkpointed(now - MINUTE),
+        )
+        .job(J::new(3).critical().gpus(8));
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 2 for 3 on n2 grace 30\nwait 3 Preempting 2 on n2"
+    );
+}
+
+#[test]
+fn cost_ranks_victim_tier_before_count_before_work() {
+    let now = T0 + 2 * HOUR;
+    let all: Vec<u32> = (0..8).collect();
+    // n1: one medium job. n2: two low jobs. n3: one low job with two hours of work.
+    let tier_first = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(
+            J::new(1)
+                .medium()
+                .gpus(8)
+                .running_on("n1", &all)
+                .checkpointed(now),
+        )
+        .job(
+            J::new(2)
+                .gpus(4)
+                .running_on("n2", &[0, 1, 2, 3])
+                .checkpointed(now),
+        )
+        .job(
+            J::new(3)
+                .gpus(4)
+                .running_on("n2", &[4, 5, 6, 7])
+                .checkpointed(now),
+        )
+        .job(J::new(9).high().gpus(8));
+    assert_eq!(
+        render(&tier_first.schedule(now)),
+        "evict 2 for 9 on n2 grace 30\n\
+         evict 3 for 9 on n2 grace 30\n\
+         wait 9 Preempting 2,3 on n2"
+    );
+    let count_before_work = tier_first
+        .node(node8("n3"))
+        .job(J::new(4).gpus(8).running_on("n3", &all));
+    assert_eq!(
+        render(&count_before_work.schedule(now)),
+        "evict 4 for 9 on n3 grace 30\nwait 9 Preempting 4 on n3"
+    );
+}
+
+#[test]
+fn cost_prefers_evicting_the_most_recently_started() {
+    let now = T0 + 2 * HOUR;
+    let all: Vec<u32> = (0..8).collect();
+    // Same tier, count and work lost (both checkpointed a minute ago); job 2 started later.
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(
+            J::new(1)
+                .gpus(8)
+                .running_on("n1", &all)
+                .checkpointed(now - MINUTE),
+        )
+        .job(
+            J::new(2)
+                .gpus(8)
+                .running_on("n2", &all)
+                .started(T0 + HOUR)
+                .checkpointed(now - MINUTE),
+        )
+        .job(J::new(3).critical().gpus(8));
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 2 for 3 on n2 grace 30\nwait 3 Preempting 2 on n2"
+    );
+}
+
+#[test]
+fn in_flight_eviction_keeps_its_reservation_and_plans_no_second() {
+    let now = T0 + HOUR;
+    let mut cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(
+            J::new(2)
+                .gpus(4)
+                .running_on("n1", &[0, 1, 2, 3])
+                .preempted_by(5),
+        )
+        .job(J::new(3).gpus(2).running_on("n1", &[4, 5]))
+        .job(J::new(5).critical().gpus(6))
+        .job(J::new(6).gpus(2));
+    // 6 would fit on GPUs 6 and 7, but they are 5's. Job 3 is a candidate, yet not evicted.
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "wait 5 Preempting 2 on n1\nwait 6 Priority"
+    );
+    cluster.exit(2);
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "place 5 on n1[0,1,2,3,6,7]\nwait 6 Resources"
+    );
+}
+
+#[test]
+fn higher_job_may_take_an_in_flight_reservation() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(
+            J::new(2)
+                .gpus(4)
+                .running_on("n1", &[0, 1, 2, 3])
+                .preempted_by(5),
+        )
+        .job(J::new(3).gpus(2).running_on("n1", &[4, 5]))
+        .job(J::new(5).high().gpus(6))
+        .job(J::new(7).critical().gpus(2));
+    // 7 is ahead of 5 in the queue and takes GPUs 6 and 7; 5 must wait, and still does not
+    // evict job 3 while its first eviction is in flight.
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "place 7 on n1[6,7]\nwait 5 Resources"
+    );
+}
+
+#[test]
+fn reservation_holds_against_lower_jobs_in_the_same_plan() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(J::new(1).gpus(2).running_on("n1", &[0, 1]))
+        .job(J::new(2).gpus(2).running_on("n1", &[2, 3]))
+        .job(J::new(3).gpus(2).running_on("n1", &[4, 5]))
+        .job(J::new(5).critical().gpus(4))
+        .job(J::new(6).gpus(2));
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "evict 3 for 5 on n1 grace 30\n\
+         wait 5 Preempting 3 on n1\n\
+         wait 6 Priority"
+    );
+}
+
+#[test]
+fn two_preemptors_never_share_a_victim() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(J::new(1).gpus(4).running_on("n1", &[0, 1, 2, 3]))
+        .job(J::new(2).gpus(4).running_on("n1", &[4, 5, 6, 7]))
+        .job(J::new(5).critical().gpus(4))
+        .job(J::new(6).high().gpus(4))
+        .job(J::new(7).high().gpus(4));
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "evict 2 for 5 on n1 grace 30\n\
+         evict 1 for 6 on n1 grace 30\n\
+         wait 5 Preempting 2 on n1\n\
+         wait 6 Preempting 1 on n1\n\
+         wait 7 Priority"
+    );
+}
+
+#[test]
+fn medium_jobs_never_preempt() {
+    let cluster = full_of_low_jobs().job(J::new(5).medium().gpus(4));
+    assert_eq!(render(&cluster.schedule(T0 + HOUR)), "wait 5 Resources");
+}
+
+#[test]
+fn multi_node_preemptor_waits() {
+    let cluster = full_of_low_jobs().job(J::new(5).critical().gpus(8).nodes(2));
+    assert_eq!(render(&cluster.schedule(T0 + HOUR)), "wait 5 Resources");
+}
+
+#[test]
+fn multi_node_victim_frees_its_share_of_the_node() {
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(
+            J::new(1)
+                .gpus(8)
+                .nodes(2)
+                .running_on("n1", &[0, 1, 2, 3])
+                .running_on("n2", &[0, 1, 2, 3]),
+        )
+        .job(J::new(2).gpus(4).running_on("n1", &[4, 5, 6, 7]))
+        .job(J::new(3).critical().gpus(8));
+    // On n2 the gang alone is enough; on n1 both jobs would have to go.
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "evict 1 for 3 on n2 grace 30\nwait 3 Preempting 1 on n2"
+    );
+}
+
+#[test]
+fn wrong_gpu_model_is_no_reason_to_evict() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(8, A10))
+        .node(node8("n2"))
+        .job(
+            J::new(1)
+                .gpus(8)
+                .running_on("n1", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(J::new(2).gpus(4).running_on("n2", &[0, 1, 2, 3]))
+        .job(
+            J::new(3)
+                .gpus(4)
+                .running_on("n2", &[4, 5, 6, 7])
+                .checkpointed(T0 + HOUR),
+        )
+        .job(J::new(4).critical().gpus(4).gpu_type("A100"));
+    // Evicting job 1 would free only A10s, no use to a job that wants A100s.
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "evict 3 for 4 on n2 grace 30\nwait 4 Preempting 3 on n2"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Architecture
+
+/// The core stays pure: no async runtime, RPC, storage, clock, randomness or unordered maps
+/// in its production files.
+#[test]
+fn core_stays_pure() {
+    let sources = [
+        ("mod.rs", include_str!("mod.rs")),
+        ("fit.rs", include_str!("fit.rs")),
+        ("order.rs", include_str!("order.rs")),
+        ("pass.rs", include_str!("pass.rs")),
+        ("preempt.rs", include_str!("preempt.rs")),
+        ("explain.rs", include_str!("explain.rs")),
+    ];
+    let forbidden = [
+        "tokio",
+        "tonic",
+        "sled",
+        "SystemTime",
+        "Instant",
+        "rand::",
+        "HashMap",
+        "HashSet",
+        "std::fs",
+        "std::net",
+        "now_ms",
+    ];
+    for (file, text) in sources {
+        for word in forbidden {
+            assert!(!text.contains(word), "core/{file} mentions {word}");
+        }
+    }
+}

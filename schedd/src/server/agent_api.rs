@@ -1,0 +1,100 @@
+//! The `NodeAgent` service: one bidirectional session per node agent.
+
+use crate::cluster::Cluster;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+use ysched_proto as pb;
+use ysched_proto::agent_message::Msg;
+
+pub struct AgentApi {
+    cluster: Arc<Cluster>,
+}
+
+impl AgentApi {
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        AgentApi { cluster }
+    }
+}
+
+/// Refuses a connection whose `authorization: Bearer <key>` is not the cluster key.
+pub fn key_check(key: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |req: Request<()>| {
+        let given = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if constant_time_eq(given.trim().as_bytes(), key.as_bytes()) {
+            Ok(req)
+        } else {
+            tracing::warn!("agent connection refused: wrong or missing cluster key");
+            Err(Status::unauthenticated("wrong or missing cluster key"))
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+type SessionStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulerMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::node_agent_server::NodeAgent for AgentApi {
+    type SessionStream = SessionStream;
+
+    async fn session(
+        &self,
+        req: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<SessionStream>, Status> {
+        let mut inbound = req.into_inner();
+        let reg = match inbound.next().await {
+            Some(Ok(pb::AgentMessage {
+                msg: Some(Msg::Register(r)),
+            })) => r,
+            Some(Err(e)) => return Err(e),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "an agent session must start with Register",
+                ))
+            }
+        };
+        let name = reg.name.clone();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let session_id = self.cluster.register_node(reg, tx).await?;
+        tracing::info!(node = %name, "agent registered");
+        let cluster = self.cluster.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = inbound.next().await {
+                let res = match msg {
+                    Ok(pb::AgentMessage {
+                        msg: Some(Msg::Started(s)),
+                    }) => cluster.job_started(&name, s).await,
+                    Ok(pb::AgentMessage {
+                        msg: Some(Msg::Finished(f)),
+                    }) => cluster.job_finished(&name, f).await,
+                    Ok(pb::AgentMessage {
+                        msg: Some(Msg::Heartbeat(_)),
+                    }) => {
+                        cluster.heartbeat(&name);
+                        Ok(())
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::debug!(node = %name, "agent stream error: {e}");
+                        break;
+                    }
+                };
+                if let Err(e) = res {
+                    tracing::error!(node = %name, "agent report failed: {e:?}");
+                }
+            }
+            cluster.node_disconnected(&name, session_id);
+        });
+        let out = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok);
+        Ok(Response::new(Box::pin(out)))
+    }
+}

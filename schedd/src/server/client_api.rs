@@ -1,0 +1,158 @@
+//! The `Ysched` service for local clients.
+
+use super::identity::owner_from_cred;
+use crate::cluster::Cluster;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tonic::transport::server::UdsConnectInfo;
+use tonic::{Request, Response, Status};
+use ysched_common::{JobId, JobState, Owner};
+use ysched_proto as pb;
+
+pub struct ClientApi {
+    cluster: Arc<Cluster>,
+}
+
+impl ClientApi {
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        ClientApi { cluster }
+    }
+}
+
+/// The caller as the kernel saw it connect. A request without peer credentials is refused.
+fn caller<T>(req: &Request<T>) -> Result<(Owner, Option<std::path::PathBuf>), Status> {
+    let cred = req
+        .extensions()
+        .get::<UdsConnectInfo>()
+        .and_then(|i| i.peer_cred)
+        .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
+    Ok(owner_from_cred(cred.uid(), cred.gid()))
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::ysched_server::Ysched for ClientApi {
+    async fn submit(
+        &self,
+        req: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitReply>, Status> {
+        let (owner, home) = caller(&req)?;
+        let spec = req
+            .into_inner()
+            .spec
+            .ok_or_else(|| Status::invalid_argument("missing job spec"))?;
+        let id = self.cluster.submit(owner, home, spec).await?;
+        Ok(Response::new(pb::SubmitReply { job_id: id.0 }))
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::JobList>, Status> {
+        let jobs = self.cluster.list_jobs(req.get_ref())?;
+        Ok(Response::new(pb::JobList { jobs }))
+    }
+
+    async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
+        Ok(Response::new(
+            self.cluster.job_detail(JobId(req.get_ref().job_id))?,
+        ))
+    }
+
+    async fn cancel(
+        &self,
+        req: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelReply>, Status> {
+        let (owner, _) = caller(&req)?;
+        let r = req.into_inner();
+        let done = self.cluster.cancel(&owner, &r.job_ids, &r.user).await?;
+        Ok(Response::new(pb::CancelReply {
+            cancelled: done.into_iter().map(|j| j.0).collect(),
+        }))
+    }
+
+    async fn hold(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
+        let (owner, _) = caller(&req)?;
+        self.cluster
+            .hold(&owner, JobId(req.get_ref().job_id), true)
+            .await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn release(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
+        let (owner, _) = caller(&req)?;
+        self.cluster
+            .hold(&owner, JobId(req.get_ref().job_id), false)
+            .await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn list_nodes(
+        &self,
+        _req: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::NodeList>, Status> {
+        Ok(Response::new(pb::NodeList {
+            nodes: self.cluster.list_nodes(),
+        }))
+    }
+
+    async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::Empty>, Status> {
+        let (owner, _) = caller(&req)?;
+        let r = req.into_inner();
+        if r.reason.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "a drain needs a reason (--reason TEXT)",
+            ));
+        }
+        self.cluster.drain(&owner, &r.name, Some(r.reason)).await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn resume(&self, req: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
+        let (owner, _) = caller(&req)?;
+        self.cluster
+            .drain(&owner, &req.get_ref().name, None)
+            .await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    type WatchJobStream = WatchStream;
+
+    async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
+        let id = JobId(req.get_ref().job_id);
+        // Subscribe before the first read so no change slips between them.
+        let mut changes = self.cluster.subscribe();
+        let first = self.cluster.job_info(id)?;
+        let cluster = self.cluster.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut last = first;
+            let terminal =
+                |j: &pb::JobInfo| JobState::parse(&j.state).is_some_and(|s| s.is_terminal());
+            if tx.send(Ok(last.clone())).await.is_err() || terminal(&last) {
+                return;
+            }
+            loop {
+                match changes.recv().await {
+                    Ok(changed) if changed != id => continue,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(_) => return,
+                }
+                let Ok(info) = cluster.job_info(id) else {
+                    return;
+                };
+                if info != last {
+                    last = info;
+                    if tx.send(Ok(last.clone())).await.is_err() || terminal(&last) {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+}

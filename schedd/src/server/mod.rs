@@ -1,0 +1,111 @@
+//! The gRPC face of schedd: the only module that knows tonic. Two listeners:
+//! - a Unix socket for local clients, whose identity comes from `SO_PEERCRED`;
+//! - TCP for node agents, each authenticated by the cluster key.
+
+mod agent_api;
+mod client_api;
+mod identity;
+
+use crate::cluster::{ApiError, Cluster};
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use ysched_proto::node_agent_server::NodeAgentServer;
+use ysched_proto::ysched_server::YschedServer;
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        match e {
+            ApiError::Invalid(m) => tonic::Status::invalid_argument(m),
+            ApiError::NotFound(m) => tonic::Status::not_found(m),
+            ApiError::Denied(m) => tonic::Status::permission_denied(m),
+            ApiError::Conflict(m) => tonic::Status::failed_precondition(m),
+            ApiError::Internal(m) => tonic::Status::internal(m),
+        }
+    }
+}
+
+/// Reads the cluster key, creating it (0600, random) at first start.
+pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::read_to_string(path) {
+        Ok(k) if !k.trim().is_empty() => return Ok(k.trim().to_string()),
+        Ok(_) => anyhow::bail!("cluster key file {} is empty", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("cannot read cluster key file {}: {e}", path.display()),
+    }
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    let key: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot create cluster key file {}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut f, format!("{key}\n").as_bytes())?;
+    f.sync_all()?;
+    tracing::info!("created cluster key {}", path.display());
+    Ok(key)
+}
+
+/// Binds the client socket (mode 0666: identity comes from peer credentials, not from
+/// file permissions).
+pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => anyhow::bail!("another schedd is already listening on {}", path.display()),
+        Err(_) => {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let l = UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(l)
+}
+
+/// Serves both listeners until `shutdown` completes.
+pub async fn serve(
+    cluster: Arc<Cluster>,
+    key: String,
+    clients: UnixListener,
+    agents: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let stop_a = stop_tx.subscribe();
+    let stop_b = stop_tx.subscribe();
+    let client_srv = tonic::transport::Server::builder()
+        .add_service(YschedServer::new(client_api::ClientApi::new(
+            cluster.clone(),
+        )))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(clients), wait(stop_a));
+    let agent_srv = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .add_service(NodeAgentServer::with_interceptor(
+            agent_api::AgentApi::new(cluster),
+            agent_api::key_check(key),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(agents), wait(stop_b));
+    let client_task = tokio::spawn(client_srv);
+    let agent_task = tokio::spawn(agent_srv);
+    shutdown.await;
+    let _ = stop_tx.send(());
+    client_task.await??;
+    agent_task.await??;
+    Ok(())
+}
+
+async fn wait(mut rx: tokio::sync::broadcast::Receiver<()>) {
+    let _ = rx.recv().await;
+}

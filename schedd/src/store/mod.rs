@@ -1,0 +1,367 @@
+//! Durable state in sled. The only module that knows sled or the key layout.
+//!
+//! Trees and keys:
+//! - `jobs`:     job id (u64 big-endian) → `Job` as JSON, with `spec.script`/`spec.env` emptied
+//! - `payloads`: job id → `Payload` (script and environment: large, only needed at launch)
+//! - `events`:   job id ++ sequence (u64 BE each) → `JobEvent` as JSON, append-only
+//! - `nodes`:    node name → `Node` as JSON
+//! - `meta`:     `next_job_id` → u64 BE. Written in the same transaction as each new job, so an
+//!   id is never reused, even after a crash (sled's `generate_id` jumps after recovery).
+//!
+//! Writes become durable on [`Store::flush`]; callers acknowledge only after it.
+
+use serde::{Deserialize, Serialize};
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+use std::collections::BTreeMap;
+use std::path::Path;
+use ysched_common::{Job, JobEvent, JobId, Node};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("state store: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("state store: corrupt record {key}: {source}")]
+    Corrupt {
+        key: String,
+        source: serde_json::Error,
+    },
+    #[error("state store: cannot open {path}: {source}")]
+    Open { path: String, source: sled::Error },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The parts of a job spec kept out of memory until launch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Payload {
+    pub script: String,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Everything recovered at start-up.
+pub struct Recovered {
+    /// Jobs that are not finished.
+    pub active_jobs: BTreeMap<JobId, Job>,
+    pub nodes: BTreeMap<String, Node>,
+    pub next_job_id: u64,
+}
+
+/// One atomic change: job records, events and nodes written together.
+#[derive(Default)]
+pub struct Batch {
+    jobs: Vec<Vec<u8>>,
+    job_values: Vec<Vec<u8>>,
+    events: Vec<(JobId, JobEvent)>,
+    payloads: Vec<(JobId, Vec<u8>)>,
+    nodes: Vec<(String, Vec<u8>)>,
+    next_job_id: Option<u64>,
+}
+
+impl Batch {
+    pub fn put_job(&mut self, job: &Job) {
+        let mut slim = job.clone();
+        slim.spec.script.clear();
+        slim.spec.env.clear();
+        self.jobs.push(job.id.0.to_be_bytes().to_vec());
+        self.job_values
+            .push(serde_json::to_vec(&slim).expect("job serializes"));
+    }
+
+    pub fn put_payload(&mut self, id: JobId, payload: &Payload) {
+        self.payloads
+            .push((id, serde_json::to_vec(payload).expect("payload serializes")));
+    }
+
+    pub fn event(&mut self, id: JobId, time: i64, kind: &str, detail: impl Into<String>) {
+        self.events.push((
+            id,
+            JobEvent {
+                time,
+                kind: kind.to_string(),
+                detail: detail.into(),
+            },
+        ));
+    }
+
+    pub fn put_node(&mut self, node: &Node) {
+        self.nodes.push((
+            node.name.clone(),
+            serde_json::to_vec(node).expect("node serializes"),
+        ));
+    }
+
+    pub fn set_next_job_id(&mut self, next: u64) {
+        self.next_job_id = Some(next);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+            && self.events.is_empty()
+            && self.payloads.is_empty()
+            && self.nodes.is_empty()
+            && self.next_job_id.is_none()
+    }
+}
+
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    jobs: sled::Tree,
+    payloads: sled::Tree,
+    events: sled::Tree,
+    nodes: sled::Tree,
+    meta: sled::Tree,
+}
+
+const NEXT_JOB_ID: &[u8] = b"next_job_id";
+
+fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
+    serde_json::from_slice(value).map_err(|source| Error::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+fn event_key(id: JobId, seq: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&id.0.to_be_bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+impl Store {
+    /// Opens (or creates) the store under `dir`.
+    pub fn open(dir: &Path) -> Result<Store> {
+        let db = sled::Config::new()
+            .path(dir.join("db"))
+            // The page cache is sled's main memory cost; job records are small and read rarely.
+            .cache_capacity(16 * 1024 * 1024)
+            .open()
+            .map_err(|source| Error::Open {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        Ok(Store {
+            jobs: db.open_tree("jobs")?,
+            payloads: db.open_tree("payloads")?,
+            events: db.open_tree("events")?,
+            nodes: db.open_tree("nodes")?,
+            meta: db.open_tree("meta")?,
+            db,
+        })
+    }
+
+    pub fn recover(&self) -> Result<Recovered> {
+        let mut active_jobs = BTreeMap::new();
+        let mut max_id = 0;
+        for kv in self.jobs.iter() {
+            let (k, v) = kv?;
+            let job: Job = decode(&k, &v)?;
+            max_id = max_id.max(job.id.0);
+            if !job.state.is_terminal() {
+                active_jobs.insert(job.id, job);
+            }
+        }
+        let mut nodes = BTreeMap::new();
+        for kv in self.nodes.iter() {
+            let (k, v) = kv?;
+            let mut node: Node = decode(&k, &v)?;
+            node.connected = false;
+            nodes.insert(node.name.clone(), node);
+        }
+        let stored_next = self
+            .meta
+            .get(NEXT_JOB_ID)?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(1);
+        Ok(Recovered {
+            active_jobs,
+            nodes,
+            next_job_id: stored_next.max(max_id + 1),
+        })
+    }
+
+    /// Applies a batch atomically (not yet durable: see [`Store::flush`]).
+    pub fn apply(&self, batch: Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Event sequence numbers: continue after the job's last event.
+        let mut seqs: BTreeMap<JobId, u64> = BTreeMap::new();
+        for (id, _) in &batch.events {
+            if !seqs.contains_key(id) {
+                let next = self
+                    .events
+                    .scan_prefix(id.0.to_be_bytes())
+                    .keys()
+                    .next_back()
+                    .transpose()?
+                    .map(|k| u64::from_be_bytes(k[8..16].try_into().unwrap_or([0; 8])) + 1)
+                    .unwrap_or(0);
+                seqs.insert(*id, next);
+            }
+        }
+        let mut events = Vec::with_capacity(batch.events.len());
+        for (id, ev) in &batch.events {
+            let seq = seqs.get_mut(id).expect("seeded above");
+            events.push((event_key(*id, *seq), serde_json::to_vec(ev).expect("event")));
+            *seq += 1;
+        }
+        let res: std::result::Result<(), TransactionError<()>> = (
+            &self.jobs,
+            &self.payloads,
+            &self.events,
+            &self.nodes,
+            &self.meta,
+        )
+            .transaction(|(jobs, payloads, ev, nodes, meta)| {
+                for (k, v) in batch.jobs.iter().zip(&batch.job_values) {
+                    jobs.insert(k.as_slice(), v.as_slice())?;
+                }
+                for (id, v) in &batch.payloads {
+                    payloads.insert(&id.0.to_be_bytes(), v.as_slice())?;
+                }
+                for (k, v) in &events {
+                    ev.insert(k, v.as_slice())?;
+                }
+                for (name, v) in &batch.nodes {
+                    nodes.insert(name.as_bytes(), v.as_slice())?;
+                }
+                if let Some(next) = batch.next_job_id {
+                    meta.insert(NEXT_JOB_ID, &next.to_be_bytes())?;
+                }
+                Ok::<(), ConflictableTransactionError<()>>(())
+            });
+        match res {
+            Ok(()) => Ok(()),
+            Err(TransactionError::Storage(e)) => Err(e.into()),
+            Err(TransactionError::Abort(())) => unreachable!("no transaction aborts"),
+        }
+    }
+
+    /// Makes everything applied so far durable against a process crash.
+    pub async fn flush(&self) -> Result<()> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    pub fn payload(&self, id: JobId) -> Result<Payload> {
+        match self.payloads.get(id.0.to_be_bytes())? {
+            Some(v) => decode(&id.0.to_be_bytes(), &v),
+            None => Ok(Payload::default()),
+        }
+    }
+
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        match self.jobs.get(id.0.to_be_bytes())? {
+            Some(v) => Ok(Some(decode(&id.0.to_be_bytes(), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Finished jobs, oldest id first, for listings that include history.
+    pub fn finished_jobs(&self) -> Result<Vec<Job>> {
+        let mut res = Vec::new();
+        for kv in self.jobs.iter() {
+            let (k, v) = kv?;
+            let job: Job = decode(&k, &v)?;
+            if job.state.is_terminal() {
+                res.push(job);
+            }
+        }
+        Ok(res)
+    }
+
+    pub fn events(&self, id: JobId) -> Result<Vec<JobEvent>> {
+        self.events
+            .scan_prefix(id.0.to_be_bytes())
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode(&k, &v)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ysched_common::{JobSpec, JobState, Owner};
+
+    fn job(id: u64, state: JobState) -> Job {
+        Job {
+            id: JobId(id),
+            spec: JobSpec {
+                script: "#!/bin/sh\ntrue\n".into(),
+                ..Default::default()
+            },
+            owner: Owner {
+                uid: 0,
+                gid: 0,
+                user: "root".into(),
+                groups: vec![],
+            },
+            tier_value: 1000,
+            state,
+            reason: String::new(),
+            alloc: vec![],
+            restart_count: 0,
+            exit_code: None,
+            signal: None,
+            submit_time: 1,
+            start_time: None,
+            end_time: None,
+            launched: false,
+            grace_secs: 30,
+            checkpoint_dir: String::new(),
+            stop: None,
+            last_checkpoint: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn roundtrip_and_recover() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let mut b = Batch::default();
+            b.put_job(&job(1, JobState::Pending));
+            b.put_payload(
+                JobId(1),
+                &Payload {
+                    script: "s".into(),
+                    env: Default::default(),
+                },
+            );
+            b.put_job(&job(2, JobState::Completed));
+            b.event(JobId(1), 5, "submitted", "x");
+            b.event(JobId(1), 6, "started", "y");
+            b.set_next_job_id(3);
+            store.apply(b).unwrap();
+            let mut b = Batch::default();
+            b.event(JobId(1), 7, "ended", "z");
+            store.apply(b).unwrap();
+            store.flush().await.unwrap();
+            let ev = store.events(JobId(1)).unwrap();
+            assert_eq!(ev.iter().map(|e| e.time).collect::<Vec<_>>(), [5, 6, 7]);
+            assert_eq!(store.payload(JobId(1)).unwrap().script, "s");
+            assert!(store.job(JobId(1)).unwrap().unwrap().spec.script.is_empty());
+        }
+        // sled's flusher may still hold the lock briefly after drop (sled#1234).
+        let store = loop {
+            match Store::open(dir.path()) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        };
+        let rec = store.recover().unwrap();
+        assert_eq!(rec.next_job_id, 3);
+        assert_eq!(
+            rec.active_jobs.keys().copied().collect::<Vec<_>>(),
+            [JobId(1)]
+        );
+        assert_eq!(store.finished_jobs().unwrap().len(), 1);
+    }
+}

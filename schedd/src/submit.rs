@@ -1,0 +1,169 @@
+//! Turns a client's wire `JobSpec` into a validated domain job, or a message naming what is
+//! wrong. Runs before anything is written, so a refused submit changes nothing.
+
+use crate::core;
+use crate::store::Payload;
+use std::collections::BTreeMap;
+use std::path::Path;
+use ysched_common::{Config, JobSpec, Node, Owner};
+use ysched_proto as pb;
+
+/// Checks a submit and resolves defaults. Returns the spec (without script and env, which go
+/// into the payload), the payload, and the resolved grace.
+pub fn validate(
+    wire: pb::JobSpec,
+    owner: &Owner,
+    config: &Config,
+    nodes: &BTreeMap<String, Node>,
+) -> Result<(JobSpec, Payload, u32), String> {
+    let tier_name = if wire.tier.trim().is_empty() {
+        config.scheduler.default_tier.clone()
+    } else {
+        wire.tier.trim().to_ascii_lowercase()
+    };
+    let Some(tier) = config.tier(&tier_name) else {
+        return Err(format!(
+            "unknown tier '{}' (tiers: {})",
+            wire.tier,
+            config.tier_names().join(", ")
+        ));
+    };
+    if !tier_allows(tier, owner) {
+        return Err(format!(
+            "user {} may not submit to tier '{tier_name}' ({})",
+            owner.user,
+            who_may(tier)
+        ));
+    }
+    let nodes_wanted = wire.nodes.max(1);
+    if wire.gpus % nodes_wanted != 0 {
+        return Err(format!(
+            "--gpus {} cannot be split evenly over --nodes {nodes_wanted}",
+            wire.gpus
+        ));
+    }
+    let grace = match wire.grace_secs {
+        Some(g) if g > tier.max_grace => {
+            return Err(format!(
+                "--grace {g} exceeds the maximum of {} seconds for tier '{tier_name}'",
+                tier.max_grace
+            ))
+        }
+        Some(g) => g,
+        None => tier.default_grace,
+    };
+    if wire.script.is_empty() {
+        return Err("empty job script".into());
+    }
+    if !wire.workdir.starts_with('/') {
+        return Err(format!(
+            "working directory '{}' is not an absolute path",
+            wire.workdir
+        ));
+    }
+    let gpu_types: Vec<String> = wire
+        .gpu_type
+        .split('|')
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if wire.gpu_type.contains('|') && gpu_types.len() != wire.gpu_type.split('|').count() {
+        return Err(format!("malformed --gpu-type '{}'", wire.gpu_type));
+    }
+    if !gpu_types.is_empty() && wire.gpus == 0 {
+        return Err("--gpu-type given without --gpus".into());
+    }
+    let interconnect = match wire.interconnect.trim() {
+        "" => None,
+        "nvlink" => Some("nvlink".to_string()),
+        other => return Err(format!("unknown --interconnect '{other}' (known: nvlink)")),
+    };
+    let opt = |s: String| (!s.trim().is_empty()).then_some(s);
+    let spec = JobSpec {
+        name: if wire.name.is_empty() {
+            "job".into()
+        } else {
+            wire.name
+        },
+        tier: tier_name,
+        gpus: wire.gpus,
+        gpu_types,
+        cpus: wire.cpus.max(1),
+        mem_mib: wire.mem_mib,
+        time_limit_secs: (wire.time_limit_secs > 0).then_some(wire.time_limit_secs),
+        grace_secs: wire.grace_secs,
+        checkpoint_dir: opt(wire.checkpoint_dir).map(|d| absolutize(&d, &wire.workdir)),
+        account: opt(wire.account).unwrap_or_else(|| {
+            owner
+                .groups
+                .first()
+                .cloned()
+                .unwrap_or_else(|| owner.user.clone())
+        }),
+        stdout_path: opt(wire.stdout_path),
+        stderr_path: opt(wire.stderr_path),
+        workdir: wire.workdir,
+        script: String::new(),
+        args: wire.args,
+        env: BTreeMap::new(),
+        hold: wire.hold,
+        nodes: nodes_wanted,
+        no_requeue: wire.no_requeue,
+        interconnect,
+        constraints: wire
+            .constraints
+            .into_iter()
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect(),
+    };
+    core::check_satisfiable(&spec, nodes)?;
+    Ok((
+        spec,
+        Payload {
+            script: wire.script,
+            env: wire.env.into_iter().collect(),
+        },
+        grace,
+    ))
+}
+
+/// The checkpoint directory for a job: its own `--checkpoint-dir`, else
+/// `<checkpoint_root>/<id>` with `~` as the owner's home.
+pub fn checkpoint_dir(spec: &JobSpec, id: u64, root: &str, owner_home: Option<&Path>) -> String {
+    if let Some(dir) = &spec.checkpoint_dir {
+        return dir.clone();
+    }
+    let root = match (root.strip_prefix('~'), owner_home) {
+        (Some(rest), Some(home)) => format!("{}{rest}", home.display()),
+        (Some(rest), None) => format!("/tmp{rest}"),
+        (None, _) => root.to_string(),
+    };
+    format!("{}/{id}", root.trim_end_matches('/'))
+}
+
+fn absolutize(path: &str, workdir: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("{}/{path}", workdir.trim_end_matches('/'))
+    }
+}
+
+/// Root may use every tier; otherwise empty allow lists mean everyone.
+pub fn tier_allows(tier: &ysched_common::TierConfig, owner: &Owner) -> bool {
+    if owner.is_root() || (tier.allow_users.is_empty() && tier.allow_groups.is_empty()) {
+        return true;
+    }
+    tier.allow_users.iter().any(|u| *u == owner.user)
+        || tier.allow_groups.iter().any(|g| owner.groups.contains(g))
+}
+
+fn who_may(tier: &ysched_common::TierConfig) -> String {
+    let mut parts = vec!["root".to_string()];
+    parts.extend(tier.allow_users.iter().filter(|u| *u != "root").cloned());
+    if !tier.allow_groups.is_empty() {
+        parts.push(format!("members of {}", tier.allow_groups.join(", ")));
+    }
+    format!("allowed: {}", parts.join(", "))
+}

@@ -1,0 +1,213 @@
+//! `yctl`: cluster administration and inspection, like scontrol/sinfo.
+
+use crate::client::{self, reply};
+use crate::jobs::{format_job_detail, job_detail_to_json};
+use crate::nodes::{format_gpu_lines, format_nodes_table, node_to_json, NodeJson};
+use crate::output::{print_json, print_stdout};
+use anyhow::{anyhow, Result};
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use ysched_common::time::now_ms;
+use ysched_proto::{DrainRequest, JobRef, ListNodesRequest, NodeRef};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "yctl",
+    version,
+    about = "Inspect and administer a ysched cluster"
+)]
+pub struct YctlCli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List nodes and their GPUs
+    Nodes {
+        /// Also list each GPU and the job holding it
+        #[arg(short = 'l', long)]
+        long: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop scheduling new jobs on nodes; running jobs finish
+    Drain {
+        #[arg(value_name = "NODE", required = true)]
+        nodes: Vec<String>,
+        /// Why (required)
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// Return drained nodes to service
+    Resume {
+        #[arg(value_name = "NODE", required = true)]
+        nodes: Vec<String>,
+    },
+    /// Show everything about a job or a node
+    Show {
+        #[command(subcommand)]
+        what: ShowCommand,
+    },
+    /// Keep pending jobs from starting
+    Hold {
+        #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
+        job_ids: Vec<u64>,
+    },
+    /// Let held jobs start again
+    Release {
+        #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
+        job_ids: Vec<u64>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ShowCommand {
+    /// A job: its request, state, allocation and event history
+    Job {
+        job_id: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A node and its GPUs
+    Node {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The `yctl` binary.
+pub fn main() -> ExitCode {
+    let cli = YctlCli::parse();
+    client::run_tool("yctl", || run(cli))
+}
+
+pub async fn run(cli: YctlCli) -> Result<ExitCode> {
+    if let Command::Drain { reason, .. } = &cli.command {
+        if reason.trim().is_empty() {
+            return Err(anyhow!("--reason must not be empty"));
+        }
+    }
+    let (mut client, _) = client::connect_from_config().await?;
+    match cli.command {
+        Command::Nodes { long, json } => {
+            let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
+            if json {
+                let objects: Vec<NodeJson> = nodes.iter().map(node_to_json).collect();
+                print_json(&objects)?;
+            } else {
+                print_stdout(&format_nodes_table(&nodes, long))?;
+            }
+        }
+        Command::Drain { nodes, reason } => {
+            for name in nodes {
+                reply(
+                    client
+                        .drain(DrainRequest {
+                            name,
+                            reason: reason.clone(),
+                        })
+                        .await,
+                )?;
+            }
+        }
+        Command::Resume { nodes } => {
+            for name in nodes {
+                reply(client.resume(NodeRef { name }).await)?;
+            }
+        }
+        Command::Show {
+            what: ShowCommand::Job { job_id, json },
+        } => {
+            let detail = reply(client.get_job(JobRef { job_id }).await)?;
+            let job = detail
+                .job
+                .as_ref()
+                .ok_or_else(|| anyhow!("schedd sent no job for {job_id}"))?;
+            if json {
+                print_json(&job_detail_to_json(job, &detail.events, now_ms()))?;
+            } else {
+                print_stdout(&format_job_detail(&detail, now_ms()))?;
+            }
+        }
+        Command::Show {
+            what: ShowCommand::Node { name, json },
+        } => {
+            // There is no single-node RPC; the list is small.
+            let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
+            let node = nodes
+                .iter()
+                .find(|n| n.name == name)
+                .ok_or_else(|| anyhow!("unknown node '{name}'"))?;
+            if json {
+                print_json(&node_to_json(node))?;
+            } else {
+                let mut out = format_nodes_table(std::slice::from_ref(node), false);
+                out.push_str(&format_gpu_lines(node));
+                print_stdout(&out)?;
+            }
+        }
+        Command::Hold { job_ids } => {
+            for job_id in job_ids {
+                reply(client.hold(JobRef { job_id }).await)?;
+            }
+        }
+        Command::Release { job_ids } => {
+            for job_id in job_ids {
+                reply(client.release(JobRef { job_id }).await)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<YctlCli, clap::Error> {
+        YctlCli::try_parse_from(std::iter::once("yctl").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn subcommands() {
+        assert!(matches!(
+            parse(&["nodes", "-l"]).unwrap().command,
+            Command::Nodes {
+                long: true,
+                json: false
+            }
+        ));
+        assert!(matches!(
+            parse(&["show", "job", "12", "--json"]).unwrap().command,
+            Command::Show {
+                what: ShowCommand::Job {
+                    job_id: 12,
+                    json: true
+                }
+            }
+        ));
+        match parse(&["drain", "gpu01", "--reason", "bad fan"])
+            .unwrap()
+            .command
+        {
+            Command::Drain { nodes, reason } => assert_eq!(
+                (nodes, reason.as_str()),
+                (vec!["gpu01".to_string()], "bad fan")
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(parse(&["hold", "3,4"]).unwrap().command, Command::Hold { job_ids } if job_ids == [3, 4])
+        );
+    }
+
+    #[test]
+    fn drain_needs_a_reason_and_ids_must_be_numbers() {
+        assert!(parse(&["drain", "gpu01"]).is_err());
+        assert!(parse(&["hold", "x"]).is_err());
+        assert!(parse(&["release"]).is_err());
+        assert!(parse(&["show", "job", "-3"]).is_err());
+    }
+}

@@ -1,0 +1,647 @@
+//! How jobs are shown: the `yq` table row, the JSON object (`yq --json`, `yctl show job
+//! --json`) and the `yctl show job` text. All take `now_ms` as a parameter so they are pure.
+
+use crate::output::{cell_num, format_mib, Column, Table};
+use serde::Serialize;
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+use ysched_common::time::{format_elapsed, rfc3339, Millis};
+use ysched_common::JobState;
+use ysched_proto::{JobDetail, JobEvent, JobInfo, JobSpec};
+
+/// Seconds the job has run in its current (or last) run: 0 while it waits, up to now while it
+/// runs, up to its end once finished.
+pub fn elapsed_secs(job: &JobInfo, now_ms: Millis) -> u64 {
+    let state = JobState::parse(&job.state);
+    if job.start_time_ms <= 0 || matches!(state, Some(JobState::Pending | JobState::Held)) {
+        return 0;
+    }
+    // An unknown state with an end time is taken as finished.
+    let still_running = state.is_some_and(|s| !s.is_terminal());
+    let end = if job.end_time_ms > 0 && !still_running {
+        job.end_time_ms
+    } else {
+        now_ms
+    };
+    (end.saturating_sub(job.start_time_ms).max(0) / 1000) as u64
+}
+
+/// The nodes the job holds, comma-joined, or `None` when it holds none.
+pub fn node_list(job: &JobInfo) -> Option<String> {
+    match job.alloc.as_slice() {
+        [] => None,
+        [only] => Some(only.node.clone()),
+        allocs => Some(
+            allocs
+                .iter()
+                .map(|a| a.node.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    }
+}
+
+/// GPUs the job asked for; from its allocation if the spec is missing.
+pub fn gpus_requested(job: &JobInfo) -> u32 {
+    match &job.spec {
+        Some(spec) => spec.gpus,
+        None => job.alloc.iter().map(|a| a.gpus.len() as u32).sum(),
+    }
+}
+
+/// An epoch-milliseconds time as RFC 3339, `None` when unset (0).
+fn time_or_none(ms: Millis) -> Option<String> {
+    (ms > 0).then(|| rfc3339(ms))
+}
+
+pub const JOB_COLUMNS: &[Column] = &[
+    Column::right("JOBID"),
+    Column::left("NAME"),
+    Column::left("USER"),
+    Column::left("TIER"),
+    Column::left("STATE"),
+    Column::right("TIME"),
+    Column::right("GPUS"),
+    Column::left("NODELIST(REASON)"),
+];
+
+/// The `yq` table: `JOBID NAME USER TIER STATE TIME GPUS NODELIST(REASON)`, in the order given.
+/// The last column is the node list of a job holding nodes, else `(reason)` (`(None)` if none).
+pub fn format_job_table(jobs: &[JobInfo], now_ms: Millis, header: bool) -> String {
+    let mut table = Table::with_capacity(JOB_COLUMNS, jobs.len());
+    for job in jobs {
+        let location = match node_list(job) {
+            Some(nodes) => nodes,
+            None if job.reason.is_empty() => "(None)".to_string(),
+            None => format!("({})", job.reason),
+        };
+        table.push_row([
+            cell_num(job.id),
+            Cow::Borrowed(job.name.as_str()),
+            Cow::Borrowed(job.user.as_str()),
+            Cow::Borrowed(job.tier.as_str()),
+            Cow::Borrowed(job.state.as_str()),
+            Cow::Owned(format_elapsed(elapsed_secs(job, now_ms))),
+            cell_num(gpus_requested(job)),
+            Cow::Owned(location),
+        ]);
+    }
+    let mut out = String::new();
+    table.render(&mut out, header);
+    out
+}
+
+/// The GPUs a job holds on one node.
+#[derive(Debug, Serialize)]
+pub struct NodeAllocJson<'a> {
+    pub node: &'a str,
+    pub gpus: &'a [u32],
+    pub cpus: u32,
+    pub mem_mib: u64,
+}
+
+/// A job as `yq --json` prints it; `yctl show job --json` adds to it.
+#[derive(Debug, Serialize)]
+pub struct JobJson<'a> {
+    pub id: u64,
+    pub name: &'a str,
+    pub user: &'a str,
+    pub uid: u32,
+    pub account: &'a str,
+    pub tier: &'a str,
+    pub tier_value: i64,
+    pub state: &'a str,
+    pub reason: &'a str,
+    /// The nodes held, comma-joined; null when none.
+    pub node: Option<String>,
+    pub nodes: Vec<NodeAllocJson<'a>>,
+    /// GPU indices held, over all nodes in allocation order.
+    pub gpus: Vec<u32>,
+    pub gpus_requested: u32,
+    pub restart_count: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub submit_time: Option<String>,
+    pub start_time: Option<String>,
+    pub end_time: Option<String>,
+    /// Seconds; null when unlimited.
+    pub time_limit: Option<u64>,
+    pub checkpoint_dir: &'a str,
+}
+
+pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
+    JobJson {
+        id: job.id,
+        name: &job.name,
+        user: &job.user,
+        uid: job.uid,
+        account: &job.account,
+        tier: &job.tier,
+        tier_value: job.tier_value,
+        state: &job.state,
+        reason: &job.reason,
+        node: node_list(job),
+        nodes: job
+            .alloc
+            .iter()
+            .map(|a| NodeAllocJson {
+                node: &a.node,
+                gpus: &a.gpus,
+                cpus: a.cpus,
+                mem_mib: a.mem_mib,
+            })
+            .collect(),
+        gpus: job
+            .alloc
+            .iter()
+            .flat_map(|a| a.gpus.iter().copied())
+            .collect(),
+        gpus_requested: gpus_requested(job),
+        restart_count: job.restart_count,
+        exit_code: job.exit_code,
+        signal: job.signal,
+        submit_time: time_or_none(job.submit_time_ms),
+        start_time: time_or_none(job.start_time_ms),
+        end_time: time_or_none(job.end_time_ms),
+        time_limit: job
+            .spec
+            .as_ref()
+            .map(|s| s.time_limit_secs)
+            .filter(|&t| t > 0),
+        checkpoint_dir: &job.checkpoint_dir,
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventJson<'a> {
+    pub time: Option<String>,
+    pub kind: &'a str,
+    pub detail: &'a str,
+}
+
+/// A job with its full request and history, as `yctl show job --json` prints it: the fields of
+/// [`JobJson`] plus these.
+#[derive(Debug, Serialize)]
+pub struct JobDetailJson<'a> {
+    #[serde(flatten)]
+    pub job: JobJson<'a>,
+    pub gid: u32,
+    /// Seconds between SIGTERM and SIGKILL (resolved).
+    pub grace: u32,
+    pub elapsed: u64,
+    pub gpu_type: &'a str,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub nodes_requested: u32,
+    pub workdir: &'a str,
+    pub stdout_path: &'a str,
+    pub stderr_path: &'a str,
+    pub args: &'a [String],
+    pub hold: bool,
+    pub no_requeue: bool,
+    pub interconnect: &'a str,
+    pub constraints: &'a [String],
+    pub events: Vec<EventJson<'a>>,
+}
+
+/// Stands in for a missing spec, so the detail views need not handle its absence field by field.
+static EMPTY_SPEC: LazyLock<JobSpec> = LazyLock::new(JobSpec::default);
+
+pub fn job_detail_to_json<'a>(
+    job: &'a JobInfo,
+    events: &'a [JobEvent],
+    now_ms: Millis,
+) -> JobDetailJson<'a> {
+    let spec = job.spec.as_ref().unwrap_or(&EMPTY_SPEC);
+    JobDetailJson {
+        job: job_to_json(job),
+        gid: job.gid,
+        grace: job.grace_secs,
+        elapsed: elapsed_secs(job, now_ms),
+        gpu_type: &spec.gpu_type,
+        cpus: spec.cpus.max(1),
+        mem_mib: spec.mem_mib,
+        nodes_requested: spec.nodes.max(1),
+        workdir: &spec.workdir,
+        stdout_path: &spec.stdout_path,
+        stderr_path: &spec.stderr_path,
+        args: &spec.args,
+        hold: spec.hold,
+        no_requeue: spec.no_requeue,
+        interconnect: &spec.interconnect,
+        constraints: &spec.constraints,
+        events: events
+            .iter()
+            .map(|e| EventJson {
+                time: time_or_none(e.time_ms),
+                kind: &e.kind,
+                detail: &e.detail,
+            })
+            .collect(),
+    }
+}
+
+/// `yctl show job`: `Key=Value` lines like `scontrol show job`, then the job's events.
+pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
+    let Some(job) = &detail.job else {
+        return String::from("(no job in reply)\n");
+    };
+    let spec = job.spec.as_ref().unwrap_or(&EMPTY_SPEC);
+    let or = |value: &str, default: &'static str| -> String {
+        if value.is_empty() {
+            default.to_string()
+        } else {
+            value.to_string()
+        }
+    };
+    let time = |ms: Millis| time_or_none(ms).unwrap_or_else(|| "None".into());
+    let limit = match spec.time_limit_secs {
+        0 => "UNLIMITED".to_string(),
+        secs => format_elapsed(secs),
+    };
+    let exit = format!(
+        "{}:{}",
+        job.exit_code.map_or("-".into(), |c| c.to_string()),
+        job.signal.unwrap_or(0)
+    );
+    let gpu_indices = job
+        .alloc
+        .iter()
+        .map(|a| {
+            let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
+            format!("{}:{}", a.node, gpus.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let stdout = if spec.stdout_path.is_empty() {
+        "ysched-%j.out".to_string()
+    } else {
+        spec.stdout_path.clone()
+    };
+    let stderr = if spec.stderr_path.is_empty() {
+        stdout.clone()
+    } else {
+        spec.stderr_path.clone()
+    };
+    let args = spec
+        .args
+        .iter()
+        .map(|a| quote_if_needed(a))
+        .collect::<Vec<_>>()
+        .join(" ");
+
+    let lines: [&[(&str, String)]; 12] = [
+        &[("JobId", job.id.to_string()), ("JobName", job.name.clone())],
+        &[
+            ("UserId", format!("{}({})", job.user, job.uid)),
+            ("GroupId", job.gid.to_string()),
+            ("Account", job.account.clone()),
+        ],
+        &[
+            ("Tier", job.tier.clone()),
+            ("TierValue", job.tier_value.to_string()),
+            ("JobState", job.state.clone()),
+            ("Reason", or(&job.reason, "None")),
+        ],
+        &[
+            ("Restarts", job.restart_count.to_string()),
+            ("Requeue", u8::from(!spec.no_requeue).to_string()),
+            ("Hold", u8::from(spec.hold).to_string()),
+            ("ExitCode", exit),
+        ],
+        &[
+            ("RunTime", format_elapsed(elapsed_secs(job, now_ms))),
+            ("TimeLimit", limit),
+            ("Grace", job.grace_secs.to_string()),
+        ],
+        &[
+            ("SubmitTime", time(job.submit_time_ms)),
+            ("StartTime", time(job.start_time_ms)),
+            ("EndTime", time(job.end_time_ms)),
+        ],
+        &[
+            ("NumNodes", spec.nodes.max(1).to_string()),
+            ("GPUs", gpus_requested(job).to_string()),
+            ("GpuType", or(&spec.gpu_type, "any")),
+            ("CPUs", spec.cpus.max(1).to_string()),
+            (
+                "Mem",
+                if spec.mem_mib == 0 {
+                    "None".into()
+                } else {
+                    format_mib(spec.mem_mib)
+                },
+            ),
+        ],
+        &[
+            ("NodeList", node_list(job).unwrap_or_else(|| "None".into())),
+            ("GpuIndices", or(&gpu_indices, "None")),
+        ],
+        &[
+            ("Interconnect", or(&spec.interconnect, "any")),
+            ("Constraints", or(&spec.constraints.join(","), "None")),
+        ],
+        &[("CheckpointDir", or(&job.checkpoint_dir, "None"))],
+        &[
+            ("WorkDir", spec.workdir.clone()),
+            ("StdOut", stdout),
+            ("StdErr", stderr),
+        ],
+        &[("Args", or(&args, "None"))],
+    ];
+
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        out.push_str(if i == 0 { "" } else { "   " });
+        for (j, (key, value)) in line.iter().enumerate() {
+            if j > 0 {
+                out.push(' ');
+            }
+            let _ = write!(out, "{key}={value}");
+        }
+        out.push('\n');
+    }
+    out.push_str("Events:\n");
+    if detail.events.is_empty() {
+        out.push_str("   (none)\n");
+    }
+    let mut table = Table::with_capacity(EVENT_COLUMNS, detail.events.len());
+    for event in &detail.events {
+        table.push_row([
+            Cow::Owned(time(event.time_ms)),
+            Cow::Borrowed(event.kind.as_str()),
+            Cow::Borrowed(event.detail.as_str()),
+        ]);
+    }
+    let mut events = String::new();
+    table.render(&mut events, false);
+    for line in events.lines() {
+        let _ = writeln!(out, "   {line}");
+    }
+    out
+}
+
+const EVENT_COLUMNS: &[Column] = &[
+    Column::left("TIME"),
+    Column::left("KIND"),
+    Column::left("DETAIL"),
+];
+
+/// Single-quotes an argument containing blanks or quotes, so the `Args=` line reads unambiguously.
+fn quote_if_needed(arg: &str) -> Cow<'_, str> {
+    if !arg.is_empty()
+        && !arg.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"' || c == '\\')
+    {
+        Cow::Borrowed(arg)
+    } else {
+        Cow::Owned(format!("'{}'", arg.replace('\'', r"'\''")))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use ysched_proto::NodeAlloc;
+
+    /// 2026-01-01T00:00:00Z
+    pub const T0: Millis = 1_767_225_600_000;
+
+    pub fn running_job() -> JobInfo {
+        JobInfo {
+            id: 17,
+            name: "train".into(),
+            user: "alice".into(),
+            uid: 1000,
+            gid: 1000,
+            account: "ml".into(),
+            tier: "high".into(),
+            tier_value: 10_000,
+            state: "RUNNING".into(),
+            reason: String::new(),
+            alloc: vec![
+                NodeAlloc {
+                    node: "gpu01".into(),
+                    gpus: vec![0, 1],
+                    cpus: 8,
+                    mem_mib: 16384,
+                },
+                NodeAlloc {
+                    node: "gpu02".into(),
+                    gpus: vec![4, 5],
+                    cpus: 8,
+                    mem_mib: 16384,
+                },
+            ],
+            restart_count: 1,
+            exit_code: None,
+            signal: None,
+            submit_time_ms: T0,
+            start_time_ms: T0 + 10_000,
+            end_time_ms: 0,
+            spec: Some(JobSpec {
+                name: "train".into(),
+                gpus: 4,
+                gpu_type: "A100".into(),
+                cpus: 8,
+                mem_mib: 16384,
+                time_limit_secs: 3600,
+                workdir: "/home/alice".into(),
+                args: vec!["--lr".into(), "a b".into()],
+                nodes: 2,
+                constraints: vec!["ib".into()],
+                ..Default::default()
+            }),
+            checkpoint_dir: "/ckpt/17".into(),
+            grace_secs: 30,
+        }
+    }
+
+    pub fn pending_job() -> JobInfo {
+        JobInfo {
+            id: 18,
+            name: "eval".into(),
+            user: "bob".into(),
+            tier: "low".into(),
+            state: "PENDING".into(),
+            reason: "Resources".into(),
+            submit_time_ms: T0,
+            spec: Some(JobSpec {
+                gpus: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn elapsed_time_by_state() {
+        let now = T0 + 10_000 + 65_000;
+        assert_eq!(elapsed_secs(&running_job(), now), 65);
+        assert_eq!(elapsed_secs(&pending_job(), now), 0);
+        let mut done = running_job();
+        done.state = "COMPLETED".into();
+        done.end_time_ms = T0 + 10_000 + 3_000;
+        assert_eq!(elapsed_secs(&done, now), 3);
+        // A requeued job keeps its old start time but is waiting again.
+        let mut requeued = running_job();
+        requeued.state = "PENDING".into();
+        assert_eq!(elapsed_secs(&requeued, now), 0);
+    }
+
+    #[test]
+    fn table_rows() {
+        let now = T0 + 10_000 + 3_725_000;
+        let out = format_job_table(&[running_job(), pending_job()], now, true);
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            [
+                "JOBID",
+                "NAME",
+                "USER",
+                "TIER",
+                "STATE",
+                "TIME",
+                "GPUS",
+                "NODELIST(REASON)"
+            ]
+        );
+        assert_eq!(
+            lines[1],
+            [
+                "17",
+                "train",
+                "alice",
+                "high",
+                "RUNNING",
+                "1:02:05",
+                "4",
+                "gpu01,gpu02"
+            ]
+        );
+        assert_eq!(
+            lines[2],
+            [
+                "18",
+                "eval",
+                "bob",
+                "low",
+                "PENDING",
+                "0:00",
+                "1",
+                "(Resources)"
+            ]
+        );
+        assert_eq!(lines.len(), 3);
+        // Columns line up: every row has its STATE at the header's offset.
+        let state_at = out.lines().next().unwrap().find("STATE").unwrap();
+        for line in out.lines().skip(1) {
+            assert!(line[state_at..].starts_with(['R', 'P']), "{line}");
+        }
+        assert_eq!(format_job_table(&[], now, false), "");
+        assert_eq!(format_job_table(&[], now, true).lines().count(), 1);
+    }
+
+    #[test]
+    fn json_object() {
+        let value = serde_json::to_value(job_to_json(&running_job())).unwrap();
+        assert_eq!(value["id"], 17);
+        assert_eq!(value["name"], "train");
+        assert_eq!(value["user"], "alice");
+        assert_eq!(value["account"], "ml");
+        assert_eq!(value["tier"], "high");
+        assert_eq!(value["tier_value"], 10_000);
+        assert_eq!(value["state"], "RUNNING");
+        assert_eq!(value["node"], "gpu01,gpu02");
+        assert_eq!(value["gpus"], serde_json::json!([0, 1, 4, 5]));
+        assert_eq!(value["nodes"][1]["node"], "gpu02");
+        assert_eq!(value["nodes"][1]["gpus"], serde_json::json!([4, 5]));
+        assert_eq!(value["restart_count"], 1);
+        assert_eq!(value["exit_code"], serde_json::Value::Null);
+        assert_eq!(value["submit_time"], "2026-01-01T00:00:00Z");
+        assert_eq!(value["start_time"], "2026-01-01T00:00:10Z");
+        assert_eq!(value["end_time"], serde_json::Value::Null);
+        assert_eq!(value["reason"], "");
+        assert_eq!(value["uid"], 1000);
+        assert_eq!(value["time_limit"], 3600);
+        assert_eq!(value["gpus_requested"], 4);
+        assert_eq!(value["checkpoint_dir"], "/ckpt/17");
+        assert_eq!(value["signal"], serde_json::Value::Null);
+
+        let value = serde_json::to_value(job_to_json(&pending_job())).unwrap();
+        assert_eq!(value["node"], serde_json::Value::Null);
+        assert_eq!(value["gpus"], serde_json::json!([]));
+        assert_eq!(value["start_time"], serde_json::Value::Null);
+        assert_eq!(value["time_limit"], serde_json::Value::Null);
+        assert_eq!(value["reason"], "Resources");
+    }
+
+    fn detail() -> JobDetail {
+        JobDetail {
+            job: Some(running_job()),
+            events: vec![
+                JobEvent {
+                    time_ms: T0,
+                    kind: "SUBMITTED".into(),
+                    detail: "tier high".into(),
+                },
+                JobEvent {
+                    time_ms: T0 + 10_000,
+                    kind: "STARTED".into(),
+                    detail: "gpu01,gpu02".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn detail_json_extends_the_job_object() {
+        let detail = detail();
+        let value = serde_json::to_value(job_detail_to_json(
+            detail.job.as_ref().unwrap(),
+            &detail.events,
+            T0 + 20_000,
+        ))
+        .unwrap();
+        assert_eq!(value["id"], 17);
+        assert_eq!(value["node"], "gpu01,gpu02");
+        assert_eq!(value["grace"], 30);
+        assert_eq!(value["gpu_type"], "A100");
+        assert_eq!(value["nodes_requested"], 2);
+        assert_eq!(value["elapsed"], 10);
+        assert_eq!(value["args"], serde_json::json!(["--lr", "a b"]));
+        assert_eq!(value["events"][1]["kind"], "STARTED");
+        assert_eq!(value["events"][0]["time"], "2026-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn detail_text() {
+        let out = format_job_detail(&detail(), T0 + 20_000);
+        assert!(out.starts_with("JobId=17 JobName=train\n"), "{out}");
+        for expected in [
+            "UserId=alice(1000)",
+            "JobState=RUNNING",
+            "Reason=None",
+            "ExitCode=-:0",
+            "RunTime=0:10",
+            "TimeLimit=1:00:00",
+            "Grace=30",
+            "NodeList=gpu01,gpu02",
+            "GpuIndices=gpu01:0,1 gpu02:4,5",
+            "CheckpointDir=/ckpt/17",
+            "StdOut=ysched-%j.out",
+            "Args=--lr 'a b'",
+            "Constraints=ib",
+            "Mem=16G",
+        ] {
+            assert!(out.contains(expected), "missing {expected} in\n{out}");
+        }
+        let events = out.split_once("Events:\n").unwrap().1;
+        assert_eq!(events.lines().count(), 2);
+        assert!(events.lines().nth(1).unwrap().contains("STARTED"));
+    }
+}

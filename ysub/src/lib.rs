@@ -1,0 +1,20 @@
+//! The ysched command-line tools: `ysub` (submit), `yq` (queue), `ycancel` (cancel) and `yctl`
+//! (admin). Each binary in `src/bin` is a thin `main` calling its module here; the parsing and
+//! formatting live in plain functions so they can be unit-tested without a running schedd.
+//!
+//! * [`client`]: connecting to schedd's Unix socket, turning RPC failures into error messages,
+//!   and the shared `main` wrapper ([`client::run_tool`]).
+//! * [`output`]: aligned text tables and writing to stdout.
+//! * [`script`]: `#YSUB` directives and `--export` lists.
+//! * [`jobs`] / [`nodes`]: the text and JSON renderings of jobs and nodes, shared by the tools.
+//! * [`submit`], [`queue`], [`cancel`], [`admin`]: the four tools.
+
+pub mod admin;
+pub mod cancel;
+pub mod client;
+pub mod jobs;
+pub mod nodes;
+pub mod output;
+pub mod queue;
+pub mod script;
+pub mod submit;

@@ -1,0 +1,331 @@
+//! How nodes are shown by `yctl nodes` and `yctl show node`: a sinfo-like table with optional
+//! per-GPU lines, and JSON.
+
+use crate::output::{cell_num, format_mib, Column, Table};
+use serde::Serialize;
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use ysched_common::time::rfc3339;
+use ysched_proto::NodeInfo;
+
+/// A GPU model without its vendor word: `NVIDIA A100-SXM4-80GB` → `A100-SXM4-80GB`.
+pub fn short_model(model: &str) -> &str {
+    let model = model.trim();
+    match model.split_once(' ') {
+        Some((vendor, rest))
+            if ["nvidia", "amd", "intel"].contains(&vendor.to_ascii_lowercase().as_str()) =>
+        {
+            rest.trim_start()
+        }
+        _ => model,
+    }
+}
+
+/// The node's GPUs by model, in order of first appearance: `8x A100-SXM4-80GB`, or
+/// `4x A100-SXM4-80GB,4x H100` on a mixed node, `0` without GPUs.
+pub fn gpu_summary(node: &NodeInfo) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for gpu in &node.gpus {
+        let model = short_model(&gpu.model);
+        match counts.iter_mut().find(|(m, _)| *m == model) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((model, 1)),
+        }
+    }
+    if counts.is_empty() {
+        return "0".into();
+    }
+    let mut out = String::new();
+    for (i, (model, n)) in counts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(
+            out,
+            "{n}x {}",
+            if model.is_empty() { "unknown" } else { model }
+        );
+    }
+    out
+}
+
+/// The job holding GPU `position` of the node (by position in `gpus`), if any.
+fn gpu_holder(node: &NodeInfo, position: usize) -> Option<u64> {
+    node.gpu_holders
+        .get(position)
+        .copied()
+        .filter(|&job| job != 0)
+}
+
+pub fn free_gpus(node: &NodeInfo) -> usize {
+    (0..node.gpus.len())
+        .filter(|&i| gpu_holder(node, i).is_none())
+        .count()
+}
+
+pub const NODE_COLUMNS: &[Column] = &[
+    Column::left("NAME"),
+    Column::left("STATE"),
+    Column::left("GPUS"),
+    Column::right("FREE"),
+    Column::right("CPUS"),
+    Column::right("MEM"),
+    Column::left("REASON"),
+];
+
+/// The `yctl nodes` table: one row per node (CPUS and MEM as allocated/total); with `long`,
+/// each node's row is followed by one line per GPU: `gpu0 <model> job 17` or `... idle`.
+pub fn format_nodes_table(nodes: &[NodeInfo], long: bool) -> String {
+    let mut table = Table::with_capacity(NODE_COLUMNS, nodes.len());
+    for node in nodes {
+        table.push_row(node_row(node));
+    }
+    let mut rendered = String::new();
+    table.render(&mut rendered, true);
+    if !long {
+        return rendered;
+    }
+    // Interleave: header, then each node's row followed by its GPU lines.
+    let mut out = String::with_capacity(rendered.len() * 2);
+    let mut rows = rendered.lines();
+    if let Some(header) = rows.next() {
+        out.push_str(header);
+        out.push('\n');
+    }
+    for (node, row) in nodes.iter().zip(rows) {
+        out.push_str(row);
+        out.push('\n');
+        out.push_str(&format_gpu_lines(node));
+    }
+    out
+}
+
+fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 7] {
+    [
+        Cow::Borrowed(node.name.as_str()),
+        Cow::Borrowed(node.state.as_str()),
+        Cow::Owned(gpu_summary(node)),
+        cell_num(free_gpus(node)),
+        Cow::Owned(format!("{}/{}", node.cpus_alloc, node.cpus)),
+        Cow::Owned(format!(
+            "{}/{}",
+            format_mib(node.mem_alloc_mib),
+            format_mib(node.mem_mib)
+        )),
+        Cow::Borrowed(node.reason.as_str()),
+    ]
+}
+
+const GPU_COLUMNS: &[Column] = &[
+    Column::left("GPU"),
+    Column::left("MODEL"),
+    Column::left("USE"),
+];
+
+/// One indented line per GPU of the node: `  gpu0  A100-SXM4-80GB  job 17` or `... idle`.
+pub fn format_gpu_lines(node: &NodeInfo) -> String {
+    let mut table = Table::with_capacity(GPU_COLUMNS, node.gpus.len());
+    for (position, gpu) in node.gpus.iter().enumerate() {
+        table.push_row([
+            Cow::Owned(format!("gpu{}", gpu.index)),
+            Cow::Borrowed(short_model(&gpu.model)),
+            match gpu_holder(node, position) {
+                Some(job) => Cow::Owned(format!("job {job}")),
+                None => Cow::Borrowed("idle"),
+            },
+        ]);
+    }
+    let mut rendered = String::new();
+    table.render(&mut rendered, false);
+    let mut out = String::with_capacity(rendered.len() + 4 * node.gpus.len());
+    for line in rendered.lines() {
+        out.push_str("    ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[derive(Debug, Serialize)]
+pub struct GpuJson<'a> {
+    pub index: u32,
+    pub uuid: &'a str,
+    pub model: &'a str,
+    pub memory_mib: u64,
+    pub pci_bus_id: &'a str,
+    /// Null when unknown.
+    pub numa_node: Option<i32>,
+    pub nvlink: &'a [u32],
+    /// The job holding it; null when idle.
+    pub job: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeJson<'a> {
+    pub name: &'a str,
+    pub state: &'a str,
+    pub address: &'a str,
+    pub cpus: u32,
+    pub cpus_alloc: u32,
+    pub mem_mib: u64,
+    pub mem_alloc_mib: u64,
+    pub features: &'a [String],
+    pub reason: &'a str,
+    /// RFC 3339; null when never seen.
+    pub last_seen: Option<String>,
+    pub gpus: Vec<GpuJson<'a>>,
+}
+
+pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
+    NodeJson {
+        name: &node.name,
+        state: &node.state,
+        address: &node.address,
+        cpus: node.cpus,
+        cpus_alloc: node.cpus_alloc,
+        mem_mib: node.mem_mib,
+        mem_alloc_mib: node.mem_alloc_mib,
+        features: &node.features,
+        reason: &node.reason,
+        last_seen: (node.last_seen_ms > 0).then(|| rfc3339(node.last_seen_ms)),
+        gpus: node
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(position, gpu)| GpuJson {
+                index: gpu.index,
+                uuid: &gpu.uuid,
+                model: &gpu.model,
+                memory_mib: gpu.memory_mib,
+                pci_bus_id: &gpu.pci_bus_id,
+                numa_node: (gpu.numa_node >= 0).then_some(gpu.numa_node),
+                nvlink: &gpu.nvlink,
+                job: gpu_holder(node, position),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ysched_proto::Gpu;
+
+    fn gpu(index: u32, model: &str) -> Gpu {
+        Gpu {
+            index,
+            uuid: format!("GPU-{index}"),
+            model: model.into(),
+            memory_mib: 81920,
+            pci_bus_id: format!("0000:{index:02x}:00.0"),
+            numa_node: if index < 4 { 0 } else { -1 },
+            nvlink: vec![],
+        }
+    }
+
+    fn busy_node() -> NodeInfo {
+        NodeInfo {
+            name: "gpu01".into(),
+            state: "MIXED".into(),
+            address: "10.0.0.1".into(),
+            cpus: 64,
+            mem_mib: 512 * 1024,
+            gpus: (0..8).map(|i| gpu(i, "NVIDIA A100-SXM4-80GB")).collect(),
+            gpu_holders: vec![17, 17, 0, 0, 0, 0, 0, 0],
+            reason: String::new(),
+            cpus_alloc: 8,
+            mem_alloc_mib: 16384,
+            features: vec!["ib".into()],
+            last_seen_ms: 1_767_225_600_000,
+        }
+    }
+
+    fn drained_node() -> NodeInfo {
+        NodeInfo {
+            name: "gpu02".into(),
+            state: "DRAINED".into(),
+            cpus: 32,
+            mem_mib: 1536,
+            gpus: vec![
+                gpu(0, "NVIDIA H100 80GB HBM3"),
+                gpu(1, "NVIDIA A100-PCIE-40GB"),
+            ],
+            reason: "bad fan".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn models_and_summaries() {
+        assert_eq!(short_model("NVIDIA A100-SXM4-80GB"), "A100-SXM4-80GB");
+        assert_eq!(short_model("Tesla V100"), "Tesla V100");
+        assert_eq!(gpu_summary(&busy_node()), "8x A100-SXM4-80GB");
+        assert_eq!(
+            gpu_summary(&drained_node()),
+            "1x H100 80GB HBM3,1x A100-PCIE-40GB"
+        );
+        assert_eq!(gpu_summary(&NodeInfo::default()), "0");
+        assert_eq!(free_gpus(&busy_node()), 6);
+        // No holders reported: all free.
+        assert_eq!(free_gpus(&drained_node()), 2);
+    }
+
+    #[test]
+    fn table() {
+        let out = format_nodes_table(&[busy_node(), drained_node()], false);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "STATE", "GPUS", "FREE", "CPUS", "MEM", "REASON"]
+        );
+        assert!(
+            lines[1].starts_with("gpu01  MIXED    8x A100-SXM4-80GB"),
+            "{out}"
+        );
+        assert!(
+            lines[1].contains("  6  ")
+                && lines[1].contains("8/64")
+                && lines[1].contains("16G/512G"),
+            "{out}"
+        );
+        assert!(lines[2].ends_with("0/32   0M/1.5G  bad fan"), "{out}");
+    }
+
+    #[test]
+    fn long_table_lists_gpus_under_each_node() {
+        let out = format_nodes_table(&[busy_node(), drained_node()], true);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 1 + 1 + 8 + 1 + 2);
+        assert!(lines[1].starts_with("gpu01"));
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["gpu0", "A100-SXM4-80GB", "job", "17"]
+        );
+        assert_eq!(
+            lines[4].split_whitespace().collect::<Vec<_>>(),
+            ["gpu2", "A100-SXM4-80GB", "idle"]
+        );
+        assert!(lines[10].starts_with("gpu02"));
+        assert_eq!(lines[11].trim(), "gpu0  H100 80GB HBM3  idle");
+    }
+
+    #[test]
+    fn json() {
+        let value = serde_json::to_value(node_to_json(&busy_node())).unwrap();
+        assert_eq!(value["name"], "gpu01");
+        assert_eq!(value["state"], "MIXED");
+        assert_eq!(value["cpus_alloc"], 8);
+        assert_eq!(value["features"], serde_json::json!(["ib"]));
+        assert_eq!(value["last_seen"], "2026-01-01T00:00:00Z");
+        assert_eq!(value["gpus"].as_array().unwrap().len(), 8);
+        assert_eq!(value["gpus"][0]["job"], 17);
+        assert_eq!(value["gpus"][2]["job"], serde_json::Value::Null);
+        assert_eq!(value["gpus"][0]["model"], "NVIDIA A100-SXM4-80GB");
+        assert_eq!(value["gpus"][0]["numa_node"], 0);
+        assert_eq!(value["gpus"][5]["numa_node"], serde_json::Value::Null);
+        let value = serde_json::to_value(node_to_json(&drained_node())).unwrap();
+        assert_eq!(value["reason"], "bad fan");
+        assert_eq!(value["last_seen"], serde_json::Value::Null);
+    }
+}

@@ -1,0 +1,724 @@
+//! `ysub`: submit a batch script, like sbatch.
+//!
+//! Options come from three places, later ones winning: the `#YSUB` lines of the script (top to
+//! bottom), then the command line. Everything is checked before schedd is contacted, so a bad
+//! option never submits anything.
+
+use crate::client::{self, reply, status_error, Client};
+use crate::script::{current_environment, exported_environment, script_directives};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser};
+use std::io::IsTerminal;
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use ysched_common::parse::{parse_mem_mib, parse_time_limit};
+use ysched_common::JobState;
+use ysched_proto::{JobInfo, JobRef, JobSpec, SubmitRequest};
+
+/// The job options, accepted both on the command line and in `#YSUB` lines.
+#[derive(Args, Debug, Default, Clone, PartialEq)]
+pub struct JobOptions {
+    /// Job name [default: the script's file name, or `wrap`]
+    #[arg(short = 'J', long = "job-name", value_name = "NAME")]
+    pub job_name: Option<String>,
+    /// Priority tier [default: the configured default tier]
+    #[arg(short = 'p', long = "priority", value_name = "TIER")]
+    pub tier: Option<String>,
+    /// GPUs for the whole job
+    #[arg(short = 'G', long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// Acceptable GPU model(s), e.g. `A100` or `A100|H100`
+    #[arg(long = "gpu-type", value_name = "MODEL")]
+    pub gpu_type: Option<String>,
+    /// CPUs per node
+    #[arg(short = 'c', long = "cpus", visible_alias = "cpus-per-task", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub cpus: Option<u32>,
+    /// Memory per node: a number with an optional K, M, G or T suffix (default M)
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED
+    #[arg(short = 't', long, value_name = "LIMIT")]
+    pub time: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL when the job is stopped [default: the tier's]
+    #[arg(long, value_name = "SECONDS")]
+    pub grace: Option<u32>,
+    /// Checkpoint directory [default: <checkpoint_root>/<job id>]
+    #[arg(long = "checkpoint-dir", value_name = "DIR")]
+    pub checkpoint_dir: Option<String>,
+    /// Account to charge [default: your primary group]
+    #[arg(short = 'A', long, value_name = "NAME")]
+    pub account: Option<String>,
+    /// Standard output file, relative to the working directory [default: ysched-%j.out]
+    #[arg(short = 'o', long, value_name = "PATH")]
+    pub output: Option<String>,
+    /// Standard error file [default: the output file]
+    #[arg(short = 'e', long, value_name = "PATH")]
+    pub error: Option<String>,
+    /// Working directory of the job [default: the current directory]
+    #[arg(short = 'D', long, value_name = "DIR")]
+    pub chdir: Option<String>,
+    /// Environment to pass: ALL, NONE, or VAR[=value],... (may follow ALL or NONE) [default: ALL]
+    #[arg(long, value_name = "ALL|NONE|VARS")]
+    pub export: Option<String>,
+    /// Submit the job held: it does not start until `yctl release`
+    #[arg(long)]
+    pub hold: bool,
+    /// Wait for the job to end and exit with its exit code
+    #[arg(short = 'W', long)]
+    pub wait: bool,
+    /// Nodes to spread the job over
+    #[arg(short = 'N', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes: Option<u32>,
+    /// Do not requeue the job when it is preempted
+    #[arg(long = "no-requeue")]
+    pub no_requeue: bool,
+    /// Required GPU interconnect, e.g. `nvlink`
+    #[arg(long, value_name = "KIND")]
+    pub interconnect: Option<String>,
+    /// Required node feature(s); repeatable or a comma list
+    #[arg(long, value_name = "FEATURE")]
+    pub constraint: Vec<String>,
+    /// Print only the job id
+    #[arg(long)]
+    pub parsable: bool,
+}
+
+impl JobOptions {
+    /// These options overridden by `later`: each value `later` sets replaces ours, a list
+    /// `later` gives replaces ours, and a flag set in either stays set.
+    pub fn overridden_by(self, later: JobOptions) -> JobOptions {
+        JobOptions {
+            job_name: later.job_name.or(self.job_name),
+            tier: later.tier.or(self.tier),
+            gpus: later.gpus.or(self.gpus),
+            gpu_type: later.gpu_type.or(self.gpu_type),
+            cpus: later.cpus.or(self.cpus),
+            mem: later.mem.or(self.mem),
+            time: later.time.or(self.time),
+            grace: later.grace.or(self.grace),
+            checkpoint_dir: later.checkpoint_dir.or(self.checkpoint_dir),
+            account: later.account.or(self.account),
+            output: later.output.or(self.output),
+            error: later.error.or(self.error),
+            chdir: later.chdir.or(self.chdir),
+            export: later.export.or(self.export),
+            hold: later.hold || self.hold,
+            wait: later.wait || self.wait,
+            nodes: later.nodes.or(self.nodes),
+            no_requeue: later.no_requeue || self.no_requeue,
+            interconnect: later.interconnect.or(self.interconnect),
+            constraint: if later.constraint.is_empty() {
+                self.constraint
+            } else {
+                later.constraint
+            },
+            parsable: later.parsable || self.parsable,
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ysub",
+    version,
+    about = "Submit a batch job to ysched",
+    override_usage = "ysub [OPTIONS] SCRIPT [ARGS]...\n       ysub [OPTIONS] --wrap COMMAND",
+    after_help = "Options may also be given in the script on `#YSUB` lines placed among the comments at its top; the command line overrides them."
+)]
+pub struct YsubCli {
+    #[command(flatten)]
+    pub options: JobOptions,
+    /// Run COMMAND (with /bin/sh) instead of a script
+    #[arg(long, value_name = "COMMAND")]
+    pub wrap: Option<String>,
+    /// The batch script, then the arguments passed to it (options after SCRIPT belong to it)
+    #[arg(value_name = "SCRIPT [ARGS]", trailing_var_arg = true, num_args = 0..)]
+    pub command: Vec<String>,
+}
+
+/// Just the job options, for parsing one `#YSUB` line with the same definitions.
+#[derive(Parser, Debug)]
+#[command(
+    name = "#YSUB",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+struct DirectiveLine {
+    #[command(flatten)]
+    options: JobOptions,
+}
+
+/// The batch script to submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchScript {
+    /// The job name when none is given: the script's file name, or `wrap`.
+    pub default_name: String,
+    pub contents: String,
+    pub args: Vec<String>,
+}
+
+impl BatchScript {
+    /// The script `--wrap COMMAND` runs.
+    pub fn wrap(command: &str) -> BatchScript {
+        BatchScript {
+            default_name: "wrap".into(),
+            contents: format!("#!/bin/sh\n{command}\n"),
+            args: Vec::new(),
+        }
+    }
+
+    /// Reads the script at `path` (copied into the job now, like sbatch does).
+    pub fn read(path: &str, args: Vec<String>) -> Result<BatchScript> {
+        let contents =
+            std::fs::read(path).with_context(|| format!("cannot read batch script '{path}'"))?;
+        let contents = String::from_utf8(contents)
+            .map_err(|_| anyhow!("batch script '{path}' is not a text file (not valid UTF-8)"))?;
+        if contents.trim().is_empty() {
+            bail!("batch script '{path}' is empty");
+        }
+        let default_name = Path::new(path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.to_string());
+        Ok(BatchScript {
+            default_name,
+            contents,
+            args,
+        })
+    }
+}
+
+/// The script named on the command line (or `--wrap`) and the options in effect: its
+/// directives overridden by the command line.
+pub fn resolve(cli: YsubCli) -> Result<(JobOptions, BatchScript)> {
+    let script = match (cli.wrap, cli.command.split_first()) {
+        (Some(_), Some(_)) => bail!("give either a script or --wrap, not both"),
+        (Some(command), None) => return Ok((cli.options, BatchScript::wrap(&command))),
+        (None, None) => {
+            bail!("no batch script given (ysub [OPTIONS] SCRIPT [ARGS]... or ysub --wrap COMMAND)")
+        }
+        (None, Some((path, args))) => BatchScript::read(path, args.to_vec())?,
+    };
+    let options =
+        options_from_directives(&script.contents, &script.default_name)?.overridden_by(cli.options);
+    Ok((options, script))
+}
+
+/// The options set by a script's `#YSUB` lines, later lines overriding earlier ones except that
+/// `--constraint`s add up. `script_name` only labels errors.
+pub fn options_from_directives(contents: &str, script_name: &str) -> Result<JobOptions> {
+    let directives = script_directives(contents).map_err(|e| anyhow!("{script_name}: {e}"))?;
+    let mut options = JobOptions::default();
+    for directive in directives {
+        let line = DirectiveLine::try_parse_from(&directive.words).map_err(|e| {
+            anyhow!(
+                "{script_name}: line {}: invalid #YSUB directive: {}",
+                directive.line,
+                clap_message(&e)
+            )
+        })?;
+        let mut constraints = std::mem::take(&mut options.constraint);
+        constraints.extend(line.options.constraint.iter().cloned());
+        options = options.overridden_by(line.options);
+        options.constraint = constraints;
+    }
+    Ok(options)
+}
+
+/// The first line of a clap error without its `error: ` prefix: the usage text that follows
+/// would describe the command line, not a directive.
+fn clap_message(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
+}
+
+/// What a submission depends on besides its options: where and in what environment `ysub` runs.
+#[derive(Debug, Clone)]
+pub struct SubmitContext {
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+impl SubmitContext {
+    pub fn from_process() -> Result<SubmitContext> {
+        let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+        Ok(SubmitContext {
+            cwd,
+            env: current_environment().collect(),
+        })
+    }
+}
+
+/// Builds the wire job spec, checking every option that can be checked here. Tier names and
+/// GPU models are checked by schedd, which knows the cluster.
+pub fn build_spec(
+    options: &JobOptions,
+    script: BatchScript,
+    context: &SubmitContext,
+) -> Result<JobSpec> {
+    let mem_mib = options
+        .mem
+        .as_deref()
+        .map(parse_mem_mib)
+        .transpose()?
+        .unwrap_or(0);
+    let time_limit_secs = match options.time.as_deref() {
+        Some(limit) => parse_time_limit(limit)?.unwrap_or(0),
+        None => 0,
+    };
+    let workdir = match options.chdir.as_deref() {
+        Some(dir) => absolute_path(&context.cwd, dir),
+        None => context.cwd.clone(),
+    };
+    let workdir = workdir.into_os_string().into_string().map_err(|dir| {
+        anyhow!(
+            "working directory {} is not valid UTF-8",
+            PathBuf::from(dir).display()
+        )
+    })?;
+    let env = exported_environment(
+        options.export.as_deref().unwrap_or("ALL"),
+        context.env.iter().cloned(),
+    )
+    .map_err(|e| anyhow!(e))?;
+    let constraints = options
+        .constraint
+        .iter()
+        .flat_map(|c| c.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    let text = |value: &Option<String>| value.clone().unwrap_or_default();
+
+    Ok(JobSpec {
+        name: options.job_name.clone().unwrap_or(script.default_name),
+        tier: text(&options.tier),
+        gpus: options.gpus.unwrap_or(0),
+        gpu_type: text(&options.gpu_type),
+        cpus: options.cpus.unwrap_or(0),
+        mem_mib,
+        time_limit_secs,
+        grace_secs: options.grace,
+        checkpoint_dir: text(&options.checkpoint_dir),
+        account: text(&options.account),
+        // Relative paths stay relative: the agent resolves them against the working directory.
+        stdout_path: text(&options.output),
+        stderr_path: text(&options.error),
+        workdir,
+        script: script.contents,
+        args: script.args,
+        env,
+        hold: options.hold,
+        nodes: options.nodes.unwrap_or(0),
+        no_requeue: options.no_requeue,
+        interconnect: text(&options.interconnect),
+        constraints,
+    })
+}
+
+/// `dir` made absolute against `cwd`, without `.` components. Symlinks and `..` are kept: the
+/// directory need not exist here, only on the node.
+fn absolute_path(cwd: &Path, dir: &str) -> PathBuf {
+    cwd.join(dir)
+        .components()
+        .filter(|c| *c != Component::CurDir)
+        .collect()
+}
+
+/// The `ysub` binary.
+pub fn main() -> ExitCode {
+    let cli = YsubCli::parse();
+    client::run_tool("ysub", || run(cli))
+}
+
+pub async fn run(cli: YsubCli) -> Result<ExitCode> {
+    let (options, script) = resolve(cli)?;
+    let spec = build_spec(&options, script, &SubmitContext::from_process()?)?;
+    let (mut client, socket) = client::connect_from_config().await?;
+    let job_id = reply(client.submit(SubmitRequest { spec: Some(spec) }).await)?.job_id;
+    if options.parsable {
+        println!("{job_id}");
+    } else {
+        println!("Submitted job {job_id}");
+    }
+    if !options.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let job = wait_for_job(client, &socket, job_id).await?;
+    let code = wait_exit_code(&job);
+    eprintln!("{}", final_line(&job, code));
+    Ok(ExitCode::from(code))
+}
+
+/// How many times in a row `--wait` tries to re-establish its watch (once a second) before
+/// giving up, e.g. while schedd restarts.
+const WATCH_RETRIES: u32 = 60;
+
+/// Follows the job's `WatchJob` stream until it reports a terminal state, showing a spinner on
+/// a terminal. If the stream breaks (schedd restarting) it reconnects and watches again.
+async fn wait_for_job(mut client: Client, socket: &Path, job_id: u64) -> Result<JobInfo> {
+    let spinner = std::io::stderr().is_terminal().then(|| new_spinner(job_id));
+    let mut failures = 0u32;
+    let outcome = loop {
+        match watch_until_terminal(&mut client, job_id, spinner.as_ref(), &mut failures).await {
+            Ok(Some(job)) => break Ok(job),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        failures += 1;
+        if failures > WATCH_RETRIES {
+            break Err(anyhow!(
+                "lost contact with schedd while waiting for job {job_id}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(reconnected) = client::connect(socket).await {
+            client = reconnected;
+        }
+    };
+    if let Some(spinner) = spinner {
+        spinner.finish_and_clear();
+    }
+    outcome
+}
+
+/// One watch: `Ok(Some(job))` once the job is finished, `Ok(None)` when the stream broke off
+/// in a way worth retrying, an error when schedd refused (unknown job, ...).
+async fn watch_until_terminal(
+    client: &mut Client,
+    job_id: u64,
+    spinner: Option<&indicatif::ProgressBar>,
+    failures: &mut u32,
+) -> Result<Option<JobInfo>> {
+    let mut stream = match client.watch_job(JobRef { job_id }).await {
+        Ok(response) => response.into_inner(),
+        Err(status) if is_transient(&status) => return Ok(None),
+        Err(status) => return Err(status_error(status)),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(job)) => {
+                *failures = 0;
+                if let Some(spinner) = spinner {
+                    spinner.set_message(spinner_message(&job));
+                }
+                if is_finished(&job) {
+                    return Ok(Some(job));
+                }
+            }
+            // The stream ends only after a terminal state; ending before one means schedd went away.
+            Ok(None) => return Ok(None),
+            Err(status) if is_transient(&status) => return Ok(None),
+            Err(status) => return Err(status_error(status)),
+        }
+    }
+}
+
+/// Errors that a broken connection produces, as opposed to a refusal by schedd.
+fn is_transient(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted
+    )
+}
+
+fn is_finished(job: &JobInfo) -> bool {
+    JobState::parse(&job.state).is_some_and(JobState::is_terminal)
+}
+
+fn new_spinner(job_id: u64) -> indicatif::ProgressBar {
+    let spinner = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]") {
+        spinner.set_style(style);
+    }
+    spinner.set_message(format!("Job {job_id} submitted"));
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    spinner
+}
+
+fn spinner_message(job: &JobInfo) -> String {
+    if job.reason.is_empty() {
+        format!("Job {} {}", job.id, job.state)
+    } else {
+        format!("Job {} {} ({})", job.id, job.state, job.reason)
+    }
+}
+
+/// The exit code `ysub --wait` returns for a finished job: 0 when it COMPLETED; otherwise never
+/// 0: 128+signal when a signal killed it, its own exit code when that is non-zero, else 1 (a
+/// CANCELLED, TIMEOUT, NODE_FAIL or PREEMPTED job with nothing better to report).
+pub fn wait_exit_code(job: &JobInfo) -> u8 {
+    if JobState::parse(&job.state) == Some(JobState::Completed) {
+        return 0;
+    }
+    if let Some(signal) = job.signal.filter(|s| (1..128).contains(s)) {
+        return 128 + signal as u8;
+    }
+    match job.exit_code {
+        Some(code) if (1..=255).contains(&code) => code as u8,
+        _ => 1,
+    }
+}
+
+/// The line `ysub --wait` ends with on stderr, e.g. `Job 7 COMPLETED (exit 0)`.
+pub fn final_line(job: &JobInfo, exit_code: u8) -> String {
+    let mut line = format!("Job {} {} (exit {exit_code}", job.id, job.state);
+    if let Some(signal) = job.signal {
+        line.push_str(&format!(", signal {signal}"));
+    }
+    line.push(')');
+    if !job.reason.is_empty() && JobState::parse(&job.state) != Some(JobState::Completed) {
+        line.push_str(": ");
+        line.push_str(&job.reason);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> YsubCli {
+        YsubCli::try_parse_from(std::iter::once("ysub").chain(args.iter().copied())).unwrap()
+    }
+
+    fn context() -> SubmitContext {
+        SubmitContext {
+            cwd: PathBuf::from("/home/alice/proj"),
+            env: vec![
+                ("PATH".into(), "/bin".into()),
+                ("HOME".into(), "/home/alice".into()),
+            ],
+        }
+    }
+
+    fn script(contents: &str) -> BatchScript {
+        BatchScript {
+            default_name: "train.sh".into(),
+            contents: contents.into(),
+            args: vec![],
+        }
+    }
+
+    /// Resolves directives in `contents` and `args` like `resolve` does, without a file.
+    fn spec_for(contents: &str, args: &[&str]) -> Result<JobSpec> {
+        let options =
+            options_from_directives(contents, "train.sh")?.overridden_by(cli(args).options);
+        build_spec(&options, script(contents), &context())
+    }
+
+    #[test]
+    fn options_after_the_script_belong_to_it() {
+        let parsed = cli(&["-G", "2", "run.sh", "--epochs", "3", "-G", "x"]);
+        assert_eq!(parsed.options.gpus, Some(2));
+        assert_eq!(parsed.command, ["run.sh", "--epochs", "3", "-G", "x"]);
+        let parsed = cli(&["--wrap", "echo hi", "-J", "w"]);
+        assert_eq!(parsed.wrap.as_deref(), Some("echo hi"));
+        assert_eq!(parsed.options.job_name.as_deref(), Some("w"));
+    }
+
+    #[test]
+    fn bad_numbers_are_refused_by_the_parser() {
+        for bad in [
+            &["-G", "-1", "s.sh"][..],
+            &["-G", "x", "s.sh"],
+            &["-c", "0", "s.sh"],
+            &["--grace", "-5", "s.sh"],
+            &["-N", "two", "s.sh"],
+        ] {
+            let args = std::iter::once("ysub").chain(bad.iter().copied());
+            assert!(YsubCli::try_parse_from(args).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn malformed_time_and_size_are_errors() {
+        let err = spec_for("#!/bin/sh\n", &["-t", "1:2:3:4"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid time limit '1:2:3:4'"), "{err}");
+        let err = spec_for("#!/bin/sh\n", &["--mem", "12Q"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid memory size '12Q'"), "{err}");
+        let err = spec_for("#!/bin/sh\n#YSUB --time=soon\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid time limit 'soon'"), "{err}");
+    }
+
+    #[test]
+    fn defaults() {
+        let spec = spec_for("#!/bin/sh\necho hi\n", &[]).unwrap();
+        assert_eq!(spec.name, "train.sh");
+        assert_eq!(spec.workdir, "/home/alice/proj");
+        assert_eq!(spec.env.len(), 2);
+        assert_eq!(
+            (
+                spec.gpus,
+                spec.cpus,
+                spec.nodes,
+                spec.mem_mib,
+                spec.time_limit_secs
+            ),
+            (0, 0, 0, 0, 0)
+        );
+        assert_eq!(spec.grace_secs, None);
+        assert_eq!(spec.script, "#!/bin/sh\necho hi\n");
+        assert!(spec.tier.is_empty() && spec.stdout_path.is_empty() && !spec.hold);
+    }
+
+    #[test]
+    fn directives_set_options_and_the_command_line_overrides_them() {
+        let contents = "#!/bin/bash\n\
+                        #YSUB -J \"my job\" -G 4 --gpu-type 'A100|H100'\n\
+                        #YSUB -t 2:00:00 --mem 16G -p low\n\
+                        #YSUB --constraint ib --constraint nvme,fast\n\
+                        #YSUB --hold -o logs/%j.out\n\
+                        python train.py\n\
+                        #YSUB -G 99\n";
+        let spec = spec_for(contents, &[]).unwrap();
+        assert_eq!(spec.name, "my job");
+        assert_eq!(spec.gpus, 4);
+        assert_eq!(spec.gpu_type, "A100|H100");
+        assert_eq!(spec.time_limit_secs, 7200);
+        assert_eq!(spec.mem_mib, 16384);
+        assert_eq!(spec.tier, "low");
+        assert_eq!(spec.constraints, ["ib", "nvme", "fast"]);
+        assert!(spec.hold);
+        assert_eq!(spec.stdout_path, "logs/%j.out");
+
+        let spec = spec_for(
+            contents,
+            &["-G", "2", "-J", "cli", "-p", "high", "--constraint", "x"],
+        )
+        .unwrap();
+        assert_eq!(
+            (spec.gpus, spec.name.as_str(), spec.tier.as_str()),
+            (2, "cli", "high")
+        );
+        assert_eq!(spec.constraints, ["x"]);
+        assert_eq!(spec.time_limit_secs, 7200, "untouched by the command line");
+    }
+
+    #[test]
+    fn later_directive_lines_override_earlier_ones() {
+        let spec = spec_for("#YSUB -G 1\n#YSUB -G 3\n", &[]).unwrap();
+        assert_eq!(spec.gpus, 3);
+    }
+
+    #[test]
+    fn bad_directives_name_the_line() {
+        let err = spec_for("#!/bin/sh\n\n#YSUB --bogus\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("train.sh: line 3: invalid #YSUB directive: "),
+            "{err}"
+        );
+        assert!(err.contains("--bogus"), "{err}");
+        let err = spec_for("#YSUB -G x\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("line 1") && err.contains("'x'"), "{err}");
+        assert!(spec_for("#YSUB stray.sh\n", &[]).is_err());
+    }
+
+    #[test]
+    fn workdir_is_made_absolute() {
+        let spec = spec_for("#!/bin/sh\n", &["-D", "./runs/../out"]).unwrap();
+        assert_eq!(spec.workdir, "/home/alice/proj/runs/../out");
+        let spec = spec_for("#!/bin/sh\n", &["-D", "/scratch/x/"]).unwrap();
+        assert_eq!(spec.workdir, "/scratch/x");
+    }
+
+    #[test]
+    fn export_option_selects_the_environment() {
+        let spec = spec_for("#!/bin/sh\n", &["--export", "NONE"]).unwrap();
+        assert!(spec.env.is_empty());
+        let spec = spec_for("#!/bin/sh\n", &["--export=PATH,EPOCHS=3"]).unwrap();
+        assert_eq!(spec.env.len(), 2);
+        assert_eq!(spec.env["PATH"], "/bin");
+        assert_eq!(spec.env["EPOCHS"], "3");
+        assert!(spec_for("#!/bin/sh\n", &["--export", "9X"]).is_err());
+    }
+
+    #[test]
+    fn wrap_builds_a_shell_script() {
+        let (options, script) = resolve(cli(&["--wrap", "nvidia-smi -L", "-G", "1"])).unwrap();
+        let spec = build_spec(&options, script, &context()).unwrap();
+        assert_eq!(spec.name, "wrap");
+        assert_eq!(spec.script, "#!/bin/sh\nnvidia-smi -L\n");
+        assert_eq!(spec.gpus, 1);
+        assert!(resolve(cli(&["--wrap", "x", "s.sh"])).is_err());
+        assert!(resolve(cli(&[])).is_err());
+    }
+
+    #[test]
+    fn script_files_are_read_with_their_arguments() {
+        let path = std::env::temp_dir().join(format!("ysub-test-{}.sh", std::process::id()));
+        std::fs::write(&path, "#!/bin/sh\n#YSUB -G 2\necho \"$@\"\n").unwrap();
+        let path_text = path.to_str().unwrap();
+        let (options, script) = resolve(cli(&["-t", "5", path_text, "a", "--b"])).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let spec = build_spec(&options, script, &context()).unwrap();
+        assert_eq!(spec.name, path.file_name().unwrap().to_str().unwrap());
+        assert_eq!(spec.args, ["a", "--b"]);
+        assert_eq!((spec.gpus, spec.time_limit_secs), (2, 300));
+
+        let err = resolve(cli(&["/nonexistent/job.sh"])).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("'/nonexistent/job.sh'"),
+            "{err:#}"
+        );
+    }
+
+    fn finished(state: &str, exit_code: Option<i32>, signal: Option<i32>) -> JobInfo {
+        JobInfo {
+            id: 7,
+            state: state.into(),
+            exit_code,
+            signal,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn wait_exit_codes() {
+        assert_eq!(wait_exit_code(&finished("COMPLETED", Some(0), None)), 0);
+        assert_eq!(wait_exit_code(&finished("FAILED", Some(3), None)), 3);
+        assert_eq!(wait_exit_code(&finished("FAILED", None, Some(9))), 137);
+        assert_eq!(wait_exit_code(&finished("FAILED", None, None)), 1);
+        assert_eq!(wait_exit_code(&finished("CANCELLED", Some(0), None)), 1);
+        assert_eq!(wait_exit_code(&finished("CANCELLED", None, Some(15))), 143);
+        assert_eq!(wait_exit_code(&finished("TIMEOUT", None, None)), 1);
+        assert_eq!(wait_exit_code(&finished("NODE_FAIL", None, None)), 1);
+        assert_eq!(wait_exit_code(&finished("PREEMPTED", Some(2), None)), 2);
+        assert_eq!(wait_exit_code(&finished("FAILED", Some(256), None)), 1);
+    }
+
+    #[test]
+    fn final_lines() {
+        assert_eq!(
+            final_line(&finished("COMPLETED", Some(0), None), 0),
+            "Job 7 COMPLETED (exit 0)"
+        );
+        let mut job = finished("FAILED", None, Some(9));
+        job.reason = "killed".into();
+        assert_eq!(
+            final_line(&job, 137),
+            "Job 7 FAILED (exit 137, signal 9): killed"
+        );
+    }
+
+    #[test]
+    fn only_terminal_states_end_the_wait() {
+        assert!(!is_finished(&finished("PENDING", None, None)));
+        assert!(!is_finished(&finished("PREEMPTING", None, None)));
+        assert!(is_finished(&finished("TIMEOUT", None, None)));
+    }
+}

@@ -1,0 +1,468 @@
+//! Runs the real binaries against an in-process stand-in for schedd on a Unix socket, to check
+//! the connection, the requests they send and how they print replies and exit.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+use ysched_proto::ysched_server::{Ysched, YschedServer};
+use ysched_proto::*;
+
+#[derive(Default)]
+struct MockSchedd {
+    submitted: Mutex<Vec<JobSpec>>,
+    list_requests: Mutex<Vec<ListJobsRequest>>,
+    drains: Mutex<Vec<DrainRequest>>,
+}
+
+fn job(id: u64, state: &str) -> JobInfo {
+    JobInfo {
+        id,
+        name: "train".into(),
+        user: "alice".into(),
+        uid: 1000,
+        tier: "high".into(),
+        state: state.into(),
+        submit_time_ms: 1_767_225_600_000,
+        spec: Some(JobSpec {
+            gpus: 2,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn running(id: u64) -> JobInfo {
+    JobInfo {
+        start_time_ms: 1_767_225_610_000,
+        alloc: vec![NodeAlloc {
+            node: "gpu01".into(),
+            gpus: vec![2, 3],
+            cpus: 4,
+            mem_mib: 1024,
+        }],
+        ..job(id, "RUNNING")
+    }
+}
+
+fn ended(id: u64, state: &str, exit_code: Option<i32>, signal: Option<i32>) -> JobInfo {
+    JobInfo {
+        state: state.into(),
+        exit_code,
+        signal,
+        end_time_ms: 1_767_225_620_000,
+        ..running(id)
+    }
+}
+
+type JobStream = Pin<Box<dyn Stream<Item = Result<JobInfo, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Ysched for MockSchedd {
+    async fn submit(
+        &self,
+        request: Request<SubmitRequest>,
+    ) -> Result<Response<SubmitReply>, Status> {
+        let spec = request.into_inner().spec.unwrap_or_default();
+        if spec.tier == "bogus" {
+            return Err(Status::invalid_argument("unknown tier 'bogus'"));
+        }
+        // The job id chooses how the job ends in `watch_job`.
+        let job_id = match spec.name.as_str() {
+            "fail" => 3,
+            "killed" => 9,
+            _ => 7,
+        };
+        self.submitted.lock().unwrap().push(spec);
+        Ok(Response::new(SubmitReply { job_id }))
+    }
+
+    async fn list_jobs(
+        &self,
+        request: Request<ListJobsRequest>,
+    ) -> Result<Response<JobList>, Status> {
+        self.list_requests
+            .lock()
+            .unwrap()
+            .push(request.into_inner());
+        let mut pending = job(8, "PENDING");
+        pending.reason = "Resources".into();
+        Ok(Response::new(JobList {
+            jobs: vec![running(7), pending],
+        }))
+    }
+
+    async fn get_job(&self, request: Request<JobRef>) -> Result<Response<JobDetail>, Status> {
+        match request.into_inner().job_id {
+            7 => Ok(Response::new(JobDetail {
+                job: Some(running(7)),
+                events: vec![JobEvent {
+                    time_ms: 1_767_225_600_000,
+                    kind: "SUBMITTED".into(),
+                    detail: "by alice".into(),
+                }],
+            })),
+            id => Err(Status::not_found(format!("no job {id}"))),
+        }
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<CancelRequest>,
+    ) -> Result<Response<CancelReply>, Status> {
+        let request = request.into_inner();
+        if request.job_ids.contains(&99) {
+            return Err(Status::permission_denied("job 99 is not yours"));
+        }
+        Ok(Response::new(CancelReply {
+            cancelled: request.job_ids,
+        }))
+    }
+
+    async fn hold(&self, _: Request<JobRef>) -> Result<Response<Empty>, Status> {
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn release(&self, _: Request<JobRef>) -> Result<Response<Empty>, Status> {
+        Err(Status::failed_precondition("job 5 is not held"))
+    }
+
+    async fn list_nodes(&self, _: Request<ListNodesRequest>) -> Result<Response<NodeList>, Status> {
+        let gpu = |index| Gpu {
+            index,
+            model: "NVIDIA A100-SXM4-80GB".into(),
+            numa_node: -1,
+            ..Default::default()
+        };
+        Ok(Response::new(NodeList {
+            nodes: vec![NodeInfo {
+                name: "gpu01".into(),
+                state: "MIXED".into(),
+                cpus: 64,
+                mem_mib: 524288,
+                gpus: (0..4).map(gpu).collect(),
+                gpu_holders: vec![0, 0, 7, 7],
+                cpus_alloc: 4,
+                mem_alloc_mib: 1024,
+                ..Default::default()
+            }],
+        }))
+    }
+
+    async fn drain(&self, request: Request<DrainRequest>) -> Result<Response<Empty>, Status> {
+        self.drains.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn resume(&self, _: Request<NodeRef>) -> Result<Response<Empty>, Status> {
+        Ok(Response::new(Empty {}))
+    }
+
+    type WatchJobStream = JobStream;
+
+    async fn watch_job(&self, request: Request<JobRef>) -> Result<Response<JobStream>, Status> {
+        let updates = match request.into_inner().job_id {
+            7 => vec![
+                job(7, "PENDING"),
+                running(7),
+                ended(7, "COMPLETED", Some(0), None),
+            ],
+            3 => vec![
+                job(3, "PENDING"),
+                running(3),
+                ended(3, "FAILED", Some(3), None),
+            ],
+            9 => vec![running(9), ended(9, "CANCELLED", None, Some(15))],
+            id => return Err(Status::not_found(format!("no job {id}"))),
+        };
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            updates.into_iter().map(Ok),
+        ))))
+    }
+}
+
+struct Harness {
+    schedd: Arc<MockSchedd>,
+    dir: PathBuf,
+    config: PathBuf,
+}
+
+/// One mock schedd for all tests of this file, served from a background thread.
+fn harness() -> &'static Harness {
+    static HARNESS: OnceLock<Harness> = OnceLock::new();
+    HARNESS.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("ysub-mock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("schedd.sock");
+        let config = dir.join("ysched.toml");
+        std::fs::write(
+            &config,
+            format!("[scheduler]\nsocket = {:?}\n", socket.to_str().unwrap()),
+        )
+        .unwrap();
+        let schedd = Arc::new(MockSchedd::default());
+        let service = YschedServer::from_arc(schedd.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+                ready_tx.send(()).unwrap();
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                    .await
+                    .unwrap();
+            });
+        });
+        ready_rx.recv().unwrap();
+        Harness {
+            schedd,
+            dir,
+            config,
+        }
+    })
+}
+
+fn run(tool: &str, args: &[&str]) -> Output {
+    let harness = harness();
+    let binary = match tool {
+        "ysub" => env!("CARGO_BIN_EXE_ysub"),
+        "yq" => env!("CARGO_BIN_EXE_yq"),
+        "ycancel" => env!("CARGO_BIN_EXE_ycancel"),
+        "yctl" => env!("CARGO_BIN_EXE_yctl"),
+        _ => unreachable!(),
+    };
+    Command::new(binary)
+        .args(args)
+        .env("YSCHED_CONF", &harness.config)
+        .env("YSUB_TEST_MARKER", "exported")
+        .current_dir(&harness.dir)
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn write_script(name: &str, contents: &str) -> PathBuf {
+    let path = harness().dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// Submissions from parallel tests interleave: find ours by name.
+fn submitted_named(name: &str) -> JobSpec {
+    let submitted = harness().schedd.submitted.lock().unwrap();
+    submitted
+        .iter()
+        .rev()
+        .find(|s| s.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no job named {name}"))
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn ysub_sends_script_directives_and_environment() {
+    let script = write_script(
+        "train.sh",
+        "#!/bin/bash\n#YSUB -J directive-name -G 4 -t 10\n#YSUB --mem 2G\npython train.py \"$@\"\n",
+    );
+    let output = run(
+        "ysub",
+        &["-J", "cli-name", path_str(&script), "--epochs", "3"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Submitted job 7\n");
+    let spec = submitted_named("cli-name");
+    assert_eq!(spec.gpus, 4);
+    assert_eq!(spec.time_limit_secs, 600);
+    assert_eq!(spec.mem_mib, 2048);
+    assert_eq!(spec.args, ["--epochs", "3"]);
+    assert!(spec.script.starts_with("#!/bin/bash\n#YSUB"));
+    assert_eq!(spec.workdir, path_str(&harness().dir));
+    assert_eq!(
+        spec.env.get("YSUB_TEST_MARKER").map(String::as_str),
+        Some("exported")
+    );
+}
+
+#[test]
+fn ysub_parsable_wrap() {
+    let output = run(
+        "ysub",
+        &[
+            "--parsable",
+            "--export=NONE,A=1",
+            "-J",
+            "wrapped",
+            "--wrap",
+            "echo hi",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "7\n");
+    let spec = submitted_named("wrapped");
+    assert_eq!(spec.script, "#!/bin/sh\necho hi\n");
+    assert_eq!(spec.env.len(), 1);
+}
+
+#[test]
+fn ysub_wait_exits_with_the_job_code() {
+    let output = run("ysub", &["--wait", "--wrap", "true"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("Job 7 COMPLETED (exit 0)"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = run("ysub", &["--wait", "-J", "fail", "--wrap", "exit 3"]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("Job 3 FAILED (exit 3)"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = run("ysub", &["-W", "-J", "killed", "--wrap", "sleep 1000"]);
+    assert_eq!(output.status.code(), Some(143), "{}", stderr(&output));
+}
+
+#[test]
+fn ysub_reports_server_refusals() {
+    let output = run("ysub", &["-p", "bogus", "--wrap", "true"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stderr(&output), "ysub: error: unknown tier 'bogus'\n");
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn ysub_bad_input_submits_nothing() {
+    let before = harness().schedd.submitted.lock().unwrap().len();
+    for args in [
+        &["-G", "-1", "--wrap", "x"][..],
+        &["-t", "1:2:3:4", "--wrap", "x"],
+        &["--mem", "lots", "--wrap", "x"],
+        &["missing.sh"],
+    ] {
+        let output = run("ysub", args);
+        assert!(!output.status.success(), "{args:?} accepted");
+        assert!(!stderr(&output).is_empty());
+    }
+    assert!(stderr(&run("ysub", &["missing.sh"])).contains("missing.sh"));
+    // Other tests may submit meanwhile, but never a job named after these.
+    let submitted = harness().schedd.submitted.lock().unwrap();
+    assert!(submitted[before..]
+        .iter()
+        .all(|s| s.name != "x" && s.name != "missing.sh"));
+}
+
+#[test]
+fn yq_table_and_json() {
+    let output = run("yq", &["-u", "alice", "-t", "PD,R"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0][0], "JOBID");
+    assert_eq!(rows[1][0], "7");
+    assert_eq!(rows[1][7], "gpu01");
+    assert_eq!(rows[2][7], "(Resources)");
+    let request = harness()
+        .schedd
+        .list_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.user == "alice")
+        .cloned()
+        .unwrap();
+    assert_eq!(request.states, ["PENDING", "RUNNING"]);
+
+    let output = run("yq", &["--json"]);
+    let jobs: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(jobs[0]["id"], 7);
+    assert_eq!(jobs[0]["gpus"], serde_json::json!([2, 3]));
+    assert_eq!(jobs[1]["node"], serde_json::Value::Null);
+}
+
+#[test]
+fn ycancel_and_hold() {
+    let output = run("ycancel", &["1", "2"]);
+    assert!(output.status.success());
+    assert!(stdout(&output).is_empty());
+    let output = run("ycancel", &["-v", "1,2"]);
+    assert_eq!(stdout(&output), "Cancelled job 1\nCancelled job 2\n");
+    let output = run("ycancel", &["99"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stderr(&output), "ycancel: error: job 99 is not yours\n");
+
+    assert!(run("yctl", &["hold", "5"]).status.success());
+    let output = run("yctl", &["release", "5"]);
+    assert_eq!(stderr(&output), "yctl: error: job 5 is not held\n");
+}
+
+#[test]
+fn yctl_nodes_show_and_drain() {
+    let output = run("yctl", &["nodes", "-l"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("4x A100-SXM4-80GB"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["gpu2", "A100-SXM4-80GB", "job", "7"]),
+        "{text}"
+    );
+
+    let nodes: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yctl", &["nodes", "--json"]))).unwrap();
+    assert_eq!(nodes[0]["gpus"][3]["job"], 7);
+
+    let output = run("yctl", &["show", "job", "7"]);
+    assert!(
+        stdout(&output).starts_with("JobId=7 JobName=train\n"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(stdout(&output).contains("Events:\n"));
+    let detail: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yctl", &["show", "job", "7", "--json"]))).unwrap();
+    assert_eq!(detail["events"][0]["kind"], "SUBMITTED");
+    let output = run("yctl", &["show", "job", "404"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (Some(1), "yctl: error: no job 404\n")
+    );
+
+    assert!(run("yctl", &["drain", "gpu01", "--reason", "bad fan"])
+        .status
+        .success());
+    let drains = harness().schedd.drains.lock().unwrap();
+    assert!(drains
+        .iter()
+        .any(|d| d.name == "gpu01" && d.reason == "bad fan"));
+}
+
+#[test]
+fn zz_bench() {
+    let t = std::time::Instant::now();
+    for _ in 0..200 {
+        assert!(run("ysub", &["--wrap", "true"]).status.success());
+    }
+    eprintln!("BENCH 200 submits: {:?}", t.elapsed());
+}
