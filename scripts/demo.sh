@@ -36,7 +36,7 @@ TOML
 for n in node1 node2; do
   : > "$dir/$n-gpus.toml"
   for i in 0 1 2 3 4 5 6 7; do
-    peers=$(for j in 0 1 2 3 4 5 6 7; do [ $j != $i ] && printf '%s, ' $j; done | sed 's/, $//')
+    peers=$(for j in 0 1 2 3 4 5 6 7; do if [ $j != $i ]; then printf "%s, " $j; fi; done | sed "s/, $//")
     cat >> "$dir/$n-gpus.toml" <<TOML
 [[gpu]]
 index = $i
@@ -53,7 +53,7 @@ export YSCHED_CONF="$dir/ysched.toml"
 echo $! > "$dir/pids"
 for _ in $(seq 100); do [ -S "$dir/schedd.sock" ] && break; sleep 0.05; done
 for n in node1 node2; do
-  "$bin/noded" -v --name $n --fake-gpus "$dir/$n-gpus.toml" --spool-dir "$dir/spool/$n" >"$dir/noded-$n.log" 2>&1 &
+  "$bin/noded" -v --name $n --cpus 64 --mem 512G --fake-gpus "$dir/$n-gpus.toml" --spool-dir "$dir/spool/$n" >"$dir/noded-$n.log" 2>&1 &
   echo $! >> "$dir/pids"
 done
 for _ in $(seq 100); do

@@ -2,7 +2,7 @@
 //! client's wire `JobSpec` into a domain one needs config and identity, so that validation
 //! lives in schedd; everything plain lives here.
 
-use crate::types::{Gpu, Job, JobEvent, JobSpec, NodeAlloc};
+use crate::types::{AuditRecord, Gpu, Job, JobEvent, JobSpec, NodeAlloc};
 use ysched_proto as pb;
 
 impl From<&Gpu> for pb::Gpu {
@@ -106,6 +106,19 @@ impl From<&Job> for pb::JobInfo {
             spec: Some((&j.spec).into()),
             checkpoint_dir: j.checkpoint_dir.clone(),
             grace_secs: j.grace_secs,
+        }
+    }
+}
+
+impl From<&AuditRecord> for pb::AuditEntry {
+    fn from(a: &AuditRecord) -> Self {
+        pb::AuditEntry {
+            time_ms: a.time,
+            user: a.user.clone(),
+            uid: a.uid,
+            action: a.action.clone(),
+            job_id: a.job_id.map(|j| j.0).unwrap_or(0),
+            detail: a.detail.clone(),
         }
     }
 }

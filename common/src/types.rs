@@ -246,6 +246,19 @@ pub struct JobEvent {
     pub detail: String,
 }
 
+/// An entry of the audit log: who did what, when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub time: Millis,
+    /// Who acted, from peer credentials; `schedd` for the scheduler's own decisions.
+    pub user: String,
+    pub uid: u32,
+    /// `submit_refused`, `preempt`, `cancel`, `hold`, `release`, `drain`, `resume`.
+    pub action: String,
+    pub job_id: Option<JobId>,
+    pub detail: String,
+}
+
 /// Whether a requested GPU type matches a model name: the model without the vendor word equals
 /// the type or begins with `type-`, case-insensitively (`A100` matches `NVIDIA A100-SXM4-80GB`,
 /// `A10` does not).

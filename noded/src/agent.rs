@@ -44,7 +44,7 @@ pub enum AgentError {
 /// Why one session ended.
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
-    #[error("cannot connect: {0}")]
+    #[error("cannot connect: {}", with_sources(.0))]
     Connect(#[from] tonic::transport::Error),
     #[error("{}: {}", .0.code(), .0.message())]
     Status(#[from] tonic::Status),
@@ -246,6 +246,18 @@ impl Agent {
             }
         }
     }
+}
+
+/// An error with its chain of causes: tonic's transport errors say little on their own.
+fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 async fn send(outbox: &mpsc::Sender<pb::AgentMessage>, msg: AgentMsg) -> Result<(), SessionError> {

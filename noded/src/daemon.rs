@@ -23,11 +23,15 @@ pub struct Options {
     pub schedd: Option<String>,
     /// Where peers reach this host; default: the local IP used to reach schedd.
     pub address: Option<String>,
+    /// CPUs and memory offered to jobs; default: what the host has.
+    pub cpus: Option<u32>,
+    pub mem_mib: Option<u64>,
 }
 
 /// Runs the agent until SIGTERM or SIGINT. Errors are fatal start-up problems.
 pub async fn run(options: Options) -> anyhow::Result<()> {
-    let config = Config::load()?;
+    // Its message already names the cause; as an error source it would be printed twice.
+    let config = Config::load().map_err(|e| anyhow::anyhow!("{e}"))?;
     let cluster_key = read_cluster_key(&config.scheduler.cluster_key_file)?;
     let name = options.name.unwrap_or_else(host::hostname);
     let spool_dir = options
@@ -61,8 +65,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         schedd,
         cluster_key,
         heartbeat: Duration::from_secs(config.scheduler.heartbeat_secs),
-        cpus: host::cpu_count(),
-        mem_mib: host::memory_mib(),
+        cpus: options.cpus.unwrap_or_else(host::cpu_count),
+        mem_mib: options.mem_mib.unwrap_or_else(host::memory_mib),
         gpus: gpus.iter().map(pb::Gpu::from).collect(),
         features: host::features(&config.node.features),
     };

@@ -27,6 +27,13 @@ struct Cli {
     /// reach schedd]
     #[arg(long, value_name = "ADDR")]
     address: Option<String>,
+    /// CPUs offered to jobs [default: all the host has]. Lets an admin keep cores for the OS,
+    /// and lets fake-GPU test agents on a small machine look like real GPU servers.
+    #[arg(long, value_name = "N")]
+    cpus: Option<u32>,
+    /// Memory offered to jobs, e.g. `500G` [default: MemTotal]
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem)]
+    mem: Option<u64>,
     /// More log output: -v info, -vv debug (RUST_LOG overrides)
     #[arg(short, long, action = ArgAction::Count)]
     verbose: u8,
@@ -54,6 +61,8 @@ fn main() -> ExitCode {
         spool_dir: cli.spool_dir,
         schedd: cli.schedd,
         address: cli.address,
+        cpus: cli.cpus,
+        mem_mib: cli.mem,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -72,6 +81,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn parse_mem(s: &str) -> Result<u64, String> {
+    ysched_common::parse::parse_mem_mib(s).map_err(|e| e.to_string())
 }
 
 /// One line per event on stderr; warnings only unless -v, RUST_LOG wins.

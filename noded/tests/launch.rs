@@ -22,6 +22,10 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let fixture = Fixture {
             spool: tempfile::tempdir().unwrap(),
             work: tempfile::tempdir().unwrap(),
@@ -34,12 +38,13 @@ impl Fixture {
         fixture
     }
 
-    fn launcher(&self) -> (Launcher, UnboundedReceiver<JobEvent>) {
-        Launcher::with_options(LauncherOptions {
+    fn launcher(&self) -> (Launcher, Events) {
+        let (launcher, events) = Launcher::with_options(LauncherOptions {
             shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
             ..LauncherOptions::new(self.spool.path(), NODE)
         })
-        .unwrap()
+        .unwrap();
+        (launcher, Events::new(events))
     }
 
     fn workdir(&self) -> &Path {
@@ -67,42 +72,80 @@ impl Fixture {
     }
 }
 
+/// The launcher's events, kept so that waiting for one job never loses another's.
+struct Events {
+    receiver: UnboundedReceiver<JobEvent>,
+    seen: Vec<JobEvent>,
+}
+
 /// Events of one job until it finishes.
 struct Outcome {
     started: Option<pb::JobStarted>,
     finished: pb::JobFinished,
 }
 
-async fn wait_for_end(events: &mut UnboundedReceiver<JobEvent>, job_id: u64) -> Outcome {
-    let mut started = None;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let event = tokio::time::timeout(left, events.recv())
-            .await
-            .unwrap_or_else(|_| panic!("job {job_id} did not finish in time"))
-            .expect("event channel closed");
-        match event {
-            JobEvent::Started(s) if s.job_id == job_id => started = Some(s),
-            JobEvent::Finished(finished) if finished.job_id == job_id => {
-                return Outcome { started, finished }
-            }
-            _ => {}
+impl Events {
+    fn new(receiver: UnboundedReceiver<JobEvent>) -> Events {
+        Events {
+            receiver,
+            seen: Vec::new(),
         }
     }
-}
 
-async fn wait_for_start(events: &mut UnboundedReceiver<JobEvent>, job_id: u64) -> pb::JobStarted {
-    let event = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            match events.recv().await.expect("event channel closed") {
-                JobEvent::Started(s) if s.job_id == job_id => return s,
-                JobEvent::Finished(f) if f.job_id == job_id => panic!("job ended first: {f:?}"),
-                _ => {}
-            }
+    fn started(&self, job_id: u64) -> Option<pb::JobStarted> {
+        self.seen.iter().find_map(|e| match e {
+            JobEvent::Started(s) if s.job_id == job_id => Some(*s),
+            _ => None,
+        })
+    }
+
+    fn finished(&self, job_id: u64) -> Option<pb::JobFinished> {
+        self.seen.iter().find_map(|e| match e {
+            JobEvent::Finished(f) if f.job_id == job_id => Some(f.clone()),
+            _ => None,
+        })
+    }
+
+    /// Receives events until `done` holds, for at most 60 s.
+    async fn until(&mut self, what: &str, done: impl Fn(&Events) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done(self) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = tokio::time::timeout(left, self.receiver.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{what}: timed out; events so far: {:?}", self.seen))
+                .expect("event channel closed");
+            self.seen.push(event);
         }
-    });
-    event.await.expect("job did not start in time")
+    }
+
+    async fn wait_for_start(&mut self, job_id: u64) -> pb::JobStarted {
+        self.until(&format!("start of job {job_id}"), |events| {
+            if let Some(f) = events.finished(job_id) {
+                panic!("job {job_id} ended before starting: {f:?}");
+            }
+            events.started(job_id).is_some()
+        })
+        .await;
+        self.started(job_id).unwrap()
+    }
+
+    /// Waits for the job's end and forgets its events (a job id may be launched again).
+    async fn wait_for_end(&mut self, job_id: u64) -> Outcome {
+        self.until(&format!("end of job {job_id}"), |events| {
+            events.finished(job_id).is_some()
+        })
+        .await;
+        let outcome = Outcome {
+            started: self.started(job_id),
+            finished: self.finished(job_id).unwrap(),
+        };
+        self.seen.retain(|e| match e {
+            JobEvent::Started(s) => s.job_id != job_id,
+            JobEvent::Finished(f) => f.job_id != job_id,
+        });
+        outcome
+    }
 }
 
 /// Live (non-zombie) processes whose process group is `pgid`. Processes that died are
@@ -168,7 +211,7 @@ async fn job_gets_environment_workdir_and_output() {
     job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
     launcher.launch(&job).unwrap();
 
-    let outcome = wait_for_end(&mut events, 101).await;
+    let outcome = events.wait_for_end(101).await;
     let started = outcome.started.expect("JobStarted before JobFinished");
     assert!(started.pid > 1 && started.time_ms > 0);
     let finished = outcome.finished;
@@ -215,7 +258,7 @@ async fn script_without_interpreter_line_runs_under_sh_with_separate_stderr() {
     job.stderr_path = format!("{}/err-%j-%%.txt", fx.workdir().display());
     job.env = HashMap::from([("CUDA_VISIBLE_DEVICES".to_string(), "7".to_string())]);
     launcher.launch(&job).unwrap();
-    let finished = wait_for_end(&mut events, 102).await.finished;
+    let finished = events.wait_for_end(102).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     let user = &job.user;
     let out = fx.output(&format!("logs-job102-{user}.102.out"));
@@ -234,7 +277,7 @@ async fn stop_kills_the_whole_process_group() {
     launcher
         .launch(&fx.job(201, "#!/bin/sh\nsleep 100 & sleep 100 & wait\n"))
         .unwrap();
-    let started = wait_for_start(&mut events, 201).await;
+    let started = events.wait_for_start(201).await;
     assert!(matches!(
         launcher.launch(&fx.job(201, "true")),
         Err(ysched_noded::launch::LaunchError::AlreadyRunning(201))
@@ -254,7 +297,7 @@ async fn stop_kills_the_whole_process_group() {
     let before = ysched_common::time::now_ms();
     assert!(launcher.stop(201, 5));
     assert!(launcher.stop(201, 5), "stopping twice is harmless");
-    let finished = wait_for_end(&mut events, 201).await.finished;
+    let finished = events.wait_for_end(201).await.finished;
     assert_eq!(finished.signal, Some(libc::SIGTERM), "{finished:?}");
     assert!(finished.stop_requested && !finished.killed && !finished.timed_out);
     assert!(finished.term_time_ms >= before);
@@ -265,16 +308,33 @@ async fn stop_kills_the_whole_process_group() {
 }
 
 #[tokio::test]
+async fn processes_left_behind_die_with_the_job() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    launcher
+        .launch(&fx.job(250, "#!/bin/sh\nsleep 100 &\necho left $!\n"))
+        .unwrap();
+    let outcome = events.wait_for_end(250).await;
+    assert_eq!(
+        outcome.finished.exit_code,
+        Some(0),
+        "{:?}",
+        outcome.finished
+    );
+    assert_group_empties(outcome.started.unwrap().pid).await;
+}
+
+#[tokio::test]
 async fn job_ignoring_sigterm_is_killed_after_the_grace() {
     let fx = Fixture::new();
     let (launcher, mut events) = fx.launcher();
     launcher
         .launch(&fx.job(301, "#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n"))
         .unwrap();
-    let started = wait_for_start(&mut events, 301).await;
+    let started = events.wait_for_start(301).await;
     let stop_time = Instant::now();
     assert!(launcher.stop(301, 1));
-    let finished = wait_for_end(&mut events, 301).await.finished;
+    let finished = events.wait_for_end(301).await.finished;
     assert!(
         stop_time.elapsed() >= Duration::from_millis(900),
         "SIGKILL only after the grace"
@@ -293,7 +353,7 @@ async fn time_limit_terminates_and_reports_timed_out() {
     job.time_limit_secs = 1;
     job.grace_secs = 1;
     launcher.launch(&job).unwrap();
-    let outcome = wait_for_end(&mut events, 401).await;
+    let outcome = events.wait_for_end(401).await;
     let finished = outcome.finished;
     assert!(finished.timed_out, "{finished:?}");
     assert!(!finished.stop_requested);
@@ -318,14 +378,14 @@ async fn checkpoint_written_after_sigterm_is_reported_saved() {
     );
     job.checkpoint_dir = fx.workdir().join("ck501").to_string_lossy().into_owned();
     launcher.launch(&job).unwrap();
-    wait_for_start(&mut events, 501).await;
+    events.wait_for_start(501).await;
     // Wait for the trap to be installed.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !fx.output("ysched-501.out").contains("ready") && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(launcher.stop(501, 10));
-    let finished = wait_for_end(&mut events, 501).await.finished;
+    let finished = events.wait_for_end(501).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     assert!(finished.stop_requested && !finished.killed);
     assert!(finished.checkpoint_saved, "{finished:?}");
@@ -337,16 +397,16 @@ async fn requeued_job_appends_to_its_earlier_output() {
     let (launcher, mut events) = fx.launcher();
     let script = "#!/bin/sh\necho run $YS_RESTART_COUNT\n";
     launcher.launch(&fx.job(601, script)).unwrap();
-    wait_for_end(&mut events, 601).await;
+    events.wait_for_end(601).await;
     launcher.ack(601).unwrap();
     let mut again = fx.job(601, script);
     again.restart_count = 1;
     launcher.launch(&again).unwrap();
-    wait_for_end(&mut events, 601).await;
+    events.wait_for_end(601).await;
     assert_eq!(fx.output("ysched-601.out"), "run 0\nrun 1\n");
     // A fresh run (restart_count 0) truncates.
     launcher.launch(&fx.job(601, script)).unwrap();
-    wait_for_end(&mut events, 601).await;
+    events.wait_for_end(601).await;
     assert_eq!(fx.output("ysched-601.out"), "run 0\n");
 }
 
@@ -366,15 +426,26 @@ async fn launch_failures_are_reported_with_a_clear_error() {
     for job in [&bad_workdir, &no_user, &bad_interpreter, &bad_output] {
         launcher.launch(job).unwrap();
     }
-
-    let expect = [
+    let mut expect = vec![
         (701, "/nonexistent/workdir"),
         (702, "no such user"),
-        (703, "cannot execute"),
+        (703, "interpreter /nonexistent/interpreter does not exist"),
         (704, "cannot open output file"),
     ];
-    for (job_id, message) in expect {
-        let outcome = wait_for_end(&mut events, job_id).await;
+    if is_root() {
+        // Root could switch to any group: the job's gid must be one of the user's.
+        let mut foreign_group = fx.job(
+            705,
+            "#!/bin/sh
+true
+",
+        );
+        foreign_group.gid = 3_999_999_999;
+        launcher.launch(&foreign_group).unwrap();
+        expect.push((705, "is not a group of user"));
+    }
+    for &(job_id, message) in &expect {
+        let outcome = events.wait_for_end(job_id).await;
         let finished = outcome.finished;
         assert!(
             finished.error.contains(message),
@@ -383,7 +454,7 @@ async fn launch_failures_are_reported_with_a_clear_error() {
         assert_eq!(finished.exit_code, None);
         assert!(outcome.started.is_none(), "job {job_id} never started");
     }
-    assert_eq!(launcher.unacked_finished().len(), 4);
+    assert_eq!(launcher.unacked_finished().len(), expect.len());
 }
 
 #[tokio::test]
@@ -405,7 +476,7 @@ async fn job_runs_as_nobody_when_root() {
     let checkpoint_dir = fx.workdir().join("ck801");
     job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
     launcher.launch(&job).unwrap();
-    let finished = wait_for_end(&mut events, 801).await.finished;
+    let finished = events.wait_for_end(801).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     let out = fx.output("ysched-801.out");
     assert_eq!(out, format!("uid={} gid={}\n", nobody.uid, nobody.gid));
@@ -424,7 +495,7 @@ async fn job_runs_as_nobody_when_root() {
     let root_only = tempfile::tempdir().unwrap();
     sneaky.stdout_path = root_only.path().join("out").to_string_lossy().into_owned();
     launcher.launch(&sneaky).unwrap();
-    let finished = wait_for_end(&mut events, 802).await.finished;
+    let finished = events.wait_for_end(802).await.finished;
     assert!(
         finished.error.contains("cannot open output file"),
         "{finished:?}"
@@ -451,7 +522,7 @@ async fn jobs_survive_a_noded_restart() {
         .unwrap();
     let mut pids = HashMap::new();
     for job_id in [901, 902, 903] {
-        pids.insert(job_id, wait_for_start(&mut events, job_id).await.pid);
+        pids.insert(job_id, events.wait_for_start(job_id).await.pid);
     }
 
     // noded "restarts": the old launcher goes away, the shepherds stay.
@@ -469,15 +540,15 @@ async fn jobs_survive_a_noded_restart() {
     assert_eq!(launcher.running_jobs(), vec![901, 902, 903]);
 
     assert!(launcher.stop(903, 1));
-    let stopped = wait_for_end(&mut events, 903).await.finished;
+    let stopped = events.wait_for_end(903).await.finished;
     assert_eq!(stopped.signal, Some(libc::SIGTERM), "{stopped:?}");
     assert!(stopped.stop_requested);
 
-    let ended = wait_for_end(&mut events, 901).await.finished;
+    let ended = events.wait_for_end(901).await.finished;
     assert_eq!(ended.exit_code, Some(7), "{ended:?}");
     assert!(ended.error.is_empty());
 
-    let limited = wait_for_end(&mut events, 902).await.finished;
+    let limited = events.wait_for_end(902).await.finished;
     assert!(limited.timed_out, "{limited:?}");
     assert_eq!(limited.signal, Some(libc::SIGTERM));
 
@@ -500,7 +571,7 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
     launcher
         .launch(&fx.job(1001, "#!/bin/sh\nsleep 1\nexit 5\n"))
         .unwrap();
-    wait_for_start(&mut events, 1001).await;
+    events.wait_for_start(1001).await;
     drop(launcher);
     drop(events);
     // The job ends while no noded watches.

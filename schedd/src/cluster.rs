@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{
-    Config, Gpu, Job, JobId, JobSpec, JobState, Node, Owner, StopReason, StopRequest,
+    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, Owner, StopReason, StopRequest,
 };
 use ysched_proto as pb;
 
@@ -175,10 +175,14 @@ impl Cluster {
         home: Option<std::path::PathBuf>,
         spec: pb::JobSpec,
     ) -> ApiResult<JobId> {
-        let job = {
+        let wanted_tier = spec.tier.clone();
+        let job = 'locked: {
             let mut st = lock(&self.state);
-            let (spec, payload, grace) = submit::validate(spec, &owner, &self.config, &st.nodes)
-                .map_err(ApiError::Invalid)?;
+            let (spec, payload, grace) =
+                match submit::validate(spec, &owner, &self.config, &st.nodes) {
+                    Ok(v) => v,
+                    Err(e) => break 'locked Err(e),
+                };
             let id = JobId(st.next_job_id);
             let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
             let checkpoint_dir = submit::checkpoint_dir(
@@ -201,7 +205,7 @@ impl Cluster {
                     String::new()
                 },
                 spec,
-                owner,
+                owner: owner.clone(),
                 tier_value,
                 alloc: vec![],
                 restart_count: 0,
@@ -228,7 +232,20 @@ impl Cluster {
             b.set_next_job_id(id.0 + 1);
             self.apply(b)?;
             st.next_job_id += 1;
-            job
+            Ok(job)
+        };
+        let job = match job {
+            Ok(job) => job,
+            Err(ApiError::Denied(msg)) => {
+                // Refused permissions are audited, durably, before the refusal is reported.
+                let mut b = Batch::default();
+                let detail = format!("submit to tier '{wanted_tier}': {msg}");
+                b.audit(&audit(&owner, "submit_refused", None, detail));
+                self.apply(b)?;
+                self.commit().await?;
+                return Err(ApiError::Denied(msg));
+            }
+            Err(e) => return Err(e),
         };
         self.commit().await?;
         let id = job.id;
@@ -378,6 +395,7 @@ impl Cluster {
                         job.reason = format!("cancelled by {}", caller.user);
                         job.end_time = Some(now);
                         b.put_job(job);
+                        b.audit(&audit(caller, "cancel", Some(id), "while queued".into()));
                         b.event(
                             id,
                             now,
@@ -407,6 +425,7 @@ impl Cluster {
                         });
                         job.reason = format!("cancelling (by {})", caller.user);
                         b.put_job(job);
+                        b.audit(&audit(caller, "cancel", Some(id), "while running".into()));
                         b.event(
                             id,
                             now,
@@ -464,12 +483,21 @@ impl Cluster {
                 if hold { "held" } else { "released" },
                 format!("by {}", caller.user),
             );
+            let action = if hold { "hold" } else { "release" };
+            b.audit(&audit(caller, action, Some(id), String::new()));
             self.apply(b)?;
         }
         self.commit().await?;
         self.wake.notify_one();
         self.changed([id]);
         Ok(())
+    }
+
+    pub fn audit_log(&self, caller: &Owner, limit: usize) -> ApiResult<Vec<AuditRecord>> {
+        if !caller.is_root() {
+            return Err(ApiError::Denied("only root may read the audit log".into()));
+        }
+        Ok(self.store.audit_log(limit)?)
     }
 
     pub fn list_nodes(&self) -> Vec<pb::NodeInfo> {
@@ -489,9 +517,14 @@ impl Cluster {
                 .nodes
                 .get_mut(name)
                 .ok_or_else(|| ApiError::NotFound(format!("unknown node '{name}'")))?;
+            let (action, detail) = match &reason {
+                Some(r) => ("drain", format!("node {name}: {r}")),
+                None => ("resume", format!("node {name}")),
+            };
             node.drain_reason = reason;
             let mut b = Batch::default();
             b.put_node(node);
+            b.audit(&audit(caller, action, None, detail));
             self.apply(b)?;
         }
         self.commit().await?;
@@ -783,9 +816,13 @@ impl Cluster {
 
     // ------------------------------------------------------------------ scheduling
 
+    /// Passes run on events (submit, job end, node join). Conditions that change with time
+    /// alone (a victim passing its tier's `min_runtime`) are caught by a pass at least every
+    /// `RECHECK`.
     async fn schedule_loop(self: Arc<Self>) {
+        const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
         loop {
-            self.wake.notified().await;
+            let _ = tokio::time::timeout(RECHECK, self.wake.notified()).await;
             match self.schedule_once() {
                 Ok(changed) if !changed.is_empty() => {
                     if self.commit().await.is_ok() {
@@ -831,6 +868,23 @@ impl Cluster {
             });
             victim.reason = format!("preempted by {}", ev.preemptor);
             b.put_job(victim);
+            let detail = format!(
+                "job {} evicts job {} of {} (tier {}) on {}, grace {}s",
+                ev.preemptor,
+                ev.victim,
+                victim.owner.user,
+                victim.spec.tier,
+                ev.node,
+                ev.grace_secs
+            );
+            b.audit(&AuditRecord {
+                time: now,
+                user: "schedd".into(),
+                uid: 0,
+                action: "preempt".into(),
+                job_id: Some(ev.victim),
+                detail,
+            });
             b.event(
                 ev.victim,
                 now,
@@ -900,6 +954,17 @@ impl Cluster {
         }
         self.apply(b)?;
         Ok(changed)
+    }
+}
+
+fn audit(who: &Owner, action: &str, job: Option<JobId>, detail: String) -> AuditRecord {
+    AuditRecord {
+        time: now_ms(),
+        user: who.user.clone(),
+        uid: who.uid,
+        action: action.into(),
+        job_id: job,
+        detail,
     }
 }
 

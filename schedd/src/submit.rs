@@ -1,6 +1,7 @@
 //! Turns a client's wire `JobSpec` into a validated domain job, or a message naming what is
 //! wrong. Runs before anything is written, so a refused submit changes nothing.
 
+use crate::cluster::ApiError;
 use crate::core;
 use crate::store::Payload;
 use std::collections::BTreeMap;
@@ -15,51 +16,52 @@ pub fn validate(
     owner: &Owner,
     config: &Config,
     nodes: &BTreeMap<String, Node>,
-) -> Result<(JobSpec, Payload, u32), String> {
+) -> Result<(JobSpec, Payload, u32), ApiError> {
+    let invalid = ApiError::Invalid;
     let tier_name = if wire.tier.trim().is_empty() {
         config.scheduler.default_tier.clone()
     } else {
         wire.tier.trim().to_ascii_lowercase()
     };
     let Some(tier) = config.tier(&tier_name) else {
-        return Err(format!(
+        return Err(invalid(format!(
             "unknown tier '{}' (tiers: {})",
             wire.tier,
             config.tier_names().join(", ")
-        ));
+        )));
     };
     if !tier_allows(tier, owner) {
-        return Err(format!(
+        return Err(ApiError::Denied(format!(
             "user {} may not submit to tier '{tier_name}' ({})",
             owner.user,
             who_may(tier)
-        ));
+        )));
     }
     let nodes_wanted = wire.nodes.max(1);
     if wire.gpus % nodes_wanted != 0 {
-        return Err(format!(
+        return Err(invalid(format!(
             "--gpus {} cannot be split evenly over --nodes {nodes_wanted}",
             wire.gpus
-        ));
+        )));
     }
     let grace = match wire.grace_secs {
         Some(g) if g > tier.max_grace => {
-            return Err(format!(
+            return Err(invalid(format!(
                 "--grace {g} exceeds the maximum of {} seconds for tier '{tier_name}'",
                 tier.max_grace
-            ))
+            )))
         }
         Some(g) => g,
         None => tier.default_grace,
     };
     if wire.script.is_empty() {
-        return Err("empty job script".into());
+        return Err(invalid("empty job script".into()));
     }
     if !wire.workdir.starts_with('/') {
-        return Err(format!(
+        return Err(invalid(format!(
             "working directory '{}' is not an absolute path",
             wire.workdir
-        ));
+        )));
     }
     let gpu_types: Vec<String> = wire
         .gpu_type
@@ -68,15 +70,19 @@ pub fn validate(
         .filter(|t| !t.is_empty())
         .collect();
     if wire.gpu_type.contains('|') && gpu_types.len() != wire.gpu_type.split('|').count() {
-        return Err(format!("malformed --gpu-type '{}'", wire.gpu_type));
+        return Err(invalid(format!("malformed --gpu-type '{}'", wire.gpu_type)));
     }
     if !gpu_types.is_empty() && wire.gpus == 0 {
-        return Err("--gpu-type given without --gpus".into());
+        return Err(invalid("--gpu-type given without --gpus".into()));
     }
     let interconnect = match wire.interconnect.trim() {
         "" => None,
         "nvlink" => Some("nvlink".to_string()),
-        other => return Err(format!("unknown --interconnect '{other}' (known: nvlink)")),
+        other => {
+            return Err(invalid(format!(
+                "unknown --interconnect '{other}' (known: nvlink)"
+            )))
+        }
     };
     let opt = |s: String| (!s.trim().is_empty()).then_some(s);
     let spec = JobSpec {
@@ -117,7 +123,7 @@ pub fn validate(
             .filter(|c| !c.is_empty())
             .collect(),
     };
-    core::check_satisfiable(&spec, nodes)?;
+    core::check_satisfiable(&spec, nodes).map_err(invalid)?;
     Ok((
         spec,
         Payload {

@@ -69,11 +69,11 @@ pub struct TestCluster {
 /// Where cargo put the binaries: next to the test executable's `deps/` directory.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf();
+    // Tests run from target/<profile>/deps, the bench binary from target/<profile>.
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
     for b in ["schedd", "noded", "ysub", "yq", "ycancel", "yctl"] {
         assert!(
             dir.join(b).exists(),
@@ -154,6 +154,14 @@ impl TestCluster {
             .unwrap()
     }
 
+    pub fn schedd_pid(&self) -> Option<u32> {
+        self.schedd.as_ref().map(|c| c.id())
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("schedd.sock")
+    }
+
     pub fn start_schedd(&mut self) {
         assert!(self.schedd.is_none(), "schedd already running");
         let child = self
@@ -190,7 +198,16 @@ impl TestCluster {
         let spool = self.dir.path().join("spool").join(name);
         let child = self
             .command("noded")
-            .args(["-v", "--name", name, "--fake-gpus"])
+            .args([
+                "-v",
+                "--name",
+                name,
+                "--cpus",
+                "64",
+                "--mem",
+                "512G",
+                "--fake-gpus",
+            ])
             .arg(&gpus)
             .arg("--spool-dir")
             .arg(&spool)

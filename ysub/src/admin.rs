@@ -4,11 +4,15 @@ use crate::client::{self, reply};
 use crate::jobs::{format_job_detail, job_detail_to_json};
 use crate::nodes::{format_gpu_lines, format_nodes_table, node_to_json, NodeJson};
 use crate::output::{print_json, print_stdout};
+use crate::output::{Column, Table};
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
+use serde::Serialize;
+use std::borrow::Cow;
 use std::process::ExitCode;
 use ysched_common::time::now_ms;
-use ysched_proto::{DrainRequest, JobRef, ListNodesRequest, NodeRef};
+use ysched_common::time::rfc3339;
+use ysched_proto::{AuditEntry, AuditRequest, DrainRequest, JobRef, ListNodesRequest, NodeRef};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -58,6 +62,14 @@ pub enum Command {
     Release {
         #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
         job_ids: Vec<u64>,
+    },
+    /// Show the audit log, newest first: refused submits, preemptions, cancels, holds, drains
+    Audit {
+        /// Only the newest N entries [default: all]
+        #[arg(short = 'n', long, value_name = "N")]
+        limit: Option<u32>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -158,8 +170,75 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 reply(client.release(JobRef { job_id }).await)?;
             }
         }
+        Command::Audit { limit, json } => {
+            let entries = reply(
+                client
+                    .audit(AuditRequest {
+                        limit: limit.unwrap_or(0),
+                    })
+                    .await,
+            )?
+            .entries;
+            if json {
+                let objects: Vec<AuditJson> = entries.iter().map(audit_to_json).collect();
+                print_json(&objects)?;
+            } else {
+                print_stdout(&format_audit_table(&entries))?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+const AUDIT_COLUMNS: &[Column; 5] = &[
+    Column::left("TIME"),
+    Column::left("USER"),
+    Column::left("ACTION"),
+    Column::right("JOB"),
+    Column::left("DETAIL"),
+];
+
+/// The `yctl audit` table; JOB is `-` for entries about no job (drains, resumes).
+pub fn format_audit_table(entries: &[AuditEntry]) -> String {
+    let mut table = Table::with_capacity(AUDIT_COLUMNS, entries.len());
+    for entry in entries {
+        table.push_row([
+            Cow::Owned(rfc3339(entry.time_ms)),
+            Cow::Borrowed(entry.user.as_str()),
+            Cow::Borrowed(entry.action.as_str()),
+            if entry.job_id == 0 {
+                Cow::Borrowed("-")
+            } else {
+                Cow::Owned(entry.job_id.to_string())
+            },
+            Cow::Borrowed(entry.detail.as_str()),
+        ]);
+    }
+    let mut out = String::new();
+    table.render(&mut out, true);
+    out
+}
+
+#[derive(Debug, Serialize)]
+pub struct AuditJson<'a> {
+    pub time: String,
+    pub user: &'a str,
+    pub uid: u32,
+    pub action: &'a str,
+    /// Null for entries about no job.
+    pub job_id: Option<u64>,
+    pub detail: &'a str,
+}
+
+pub fn audit_to_json(entry: &AuditEntry) -> AuditJson<'_> {
+    AuditJson {
+        time: rfc3339(entry.time_ms),
+        user: &entry.user,
+        uid: entry.uid,
+        action: &entry.action,
+        job_id: (entry.job_id != 0).then_some(entry.job_id),
+        detail: &entry.detail,
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +279,42 @@ mod tests {
         }
         assert!(
             matches!(parse(&["hold", "3,4"]).unwrap().command, Command::Hold { job_ids } if job_ids == [3, 4])
+        );
+    }
+
+    #[test]
+    fn audit_rows_and_json() {
+        let entries = [
+            AuditEntry {
+                time_ms: 1_767_225_600_000,
+                user: "root".into(),
+                action: "drain".into(),
+                detail: "gpu01: bad fan".into(),
+                ..Default::default()
+            },
+            AuditEntry {
+                time_ms: 1_767_225_601_000,
+                user: "schedd".into(),
+                action: "preempt".into(),
+                job_id: 12,
+                detail: "for job 15".into(),
+                ..Default::default()
+            },
+        ];
+        let out = format_audit_table(&entries);
+        let rows: Vec<&str> = out.lines().collect();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            rows[1],
+            "2026-01-01T00:00:00Z  root    drain      -  gpu01: bad fan"
+        );
+        assert!(rows[2].contains("preempt   12  for job 15"), "{out}");
+        let value = serde_json::to_value(audit_to_json(&entries[1])).unwrap();
+        assert_eq!(value["job_id"], 12);
+        assert_eq!(value["time"], "2026-01-01T00:00:01Z");
+        assert_eq!(
+            serde_json::to_value(audit_to_json(&entries[0])).unwrap()["job_id"],
+            serde_json::Value::Null
         );
     }
 

@@ -1,14 +1,16 @@
 //! How jobs are shown: the `yq` table row, the JSON object (`yq --json`, `yctl show job
 //! --json`) and the `yctl show job` text. All take `now_ms` as a parameter so they are pure.
 
-use crate::output::{cell_num, format_mib, Column, Table};
-use serde::Serialize;
+use crate::output::{
+    decimal_width, display_width, format_mib, push_decimal, render_table, Column, Row, Table,
+};
+use serde::{Serialize, Serializer};
 use std::borrow::Cow;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::sync::LazyLock;
 use ysched_common::time::{format_elapsed, rfc3339, Millis};
 use ysched_common::JobState;
-use ysched_proto::{JobDetail, JobEvent, JobInfo, JobSpec};
+use ysched_proto::{JobDetail, JobEvent, JobInfo, JobSpec, NodeAlloc};
 
 /// Seconds the job has run in its current (or last) run: 0 while it waits, up to now while it
 /// runs, up to its end once finished.
@@ -55,7 +57,7 @@ fn time_or_none(ms: Millis) -> Option<String> {
     (ms > 0).then(|| rfc3339(ms))
 }
 
-pub const JOB_COLUMNS: &[Column] = &[
+pub const JOB_COLUMNS: &[Column; 8] = &[
     Column::right("JOBID"),
     Column::left("NAME"),
     Column::left("USER"),
@@ -69,39 +71,89 @@ pub const JOB_COLUMNS: &[Column] = &[
 /// The `yq` table: `JOBID NAME USER TIER STATE TIME GPUS NODELIST(REASON)`, in the order given.
 /// The last column is the node list of a job holding nodes, else `(reason)` (`(None)` if none).
 pub fn format_job_table(jobs: &[JobInfo], now_ms: Millis, header: bool) -> String {
-    let mut table = Table::with_capacity(JOB_COLUMNS, jobs.len());
-    for job in jobs {
-        let location = match node_list(job) {
-            Some(nodes) => nodes,
-            None if job.reason.is_empty() => "(None)".to_string(),
-            None => format!("({})", job.reason),
-        };
-        table.push_row([
-            cell_num(job.id),
-            Cow::Borrowed(job.name.as_str()),
-            Cow::Borrowed(job.user.as_str()),
-            Cow::Borrowed(job.tier.as_str()),
-            Cow::Borrowed(job.state.as_str()),
-            Cow::Owned(format_elapsed(elapsed_secs(job, now_ms))),
-            cell_num(gpus_requested(job)),
-            Cow::Owned(location),
-        ]);
-    }
+    let rows: Vec<JobRow> = jobs.iter().map(|job| JobRow::new(job, now_ms)).collect();
     let mut out = String::new();
-    table.render(&mut out, header);
+    render_table(JOB_COLUMNS, &rows, header, &mut out);
     out
 }
 
-/// The GPUs a job holds on one node.
-#[derive(Debug, Serialize)]
-pub struct NodeAllocJson<'a> {
-    pub node: &'a str,
-    pub gpus: &'a [u32],
-    pub cpus: u32,
-    pub mem_mib: u64,
+/// A job as a `yq` line. Cells are written straight from the record: a queue of ten thousand
+/// jobs must list in milliseconds.
+struct JobRow<'a> {
+    job: &'a JobInfo,
+    /// Only running or finished jobs need a formatted time; waiting ones share "0:00".
+    time: Cow<'static, str>,
+    gpus: u32,
 }
 
-/// A job as `yq --json` prints it; `yctl show job --json` adds to it.
+impl<'a> JobRow<'a> {
+    fn new(job: &'a JobInfo, now_ms: Millis) -> Self {
+        let time = match elapsed_secs(job, now_ms) {
+            0 => Cow::Borrowed("0:00"),
+            secs => Cow::Owned(format_elapsed(secs)),
+        };
+        JobRow {
+            job,
+            time,
+            gpus: gpus_requested(job),
+        }
+    }
+}
+
+impl Row for JobRow<'_> {
+    fn width(&self, column: usize) -> usize {
+        let job = self.job;
+        match column {
+            0 => decimal_width(job.id),
+            1 => display_width(&job.name),
+            2 => display_width(&job.user),
+            3 => display_width(&job.tier),
+            4 => display_width(&job.state),
+            5 => self.time.len(),
+            6 => decimal_width(self.gpus.into()),
+            _ if !job.alloc.is_empty() => {
+                job.alloc
+                    .iter()
+                    .map(|a| display_width(&a.node))
+                    .sum::<usize>()
+                    + job.alloc.len()
+                    - 1
+            }
+            _ if job.reason.is_empty() => "(None)".len(),
+            _ => display_width(&job.reason) + 2,
+        }
+    }
+
+    fn write(&self, column: usize, out: &mut String) {
+        let job = self.job;
+        match column {
+            0 => push_decimal(out, job.id),
+            1 => out.push_str(&job.name),
+            2 => out.push_str(&job.user),
+            3 => out.push_str(&job.tier),
+            4 => out.push_str(&job.state),
+            5 => out.push_str(&self.time),
+            6 => push_decimal(out, self.gpus.into()),
+            _ if !job.alloc.is_empty() => {
+                for (i, alloc) in job.alloc.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&alloc.node);
+                }
+            }
+            _ if job.reason.is_empty() => out.push_str("(None)"),
+            _ => {
+                out.push('(');
+                out.push_str(&job.reason);
+                out.push(')');
+            }
+        }
+    }
+}
+
+/// A job as `yq --json` prints it; `yctl show job --json` adds to it. It borrows from the
+/// `JobInfo` and builds nothing per job: `yq --json` may print ten thousand of these.
 #[derive(Debug, Serialize)]
 pub struct JobJson<'a> {
     pub id: u64,
@@ -114,17 +166,18 @@ pub struct JobJson<'a> {
     pub state: &'a str,
     pub reason: &'a str,
     /// The nodes held, comma-joined; null when none.
-    pub node: Option<String>,
-    pub nodes: Vec<NodeAllocJson<'a>>,
+    pub node: NodeNames<'a>,
+    /// Per node: `{node, gpus, cpus, mem_mib}`.
+    pub nodes: NodeAllocs<'a>,
     /// GPU indices held, over all nodes in allocation order.
-    pub gpus: Vec<u32>,
+    pub gpus: HeldGpus<'a>,
     pub gpus_requested: u32,
     pub restart_count: u32,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
-    pub submit_time: Option<String>,
-    pub start_time: Option<String>,
-    pub end_time: Option<String>,
+    pub submit_time: Timestamp,
+    pub start_time: Timestamp,
+    pub end_time: Timestamp,
     /// Seconds; null when unlimited.
     pub time_limit: Option<u64>,
     pub checkpoint_dir: &'a str,
@@ -141,29 +194,16 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         tier_value: job.tier_value,
         state: &job.state,
         reason: &job.reason,
-        node: node_list(job),
-        nodes: job
-            .alloc
-            .iter()
-            .map(|a| NodeAllocJson {
-                node: &a.node,
-                gpus: &a.gpus,
-                cpus: a.cpus,
-                mem_mib: a.mem_mib,
-            })
-            .collect(),
-        gpus: job
-            .alloc
-            .iter()
-            .flat_map(|a| a.gpus.iter().copied())
-            .collect(),
+        node: NodeNames(&job.alloc),
+        nodes: NodeAllocs(&job.alloc),
+        gpus: HeldGpus(&job.alloc),
         gpus_requested: gpus_requested(job),
         restart_count: job.restart_count,
         exit_code: job.exit_code,
         signal: job.signal,
-        submit_time: time_or_none(job.submit_time_ms),
-        start_time: time_or_none(job.start_time_ms),
-        end_time: time_or_none(job.end_time_ms),
+        submit_time: Timestamp(job.submit_time_ms),
+        start_time: Timestamp(job.start_time_ms),
+        end_time: Timestamp(job.end_time_ms),
         time_limit: job
             .spec
             .as_ref()
@@ -173,9 +213,80 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
     }
 }
 
+/// Epoch milliseconds, serialized as RFC 3339, or null when 0 (unset).
+#[derive(Debug, Clone, Copy)]
+pub struct Timestamp(pub Millis);
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match time_or_none(self.0) {
+            Some(text) => serializer.serialize_str(&text),
+            None => serializer.serialize_none(),
+        }
+    }
+}
+
+/// A job's nodes, serialized comma-joined, or null when it holds none.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeNames<'a>(pub &'a [NodeAlloc]);
+
+impl fmt::Display for NodeNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, alloc) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(&alloc.node)?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for NodeNames<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0.is_empty() {
+            serializer.serialize_none()
+        } else {
+            serializer.collect_str(self)
+        }
+    }
+}
+
+/// The GPU indices a job holds, serialized as one array over all its nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldGpus<'a>(pub &'a [NodeAlloc]);
+
+impl Serialize for HeldGpus<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().flat_map(|a| &a.gpus))
+    }
+}
+
+/// A job's allocation, serialized as `[{node, gpus, cpus, mem_mib}, ...]`.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeAllocs<'a>(pub &'a [NodeAlloc]);
+
+impl Serialize for NodeAllocs<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct NodeAllocJson<'a> {
+            node: &'a str,
+            gpus: &'a [u32],
+            cpus: u32,
+            mem_mib: u64,
+        }
+        serializer.collect_seq(self.0.iter().map(|a| NodeAllocJson {
+            node: &a.node,
+            gpus: &a.gpus,
+            cpus: a.cpus,
+            mem_mib: a.mem_mib,
+        }))
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct EventJson<'a> {
-    pub time: Option<String>,
+    pub time: Timestamp,
     pub kind: &'a str,
     pub detail: &'a str,
 }
@@ -198,6 +309,7 @@ pub struct JobDetailJson<'a> {
     pub stdout_path: &'a str,
     pub stderr_path: &'a str,
     pub args: &'a [String],
+    /// Whether it was submitted with `--hold` (the state tells whether it is held now).
     pub hold: bool,
     pub no_requeue: bool,
     pub interconnect: &'a str,
@@ -234,7 +346,7 @@ pub fn job_detail_to_json<'a>(
         events: events
             .iter()
             .map(|e| EventJson {
-                time: time_or_none(e.time_ms),
+                time: Timestamp(e.time_ms),
                 kind: &e.kind,
                 detail: &e.detail,
             })
@@ -307,7 +419,6 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         &[
             ("Restarts", job.restart_count.to_string()),
             ("Requeue", u8::from(!spec.no_requeue).to_string()),
-            ("Hold", u8::from(spec.hold).to_string()),
             ("ExitCode", exit),
         ],
         &[
@@ -382,7 +493,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
     out
 }
 
-const EVENT_COLUMNS: &[Column] = &[
+const EVENT_COLUMNS: &[Column; 3] = &[
     Column::left("TIME"),
     Column::left("KIND"),
     Column::left("DETAIL"),
@@ -402,7 +513,6 @@ fn quote_if_needed(arg: &str) -> Cow<'_, str> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use ysched_proto::NodeAlloc;
 
     /// 2026-01-01T00:00:00Z
     pub const T0: Millis = 1_767_225_600_000;

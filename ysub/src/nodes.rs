@@ -63,7 +63,7 @@ pub fn free_gpus(node: &NodeInfo) -> usize {
         .count()
 }
 
-pub const NODE_COLUMNS: &[Column] = &[
+pub const NODE_COLUMNS: &[Column; 7] = &[
     Column::left("NAME"),
     Column::left("STATE"),
     Column::left("GPUS"),
@@ -116,7 +116,7 @@ fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 7] {
     ]
 }
 
-const GPU_COLUMNS: &[Column] = &[
+const GPU_COLUMNS: &[Column; 3] = &[
     Column::left("GPU"),
     Column::left("MODEL"),
     Column::left("USE"),

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::{IsTerminal, Write as _};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Align {
@@ -35,102 +35,132 @@ impl Column {
 /// Gap between columns.
 const COLUMN_GAP: &str = "  ";
 
-/// A table whose columns are as wide as their widest cell. Cells borrow from the records where
-/// they can, so a table of thousands of jobs costs little more than the formatted numbers.
-pub struct Table<'a> {
-    columns: &'static [Column],
-    /// Row-major, `columns.len()` cells per row.
-    cells: Vec<Cow<'a, str>>,
+/// One line of a table, able to say how wide each cell is before writing it. Rows of the big
+/// tables (`yq`) implement it over their records directly, so no cell needs its own string.
+pub trait Row {
+    /// Display width of cell `column`.
+    fn width(&self, column: usize) -> usize;
+    /// Appends cell `column` to `out`.
+    fn write(&self, column: usize, out: &mut String);
 }
 
-impl<'a> Table<'a> {
-    pub fn new(columns: &'static [Column]) -> Self {
-        Table {
-            columns,
-            cells: Vec::new(),
+/// Appends `rows` to `out` as a table whose columns are as wide as their widest cell, with a
+/// header line when `header` is set. The last column is not padded, so lines carry no
+/// trailing blanks.
+pub fn render_table<R: Row>(columns: &[Column], rows: &[R], header: bool, out: &mut String) {
+    let header_row = HeaderRow(columns);
+    let mut widths: Vec<usize> = (0..columns.len())
+        .map(|i| if header { header_row.width(i) } else { 0 })
+        .collect();
+    for row in rows {
+        for (i, width) in widths.iter_mut().enumerate() {
+            *width = (*width).max(row.width(i));
         }
     }
+    let line_len = widths.iter().sum::<usize>() + columns.len() * COLUMN_GAP.len() + 1;
+    out.reserve((rows.len() + 1) * line_len);
+    if header {
+        render_line(columns, &widths, &header_row, out);
+    }
+    for row in rows {
+        render_line(columns, &widths, row, out);
+    }
+}
 
-    pub fn with_capacity(columns: &'static [Column], rows: usize) -> Self {
-        Table {
-            columns,
-            cells: Vec::with_capacity(rows * columns.len()),
+fn render_line(columns: &[Column], widths: &[usize], row: &impl Row, out: &mut String) {
+    let last = columns.len() - 1;
+    for (i, (column, &width)) in columns.iter().zip(widths).enumerate() {
+        if i > 0 {
+            out.push_str(COLUMN_GAP);
         }
-    }
-
-    /// Adds a row; it must have exactly one cell per column.
-    pub fn push_row<const N: usize>(&mut self, row: [Cow<'a, str>; N]) {
-        assert_eq!(N, self.columns.len(), "row width differs from the table's");
-        self.cells.extend(row);
-    }
-
-    pub fn rows(&self) -> usize {
-        self.cells.len() / self.columns.len()
-    }
-
-    /// Appends the table to `out`, with a header line when `header` is set. The last column is
-    /// not padded, so lines carry no trailing blanks.
-    pub fn render(&self, out: &mut String, header: bool) {
-        let ncols = self.columns.len();
-        let mut widths: Vec<usize> = self
-            .columns
-            .iter()
-            .map(|c| if header { c.header.chars().count() } else { 0 })
-            .collect();
-        for row in self.cells.chunks(ncols) {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(display_width(cell));
+        let pad = width.saturating_sub(row.width(i));
+        match column.align {
+            Align::Right => {
+                push_spaces(out, pad);
+                row.write(i, out);
             }
-        }
-        out.reserve(self.rows() * (widths.iter().sum::<usize>() + ncols * COLUMN_GAP.len() + 1));
-        if header {
-            let headers: Vec<&str> = self.columns.iter().map(|c| c.header).collect();
-            self.render_row(out, &widths, headers.iter().copied());
-        }
-        for row in self.cells.chunks(ncols) {
-            self.render_row(out, &widths, row.iter().map(|c| c.as_ref()));
-        }
-    }
-
-    fn render_row<'s>(
-        &self,
-        out: &mut String,
-        widths: &[usize],
-        cells: impl Iterator<Item = &'s str>,
-    ) {
-        let last = self.columns.len() - 1;
-        for (i, ((cell, column), &width)) in cells.zip(self.columns).zip(widths).enumerate() {
-            if i > 0 {
-                out.push_str(COLUMN_GAP);
-            }
-            let pad = width.saturating_sub(display_width(cell));
-            match column.align {
-                Align::Right => {
+            Align::Left => {
+                row.write(i, out);
+                if i != last {
                     push_spaces(out, pad);
-                    out.push_str(cell);
-                }
-                Align::Left => {
-                    out.push_str(cell);
-                    if i != last {
-                        push_spaces(out, pad);
-                    }
                 }
             }
         }
-        // Empty trailing cells would otherwise leave the gap behind.
-        while out.ends_with(' ') {
-            out.pop();
-        }
-        out.push('\n');
+    }
+    // Empty trailing cells would otherwise leave the gap behind.
+    while out.ends_with(' ') {
+        out.pop();
+    }
+    out.push('\n');
+}
+
+struct HeaderRow<'c>(&'c [Column]);
+
+impl Row for HeaderRow<'_> {
+    fn width(&self, column: usize) -> usize {
+        display_width(self.0[column].header)
+    }
+    fn write(&self, column: usize, out: &mut String) {
+        out.push_str(self.0[column].header);
     }
 }
 
-fn display_width(s: &str) -> usize {
+/// A row of ready-made cells, for the small tables.
+impl<const N: usize> Row for [Cow<'_, str>; N] {
+    fn width(&self, column: usize) -> usize {
+        display_width(&self[column])
+    }
+    fn write(&self, column: usize, out: &mut String) {
+        out.push_str(&self[column]);
+    }
+}
+
+/// A table built row by row from ready-made cells.
+pub struct Table<'a, const N: usize> {
+    columns: &'static [Column; N],
+    rows: Vec<[Cow<'a, str>; N]>,
+}
+
+impl<'a, const N: usize> Table<'a, N> {
+    pub fn with_capacity(columns: &'static [Column; N], rows: usize) -> Self {
+        Table {
+            columns,
+            rows: Vec::with_capacity(rows),
+        }
+    }
+
+    pub fn push_row(&mut self, row: [Cow<'a, str>; N]) {
+        self.rows.push(row);
+    }
+
+    /// Appends the table to `out`, see [`render_table`].
+    pub fn render(&self, out: &mut String, header: bool) {
+        render_table(self.columns, &self.rows, header, out);
+    }
+}
+
+/// Width of text in a fixed-width terminal, counting each character as one column.
+pub fn display_width(s: &str) -> usize {
     if s.is_ascii() {
         s.len()
     } else {
         s.chars().count()
     }
+}
+
+/// Number of digits of `n` in decimal.
+pub fn decimal_width(mut n: u64) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
+
+/// Appends `n` in decimal without an intermediate string.
+pub fn push_decimal(out: &mut String, n: u64) {
+    let _ = write!(out, "{n}");
 }
 
 fn push_spaces(out: &mut String, n: usize) {
@@ -158,9 +188,14 @@ pub fn print_stdout(text: &str) -> Result<()> {
     }
 }
 
-/// Serializes `value` as pretty JSON followed by a newline and writes it to stdout.
+/// Writes `value` as JSON and a newline to stdout: indented on a terminal, compact otherwise
+/// (scripts parse it either way, and ten thousand jobs print twice as fast compact).
 pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(value)?;
+    let mut text = if std::io::stdout().is_terminal() {
+        serde_json::to_string_pretty(value)?
+    } else {
+        serde_json::to_string(value)?
+    };
     text.push('\n');
     print_stdout(&text)
 }
@@ -190,7 +225,7 @@ pub fn format_mib(mib: u64) -> String {
 mod tests {
     use super::*;
 
-    const COLUMNS: &[Column] = &[
+    const COLUMNS: &[Column; 3] = &[
         Column::right("ID"),
         Column::left("NAME"),
         Column::left("NOTE"),
@@ -198,7 +233,7 @@ mod tests {
 
     #[test]
     fn table_aligns_columns_without_trailing_blanks() {
-        let mut table = Table::new(COLUMNS);
+        let mut table = Table::with_capacity(COLUMNS, 2);
         table.push_row([cell_num(7), "a".into(), "x".into()]);
         table.push_row([cell_num(1234), "longname".into(), "".into()]);
         let mut out = String::new();
@@ -210,6 +245,13 @@ mod tests {
         let mut out = String::new();
         table.render(&mut out, false);
         assert_eq!(out.lines().next().unwrap(), "   7  a         x");
+    }
+
+    #[test]
+    fn decimal_widths() {
+        for n in [0, 9, 10, 99, 100, 12_345, u64::MAX] {
+            assert_eq!(decimal_width(n), n.to_string().len(), "{n}");
+        }
     }
 
     #[test]

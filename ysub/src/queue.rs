@@ -66,13 +66,13 @@ pub fn parse_states(list: &str) -> Result<Option<Vec<String>>> {
     ))
 }
 
-/// The request for the filters given. Naming states (or `all`) shows finished jobs too, as
-/// asking for COMPLETED implies.
+/// The request for the filters given. `--states all` is `--all`. schedd itself looks at
+/// finished jobs when asked for ids or finished states, so `yq -t PD` stays cheap.
 pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> {
     let (states, all) = match cli.states.as_deref().map(parse_states).transpose()? {
         None => (Vec::new(), cli.all),
         Some(None) => (Vec::new(), true),
-        Some(Some(states)) => (states, true),
+        Some(Some(states)) => (states, cli.all),
     };
     Ok(ListJobsRequest {
         user: cli.user.clone().or(me).unwrap_or_default(),
@@ -151,7 +151,8 @@ mod tests {
         let request = list_request(&cli(&["-t", "CD,F"]), Some("alice".into())).unwrap();
         assert_eq!(request.states, ["COMPLETED", "FAILED"]);
         assert_eq!(request.user, "alice");
-        assert!(request.all);
+        assert!(!request.all);
+        assert!(list_request(&cli(&["-t", "all"]), None).unwrap().all);
         assert!(list_request(&cli(&["-t", "nope"]), None).is_err());
         assert!(YqCli::try_parse_from(["yq", "-j", "x"]).is_err());
     }

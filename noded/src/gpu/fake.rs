@@ -56,7 +56,17 @@ impl FakeInventory {
             path: path.to_owned(),
             message,
         };
-        let file: FakeFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let file: FakeFile = toml::from_str(text).map_err(|e| {
+            // One line, with where: toml's own rendering spans several lines.
+            let message = e.message().trim().to_string();
+            match e.span() {
+                Some(span) => {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    invalid(format!("line {line}: {message}"))
+                }
+                None => invalid(message),
+            }
+        })?;
 
         let indices: BTreeSet<u32> = file.gpu.iter().map(|g| g.index).collect();
         if indices.len() != file.gpu.len() {
@@ -91,9 +101,9 @@ impl FakeInventory {
 
 impl GpuInventory for FakeInventory {
     fn gpus(&self) -> Result<Vec<Gpu>, InventoryError> {
-        let text = std::fs::read_to_string(&self.path).map_err(|source| InventoryError::Read {
+        let text = std::fs::read_to_string(&self.path).map_err(|error| InventoryError::Read {
             path: self.path.clone(),
-            source,
+            error,
         })?;
         Self::parse(&self.path, &text)
     }

@@ -21,10 +21,10 @@ pub trait GpuInventory {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
-    #[error("cannot read GPU inventory file {path}: {source}")]
+    #[error("cannot read GPU inventory file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid GPU inventory file {path}: {message}")]
     Invalid { path: PathBuf, message: String },

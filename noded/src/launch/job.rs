@@ -111,11 +111,20 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
     let groups = if running_as_root {
         let name = CString::new(user.name.as_str())
             .map_err(|_| format!("invalid user name {:?}", user.name))?;
-        nix::unistd::getgrouplist(&name, Gid::from_raw(job.gid))
+        let groups: Vec<u32> = nix::unistd::getgrouplist(&name, user.gid)
             .map_err(|e| format!("cannot list the groups of user {}: {e}", user.name))?
             .into_iter()
             .map(|g| g.as_raw())
-            .collect()
+            .collect();
+        // The job's gid (the submitter's primary group at submit, maybe from newgrp) must
+        // be one of the user's groups: root would grant any other.
+        if !groups.contains(&job.gid) {
+            return Err(format!(
+                "gid {} is not a group of user {}",
+                job.gid, user.name
+            ));
+        }
+        groups
     } else {
         Vec::new()
     };
@@ -154,7 +163,13 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
         .then(|| workdir.join(expand_home(&job.checkpoint_dir, &user.dir)));
 
     // A script without an interpreter line runs under /bin/sh, as sbatch does.
-    let (program, args) = if job.script.starts_with("#!") {
+    let (program, args) = if let Some(interpreter) = interpreter(&job.script) {
+        // execve would only say ENOENT, as if the script itself were missing.
+        if !Path::new(interpreter).exists() {
+            return Err(format!(
+                "the script's interpreter {interpreter} does not exist on this node"
+            ));
+        }
         (script.to_owned(), job.args.clone())
     } else {
         let mut args = vec![script.to_string_lossy().into_owned()];
@@ -213,6 +228,12 @@ fn resolve_user(job: &JobParams) -> Result<User, String> {
         ));
     }
     Ok(user)
+}
+
+/// The program named by a `#!` line, if the script has one.
+fn interpreter(script: &str) -> Option<&str> {
+    let line = script.strip_prefix("#!")?.lines().next().unwrap_or("");
+    Some(line.split_whitespace().next().unwrap_or(""))
 }
 
 fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
@@ -453,8 +474,15 @@ mod tests {
         assert_eq!(plan.checkpoint_dir, Some(PathBuf::from("/tmp/ck/%j")));
         assert!(!plan.append_output);
 
+        let missing = JobParams {
+            script: "#!/no/such/shell -e\n".into(),
+            ..job.clone()
+        };
+        let err = plan_job(&missing, "n1", Path::new("/s")).unwrap_err();
+        assert!(err.contains("interpreter /no/such/shell"), "{err}");
+
         let shebang = JobParams {
-            script: "#!/bin/bash\n".into(),
+            script: "#!/bin/sh -e\n".into(),
             stderr_path: "ysched-%j.out".into(),
             restart_count: 1,
             ..job

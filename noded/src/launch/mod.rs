@@ -3,7 +3,7 @@
 //! Each job gets a *shepherd* (the noded binary re-executed as `noded __shepherd <job dir>`,
 //! see [`shepherd`]) in its own session, which forks the job as the submitting user and
 //! records its pid and exit status in the job's spool directory (see [`spool`]). noded
-//! supervises each job in one task ([`supervisor`]): it learns of the shepherd's exit as an
+//! supervises each job in one task: it learns of the shepherd's exit as an
 //! event (child wait, or a pidfd after a restart), runs the time-limit and grace timers, and
 //! reports [`JobEvent`]s on a channel.
 //!
@@ -13,7 +13,7 @@
 mod job;
 mod process;
 pub mod shepherd;
-mod spool;
+pub mod spool;
 mod supervisor;
 
 pub use job::{expand_pattern, job_environment, plan_job, ExecPlan, JobParams, PatternVars};

@@ -24,6 +24,7 @@ use ysched_common::time::{now_ms, rfc3339};
 
 /// Runs the shepherd for the job in `job_dir`; the process's whole life.
 pub fn run(job_dir: &Path) -> ExitCode {
+    close_inherited_fds();
     ignore_termination_signals();
     let dir = JobDir::new(job_dir);
     let exit = match dir.read_record() {
@@ -42,6 +43,16 @@ pub fn run(job_dir: &Path) -> ExitCode {
             log(&format!("cannot write {}: {e}", dir.exit().display()));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Descriptors noded did not mean to pass on (a library's without close-on-exec) would
+/// otherwise reach the job. Keeps stdin, stdout (the pipe to noded) and stderr (the log).
+fn close_inherited_fds() {
+    // SAFETY: close_range only closes descriptors; none above 2 is in use yet.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if closed < 0 {
+        log(&format!("close_range: {}", io::Error::last_os_error()));
     }
 }
 

@@ -17,6 +17,10 @@ use tokio::sync::mpsc;
 use ysched_common::time::now_ms;
 use ysched_proto as pb;
 
+/// File timestamps come from the kernel's coarse clock, which lags the precise clock noded
+/// reads by up to a tick: a checkpoint written right after SIGTERM can look a few ms older.
+const MTIME_GRANULARITY_MS: i64 = 10;
+
 /// The shepherd's start announcement: `started <pid> <time_ms>`.
 type Announcement = Lines<BufReader<ChildStdout>>;
 
@@ -350,7 +354,7 @@ impl Supervisor {
                     .await
                     .ok()
                     .flatten()
-                    .is_some_and(|newest| newest > term_time_ms)
+                    .is_some_and(|newest| newest + MTIME_GRANULARITY_MS > term_time_ms)
             }
             _ => false,
         };

@@ -118,6 +118,19 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(pb::Empty {}))
     }
 
+    async fn audit(
+        &self,
+        req: Request<pb::AuditRequest>,
+    ) -> Result<Response<pb::AuditList>, Status> {
+        let (owner, _) = caller(&req)?;
+        let entries = self
+            .cluster
+            .audit_log(&owner, req.get_ref().limit as usize)?;
+        Ok(Response::new(pb::AuditList {
+            entries: entries.iter().map(Into::into).collect(),
+        }))
+    }
+
     type WatchJobStream = WatchStream;
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {

@@ -5,6 +5,7 @@
 //! - `payloads`: job id → `Payload` (script and environment: large, only needed at launch)
 //! - `events`:   job id ++ sequence (u64 BE each) → `JobEvent` as JSON, append-only
 //! - `nodes`:    node name → `Node` as JSON
+//! - `audit`:    a sled-generated increasing id (u64 BE) → `AuditRecord` as JSON, append-only
 //! - `meta`:     `next_job_id` → u64 BE. Written in the same transaction as each new job, so an
 //!   id is never reused, even after a crash (sled's `generate_id` jumps after recovery).
 //!
@@ -15,7 +16,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 use std::collections::BTreeMap;
 use std::path::Path;
-use ysched_common::{Job, JobEvent, JobId, Node};
+use ysched_common::{AuditRecord, Job, JobEvent, JobId, Node};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -55,6 +56,7 @@ pub struct Batch {
     events: Vec<(JobId, JobEvent)>,
     payloads: Vec<(JobId, Vec<u8>)>,
     nodes: Vec<(String, Vec<u8>)>,
+    audit: Vec<Vec<u8>>,
     next_job_id: Option<u64>,
 }
 
@@ -91,6 +93,11 @@ impl Batch {
         ));
     }
 
+    pub fn audit(&mut self, record: &AuditRecord) {
+        self.audit
+            .push(serde_json::to_vec(record).expect("audit record serializes"));
+    }
+
     pub fn set_next_job_id(&mut self, next: u64) {
         self.next_job_id = Some(next);
     }
@@ -100,6 +107,7 @@ impl Batch {
             && self.events.is_empty()
             && self.payloads.is_empty()
             && self.nodes.is_empty()
+            && self.audit.is_empty()
             && self.next_job_id.is_none()
     }
 }
@@ -111,6 +119,7 @@ pub struct Store {
     payloads: sled::Tree,
     events: sled::Tree,
     nodes: sled::Tree,
+    audit: sled::Tree,
     meta: sled::Tree,
 }
 
@@ -147,6 +156,7 @@ impl Store {
             payloads: db.open_tree("payloads")?,
             events: db.open_tree("events")?,
             nodes: db.open_tree("nodes")?,
+            audit: db.open_tree("audit")?,
             meta: db.open_tree("meta")?,
             db,
         })
@@ -202,6 +212,10 @@ impl Store {
                     .unwrap_or(0);
                 seqs.insert(*id, next);
             }
+        }
+        let mut audit = Vec::with_capacity(batch.audit.len());
+        for rec in &batch.audit {
+            audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
         }
         let mut events = Vec::with_capacity(batch.events.len());
         for (id, ev) in &batch.events {
@@ -272,6 +286,20 @@ impl Store {
             }
         }
         Ok(res)
+    }
+
+    /// The newest `limit` audit records (all when 0), newest first.
+    pub fn audit_log(&self, limit: usize) -> Result<Vec<AuditRecord>> {
+        let n = if limit == 0 { usize::MAX } else { limit };
+        self.audit
+            .iter()
+            .rev()
+            .take(n)
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode(&k, &v)
+            })
+            .collect()
     }
 
     pub fn events(&self, id: JobId) -> Result<Vec<JobEvent>> {
