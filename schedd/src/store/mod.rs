@@ -228,9 +228,10 @@ impl Store {
             &self.payloads,
             &self.events,
             &self.nodes,
+            &self.audit,
             &self.meta,
         )
-            .transaction(|(jobs, payloads, ev, nodes, meta)| {
+            .transaction(|(jobs, payloads, ev, nodes, au, meta)| {
                 for (k, v) in batch.jobs.iter().zip(&batch.job_values) {
                     jobs.insert(k.as_slice(), v.as_slice())?;
                 }
@@ -242,6 +243,9 @@ impl Store {
                 }
                 for (name, v) in &batch.nodes {
                     nodes.insert(name.as_bytes(), v.as_slice())?;
+                }
+                for (k, v) in &audit {
+                    au.insert(k, *v)?;
                 }
                 if let Some(next) = batch.next_job_id {
                     meta.insert(NEXT_JOB_ID, &next.to_be_bytes())?;
@@ -367,7 +371,23 @@ mod tests {
             b.event(JobId(1), 5, "submitted", "x");
             b.event(JobId(1), 6, "started", "y");
             b.set_next_job_id(3);
+            for action in ["first", "second"] {
+                b.audit(&AuditRecord {
+                    time: 1,
+                    user: "root".into(),
+                    uid: 0,
+                    action: action.into(),
+                    job_id: None,
+                    detail: String::new(),
+                });
+            }
             store.apply(b).unwrap();
+            let log = store.audit_log(0).unwrap();
+            assert_eq!(
+                log.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+                ["second", "first"]
+            );
+            assert_eq!(store.audit_log(1).unwrap().len(), 1);
             let mut b = Batch::default();
             b.event(JobId(1), 7, "ended", "z");
             store.apply(b).unwrap();
