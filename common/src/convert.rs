@@ -2,7 +2,7 @@
 //! client's wire `JobSpec` into a domain one needs config and identity, so that validation
 //! lives in schedd; everything plain lives here.
 
-use crate::types::{AuditRecord, Gpu, Job, JobEvent, JobSpec, NodeAlloc};
+use crate::types::{AuditRecord, Gpu, GpuLink, Job, JobEvent, JobSpec, NodeAlloc, PcieRelation};
 use ysched_proto as pb;
 
 impl From<&Gpu> for pb::Gpu {
@@ -15,6 +15,15 @@ impl From<&Gpu> for pb::Gpu {
             pci_bus_id: g.pci_bus_id.clone(),
             numa_node: g.numa_node.unwrap_or(-1),
             nvlink: g.nvlink.clone(),
+            links: g
+                .links
+                .iter()
+                .map(|l| pb::GpuLink {
+                    peer: l.peer,
+                    pcie: l.pcie.as_str().to_string(),
+                    nvlinks: l.nvlinks,
+                })
+                .collect(),
         }
     }
 }
@@ -29,6 +38,16 @@ impl From<&pb::Gpu> for Gpu {
             pci_bus_id: g.pci_bus_id.clone(),
             numa_node: (g.numa_node >= 0).then_some(g.numa_node),
             nvlink: g.nvlink.clone(),
+            // An unknown relation from a newer agent reads as the worst one.
+            links: g
+                .links
+                .iter()
+                .map(|l| GpuLink {
+                    peer: l.peer,
+                    pcie: PcieRelation::parse(&l.pcie).unwrap_or(PcieRelation::Sys),
+                    nvlinks: l.nvlinks,
+                })
+                .collect(),
         }
     }
 }

@@ -211,8 +211,76 @@ pub struct Gpu {
     pub memory_mib: u64,
     pub pci_bus_id: String,
     pub numa_node: Option<i32>,
-    /// Indices of local GPUs this one reaches over NVLink.
+    /// Indices of local GPUs this one reaches over NVLink (directly or through an NVSwitch).
     pub nvlink: Vec<u32>,
+    /// How this GPU reaches each other GPU of the node, as `nvidia-smi topo -m` shows it.
+    /// Empty when the agent reported no topology (treated as `SYS` between every pair).
+    #[serde(default)]
+    pub links: Vec<GpuLink>,
+}
+
+/// The path between two GPUs of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuLink {
+    pub peer: u32,
+    /// PCIe relation (`topology_common_ancestor`).
+    pub pcie: PcieRelation,
+    /// Number of NVLink links between the two (0: none). Through an NVSwitch: the links of
+    /// this GPU to the switch fabric.
+    pub nvlinks: u32,
+}
+
+/// PCIe relation of two GPUs, best first (the order `nvidia-smi topo -m` documents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PcieRelation {
+    /// Behind one PCIe switch (or on the same board).
+    Pix,
+    /// Across several PCIe switches, not the host bridge.
+    Pxb,
+    /// Through a PCIe host bridge (the CPU).
+    Phb,
+    /// Across host bridges within one NUMA node.
+    Node,
+    /// Across NUMA nodes (the SMP interconnect).
+    Sys,
+}
+
+impl PcieRelation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PcieRelation::Pix => "PIX",
+            PcieRelation::Pxb => "PXB",
+            PcieRelation::Phb => "PHB",
+            PcieRelation::Node => "NODE",
+            PcieRelation::Sys => "SYS",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PcieRelation> {
+        Some(match s.trim().to_ascii_uppercase().as_str() {
+            "PIX" => PcieRelation::Pix,
+            "PXB" => PcieRelation::Pxb,
+            "PHB" => PcieRelation::Phb,
+            "NODE" => PcieRelation::Node,
+            "SYS" => PcieRelation::Sys,
+            _ => return None,
+        })
+    }
+}
+
+impl Gpu {
+    /// The PCIe relation to `peer`; `SYS` when unknown.
+    pub fn pcie_to(&self, peer: u32) -> PcieRelation {
+        self.links
+            .iter()
+            .find(|l| l.peer == peer)
+            .map(|l| l.pcie)
+            .unwrap_or(PcieRelation::Sys)
+    }
+
+    pub fn has_nvlink_to(&self, peer: u32) -> bool {
+        self.nvlink.contains(&peer)
+    }
 }
 
 /// A node as schedd knows it: what its agent reported at registration plus admin state.

@@ -220,6 +220,7 @@ mod tests {
             pci_bus_id: format!("0000:{index:02x}:00.0"),
             numa_node: if index < 4 { 0 } else { -1 },
             nvlink: vec![],
+            links: vec![],
         }
     }
 

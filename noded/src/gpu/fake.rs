@@ -92,6 +92,7 @@ impl FakeInventory {
                 pci_bus_id: g.pci_bus_id,
                 numa_node: g.numa_node,
                 nvlink,
+                links: Vec::new(),
             });
         }
         gpus.sort_by_key(|g| g.index);

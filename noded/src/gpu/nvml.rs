@@ -61,6 +61,7 @@ impl GpuInventory for NvmlInventory {
                 pci_bus_id: bus_id,
                 numa_node,
                 nvlink: Vec::new(),
+                links: Vec::new(),
             });
         }
 
