@@ -5,6 +5,8 @@
 //! it through `--export=ALL`), so dropping the harness kills all of them, shepherds and jobs
 //! included, even after an agent was killed.
 
+pub mod core_bench;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
