@@ -192,6 +192,31 @@ pub struct Job {
     pub stop: Option<StopRequest>,
     /// When the job last saved a checkpoint, where known.
     pub last_checkpoint: Option<Millis>,
+    /// Progress of a multi-node run: which parts have ended.
+    #[serde(default)]
+    pub parts: PartsProgress,
+}
+
+/// How far the parts of a multi-node run have got. A part's GPUs are released as soon as its
+/// process is gone, so while some parts run, `Job::alloc` lists only the live ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PartsProgress {
+    /// All nodes of the run in rank order (rank 0 first).
+    pub nodelist: Vec<String>,
+    /// Allocations of the parts that have ended.
+    pub ended: Vec<NodeAlloc>,
+    /// The first part that failed; it decides how the whole job ends.
+    pub first_failure: Option<PartFailure>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartFailure {
+    pub node: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub error: String,
+    pub description: String,
 }
 
 impl Job {

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{
-    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, Owner, StopReason, StopRequest,
+    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, Owner, PartFailure,
+    PartsProgress, StopReason, StopRequest,
 };
 use ysched_proto as pb;
 
@@ -219,6 +220,7 @@ impl Cluster {
                 checkpoint_dir,
                 stop: None,
                 last_checkpoint: None,
+                parts: Default::default(),
             };
             let mut b = Batch::default();
             b.put_job(&job);
@@ -735,8 +737,68 @@ impl Cluster {
         };
         let how = describe_exit(fin);
         b.event(id, end, "exited", format!("on {node}: {how}"));
-        job.exit_code = fin.exit_code;
-        job.signal = fin.signal;
+        let failed = !fin.error.is_empty() || fin.timed_out || fin.exit_code != Some(0);
+        if job.alloc.len() > 1 {
+            // One part of a multi-node run ended: its GPUs are free now, the others still run.
+            let pos = job.alloc.iter().position(|a| a.node == node)?;
+            let part = job.alloc.remove(pos);
+            job.parts.ended.push(part);
+            let mut stop_others = Vec::new();
+            if failed && job.parts.first_failure.is_none() {
+                job.parts.first_failure = Some(PartFailure {
+                    node: node.to_string(),
+                    exit_code: fin.exit_code,
+                    signal: fin.signal,
+                    timed_out: fin.timed_out,
+                    error: fin.error.clone(),
+                    description: format!("part on {node}: {how}"),
+                });
+                if job.stop.is_none() {
+                    // A gang is useless once a part is gone: stop the rest.
+                    stop_others = job.alloc.iter().map(|a| a.node.clone()).collect();
+                    job.reason = format!("part on {node} failed; stopping the others");
+                    b.event(
+                        id,
+                        end,
+                        "stopping",
+                        format!("other parts, after {node} failed"),
+                    );
+                }
+            }
+            let grace = job.grace_secs;
+            b.put_job(job);
+            for n in stop_others {
+                self.queue_to_agent(st, &n, stop_msg(id, grace, "part failed"));
+            }
+            return Some(id);
+        }
+        // The last (or only) part ended: the run is over. Keep the whole allocation on record.
+        if !job.parts.ended.is_empty() {
+            let mut all = std::mem::take(&mut job.parts.ended);
+            all.append(&mut job.alloc);
+            let order = &job.parts.nodelist;
+            all.sort_by_key(|a| {
+                order
+                    .iter()
+                    .position(|n| *n == a.node)
+                    .unwrap_or(usize::MAX)
+            });
+            job.alloc = all;
+        }
+        // The first failing part decides how a multi-node run ends.
+        let failure = job.parts.first_failure.take();
+        let (exit_code, signal, timed_out, error, how) = match failure {
+            Some(f) => (f.exit_code, f.signal, f.timed_out, f.error, f.description),
+            None => (
+                fin.exit_code,
+                fin.signal,
+                fin.timed_out,
+                fin.error.clone(),
+                how,
+            ),
+        };
+        job.exit_code = exit_code;
+        job.signal = signal;
         let preempted_by = match &job.stop {
             Some(StopRequest {
                 reason: StopReason::Preempt { by },
@@ -773,6 +835,7 @@ impl Cluster {
                 job.state = JobState::Pending;
                 job.restart_count += 1;
                 job.alloc.clear();
+                job.parts = Default::default();
                 job.start_time = None;
                 job.launched = false;
                 job.stop = None;
@@ -788,10 +851,10 @@ impl Cluster {
             }
             job.state = JobState::Preempted;
             job.reason = format!("preempted by {by}");
-        } else if !fin.error.is_empty() {
+        } else if !error.is_empty() {
             job.state = JobState::Failed;
-            job.reason = format!("launch failed: {}", fin.error);
-        } else if fin.timed_out {
+            job.reason = format!("launch failed: {error}");
+        } else if timed_out {
             job.state = JobState::Timeout;
             job.reason = "time limit reached".into();
         } else if let Some(StopRequest {
@@ -801,7 +864,7 @@ impl Cluster {
         {
             job.state = JobState::Cancelled;
             job.reason = format!("cancelled by {by}");
-        } else if fin.exit_code == Some(0) {
+        } else if exit_code == Some(0) {
             job.state = JobState::Completed;
             job.reason = String::new();
         } else {
@@ -919,6 +982,10 @@ impl Cluster {
             };
             job.state = JobState::Running;
             job.alloc = p.alloc.clone();
+            job.parts = PartsProgress {
+                nodelist: p.alloc.iter().map(|a| a.node.clone()).collect(),
+                ..Default::default()
+            };
             job.start_time = Some(now);
             job.launched = false;
             job.reason = String::new();

@@ -123,6 +123,7 @@ impl JobBuilder {
             checkpoint_dir: format!("/ckpt/{id}"),
             stop: None,
             last_checkpoint: None,
+            parts: Default::default(),
         };
         JobBuilder {
             job,

@@ -350,6 +350,7 @@ mod tests {
             checkpoint_dir: String::new(),
             stop: None,
             last_checkpoint: None,
+            parts: Default::default(),
         }
     }
 
