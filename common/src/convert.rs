@@ -104,28 +104,50 @@ impl From<&JobSpec> for pb::JobSpec {
 
 impl From<&Job> for pb::JobInfo {
     fn from(j: &Job) -> Self {
-        pb::JobInfo {
-            id: j.id.0,
-            name: j.spec.name.clone(),
-            user: j.owner.user.clone(),
-            uid: j.owner.uid,
-            gid: j.owner.gid,
-            account: j.spec.account.clone(),
-            tier: j.spec.tier.clone(),
-            tier_value: j.tier_value,
-            state: j.state.as_str().to_string(),
-            reason: j.reason.clone(),
-            alloc: j.alloc.iter().map(Into::into).collect(),
-            restart_count: j.restart_count,
-            exit_code: j.exit_code,
-            signal: j.signal,
-            submit_time_ms: j.submit_time,
-            start_time_ms: j.start_time.unwrap_or(0),
-            end_time_ms: j.end_time.unwrap_or(0),
-            spec: Some((&j.spec).into()),
-            checkpoint_dir: j.checkpoint_dir.clone(),
-            grace_secs: j.grace_secs,
-        }
+        job_info(j, Some((&j.spec).into()))
+    }
+}
+
+/// A job for listings: the spec carries only its numbers (GPUs, CPUs, memory, nodes, time
+/// limit). Copying every string of 10,000 specs was most of the cost of `yq`.
+pub fn job_listing(j: &Job) -> pb::JobInfo {
+    let s = &j.spec;
+    let lean = pb::JobSpec {
+        gpus: s.gpus,
+        cpus: s.cpus,
+        mem_mib: s.mem_mib,
+        nodes: s.nodes,
+        time_limit_secs: s.time_limit_secs.unwrap_or(0),
+        grace_secs: s.grace_secs,
+        hold: s.hold,
+        no_requeue: s.no_requeue,
+        ..Default::default()
+    };
+    job_info(j, Some(lean))
+}
+
+fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
+    pb::JobInfo {
+        id: j.id.0,
+        name: j.spec.name.clone(),
+        user: j.owner.user.clone(),
+        uid: j.owner.uid,
+        gid: j.owner.gid,
+        account: j.spec.account.clone(),
+        tier: j.spec.tier.clone(),
+        tier_value: j.tier_value,
+        state: j.state.as_str().to_string(),
+        reason: j.reason.clone(),
+        alloc: j.alloc.iter().map(Into::into).collect(),
+        restart_count: j.restart_count,
+        exit_code: j.exit_code,
+        signal: j.signal,
+        submit_time_ms: j.submit_time,
+        start_time_ms: j.start_time.unwrap_or(0),
+        end_time_ms: j.end_time.unwrap_or(0),
+        spec,
+        checkpoint_dir: j.checkpoint_dir.clone(),
+        grace_secs: j.grace_secs,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod convert;
 pub mod parse;
 pub mod sdnotify;
 pub mod time;
+pub mod topo_matrix;
 pub mod types;
 
 pub use config::{Config, TierConfig};

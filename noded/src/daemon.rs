@@ -4,8 +4,10 @@
 use crate::agent::{Agent, AgentConfig};
 use crate::gpu::inventory;
 use crate::host;
+use crate::inventory::Inventory;
 use crate::launch::Launcher;
 use anyhow::{bail, Context};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use ysched_common::Config;
@@ -33,18 +35,26 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     // Its message already names the cause; as an error source it would be printed twice.
     let config = Config::load().map_err(|e| anyhow::anyhow!("{e}"))?;
     let cluster_key = read_cluster_key(&config.scheduler.cluster_key_file)?;
-    let name = options.name.unwrap_or_else(host::hostname);
     let spool_dir = options
         .spool_dir
+        .clone()
         .unwrap_or_else(|| config.node.spool_dir.clone());
     let schedd = options
         .schedd
+        .clone()
         .unwrap_or_else(|| config.schedd_addr().to_string());
-    let address = match options.address {
-        Some(address) => address,
+    let address = match &options.address {
+        Some(address) => address.clone(),
         None => host::local_address_towards(&schedd).await.to_string(),
     };
-    let gpus = detect_gpus(options.fake_gpus).await?;
+    let gpus = detect_gpus(options.fake_gpus.clone()).await?;
+    let Inventory {
+        name,
+        cpus,
+        mem_mib,
+        features,
+        gpus,
+    } = Inventory::new(&options, &config, gpus);
 
     let (launcher, events) = Launcher::new(&spool_dir, &name)
         .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;
@@ -65,10 +75,10 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         schedd,
         cluster_key,
         heartbeat: Duration::from_secs(config.scheduler.heartbeat_secs),
-        cpus: options.cpus.unwrap_or_else(host::cpu_count),
-        mem_mib: options.mem_mib.unwrap_or_else(host::memory_mib),
+        cpus,
+        mem_mib,
         gpus: gpus.iter().map(pb::Gpu::from).collect(),
-        features: host::features(&config.node.features),
+        features,
     };
     let agent = Agent::new(agent_config, launcher, events)?;
     tokio::select! {
@@ -88,6 +98,29 @@ fn read_cluster_key(path: &Path) -> anyhow::Result<String> {
         bail!("the cluster key file {} is empty", path.display());
     }
     Ok(key.to_string())
+}
+
+/// Prints what this noded would register (`noded --inventory`) and returns; needs neither
+/// schedd nor the cluster key.
+pub fn print_inventory(options: &Options, json: bool) -> anyhow::Result<()> {
+    let config = Config::load().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let inventory = Inventory::detect(options, &config)?;
+    let text = if json {
+        let mut text = serde_json::to_string_pretty(&inventory.to_json())?;
+        text.push('\n');
+        text
+    } else {
+        inventory.to_text()
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // `noded --inventory | head` is fine.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.context("cannot write to stdout"),
+    }
 }
 
 /// A bad fake inventory file is a configuration error; NVML trouble only costs the GPUs.

@@ -1,8 +1,9 @@
 //! `noded`, the per-host node agent of ysched.
 //!
-//! It reports what the host has ([`gpu`], [`host`]), keeps one session with schedd
-//! ([`agent`]), and runs jobs as real processes under a per-job shepherd so that they survive
-//! a restart of noded itself ([`launch`]).
+//! It reports what the host has ([`gpu`], [`host`], gathered in [`inventory`]), keeps one
+//! session with schedd ([`agent`]), and runs jobs as real processes under a per-job shepherd
+//! so that they survive a restart of noded itself ([`launch`]). `noded --inventory` prints
+//! what it would report, with the GPU matrix of [`ysched_common::topo_matrix`].
 //!
 //! The binary (`src/main.rs`) only parses flags and wires these modules together.
 
@@ -10,6 +11,7 @@ pub mod agent;
 pub mod daemon;
 pub mod gpu;
 pub mod host;
+pub mod inventory;
 pub mod launch;
 
 /// The agent's version, reported to schedd at registration.

@@ -34,6 +34,13 @@ struct Cli {
     /// Memory offered to jobs, e.g. `500G` [default: MemTotal]
     #[arg(long, value_name = "SIZE", value_parser = parse_mem)]
     mem: Option<u64>,
+    /// Print the inventory this agent would register (GPUs with their NVLink and PCIe
+    /// topology, CPUs, memory, features) and exit, without contacting schedd
+    #[arg(long)]
+    inventory: bool,
+    /// With --inventory: print JSON instead of tables
+    #[arg(long, requires = "inventory")]
+    json: bool,
     /// More log output: -v info, -vv debug (RUST_LOG overrides)
     #[arg(short, long, action = ArgAction::Count)]
     verbose: u8,
@@ -64,6 +71,15 @@ fn main() -> ExitCode {
         cpus: cli.cpus,
         mem_mib: cli.mem,
     };
+    if cli.inventory {
+        return match daemon::print_inventory(&options, cli.json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("noded: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

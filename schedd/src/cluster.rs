@@ -281,11 +281,17 @@ impl Cluster {
                     .finished_jobs()?
                     .iter()
                     .filter(|j| want(j))
-                    .map(pb::JobInfo::from),
+                    .map(ysched_common::convert::job_listing),
             );
         }
         let st = lock(&self.state);
-        res.extend(st.jobs.values().filter(|j| want(j)).map(pb::JobInfo::from));
+        res.reserve(st.jobs.len());
+        res.extend(
+            st.jobs
+                .values()
+                .filter(|j| want(j))
+                .map(ysched_common::convert::job_listing),
+        );
         drop(st);
         if with_history {
             res.sort_by_key(|j| j.id);

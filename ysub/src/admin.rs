@@ -2,7 +2,9 @@
 
 use crate::client::{self, reply};
 use crate::jobs::{format_job_detail, job_detail_to_json};
-use crate::nodes::{format_gpu_lines, format_nodes_table, node_to_json, NodeJson};
+use crate::nodes::{
+    format_gpu_lines, format_node_topology, format_nodes_table, node_to_json, NodeJson,
+};
 use crate::output::{print_json, print_stdout};
 use crate::output::{Column, Table};
 use anyhow::{anyhow, Result};
@@ -12,7 +14,9 @@ use std::borrow::Cow;
 use std::process::ExitCode;
 use ysched_common::time::now_ms;
 use ysched_common::time::rfc3339;
-use ysched_proto::{AuditEntry, AuditRequest, DrainRequest, JobRef, ListNodesRequest, NodeRef};
+use ysched_proto::{
+    AuditEntry, AuditRequest, DrainRequest, JobRef, ListNodesRequest, NodeInfo, NodeRef,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,6 +38,9 @@ pub enum Command {
         long: bool,
         #[arg(long)]
         json: bool,
+        /// Print NODE's GPU matrix (NVLink and PCIe paths) as `nvidia-smi topo -m` does
+        #[arg(long, value_name = "NODE", conflicts_with_all = ["long", "json"])]
+        topology: Option<String>,
     },
     /// Stop scheduling new jobs on nodes; running jobs finish
     Drain {
@@ -103,7 +110,18 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
     }
     let (mut client, _) = client::connect_from_config().await?;
     match cli.command {
-        Command::Nodes { long, json } => {
+        Command::Nodes {
+            topology: Some(name),
+            ..
+        } => {
+            let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
+            print_stdout(&format_node_topology(find_node(&nodes, &name)?))?;
+        }
+        Command::Nodes {
+            long,
+            json,
+            topology: None,
+        } => {
             let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
             if json {
                 let objects: Vec<NodeJson> = nodes.iter().map(node_to_json).collect();
@@ -146,12 +164,8 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         Command::Show {
             what: ShowCommand::Node { name, json },
         } => {
-            // There is no single-node RPC; the list is small.
             let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
-            let node = nodes
-                .iter()
-                .find(|n| n.name == name)
-                .ok_or_else(|| anyhow!("unknown node '{name}'"))?;
+            let node = find_node(&nodes, &name)?;
             if json {
                 print_json(&node_to_json(node))?;
             } else {
@@ -188,6 +202,14 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A node by name from the full list: there is no single-node RPC, and the list is small.
+fn find_node<'a>(nodes: &'a [NodeInfo], name: &str) -> Result<&'a NodeInfo> {
+    nodes
+        .iter()
+        .find(|n| n.name == name)
+        .ok_or_else(|| anyhow!("unknown node '{name}'"))
 }
 
 const AUDIT_COLUMNS: &[Column; 5] = &[
@@ -255,8 +277,13 @@ mod tests {
             parse(&["nodes", "-l"]).unwrap().command,
             Command::Nodes {
                 long: true,
-                json: false
+                json: false,
+                topology: None
             }
+        ));
+        assert!(matches!(
+            parse(&["nodes", "--topology", "gpu01"]).unwrap().command,
+            Command::Nodes { topology: Some(name), .. } if name == "gpu01"
         ));
         assert!(matches!(
             parse(&["show", "job", "12", "--json"]).unwrap().command,
@@ -315,6 +342,26 @@ mod tests {
         assert_eq!(
             serde_json::to_value(audit_to_json(&entries[0])).unwrap()["job_id"],
             serde_json::Value::Null
+        );
+    }
+
+    #[test]
+    fn topology_needs_a_node_and_stands_alone() {
+        assert!(parse(&["nodes", "--topology"]).is_err());
+        assert!(parse(&["nodes", "--topology", "gpu01", "-l"]).is_err());
+        assert!(parse(&["nodes", "--topology", "gpu01", "--json"]).is_err());
+    }
+
+    #[test]
+    fn nodes_are_found_by_exact_name() {
+        let nodes = [NodeInfo {
+            name: "gpu01".into(),
+            ..Default::default()
+        }];
+        assert_eq!(find_node(&nodes, "gpu01").unwrap().name, "gpu01");
+        assert_eq!(
+            find_node(&nodes, "gpu1").unwrap_err().to_string(),
+            "unknown node 'gpu1'"
         );
     }
 

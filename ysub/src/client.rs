@@ -31,6 +31,9 @@ pub async fn connect(socket: &Path) -> Result<Client> {
     // The URI only satisfies the HTTP/2 layer: the connector below ignores it and dials the socket.
     let channel = Endpoint::from_static("http://[::]:50051")
         .connect_timeout(CONNECT_TIMEOUT)
+        // Large windows: a 10,000-job listing arrives without flow-control round trips.
+        .initial_stream_window_size(Some(16 * 1024 * 1024))
+        .initial_connection_window_size(Some(16 * 1024 * 1024))
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = dial_path.clone();
             async move {

@@ -7,6 +7,7 @@
 //! * [`output`]: aligned text tables and writing to stdout.
 //! * [`script`]: `#YSUB` directives and `--export` lists.
 //! * [`jobs`] / [`nodes`]: the text and JSON renderings of jobs and nodes, shared by the tools.
+//! * [`ysched_common::topo_matrix`]: a node's GPU matrix as `nvidia-smi topo -m` prints it.
 //! * [`submit`], [`queue`], [`cancel`], [`admin`]: the four tools.
 
 pub mod admin;

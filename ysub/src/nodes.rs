@@ -1,11 +1,13 @@
 //! How nodes are shown by `yctl nodes` and `yctl show node`: a sinfo-like table with optional
-//! per-GPU lines, and JSON.
+//! per-GPU lines, the GPU topology matrix, and JSON.
 
 use crate::output::{cell_num, format_mib, Column, Table};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use ysched_common::time::rfc3339;
+use ysched_common::topo_matrix::format_topo_matrix;
+use ysched_common::Gpu;
 use ysched_proto::NodeInfo;
 
 /// A GPU model without its vendor word: `NVIDIA A100-SXM4-80GB` → `A100-SXM4-80GB`.
@@ -63,17 +65,19 @@ pub fn free_gpus(node: &NodeInfo) -> usize {
         .count()
 }
 
-pub const NODE_COLUMNS: &[Column; 7] = &[
+pub const NODE_COLUMNS: &[Column; 8] = &[
     Column::left("NAME"),
     Column::left("STATE"),
     Column::left("GPUS"),
     Column::right("FREE"),
     Column::right("CPUS"),
     Column::right("MEM"),
+    Column::left("FEATURES"),
     Column::left("REASON"),
 ];
 
-/// The `yctl nodes` table: one row per node (CPUS and MEM as allocated/total); with `long`,
+/// The `yctl nodes` table: one row per node (CPUS and MEM as allocated/total, FEATURES
+/// comma-separated or `-`, what `--constraint` matches against); with `long`,
 /// each node's row is followed by one line per GPU: `gpu0 <model> job 17` or `... idle`.
 pub fn format_nodes_table(nodes: &[NodeInfo], long: bool) -> String {
     let mut table = Table::with_capacity(NODE_COLUMNS, nodes.len());
@@ -100,7 +104,7 @@ pub fn format_nodes_table(nodes: &[NodeInfo], long: bool) -> String {
     out
 }
 
-fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 7] {
+fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 8] {
     [
         Cow::Borrowed(node.name.as_str()),
         Cow::Borrowed(node.state.as_str()),
@@ -112,6 +116,11 @@ fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 7] {
             format_mib(node.mem_alloc_mib),
             format_mib(node.mem_mib)
         )),
+        if node.features.is_empty() {
+            Cow::Borrowed("-")
+        } else {
+            Cow::Owned(node.features.join(","))
+        },
         Cow::Borrowed(node.reason.as_str()),
     ]
 }
@@ -146,6 +155,16 @@ pub fn format_gpu_lines(node: &NodeInfo) -> String {
     out
 }
 
+/// `yctl nodes --topology`: the node's GPU matrix as `nvidia-smi topo -m` prints it, from
+/// what its agent reported.
+pub fn format_node_topology(node: &NodeInfo) -> String {
+    if node.gpus.is_empty() {
+        return format!("Node {} has no GPUs.\n", node.name);
+    }
+    let gpus: Vec<Gpu> = node.gpus.iter().map(Gpu::from).collect();
+    format_topo_matrix(&gpus)
+}
+
 #[derive(Debug, Serialize)]
 pub struct GpuJson<'a> {
     pub index: u32,
@@ -156,8 +175,19 @@ pub struct GpuJson<'a> {
     /// Null when unknown.
     pub numa_node: Option<i32>,
     pub nvlink: &'a [u32],
+    /// How it reaches each other GPU of the node; empty when the agent did not say.
+    pub links: Vec<GpuLinkJson<'a>>,
     /// The job holding it; null when idle.
     pub job: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GpuLinkJson<'a> {
+    pub peer: u32,
+    /// PIX, PXB, PHB, NODE or SYS.
+    pub pcie: &'a str,
+    /// NVLink links between the two; 0: none.
+    pub nvlinks: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +230,15 @@ pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
                 pci_bus_id: &gpu.pci_bus_id,
                 numa_node: (gpu.numa_node >= 0).then_some(gpu.numa_node),
                 nvlink: &gpu.nvlink,
+                links: gpu
+                    .links
+                    .iter()
+                    .map(|l| GpuLinkJson {
+                        peer: l.peer,
+                        pcie: &l.pcie,
+                        nvlinks: l.nvlinks,
+                    })
+                    .collect(),
                 job: gpu_holder(node, position),
             })
             .collect(),
@@ -209,7 +248,7 @@ pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ysched_proto::Gpu;
+    use ysched_proto::{Gpu, GpuLink};
 
     fn gpu(index: u32, model: &str) -> Gpu {
         Gpu {
@@ -278,7 +317,7 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
-            ["NAME", "STATE", "GPUS", "FREE", "CPUS", "MEM", "REASON"]
+            ["NAME", "STATE", "GPUS", "FREE", "CPUS", "MEM", "FEATURES", "REASON"]
         );
         assert!(
             lines[1].starts_with("gpu01  MIXED    8x A100-SXM4-80GB"),
@@ -287,10 +326,13 @@ mod tests {
         assert!(
             lines[1].contains("  6  ")
                 && lines[1].contains("8/64")
-                && lines[1].contains("16G/512G"),
+                && lines[1].contains("16G/512G  ib"),
             "{out}"
         );
-        assert!(lines[2].ends_with("0/32   0M/1.5G  bad fan"), "{out}");
+        assert!(
+            lines[2].ends_with("0/32   0M/1.5G  -         bad fan"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -311,6 +353,74 @@ mod tests {
         assert_eq!(lines[11].trim(), "gpu0  H100 80GB HBM3  idle");
     }
 
+    /// Two NVLinked pairs (0-1, 2-3) on two sockets, as an agent reports them.
+    fn bridged_node() -> NodeInfo {
+        let gpus = (0..4u32)
+            .map(|index| {
+                let links: Vec<GpuLink> = (0..4u32)
+                    .filter(|&peer| peer != index)
+                    .map(|peer| {
+                        let pair = peer / 2 == index / 2;
+                        GpuLink {
+                            peer,
+                            pcie: if pair { "PHB" } else { "SYS" }.into(),
+                            nvlinks: if pair { 4 } else { 0 },
+                        }
+                    })
+                    .collect();
+                Gpu {
+                    numa_node: (index / 2) as i32,
+                    nvlink: vec![index ^ 1],
+                    links,
+                    ..gpu(index, "NVIDIA RTX A6000")
+                }
+            })
+            .collect();
+        NodeInfo {
+            name: "ws01".into(),
+            gpus,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn topology_matrix_from_reported_links() {
+        let out = format_node_topology(&bridged_node());
+        assert!(
+            out.starts_with(
+                "      GPU0  GPU1  GPU2  GPU3  NUMA Affinity\n\
+                 GPU0  X     NV4   SYS   SYS   0\n\
+                 GPU1  NV4   X     SYS   SYS   0\n\
+                 GPU2  SYS   SYS   X     NV4   1\n\
+                 GPU3  SYS   SYS   NV4   X     1\n\n\
+                 Legend:\n"
+            ),
+            "{out}"
+        );
+        // A relation the tool does not know (from a newer agent) reads as the worst one.
+        let mut node = bridged_node();
+        node.gpus[0].links[1].pcie = "C2C".into();
+        let out = format_node_topology(&node);
+        assert!(out.contains("\nGPU0  X     NV4   SYS   SYS   0\n"), "{out}");
+        assert!(!out.contains("C2C"), "{out}");
+        assert_eq!(
+            format_node_topology(&NodeInfo {
+                name: "cpu1".into(),
+                ..Default::default()
+            }),
+            "Node cpu1 has no GPUs.\n"
+        );
+    }
+
+    #[test]
+    fn json_carries_links() {
+        let value = serde_json::to_value(node_to_json(&bridged_node())).unwrap();
+        assert_eq!(
+            value["gpus"][2]["links"][2],
+            serde_json::json!({"peer": 3, "pcie": "PHB", "nvlinks": 4})
+        );
+    }
+
     #[test]
     fn json() {
         let value = serde_json::to_value(node_to_json(&busy_node())).unwrap();
@@ -325,6 +435,7 @@ mod tests {
         assert_eq!(value["gpus"][0]["model"], "NVIDIA A100-SXM4-80GB");
         assert_eq!(value["gpus"][0]["numa_node"], 0);
         assert_eq!(value["gpus"][5]["numa_node"], serde_json::Value::Null);
+        assert_eq!(value["gpus"][0]["links"], serde_json::json!([]));
         let value = serde_json::to_value(node_to_json(&drained_node())).unwrap();
         assert_eq!(value["reason"], "bad fan");
         assert_eq!(value["last_seen"], serde_json::Value::Null);

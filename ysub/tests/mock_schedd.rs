@@ -140,10 +140,20 @@ impl Ysched for MockSchedd {
     }
 
     async fn list_nodes(&self, _: Request<ListNodesRequest>) -> Result<Response<NodeList>, Status> {
-        let gpu = |index| Gpu {
+        // Two NVLink pairs (0-1, 2-3), each behind one PCIe switch.
+        let gpu = |index: u32| Gpu {
             index,
             model: "NVIDIA A100-SXM4-80GB".into(),
             numa_node: -1,
+            nvlink: vec![index ^ 1],
+            links: (0..4)
+                .filter(|&peer| peer != index)
+                .map(|peer| GpuLink {
+                    peer,
+                    pcie: if peer / 2 == index / 2 { "PIX" } else { "SYS" }.into(),
+                    nvlinks: if peer / 2 == index / 2 { 2 } else { 0 },
+                })
+                .collect(),
             ..Default::default()
         };
         Ok(Response::new(NodeList {
@@ -156,6 +166,7 @@ impl Ysched for MockSchedd {
                 gpu_holders: vec![0, 0, 7, 7],
                 cpus_alloc: 4,
                 mem_alloc_mib: 1024,
+                features: vec!["ib".into(), "nvme".into()],
                 ..Default::default()
             }],
         }))
@@ -469,9 +480,32 @@ fn yctl_nodes_show_and_drain() {
         "{text}"
     );
 
+    assert!(text.lines().nth(1).unwrap().contains("  ib,nvme"), "{text}");
+
     let nodes: serde_json::Value =
         serde_json::from_str(&stdout(&run("yctl", &["nodes", "--json"]))).unwrap();
     assert_eq!(nodes[0]["gpus"][3]["job"], 7);
+    assert_eq!(nodes[0]["gpus"][3]["links"][2]["nvlinks"], 2);
+
+    let output = run("yctl", &["nodes", "--topology", "gpu01"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with(
+            "      GPU0  GPU1  GPU2  GPU3  NUMA Affinity\n\
+             GPU0  X     NV2   SYS   SYS   N/A\n\
+             GPU1  NV2   X     SYS   SYS   N/A\n\
+             GPU2  SYS   SYS   X     NV2   N/A\n\
+             GPU3  SYS   SYS   NV2   X     N/A\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("  PIX  = Connection traversing at most a single PCIe bridge\n"));
+    let output = run("yctl", &["nodes", "--topology", "gpu99"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (Some(1), "yctl: error: unknown node 'gpu99'\n")
+    );
 
     let output = run("yctl", &["show", "job", "7"]);
     assert!(

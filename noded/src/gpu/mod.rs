@@ -1,7 +1,9 @@
 //! GPU inventory: what GPUs this host has and how they are linked.
 //!
 //! Two backends behind one trait: [`FakeInventory`] reads a TOML file (for tests and for
-//! machines without GPUs), [`NvmlInventory`] asks the NVIDIA driver.
+//! machines without GPUs), [`NvmlInventory`] asks the NVIDIA driver. Both fill every GPU's
+//! `links` (one per other GPU: PCIe relation and NVLink count) through the pure functions of
+//! the topology module, which the NVML backend's recorded answers are tested against.
 
 mod fake;
 mod nvml;
@@ -9,7 +11,10 @@ mod topology;
 
 pub use fake::FakeInventory;
 pub use nvml::NvmlInventory;
-pub use topology::{normalize_bus_id, nvlink_peers, LinkKind, RemoteEndpoint};
+pub use topology::{
+    link_gpus, normalize_bus_id, nvlink_counts, pcie_relation, LinkKind, NvlinkCounts,
+    NvmlTopology, RemoteEndpoint,
+};
 
 use std::path::{Path, PathBuf};
 use ysched_common::Gpu;

@@ -1,8 +1,11 @@
 //! The NVML backend: asks the NVIDIA driver through nvml-wrapper.
 
-use super::topology::{normalize_bus_id, nvlink_peers, LinkKind, RemoteEndpoint};
+use super::topology::{normalize_bus_id, LinkKind, NvmlTopology, RemoteEndpoint};
 use super::{GpuInventory, InventoryError};
+use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+use std::collections::BTreeMap;
 use ysched_common::Gpu;
 
 /// NVML's `NVML_NVLINK_MAX_LINKS` (not re-exported by nvml-wrapper).
@@ -25,12 +28,13 @@ impl GpuInventory for NvmlInventory {
                 return Ok(Vec::new());
             }
         };
-        let failed = |what: &str, e: nvml_wrapper::error::NvmlError| {
-            InventoryError::Nvml(format!("{what}: {e}"))
-        };
+        let failed = |what: &str, e: NvmlError| InventoryError::Nvml(format!("{what}: {e}"));
         let count = nvml.device_count().map_err(|e| failed("device count", e))?;
         let mut gpus = Vec::new();
-        let mut links = Vec::new();
+        // (NVML's enumeration position, the GPU's index): handles are fetched by position.
+        let mut positions = Vec::new();
+        let mut topology = NvmlTopology::default();
+        let mut nvlink_queries = true;
         for position in 0..count {
             let device = nvml
                 .device_by_index(position)
@@ -48,7 +52,19 @@ impl GpuInventory for NvmlInventory {
                 // Older drivers lack nvmlDeviceGetNumaNodeId; sysfs knows too.
                 Err(_) => sysfs_numa_node(&bus_id),
             };
-            links.extend(active_links(&nvml, &device).into_iter().map(|l| (index, l)));
+            if nvlink_queries {
+                match active_links(&nvml, &device) {
+                    Ok(links) => topology
+                        .nvlinks
+                        .extend(links.into_iter().map(|l| (index, l))),
+                    Err(e) => {
+                        // All GPUs share the driver: say it once and stop asking.
+                        tracing::warn!("NVML cannot list NVLinks ({e}); reporting none");
+                        nvlink_queries = false;
+                    }
+                }
+            }
+            positions.push((position, index));
             gpus.push(Gpu {
                 index,
                 uuid: device.uuid().map_err(|e| failed(&what("UUID"), e))?,
@@ -64,28 +80,71 @@ impl GpuInventory for NvmlInventory {
                 links: Vec::new(),
             });
         }
-
-        let bus_ids: Vec<(u32, String)> = gpus
-            .iter()
-            .map(|g| (g.index, g.pci_bus_id.clone()))
-            .collect();
-        let mut peers = nvlink_peers(&bus_ids, &links);
-        for gpu in &mut gpus {
-            gpu.nvlink = peers.remove(&gpu.index).unwrap_or_default();
-        }
+        topology.common_ancestors = common_ancestors(&nvml, &positions);
+        topology.apply(&mut gpus);
         gpus.sort_by_key(|g| g.index);
         Ok(gpus)
     }
 }
 
-/// The remote ends of a GPU's active NVLinks. A GPU without NVLink answers NotSupported,
-/// which simply means no links.
-fn active_links(nvml: &Nvml, device: &Device) -> Vec<RemoteEndpoint> {
+/// The installed driver predates the function.
+fn is_missing_function(e: &NvmlError) -> bool {
+    matches!(
+        e,
+        NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound
+    )
+}
+
+/// `topology_common_ancestor` of every pair of GPUs, given as (position, index). A pair NVML
+/// cannot answer is left out, so it counts as SYS; that costs placement quality, never the
+/// node, and is logged once rather than per pair.
+fn common_ancestors(nvml: &Nvml, positions: &[(u32, u32)]) -> BTreeMap<(u32, u32), TopologyLevel> {
+    let mut levels = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (i, &(position_a, a)) in positions.iter().enumerate() {
+        for &(position_b, b) in &positions[i + 1..] {
+            // The call consumes the other handle and `Device` is not `Clone`: fetch both anew.
+            let answer = nvml.device_by_index(position_a).and_then(|device| {
+                device.topology_common_ancestor(nvml.device_by_index(position_b)?)
+            });
+            match answer {
+                Ok(level) => {
+                    levels.insert((a, b), level);
+                }
+                // A missing function, or a platform where it is not supported: every other
+                // pair would answer the same.
+                Err(e) if is_missing_function(&e) || matches!(e, NvmlError::NotSupported) => {
+                    tracing::warn!(
+                        "NVML cannot tell how GPUs are connected over PCIe ({e}); \
+                         every GPU pair counts as SYS"
+                    );
+                    return BTreeMap::new();
+                }
+                Err(e) => failures.push(format!("GPU {a}-{b}: {e}")),
+            }
+        }
+    }
+    if let Some(first) = failures.first() {
+        tracing::warn!(
+            "NVML could not tell the PCIe relation of {} GPU pair(s), which count as SYS \
+             (first: {first})",
+            failures.len()
+        );
+    }
+    levels
+}
+
+/// The remote ends of a GPU's active NVLinks. A GPU without NVLink answers NotSupported and
+/// one with fewer links than the maximum InvalidArg for the rest: both simply mean no link.
+/// Only a driver without the NVLink functions is an error, so the caller can say so once.
+fn active_links(nvml: &Nvml, device: &Device) -> Result<Vec<RemoteEndpoint>, NvmlError> {
     let mut remotes = Vec::new();
     for link in 0..MAX_NVLINKS {
         let wrapper = device.link_wrapper_for(link);
-        if !wrapper.is_active().unwrap_or(false) {
-            continue;
+        match wrapper.is_active() {
+            Ok(true) => {}
+            Err(e) if is_missing_function(&e) => return Err(e),
+            Ok(false) | Err(_) => continue,
         }
         match wrapper.remote_pci_info() {
             Ok(pci) => remotes.push(RemoteEndpoint {
@@ -95,7 +154,7 @@ fn active_links(nvml: &Nvml, device: &Device) -> Vec<RemoteEndpoint> {
             Err(e) => tracing::debug!("NVLink {link}: no remote PCI info: {e}"),
         }
     }
-    remotes
+    Ok(remotes)
 }
 
 /// What the link's far end is. nvml-wrapper 0.13's `NvLink::remote_device_type` hands NVML

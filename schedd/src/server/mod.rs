@@ -74,6 +74,8 @@ pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(l)
 }
 
+const WINDOW: u32 = 16 * 1024 * 1024;
+
 /// Serves both listeners until `shutdown` completes.
 pub async fn serve(
     cluster: Arc<Cluster>,
@@ -85,7 +87,11 @@ pub async fn serve(
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let stop_a = stop_tx.subscribe();
     let stop_b = stop_tx.subscribe();
+    // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
+    // instead of waiting for WINDOW_UPDATEs every 64 KiB.
     let client_srv = tonic::transport::Server::builder()
+        .initial_stream_window_size(Some(WINDOW))
+        .initial_connection_window_size(Some(WINDOW))
         .add_service(YschedServer::new(client_api::ClientApi::new(
             cluster.clone(),
         )))

@@ -57,15 +57,11 @@ fn held_spec(workdir: &str) -> pb::JobSpec {
     }
 }
 
-fn main() {
+fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     let n_api: usize = std::env::var("BENCH_JOBS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let mut figures = Vec::new();
     let c = TestCluster::start(vec![
         FakeNode::uniform("n1", 8, A100),
@@ -251,6 +247,35 @@ fn main() {
         higher_is_better: false,
     });
 
+    figures
+}
+
+/// `bench [cluster|preempt|core]...`: the named groups of figures, all by default.
+fn main() {
+    let groups: Vec<String> = std::env::args().skip(1).collect();
+    let want = |g: &str| groups.is_empty() || groups.iter().any(|x| x == g);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut figures = Vec::new();
+    if want("cluster") {
+        figures.extend(cluster(&rt));
+    }
+    if want("preempt") {
+        figures.extend(preemption(&rt));
+    }
+    if want("core") {
+        for (name, value, unit, target, higher_is_better) in ysched_tests::core_bench::run() {
+            figures.push(Figure {
+                name,
+                value,
+                unit,
+                target,
+                higher_is_better,
+            });
+        }
+    }
     println!("\n{:<52} {:>10} {:>8}  {}", "figure", "value", "target", "");
     for f in &figures {
         println!(
@@ -263,4 +288,95 @@ fn main() {
             if f.met() { "met" } else { "MISSED" }
         );
     }
+}
+
+fn read_ns(p: &std::path::Path) -> u128 {
+    wait_until(Duration::from_secs(30), &p.display().to_string(), || {
+        p.exists()
+    });
+    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Preemption latencies on one 4-GPU node held by one low-tier 4-GPU job.
+fn preemption(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 4, A100)]);
+    let stamp = |name: &str| c.work.join(name);
+    let write_stamp =
+        |path: &std::path::Path| format!("date +%s%N > {0}.tmp && mv {0}.tmp {0}", path.display());
+    let (mut to_sigterm, mut to_start, mut stubborn) = (Vec::new(), Vec::new(), Vec::new());
+    let grace = 2u64;
+    for round in 0..6 {
+        let ignores_term = round % 2 == 1;
+        let term = stamp(&format!("term-{round}"));
+        let exit = stamp(&format!("exit-{round}"));
+        let started = stamp(&format!("victim-up-{round}"));
+        let victim = if ignores_term {
+            format!(
+                "#!/bin/sh\ntrap '' TERM\n{}\nwhile true; do sleep 1; done\n",
+                write_stamp(&started)
+            )
+        } else {
+            format!(
+                "#!/bin/sh\ntrap '{}; {}; exit 0' TERM\n{}\nwhile true; do sleep 1; done\n",
+                write_stamp(&term),
+                write_stamp(&exit),
+                write_stamp(&started)
+            )
+        };
+        let script = c.script(&format!("victim-{round}.sh"), &victim);
+        let vid = c.submit(&[
+            "-p",
+            "low",
+            "-G",
+            "4",
+            "--no-requeue",
+            "--grace",
+            &grace.to_string(),
+            script.to_str().unwrap(),
+        ]);
+        read_ns(&started);
+        let pre = stamp(&format!("preemptor-{round}"));
+        let t0 = now_ns();
+        let pid = c.submit(&["-p", "critical", "-G", "4", "--wrap", &write_stamp(&pre)]);
+        let pre_ns = read_ns(&pre);
+        if ignores_term {
+            stubborn.push((pre_ns - t0) as f64 / 1e6);
+        } else {
+            to_sigterm.push((read_ns(&term) - t0) as f64 / 1e6);
+            to_start.push((pre_ns as i128 - read_ns(&exit) as i128) as f64 / 1e6);
+        }
+        c.wait_state(pid, "COMPLETED", Duration::from_secs(30));
+        c.wait_state(vid, "PREEMPTED", Duration::from_secs(30));
+    }
+    let _ = rt;
+    vec![
+        Figure {
+            name: "critical submit -> victim sees SIGTERM (median)",
+            value: median(&mut to_sigterm),
+            unit: "ms",
+            target: 50.0,
+            higher_is_better: false,
+        },
+        Figure {
+            name: "victim exit -> preemptor start (median)",
+            value: median(&mut to_start),
+            unit: "ms",
+            target: 100.0,
+            higher_is_better: false,
+        },
+        Figure {
+            name: "stubborn victim: submit -> start minus grace (2 s)",
+            value: median(&mut stubborn) - (grace * 1000) as f64,
+            unit: "ms",
+            target: 200.0,
+            higher_is_better: false,
+        },
+    ]
 }
