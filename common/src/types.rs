@@ -22,7 +22,7 @@ pub enum JobState {
     Pending,
     Held,
     Running,
-    /// Asked to stop (preempted, cancelled, timed out): SIGTERM sent, waiting for its exit.
+    /// Evicted for a higher tier: SIGTERM sent, waiting for its exit within the grace.
     Preempting,
     Completed,
     Failed,
@@ -353,7 +353,7 @@ pub struct AuditRecord {
 }
 
 /// Whether a requested GPU type matches a model name: the model without the vendor word equals
-/// the type or begins with `type-`, case-insensitively (`A100` matches `NVIDIA A100-SXM4-80GB`,
+/// the type or begins with `type-` or `type ` (e.g. `NVIDIA H100 80GB HBM3`), case-insensitively (`A100` matches `NVIDIA A100-SXM4-80GB`,
 /// `A10` does not).
 pub fn gpu_type_matches(wanted: &str, model: &str) -> bool {
     let model = model.trim();

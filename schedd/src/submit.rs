@@ -18,10 +18,16 @@ pub fn validate(
     nodes: &BTreeMap<String, Node>,
 ) -> Result<(JobSpec, Payload, u32), ApiError> {
     let invalid = ApiError::Invalid;
+    // Tier names match case-insensitively, whatever case the config spells them in.
     let tier_name = if wire.tier.trim().is_empty() {
         config.scheduler.default_tier.clone()
     } else {
-        wire.tier.trim().to_ascii_lowercase()
+        config
+            .tiers
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(wire.tier.trim()))
+            .cloned()
+            .unwrap_or_else(|| wire.tier.trim().to_string())
     };
     let Some(tier) = config.tier(&tier_name) else {
         return Err(invalid(format!(

@@ -26,6 +26,8 @@ pub struct FakeGpu {
     pub model: String,
     pub memory_mib: u64,
     pub nvlink: Vec<u32>,
+    /// This GPU's row of `nvidia-smi topo -m` (PCIe relations); empty: not given.
+    pub pcie: Vec<&'static str>,
 }
 
 impl FakeNode {
@@ -38,6 +40,26 @@ impl FakeNode {
                     model: model.into(),
                     memory_mib: 81920,
                     nvlink: (0..n).filter(|j| *j != i).collect(),
+                    pcie: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// GPUs in NVLink islands of `island` GPUs (PIX inside an island, SYS across), e.g.
+    /// `islands("n1", 8, 4, ..)` is two 4-GPU islands; `island` 1 means no NVLink at all.
+    pub fn islands(name: &str, n: u32, island: u32, model: &str) -> FakeNode {
+        let same = |a: u32, b: u32| a / island == b / island;
+        FakeNode {
+            name: name.into(),
+            gpus: (0..n)
+                .map(|i| FakeGpu {
+                    model: model.into(),
+                    memory_mib: 81920,
+                    nvlink: (0..n).filter(|j| *j != i && same(i, *j) && island > 1).collect(),
+                    pcie: (0..n)
+                        .map(|j| if i == j { "X" } else if same(i, j) || (island == 1 && i / 2 == j / 2) { "PIX" } else { "SYS" })
+                        .collect(),
                 })
                 .collect(),
         }
@@ -47,9 +69,13 @@ impl FakeNode {
         let mut s = String::new();
         for (i, g) in self.gpus.iter().enumerate() {
             s.push_str(&format!(
-                "[[gpu]]\nindex = {i}\nuuid = \"GPU-{}-{i:04}\"\nmodel = \"{}\"\nmemory_mib = {}\nnvlink = {:?}\n\n",
+                "[[gpu]]\nindex = {i}\nuuid = \"GPU-{}-{i:04}\"\nmodel = \"{}\"\nmemory_mib = {}\nnvlink = {:?}\n",
                 self.name, g.model, g.memory_mib, g.nvlink
             ));
+            if !g.pcie.is_empty() {
+                s.push_str(&format!("pcie = {:?}\n", g.pcie));
+            }
+            s.push('\n');
         }
         s
     }

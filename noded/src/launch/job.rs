@@ -90,7 +90,9 @@ pub struct ExecPlan {
     pub stdout: PathBuf,
     /// `None`: stderr goes to the stdout file.
     pub stderr: Option<PathBuf>,
-    /// A requeued job appends to the output of its earlier runs.
+    /// A requeued job appends to the output of its earlier runs, and the parts of a
+    /// multi-node job append to one shared file (truncating would let one part erase another's
+    /// first lines, in whatever order the parts start).
     pub append_output: bool,
     /// Created (as the job user) before the job starts.
     pub checkpoint_dir: Option<PathBuf>,
@@ -189,7 +191,7 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
         args,
         stdout,
         stderr,
-        append_output: job.restart_count > 0,
+        append_output: job.restart_count > 0 || job.nnodes > 1,
         checkpoint_dir,
     })
 }
