@@ -891,7 +891,15 @@ impl Cluster {
     async fn schedule_loop(self: Arc<Self>) {
         const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
         loop {
-            let _ = tokio::time::timeout(RECHECK, self.wake.notified()).await;
+            if tokio::time::timeout(RECHECK, self.wake.notified()).await.is_err() {
+                // A quiet second: hand memory freed after a burst of requests back to the OS
+                // (glibc keeps it in its arenas otherwise, and RSS stays at the burst's peak).
+                // SAFETY: malloc_trim only walks and shrinks the allocator's own free lists.
+                #[cfg(target_env = "gnu")]
+                unsafe {
+                    libc::malloc_trim(0);
+                }
+            }
             match self.schedule_once() {
                 Ok(changed) if !changed.is_empty() => {
                     if self.commit().await.is_ok() {

@@ -19,3 +19,4 @@ pub mod output;
 pub mod queue;
 pub mod script;
 pub mod submit;
+

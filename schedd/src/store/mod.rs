@@ -145,7 +145,7 @@ impl Store {
         let db = sled::Config::new()
             .path(dir.join("db"))
             // The page cache is sled's main memory cost; job records are small and read rarely.
-            .cache_capacity(16 * 1024 * 1024)
+            .cache_capacity(8 * 1024 * 1024)
             .open()
             .map_err(|source| Error::Open {
                 path: dir.display().to_string(),
