@@ -891,7 +891,10 @@ impl Cluster {
     async fn schedule_loop(self: Arc<Self>) {
         const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
         loop {
-            if tokio::time::timeout(RECHECK, self.wake.notified()).await.is_err() {
+            if tokio::time::timeout(RECHECK, self.wake.notified())
+                .await
+                .is_err()
+            {
                 // A quiet second: hand memory freed after a burst of requests back to the OS
                 // (glibc keeps it in its arenas otherwise, and RSS stays at the burst's peak).
                 // SAFETY: malloc_trim only walks and shrinks the allocator's own free lists.

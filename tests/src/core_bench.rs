@@ -1,8 +1,452 @@
-//! Benchmark of the pure scheduling core (no daemons): filled in by the issue-4 work.
+//! Benchmark of the pure scheduling core (no daemons, no I/O): one scheduling pass over a large
+//! synthetic cluster, and one decision on the same cluster.
+//!
+//! The cluster: 1,000 nodes with 8 GPUs each, a quarter each of NVSwitch boxes (H800),
+//! two-island boxes (A100 SXM), NVLink-pair boxes (A100 PCIe) and PCIe-only boxes (A10); about
+//! half of the GPUs busy with running jobs of every tier (some spanning two nodes), and 100,000
+//! pending jobs: mixed tiers, 1/2/4/8 GPUs, some spanning nodes, some asking for a GPU type,
+//! NVLink or InfiniBand. Everything is generated from a fixed seed, so every run schedules the
+//! same cluster.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use ysched_common::config::default_tiers;
+use ysched_common::time::Millis;
+use ysched_common::{
+    Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation, TierConfig,
+};
+use ysched_schedd::core::{schedule, Policy, Snapshot};
 
 /// One measured figure: name, value, unit, target, whether higher is better.
 pub type CoreFigure = (&'static str, f64, &'static str, f64, bool);
 
+const FULL_PASS: &str = "full scheduling pass, 1,000 nodes x 8 GPUs, 100,000 pending";
+const PER_JOB: &str = "full scheduling pass, average per pending job";
+const ONE_DECISION: &str = "one incremental decision (1,000 nodes x 8 GPUs, 1 pending)";
+
+/// Some fixed point in time.
+const NOW: Millis = 1_700_000_000_000;
+const MINUTE: Millis = 60_000;
+const HOUR: Millis = 60 * MINUTE;
+
 pub fn run() -> Vec<CoreFigure> {
-    Vec::new()
+    run_with(1_000, 100_000, 3)
+}
+
+/// The benchmark on `n_nodes` nodes with `n_pending` pending jobs; the full pass is timed
+/// `passes` times (the median counts).
+pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigure> {
+    let cluster = BenchCluster::generate(n_nodes, n_pending);
+    let policy = Policy {
+        tiers: &cluster.tiers,
+    };
+
+    let snap = Snapshot {
+        jobs: &cluster.jobs,
+        nodes: &cluster.nodes,
+    };
+    let mut full_ms: Vec<f64> = (0..passes.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            let plan = schedule(&snap, &policy, NOW);
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            std::hint::black_box(plan);
+            ms
+        })
+        .collect();
+    let full_ms = median(&mut full_ms);
+
+    // One decision: the same loaded cluster with exactly one pending job, for several different
+    // jobs of the queue, each alone; each is scheduled once untimed (so that the allocator has
+    // settled after the big pass), then timed a few times.
+    let mut one_ms = Vec::new();
+    for job in cluster.pending.iter().take(15) {
+        let mut jobs = cluster.running.clone();
+        jobs.insert(job.id, job.clone());
+        let snap = Snapshot {
+            jobs: &jobs,
+            nodes: &cluster.nodes,
+        };
+        std::hint::black_box(schedule(&snap, &policy, NOW));
+        for _ in 0..3 {
+            let start = Instant::now();
+            let plan = schedule(&snap, &policy, NOW);
+            one_ms.push(start.elapsed().as_secs_f64() * 1e3);
+            std::hint::black_box(plan);
+        }
+    }
+    let one_ms = median(&mut one_ms);
+
+    vec![
+        (FULL_PASS, full_ms, "ms", 1000.0, false),
+        (
+            PER_JOB,
+            full_ms * 1e3 / n_pending.max(1) as f64,
+            "us",
+            10.0,
+            false,
+        ),
+        (ONE_DECISION, one_ms, "ms", 1.0, false),
+    ]
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The generated cluster.
+struct BenchCluster {
+    nodes: BTreeMap<String, Node>,
+    /// Running and pending jobs together, as the snapshot has them.
+    jobs: BTreeMap<JobId, Job>,
+    running: BTreeMap<JobId, Job>,
+    /// In id order.
+    pending: Vec<Job>,
+    tiers: BTreeMap<String, TierConfig>,
+}
+
+/// A small deterministic generator (xorshift64*): the bench must schedule the same cluster
+/// every run, and needs no crate for that.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Picks by weight: `choices` are (weight, value).
+    fn pick<T: Copy>(&mut self, choices: &[(u64, T)]) -> T {
+        let total: u64 = choices.iter().map(|(w, _)| w).sum();
+        let mut at = self.below(total);
+        for (weight, value) in choices {
+            if at < *weight {
+                return *value;
+            }
+            at -= weight;
+        }
+        choices[choices.len() - 1].1
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wiring {
+    /// NVSwitch: all NVLinked; PCIe PXB within a half, SYS across.
+    Dgx,
+    /// NVLink islands 0-3 and 4-7; PXB within an island, SYS across.
+    TwoIslands,
+    /// NVLink bridges 0-1, 2-3, ...; PIX within a pair, NODE within a half, SYS across.
+    Pairs,
+    /// PCIe only: PIX within a pair, NODE within a half, SYS across.
+    PcieOnly,
+}
+
+const TIERS: [(&str, i64); 4] = [
+    ("critical", 1_000_000),
+    ("high", 10_000),
+    ("medium", 1_000),
+    ("low", 100),
+];
+
+impl BenchCluster {
+    fn generate(n_nodes: usize, n_pending: usize) -> Self {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut nodes = BTreeMap::new();
+        let mut names = Vec::new();
+        for i in 0..n_nodes {
+            let (wiring, model, ib) = match i % 4 {
+                0 => (Wiring::Dgx, "NVIDIA H800 80GB HBM3", true),
+                1 => (Wiring::TwoIslands, "NVIDIA A100-SXM4-80GB", true),
+                2 => (Wiring::Pairs, "NVIDIA A100-PCIE-40GB", false),
+                _ => (Wiring::PcieOnly, "NVIDIA A10", false),
+            };
+            let name = format!("node{i:04}");
+            nodes.insert(name.clone(), node(&name, model, wiring, ib));
+            names.push(name);
+        }
+
+        // About half of every node busy, in a few patterns; every 25th pair of nodes of one
+        // kind shares a job spanning both.
+        let patterns: [&[&[u32]]; 5] = [
+            &[&[0, 1, 2, 3]],
+            &[&[0, 1], &[4, 5]],
+            &[&[0], &[2], &[4, 5]],
+            &[&[1], &[3], &[5], &[7]],
+            &[&[4, 5, 6, 7]],
+        ];
+        let mut running = BTreeMap::new();
+        let mut next_id = 1u64;
+        let mut i = 0;
+        while i < n_nodes {
+            let tier = rng.pick(&[(5, 0), (25, 1), (30, 2), (40, 3)]);
+            if i % 100 == 0 && i + 4 < n_nodes {
+                // nodes i and i + 4 have the same kind.
+                let allocs = [&names[i], &names[i + 4]]
+                    .map(|node| alloc(node, &[0, 1, 2, 3]))
+                    .to_vec();
+                let job = running_job(&mut rng, next_id, tier, 2, allocs);
+                running.insert(job.id, job);
+                next_id += 1;
+            } else if i % 100 != 4 {
+                for gpus in patterns[rng.below(patterns.len() as u64) as usize] {
+                    let tier = rng.pick(&[(5, 0), (25, 1), (30, 2), (40, 3)]);
+                    let job = running_job(&mut rng, next_id, tier, 1, vec![alloc(&names[i], gpus)]);
+                    running.insert(job.id, job);
+                    next_id += 1;
+                }
+            }
+            i += 1;
+        }
+
+        let mut pending = Vec::with_capacity(n_pending);
+        for _ in 0..n_pending {
+            pending.push(pending_job(&mut rng, next_id));
+            next_id += 1;
+        }
+        let mut jobs = running.clone();
+        jobs.extend(pending.iter().map(|j| (j.id, j.clone())));
+        BenchCluster {
+            nodes,
+            jobs,
+            running,
+            pending,
+            tiers: default_tiers(),
+        }
+    }
+}
+
+fn node(name: &str, model: &str, wiring: Wiring, ib: bool) -> Node {
+    let n = 8u32;
+    let half = |a: u32| a < n / 2;
+    let nvlinked = |a: u32, b: u32| match wiring {
+        Wiring::Dgx => true,
+        Wiring::TwoIslands => half(a) == half(b),
+        Wiring::Pairs => a / 2 == b / 2,
+        Wiring::PcieOnly => false,
+    };
+    let pcie = |a: u32, b: u32| match wiring {
+        Wiring::Dgx | Wiring::TwoIslands if half(a) == half(b) => PcieRelation::Pxb,
+        Wiring::Dgx | Wiring::TwoIslands => PcieRelation::Sys,
+        _ if a / 2 == b / 2 => PcieRelation::Pix,
+        _ if half(a) == half(b) => PcieRelation::Node,
+        _ => PcieRelation::Sys,
+    };
+    let gpus = (0..n)
+        .map(|a| Gpu {
+            index: a,
+            uuid: format!("GPU-{name}-{a}"),
+            model: model.to_string(),
+            memory_mib: 81_920,
+            pci_bus_id: format!("0000:{:02x}:00.0", 0x10 + a),
+            numa_node: Some(i32::from(!half(a))),
+            nvlink: (0..n).filter(|&b| b != a && nvlinked(a, b)).collect(),
+            links: (0..n)
+                .filter(|&b| b != a)
+                .map(|b| GpuLink {
+                    peer: b,
+                    pcie: pcie(a, b),
+                    nvlinks: if nvlinked(a, b) { 12 } else { 0 },
+                })
+                .collect(),
+        })
+        .collect();
+    Node {
+        name: name.to_string(),
+        address: format!("{name}:7118"),
+        cpus: 128,
+        mem_mib: 1_024_000,
+        gpus,
+        features: if ib {
+            vec!["ib".to_string()]
+        } else {
+            Vec::new()
+        },
+        drain_reason: None,
+        connected: true,
+        last_seen: NOW,
+    }
+}
+
+fn alloc(node: &str, gpus: &[u32]) -> NodeAlloc {
+    NodeAlloc {
+        node: node.to_string(),
+        gpus: gpus.to_vec(),
+        cpus: 8 * gpus.len() as u32,
+        mem_mib: 32_000 * gpus.len() as u64,
+    }
+}
+
+fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
+    let (tier_name, tier_value) = TIERS[tier];
+    Job {
+        id: JobId(id),
+        spec: JobSpec {
+            name: format!("job{id}"),
+            tier: tier_name.to_string(),
+            account: "research".into(),
+            workdir: "/home/alice".into(),
+            script: "train.sh".into(),
+            ..spec
+        },
+        owner: Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into()],
+        },
+        tier_value,
+        state: JobState::Pending,
+        reason: String::new(),
+        alloc: Vec::new(),
+        restart_count: 0,
+        exit_code: None,
+        signal: None,
+        submit_time: NOW - HOUR,
+        start_time: None,
+        end_time: None,
+        launched: false,
+        grace_secs: 30,
+        checkpoint_dir: format!("/ckpt/{id}"),
+        stop: None,
+        last_checkpoint: None,
+        parts: Default::default(),
+    }
+}
+
+fn running_job(rng: &mut Rng, id: u64, tier: usize, nodes: u32, allocs: Vec<NodeAlloc>) -> Job {
+    let per_node = allocs[0].gpus.len() as u32;
+    let mut job = job(
+        id,
+        tier,
+        JobSpec {
+            gpus: per_node * nodes,
+            nodes,
+            cpus: allocs[0].cpus,
+            mem_mib: allocs[0].mem_mib,
+            ..JobSpec::default()
+        },
+    );
+    let started = NOW - 10 * MINUTE - rng.below(10 * HOUR as u64) as Millis;
+    job.state = JobState::Running;
+    job.launched = true;
+    job.alloc = allocs;
+    job.submit_time = started - MINUTE;
+    job.start_time = Some(started);
+    if rng.below(2) == 0 {
+        job.last_checkpoint = Some(started.max(NOW - rng.below(HOUR as u64) as Millis));
+    }
+    job
+}
+
+fn pending_job(rng: &mut Rng, id: u64) -> Job {
+    let tier = rng.pick(&[(1, 0), (14, 1), (35, 2), (50, 3)]);
+    let per_node: u32 = rng.pick(&[(40, 1), (30, 2), (20, 4), (10, 8)]);
+    let nodes: u32 = if per_node >= 4 && rng.below(100) < 8 {
+        2
+    } else {
+        1
+    };
+    let gpu_types: &[&str] = rng.pick(&[
+        (55, &[][..]),
+        (15, &["A100"][..]),
+        (12, &["H800"][..]),
+        (8, &["A10"][..]),
+        (10, &["A100", "H800"][..]),
+    ]);
+    let nvlink = per_node >= 2 && rng.below(100) < 15;
+    let ib = rng.below(100) < 3;
+    let mut job = job(
+        id,
+        tier,
+        JobSpec {
+            gpus: per_node * nodes,
+            nodes,
+            gpu_types: gpu_types.iter().map(|t| t.to_string()).collect(),
+            cpus: 4 * per_node,
+            mem_mib: 16_000 * u64::from(per_node),
+            interconnect: nvlink.then(|| "nvlink".to_string()),
+            constraints: if ib {
+                vec!["ib".to_string()]
+            } else {
+                Vec::new()
+            },
+            ..JobSpec::default()
+        },
+    );
+    job.submit_time = NOW - rng.below(72 * HOUR as u64) as Millis;
+    job
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ysched_schedd::core::Plan;
+
+    /// Placements, evictions, unsatisfiable and preempting jobs.
+    fn summary(plan: &Plan) -> (usize, usize, usize, usize) {
+        let count = |prefix: &str| {
+            plan.pending_reasons
+                .values()
+                .filter(|r| r.starts_with(prefix))
+                .count()
+        };
+        (
+            plan.placements.len(),
+            plan.evictions.len(),
+            count("Unsatisfiable"),
+            count("Preempting"),
+        )
+    }
+
+    #[test]
+    fn small_bench_reports_three_figures() {
+        let figures = run_with(40, 2_000, 1);
+        let names: Vec<&str> = figures.iter().map(|f| f.0).collect();
+        assert_eq!(names, [FULL_PASS, PER_JOB, ONE_DECISION]);
+        for (name, value, _, target, higher_is_better) in figures {
+            assert!(value.is_finite() && value >= 0.0, "{name}: {value}");
+            assert!(target > 0.0 && !higher_is_better, "{name}");
+        }
+    }
+
+    #[test]
+    fn generated_cluster_exercises_every_path() {
+        let cluster = BenchCluster::generate(40, 2_000);
+        let busy: usize = cluster
+            .running
+            .values()
+            .flat_map(|j| &j.alloc)
+            .map(|a| a.gpus.len())
+            .sum();
+        assert!((100..=220).contains(&busy), "{busy} of 320 GPUs busy");
+        let policy = Policy {
+            tiers: &cluster.tiers,
+        };
+        let snap = Snapshot {
+            jobs: &cluster.jobs,
+            nodes: &cluster.nodes,
+        };
+        let plan = schedule(&snap, &policy, NOW);
+        let (placed, evicted, unsatisfiable, preempting) = summary(&plan);
+        assert!(placed >= 20, "{placed} placed");
+        assert!(evicted >= 5, "{evicted} evicted");
+        assert!(preempting >= 5, "{preempting} preempting");
+        assert!(unsatisfiable >= 10, "{unsatisfiable} unsatisfiable");
+        let spans = |id: &JobId| cluster.jobs[id].spec.nodes > 1;
+        assert!(
+            plan.placements.iter().any(|p| spans(&p.job))
+                || plan.evictions.iter().any(|e| spans(&e.preemptor)),
+            "a job spanning nodes is placed or preempts"
+        );
+        assert_eq!(plan, schedule(&snap, &policy, NOW), "deterministic");
+    }
 }

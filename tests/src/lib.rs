@@ -56,9 +56,19 @@ impl FakeNode {
                 .map(|i| FakeGpu {
                     model: model.into(),
                     memory_mib: 81920,
-                    nvlink: (0..n).filter(|j| *j != i && same(i, *j) && island > 1).collect(),
+                    nvlink: (0..n)
+                        .filter(|j| *j != i && same(i, *j) && island > 1)
+                        .collect(),
                     pcie: (0..n)
-                        .map(|j| if i == j { "X" } else if same(i, j) || (island == 1 && i / 2 == j / 2) { "PIX" } else { "SYS" })
+                        .map(|j| {
+                            if i == j {
+                                "X"
+                            } else if same(i, j) || (island == 1 && i / 2 == j / 2) {
+                                "PIX"
+                            } else {
+                                "SYS"
+                            }
+                        })
                         .collect(),
                 })
                 .collect(),

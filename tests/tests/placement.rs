@@ -88,3 +88,69 @@ fn when_one_part_fails_the_others_are_stopped_and_the_job_fails() {
     c.run("ycancel", &[&busy.to_string()]);
     c.wait_state(gang, "COMPLETED", SECS(30));
 }
+
+#[test]
+fn topology_and_model_aware_placement_seen_from_inside_the_jobs() {
+    let c = TestCluster::start(vec![
+        FakeNode::islands("isl", 8, 4, A100),
+        FakeNode::islands("a10", 4, 1, "NVIDIA A10"),
+    ]);
+    // The matrix as nvidia-smi prints it, from what the agent reported.
+    let out = c.run("yctl", &["nodes", "--topology", "isl"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = stdout(&out);
+    let row0 = m.lines().find(|l| l.starts_with("GPU0")).expect("row GPU0");
+    assert!(row0.contains("NV1") && row0.contains("SYS"), "{m}");
+    // A 1-GPU job, then a 4-GPU job: the big one gets a whole NVLink island.
+    let small = c.submit(&[
+        "-G",
+        "1",
+        "--gpu-type",
+        "A100",
+        "--wrap",
+        "echo $CUDA_VISIBLE_DEVICES; sleep 30",
+    ]);
+    c.wait_state(small, "RUNNING", SECS(10));
+    let big = c.submit(&[
+        "-G",
+        "4",
+        "--interconnect",
+        "nvlink",
+        "--wrap",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    let j = c.wait_state(big, "COMPLETED", SECS(20));
+    assert_eq!(j["node"], "isl");
+    let seen = read_when_exists(&c.path(&format!("ysched-{big}.out")), SECS(5));
+    let gpus: Vec<u32> = seen.trim().split(',').map(|g| g.parse().unwrap()).collect();
+    assert_eq!(gpus.len(), 4);
+    assert!(
+        gpus.iter().all(|g| g / 4 == gpus[0] / 4),
+        "one island, got {gpus:?}"
+    );
+    // Model matching: A10 is not an A100; an NVLink requirement no A10 box can meet is refused.
+    let a10 = c.submit(&["-G", "2", "--gpu-type", "a10", "--wrap", "true"]);
+    assert_eq!(c.wait_state(a10, "COMPLETED", SECS(20))["node"], "a10");
+    let out = c.run(
+        "ysub",
+        &[
+            "-G",
+            "2",
+            "--gpu-type",
+            "A10",
+            "--interconnect",
+            "nvlink",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "an impossible NVLink request was accepted"
+    );
+    assert!(
+        stderr(&out).to_lowercase().contains("nvlink"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -19,4 +19,3 @@ pub mod output;
 pub mod queue;
 pub mod script;
 pub mod submit;
-

@@ -37,7 +37,7 @@ pub fn explain(
                 "agent not connected".to_string()
             } else if let Some(drain_reason) = &node.drain_reason {
                 format!("drained: {drain_reason}")
-            } else if let Some(view) = pass.views().get(&node.name) {
+            } else if let Some(view) = pass.views().get(node.name.as_str()) {
                 match fit_on_node(view, &demand) {
                     Ok(_) => "fits".to_string(),
                     Err(misfit) => {

@@ -1,17 +1,38 @@
-//! Whether a job fits on a node, and which GPUs it gets there.
+//! Whether a job fits on a node, which GPUs it gets there, and which nodes it gets.
 //!
 //! Placement, preemption, the submit-time satisfiability check and `explain` all ask
 //! [`fit_on_node`], so they can never disagree about what fits. GPU choice inside a node lives in
-//! [`choose_gpus`] alone.
+//! [`Topology::best_set`] alone; node choice in [`find_placement`], ranked by [`NodeRank`].
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::rc::Rc;
 
-use ysched_common::{gpu_type_matches, Gpu, JobId, JobSpec, Node, NodeAlloc};
+#[cfg(test)]
+use ysched_common::Gpu;
+use ysched_common::{gpu_type_matches, JobId, JobSpec, Node, NodeAlloc};
+
+use super::preempt::Evictable;
+use super::topo::{Connectivity, Path, Topologies, Topology};
+
+/// The node feature that marks InfiniBand: preferred for jobs that span nodes.
+pub(crate) const IB_FEATURE: &str = "ib";
+
+/// Node views by node name.
+pub(crate) type Views<'a> = BTreeMap<&'a str, NodeView<'a>>;
 
 /// How many nodes a job spans: `nodes` 0 and 1 both mean one.
 pub(crate) fn n_nodes(spec: &JobSpec) -> u32 {
     spec.nodes.max(1)
+}
+
+/// The worst path a job allows between two of its GPUs on one node.
+pub(crate) fn required_path(spec: &JobSpec) -> Path {
+    match &spec.interconnect {
+        Some(wanted) if wanted.eq_ignore_ascii_case("nvlink") => Path::NvLink,
+        _ => Path::ANY,
+    }
 }
 
 /// Which GPUs a job accepts.
@@ -25,11 +46,16 @@ pub(crate) enum GpuKind<'a> {
 }
 
 impl GpuKind<'_> {
+    #[cfg(test)]
     pub(crate) fn accepts(self, gpu: &Gpu) -> bool {
+        self.accepts_model(&gpu.model)
+    }
+
+    pub(crate) fn accepts_model(self, model: &str) -> bool {
         match self {
             GpuKind::Any => true,
-            GpuKind::Types(types) => types.iter().any(|t| gpu_type_matches(t, &gpu.model)),
-            GpuKind::Model(model) => gpu.model == model,
+            GpuKind::Types(types) => types.iter().any(|t| gpu_type_matches(t, model)),
+            GpuKind::Model(wanted) => model == wanted,
         }
     }
 }
@@ -46,7 +72,7 @@ impl fmt::Display for GpuKind<'_> {
 }
 
 /// What a job needs on each node it runs on. A gang asks the same of every one of its nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct NodeDemand<'a> {
     pub(crate) gpus: u32,
     pub(crate) cpus: u32,
@@ -55,6 +81,14 @@ pub(crate) struct NodeDemand<'a> {
     pub(crate) gpu_kind: GpuKind<'a>,
     /// Features the node must advertise, all of them.
     pub(crate) constraints: &'a [String],
+    /// The worst path allowed between two of the job's GPUs on one node: `NvLink` for
+    /// `--interconnect nvlink`, [`Path::ANY`] otherwise. Preemption tightens it to what evicting
+    /// everything eligible would give, so that a smaller eviction may not buy a worse set.
+    pub(crate) worst_path: Path,
+    /// Which positions `gpu_kind` accepts, per topology met so far: matching model names is
+    /// string work, and a pass meets few topologies but asks about many nodes. Holding the
+    /// `Rc` keeps each topology alive, so its address identifies it.
+    accepted: RefCell<Vec<(Rc<Topology>, u64)>>,
 }
 
 impl<'a> NodeDemand<'a> {
@@ -72,15 +106,45 @@ impl<'a> NodeDemand<'a> {
                 GpuKind::Types(&spec.gpu_types)
             },
             constraints: &spec.constraints,
+            worst_path: required_path(spec),
+            accepted: RefCell::new(Vec::new()),
         }
     }
 
     /// The same demand, restricted to one GPU model.
-    pub(crate) fn pinned_to(self, model: &'a str) -> Self {
+    pub(crate) fn pinned_to(&self, model: &'a str) -> Self {
         NodeDemand {
             gpu_kind: GpuKind::Model(model),
-            ..self
+            accepted: RefCell::new(Vec::new()),
+            ..self.clone()
         }
+    }
+
+    /// The same demand, allowing no path worse than `worst` between its GPUs on a node.
+    pub(crate) fn within(&self, worst: Path) -> Self {
+        NodeDemand {
+            worst_path: self.worst_path.min(worst),
+            ..self.clone()
+        }
+    }
+
+    /// The positions of `topo` whose model the job accepts.
+    pub(crate) fn accepted_on(&self, topo: &Rc<Topology>) -> u64 {
+        if let Some((_, mask)) = self
+            .accepted
+            .borrow()
+            .iter()
+            .find(|(t, _)| Rc::ptr_eq(t, topo))
+        {
+            return *mask;
+        }
+        let mask = topo
+            .models()
+            .iter()
+            .filter(|(model, _)| self.gpu_kind.accepts_model(model))
+            .fold(0, |mask, (_, gpus)| mask | gpus);
+        self.accepted.borrow_mut().push((Rc::clone(topo), mask));
+        mask
     }
 }
 
@@ -96,25 +160,18 @@ pub(crate) enum Claim {
 }
 
 /// Resources one job takes on one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Hold {
     pub(crate) job: JobId,
     pub(crate) claim: Claim,
-    pub(crate) gpus: Vec<u32>,
+    /// Positions in the node's [`Topology`].
+    pub(crate) gpus: u64,
     pub(crate) cpus: u32,
     pub(crate) mem_mib: u64,
-}
-
-impl Hold {
-    pub(crate) fn new(job: JobId, claim: Claim, alloc: &NodeAlloc) -> Hold {
-        Hold {
-            job,
-            claim,
-            gpus: alloc.gpus.clone(),
-            cpus: alloc.cpus,
-            mem_mib: alloc.mem_mib,
-        }
-    }
+    /// Set for a running job that a job of a higher tier may evict: preemption reads its
+    /// candidates here. Cleared once a preemptor of this pass claimed it, since its resources
+    /// are then promised.
+    pub(crate) evictable: Option<Evictable>,
 }
 
 /// A node together with what is taken on it. The free resources are derived from the holds and
@@ -122,19 +179,22 @@ impl Hold {
 #[derive(Debug, Clone)]
 pub(crate) struct NodeView<'a> {
     node: &'a Node,
+    topo: Rc<Topology>,
     holds: Vec<Hold>,
-    free_gpus: BTreeSet<u32>,
+    /// Positions.
+    free_gpus: u64,
     free_cpus: u32,
     free_mem_mib: u64,
 }
 
 impl<'a> NodeView<'a> {
-    /// The node with nothing taken.
-    pub(crate) fn new(node: &'a Node) -> Self {
+    /// The node with nothing taken; `topo` is the node's topology (shared by nodes alike).
+    pub(crate) fn new(node: &'a Node, topo: Rc<Topology>) -> Self {
         NodeView {
             node,
+            free_gpus: topo.all(),
+            topo,
             holds: Vec::new(),
-            free_gpus: node.gpus.iter().map(|g| g.index).collect(),
             free_cpus: node.cpus,
             free_mem_mib: node.mem_mib,
         }
@@ -144,12 +204,23 @@ impl<'a> NodeView<'a> {
         self.node
     }
 
+    pub(crate) fn topology(&self) -> &Rc<Topology> {
+        &self.topo
+    }
+
     pub(crate) fn holds(&self) -> &[Hold] {
         &self.holds
     }
 
-    pub(crate) fn free_gpus(&self) -> &BTreeSet<u32> {
-        &self.free_gpus
+    /// Free GPU positions.
+    pub(crate) fn free_gpus(&self) -> u64 {
+        self.free_gpus
+    }
+
+    /// Free GPUs by index.
+    #[cfg(test)]
+    pub(crate) fn free_gpu_indices(&self) -> Vec<u32> {
+        self.topo.indices_of(self.free_gpus)
     }
 
     pub(crate) fn free_cpus(&self) -> u32 {
@@ -160,45 +231,64 @@ impl<'a> NodeView<'a> {
         self.free_mem_mib
     }
 
+    /// `job` takes what `alloc` names on this node.
+    pub(crate) fn add_alloc(
+        &mut self,
+        job: JobId,
+        claim: Claim,
+        alloc: &NodeAlloc,
+        evictable: Option<Evictable>,
+    ) {
+        self.add_hold(Hold {
+            job,
+            claim,
+            gpus: self.topo.mask_of(&alloc.gpus),
+            cpus: alloc.cpus,
+            mem_mib: alloc.mem_mib,
+            evictable,
+        });
+    }
+
     pub(crate) fn add_hold(&mut self, hold: Hold) {
-        for gpu in &hold.gpus {
-            self.free_gpus.remove(gpu);
-        }
+        self.free_gpus &= !hold.gpus;
         // Saturating: a node that re-registered smaller may be over-committed until jobs end.
         self.free_cpus = self.free_cpus.saturating_sub(hold.cpus);
         self.free_mem_mib = self.free_mem_mib.saturating_sub(hold.mem_mib);
         self.holds.push(hold);
     }
 
+    /// `job` may no longer be evicted for anyone else in this pass.
+    pub(crate) fn protect(&mut self, job: JobId) {
+        for hold in self.holds.iter_mut().filter(|h| h.job == job) {
+            hold.evictable = None;
+        }
+    }
+
     /// A copy with every hold of these jobs released, as if they had exited.
     pub(crate) fn without(&self, jobs: &BTreeSet<JobId>) -> NodeView<'a> {
         // Rebuilt from scratch rather than by adding back: exact even when holds overlap.
-        let mut view = NodeView::new(self.node);
+        let mut view = NodeView::new(self.node, Rc::clone(&self.topo));
+        view.holds.reserve(self.holds.len());
         for hold in self.holds.iter().filter(|h| !jobs.contains(&h.job)) {
-            view.add_hold(hold.clone());
+            view.add_hold(*hold);
         }
         view
     }
 
-    /// Free GPUs of the node that `kind` accepts, by index.
-    fn free_accepted_gpus(&self, kind: GpuKind<'_>) -> Vec<&'a Gpu> {
-        let mut gpus: Vec<&Gpu> = self
-            .node
-            .gpus
-            .iter()
-            .filter(|g| self.free_gpus.contains(&g.index) && kind.accepts(g))
-            .collect();
-        gpus.sort_by_key(|g| g.index);
-        gpus
-    }
-
-    pub(crate) fn n_free_accepted(&self, kind: GpuKind<'_>) -> usize {
-        self.free_accepted_gpus(kind).len()
+    /// The allocation a fit on this node (or on a copy of it) stands for.
+    pub(crate) fn alloc(&self, fit: &Fit) -> NodeAlloc {
+        NodeAlloc {
+            node: self.node.name.clone(),
+            gpus: self.topo.indices_of(fit.gpus),
+            cpus: fit.cpus,
+            mem_mib: fit.mem_mib,
+        }
     }
 }
 
-/// Why a job does not fit on a node. The `*Capacity` kinds hold even on an empty node; the
-/// `*Busy` kinds are transient: jobs ending (or being evicted) could make room.
+/// Why a job does not fit on a node. The `*Capacity` kinds and `GpuTopology` hold even on an
+/// empty node; the `*Busy` kinds and `GpusScattered` are transient: jobs ending (or being
+/// evicted) could make room.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Misfit<'d> {
     MissingFeatures(Vec<&'d str>),
@@ -206,6 +296,13 @@ pub(crate) enum Misfit<'d> {
         kind: GpuKind<'d>,
         needed: u32,
         total: u32,
+    },
+    /// Not `needed` accepted GPUs linked within `worst`, even with all of them free.
+    GpuTopology {
+        kind: GpuKind<'d>,
+        needed: u32,
+        worst: Path,
+        most: u32,
     },
     CpuCapacity {
         needed: u32,
@@ -219,6 +316,13 @@ pub(crate) enum Misfit<'d> {
         kind: GpuKind<'d>,
         needed: u32,
         free: u32,
+    },
+    /// Enough accepted GPUs are free, but not `needed` of them linked within `worst`.
+    GpusScattered {
+        kind: GpuKind<'d>,
+        needed: u32,
+        worst: Path,
+        most: u32,
     },
     CpusBusy {
         needed: u32,
@@ -235,7 +339,10 @@ impl Misfit<'_> {
     pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
-            Misfit::GpusBusy { .. } | Misfit::CpusBusy { .. } | Misfit::MemBusy { .. }
+            Misfit::GpusBusy { .. }
+                | Misfit::GpusScattered { .. }
+                | Misfit::CpusBusy { .. }
+                | Misfit::MemBusy { .. }
         )
     }
 }
@@ -258,6 +365,16 @@ impl fmt::Display for Misfit<'_> {
                 "needs {}{kind}, node has {total}",
                 plural(*needed, "GPU")
             ),
+            Misfit::GpuTopology {
+                kind,
+                needed,
+                worst,
+                most,
+            } => write!(
+                f,
+                "needs {}{kind} linked by {worst}, node has at most {most}",
+                plural(*needed, "GPU")
+            ),
             Misfit::CpuCapacity { needed, total } => {
                 write!(f, "needs {}, node has {total}", plural(*needed, "CPU"))
             }
@@ -267,6 +384,16 @@ impl fmt::Display for Misfit<'_> {
             Misfit::GpusBusy { kind, needed, free } => {
                 write!(f, "needs {}{kind}, {free} free", plural(*needed, "GPU"))
             }
+            Misfit::GpusScattered {
+                kind,
+                needed,
+                worst,
+                most,
+            } => write!(
+                f,
+                "needs {}{kind} linked by {worst}, at most {most} free are",
+                plural(*needed, "GPU")
+            ),
             Misfit::CpusBusy { needed, free } => {
                 write!(f, "needs {}, {free} free", plural(*needed, "CPU"))
             }
@@ -277,38 +404,61 @@ impl fmt::Display for Misfit<'_> {
     }
 }
 
-/// Whether `demand` fits in what is free on `view`, and if so the allocation it would get.
+/// Where a job fits on a node: the GPUs it gets (positions; [`NodeView::alloc`] names them) and
+/// what the node ranking needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fit {
+    pub(crate) gpus: u64,
+    pub(crate) conn: Connectivity,
+    /// Free GPUs the job accepts on the node, before it takes its own.
+    pub(crate) n_free: u32,
+    pub(crate) cpus: u32,
+    pub(crate) mem_mib: u64,
+}
+
+/// Whether `demand` fits in what is free on `view`, and if so where.
 ///
 /// The one fit check: placement, preemption (on a copy of the view with the candidate victims
 /// removed), satisfiability (on an empty view) and `explain` all call it. It is monotone in the
 /// free resources (more free never turns a fit into a misfit), which is what makes the reprieve
 /// in `preempt` yield a minimal victim set. Schedulability (drain, connection) is the caller's
-/// business: this answers only for resources and features.
+/// business: this answers only for resources, features and topology.
 pub(crate) fn fit_on_node<'d>(
     view: &NodeView<'_>,
     demand: &NodeDemand<'d>,
-) -> Result<NodeAlloc, Misfit<'d>> {
+) -> Result<Fit, Misfit<'d>> {
     let node = view.node();
+    let topo = view.topology();
     // Fixed properties of the node first: they explain a misfit better than momentary load.
-    let missing: Vec<&str> = demand
-        .constraints
-        .iter()
-        .filter(|c| !node.features.contains(c))
-        .map(String::as_str)
-        .collect();
-    if !missing.is_empty() {
-        return Err(Misfit::MissingFeatures(missing));
+    if !demand.constraints.iter().all(|c| node.features.contains(c)) {
+        return Err(Misfit::MissingFeatures(
+            demand
+                .constraints
+                .iter()
+                .filter(|c| !node.features.contains(c))
+                .map(String::as_str)
+                .collect(),
+        ));
     }
-    let n_accepted = node
-        .gpus
-        .iter()
-        .filter(|g| demand.gpu_kind.accepts(g))
-        .count() as u32;
+    let accepted = demand.accepted_on(topo);
+    let n_accepted = accepted.count_ones();
     if n_accepted < demand.gpus {
         return Err(Misfit::GpuCapacity {
             kind: demand.gpu_kind,
             needed: demand.gpus,
             total: n_accepted,
+        });
+    }
+    if demand.worst_path < Path::ANY
+        && topo
+            .best_set(topo.all(), accepted, demand.gpus, demand.worst_path)
+            .is_none()
+    {
+        return Err(Misfit::GpuTopology {
+            kind: demand.gpu_kind,
+            needed: demand.gpus,
+            worst: demand.worst_path,
+            most: topo.most_connected(topo.all(), accepted, demand.worst_path),
         });
     }
     if node.cpus < demand.cpus {
@@ -324,12 +474,12 @@ pub(crate) fn fit_on_node<'d>(
         });
     }
 
-    let free_gpus = view.free_accepted_gpus(demand.gpu_kind);
-    if (free_gpus.len() as u32) < demand.gpus {
+    let n_free = (view.free_gpus() & accepted).count_ones();
+    if n_free < demand.gpus {
         return Err(Misfit::GpusBusy {
             kind: demand.gpu_kind,
             needed: demand.gpus,
-            free: free_gpus.len() as u32,
+            free: n_free,
         });
     }
     if view.free_cpus() < demand.cpus {
@@ -344,100 +494,166 @@ pub(crate) fn fit_on_node<'d>(
             free: view.free_mem_mib(),
         });
     }
-    Ok(NodeAlloc {
-        node: node.name.clone(),
-        gpus: choose_gpus(&free_gpus, demand.gpus),
+    let Some(choice) = topo.best_set(view.free_gpus(), accepted, demand.gpus, demand.worst_path)
+    else {
+        return Err(Misfit::GpusScattered {
+            kind: demand.gpu_kind,
+            needed: demand.gpus,
+            worst: demand.worst_path,
+            most: topo.most_connected(view.free_gpus(), accepted, demand.worst_path),
+        });
+    };
+    Ok(Fit {
+        gpus: choice.gpus,
+        conn: choice.rank.conn,
+        n_free,
         cpus: demand.cpus,
         mem_mib: demand.mem_mib,
     })
 }
 
-/// Picks `n` of the free, accepted GPUs of one node (`free` is sorted by index and has at least
-/// `n`). The only place that decides which GPUs inside a node a job gets: for now the lowest
-/// indices; topology (NVLink islands) will be taught here, and only here. Whatever it learns, it
-/// must stay a choice *among* `free`, so that `fit_on_node` stays monotone.
-fn choose_gpus(free: &[&Gpu], n: u32) -> Vec<u32> {
-    free.iter().take(n as usize).map(|g| g.index).collect()
+/// How a node ranks for a job that fits on it: the smallest wins. Compared field by field, in
+/// declaration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct NodeRank<'n> {
+    /// Only for a job that spans nodes: the node lacks the `ib` feature. InfiniBand between the
+    /// job's nodes is a soft preference (`--constraint ib` makes it hard).
+    pub(crate) lacks_ib: bool,
+    /// How well the GPUs the job would get there are connected: a node that offers a fully
+    /// NVLinked set beats one that does not.
+    pub(crate) conn: Connectivity,
+    /// Best fit: the fewest free GPUs the job accepts, so that big holes stay for big jobs.
+    pub(crate) n_free: u32,
+    /// The node's name, so that ties always resolve the same way.
+    pub(crate) name: &'n str,
 }
 
-/// Where the whole job would go on these views, choosing by best fit, or `None`.
+impl<'n> NodeRank<'n> {
+    pub(crate) fn of(view: &NodeView<'n>, fit: &Fit, spans_nodes: bool) -> Self {
+        NodeRank {
+            lacks_ib: spans_nodes && !view.node().features.iter().any(|f| f == IB_FEATURE),
+            conn: fit.conn,
+            n_free: fit.n_free,
+            name: &view.node().name,
+        }
+    }
+}
+
+/// How the nodes chosen for a gang on one GPU model rank against those on another model: the
+/// smallest wins, field by field; ties go to the model name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct GangRank {
+    /// Chosen nodes without the `ib` feature.
+    n_lacking_ib: usize,
+    /// The worst connectivity of the GPU sets on the chosen nodes.
+    worst_conn: Connectivity,
+    /// Best fit: free accepted GPUs on the chosen nodes, summed.
+    n_free: u32,
+}
+
+/// Where the whole job would go on these views, or `None`.
 ///
-/// Best fit: prefer the node with the fewest free GPUs the job accepts that still fits (the big
-/// holes stay for big jobs); tie → node name. A gang (`nodes` > 1) gets that many distinct
-/// nodes, all with one GPU model, or nothing.
-pub(crate) fn find_placement(
-    views: &BTreeMap<String, NodeView<'_>>,
-    spec: &JobSpec,
-) -> Option<Vec<NodeAlloc>> {
+/// Each node is ranked by [`NodeRank`]: topology of the GPU set it offers, then best fit, then
+/// name. A gang (`nodes` > 1) gets that many distinct nodes, all with one GPU model (the best
+/// model by [`GangRank`], then by name), or nothing.
+pub(crate) fn find_placement(views: &Views<'_>, spec: &JobSpec) -> Option<Vec<NodeAlloc>> {
     let demand = NodeDemand::of(spec);
     let n_nodes = n_nodes(spec) as usize;
     if n_nodes == 1 || demand.gpus == 0 {
         return best_nodes(views, &demand, n_nodes).map(|(allocs, _)| allocs);
     }
-    let models: BTreeSet<&str> = views
-        .values()
-        .flat_map(|v| v.node().gpus.iter())
-        .filter(|g| demand.gpu_kind.accepts(g))
-        .map(|g| g.model.as_str())
-        .collect();
-    // Among the models the gang could run on, best fit again: the fewest free GPUs left
-    // unused on the chosen nodes; tie → model name (the set iterates in name order and
-    // `min_by_key` keeps the first of equals).
-    models
+    // Among the models the gang could run on (the set iterates in name order and `min_by_key`
+    // keeps the first of equals).
+    gang_models(views, &demand)
         .into_iter()
         .filter_map(|model| best_nodes(views, &demand.pinned_to(model), n_nodes))
-        .min_by_key(|(_, n_free)| *n_free)
+        .min_by_key(|(_, rank)| *rank)
         .map(|(allocs, _)| allocs)
 }
 
-/// The `n` best-fitting nodes for `demand`, with the sum of their free accepted GPUs.
+/// The GPU models of these views that `demand` accepts.
+pub(crate) fn gang_models<'v>(views: &Views<'v>, demand: &NodeDemand<'_>) -> BTreeSet<&'v str> {
+    let mut topologies: Vec<&Rc<Topology>> = Vec::new();
+    let mut models = BTreeSet::new();
+    for view in views.values() {
+        let topo = view.topology();
+        if topologies.iter().any(|t| Rc::ptr_eq(t, topo)) {
+            continue;
+        }
+        topologies.push(topo);
+        let accepted = demand.accepted_on(topo);
+        // The first node of each topology stands for all: the model names are the same.
+        let node_models = view.node().gpus.iter().filter(|g| {
+            topo.models()
+                .iter()
+                .any(|(m, mask)| *m == g.model && mask & accepted != 0)
+        });
+        models.extend(node_models.map(|g| g.model.as_str()));
+    }
+    models
+}
+
+/// The `n` best-ranked nodes for `demand`, or `None` when fewer fit.
 fn best_nodes(
-    views: &BTreeMap<String, NodeView<'_>>,
+    views: &Views<'_>,
     demand: &NodeDemand<'_>,
     n: usize,
-) -> Option<(Vec<NodeAlloc>, usize)> {
-    let mut fits: Vec<(usize, &str, NodeAlloc)> = views
+) -> Option<(Vec<NodeAlloc>, GangRank)> {
+    let spans_nodes = n > 1;
+    let fits = views
         .values()
-        .filter_map(|view| {
-            let alloc = fit_on_node(view, demand).ok()?;
-            Some((
-                view.n_free_accepted(demand.gpu_kind),
-                view.node().name.as_str(),
-                alloc,
-            ))
-        })
-        .collect();
-    if fits.len() < n {
-        return None;
-    }
-    fits.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-    fits.truncate(n);
-    let n_free = fits.iter().map(|(n_free, _, _)| n_free).sum();
+        .filter_map(|view| fit_on_node(view, demand).ok().map(|fit| (view, fit)));
+    let chosen: Vec<(NodeRank<'_>, &NodeView<'_>, Fit)> = if n == 1 {
+        // The common case, without collecting every node that fits.
+        let best = fits
+            .map(|(view, fit)| (NodeRank::of(view, &fit, false), view, fit))
+            .min_by(|a, b| a.0.cmp(&b.0))?;
+        vec![best]
+    } else {
+        let mut all: Vec<_> = fits
+            .map(|(view, fit)| (NodeRank::of(view, &fit, spans_nodes), view, fit))
+            .collect();
+        if all.len() < n {
+            return None;
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all.truncate(n);
+        all
+    };
+    let rank = GangRank {
+        n_lacking_ib: chosen.iter().filter(|(r, _, _)| r.lacks_ib).count(),
+        worst_conn: chosen
+            .iter()
+            .map(|(r, _, _)| r.conn)
+            .max()
+            .unwrap_or(Connectivity::BEST),
+        n_free: chosen.iter().map(|(r, _, _)| r.n_free).sum(),
+    };
     Some((
-        fits.into_iter().map(|(_, _, alloc)| alloc).collect(),
-        n_free,
+        chosen
+            .into_iter()
+            .map(|(_, view, fit)| view.alloc(&fit))
+            .collect(),
+        rank,
     ))
 }
 
 /// Every node, with nothing taken and regardless of drain or connection: what could ever run.
-pub(crate) fn capacity_views(nodes: &BTreeMap<String, Node>) -> BTreeMap<String, NodeView<'_>> {
+pub(crate) fn capacity_views<'a>(
+    nodes: &'a BTreeMap<String, Node>,
+    topologies: &mut Topologies<'a>,
+) -> Views<'a> {
     nodes
         .iter()
-        .map(|(name, node)| (name.clone(), NodeView::new(node)))
+        .map(|(name, node)| (name.as_str(), NodeView::new(node, topologies.of(node))))
         .collect()
 }
 
 /// [`check_satisfiable`] against prebuilt [`capacity_views`], so a pass builds them once.
-pub(crate) fn satisfiable_on(
-    capacity: &BTreeMap<String, NodeView<'_>>,
-    spec: &JobSpec,
-) -> Result<(), String> {
+pub(crate) fn satisfiable_on(capacity: &Views<'_>, spec: &JobSpec) -> Result<(), String> {
     match find_placement(capacity, spec) {
         Some(_) => Ok(()),
-        None => Err(why_unsatisfiable(
-            capacity.values().map(|v| v.node()).collect(),
-            spec,
-        )),
+        None => Err(why_unsatisfiable(capacity, spec)),
     }
 }
 
@@ -445,13 +661,14 @@ pub(crate) fn satisfiable_on(
 /// allocations, drain and connectivity? The error names the problem, e.g. "no node has 16 GPUs
 /// (largest has 8)".
 pub fn check_satisfiable(spec: &JobSpec, nodes: &BTreeMap<String, Node>) -> Result<(), String> {
-    satisfiable_on(&capacity_views(nodes), spec)
+    satisfiable_on(&capacity_views(nodes, &mut Topologies::default()), spec)
 }
 
 /// Names the first reason no node could ever hold the job. Only called once `find_placement`
 /// failed on empty nodes, so the last sentence (no node has everything together) is true when
 /// every single requirement is met somewhere.
-fn why_unsatisfiable(nodes: Vec<&Node>, spec: &JobSpec) -> String {
+fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
+    let nodes: Vec<&Node> = capacity.values().map(|v| v.node()).collect();
     if nodes.is_empty() {
         return "no nodes are registered".into();
     }
@@ -474,14 +691,9 @@ fn why_unsatisfiable(nodes: Vec<&Node>, spec: &JobSpec) -> String {
         }
     }
     if demand.gpus > 0 {
-        let accepted = |node: &Node| {
-            node.gpus
-                .iter()
-                .filter(|g| demand.gpu_kind.accepts(g))
-                .count() as u32
-        };
+        let accepted = |view: &NodeView<'_>| demand.accepted_on(view.topology()).count_ones();
         if let GpuKind::Types(types) = demand.gpu_kind {
-            if nodes.iter().all(|n| accepted(n) == 0) {
+            if capacity.values().all(|v| accepted(v) == 0) {
                 let models: BTreeSet<&str> = nodes
                     .iter()
                     .flat_map(|n| n.gpus.iter().map(|g| g.model.as_str()))
@@ -497,13 +709,31 @@ fn why_unsatisfiable(nodes: Vec<&Node>, spec: &JobSpec) -> String {
                 );
             }
         }
-        let largest = nodes.iter().map(|n| accepted(n)).max().unwrap_or(0);
+        let largest = capacity.values().map(accepted).max().unwrap_or(0);
         if largest < demand.gpus {
             return format!(
                 "no node has {}{} (largest has {largest}){on_each}",
                 plural(demand.gpus, "GPU"),
                 demand.gpu_kind
             );
+        }
+        if demand.worst_path < Path::ANY {
+            let most = capacity
+                .values()
+                .map(|v| {
+                    let topo = v.topology();
+                    topo.most_connected(topo.all(), demand.accepted_on(topo), demand.worst_path)
+                })
+                .max()
+                .unwrap_or(0);
+            if most < demand.gpus {
+                return format!(
+                    "no node has {}{} linked by {} (the most on one node is {most}){on_each}",
+                    plural(demand.gpus, "GPU"),
+                    demand.gpu_kind,
+                    demand.worst_path
+                );
+            }
         }
     }
     let largest_cpus = nodes.iter().map(|n| n.cpus).max().unwrap_or(0);
@@ -535,11 +765,20 @@ fn why_unsatisfiable(nodes: Vec<&Node>, spec: &JobSpec) -> String {
     }
 }
 
-/// "8 GPUs of type A100, 64 CPUs, 1000 MiB of memory, features ib, nvme"
+/// "8 GPUs of type A100 linked by NVLink, 64 CPUs, 1000 MiB of memory, features ib, nvme"
 fn describe(demand: &NodeDemand<'_>) -> String {
     let mut parts = Vec::new();
     if demand.gpus > 0 {
-        parts.push(format!("{}{}", plural(demand.gpus, "GPU"), demand.gpu_kind));
+        let linked = if demand.worst_path < Path::ANY && demand.gpus > 1 {
+            format!(" linked by {}", demand.worst_path)
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "{}{}{linked}",
+            plural(demand.gpus, "GPU"),
+            demand.gpu_kind
+        ));
     }
     parts.push(plural(demand.cpus, "CPU"));
     if demand.mem_mib > 0 {
@@ -554,7 +793,7 @@ fn describe(demand: &NodeDemand<'_>) -> String {
 }
 
 /// "1 GPU", "4 GPUs"
-fn plural(n: u32, noun: &str) -> String {
+pub(crate) fn plural(n: u32, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {

@@ -3,9 +3,12 @@
 //!
 //! # Layout
 //! - `order`: the queue order of pending jobs (tier, then submit time, then id).
-//! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), which GPUs it
-//!   gets, best-fit node choice, and [`check_satisfiable`].
-//! - `preempt`: the minimal victim set on a node and the cheapest node to evict on.
+//! - `topo`: GPU topology inside a node (NVLink, PCIe) and `Topology::best_set`, the one place
+//!   that picks which GPUs of a node a job gets.
+//! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), node ranking and
+//!   gang placement (`find_placement`), and [`check_satisfiable`].
+//! - `preempt`: the minimal victim set on a node, the cheapest nodes to evict on, and the
+//!   victims of a job spanning nodes.
 //! - `pass`: one pass over the queue, building the plan and keeping node views in step.
 //! - `explain`: per-node reasons for `yctl show job`.
 //!
@@ -24,6 +27,7 @@ mod fit;
 mod order;
 mod pass;
 mod preempt;
+mod topo;
 
 #[cfg(test)]
 mod prop_tests;
@@ -70,8 +74,9 @@ pub struct Placement {
     pub alloc: Vec<NodeAlloc>,
 }
 
-/// Stop `victim` so that `preemptor` can run on `node`. The victim keeps its resources until
-/// its agent reports the process gone.
+/// Stop `victim` so that `preemptor` can run on `node` (for a victim spanning nodes: the first of
+/// the preemptor's nodes it holds room on; it is stopped whole). The victim keeps its resources
+/// until its agent reports the process gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Eviction {
     pub victim: JobId,
@@ -83,9 +88,10 @@ pub struct Eviction {
 
 /// Decides placements and evictions for the pending jobs, in queue order.
 ///
-/// Each job that fits somewhere is placed (best fit); a job of a tier that may preempt and
-/// fits nowhere plans the cheapest minimal eviction and reserves what is free of its target;
-/// every other pending job gets a reason. Deterministic and infallible.
+/// Each job that fits somewhere is placed (best-connected GPUs, then best fit); a job of a tier
+/// that may preempt and fits nowhere plans the cheapest minimal eviction (on as many nodes as it
+/// spans) and reserves what is free of its targets; every other pending job gets a reason.
+/// Deterministic and infallible.
 pub fn schedule(snap: &Snapshot<'_>, policy: &Policy<'_>, now: Millis) -> Plan {
     let mut pass = pass::Pass::new(snap, policy, now);
     for job in order::pending_in_order(snap.jobs) {

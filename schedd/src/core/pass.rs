@@ -1,5 +1,12 @@
 //! One scheduling pass: walk the queue once, deciding for each pending job in turn, and keep
 //! the working view of every node in step with the decisions so far.
+//!
+//! **Monotone within a pass.** Node views only ever lose room during a pass (placements and
+//! reservations are added, nothing is released), and the set of evictable jobs only shrinks
+//! (victims of one preemptor are protected from the next). Since the fit is monotone in free
+//! room, a job shape that found no room, or no eviction at some tier, finds none later in the
+//! same pass either. The pass remembers those answers per [`Shape`], which is what lets it walk
+//! a queue of a hundred thousand jobs: once the cluster is full, most jobs cost a lookup.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,42 +14,83 @@ use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, NodeAlloc, StopReason, StopRequest, TierConfig};
 
 use super::fit::{
-    capacity_views, find_placement, fit_on_node, n_nodes, satisfiable_on, Claim, Hold, NodeDemand,
-    NodeView,
+    capacity_views, find_placement, required_path, satisfiable_on, Claim, Hold, Views,
 };
-use super::preempt::{plan_preemption, Preemption};
+use super::preempt::{evictable, plan_preemption, Preemption};
+use super::topo::{Path, Topologies};
 use super::{Eviction, Placement, Plan, Policy, Snapshot};
 
 /// What the pass decided for one pending job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
     Placed(Vec<NodeAlloc>),
-    /// Evict these victims; the free part of the target is reserved for the job.
+    /// Evict these victims; the free part of the targets is reserved for the job.
     Preempting(Preemption),
-    /// An eviction for this job is already in flight on `node`; its reservation is renewed.
+    /// Evictions for this job are already in flight; its reservation on `targets` is renewed.
     AwaitingEviction {
-        node: String,
+        /// The in-flight victims on the target nodes, by id.
         victims: Vec<JobId>,
-        target: NodeAlloc,
+        /// Target nodes holding one of them, by name.
+        nodes: Vec<String>,
+        targets: Vec<NodeAlloc>,
     },
     /// `Resources` or `Priority`.
     Waiting(&'static str),
     Unsatisfiable(String),
 }
 
+/// Everything about a job that placement and preemption look at, except its tier: jobs of one
+/// shape fit (or not) in the same places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape<'a> {
+    gpus: u32,
+    nodes: u32,
+    cpus: u32,
+    mem_mib: u64,
+    gpu_types: &'a [String],
+    constraints: &'a [String],
+    worst_path: Path,
+}
+
+impl<'a> Shape<'a> {
+    fn of(job: &'a Job) -> Self {
+        let spec = &job.spec;
+        Shape {
+            gpus: spec.gpus,
+            nodes: spec.nodes.max(1),
+            cpus: spec.cpus.max(1),
+            mem_mib: spec.mem_mib,
+            gpu_types: &spec.gpu_types,
+            constraints: &spec.constraints,
+            worst_path: required_path(spec),
+        }
+    }
+}
+
+/// What the pass learnt about one [`Shape`].
+#[derive(Debug, Clone)]
+struct ShapeMemo {
+    /// The submit-time check against empty nodes: fixed for the whole pass.
+    satisfiable: Result<(), String>,
+    /// Placement failed: it fails for the rest of the pass.
+    no_room: bool,
+    /// Preemption failed for a preemptor of this tier value: it fails for the rest of the
+    /// pass for this value and every lower one (they may evict fewer jobs).
+    no_eviction_at: Option<i64>,
+}
+
 pub(crate) struct Pass<'a> {
     jobs: &'a BTreeMap<JobId, Job>,
     tiers: &'a BTreeMap<String, TierConfig>,
-    now: Millis,
     /// Every schedulable node, with the running jobs' holds and this pass's decisions so far.
-    views: BTreeMap<String, NodeView<'a>>,
+    views: Views<'a>,
     /// Every node as if empty, for the satisfiability check (built once per pass, not per job).
-    capacity: BTreeMap<String, NodeView<'a>>,
+    capacity: Views<'a>,
     /// Evictions already requested and not finished: preemptor → its PREEMPTING victims.
     in_flight: BTreeMap<JobId, Vec<&'a Job>>,
-    /// Victims chosen earlier in this pass. Their resources are promised to their preemptor,
-    /// so a later preemptor may not count on them.
-    claimed_victims: BTreeSet<JobId>,
+    /// See the module doc. Off only in tests that check it changes nothing.
+    memoize: bool,
+    shapes: BTreeMap<Shape<'a>, ShapeMemo>,
     /// An earlier job in the queue is waiting: a later one that does not fit waits for
     /// `Priority`, not `Resources`.
     someone_waiting: bool,
@@ -51,24 +99,25 @@ pub(crate) struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     pub(crate) fn new(snap: &Snapshot<'a>, policy: &Policy<'a>, now: Millis) -> Self {
-        let mut views: BTreeMap<String, NodeView<'a>> = snap
-            .nodes
+        let capacity = capacity_views(snap.nodes, &mut Topologies::default());
+        let mut views: Views<'a> = capacity
             .iter()
-            .filter(|(_, node)| node.is_schedulable())
-            .map(|(name, node)| (name.clone(), NodeView::new(node)))
+            .filter(|(_, view)| view.node().is_schedulable())
+            .map(|(name, view)| (*name, view.clone()))
             .collect();
         let mut in_flight: BTreeMap<JobId, Vec<&Job>> = BTreeMap::new();
+        // The allocation is the one truth of who holds a GPU: held until the agent reports the
+        // process gone, whatever the job's stop request says.
+        let mut allocs = Vec::new();
         for job in snap.jobs.values() {
             if !job.state.holds_resources() {
                 continue;
             }
-            // The allocation is the one truth of who holds a GPU: held until the agent
-            // reports the process gone, whatever the job's stop request says.
-            for alloc in &job.alloc {
-                if let Some(view) = views.get_mut(&alloc.node) {
-                    view.add_hold(Hold::new(job.id, Claim::Running, alloc));
-                }
-            }
+            let evictable = evictable(job, policy.tiers, now);
+            allocs.extend(job.alloc.iter().map(|alloc| {
+                let node = NameKey::of(&alloc.node);
+                (node, job.id, alloc, evictable)
+            }));
             if let (
                 JobState::Preempting,
                 Some(StopRequest {
@@ -80,27 +129,47 @@ impl<'a> Pass<'a> {
                 in_flight.entry(*by).or_default().push(job);
             }
         }
+        // Hand each node its holds in one merge over both lists in name order, rather than
+        // looking every allocation's node up by name: with a thousand nodes and thousands of
+        // running jobs, those string comparisons would cost more than a one-job pass decides.
+        allocs.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let mut allocs = allocs.into_iter().peekable();
+        for (name, view) in &mut views {
+            let name = NameKey::of(name);
+            // Allocations on nodes that are unknown or unschedulable are passed over.
+            while allocs.next_if(|a| a.0 < name).is_some() {}
+            while let Some((_, job, alloc, evictable)) = allocs.next_if(|a| a.0 == name) {
+                view.add_alloc(job, Claim::Running, alloc, evictable);
+            }
+        }
         Pass {
             jobs: snap.jobs,
             tiers: policy.tiers,
-            now,
             views,
-            capacity: capacity_views(snap.nodes),
+            capacity,
             in_flight,
-            claimed_victims: BTreeSet::new(),
+            memoize: true,
+            shapes: BTreeMap::new(),
             someone_waiting: false,
             plan: Plan::default(),
         }
     }
 
+    /// The same pass, deciding every job from scratch (see the module doc).
+    #[cfg(test)]
+    pub(crate) fn without_memo(mut self) -> Self {
+        self.memoize = false;
+        self
+    }
+
     /// The schedulable nodes as the next job will see them.
-    pub(crate) fn views(&self) -> &BTreeMap<String, NodeView<'a>> {
+    pub(crate) fn views(&self) -> &Views<'a> {
         &self.views
     }
 
     /// Decides for the next pending job in queue order, records the decision in the plan and
     /// applies it to the node views.
-    pub(crate) fn step(&mut self, job: &Job) -> Decision {
+    pub(crate) fn step(&mut self, job: &'a Job) -> Decision {
         let decision = self.decide(job);
         self.record(job, &decision);
         decision
@@ -110,37 +179,45 @@ impl<'a> Pass<'a> {
         self.plan
     }
 
-    fn decide(&self, job: &Job) -> Decision {
-        if let Err(why) = satisfiable_on(&self.capacity, &job.spec) {
-            return Decision::Unsatisfiable(why);
+    fn decide(&mut self, job: &'a Job) -> Decision {
+        let shape = Shape::of(job);
+        if !self.memoize || !self.shapes.contains_key(&shape) {
+            let memo = ShapeMemo {
+                satisfiable: satisfiable_on(&self.capacity, &job.spec),
+                no_room: false,
+                no_eviction_at: None,
+            };
+            self.shapes.insert(shape, memo);
         }
-        if let Some(allocs) = find_placement(&self.views, &job.spec) {
-            return Decision::Placed(allocs);
+        let memo = &self.shapes[&shape];
+        if let Err(why) = &memo.satisfiable {
+            return Decision::Unsatisfiable(why.clone());
         }
-        // Multi-node jobs never preempt for now: choosing victims on several nodes at once, and
-        // keeping that choice minimal, is left for later; a gang waits for room instead.
-        if n_nodes(&job.spec) == 1 {
-            let demand = NodeDemand::of(&job.spec);
-            if let Some(victims) = self.in_flight.get(&job.id) {
-                // Never a second eviction while the first is still in flight (Kubernetes'
-                // `PodEligibleToPreemptOthers`). Once its victims have exited the job is
-                // placed normally, ahead of lower jobs by queue order.
-                if let Some(decision) = self.await_eviction(&demand, victims) {
-                    return decision;
-                }
-            } else if self.may_preempt(job) {
-                if let Some(preemption) = plan_preemption(
-                    job,
-                    &demand,
-                    &self.views,
-                    self.jobs,
-                    self.tiers,
-                    self.now,
-                    &self.claimed_victims,
-                ) {
-                    return Decision::Preempting(preemption);
-                }
+        if !memo.no_room {
+            if let Some(allocs) = find_placement(&self.views, &job.spec) {
+                return Decision::Placed(allocs);
             }
+            self.remember(shape, |memo| memo.no_room = true);
+        }
+        // Evicting for this shape failed earlier in the pass at this tier value or above.
+        let known_to_fail = self.shapes[&shape]
+            .no_eviction_at
+            .is_some_and(|failed| job.tier_value <= failed);
+        if let Some(victims) = self.in_flight.get(&job.id) {
+            // Never a second eviction while the first is still in flight (Kubernetes'
+            // `PodEligibleToPreemptOthers`). Once its victims have exited the job is placed
+            // normally, ahead of lower jobs by queue order.
+            if let Some(decision) = self.await_eviction(job, victims) {
+                return decision;
+            }
+        } else if self.may_preempt(job) && !known_to_fail {
+            if let Some(preemption) = plan_preemption(job, &self.views) {
+                return Decision::Preempting(preemption);
+            }
+            let value = job.tier_value;
+            self.remember(shape, |memo| {
+                memo.no_eviction_at = Some(memo.no_eviction_at.map_or(value, |v| v.max(value)));
+            });
         }
         Decision::Waiting(if self.someone_waiting {
             "Priority"
@@ -149,27 +226,48 @@ impl<'a> Pass<'a> {
         })
     }
 
-    /// The job's fit on a node of its in-flight victims, treating them as gone. `None` when
-    /// jobs higher in the queue took that room in this pass (or the node is unschedulable).
-    fn await_eviction(&self, demand: &NodeDemand<'_>, victims: &[&Job]) -> Option<Decision> {
+    fn remember(&mut self, shape: Shape<'a>, learn: impl FnOnce(&mut ShapeMemo)) {
+        if self.memoize {
+            if let Some(memo) = self.shapes.get_mut(&shape) {
+                learn(memo);
+            }
+        }
+    }
+
+    /// Where the job fits once its in-flight victims are gone. `None` when jobs higher in the
+    /// queue took that room in this pass (or the nodes are unschedulable).
+    fn await_eviction(&self, job: &Job, victims: &[&Job]) -> Option<Decision> {
         let victim_ids: BTreeSet<JobId> = victims.iter().map(|v| v.id).collect();
-        let nodes: BTreeSet<&str> = victims
-            .iter()
-            .flat_map(|v| v.alloc.iter().map(|a| a.node.as_str()))
-            .collect();
-        nodes.into_iter().find_map(|node| {
-            let view = self.views.get(node)?;
-            let target = fit_on_node(&view.without(&victim_ids), demand).ok()?;
-            let on_node = victims
+        let mut freed = self.views.clone();
+        for node in victims.iter().flat_map(|v| v.alloc.iter().map(|a| &a.node)) {
+            if let Some(view) = freed.get_mut(node.as_str()) {
+                *view = view.without(&victim_ids);
+            }
+        }
+        let targets = find_placement(&freed, &job.spec)?;
+        let on_targets = |v: &&&Job| {
+            v.alloc
                 .iter()
-                .filter(|v| v.alloc.iter().any(|a| a.node == node))
-                .map(|v| v.id)
-                .collect();
-            Some(Decision::AwaitingEviction {
-                node: node.to_string(),
-                victims: on_node,
-                target,
+                .any(|a| targets.iter().any(|t| t.node == a.node))
+        };
+        let victims: Vec<JobId> = victims.iter().filter(on_targets).map(|v| v.id).collect();
+        if victims.is_empty() {
+            // It fits without them after all: unreachable, since placement failed.
+            return Some(Decision::Placed(targets));
+        }
+        let nodes = targets
+            .iter()
+            .filter(|t| {
+                self.views
+                    .get(t.node.as_str())
+                    .is_some_and(|v| v.holds().iter().any(|h| victim_ids.contains(&h.job)))
             })
+            .map(|t| t.node.clone())
+            .collect();
+        Some(Decision::AwaitingEviction {
+            victims,
+            nodes,
+            targets,
         })
     }
 
@@ -183,8 +281,8 @@ impl<'a> Pass<'a> {
         match decision {
             Decision::Placed(allocs) => {
                 for alloc in allocs {
-                    if let Some(view) = self.views.get_mut(&alloc.node) {
-                        view.add_hold(Hold::new(job.id, Claim::Placed, alloc));
+                    if let Some(view) = self.views.get_mut(alloc.node.as_str()) {
+                        view.add_alloc(job.id, Claim::Placed, alloc, None);
                     }
                 }
                 self.plan.placements.push(Placement {
@@ -193,28 +291,39 @@ impl<'a> Pass<'a> {
                 });
             }
             Decision::Preempting(preemption) => {
-                for victim in &preemption.victims {
-                    self.claimed_victims.insert(*victim);
+                for (victim, node) in &preemption.victims {
                     self.plan.evictions.push(Eviction {
                         victim: *victim,
                         preemptor: job.id,
-                        node: preemption.node.clone(),
+                        node: node.clone(),
                         grace_secs: self.jobs.get(victim).map_or(0, |v| v.grace_secs),
                     });
+                    // Its resources are promised: no later preemptor may count on them.
+                    for alloc in self.jobs.get(victim).map_or(&[][..], |v| &v.alloc) {
+                        if let Some(view) = self.views.get_mut(alloc.node.as_str()) {
+                            view.protect(*victim);
+                        }
+                    }
                 }
-                self.reserve(job.id, &preemption.target);
-                self.wait(
-                    job,
-                    preempting_reason(&preemption.victims, &preemption.node),
-                );
+                for target in &preemption.targets {
+                    self.reserve(job.id, target);
+                }
+                let ids: Vec<JobId> = preemption.victims.iter().map(|(id, _)| *id).collect();
+                let nodes = preemption.nodes.iter().map(String::as_str);
+                self.wait(job, preempting_reason(&ids, nodes));
             }
             Decision::AwaitingEviction {
-                node,
                 victims,
-                target,
+                nodes,
+                targets,
             } => {
-                self.reserve(job.id, target);
-                self.wait(job, preempting_reason(victims, node));
+                for target in targets {
+                    self.reserve(job.id, target);
+                }
+                self.wait(
+                    job,
+                    preempting_reason(victims, nodes.iter().map(String::as_str)),
+                );
             }
             Decision::Waiting(reason) => self.wait(job, reason.to_string()),
             Decision::Unsatisfiable(why) => {
@@ -235,28 +344,72 @@ impl<'a> Pass<'a> {
     /// they exit. Lower jobs later in this pass therefore cannot take it, and the next pass
     /// renews the reservation while the eviction is in flight.
     fn reserve(&mut self, job: JobId, target: &NodeAlloc) {
-        let Some(view) = self.views.get_mut(&target.node) else {
+        let Some(view) = self.views.get_mut(target.node.as_str()) else {
             return;
         };
-        let gpus = target
-            .gpus
-            .iter()
-            .filter(|g| view.free_gpus().contains(g))
-            .copied()
-            .collect();
         let hold = Hold {
             job,
             claim: Claim::Reserved,
-            gpus,
+            gpus: view.topology().mask_of(&target.gpus) & view.free_gpus(),
             cpus: target.cpus.min(view.free_cpus()),
             mem_mib: target.mem_mib.min(view.free_mem_mib()),
+            evictable: None,
         };
         view.add_hold(hold);
     }
 }
 
-/// `Preempting 17,18 on n1`
-fn preempting_reason(victims: &[JobId], node: &str) -> String {
+/// A node name that compares fast, in the order of the names themselves: its first 16 bytes,
+/// zero-padded, as a big-endian number order like the bytes they hold. Two names with the same
+/// prefix that both fit in it differ at most in trailing zero bytes, so the shorter comes first;
+/// only longer names need the full comparison.
+#[derive(Debug, Clone, Copy)]
+struct NameKey<'n> {
+    prefix: u128,
+    name: &'n str,
+}
+
+impl Ord for NameKey<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.prefix.cmp(&other.prefix).then_with(|| {
+            if self.name.len() <= 16 && other.name.len() <= 16 {
+                self.name.len().cmp(&other.name.len())
+            } else {
+                self.name.cmp(other.name)
+            }
+        })
+    }
+}
+
+impl PartialEq for NameKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for NameKey<'_> {}
+
+impl PartialOrd for NameKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<'n> NameKey<'n> {
+    fn of(name: &'n str) -> Self {
+        let mut bytes = [0u8; 16];
+        let n = name.len().min(16);
+        bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+        NameKey {
+            prefix: u128::from_be_bytes(bytes),
+            name,
+        }
+    }
+}
+
+/// `Preempting 17,18 on n1,n2`
+fn preempting_reason<'n>(victims: &[JobId], nodes: impl IntoIterator<Item = &'n str>) -> String {
     let ids: Vec<String> = victims.iter().map(JobId::to_string).collect();
-    format!("Preempting {} on {node}", ids.join(","))
+    let nodes: Vec<&str> = nodes.into_iter().collect();
+    format!("Preempting {} on {}", ids.join(","), nodes.join(","))
 }

@@ -8,10 +8,11 @@ use proptest::test_runner::TestRunner;
 use ysched_common::time::Millis;
 use ysched_common::{JobId, JobState, StopReason, StopRequest};
 
-use super::fit::{capacity_views, find_placement, fit_on_node, Claim, Hold, NodeDemand};
+use super::fit::{capacity_views, find_placement, fit_on_node, Claim, NodeDemand};
 use super::order::pending_in_order;
 use super::pass::{Decision, Pass};
-use super::testkit::{Cluster, JobBuilder, NodeBuilder, A100, H100, HOUR, MINUTE, T0};
+use super::testkit::{Cluster, JobBuilder, NodeBuilder, A10, A100, H100, HOUR, MINUTE, T0};
+use super::topo::Topologies;
 
 const NOW: Millis = T0 + 3 * HOUR;
 const TIERS: [(&str, i64); 4] = [
@@ -24,7 +25,11 @@ const TIERS: [(&str, i64); 4] = [
 #[derive(Debug, Clone)]
 struct NodeGen {
     n_gpus: u32,
-    h100: bool,
+    /// 0: A100, 1: H100, 2: A10.
+    model: u8,
+    /// 0: no topology reported, 1: NVSwitch, 2: two NVLink islands, 3: NVLink pairs, 4: PCIe
+    /// only.
+    wiring: u8,
     cpus: u32,
     mem_mib: u64,
     /// 0: drained, 1: disconnected, otherwise schedulable.
@@ -51,6 +56,8 @@ struct JobGen {
     gpu_type: u8,
     nodes: u32,
     wants_ib: bool,
+    /// `--interconnect nvlink`
+    nvlink: bool,
     start: Start,
     submit_min: i64,
     ran_min: i64,
@@ -62,20 +69,24 @@ struct JobGen {
 fn node_gen() -> impl Strategy<Value = NodeGen> {
     (
         prop::sample::select(vec![0u32, 2, 4, 8, 8]),
-        any::<bool>(),
+        prop::sample::select(vec![0u8, 0, 1, 1, 2]),
+        prop::sample::select(vec![0u8, 1, 1, 2, 2, 3, 3, 4]),
         prop::sample::select(vec![8u32, 16, 64]),
         prop::sample::select(vec![64_000u64, 512_000]),
         0u8..16,
         prop::bool::weighted(0.3),
     )
-        .prop_map(|(n_gpus, h100, cpus, mem_mib, health, ib)| NodeGen {
-            n_gpus,
-            h100,
-            cpus,
-            mem_mib,
-            health,
-            ib,
-        })
+        .prop_map(
+            |(n_gpus, model, wiring, cpus, mem_mib, health, ib)| NodeGen {
+                n_gpus,
+                model,
+                wiring,
+                cpus,
+                mem_mib,
+                health,
+                ib,
+            },
+        )
 }
 
 fn job_gen() -> impl Strategy<Value = JobGen> {
@@ -104,12 +115,13 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
             0i64..180,
             prop::option::of(0i64..180),
             any::<usize>(),
+            prop::bool::weighted(0.3),
         ),
     )
         .prop_map(
             |(
                 (tier, gpus_per_node, cpus, mem_mib, gpu_type, nodes, wants_ib),
-                (start, submit_min, ran_min, checkpoint_min_ago, preemptor_idx),
+                (start, submit_min, ran_min, checkpoint_min_ago, preemptor_idx, nvlink),
             )| JobGen {
                 tier,
                 gpus_per_node,
@@ -118,6 +130,7 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
                 gpu_type,
                 nodes,
                 wants_ib,
+                nvlink,
                 start,
                 submit_min,
                 ran_min,
@@ -131,7 +144,7 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
 /// never overlap and stay within capacity), with `low` sometimes protected by a min_runtime.
 fn cluster_gen() -> impl Strategy<Value = Cluster> {
     (
-        prop::collection::vec(node_gen(), 1..5),
+        prop::collection::vec(node_gen(), 1..7),
         prop::collection::vec(job_gen(), 1..28),
         prop::sample::select(vec![0u64, 0, 3600]),
     )
@@ -146,10 +159,17 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
         .expect("default tiers have low")
         .min_runtime = low_min_runtime;
     for (i, gen) in nodes.iter().enumerate() {
-        let mut node = NodeBuilder::new(&format!("n{i}"))
-            .gpus(gen.n_gpus, if gen.h100 { H100 } else { A100 })
-            .cpus(gen.cpus)
-            .mem(gen.mem_mib);
+        let name = format!("n{i}");
+        let model = [A100, H100, A10][usize::from(gen.model)];
+        let mut node = match gen.wiring {
+            1 => NodeBuilder::dgx(&name, gen.n_gpus, model),
+            2 => NodeBuilder::two_islands(&name, gen.n_gpus, model),
+            3 => NodeBuilder::nvlink_pairs(&name, gen.n_gpus, model),
+            4 => NodeBuilder::no_nvlink(&name, gen.n_gpus, model),
+            _ => NodeBuilder::new(&name).gpus(gen.n_gpus, model),
+        }
+        .cpus(gen.cpus)
+        .mem(gen.mem_mib);
         node = match gen.health {
             0 => node.drained("maintenance"),
             1 => node.disconnected(),
@@ -167,7 +187,7 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
         .map(|(id, _)| JobId(id))
         .collect();
     let node_map = cluster.nodes.clone();
-    let mut views = capacity_views(&node_map);
+    let mut views = capacity_views(&node_map, &mut Topologies::default());
     for (id, gen) in (1..).zip(jobs) {
         let (tier, value) = TIERS[gen.tier];
         let mut builder = JobBuilder::new(id)
@@ -186,6 +206,9 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
         if gen.wants_ib {
             builder = builder.constraint("ib");
         }
+        if gen.nvlink {
+            builder = builder.nvlink();
+        }
         if gen.start == Start::Held {
             builder = builder.held();
         }
@@ -194,8 +217,10 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
             // Jobs that find no room stay pending.
             if let Some(allocs) = find_placement(&views, &job.spec) {
                 for alloc in &allocs {
-                    let view = views.get_mut(&alloc.node).expect("placed on a known node");
-                    view.add_hold(Hold::new(job.id, Claim::Running, alloc));
+                    let view = views
+                        .get_mut(alloc.node.as_str())
+                        .expect("placed on a known node");
+                    view.add_alloc(job.id, Claim::Running, alloc, None);
                 }
                 job.alloc = allocs;
                 job.state = JobState::Running;
@@ -225,6 +250,16 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
 fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
     let plan = cluster.schedule(NOW);
     prop_assert_eq!(&plan, &cluster.schedule(NOW), "same input, same plan");
+    let (snap, policy) = (cluster.snapshot(), cluster.policy());
+    let mut unmemoized = Pass::new(&snap, &policy, NOW).without_memo();
+    for job in pending_in_order(&cluster.jobs) {
+        unmemoized.step(job);
+    }
+    prop_assert_eq!(
+        &plan,
+        &unmemoized.into_plan(),
+        "the pass's memo changes nothing"
+    );
 
     let placed: BTreeSet<JobId> = plan.placements.iter().map(|p| p.job).collect();
     prop_assert_eq!(placed.len(), plan.placements.len(), "a job placed twice");
@@ -292,10 +327,21 @@ fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
         if job.spec.nodes > 1 {
             prop_assert!(models.len() <= 1, "gang {} mixes models", job.id);
         }
+        if job.spec.interconnect.is_some() {
+            for alloc in &placement.alloc {
+                prop_assert!(
+                    fully_nvlinked(&cluster.nodes[&alloc.node], &alloc.gpus),
+                    "job {} wants NVLink, got {}{:?}",
+                    job.id,
+                    alloc.node,
+                    alloc.gpus
+                );
+            }
+        }
     }
 
-    // Evictions: only strictly lower, preemptible, old enough, never critical; for a single-node
-    // preemptor of a tier that may preempt and has no eviction in flight.
+    // Evictions: only strictly lower, preemptible, old enough, never critical; for a preemptor
+    // of a tier that may preempt and has no eviction in flight.
     let in_flight: BTreeSet<JobId> = cluster
         .jobs
         .values()
@@ -323,19 +369,31 @@ fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
         prop_assert!(victim.alloc.iter().any(|a| a.node == eviction.node));
         prop_assert_eq!(eviction.grace_secs, victim.grace_secs);
         prop_assert_eq!(preemptor.state, JobState::Pending);
-        prop_assert!(preemptor.spec.nodes <= 1);
         prop_assert!(cluster.tiers[&preemptor.spec.tier].may_preempt);
         prop_assert!(!in_flight.contains(&preemptor.id));
         prop_assert!(!placed.contains(&preemptor.id));
         let reason = &plan.pending_reasons[&preemptor.id];
-        let expected_suffix = format!(" on {}", eviction.node);
+        let (ids, nodes) = reason
+            .strip_prefix("Preempting ")
+            .and_then(|rest| rest.split_once(" on "))
+            .unwrap_or_default();
         prop_assert!(
-            reason.starts_with("Preempting ") && reason.ends_with(&expected_suffix),
+            ids.split(',').any(|id| id == eviction.victim.to_string())
+                && nodes.split(',').any(|n| n == eviction.node),
             "reason {:?}",
             reason
         );
     }
     Ok(())
+}
+
+/// Every two of these GPUs of `node` are NVLinked.
+fn fully_nvlinked(node: &ysched_common::Node, gpus: &[u32]) -> bool {
+    gpus.iter().all(|a| {
+        let gpu = node.gpus.iter().find(|g| g.index == *a);
+        gpus.iter()
+            .all(|b| a == b || gpu.is_some_and(|g| g.has_nvlink_to(*b)))
+    })
 }
 
 /// Invariants of each decision against the exact node views it was made on.
@@ -349,30 +407,53 @@ fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
             Decision::Placed(allocs) => {
                 // Never into room placed or reserved earlier in the pass.
                 for alloc in &allocs {
-                    let view = &before[&alloc.node];
-                    prop_assert!(alloc.gpus.iter().all(|g| view.free_gpus().contains(g)));
+                    let view = &before[alloc.node.as_str()];
+                    let free = view.free_gpu_indices();
+                    prop_assert!(alloc.gpus.iter().all(|g| free.contains(g)));
                     prop_assert!(alloc.cpus <= view.free_cpus());
                     prop_assert!(alloc.mem_mib <= view.free_mem_mib());
                 }
             }
             Decision::Preempting(preemption) => {
                 prop_assert!(find_placement(&before, &job.spec).is_none());
-                let view = &before[&preemption.node];
-                let victims: BTreeSet<JobId> = preemption.victims.iter().copied().collect();
+                let victims: BTreeSet<JobId> =
+                    preemption.victims.iter().map(|(id, _)| *id).collect();
                 prop_assert!(!victims.is_empty());
-                prop_assert_eq!(
-                    fit_on_node(&view.without(&victims), &demand),
-                    Ok(preemption.target.clone())
-                );
-                // Minimal: sparing any single victim, the job no longer fits.
+                prop_assert_eq!(preemption.targets.len() as u32, job.spec.nodes.max(1));
+                let targets: Vec<_> = preemption
+                    .targets
+                    .iter()
+                    .zip(&preemption.worst_paths)
+                    .map(|(target, worst)| {
+                        (target, &before[target.node.as_str()], demand.within(*worst))
+                    })
+                    .collect();
+                // Once the victims are gone, the job fits on every target, in free GPUs.
+                for (target, view, demand) in &targets {
+                    let freed = view.without(&victims);
+                    prop_assert!(fit_on_node(&freed, demand).is_ok());
+                    let free = freed.free_gpu_indices();
+                    prop_assert!(target.gpus.iter().all(|g| free.contains(g)));
+                    prop_assert_eq!(target.gpus.len() as u32, demand.gpus);
+                }
+                for (victim, node) in &preemption.victims {
+                    prop_assert!(targets.iter().any(|(t, _, _)| t.node == *node));
+                    prop_assert!(cluster.jobs[victim].alloc.iter().any(|a| a.node == *node));
+                }
+                // Minimal: sparing any single victim, the job no longer fits on some target (as
+                // well connected as the eviction promised).
                 for spared in &victims {
                     let mut fewer = victims.clone();
                     fewer.remove(spared);
                     prop_assert!(
-                        fit_on_node(&view.without(&fewer), &demand).is_err(),
-                        "job {} fits on {} without evicting {}",
+                        targets.iter().any(|(_, view, demand)| fit_on_node(
+                            &view.without(&fewer),
+                            demand
+                        )
+                        .is_err()),
+                        "job {} fits on {:?} without evicting {}",
                         job.id,
-                        preemption.node,
+                        preemption.targets,
                         spared
                     );
                 }
@@ -400,18 +481,34 @@ proptest! {
     }
 }
 
-/// Guards the generator: the properties above mean little if random clusters rarely evict.
+/// Guards the generator: the properties above mean little if random clusters rarely evict, or
+/// rarely exercise gangs and NVLink.
 #[test]
 fn generated_clusters_exercise_preemption() {
     let mut runner = TestRunner::deterministic();
     let strategy = cluster_gen();
     let (mut with_evictions, mut with_placements, mut with_in_flight) = (0, 0, 0);
+    let (mut gang_evictions, mut nvlink_placements, mut nvlink_evictions) = (0, 0, 0);
     for _ in 0..128 {
         let cluster = strategy
             .new_tree(&mut runner)
             .expect("strategy generates")
             .current();
         let plan = cluster.schedule(NOW);
+        let job = |id: &JobId| &cluster.jobs[id];
+        gang_evictions += usize::from(
+            plan.evictions
+                .iter()
+                .any(|e| job(&e.preemptor).spec.nodes > 1),
+        );
+        nvlink_evictions += usize::from(
+            plan.evictions
+                .iter()
+                .any(|e| job(&e.preemptor).spec.interconnect.is_some()),
+        );
+        nvlink_placements += usize::from(plan.placements.iter().any(|p| {
+            job(&p.job).spec.interconnect.is_some() && p.alloc.iter().any(|a| a.gpus.len() > 1)
+        }));
         with_evictions += usize::from(!plan.evictions.is_empty());
         with_placements += usize::from(!plan.placements.is_empty());
         with_in_flight += usize::from(
@@ -432,5 +529,17 @@ fn generated_clusters_exercise_preemption() {
     assert!(
         with_in_flight >= 2,
         "only {with_in_flight}/128 plans await an eviction"
+    );
+    assert!(
+        gang_evictions >= 4,
+        "only {gang_evictions}/128 plans evict for a gang"
+    );
+    assert!(
+        nvlink_evictions >= 4,
+        "only {nvlink_evictions}/128 plans evict for an NVLink job"
+    );
+    assert!(
+        nvlink_placements >= 8,
+        "only {nvlink_placements}/128 plans place a multi-GPU NVLink job"
     );
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use ysched_common::config::default_tiers;
 use ysched_common::time::Millis;
 use ysched_common::{
-    Gpu, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, StopReason, StopRequest, TierConfig,
+    Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation, StopReason,
+    StopRequest, TierConfig,
 };
 
 use super::{explain, schedule, Plan, Policy, Snapshot};
@@ -14,6 +15,7 @@ use super::{explain, schedule, Plan, Policy, Snapshot};
 pub(crate) const A100: &str = "NVIDIA A100-SXM4-80GB";
 pub(crate) const H100: &str = "NVIDIA H100 80GB HBM3";
 pub(crate) const A10: &str = "NVIDIA A10";
+pub(crate) const H800: &str = "NVIDIA H800 80GB HBM3";
 
 /// Some fixed point in time; tests count from here.
 pub(crate) const T0: Millis = 1_700_000_000_000;
@@ -53,6 +55,62 @@ impl NodeBuilder {
         self
     }
 
+    /// An NVSwitch box: `n` GPUs of `model`, every pair NVLinked; PCIe `PXB` within each half,
+    /// `SYS` across the halves.
+    pub(crate) fn dgx(name: &str, n: u32, model: &str) -> Self {
+        NodeBuilder::new(name)
+            .gpus(n, model)
+            .wired(|_, _| true, |a, b| same_half(n, a, b, PcieRelation::Pxb))
+    }
+
+    /// Two NVLink islands: GPUs `0..n/2` and `n/2..n` fully NVLinked inside; PCIe `PXB` within
+    /// an island, `SYS` across.
+    pub(crate) fn two_islands(name: &str, n: u32, model: &str) -> Self {
+        NodeBuilder::new(name).gpus(n, model).wired(
+            move |a, b| (a < n / 2) == (b < n / 2),
+            |a, b| same_half(n, a, b, PcieRelation::Pxb),
+        )
+    }
+
+    /// NVLink bridges between pairs (0-1, 2-3, ...); PCIe `PIX` within a pair, `NODE` within a
+    /// half (a CPU socket), `SYS` across.
+    pub(crate) fn nvlink_pairs(name: &str, n: u32, model: &str) -> Self {
+        NodeBuilder::new(name)
+            .gpus(n, model)
+            .wired(|a, b| a / 2 == b / 2, |a, b| pcie_tree(n, a, b))
+    }
+
+    /// PCIe only (A10 boxes): `PIX` within pairs, `NODE` within a half (a CPU socket), `SYS`
+    /// across.
+    pub(crate) fn no_nvlink(name: &str, n: u32, model: &str) -> Self {
+        NodeBuilder::new(name)
+            .gpus(n, model)
+            .wired(|_, _| false, |a, b| pcie_tree(n, a, b))
+    }
+
+    /// Links every pair of the node's GPUs (by index): NVLink where `nvlinked`, and the PCIe
+    /// relation `pcie`.
+    pub(crate) fn wired(
+        mut self,
+        nvlinked: impl Fn(u32, u32) -> bool,
+        pcie: impl Fn(u32, u32) -> PcieRelation,
+    ) -> Self {
+        let indices: Vec<u32> = self.0.gpus.iter().map(|g| g.index).collect();
+        for gpu in &mut self.0.gpus {
+            let a = gpu.index;
+            let peers = indices.iter().copied().filter(|&b| b != a);
+            gpu.nvlink = peers.clone().filter(|&b| nvlinked(a, b)).collect();
+            gpu.links = peers
+                .map(|b| GpuLink {
+                    peer: b,
+                    pcie: pcie(a, b),
+                    nvlinks: if nvlinked(a, b) { 12 } else { 0 },
+                })
+                .collect();
+        }
+        self
+    }
+
     pub(crate) fn cpus(mut self, n: u32) -> Self {
         self.0.cpus = n;
         self
@@ -80,6 +138,24 @@ impl NodeBuilder {
 
     pub(crate) fn build(self) -> Node {
         self.0
+    }
+}
+
+/// `within` inside one half of `0..n`, `SYS` across the halves.
+fn same_half(n: u32, a: u32, b: u32, within: PcieRelation) -> PcieRelation {
+    if (a < n / 2) == (b < n / 2) {
+        within
+    } else {
+        PcieRelation::Sys
+    }
+}
+
+/// `PIX` within a pair, `NODE` within a half, `SYS` across.
+fn pcie_tree(n: u32, a: u32, b: u32) -> PcieRelation {
+    if a / 2 == b / 2 {
+        PcieRelation::Pix
+    } else {
+        same_half(n, a, b, PcieRelation::Node)
     }
 }
 
@@ -173,6 +249,12 @@ impl JobBuilder {
 
     pub(crate) fn nodes(mut self, n: u32) -> Self {
         self.job.spec.nodes = n;
+        self
+    }
+
+    /// `--interconnect nvlink`
+    pub(crate) fn nvlink(mut self) -> Self {
+        self.job.spec.interconnect = Some("nvlink".into());
         self
     }
 

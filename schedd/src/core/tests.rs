@@ -6,7 +6,7 @@ use ysched_common::{JobId, TierConfig};
 use super::check_satisfiable;
 use super::order::pending_in_order;
 use super::testkit::{
-    render, Cluster, JobBuilder as J, NodeBuilder as N, A10, A100, H100, HOUR, MINUTE, T0,
+    render, Cluster, JobBuilder as J, NodeBuilder as N, A10, A100, H100, H800, HOUR, MINUTE, T0,
 };
 
 fn node8(name: &str) -> N {
@@ -733,9 +733,34 @@ fn medium_jobs_never_preempt() {
 }
 
 #[test]
-fn multi_node_preemptor_waits() {
-    let cluster = full_of_low_jobs().job(J::new(5).critical().gpus(8).nodes(2));
-    assert_eq!(render(&cluster.schedule(T0 + HOUR)), "wait 5 Resources");
+fn multi_node_preemptor_evicts_on_each_of_its_nodes() {
+    let mut cluster = full_of_low_jobs().job(J::new(5).critical().gpus(8).nodes(2));
+    let now = T0 + HOUR;
+    let plan = cluster.schedule(now);
+    // One victim per node, each minimal there (job 1, then 3, reprieved first by id).
+    assert_eq!(
+        render(&plan),
+        "evict 2 for 5 on n1 grace 60\n\
+         evict 4 for 5 on n2 grace 30\n\
+         wait 5 Preempting 2,4 on n1,n2"
+    );
+    cluster.apply(&plan, now);
+    assert_eq!(
+        render(&cluster.schedule(now + 1000)),
+        "wait 5 Preempting 2,4 on n1,n2",
+        "no second eviction while the first is in flight"
+    );
+    cluster.exit(2);
+    assert_eq!(
+        render(&cluster.schedule(now + 2000)),
+        "wait 5 Preempting 4 on n2",
+        "still waiting for the other node"
+    );
+    cluster.exit(4);
+    assert_eq!(
+        render(&cluster.schedule(now + 3000)),
+        "place 5 on n1[4,5,6,7]+n2[4,5,6,7]"
+    );
 }
 
 #[test]
@@ -785,6 +810,393 @@ fn wrong_gpu_model_is_no_reason_to_evict() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// GPU topology inside a node
+
+#[test]
+fn four_gpu_job_takes_one_whole_island() {
+    let cluster = Cluster::new()
+        .node(N::two_islands("n1", 8, A100))
+        .job(J::new(1).gpus(1).running_on("n1", &[0]))
+        .job(J::new(2).gpus(4));
+    // Lowest indices would give 1,2,3,4, straddling the islands.
+    assert_eq!(render(&cluster.schedule(T0)), "place 2 on n1[4,5,6,7]");
+}
+
+#[test]
+fn two_gpu_job_takes_an_nvlink_pair() {
+    let cluster = Cluster::new()
+        .node(N::nvlink_pairs("n1", 8, A100))
+        .job(J::new(1).gpus(1).running_on("n1", &[0]))
+        .job(J::new(2).gpus(1).running_on("n1", &[3]))
+        .job(J::new(3).gpus(2));
+    // 1,2 are free too, but not bridged.
+    assert_eq!(render(&cluster.schedule(T0)), "place 3 on n1[4,5]");
+}
+
+#[test]
+fn pcie_only_boxes_pair_behind_one_switch() {
+    let cluster = Cluster::new()
+        .node(N::no_nvlink("n1", 8, A10))
+        .job(J::new(1).gpus(1).running_on("n1", &[1]))
+        .job(J::new(2).gpus(1).running_on("n1", &[2]))
+        .job(J::new(3).gpus(2))
+        .job(J::new(4).gpus(4));
+    // 3: the PIX pair 4,5 is better than 0,3 (NODE); then 4 takes what is left, best worst
+    // relation first: 0,3 and 6,7 straddle the sockets either way.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 3 on n1[4,5]\nplace 4 on n1[0,3,6,7]"
+    );
+}
+
+#[test]
+fn one_gpu_jobs_are_packed_into_one_island() {
+    let cluster = Cluster::new()
+        .node(N::two_islands("n1", 8, A100))
+        .job(J::new(1).gpus(1).running_on("n1", &[5]))
+        .job(J::new(2).gpus(1))
+        .job(J::new(3).gpus(1))
+        .job(J::new(4).gpus(1))
+        .job(J::new(5).gpus(4).nvlink());
+    // Island 4-7 already has a job: the small ones fill it, and island 0-3 stays whole.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 2 on n1[4]\n\
+         place 3 on n1[6]\n\
+         place 4 on n1[7]\n\
+         place 5 on n1[0,1,2,3]"
+    );
+}
+
+#[test]
+fn one_gpu_jobs_complete_pairs_before_breaking_new_ones() {
+    let cluster = Cluster::new()
+        .node(N::nvlink_pairs("n1", 8, A100))
+        .job(J::new(1).gpus(1).running_on("n1", &[0]))
+        .job(J::new(2).gpus(1).running_on("n1", &[6]))
+        .job(J::new(3).gpus(1))
+        .job(J::new(4).gpus(1))
+        .job(J::new(5).gpus(2).nvlink())
+        .job(J::new(6).gpus(2).nvlink());
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 3 on n1[1]\n\
+         place 4 on n1[7]\n\
+         place 5 on n1[2,3]\n\
+         place 6 on n1[4,5]"
+    );
+}
+
+#[test]
+fn after_churn_a_later_four_gpu_job_still_finds_an_island() {
+    let mut cluster = Cluster::new().node(N::two_islands("n1", 8, A100));
+    for id in 1..=4 {
+        cluster = cluster.job(J::new(id).gpus(1).submitted(T0 + id as i64));
+    }
+    let plan = cluster.schedule(T0);
+    assert_eq!(
+        render(&plan),
+        "place 1 on n1[0]\nplace 2 on n1[1]\nplace 3 on n1[2]\nplace 4 on n1[3]"
+    );
+    cluster.apply(&plan, T0);
+    cluster.exit(2);
+    let cluster = cluster
+        .job(J::new(5).gpus(1).submitted(T0 + MINUTE))
+        .job(J::new(6).gpus(4).nvlink().submitted(T0 + MINUTE));
+    // 5 goes back into the hole of island 0-3, not into the empty island.
+    assert_eq!(
+        render(&cluster.schedule(T0 + MINUTE)),
+        "place 5 on n1[1]\nplace 6 on n1[4,5,6,7]"
+    );
+}
+
+#[test]
+fn nvlink_job_waits_rather_than_straddling_islands() {
+    let cluster = Cluster::new()
+        .node(N::two_islands("n1", 8, A100))
+        .job(J::new(1).gpus(1).running_on("n1", &[0]))
+        .job(J::new(2).gpus(1).running_on("n1", &[4]))
+        .job(J::new(3).medium().gpus(4).nvlink())
+        .job(J::new(4).gpus(4));
+    // 6 GPUs are free, 3 on each island. Job 4 does not insist: it straddles (3+1 keeps more
+    // pairs NVLinked than 2+2).
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 4 on n1[1,2,3,5]\nwait 3 Resources"
+    );
+    assert_eq!(
+        cluster.explain(3, T0),
+        [(
+            "n1".to_string(),
+            "needs 4 GPUs linked by NVLink, at most 3 free are".to_string()
+        )]
+    );
+}
+
+#[test]
+fn nvlink_is_unsatisfiable_where_no_node_has_enough_linked_gpus() {
+    let cluster = Cluster::new()
+        .node(N::no_nvlink("n1", 8, A10))
+        .node(N::two_islands("n2", 8, A100))
+        .node(N::nvlink_pairs("n3", 4, H100));
+    let check = |job: J| check_satisfiable(&job.build().spec, &cluster.nodes);
+    assert_eq!(
+        check(J::new(1).gpus(2).gpu_type("A10").nvlink()),
+        Err("no node has 2 GPUs of type A10 linked by NVLink (the most on one node is 1)".into())
+    );
+    assert_eq!(check(J::new(1).gpus(1).gpu_type("A10").nvlink()), Ok(()));
+    assert_eq!(check(J::new(1).gpus(2).gpu_type("A10")), Ok(()));
+    assert_eq!(check(J::new(1).gpus(4).nvlink()), Ok(()));
+    assert_eq!(
+        check(J::new(1).gpus(8).nvlink()),
+        Err("no node has 8 GPUs linked by NVLink (the most on one node is 4)".into())
+    );
+    assert_eq!(
+        check(J::new(1).gpus(4).gpu_type("H100").nvlink()),
+        Err("no node has 4 GPUs of type H100 linked by NVLink (the most on one node is 2)".into())
+    );
+    // One node (n2) has an NVLinked set of 4 A100s; the gang needs two.
+    assert_eq!(
+        check(J::new(1).gpus(8).nodes(2).gpu_type("A100").nvlink()),
+        Err("fewer than 2 nodes with one GPU model each have \
+             4 GPUs of type A100 linked by NVLink, 1 CPU"
+            .into())
+    );
+    let pcie_only = Cluster::new()
+        .node(N::no_nvlink("n1", 8, A10))
+        .job(J::new(1).gpus(2).nvlink());
+    assert_eq!(
+        render(&pcie_only.schedule(T0)),
+        "wait 1 Unsatisfiable: no node has 2 GPUs linked by NVLink (the most on one node is 1)"
+    );
+}
+
+#[test]
+fn gpu_types_match_models_on_mixed_and_wired_nodes() {
+    let cluster = Cluster::new()
+        .node(N::no_nvlink("a10", 8, A10))
+        .node(N::dgx("a100", 8, A100))
+        .node(N::new("mixed").gpus(4, A100).gpus(4, H100))
+        .job(J::new(1).gpus(2).gpu_type("A10"))
+        .job(J::new(2).gpus(4).gpu_type("H100"))
+        .job(J::new(3).gpus(2).gpu_type("A100").gpu_type("H100"))
+        .job(J::new(4).gpus(8).gpu_type("A100"));
+    // 3 accepts both models: the NVLinked A100s of the DGX beat the mixed node's A100s, which
+    // are not NVLinked. 4 then finds no 8 A100s free together and waits.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on a10[0,1]\n\
+         place 2 on mixed[4,5,6,7]\n\
+         place 3 on a100[0,1]\n\
+         wait 4 Resources"
+    );
+}
+
+#[test]
+fn node_with_an_nvlinked_set_beats_a_better_fit() {
+    let cluster = Cluster::new()
+        .node(N::no_nvlink("n1", 8, A100))
+        .node(N::dgx("n2", 8, A100))
+        .node(N::dgx("n3", 8, A100))
+        .job(J::new(1).gpus(6).running_on("n1", &[0, 1, 2, 3, 4, 5]))
+        .job(J::new(2).gpus(4).running_on("n3", &[0, 1, 2, 3]))
+        .job(J::new(3).gpus(2))
+        .job(J::new(4).gpus(1));
+    // 3: n1 has the fewest free (2) but only over PCIe; n2 and n3 offer NVLinked pairs, and n3
+    // fits best among them. 4: one GPU is connected anywhere: plain best fit, n1.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 3 on n3[4,5]\nplace 4 on n1[6]"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs spanning nodes
+
+#[test]
+fn gang_prefers_infiniband_nodes_of_one_model() {
+    let cluster = Cluster::new()
+        .node(N::dgx("a1", 8, A100))
+        .node(N::dgx("a2", 8, A100).feature("ib"))
+        .node(N::dgx("a3", 8, A100).feature("ib"))
+        .node(N::dgx("h1", 8, H800).feature("ib"))
+        .job(J::new(1).gpus(16).nodes(2))
+        .job(J::new(2).gpus(8).nodes(2).gpu_type("A100").gpu_type("H800"));
+    // 1: the two A100 nodes with ib, not a1. 2 accepts A100 and H800, but runs on one model:
+    // only a1 is left of the A100s and there is one H800 node, so it waits rather than mix.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on a2[0,1,2,3,4,5,6,7]+a3[0,1,2,3,4,5,6,7]\nwait 2 Resources"
+    );
+    let with_constraint = Cluster::new()
+        .node(N::dgx("a1", 8, A100))
+        .node(N::dgx("a2", 8, A100).feature("ib"))
+        .node(N::dgx("a3", 8, A100))
+        .job(J::new(1).gpus(8).nodes(2))
+        .job(J::new(2).gpus(8).nodes(2).constraint("ib"));
+    // Soft: 1 takes a2 (ib) and a1 (name). Hard: 2 would need two ib nodes, there is one.
+    assert_eq!(
+        render(&with_constraint.schedule(T0)),
+        "place 1 on a2[0,1,2,3]+a1[0,1,2,3]\n\
+         wait 2 Unsatisfiable: fewer than 2 nodes with one GPU model each have \
+         4 GPUs, 1 CPU, feature ib"
+    );
+}
+
+#[test]
+fn gang_with_several_types_runs_on_one_model() {
+    let cluster = Cluster::new()
+        .node(N::dgx("a1", 8, A100).feature("ib"))
+        .node(N::dgx("h1", 8, H800).feature("ib"))
+        .node(N::dgx("h2", 8, H800).feature("ib"))
+        .job(J::new(1).gpus(8).nodes(2).gpu_type("A100").gpu_type("H800"));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on h1[0,1,2,3]+h2[0,1,2,3]"
+    );
+}
+
+#[test]
+fn gang_with_nvlink_needs_an_nvlinked_set_on_every_node() {
+    let cluster = Cluster::new()
+        .node(N::two_islands("n1", 8, A100))
+        .node(N::two_islands("n2", 8, A100))
+        .job(J::new(1).gpus(1).running_on("n1", &[0]))
+        .job(J::new(2).gpus(1).running_on("n1", &[4]))
+        .job(J::new(3).gpus(8).nodes(2).nvlink());
+    assert_eq!(render(&cluster.schedule(T0)), "wait 3 Resources");
+    let cluster = cluster.job(J::new(2).gpus(1).running_on("n1", &[1]));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 3 on n1[4,5,6,7]+n2[0,1,2,3]"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preemption and topology
+
+#[test]
+fn nvlink_preemptor_frees_a_whole_island() {
+    let now = T0 + HOUR;
+    let cluster = Cluster::new()
+        .node(N::two_islands("n1", 8, A100))
+        .job(J::new(1).gpus(3).running_on("n1", &[0, 1, 2]))
+        .job(J::new(2).gpus(1).running_on("n1", &[4]))
+        .job(
+            J::new(3)
+                .gpus(2)
+                .running_on("n1", &[5, 6])
+                .checkpointed(now - MINUTE),
+        )
+        .job(J::new(9).critical().gpus(4).nvlink());
+    // Evicting 3 alone would free 4 GPUs, but 3, 5, 6 and 7 straddle the islands: it does
+    // not count. Job 1 loses the most work and is spared; 2 and 3 free island 4-7.
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 2 for 9 on n1 grace 30\n\
+         evict 3 for 9 on n1 grace 30\n\
+         wait 9 Preempting 2,3 on n1"
+    );
+    // Without --interconnect the eviction still frees a well-connected set.
+    let mut soft = cluster.clone();
+    soft.jobs
+        .get_mut(&JobId(9))
+        .expect("job 9")
+        .spec
+        .interconnect = None;
+    assert_eq!(render(&soft.schedule(now)), render(&cluster.schedule(now)));
+}
+
+#[test]
+fn gang_victims_are_reprieved_across_nodes() {
+    let now = T0 + HOUR;
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        // A critical job nobody may evict fills half of n1.
+        .job(J::new(1).critical().gpus(4).running_on("n1", &[4, 5, 6, 7]))
+        // Job 2 spans both nodes and has much work to lose; job 3 little.
+        .job(
+            J::new(2)
+                .gpus(8)
+                .nodes(2)
+                .running_on("n1", &[0, 1, 2, 3])
+                .running_on("n2", &[0, 1, 2, 3]),
+        )
+        .job(
+            J::new(3)
+                .gpus(4)
+                .running_on("n2", &[4, 5, 6, 7])
+                .checkpointed(now - MINUTE),
+        )
+        .job(J::new(9).critical().gpus(8).nodes(2));
+    // Alone, n2 would spare 2 and evict 3; but n1 needs 2 gone, and with it n2 has room: 3
+    // stays. Job 2 is evicted once, for both nodes.
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 2 for 9 on n1 grace 30\nwait 9 Preempting 2 on n1,n2"
+    );
+}
+
+#[test]
+fn gang_preemption_is_minimal_on_each_node() {
+    let now = T0 + HOUR;
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .node(node8("n3"))
+        .job(J::new(1).gpus(2).running_on("n1", &[0, 1]))
+        .job(J::new(2).gpus(2).running_on("n1", &[2, 3]))
+        .job(J::new(3).gpus(4).running_on("n1", &[4, 5, 6, 7]))
+        .job(J::new(4).gpus(6).running_on("n2", &[0, 1, 2, 3, 4, 5]))
+        .job(
+            J::new(5)
+                .high()
+                .gpus(8)
+                .running_on("n3", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(J::new(9).high().gpus(8).nodes(2));
+    // n3's job is of the preemptor's own tier: untouchable. n1: job 3 has the most work to
+    // lose, so it is offered a reprieve first and keeps it; 1 and 2 go (sparing either would
+    // leave 2 GPUs). n2: 4 GPUs needed, 2 free: job 4 must go.
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 1 for 9 on n1 grace 30\n\
+         evict 2 for 9 on n1 grace 30\n\
+         evict 4 for 9 on n2 grace 30\n\
+         wait 9 Preempting 1,2,4 on n1,n2"
+    );
+}
+
+#[test]
+fn gang_takes_free_nodes_and_evicts_only_for_the_rest() {
+    let now = T0 + HOUR;
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .node(node8("n3"))
+        .job(
+            J::new(1)
+                .gpus(8)
+                .running_on("n1", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(
+            J::new(2)
+                .gpus(8)
+                .running_on("n2", &(0..8).collect::<Vec<_>>()),
+        )
+        .job(J::new(9).critical().gpus(16).nodes(2))
+        .job(J::new(10).gpus(1));
+    // n3 is free: reserved for 9, so job 10 may not take it; one eviction gives the second node.
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 1 for 9 on n1 grace 30\n\
+         wait 9 Preempting 1 on n1\n\
+         wait 10 Priority"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Architecture
 
 /// The core stays pure: no async runtime, RPC, storage, clock, randomness or unordered maps
@@ -798,6 +1210,7 @@ fn core_stays_pure() {
         ("pass.rs", include_str!("pass.rs")),
         ("preempt.rs", include_str!("preempt.rs")),
         ("explain.rs", include_str!("explain.rs")),
+        ("topo.rs", include_str!("topo.rs")),
     ];
     let forbidden = [
         "tokio",
