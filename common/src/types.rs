@@ -207,6 +207,9 @@ pub struct PartsProgress {
     pub ended: Vec<NodeAlloc>,
     /// The first part that failed; it decides how the whole job ends.
     pub first_failure: Option<PartFailure>,
+    /// `MASTER_PORT` of the run: the rendezvous port on rank 0's node.
+    #[serde(default)]
+    pub master_port: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1021,7 +1021,15 @@ impl Cluster {
                 .and_then(|a| st.nodes.get(&a.node))
                 .map(|n| n.address.clone())
                 .unwrap_or_default();
-            let master_port = 20000 + (job.id.0 % 20000) as u32;
+            let master_port = rendezvous_port(
+                job.id,
+                p.alloc.first().map_or("", |a| a.node.as_str()),
+                &st.jobs,
+            );
+            if let Some(j) = st.jobs.get_mut(&p.job) {
+                j.parts.master_port = master_port;
+                b.put_job(j);
+            }
             for (rank, a) in p.alloc.iter().enumerate() {
                 let launch = launch_msg(
                     &job,
@@ -1050,6 +1058,25 @@ fn audit(who: &Owner, action: &str, job: Option<JobId>, detail: String) -> Audit
         job_id: job,
         detail,
     }
+}
+
+/// `MASTER_PORT` for a job whose rank 0 runs on `node`: from 20000–32767, below Linux's
+/// ephemeral range (32768–60999) so the kernel never hands it to an outgoing connection, and
+/// different from the port of every other running job whose rank 0 is on the same node.
+fn rendezvous_port(id: JobId, node: &str, jobs: &BTreeMap<JobId, Job>) -> u32 {
+    const FIRST: u32 = 20000;
+    const SPAN: u32 = 12768;
+    let taken: BTreeSet<u32> = jobs
+        .values()
+        .filter(|j| j.id != id && j.state.holds_resources())
+        .filter(|j| j.parts.nodelist.first().is_some_and(|n| n == node))
+        .map(|j| j.parts.master_port)
+        .collect();
+    let start = (id.0 % SPAN as u64) as u32;
+    (0..SPAN)
+        .map(|k| FIRST + (start + k) % SPAN)
+        .find(|p| !taken.contains(p))
+        .unwrap_or(FIRST + start)
 }
 
 fn stop_msg(id: JobId, grace: u32, reason: &str) -> pb::scheduler_message::Msg {
