@@ -251,8 +251,12 @@ impl Cluster {
         };
         self.commit().await?;
         let id = job.id;
+        let held = job.state == JobState::Held;
         lock(&self.state).jobs.insert(id, job);
-        self.wake.notify_one();
+        // A held job cannot start: no pass needed until it is released.
+        if !held {
+            self.wake.notify_one();
+        }
         self.changed([id]);
         Ok(id)
     }
@@ -903,7 +907,10 @@ impl Cluster {
                     libc::malloc_trim(0);
                 }
             }
-            match self.schedule_once() {
+            let started = std::time::Instant::now();
+            let res = self.schedule_once();
+            let took = started.elapsed();
+            match res {
                 Ok(changed) if !changed.is_empty() => {
                     if self.commit().await.is_ok() {
                         self.changed(changed);
@@ -912,6 +919,11 @@ impl Cluster {
                 Ok(_) => {}
                 Err(e) => tracing::error!("scheduling pass failed: {e:?}"),
             }
+            // Under a burst of events, passes would run back to back and hold the state lock
+            // most of the time. Resting as long as the pass took caps them at half the time;
+            // on a small queue a pass takes microseconds, so an idle cluster still starts a job
+            // at once. Events during the rest are not lost: `Notify` keeps one permit.
+            tokio::time::sleep(took.min(std::time::Duration::from_millis(100))).await;
         }
     }
 

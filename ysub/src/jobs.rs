@@ -44,11 +44,11 @@ pub fn node_list(job: &JobInfo) -> Option<String> {
     }
 }
 
-/// GPUs the job asked for; from its allocation if the spec is missing.
+/// GPUs the job asked for (listings carry no spec, only this number).
 pub fn gpus_requested(job: &JobInfo) -> u32 {
     match &job.spec {
         Some(spec) => spec.gpus,
-        None => job.alloc.iter().map(|a| a.gpus.len() as u32).sum(),
+        None => job.gpus_requested,
     }
 }
 
@@ -204,11 +204,7 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         submit_time: Timestamp(job.submit_time_ms),
         start_time: Timestamp(job.start_time_ms),
         end_time: Timestamp(job.end_time_ms),
-        time_limit: job
-            .spec
-            .as_ref()
-            .map(|s| s.time_limit_secs)
-            .filter(|&t| t > 0),
+        time_limit: Some(job.time_limit_secs).filter(|&t| t > 0),
         checkpoint_dir: &job.checkpoint_dir,
     }
 }
@@ -564,6 +560,8 @@ pub(crate) mod tests {
             }),
             checkpoint_dir: "/ckpt/17".into(),
             grace_secs: 30,
+            gpus_requested: 4,
+            time_limit_secs: 3600,
         }
     }
 

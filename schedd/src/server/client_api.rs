@@ -51,7 +51,9 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
+        let t = std::time::Instant::now();
         let jobs = self.cluster.list_jobs(req.get_ref())?;
+        tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
     }
 
