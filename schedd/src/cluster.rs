@@ -66,6 +66,9 @@ pub struct Cluster {
     changes: broadcast::Sender<JobId>,
     /// Group commit: each waiter is answered after one flush that began after it queued.
     flush_tx: mpsc::UnboundedSender<Option<oneshot::Sender<bool>>>,
+    /// When this schedd started: a node's silence is counted from here at the earliest, so
+    /// a schedd that was down longer than `node_timeout_secs` does not fail every job at start.
+    started: i64,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -79,6 +82,7 @@ impl Cluster {
         let rec = store.recover()?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         let cluster = Arc::new(Cluster {
+            started: now_ms(),
             config,
             store,
             state: Mutex::new(State {
@@ -907,6 +911,9 @@ impl Cluster {
                     libc::malloc_trim(0);
                 }
             }
+            if let Err(e) = self.fail_silent_nodes().await {
+                tracing::error!("node timeout check failed: {e:?}");
+            }
             let started = std::time::Instant::now();
             let res = self.schedule_once();
             let took = started.elapsed();
@@ -925,6 +932,66 @@ impl Cluster {
             // at once. Events during the rest are not lost: `Notify` keeps one permit.
             tokio::time::sleep(took.min(std::time::Duration::from_millis(100))).await;
         }
+    }
+
+    /// Jobs on a node whose agent has been gone longer than `node_timeout_secs` end NODE_FAIL
+    /// and release their GPUs. (If the agent comes back still running one, registration tells
+    /// it to kill it: schedd no longer counts it as running.)
+    async fn fail_silent_nodes(&self) -> ApiResult<()> {
+        let timeout_ms = self.config.scheduler.node_timeout_secs as i64 * 1000;
+        let changed = {
+            let mut st = lock(&self.state);
+            let now = now_ms();
+            let silent: BTreeSet<String> = st
+                .nodes
+                .values()
+                .filter(|n| !n.connected && now - n.last_seen.max(self.started) > timeout_ms)
+                .map(|n| n.name.clone())
+                .collect();
+            if silent.is_empty() {
+                return Ok(());
+            }
+            let lost: Vec<JobId> = st
+                .jobs
+                .values()
+                .filter(|j| j.state.holds_resources())
+                .filter(|j| j.alloc.iter().any(|a| silent.contains(&a.node)))
+                .map(|j| j.id)
+                .collect();
+            if lost.is_empty() {
+                return Ok(());
+            }
+            let mut b = Batch::default();
+            for id in &lost {
+                let mut job = st.jobs.remove(id).expect("listed above");
+                let nodes: Vec<String> = job
+                    .alloc
+                    .iter()
+                    .filter(|a| silent.contains(&a.node))
+                    .map(|a| a.node.clone())
+                    .collect();
+                job.state = JobState::NodeFail;
+                job.reason = format!("node {} not responding", nodes.join(","));
+                job.end_time = Some(now);
+                b.event(*id, now, "node_fail", job.reason.clone());
+                b.put_job(&job);
+                // Parts of a multi-node job on live nodes are stopped.
+                let live: Vec<String> = job
+                    .alloc
+                    .iter()
+                    .filter(|a| !silent.contains(&a.node))
+                    .map(|a| a.node.clone())
+                    .collect();
+                for n in live {
+                    self.queue_to_agent(&mut st, &n, stop_msg(*id, 0, "node failed"));
+                }
+            }
+            self.apply(b)?;
+            lost
+        };
+        self.commit().await?;
+        self.changed(changed);
+        Ok(())
     }
 
     /// Runs the core on a snapshot and applies its plan. Returns the jobs whose state changed.

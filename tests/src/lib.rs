@@ -175,6 +175,22 @@ impl TestCluster {
         c
     }
 
+    /// Restarts schedd with `scheduler.node_timeout_secs` set (the agents stay connected).
+    pub fn with_node_timeout(mut self, secs: u64) -> TestCluster {
+        let text = std::fs::read_to_string(&self.conf).unwrap();
+        let text = text.replacen(
+            "[scheduler]\n",
+            &format!("[scheduler]\nnode_timeout_secs = {secs}\n"),
+            1,
+        );
+        std::fs::write(&self.conf, text).unwrap();
+        self.stop_schedd(nix::sys::signal::Signal::SIGTERM);
+        self.start_schedd();
+        let n = self.nodes.len();
+        self.wait_nodes_up(n);
+        self
+    }
+
     fn command(&self, bin: &str) -> Command {
         let mut cmd = Command::new(self.bin_dir.join(bin));
         cmd.env("YSCHED_CONF", &self.conf)
@@ -217,10 +233,20 @@ impl TestCluster {
     }
 
     /// Sends `signal` to schedd and reaps it.
+    /// Sends `signal` to schedd and reaps it; fails if it has not exited within 10 s (a
+    /// SIGTERM must stop it promptly even with agents connected).
     pub fn stop_schedd(&mut self, signal: nix::sys::signal::Signal) {
         if let Some(mut c) = self.schedd.take() {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal);
-            let _ = c.wait();
+            let start = Instant::now();
+            while c.try_wait().ok().flatten().is_none() {
+                if start.elapsed() > Duration::from_secs(10) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    panic!("schedd did not exit within 10 s of {signal}");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 

@@ -384,3 +384,37 @@ fn an_agent_with_a_wrong_key_is_refused() {
         .collect();
     assert_eq!(names, ["n1"], "the intruder never registered");
 }
+
+#[test]
+fn a_node_silent_past_its_timeout_fails_its_jobs_and_the_agent_kills_them_on_return() {
+    let mut c = TestCluster::start_with_config(vec![FakeNode::uniform("n1", 2, A100)], "")
+        .with_node_timeout(2);
+    let id = c.submit(&[
+        "-G",
+        "1",
+        "--wrap",
+        "echo pgid=$(ps -o pgid= $$ | tr -d ' '); sleep 300",
+    ]);
+    c.wait_state(id, "RUNNING", SECS(10));
+    let out_path = c.path(&format!("ysched-{id}.out"));
+    wait_until(SECS(10), "job output", || {
+        std::fs::read_to_string(&out_path).is_ok_and(|s| s.contains("pgid="))
+    });
+    let pgid: i32 = env_of(&std::fs::read_to_string(&out_path).unwrap(), "pgid")
+        .parse()
+        .unwrap();
+    c.stop_agent("n1", nix::sys::signal::Signal::SIGKILL);
+    let j = c.wait_state(id, "NODE_FAIL", SECS(15));
+    assert!(j["reason"].as_str().unwrap().contains("n1"), "{j}");
+    assert!(
+        !pids_in_group(pgid).is_empty(),
+        "the job outlived its agent"
+    );
+    // The agent returns still running the job: schedd no longer counts it, so it is killed.
+    c.start_agent("n1");
+    c.wait_nodes_up(1);
+    wait_until(SECS(10), "orphaned job killed", || {
+        pids_in_group(pgid).is_empty()
+    });
+    assert_eq!(c.job(id)["state"], "NODE_FAIL");
+}

@@ -107,8 +107,17 @@ pub async fn serve(
     let agent_task = tokio::spawn(agent_srv);
     shutdown.await;
     let _ = stop_tx.send(());
-    client_task.await??;
-    agent_task.await??;
+    // A graceful stop waits for open streams, but agent sessions (and `ysub --wait`) never end
+    // by themselves: give requests in flight a moment, then close the rest. Agents reconnect
+    // to the next schedd; nothing acknowledged is lost (it is all in the store already).
+    let grace = std::time::Duration::from_secs(2);
+    for task in [client_task, agent_task] {
+        let abort = task.abort_handle();
+        match tokio::time::timeout(grace, task).await {
+            Ok(res) => res??,
+            Err(_) => abort.abort(),
+        }
+    }
     Ok(())
 }
 
