@@ -741,7 +741,12 @@ impl Cluster {
     ) -> Option<JobId> {
         let id = JobId(fin.job_id);
         let job = st.jobs.get_mut(&id)?;
-        if !job.state.holds_resources() || !job.alloc.iter().any(|a| a.node == node) {
+        // A report about an earlier run (resent after a reconnect) must not end a later run
+        // that was placed on the same node.
+        if !job.state.holds_resources()
+            || !job.alloc.iter().any(|a| a.node == node)
+            || fin.restart_count != job.restart_count
+        {
             return None;
         }
         let end = if fin.end_time_ms > 0 {

@@ -216,6 +216,10 @@ pub struct FinishedRecord {
     pub killed: bool,
     pub error: String,
     pub checkpoint_saved: bool,
+    /// Which run of the job ended, so schedd never takes an old run's late report for a newer
+    /// run of the same job.
+    #[serde(default)]
+    pub restart_count: u32,
 }
 
 impl From<&FinishedRecord> for pb::JobFinished {
@@ -231,6 +235,7 @@ impl From<&FinishedRecord> for pb::JobFinished {
             killed: f.killed,
             error: f.error.clone(),
             checkpoint_saved: f.checkpoint_saved,
+            restart_count: f.restart_count,
         }
     }
 }

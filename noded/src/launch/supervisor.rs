@@ -360,6 +360,7 @@ impl Supervisor {
         };
         let finished = FinishedRecord {
             job_id: self.job_id(),
+            restart_count: self.record.job.restart_count,
             exit_code: exit.exit_code,
             signal: exit.signal,
             end_time_ms: if exit.end_time_ms > 0 {
