@@ -83,6 +83,12 @@ echo
 "$bin/yq"
 echo
 "$bin/yctl" nodes
+echo
+echo "==> an urgent job arrives: a critical 8-GPU job preempts the low-tier training job"
+"$bin/ysub" -J urgent-fix -G 8 -p critical --wrap 'echo "urgent work on $CUDA_VISIBLE_DEVICES"; sleep 20' \
+  || echo "(by default only root may submit to 'critical': run the demo as root to see preemption)"
+sleep 1
+"$bin/yq"
 cat <<EOF2
 
 The demo cluster runs in $dir (logs: *.log there). To use it:
