@@ -44,7 +44,7 @@ pub fn validate(
         )));
     }
     let nodes_wanted = wire.nodes.max(1);
-    if wire.gpus % nodes_wanted != 0 {
+    if !wire.gpus.is_multiple_of(nodes_wanted) {
         return Err(invalid(format!(
             "--gpus {} cannot be split evenly over --nodes {nodes_wanted}",
             wire.gpus
@@ -167,7 +167,7 @@ pub fn tier_allows(tier: &ysched_common::TierConfig, owner: &Owner) -> bool {
     if owner.is_root() || (tier.allow_users.is_empty() && tier.allow_groups.is_empty()) {
         return true;
     }
-    tier.allow_users.iter().any(|u| *u == owner.user)
+    tier.allow_users.contains(&owner.user)
         || tier.allow_groups.iter().any(|g| owner.groups.contains(g))
 }
 

@@ -276,7 +276,7 @@ fn main() {
             });
         }
     }
-    println!("\n{:<52} {:>10} {:>8}  {}", "figure", "value", "target", "");
+    println!("\n{:<52} {:>10} {:>8}  ", "figure", "value", "target");
     for f in &figures {
         println!(
             "{:<52} {:>8.1}{:<4} {}{:<6} {}",
