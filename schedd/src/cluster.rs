@@ -644,10 +644,31 @@ impl Cluster {
                         format!("agent on {name} no longer runs it"),
                     );
                     b.put_job(&job);
+                    // The other parts of a multi-node job cannot go on without this one.
+                    let others: Vec<String> = job
+                        .alloc
+                        .iter()
+                        .filter(|a| a.node != name)
+                        .map(|a| a.node.clone())
+                        .collect();
+                    for n in others {
+                        self.queue_to_agent(&mut st, &n, stop_msg(id, 0, "part lost"));
+                    }
                 } else {
-                    // The launch never reached the agent: the job never ran; queue it again.
+                    // The launch never reached the agent: the job never ran here; queue it
+                    // again (stopping any parts a multi-node launch started elsewhere).
+                    let others: Vec<String> = job
+                        .alloc
+                        .iter()
+                        .filter(|a| a.node != name)
+                        .map(|a| a.node.clone())
+                        .collect();
+                    for n in others {
+                        self.queue_to_agent(&mut st, &n, stop_msg(id, 0, "part lost"));
+                    }
                     job.state = JobState::Pending;
                     job.alloc.clear();
+                    job.parts = Default::default();
                     job.start_time = None;
                     job.stop = None;
                     b.event(
