@@ -382,15 +382,25 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ");
+    // As scontrol does, show the paths with the job's own patterns filled in (%N stays: it
+    // differs per node).
+    let expand = |pattern: &str| {
+        pattern
+            .replace("%%", "\u{0}")
+            .replace("%j", &job.id.to_string())
+            .replace("%x", &job.name)
+            .replace("%u", &job.user)
+            .replace('\u{0}', "%")
+    };
     let stdout = if spec.stdout_path.is_empty() {
-        "ysched-%j.out".to_string()
+        expand("ysched-%j.out")
     } else {
-        spec.stdout_path.clone()
+        expand(&spec.stdout_path)
     };
     let stderr = if spec.stderr_path.is_empty() {
         stdout.clone()
     } else {
-        spec.stderr_path.clone()
+        expand(&spec.stderr_path)
     };
     let args = spec
         .args
@@ -741,7 +751,7 @@ pub(crate) mod tests {
             "NodeList=gpu01,gpu02",
             "GpuIndices=gpu01:0,1 gpu02:4,5",
             "CheckpointDir=/ckpt/17",
-            "StdOut=ysched-%j.out",
+            "StdOut=ysched-17.out",
             "Args=--lr 'a b'",
             "Constraints=ib",
             "Mem=16G",
