@@ -223,6 +223,11 @@ pub struct PartFailure {
 }
 
 impl Job {
+    /// Holds resources on `node`: a part of it runs (or is being stopped) there.
+    pub fn runs_on(&self, node: &str) -> bool {
+        self.state.holds_resources() && self.alloc.iter().any(|a| a.node == node)
+    }
+
     pub fn gpus_held(&self) -> impl Iterator<Item = (&str, u32)> {
         self.alloc
             .iter()

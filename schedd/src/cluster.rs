@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{
-    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, Owner, PartFailure,
+    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PartFailure,
     PartsProgress, StopReason, StopRequest,
 };
 use ysched_proto as pb;
@@ -154,6 +154,14 @@ impl Cluster {
         st.outbox
             .push((node.to_string(), pb::SchedulerMessage { msg: Some(msg) }));
         let _ = self.flush_tx.send(None);
+    }
+
+    /// Queues a `StopJob` (SIGTERM now, SIGKILL after `grace`) for the job's part on each of
+    /// `nodes`.
+    fn queue_stops(&self, st: &mut State, id: JobId, nodes: Vec<String>, grace: u32, reason: &str) {
+        for n in nodes {
+            self.queue_to_agent(st, &n, stop_msg(id, grace, reason));
+        }
     }
 
     fn apply(&self, batch: Batch) -> ApiResult<()> {
@@ -448,10 +456,8 @@ impl Cluster {
                             "cancel",
                             format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
                         );
-                        let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
-                        for n in nodes {
-                            self.queue_to_agent(&mut st, &n, stop_msg(id, grace, "cancel"));
-                        }
+                        let nodes = nodes_where(&job.alloc, |_| true);
+                        self.queue_stops(&mut st, id, nodes, grace, "cancel");
                     }
                     _ => {}
                 }
@@ -587,11 +593,7 @@ impl Cluster {
                         .running_jobs
                         .iter()
                         .copied()
-                        .filter(|id| {
-                            !st.jobs.get(&JobId(*id)).is_some_and(|j| {
-                                j.state.holds_resources() && j.alloc.iter().any(|a| a.node == name)
-                            })
-                        })
+                        .filter(|id| !st.jobs.get(&JobId(*id)).is_some_and(|j| j.runs_on(&name)))
                         .collect(),
                 })),
             });
@@ -618,7 +620,7 @@ impl Cluster {
             let here: Vec<JobId> = st
                 .jobs
                 .values()
-                .filter(|j| j.state.holds_resources() && j.alloc.iter().any(|a| a.node == name))
+                .filter(|j| j.runs_on(&name))
                 .map(|j| j.id)
                 .collect();
             for id in here {
@@ -645,27 +647,13 @@ impl Cluster {
                     );
                     b.put_job(&job);
                     // The other parts of a multi-node job cannot go on without this one.
-                    let others: Vec<String> = job
-                        .alloc
-                        .iter()
-                        .filter(|a| a.node != name)
-                        .map(|a| a.node.clone())
-                        .collect();
-                    for n in others {
-                        self.queue_to_agent(&mut st, &n, stop_msg(id, 0, "part lost"));
-                    }
+                    let others = nodes_where(&job.alloc, |n| n != name);
+                    self.queue_stops(&mut st, id, others, 0, "part lost");
                 } else {
                     // The launch never reached the agent: the job never ran here; queue it
                     // again (stopping any parts a multi-node launch started elsewhere).
-                    let others: Vec<String> = job
-                        .alloc
-                        .iter()
-                        .filter(|a| a.node != name)
-                        .map(|a| a.node.clone())
-                        .collect();
-                    for n in others {
-                        self.queue_to_agent(&mut st, &n, stop_msg(id, 0, "part lost"));
-                    }
+                    let others = nodes_where(&job.alloc, |n| n != name);
+                    self.queue_stops(&mut st, id, others, 0, "part lost");
                     job.state = JobState::Pending;
                     job.alloc.clear();
                     job.parts = Default::default();
@@ -764,10 +752,7 @@ impl Cluster {
         let job = st.jobs.get_mut(&id)?;
         // A report about an earlier run (resent after a reconnect) must not end a later run
         // that was placed on the same node.
-        if !job.state.holds_resources()
-            || !job.alloc.iter().any(|a| a.node == node)
-            || fin.restart_count != job.restart_count
-        {
+        if !job.runs_on(node) || fin.restart_count != job.restart_count {
             return None;
         }
         let end = if fin.end_time_ms > 0 {
@@ -795,7 +780,7 @@ impl Cluster {
                 });
                 if job.stop.is_none() {
                     // A gang is useless once a part is gone: stop the rest.
-                    stop_others = job.alloc.iter().map(|a| a.node.clone()).collect();
+                    stop_others = nodes_where(&job.alloc, |_| true);
                     job.reason = format!("part on {node} failed; stopping the others");
                     b.event(
                         id,
@@ -807,9 +792,7 @@ impl Cluster {
             }
             let grace = job.grace_secs;
             b.put_job(job);
-            for n in stop_others {
-                self.queue_to_agent(st, &n, stop_msg(id, grace, "part failed"));
-            }
+            self.queue_stops(st, id, stop_others, grace, "part failed");
             return Some(id);
         }
         // The last (or only) part ended: the run is over. Keep the whole allocation on record.
@@ -990,27 +973,15 @@ impl Cluster {
             let mut b = Batch::default();
             for id in &lost {
                 let mut job = st.jobs.remove(id).expect("listed above");
-                let nodes: Vec<String> = job
-                    .alloc
-                    .iter()
-                    .filter(|a| silent.contains(&a.node))
-                    .map(|a| a.node.clone())
-                    .collect();
+                let nodes = nodes_where(&job.alloc, |n| silent.contains(n));
                 job.state = JobState::NodeFail;
                 job.reason = format!("node {} not responding", nodes.join(","));
                 job.end_time = Some(now);
                 b.event(*id, now, "node_fail", job.reason.clone());
                 b.put_job(&job);
                 // Parts of a multi-node job on live nodes are stopped.
-                let live: Vec<String> = job
-                    .alloc
-                    .iter()
-                    .filter(|a| !silent.contains(&a.node))
-                    .map(|a| a.node.clone())
-                    .collect();
-                for n in live {
-                    self.queue_to_agent(&mut st, &n, stop_msg(*id, 0, "node failed"));
-                }
+                let live = nodes_where(&job.alloc, |n| !silent.contains(n));
+                self.queue_stops(&mut st, *id, live, 0, "node failed");
             }
             self.apply(b)?;
             lost
@@ -1085,10 +1056,8 @@ impl Cluster {
                 "evicting",
                 format!("job {} on {}", ev.victim, ev.node),
             );
-            let nodes: Vec<String> = victim.alloc.iter().map(|a| a.node.clone()).collect();
-            for n in nodes {
-                self.queue_to_agent(&mut st, &n, stop_msg(ev.victim, ev.grace_secs, "preempt"));
-            }
+            let nodes = nodes_where(&victim.alloc, |_| true);
+            self.queue_stops(&mut st, ev.victim, nodes, ev.grace_secs, "preempt");
             changed.push(ev.victim);
         }
         for p in &plan.placements {
@@ -1184,6 +1153,15 @@ fn rendezvous_port(id: JobId, node: &str, jobs: &BTreeMap<JobId, Job>) -> u32 {
         .unwrap_or(FIRST + start)
 }
 
+/// The nodes of an allocation that pass `keep`, in allocation (rank) order.
+fn nodes_where(alloc: &[NodeAlloc], keep: impl Fn(&str) -> bool) -> Vec<String> {
+    alloc
+        .iter()
+        .filter(|a| keep(&a.node))
+        .map(|a| a.node.clone())
+        .collect()
+}
+
 fn stop_msg(id: JobId, grace: u32, reason: &str) -> pb::scheduler_message::Msg {
     pb::scheduler_message::Msg::Stop(pb::StopJob {
         job_id: id.0,
@@ -1195,7 +1173,7 @@ fn stop_msg(id: JobId, grace: u32, reason: &str) -> pb::scheduler_message::Msg {
 fn launch_msg(
     job: &Job,
     payload: &Payload,
-    a: &ysched_common::NodeAlloc,
+    a: &NodeAlloc,
     rank: u32,
     nodelist: &[String],
     master_addr: &str,
@@ -1227,7 +1205,7 @@ fn launch_msg(
     }
 }
 
-fn describe_alloc(alloc: &[ysched_common::NodeAlloc]) -> String {
+fn describe_alloc(alloc: &[NodeAlloc]) -> String {
     alloc
         .iter()
         .map(|a| {

@@ -263,7 +263,7 @@ fn main() {
         figures.extend(cluster(&rt));
     }
     if want("preempt") {
-        figures.extend(preemption(&rt));
+        figures.extend(preemption());
     }
     if want("core") {
         for (name, value, unit, target, higher_is_better) in ysched_tests::core_bench::run() {
@@ -305,7 +305,7 @@ fn now_ns() -> u128 {
 }
 
 /// Preemption latencies on one 4-GPU node held by one low-tier 4-GPU job.
-fn preemption(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
+fn preemption() -> Vec<Figure> {
     let c = TestCluster::start(vec![FakeNode::uniform("n1", 4, A100)]);
     let stamp = |name: &str| c.work.join(name);
     let write_stamp =
@@ -355,7 +355,6 @@ fn preemption(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         c.wait_state(pid, "COMPLETED", Duration::from_secs(30));
         c.wait_state(vid, "PREEMPTED", Duration::from_secs(30));
     }
-    let _ = rt;
     vec![
         Figure {
             name: "critical submit -> victim sees SIGTERM (median)",
