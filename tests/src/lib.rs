@@ -192,7 +192,11 @@ impl TestCluster {
     }
 
     fn command(&self, bin: &str) -> Command {
-        let mut cmd = Command::new(self.bin_dir.join(bin));
+        self.command_at(&self.bin_dir.join(bin))
+    }
+
+    fn command_at(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
         cmd.env("YSCHED_CONF", &self.conf)
             .env("YSCHED_TEST_TAG", &self.tag)
             .env_remove("RUST_LOG")
@@ -301,7 +305,16 @@ impl TestCluster {
     /// Runs a CLI tool as another uid/gid.
     pub fn run_as(&self, uid: u32, gid: u32, bin: &str, args: &[&str]) -> Output {
         use std::os::unix::process::CommandExt;
-        self.command(bin)
+        // The build tree may sit below a directory only its owner can enter (a clone in a
+        // `mktemp -d` dir is 0700): run a copy from the cluster's world-readable temp dir.
+        let copy = self.dir.path().join("bin").join(bin);
+        if !copy.exists() {
+            std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+            let tmp = copy.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::copy(self.bin_dir.join(bin), &tmp).unwrap();
+            std::fs::rename(&tmp, &copy).unwrap();
+        }
+        self.command_at(&copy)
             .args(args)
             .uid(uid)
             .gid(gid)
