@@ -314,13 +314,24 @@ impl TestCluster {
             std::fs::copy(self.bin_dir.join(bin), &tmp).unwrap();
             std::fs::rename(&tmp, &copy).unwrap();
         }
-        self.command_at(&copy)
-            .args(args)
-            .uid(uid)
-            .gid(gid)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run cli")
+        // A fork by another test thread can briefly hold the fresh copy open for writing
+        // (ETXTBSY on exec): try again.
+        for _ in 0..100 {
+            match self
+                .command_at(&copy)
+                .args(args)
+                .uid(uid)
+                .gid(gid)
+                .stdin(Stdio::null())
+                .output()
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                res => return res.expect("run cli"),
+            }
+        }
+        panic!("{} stayed busy", copy.display());
     }
 
     /// Submits with `ysub --parsable` and returns the id; panics with the error otherwise.
