@@ -38,6 +38,16 @@ pub struct SchedulerConfig {
     pub heartbeat_secs: u64,
     /// Most times one job is requeued after preemption before it is left PREEMPTED.
     pub max_requeues: u32,
+    /// Largest job script a submit may carry, and separately the largest environment (all
+    /// names and values together), in MiB. Message limits on every link are set above this,
+    /// so nothing a submit accepts can fail to reach an agent for its size.
+    pub max_script_mib: u64,
+    /// A launch that did not reach its agent (or was not confirmed) this many times ends the
+    /// job FAILED instead of being requeued again.
+    pub max_launch_attempts: u32,
+    /// The cluster CA certificate agents pin to verify schedd; empty: `cluster-ca.crt` next
+    /// to `cluster_key_file`. schedd creates it (and `cluster-ca.key`, 0600) at first start.
+    pub ca_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -48,6 +58,9 @@ pub struct NodeConfig {
     pub schedd: String,
     /// Features this node advertises in addition to the detected ones (e.g. `ib`).
     pub features: Vec<String>,
+    /// Run jobs as uid 0. Default true (as Slurm); production clusters should set false, so
+    /// that no message from schedd can ever start a root process on a node.
+    pub allow_root_jobs: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -97,6 +110,9 @@ impl Default for SchedulerConfig {
             node_timeout_secs: 60,
             heartbeat_secs: 10,
             max_requeues: 20,
+            max_script_mib: 4,
+            max_launch_attempts: 3,
+            ca_file: PathBuf::new(),
         }
     }
 }
@@ -107,6 +123,7 @@ impl Default for NodeConfig {
             spool_dir: "/var/spool/ysched".into(),
             schedd: String::new(),
             features: Vec::new(),
+            allow_root_jobs: true,
         }
     }
 }
@@ -193,12 +210,49 @@ impl Config {
                 self.scheduler.default_tier
             ));
         }
+        if self.scheduler.max_script_mib == 0 || self.scheduler.max_script_mib > 1024 {
+            return Err(format!(
+                "scheduler.max_script_mib = {} is out of range (1 to 1024)",
+                self.scheduler.max_script_mib
+            ));
+        }
+        if self.scheduler.max_launch_attempts == 0 {
+            return Err("scheduler.max_launch_attempts must be at least 1".into());
+        }
         for (name, t) in &self.tiers {
             if t.default_grace > t.max_grace {
                 return Err(format!("tier '{name}': default_grace exceeds max_grace"));
             }
         }
         Ok(())
+    }
+
+    /// The cluster CA certificate: `scheduler.ca_file`, else `cluster-ca.crt` beside the
+    /// cluster key.
+    pub fn ca_cert_path(&self) -> PathBuf {
+        if !self.scheduler.ca_file.as_os_str().is_empty() {
+            return self.scheduler.ca_file.clone();
+        }
+        self.scheduler
+            .cluster_key_file
+            .with_file_name("cluster-ca.crt")
+    }
+
+    /// The CA's private key, only on the schedd host: beside the CA certificate.
+    pub fn ca_key_path(&self) -> PathBuf {
+        self.ca_cert_path().with_extension("key")
+    }
+
+    /// The script/environment size limit in bytes.
+    pub fn max_script_bytes(&self) -> u64 {
+        self.scheduler.max_script_mib.saturating_mul(1024 * 1024)
+    }
+
+    /// The largest gRPC message any ysched link accepts: room for a script and an
+    /// environment at their limits plus everything else in a launch.
+    pub fn max_message_bytes(&self) -> usize {
+        let b = self.max_script_bytes().saturating_mul(2).saturating_add(8 << 20);
+        usize::try_from(b).unwrap_or(usize::MAX)
     }
 
     /// Address agents dial: `node.schedd` if set, else `scheduler.listen`.

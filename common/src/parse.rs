@@ -67,9 +67,35 @@ pub fn parse_mem_mib(input: &str) -> Result<u64, ParseError> {
     Ok(kib.div_ceil(1024))
 }
 
+/// A byte count for messages: `812 B`, `3.2 KiB`, `4.1 MiB`, `1.5 GiB`. Rounds up at one
+/// decimal, so a size just over a limit never prints as equal to it.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut unit = 0;
+    let mut scale = 1024u64;
+    while unit + 1 < UNITS.len() && bytes >= scale * 1024 {
+        scale *= 1024;
+        unit += 1;
+    }
+    let tenths = (bytes as u128 * 10).div_ceil(scale as u128);
+    format!("{}.{} {}", tenths / 10, tenths % 10, UNITS[unit])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_for_messages() {
+        assert_eq!(format_size(812), "812 B");
+        assert_eq!(format_size(4 * 1024 * 1024), "4.0 MiB");
+        assert_eq!(format_size(4 * 1024 * 1024 + 1), "4.1 MiB");
+        assert_eq!(format_size(50_001_719), "47.7 MiB");
+        assert_eq!(format_size(3 << 30), "3.0 GiB");
+    }
 
     #[test]
     fn time_limits() {

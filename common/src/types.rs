@@ -195,6 +195,10 @@ pub struct Job {
     /// Progress of a multi-node run: which parts have ended.
     #[serde(default)]
     pub parts: PartsProgress,
+    /// Launches of the current run that never reached (or were never confirmed by) an agent;
+    /// at `scheduler.max_launch_attempts` the job ends FAILED instead of cycling.
+    #[serde(default)]
+    pub launch_attempts: u32,
 }
 
 /// How far the parts of a multi-node run have got. A part's GPUs are released as soon as its

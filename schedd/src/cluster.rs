@@ -233,6 +233,7 @@ impl Cluster {
                 stop: None,
                 last_checkpoint: None,
                 parts: Default::default(),
+                launch_attempts: 0,
             };
             let mut b = Batch::default();
             b.put_job(&job);

@@ -63,6 +63,7 @@ pub fn validate(
     if wire.script.is_empty() {
         return Err(invalid("empty job script".into()));
     }
+    check_payload_size(&wire, config).map_err(invalid)?;
     if !wire.workdir.starts_with('/') {
         return Err(invalid(format!(
             "working directory '{}' is not an absolute path",
@@ -138,6 +139,28 @@ pub fn validate(
         },
         grace,
     ))
+}
+
+/// The one size limit for what a job carries to its node: the script, and the environment
+/// (names and values together), each at most `scheduler.max_script_mib`.
+pub fn check_payload_size(wire: &pb::JobSpec, config: &Config) -> Result<(), String> {
+    let limit = config.max_script_bytes();
+    let script = wire.script.len() as u64;
+    let env: u64 = wire
+        .env
+        .iter()
+        .map(|(k, v)| (k.len() + v.len() + 2) as u64)
+        .sum();
+    for (what, size) in [("script", script), ("environment", env)] {
+        if size > limit {
+            return Err(format!(
+                "{what} is {}; the limit is {} MiB (scheduler.max_script_mib)",
+                ysched_common::parse::format_size(size),
+                config.scheduler.max_script_mib
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The checkpoint directory for a job: its own `--checkpoint-dir`, else

@@ -319,6 +319,7 @@ fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
         stop: None,
         last_checkpoint: None,
         parts: Default::default(),
+        launch_attempts: 0,
     }
 }
 

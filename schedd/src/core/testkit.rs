@@ -200,6 +200,7 @@ impl JobBuilder {
             stop: None,
             last_checkpoint: None,
             parts: Default::default(),
+            launch_attempts: 0,
         };
         JobBuilder {
             job,

@@ -351,6 +351,7 @@ mod tests {
             stop: None,
             last_checkpoint: None,
             parts: Default::default(),
+            launch_attempts: 0,
         }
     }
 
