@@ -7,6 +7,7 @@ pub mod config;
 pub mod convert;
 pub mod parse;
 pub mod sdnotify;
+pub mod tls;
 pub mod time;
 pub mod topo_matrix;
 pub mod types;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use ysched_proto as pb;
 use ysched_proto::agent_message::Msg as AgentMsg;
 use ysched_proto::node_agent_client::NodeAgentClient;
@@ -26,6 +26,13 @@ pub struct AgentConfig {
     /// schedd's agent endpoint, `host:port`.
     pub schedd: String,
     pub cluster_key: String,
+    /// The cluster CA certificate (PEM): schedd must present a certificate it signed before
+    /// anything, the cluster key included, is sent.
+    pub ca_cert_pem: String,
+    /// Where the CA came from, for messages.
+    pub ca_cert_path: String,
+    /// Largest message accepted from schedd (above any launch a submit can produce).
+    pub max_message_bytes: usize,
     pub heartbeat: Duration,
     pub cpus: u32,
     pub mem_mib: u64,
@@ -39,6 +46,8 @@ pub enum AgentError {
     BadClusterKey,
     #[error("bad schedd address {0:?}: {1}")]
     BadAddress(String, tonic::transport::Error),
+    #[error("cannot use the cluster CA {0}: {1}")]
+    BadCa(String, tonic::transport::Error),
 }
 
 /// Why one session ended.
@@ -72,9 +81,16 @@ impl Agent {
         let authorization = format!("Bearer {}", config.cluster_key)
             .parse()
             .map_err(|_| AgentError::BadClusterKey)?;
-        let url = format!("http://{}", config.schedd);
+        let url = format!("https://{}", config.schedd);
+        // Only the pinned cluster CA is trusted (no system roots), and the name checked is
+        // the one schedd's certificate is always issued for, whatever address is dialled.
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&config.ca_cert_pem))
+            .domain_name(ysched_common::tls::SCHEDD_TLS_NAME);
         let endpoint = Endpoint::from_shared(url)
             .map_err(|e| AgentError::BadAddress(config.schedd.clone(), e))?
+            .tls_config(tls)
+            .map_err(|e| AgentError::BadCa(config.ca_cert_path.clone(), e))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             // A schedd host that vanished (no RST) is noticed within about a heartbeat.
@@ -108,6 +124,16 @@ impl Agent {
                 Ok(()) => {}
                 // The first failure after a working session (or at start) is news; repeated
                 // failures while schedd is down are not.
+                // A peer that fails TLS verification is not schedd (or not this cluster's):
+                // always worth an error line, since nothing was sent to it.
+                Err(SessionError::Connect(e)) if tls_refusal(&e).is_some() => {
+                    let why = tls_refusal(&e).unwrap_or_default();
+                    tracing::error!(
+                        "refusing schedd at {schedd}: {why}; the cluster key was not sent \
+                         (cluster CA: {}). Retrying.",
+                        self.config.ca_cert_path
+                    )
+                }
                 Err(e) if was_connected => {
                     tracing::warn!("session with schedd at {schedd} ended: {e}; retrying")
                 }
@@ -121,7 +147,9 @@ impl Agent {
 
     async fn session(&mut self, registered: &mut bool) -> Result<(), SessionError> {
         let channel = self.endpoint.connect().await?;
-        let mut client = NodeAgentClient::new(channel);
+        let mut client = NodeAgentClient::new(channel)
+            .max_decoding_message_size(self.config.max_message_bytes)
+            .max_encoding_message_size(self.config.max_message_bytes);
         let (outbox, outgoing) = mpsc::channel::<pb::AgentMessage>(256);
 
         // Events queued while disconnected are stale: the registration below carries the
@@ -245,6 +273,29 @@ impl Agent {
                 tracing::warn!("cannot notify systemd: {e}");
             }
         }
+    }
+}
+
+/// Why a connection failed TLS verification, if it did: the peer is not a schedd holding a
+/// certificate from the cluster CA.
+fn tls_refusal(error: &tonic::transport::Error) -> Option<String> {
+    let text = with_sources(error);
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("invalid peer certificate") || lower.contains("unknownissuer") {
+        Some(format!(
+            "its certificate is not signed by the cluster CA ({text})"
+        ))
+    } else if lower.contains("corrupt message")
+        || lower.contains("invalidcontenttype")
+        || lower.contains("wrong version number")
+        || lower.contains("invalid message")
+    {
+        Some(format!("it does not speak TLS ({text})"))
+    } else if lower.contains("tls") || lower.contains("handshake") || lower.contains("certificate")
+    {
+        Some(format!("TLS handshake failed ({text})"))
+    } else {
+        None
     }
 }
 

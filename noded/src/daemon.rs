@@ -35,6 +35,14 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     // Its message already names the cause; as an error source it would be printed twice.
     let config = Config::load().map_err(|e| anyhow::anyhow!("{e}"))?;
     let cluster_key = read_cluster_key(&config.scheduler.cluster_key_file)?;
+    let ca_cert_path = config.ca_cert_path();
+    let ca_cert_pem = std::fs::read_to_string(&ca_cert_path).with_context(|| {
+        format!(
+            "cannot read the cluster CA certificate {} (schedd creates it at first start \
+             beside the cluster key; copy it to this node)",
+            ca_cert_path.display()
+        )
+    })?;
     let spool_dir = options
         .spool_dir
         .clone()
@@ -74,6 +82,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         address,
         schedd,
         cluster_key,
+        ca_cert_pem,
+        ca_cert_path: ca_cert_path.display().to_string(),
+        max_message_bytes: config.max_message_bytes(),
         heartbeat: Duration::from_secs(config.scheduler.heartbeat_secs),
         cpus,
         mem_mib,

@@ -15,6 +15,17 @@ use ysched_proto::agent_message::Msg as AgentMsg;
 use ysched_proto::node_agent_server::{NodeAgent, NodeAgentServer};
 use ysched_proto::scheduler_message::Msg as SchedulerMsg;
 
+/// A cluster CA and a fake schedd's TLS identity issued by it, as the real schedd has.
+fn fake_schedd_tls() -> (String, tonic::transport::ServerTlsConfig) {
+    let ca = ysched_common::tls::ClusterCa::generate().unwrap();
+    let issued = ca.issue_server(&[]).unwrap();
+    let identity = tonic::transport::Identity::from_pem(issued.cert_pem, issued.key_pem);
+    (
+        ca.cert_pem.clone(),
+        tonic::transport::ServerTlsConfig::new().identity(identity),
+    )
+}
+
 /// One agent session as the fake schedd sees it.
 struct Session {
     authorization: Option<String>,
@@ -135,11 +146,15 @@ async fn session_with_schedd_end_to_end() {
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();
+    let (ca_cert_pem, tls) = fake_schedd_tls();
     let config = AgentConfig {
         name: "n1".into(),
         address: "127.0.0.1".into(),
         schedd: format!("127.0.0.1:{port}"),
         cluster_key: "sekrit".into(),
+        ca_cert_pem,
+        ca_cert_path: "test CA".into(),
+        max_message_bytes: 64 << 20,
         heartbeat: Duration::from_secs(1),
         cpus: 4,
         mem_mib: 1024,
@@ -159,6 +174,8 @@ async fn session_with_schedd_end_to_end() {
         .unwrap();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
             .add_service(NodeAgentServer::new(FakeSchedd {
                 sessions: sessions_tx,
             }))
@@ -254,8 +271,11 @@ async fn noded_process_restart_keeps_jobs() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (sessions_tx, mut sessions) = mpsc::unbounded_channel();
+    let (ca_cert_pem, tls) = fake_schedd_tls();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
             .add_service(NodeAgentServer::new(FakeSchedd {
                 sessions: sessions_tx,
             }))
@@ -264,6 +284,8 @@ async fn noded_process_restart_keeps_jobs() {
 
     let path = |name: &str| dir.path().join(name);
     std::fs::write(path("key"), "k3y\n").unwrap();
+    // The agent pins the CA found beside the cluster key.
+    std::fs::write(path("cluster-ca.crt"), ca_cert_pem).unwrap();
     std::fs::write(
         path("ysched.toml"),
         format!(

@@ -60,6 +60,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&config.scheduler.state_dir)?;
     let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
+    let ca = server::load_or_create_ca(&config.ca_cert_path(), &config.ca_key_path())?;
+    let tls = server::tls_server_config(&ca)?;
     let store = Store::open(&config.scheduler.state_dir)?;
     let agents = tokio::net::TcpListener::bind(&config.scheduler.listen)
         .await
@@ -69,7 +71,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let cluster = Cluster::start(config, store)?;
     tracing::info!("schedd ready");
     let _ = ysched_common::sdnotify::notify_ready();
-    server::serve(cluster, key, clients, agents, shutdown_signal()).await?;
+    server::serve(cluster, key, tls, clients, agents, shutdown_signal()).await?;
     let _ = std::fs::remove_file(socket_path);
     Ok(())
 }

@@ -1,17 +1,21 @@
 //! The gRPC face of schedd: the only module that knows tonic. Two listeners:
 //! - a Unix socket for local clients, whose identity comes from `SO_PEERCRED`;
-//! - TCP for node agents, each authenticated by the cluster key.
+//! - TCP for node agents: TLS with a certificate from the cluster CA (agents pin it), then
+//!   each agent authenticated by the cluster key.
 
 mod agent_api;
 mod client_api;
 mod identity;
+mod tls;
+
+pub use tls::{load_or_create_ca, server_config as tls_server_config};
 
 use crate::cluster::{ApiError, Cluster};
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
 use ysched_proto::node_agent_server::NodeAgentServer;
 use ysched_proto::ysched_server::YschedServer;
 
@@ -76,14 +80,18 @@ pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
 
 const WINDOW: u32 = 16 * 1024 * 1024;
 
-/// Serves both listeners until `shutdown` completes.
+/// Serves both listeners until `shutdown` completes. Agents get TLS with `tls`.
 pub async fn serve(
     cluster: Arc<Cluster>,
     key: String,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
     clients: UnixListener,
     agents: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Every message limit is above what a submit may carry (script and environment at
+    // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its node.
+    let max_message = cluster.config().max_message_bytes();
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let stop_a = stop_tx.subscribe();
     let stop_b = stop_tx.subscribe();
@@ -92,20 +100,27 @@ pub async fn serve(
     let client_srv = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
-        .add_service(YschedServer::new(client_api::ClientApi::new(
-            cluster.clone(),
-        )))
+        .add_service(
+            YschedServer::new(client_api::ClientApi::new(cluster.clone()))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(usize::MAX),
+        )
         .serve_with_incoming_shutdown(UnixListenerStream::new(clients), wait(stop_a));
+    let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+    let (tls_incoming, accept_task) = tls::accept_loop(agents, tls);
     let agent_srv = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-        .add_service(NodeAgentServer::with_interceptor(
-            agent_api::AgentApi::new(cluster),
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            agent_service,
             agent_api::key_check(key),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(agents), wait(stop_b));
+        .serve_with_incoming_shutdown(tls_incoming, wait(stop_b));
     let client_task = tokio::spawn(client_srv);
     let agent_task = tokio::spawn(agent_srv);
     shutdown.await;
+    accept_task.abort();
     let _ = stop_tx.send(());
     // A graceful stop waits for open streams, but agent sessions (and `ysub --wait`) never end
     // by themselves: give requests in flight a moment, then close the rest. Agents reconnect
