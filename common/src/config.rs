@@ -48,6 +48,9 @@ pub struct SchedulerConfig {
     /// The cluster CA certificate agents pin to verify schedd; empty: `cluster-ca.crt` next
     /// to `cluster_key_file`. schedd creates it (and `cluster-ca.key`, 0600) at first start.
     pub ca_file: PathBuf,
+    /// Writes to the state store are refused (clear error, nothing changed) while its file
+    /// system has less than this free (MiB); they resume by themselves once space is back.
+    pub state_reserve_mib: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -113,6 +116,7 @@ impl Default for SchedulerConfig {
             max_script_mib: 4,
             max_launch_attempts: 3,
             ca_file: PathBuf::new(),
+            state_reserve_mib: 64,
         }
     }
 }

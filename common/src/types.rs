@@ -3,7 +3,7 @@
 
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Job ids increase and are never reused, also across crashes.
@@ -334,12 +334,18 @@ pub struct Node {
     /// Its agent has a live session.
     pub connected: bool,
     pub last_seen: Millis,
+    /// Jobs schedd no longer counts as running that the agent still ran when it registered
+    /// (they were failed while it was away) and is killing now. Their GPUs are in use until
+    /// the agent reports them gone, so the node takes no new job meanwhile. Not persisted:
+    /// the next registration reports them again.
+    #[serde(skip)]
+    pub killing: BTreeSet<u64>,
 }
 
 impl Node {
     /// May receive new jobs.
     pub fn is_schedulable(&self) -> bool {
-        self.connected && self.drain_reason.is_none()
+        self.connected && self.drain_reason.is_none() && self.killing.is_empty()
     }
 }
 

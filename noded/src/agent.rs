@@ -134,6 +134,21 @@ impl Agent {
                         self.config.ca_cert_path
                     )
                 }
+                // schedd refused this agent (another agent holds its name, a wrong key): an
+                // admin must act, so say it every time.
+                Err(SessionError::Status(status))
+                    if matches!(
+                        status.code(),
+                        tonic::Code::AlreadyExists
+                            | tonic::Code::Unauthenticated
+                            | tonic::Code::PermissionDenied
+                    ) =>
+                {
+                    tracing::error!(
+                        "schedd at {schedd} refused this agent: {}; retrying",
+                        status.message()
+                    )
+                }
                 Err(e) if was_connected => {
                     tracing::warn!("session with schedd at {schedd} ended: {e}; retrying")
                 }

@@ -25,13 +25,33 @@ pub enum ApiError {
     NotFound(String),
     Denied(String),
     Conflict(String),
+    AlreadyExists(String),
+    /// The state store refused a write (disk full, read-only, I/O error): nothing changed.
+    Unavailable(String),
     Internal(String),
 }
 
 impl From<store::Error> for ApiError {
     fn from(e: store::Error) -> Self {
-        ApiError::Internal(e.to_string())
+        if e.is_unavailable() {
+            ApiError::Unavailable(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
     }
+}
+
+/// sled fails for good after a write error, and memory may already hold the change it could
+/// not write: the only safe state is the one on disk. Exit, so that the service manager
+/// restarts schedd from the store (everything acknowledged is there), rather than serve a
+/// memory that disagrees with disk. A full disk is refused before this (`check_room`).
+fn store_failed(e: &store::Error) -> ! {
+    tracing::error!(
+        "state store write failed: {e}; exiting so that schedd restarts from what is on disk \
+         (nothing acknowledged is lost)"
+    );
+    eprintln!("schedd: fatal: state store write failed: {e}");
+    std::process::exit(75)
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -41,6 +61,8 @@ pub type AgentTx = mpsc::UnboundedSender<pb::SchedulerMessage>;
 
 struct Session {
     id: u64,
+    /// The agent's address, for messages.
+    peer: String,
     tx: AgentTx,
 }
 
@@ -131,10 +153,7 @@ impl Cluster {
             let outbox = std::mem::take(&mut lock(&self.state).outbox);
             let ok = match self.store.flush().await {
                 Ok(()) => true,
-                Err(e) => {
-                    tracing::error!("flush failed: {e}");
-                    false
-                }
+                Err(e) => store_failed(&e),
             };
             if ok {
                 let st = lock(&self.state);
@@ -165,7 +184,16 @@ impl Cluster {
     }
 
     fn apply(&self, batch: Batch) -> ApiResult<()> {
-        self.store.apply(batch).map_err(Into::into)
+        if let Err(e) = self.store.apply(batch) {
+            store_failed(&e);
+        }
+        Ok(())
+    }
+
+    /// Refuses a request that would write while the store cannot take it (disk below the
+    /// reserve). Called before anything in memory changes, so a refusal changes nothing.
+    fn writable(&self) -> ApiResult<()> {
+        self.store.check_room().map_err(Into::into)
     }
 
     fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
@@ -188,6 +216,7 @@ impl Cluster {
         home: Option<std::path::PathBuf>,
         spec: pb::JobSpec,
     ) -> ApiResult<JobId> {
+        self.writable()?;
         let wanted_tier = spec.tier.clone();
         let job = 'locked: {
             let mut st = lock(&self.state);
@@ -289,31 +318,45 @@ impl Cluster {
                 && (ids.is_empty() || ids.contains(&j.id.0))
                 && (states.is_empty() || states.contains(&j.state))
         };
-        // Asking for finished states or ids implies looking at history too.
-        let with_history = req.all || !ids.is_empty() || states.iter().any(|s| s.is_terminal());
-        let mut res: Vec<pb::JobInfo> = Vec::new();
-        if with_history {
-            res.extend(
-                self.store
-                    .finished_jobs()?
-                    .iter()
-                    .filter(|j| want(j))
-                    .map(ysched_common::convert::job_listing),
-            );
+        // One consistent view: the active jobs are copied under the lock first, then the
+        // finished ones are read from the store. A job ends by being written to the store
+        // (finished) before it leaves memory, both under the lock, so a job missing from the
+        // copy is already in the store; one that ends in between is in both, and the store's
+        // (newer) record wins. Every job appears exactly once.
+        let mut by_id: BTreeMap<u64, pb::JobInfo> = BTreeMap::new();
+        {
+            let st = lock(&self.state);
+            if ids.is_empty() {
+                by_id.extend(
+                    st.jobs
+                        .values()
+                        .filter(|j| want(j))
+                        .map(|j| (j.id.0, ysched_common::convert::job_listing(j))),
+                );
+            } else {
+                by_id.extend(
+                    ids.iter()
+                        .filter_map(|id| st.jobs.get(&JobId(*id)))
+                        .filter(|j| want(j))
+                        .map(|j| (j.id.0, ysched_common::convert::job_listing(j))),
+                );
+            }
         }
-        let st = lock(&self.state);
-        res.reserve(st.jobs.len());
-        res.extend(
-            st.jobs
-                .values()
-                .filter(|j| want(j))
-                .map(ysched_common::convert::job_listing),
-        );
-        drop(st);
-        if with_history {
-            res.sort_by_key(|j| j.id);
+        if !ids.is_empty() {
+            // Asked by id: look each one up, never scan the history.
+            for id in &ids {
+                if let Some(j) = self.store.job(JobId(*id))? {
+                    if j.state.is_terminal() && want(&j) {
+                        by_id.insert(j.id.0, ysched_common::convert::job_listing(&j));
+                    }
+                }
+            }
+        } else if req.all || states.iter().any(|s| s.is_terminal()) {
+            for j in self.store.finished_jobs()?.iter().filter(|j| want(j)) {
+                by_id.insert(j.id.0, ysched_common::convert::job_listing(j));
+            }
         }
-        Ok(res)
+        Ok(by_id.into_values().collect())
     }
 
     fn find_job(&self, id: JobId) -> ApiResult<Job> {
@@ -372,6 +415,7 @@ impl Cluster {
         if ids.is_empty() && user.is_empty() {
             return Err(ApiError::Invalid("no job ids or user given".into()));
         }
+        self.writable()?;
         let cancelled = {
             let mut st = lock(&self.state);
             let mut targets = Vec::new();
@@ -474,6 +518,7 @@ impl Cluster {
     }
 
     pub async fn hold(&self, caller: &Owner, id: JobId, hold: bool) -> ApiResult<()> {
+        self.writable()?;
         {
             let mut st = lock(&self.state);
             let job = st.jobs.get_mut(&id).ok_or_else(|| {
@@ -534,6 +579,7 @@ impl Cluster {
                 "only root may drain or resume nodes".into(),
             ));
         }
+        self.writable()?;
         {
             let mut st = lock(&self.state);
             let node = st
@@ -559,17 +605,34 @@ impl Cluster {
 
     /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
     /// and answer with the jobs it must kill. Returns the session id.
-    pub async fn register_node(&self, reg: pb::Register, tx: AgentTx) -> ApiResult<u64> {
+    pub async fn register_node(
+        &self,
+        reg: pb::Register,
+        peer: &str,
+        tx: AgentTx,
+    ) -> ApiResult<u64> {
         let name = reg.name.clone();
         if name.is_empty() {
             return Err(ApiError::Invalid(
                 "agent registered without a node name".into(),
             ));
         }
+        self.writable()?;
         let session_id;
         let mut changed = Vec::new();
         {
             let mut st = lock(&self.state);
+            // Two agents under one name would take turns replacing each other's inventory
+            // and failing each other's jobs: the first one connected keeps the name.
+            if let Some(current) = st.sessions.get(&name).filter(|s| !s.tx.is_closed()) {
+                let msg = format!(
+                    "node name '{name}' is already in use by the agent connected from {}: \
+                     refusing the agent from {peer} (give it another --name)",
+                    current.peer
+                );
+                tracing::error!("{msg}");
+                return Err(ApiError::AlreadyExists(msg));
+            }
             let now = now_ms();
             let prev = st.nodes.get(&name);
             let node = Node {
@@ -582,7 +645,23 @@ impl Cluster {
                 drain_reason: prev.and_then(|p| p.drain_reason.clone()),
                 connected: true,
                 last_seen: now,
+                killing: Default::default(),
             };
+            let kill_jobs: Vec<u64> = reg
+                .running_jobs
+                .iter()
+                .copied()
+                .filter(|id| !st.jobs.get(&JobId(*id)).is_some_and(|j| j.runs_on(&name)))
+                .collect();
+            if !kill_jobs.is_empty() {
+                tracing::warn!(
+                    node = %name,
+                    "agent still runs jobs {kill_jobs:?} that ended here; it kills them, and \
+                     the node takes no new job until they are gone"
+                );
+            }
+            let mut node = node;
+            node.killing = kill_jobs.iter().copied().collect();
             let mut b = Batch::default();
             b.put_node(&node);
             st.nodes.insert(name.clone(), node);
@@ -590,16 +669,17 @@ impl Cluster {
             st.next_session_id += 1;
             let _ = tx.send(pb::SchedulerMessage {
                 msg: Some(pb::scheduler_message::Msg::Registered(pb::Registered {
-                    kill_jobs: reg
-                        .running_jobs
-                        .iter()
-                        .copied()
-                        .filter(|id| !st.jobs.get(&JobId(*id)).is_some_and(|j| j.runs_on(&name)))
-                        .collect(),
+                    kill_jobs,
                 })),
             });
-            st.sessions
-                .insert(name.clone(), Session { id: session_id, tx });
+            st.sessions.insert(
+                name.clone(),
+                Session {
+                    id: session_id,
+                    peer: peer.to_string(),
+                    tx,
+                },
+            );
             // Reports of jobs that ended while we were apart.
             for fin in &reg.finished {
                 if let Some(id) = self.job_finished_locked(&mut st, &mut b, &name, fin) {
@@ -636,7 +716,40 @@ impl Cluster {
                     continue;
                 }
                 let mut job = st.jobs.remove(&id).expect("listed above");
-                if job.launched {
+                let others = nodes_where(&job.alloc, |n| n != name);
+                let max_attempts = self.config.scheduler.max_launch_attempts;
+                if let Some(StopRequest {
+                    reason: StopReason::Cancel { by },
+                    ..
+                }) = &job.stop
+                {
+                    // A cancel is final whatever became of the launch: never requeue it.
+                    job.state = JobState::Cancelled;
+                    job.reason = format!("cancelled by {by}");
+                    job.end_time = Some(now);
+                    b.event(
+                        id,
+                        now,
+                        "cancelled",
+                        format!("by {by}; the agent on {name} no longer runs it"),
+                    );
+                    b.put_job(&job);
+                    self.queue_stops(&mut st, id, others, 0, "cancel");
+                } else if !job.launched && job.launch_attempts + 1 >= max_attempts {
+                    // A launch that never takes (the agent keeps dropping it) must not cycle
+                    // from node to node forever.
+                    job.launch_attempts += 1;
+                    job.state = JobState::Failed;
+                    job.reason = format!(
+                        "launch on {name} was not confirmed by its agent ({} of {max_attempts} \
+                         attempts, scheduler.max_launch_attempts)",
+                        job.launch_attempts
+                    );
+                    job.end_time = Some(now);
+                    b.event(id, now, "launch_failed", job.reason.clone());
+                    b.put_job(&job);
+                    self.queue_stops(&mut st, id, others, 0, "launch failed");
+                } else if job.launched {
                     job.state = JobState::NodeFail;
                     job.reason = format!("node {name} lost the job");
                     job.end_time = Some(now);
@@ -648,13 +761,12 @@ impl Cluster {
                     );
                     b.put_job(&job);
                     // The other parts of a multi-node job cannot go on without this one.
-                    let others = nodes_where(&job.alloc, |n| n != name);
                     self.queue_stops(&mut st, id, others, 0, "part lost");
                 } else {
                     // The launch never reached the agent: the job never ran here; queue it
                     // again (stopping any parts a multi-node launch started elsewhere).
-                    let others = nodes_where(&job.alloc, |n| n != name);
                     self.queue_stops(&mut st, id, others, 0, "part lost");
+                    job.launch_attempts += 1;
                     job.state = JobState::Pending;
                     job.alloc.clear();
                     job.parts = Default::default();
@@ -664,7 +776,10 @@ impl Cluster {
                         id,
                         now,
                         "requeued",
-                        format!("launch on {name} was not confirmed"),
+                        format!(
+                            "launch on {name} was not confirmed (attempt {} of {max_attempts})",
+                            job.launch_attempts
+                        ),
                     );
                     b.put_job(&job);
                     st.jobs.insert(id, job);
@@ -691,14 +806,25 @@ impl Cluster {
         }
     }
 
-    pub fn heartbeat(&self, name: &str) {
-        if let Some(n) = lock(&self.state).nodes.get_mut(name) {
-            n.last_seen = now_ms();
+    /// An agent's heartbeat: it is alive, and leftover jobs it no longer lists are gone
+    /// (in case their end reports were lost).
+    pub fn heartbeat(&self, name: &str, running_jobs: &[u64]) {
+        let mut st = lock(&self.state);
+        let Some(n) = st.nodes.get_mut(name) else {
+            return;
+        };
+        n.last_seen = now_ms();
+        let before = n.killing.len();
+        n.killing.retain(|id| running_jobs.contains(id));
+        if n.killing.len() != before && n.killing.is_empty() {
+            drop(st);
+            self.wake.notify_one();
         }
     }
 
     pub async fn job_started(&self, name: &str, started: pb::JobStarted) -> ApiResult<()> {
         let id = JobId(started.job_id);
+        self.writable()?;
         {
             let mut st = lock(&self.state);
             let Some(job) = st.jobs.get_mut(&id) else {
@@ -708,6 +834,7 @@ impl Cluster {
                 return Ok(());
             }
             job.launched = true;
+            job.launch_attempts = 0;
             let mut b = Batch::default();
             b.put_job(job);
             b.event(
@@ -723,6 +850,7 @@ impl Cluster {
     }
 
     pub async fn job_finished(&self, name: &str, fin: pb::JobFinished) -> ApiResult<()> {
+        self.writable()?;
         let changed = {
             let mut st = lock(&self.state);
             let mut b = Batch::default();
@@ -750,6 +878,23 @@ impl Cluster {
         fin: &pb::JobFinished,
     ) -> Option<JobId> {
         let id = JobId(fin.job_id);
+        if let Some(n) = st.nodes.get_mut(node) {
+            if n.killing.remove(&fin.job_id) {
+                // A leftover of a job that had already ended here: its GPUs are free now.
+                let end = if fin.end_time_ms > 0 {
+                    fin.end_time_ms
+                } else {
+                    now_ms()
+                };
+                b.event(
+                    id,
+                    end,
+                    "leftover_gone",
+                    format!("processes left on {node} are gone: {}", describe_exit(fin)),
+                );
+                self.wake.notify_one();
+            }
+        }
         let job = st.jobs.get_mut(&id)?;
         // A report about an earlier run (resent after a reconnect) must not end a later run
         // that was placed on the same node.
@@ -908,6 +1053,7 @@ impl Cluster {
     /// `RECHECK`.
     async fn schedule_loop(self: Arc<Self>) {
         const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+        let mut store_full: Option<String> = None;
         loop {
             if tokio::time::timeout(RECHECK, self.wake.notified())
                 .await
@@ -921,20 +1067,36 @@ impl Cluster {
                     libc::malloc_trim(0);
                 }
             }
-            if let Err(e) = self.fail_silent_nodes().await {
-                tracing::error!("node timeout check failed: {e:?}");
-            }
+            let silent = self.fail_silent_nodes().await;
             let started = std::time::Instant::now();
             let res = self.schedule_once();
             let took = started.elapsed();
-            match res {
-                Ok(changed) if !changed.is_empty() => {
+            let full = match (&silent, &res) {
+                (Err(ApiError::Unavailable(m)), _) | (_, Err(ApiError::Unavailable(m))) => {
+                    Some(m.clone())
+                }
+                _ => None,
+            };
+            // A full store pauses scheduling; say so once, and once when it is back.
+            match (&full, &store_full) {
+                (Some(m), None) => tracing::error!("scheduling paused: {m}"),
+                (None, Some(_)) => tracing::warn!("state store writable again: scheduling resumed"),
+                _ => {}
+            }
+            store_full = full;
+            match (silent, res) {
+                (_, Ok(changed)) if !changed.is_empty() => {
                     if self.commit().await.is_ok() {
                         self.changed(changed);
                     }
                 }
-                Ok(_) => {}
-                Err(e) => tracing::error!("scheduling pass failed: {e:?}"),
+                (Err(e), _) if store_full.is_none() => {
+                    tracing::error!("node timeout check failed: {e:?}")
+                }
+                (_, Err(e)) if store_full.is_none() => {
+                    tracing::error!("scheduling pass failed: {e:?}")
+                }
+                _ => {}
             }
             // Under a burst of events, passes would run back to back and hold the state lock
             // most of the time. Resting as long as the pass took caps them at half the time;
@@ -949,6 +1111,7 @@ impl Cluster {
     /// it to kill it: schedd no longer counts it as running.)
     async fn fail_silent_nodes(&self) -> ApiResult<()> {
         let timeout_ms = self.config.scheduler.node_timeout_secs as i64 * 1000;
+        self.writable()?;
         let changed = {
             let mut st = lock(&self.state);
             let now = now_ms();
@@ -975,8 +1138,18 @@ impl Cluster {
             for id in &lost {
                 let mut job = st.jobs.remove(id).expect("listed above");
                 let nodes = nodes_where(&job.alloc, |n| silent.contains(n));
-                job.state = JobState::NodeFail;
-                job.reason = format!("node {} not responding", nodes.join(","));
+                if let Some(StopRequest {
+                    reason: StopReason::Cancel { by },
+                    ..
+                }) = &job.stop
+                {
+                    // It was being cancelled: that is how it ends, whatever became of the node.
+                    job.state = JobState::Cancelled;
+                    job.reason = format!("cancelled by {by} (node {} not responding)", nodes.join(","));
+                } else {
+                    job.state = JobState::NodeFail;
+                    job.reason = format!("node {} not responding", nodes.join(","));
+                }
                 job.end_time = Some(now);
                 b.event(*id, now, "node_fail", job.reason.clone());
                 b.put_job(&job);
@@ -994,6 +1167,7 @@ impl Cluster {
 
     /// Runs the core on a snapshot and applies its plan. Returns the jobs whose state changed.
     pub fn schedule_once(&self) -> ApiResult<Vec<JobId>> {
+        self.writable()?;
         let mut st = lock(&self.state);
         let now = now_ms();
         let plan: Plan = {

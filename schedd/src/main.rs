@@ -62,7 +62,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
     let ca = server::load_or_create_ca(&config.ca_cert_path(), &config.ca_key_path())?;
     let tls = server::tls_server_config(&ca)?;
-    let store = Store::open(&config.scheduler.state_dir)?;
+    let store = Store::open_with_reserve(
+        &config.scheduler.state_dir,
+        config.scheduler.state_reserve_mib,
+    )?;
     let agents = tokio::net::TcpListener::bind(&config.scheduler.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.scheduler.listen))?;

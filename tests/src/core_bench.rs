@@ -273,6 +273,7 @@ fn node(name: &str, model: &str, wiring: Wiring, ib: bool) -> Node {
         drain_reason: None,
         connected: true,
         last_seen: NOW,
+        killing: Default::default(),
     }
 }
 

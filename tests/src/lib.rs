@@ -138,6 +138,12 @@ impl TestCluster {
 
     /// As [`start`], with extra TOML appended to the generated config (e.g. tiers).
     pub fn start_with_config(nodes: Vec<FakeNode>, extra_toml: &str) -> TestCluster {
+        Self::start_with(nodes, "", extra_toml)
+    }
+
+    /// As [`start`], with `scheduler_toml` added to the `[scheduler]` table and `extra_toml`
+    /// appended after the `[node]` table (node keys, then other tables such as tiers).
+    pub fn start_with(nodes: Vec<FakeNode>, scheduler_toml: &str, extra_toml: &str) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("ys").tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let work = dir.path().join("work");
@@ -149,7 +155,7 @@ impl TestCluster {
         std::fs::write(
             &conf,
             format!(
-                "[scheduler]\nlisten = \"127.0.0.1:{port}\"\nsocket = \"{d}/schedd.sock\"\nstate_dir = \"{d}/state\"\n\
+                "[scheduler]\n{scheduler_toml}\nlisten = \"127.0.0.1:{port}\"\nsocket = \"{d}/schedd.sock\"\nstate_dir = \"{d}/state\"\n\
                  cluster_key_file = \"{d}/cluster.key\"\ncheckpoint_root = \"{d}/work/ckpt\"\nheartbeat_secs = 2\n\
                  [node]\nspool_dir = \"{d}/spool\"\n{extra_toml}\n"
             ),
@@ -284,6 +290,33 @@ impl TestCluster {
             .spawn()
             .expect("start noded");
         self.agents.insert(name.to_string(), child);
+    }
+
+    /// The agent's pid, while the harness runs it.
+    pub fn agent_pid(&self, name: &str) -> Option<i32> {
+        self.agents.get(name).map(|c| c.id() as i32)
+    }
+
+    /// Sends `signal` to the agent without reaping it (e.g. SIGSTOP/SIGCONT).
+    pub fn signal_agent(&self, name: &str, signal: nix::sys::signal::Signal) {
+        let pid = self.agent_pid(name).expect("agent running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+    }
+
+    /// Starts a second agent that claims the name of node `name` (its own spool and log,
+    /// `noded-<name>-dup.log`); the caller kills it.
+    pub fn spawn_impostor_agent(&self, name: &str) -> Child {
+        let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
+        let spool = self.dir.path().join("spool").join(format!("{name}-dup"));
+        self.command("noded")
+            .args(["-v", "--name", name, "--cpus", "64", "--mem", "512G", "--fake-gpus"])
+            .arg(&gpus)
+            .arg("--spool-dir")
+            .arg(&spool)
+            .stdout(Stdio::null())
+            .stderr(self.log_file(&format!("noded-{name}-dup")))
+            .spawn()
+            .expect("start noded")
     }
 
     pub fn stop_agent(&mut self, name: &str, signal: nix::sys::signal::Signal) {

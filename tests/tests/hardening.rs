@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_rustls::rustls;
-use ysched_tests::{FakeNode, TestCluster};
+use ysched_tests::{wait_until, FakeNode, TestCluster};
 
 fn log(c: &TestCluster, name: &str) -> String {
     std::fs::read_to_string(c.dir.path().join(format!("{name}.log"))).unwrap_or_default()
@@ -203,4 +203,217 @@ fn schedd_refuses_plaintext_and_wrong_ca_agents_with_a_log_line() {
     wait_log(&c, "schedd", "TLS handshake failed");
     // The real agent is unaffected.
     assert_eq!(c.nodes()[0]["state"], "IDLE");
+}
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+fn state(c: &TestCluster, id: u64) -> String {
+    c.job(id)["state"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_script_just_under_the_limit_runs_and_one_over_is_refused_with_the_limit() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]);
+    // 4 MiB is the default limit: a script just under it must reach the node and run (the
+    // message limits on every link are above it), with an environment of 1 MiB besides.
+    let filler = "# ".to_string() + &"x".repeat(1021) + "\n";
+    let body = format!(
+        "#!/bin/sh\n{}echo ran > {}\n",
+        filler.repeat(4 * 1024 - 2),
+        c.path("big.out").display()
+    );
+    assert!(body.len() < 4 << 20 && body.len() > (4 << 20) - 4096);
+    let script = c.script("big.sh", &body);
+    let out = std::process::Command::new(ysched_tests::bin_dir().join("ysub"))
+        .env("YSCHED_CONF", &c.conf)
+        .env("BIG_ENV", "y".repeat(100_000))
+        .args(["--parsable", "--export=ALL"])
+        .arg(&script)
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    c.wait_state(id, "COMPLETED", SECS(30));
+    assert_eq!(std::fs::read_to_string(c.path("big.out")).unwrap(), "ran\n");
+
+    let over = c.script("over.sh", &format!("#!/bin/sh\n{}", filler.repeat(4 * 1024 + 1)));
+    let out = c.run("ysub", &[over.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = ysched_tests::stderr(&out);
+    assert!(err.contains("script is 4.1 MiB; the limit is 4 MiB"), "{err}");
+    assert_eq!(c.jobs().len(), 1, "the refused script was queued");
+}
+
+/// The launch is sent to an agent that is frozen (it never reads it), then the job is
+/// cancelled, then the agent is killed and comes back without the job.
+#[test]
+fn a_cancel_is_never_lost_whatever_became_of_the_launch() {
+    use nix::sys::signal::Signal::{SIGKILL, SIGSTOP};
+    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]);
+    c.signal_agent("n1", SIGSTOP);
+    let marker = c.path("ran");
+    let id = c.submit(&["-G", "1", "--wrap", &format!("touch {}; sleep 30", marker.display())]);
+    c.wait_state(id, "RUNNING", SECS(10));
+    let out = c.run("ycancel", &[&id.to_string()]);
+    assert!(out.status.success(), "{}", ysched_tests::stderr(&out));
+    c.stop_agent("n1", SIGKILL);
+    c.start_agent("n1");
+    let job = c.wait_state(id, "CANCELLED", SECS(20));
+    assert!(job["reason"].as_str().unwrap().contains("cancelled by"), "{job}");
+    // It stays cancelled: never requeued, never started.
+    std::thread::sleep(SECS(2));
+    assert_eq!(state(&c, id), "CANCELLED");
+    assert!(!marker.exists(), "the cancelled job ran");
+}
+
+#[test]
+fn a_launch_that_never_reaches_its_agent_ends_failed_instead_of_cycling() {
+    use nix::sys::signal::Signal::{SIGKILL, SIGSTOP};
+    let mut c = TestCluster::start_with(
+        vec![FakeNode::uniform("n1", 1, "A100")],
+        "max_launch_attempts = 1",
+        "",
+    );
+    c.signal_agent("n1", SIGSTOP);
+    let id = c.submit(&["-G", "1", "--wrap", "sleep 30"]);
+    c.wait_state(id, "RUNNING", SECS(10));
+    c.stop_agent("n1", SIGKILL);
+    c.start_agent("n1");
+    let job = c.wait_state(id, "FAILED", SECS(20));
+    let reason = job["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("was not confirmed by its agent (1 of 1 attempts"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_second_agent_with_a_taken_name_is_refused_and_the_first_keeps_its_jobs() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]);
+    let id = c.submit(&["-G", "1", "--wrap", "sleep 30"]);
+    c.wait_state(id, "RUNNING", SECS(10));
+    let mut impostor = c.spawn_impostor_agent("n1");
+    wait_log(&c, "schedd", "node name 'n1' is already in use");
+    wait_log(&c, "noded-n1-dup", "refused this agent");
+    std::thread::sleep(SECS(3));
+    let _ = impostor.kill();
+    let _ = impostor.wait();
+    assert_eq!(state(&c, id), "RUNNING", "{}", c.logs());
+    assert!(!log(&c, "schedd").contains("node_fail"));
+    let nodes = c.nodes();
+    assert_eq!(nodes[0]["state"], "ALLOCATED", "{nodes:?}");
+    // The first agent still runs the node: a new job there still starts and ends.
+    let out = c.run("ycancel", &[&id.to_string()]);
+    assert!(out.status.success());
+    c.wait_state(id, "CANCELLED", SECS(10));
+    let id2 = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id2, "COMPLETED", SECS(10));
+}
+
+/// The shepherd of a job that processes a kill from schedd; found by its command line.
+fn shepherd_pid(job: u64) -> Option<i32> {
+    let suffix = format!("/jobs/{job}");
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "__shepherd") && args.iter().any(|a| a.ends_with(&suffix)) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
+    use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
+    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]).with_node_timeout(2);
+    let a = c.submit(&["-G", "1", "--wrap", "sleep 60"]);
+    c.wait_state(a, "RUNNING", SECS(10));
+    wait_until(SECS(10), "job started", || c.job(a)["reason"] == "");
+    std::thread::sleep(Duration::from_millis(500));
+    // The agent dies; its job goes on under its shepherd; schedd fails it after the timeout.
+    c.stop_agent("n1", SIGKILL);
+    c.wait_state(a, "NODE_FAIL", SECS(20));
+    let b = c.submit(&["-G", "1", "--wrap", "true"]);
+    // The shepherd is frozen, so the leftover's end cannot be reported when it is killed.
+    let shepherd = shepherd_pid(a).expect("shepherd of the leftover job");
+    let shepherd = nix::unistd::Pid::from_raw(shepherd);
+    nix::sys::signal::kill(shepherd, SIGSTOP).unwrap();
+    c.start_agent("n1");
+    wait_log(&c, "schedd", "agent still runs jobs");
+    std::thread::sleep(SECS(2));
+    assert_eq!(
+        state(&c, b),
+        "PENDING",
+        "a job started on GPUs whose previous processes were not confirmed gone"
+    );
+    let detail = c.run("yctl", &["show", "job", &b.to_string()]);
+    assert!(
+        ysched_tests::stdout(&detail).contains("killing leftover processes"),
+        "{}",
+        ysched_tests::stdout(&detail)
+    );
+    nix::sys::signal::kill(shepherd, SIGCONT).unwrap();
+    c.wait_state(b, "COMPLETED", SECS(20));
+    let out = c.run("yctl", &["show", "job", &a.to_string(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["events"].as_array().unwrap().iter().any(|e| e["kind"] == "leftover_gone"),
+        "{v}"
+    );
+}
+
+#[test]
+fn every_listing_shows_every_job_exactly_once_while_jobs_end() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 0, "A100")]);
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        ids.push(c.submit(&["-c", "1", "--wrap", "sleep 60"]));
+    }
+    for _ in 0..150 {
+        ids.push(c.submit(&["-c", "1", "--hold", "--wrap", "true"]));
+    }
+    for id in &ids[..40] {
+        c.wait_state(*id, "RUNNING", SECS(20));
+    }
+    let running: Vec<u64> = ids[..40].to_vec();
+    let conf = c.conf.clone();
+    let canceller = std::thread::spawn(move || {
+        for id in running {
+            let out = std::process::Command::new(ysched_tests::bin_dir().join("ycancel"))
+                .env("YSCHED_CONF", &conf)
+                .arg(id.to_string())
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    });
+    let mut listings = 0;
+    while !canceller.is_finished() || listings < 20 {
+        let mut seen: Vec<u64> = c
+            .jobs()
+            .iter()
+            .map(|j| j["id"].as_u64().unwrap())
+            .collect();
+        seen.sort();
+        assert_eq!(seen, ids, "a listing lost or repeated a job");
+        listings += 1;
+    }
+    canceller.join().unwrap();
+    assert!(listings >= 20);
+    // `yq -j` finds active and finished jobs by id, and says nothing of unknown ones.
+    let out = c.run("yq", &["--json", "-j", &format!("{},{}", ids[0], ids[100])]);
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let states: Vec<&str> = v.iter().map(|j| j["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["CANCELLED", "HELD"]);
 }

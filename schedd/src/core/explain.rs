@@ -37,6 +37,9 @@ pub fn explain(
                 "agent not connected".to_string()
             } else if let Some(drain_reason) = &node.drain_reason {
                 format!("drained: {drain_reason}")
+            } else if !node.killing.is_empty() {
+                let ids: Vec<String> = node.killing.iter().map(|id| id.to_string()).collect();
+                format!("killing leftover processes of ended jobs {}", ids.join(","))
             } else if let Some(view) = pass.views().get(node.name.as_str()) {
                 match fit_on_node(view, &demand) {
                     Ok(_) => "fits".to_string(),

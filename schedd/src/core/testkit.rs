@@ -37,6 +37,7 @@ impl NodeBuilder {
             drain_reason: None,
             connected: true,
             last_seen: T0,
+            killing: Default::default(),
         })
     }
 

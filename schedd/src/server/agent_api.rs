@@ -1,6 +1,6 @@
 //! The `NodeAgent` service: one bidirectional session per node agent.
 
-use crate::cluster::Cluster;
+use crate::cluster::{ApiError, Cluster};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
@@ -50,6 +50,10 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         &self,
         req: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<SessionStream>, Status> {
+        let peer = req
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "an unknown address".into());
         let mut inbound = req.into_inner();
         let reg = match inbound.next().await {
             Some(Ok(pb::AgentMessage {
@@ -64,7 +68,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         };
         let name = reg.name.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let session_id = self.cluster.register_node(reg, tx).await?;
+        let session_id = self.cluster.register_node(reg, &peer, tx).await?;
         tracing::info!(node = %name, "agent registered");
         let cluster = self.cluster.clone();
         tokio::spawn(async move {
@@ -77,9 +81,9 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                         msg: Some(Msg::Finished(f)),
                     }) => cluster.job_finished(&name, f).await,
                     Ok(pb::AgentMessage {
-                        msg: Some(Msg::Heartbeat(_)),
+                        msg: Some(Msg::Heartbeat(h)),
                     }) => {
-                        cluster.heartbeat(&name);
+                        cluster.heartbeat(&name, &h.running_jobs);
                         Ok(())
                     }
                     Ok(_) => Ok(()),
@@ -88,8 +92,16 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                         break;
                     }
                 };
-                if let Err(e) = res {
-                    tracing::error!(node = %name, "agent report failed: {e:?}");
+                match res {
+                    Ok(()) => {}
+                    // The store cannot take the report now: end the session, so that the
+                    // agent registers again (resending what it has not had acknowledged) and
+                    // is let in once the store can take writes again.
+                    Err(ApiError::Unavailable(m)) => {
+                        tracing::warn!(node = %name, "agent report refused: {m}; ending the session");
+                        break;
+                    }
+                    Err(e) => tracing::error!(node = %name, "agent report failed: {e:?}"),
                 }
             }
             cluster.node_disconnected(&name, session_id);

@@ -26,6 +26,8 @@ impl From<ApiError> for tonic::Status {
             ApiError::NotFound(m) => tonic::Status::not_found(m),
             ApiError::Denied(m) => tonic::Status::permission_denied(m),
             ApiError::Conflict(m) => tonic::Status::failed_precondition(m),
+            ApiError::AlreadyExists(m) => tonic::Status::already_exists(m),
+            ApiError::Unavailable(m) => tonic::Status::unavailable(m),
             ApiError::Internal(m) => tonic::Status::internal(m),
         }
     }

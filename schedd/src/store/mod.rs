@@ -29,6 +29,28 @@ pub enum Error {
     },
     #[error("state store: cannot open {path}: {source}")]
     Open { path: String, source: sled::Error },
+    #[error(
+        "state store full: {dir} has {free} free, below the reserve of {reserve} MiB \
+         (scheduler.state_reserve_mib); nothing was changed: free some space and retry"
+    )]
+    Full {
+        dir: String,
+        free: String,
+        reserve: u64,
+    },
+    #[error("state store unwritable: cannot check free space in {dir}: {source}")]
+    Statvfs { dir: String, source: nix::Error },
+}
+
+impl Error {
+    /// The store could not take a write (disk full, I/O error): the request was refused and
+    /// nothing changed, as opposed to a bad record.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Error::Full { .. } | Error::Statvfs { .. } | Error::Sled(sled::Error::Io(_))
+        )
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -114,6 +136,9 @@ impl Batch {
 
 #[derive(Clone)]
 pub struct Store {
+    dir: std::path::PathBuf,
+    /// Free space below which writes are refused (bytes).
+    reserve_bytes: u64,
     db: sled::Db,
     jobs: sled::Tree,
     payloads: sled::Tree,
@@ -141,7 +166,15 @@ fn event_key(id: JobId, seq: u64) -> [u8; 16] {
 
 impl Store {
     /// Opens (or creates) the store under `dir`.
+    /// Opens the store with no free-space reserve (tests); schedd uses [`Store::open_with_reserve`].
     pub fn open(dir: &Path) -> Result<Store> {
+        Self::open_with_reserve(dir, 0)
+    }
+
+    /// Opens the store; writes are refused while the file system has less than
+    /// `reserve_mib` free. sled fails for good after one write error (it would need
+    /// reopening), so a full disk must be caught before sled sees it.
+    pub fn open_with_reserve(dir: &Path, reserve_mib: u64) -> Result<Store> {
         let db = sled::Config::new()
             .path(dir.join("db"))
             // The page cache is sled's main memory cost; job records are small and read rarely.
@@ -152,6 +185,8 @@ impl Store {
                 source,
             })?;
         Ok(Store {
+            dir: dir.to_path_buf(),
+            reserve_bytes: reserve_mib.saturating_mul(1024 * 1024),
             jobs: db.open_tree("jobs")?,
             payloads: db.open_tree("payloads")?,
             events: db.open_tree("events")?,
@@ -260,6 +295,27 @@ impl Store {
     }
 
     /// Makes everything applied so far durable against a process crash.
+    /// Refuses (with [`Error::Full`]) when the file system is below the reserve: called before
+    /// anything that writes, so a full disk refuses requests instead of breaking sled.
+    pub fn check_room(&self) -> Result<()> {
+        if self.reserve_bytes == 0 {
+            return Ok(());
+        }
+        let st = nix::sys::statvfs::statvfs(&self.dir).map_err(|source| Error::Statvfs {
+            dir: self.dir.display().to_string(),
+            source,
+        })?;
+        let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+        if free < self.reserve_bytes {
+            return Err(Error::Full {
+                dir: self.dir.display().to_string(),
+                free: ysched_common::parse::format_size(free),
+                reserve: self.reserve_bytes / (1024 * 1024),
+            });
+        }
+        Ok(())
+    }
+
     pub async fn flush(&self) -> Result<()> {
         self.db.flush_async().await?;
         Ok(())
