@@ -417,3 +417,90 @@ fn every_listing_shows_every_job_exactly_once_while_jobs_end() {
     let states: Vec<&str> = v.iter().map(|j| j["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["CANCELLED", "HELD"]);
 }
+
+/// Unmounts (lazily) a file system mounted for one test.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the file system holding `dir` until it has no space left.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0x55u8; 1 << 20];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    path
+}
+
+#[test]
+fn a_full_state_disk_refuses_requests_cleanly_and_recovers_when_space_is_back() {
+    use nix::sys::signal::Signal::SIGTERM;
+    let mut c = TestCluster::start_with(
+        vec![FakeNode::uniform("n1", 1, "A100")],
+        "state_reserve_mib = 16",
+        "",
+    );
+    // Move the state onto a small file system of its own.
+    c.stop_schedd(SIGTERM);
+    let state = c.dir.path().join("state");
+    let saved = c.dir.path().join("state.saved");
+    std::fs::rename(&state, &saved).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "cannot mount a tmpfs (the suite runs as root)");
+    let _mounted = Mounted(state.clone());
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", saved.display()))
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    c.start_schedd();
+    c.wait_nodes_up(1);
+    let pid = c.schedd_pid();
+
+    let running = c.submit(&["-G", "1", "--wrap", "sleep 4"]);
+    let held = c.submit(&["--hold", "--wrap", "true"]);
+    c.wait_state(running, "RUNNING", SECS(10));
+    std::thread::sleep(SECS(1));
+    let filler = fill(&state);
+
+    let out = c.run("ysub", &["--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = ysched_tests::stderr(&out);
+    assert!(err.contains("state store full"), "{err}");
+    assert!(!err.contains("Os {"), "{err}");
+    let out = c.run("ycancel", &[&held.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(ysched_tests::stderr(&out).contains("state store full"));
+    assert_eq!(state(&c, held), "HELD", "a refused cancel changed the job");
+    // The running job ends while its end cannot be written: it must not vanish.
+    std::thread::sleep(SECS(5));
+    let ids: Vec<u64> = c.jobs().iter().map(|j| j["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [running, held]);
+
+    // Space is back: everything resumes without a restart.
+    std::fs::remove_file(filler).unwrap();
+    c.wait_state(running, "COMPLETED", SECS(30));
+    let out = c.run("ycancel", &[&held.to_string()]);
+    assert!(out.status.success(), "{}", ysched_tests::stderr(&out));
+    c.wait_state(held, "CANCELLED", SECS(10));
+    let id = c.submit(&["--wrap", "true"]);
+    c.wait_state(id, "COMPLETED", SECS(20));
+    assert_eq!(c.schedd_pid(), pid);
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid.unwrap() as i32), None).is_ok(),
+        "schedd restarted"
+    );
+    assert_eq!(id, held + 1, "a refused submit used up a job id");
+}
