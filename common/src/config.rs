@@ -9,6 +9,12 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_CONF_PATH: &str = "/etc/ysched/ysched.toml";
 pub const CONF_ENV: &str = "YSCHED_CONF";
 
+/// Where jobs of users without a usable home keep their checkpoints when
+/// `scheduler.checkpoint_root` starts with `~`: `<this>/<job id>`, chosen by schedd at submit
+/// and created by noded on the node. Local to each node: a job requeued onto another node
+/// starts without its checkpoint.
+pub const FALLBACK_CHECKPOINT_ROOT: &str = "/var/tmp/ysched-checkpoints";
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -252,10 +258,38 @@ impl Config {
         self.scheduler.max_script_mib.saturating_mul(1024 * 1024)
     }
 
+    /// The one size limit for what a job carries to its node: the script, and the environment
+    /// (names and values, plus two bytes each), each at most `scheduler.max_script_mib`.
+    /// `ysub` checks it before sending, and `schedd` again at submit, with this message.
+    pub fn check_payload_size<'a>(
+        &self,
+        script: &str,
+        env: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<(), String> {
+        let limit = self.max_script_bytes();
+        let env = env
+            .into_iter()
+            .map(|(name, value)| name.len() as u64 + value.len() as u64 + 2)
+            .fold(0u64, u64::saturating_add);
+        for (what, size) in [("script", script.len() as u64), ("environment", env)] {
+            if size > limit {
+                return Err(format!(
+                    "{what} is {}; the limit is {} MiB (scheduler.max_script_mib)",
+                    crate::parse::format_size(size),
+                    self.scheduler.max_script_mib
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The largest gRPC message any ysched link accepts: room for a script and an
     /// environment at their limits plus everything else in a launch.
     pub fn max_message_bytes(&self) -> usize {
-        let b = self.max_script_bytes().saturating_mul(2).saturating_add(8 << 20);
+        let b = self
+            .max_script_bytes()
+            .saturating_mul(2)
+            .saturating_add(8 << 20);
         usize::try_from(b).unwrap_or(usize::MAX)
     }
 
@@ -296,6 +330,26 @@ mod tests {
         assert_eq!(c.scheduler.listen, "127.0.0.1:9");
         assert_eq!(c.node.spool_dir, PathBuf::from("/tmp/s"));
         assert_eq!(c.tiers.len(), 4);
+    }
+
+    #[test]
+    fn the_shipped_example_is_the_defaults() {
+        let example = include_str!("../../docs/ysched.toml.example");
+        assert_eq!(Config::parse(example).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn ca_paths_sit_beside_the_cluster_key_unless_given() {
+        let c = Config::default();
+        assert_eq!(
+            c.ca_cert_path(),
+            PathBuf::from("/etc/ysched/cluster-ca.crt")
+        );
+        assert_eq!(c.ca_key_path(), PathBuf::from("/etc/ysched/cluster-ca.key"));
+        let c = Config::parse("[scheduler]\nca_file = \"/x/ca.pem\"\n").unwrap();
+        assert_eq!(c.ca_key_path(), PathBuf::from("/x/ca.key"));
+        assert!(Config::parse("[scheduler]\nmax_script_mib = 0\n").is_err());
+        assert!(Config::parse("[scheduler]\nmax_launch_attempts = 0\n").is_err());
     }
 
     #[test]

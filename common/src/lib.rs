@@ -7,8 +7,9 @@ pub mod config;
 pub mod convert;
 pub mod parse;
 pub mod sdnotify;
-pub mod tls;
+pub mod text;
 pub mod time;
+pub mod tls;
 pub mod topo_matrix;
 pub mod types;
 

@@ -2,52 +2,160 @@
 
 use thiserror::Error;
 
+/// The longest time limit a job may have: 365 days. Longer is refused rather than stored, so
+/// no time arithmetic downstream can overflow.
+pub const MAX_TIME_LIMIT_SECS: u64 = 365 * 86_400;
+/// The largest `--mem`: 1024T (1 PiB) per node, in MiB.
+pub const MAX_MEM_MIB: u64 = 1 << 30;
+/// The most GPUs one job may ask for (`--gpus`, over all its nodes).
+pub const MAX_GPUS: u32 = 100_000;
+/// The most nodes one job may span (`--nodes`).
+pub const MAX_NODES: u32 = 10_000;
+/// The most CPUs per node one job may ask for (`--cpus`).
+pub const MAX_CPUS: u32 = 100_000;
+
 #[derive(Debug, Error, PartialEq)]
 pub enum ParseError {
     #[error("invalid time limit '{0}': use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")]
     Time(String),
+    #[error("time limit '{0}' exceeds the maximum of 365 days (365-00:00:00)")]
+    TimeTooLong(String),
     #[error("invalid memory size '{0}': use a whole number with an optional K, M, G or T suffix (default M)")]
     Size(String),
+    #[error("memory size '{0}' exceeds the maximum of 1024T (1 PiB)")]
+    SizeTooLarge(String),
+    #[error("invalid {flag} '{value}': use a whole number from {min} to {max}")]
+    Number {
+        flag: String,
+        value: String,
+        min: u64,
+        max: u64,
+    },
+    #[error("{flag} must be at least {min} (got {value})")]
+    TooSmall {
+        flag: String,
+        value: String,
+        min: u64,
+    },
+    #[error("{flag} {value} exceeds the maximum of {max}")]
+    TooLarge {
+        flag: String,
+        value: String,
+        max: u64,
+    },
 }
 
-fn num(s: &str) -> Option<u64> {
+/// Why a run of digits is not a number.
+#[derive(Debug, PartialEq)]
+enum NumError {
+    /// Empty, or not only ASCII digits.
+    Invalid,
+    /// Digits, but more than a `u64` holds.
+    Overflow,
+}
+
+fn num(s: &str) -> Result<u64, NumError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+        return Err(NumError::Invalid);
     }
-    s.parse().ok()
+    s.parse().map_err(|_| NumError::Overflow)
+}
+
+/// Parses a whole number given for `flag` (`--gpus`, `--nodes`, ...) that must lie in
+/// `min..=max`. Each error names the flag, the value and the bound it broke: `--nodes must be
+/// at least 1 (got 0)`, `--gpus 4294967296 exceeds the maximum of 100000`.
+pub fn parse_bounded(flag: &str, input: &str, min: u64, max: u64) -> Result<u64, ParseError> {
+    let value = input.trim();
+    let too_large = || ParseError::TooLarge {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        max,
+    };
+    let n = match num(value.strip_prefix('+').unwrap_or(value)) {
+        Ok(n) => n,
+        Err(NumError::Overflow) => return Err(too_large()),
+        Err(NumError::Invalid) => {
+            return Err(ParseError::Number {
+                flag: flag.to_string(),
+                value: input.to_string(),
+                min,
+                max,
+            })
+        }
+    };
+    if n < min {
+        return Err(ParseError::TooSmall {
+            flag: flag.to_string(),
+            value: value.to_string(),
+            min,
+        });
+    }
+    if n > max {
+        return Err(too_large());
+    }
+    Ok(n)
+}
+
+/// [`parse_bounded`] for a `u32` option; `max` must fit in a `u32`.
+pub fn parse_bounded_u32(flag: &str, input: &str, min: u32, max: u32) -> Result<u32, ParseError> {
+    // In range by construction: `max` is a u32.
+    parse_bounded(flag, input, min.into(), max.into()).map(|n| n as u32)
 }
 
 /// Parses a Slurm time limit into seconds. `0` and `UNLIMITED`/`INFINITE` mean no limit (`None`).
+/// A limit over [`MAX_TIME_LIMIT_SECS`] (365 days) is refused, however large its numbers: the
+/// arithmetic is checked, so nothing wraps around into a short limit.
 pub fn parse_time_limit(input: &str) -> Result<Option<u64>, ParseError> {
     let err = || ParseError::Time(input.to_string());
+    let too_long = || ParseError::TimeTooLong(input.trim().to_string());
     let s = input.trim();
     if s.eq_ignore_ascii_case("unlimited") || s.eq_ignore_ascii_case("infinite") {
         return Ok(None);
     }
+    let component = |text: &str| match num(text) {
+        Ok(n) => Ok(n),
+        Err(NumError::Invalid) => Err(err()),
+        Err(NumError::Overflow) => Err(too_long()),
+    };
     let (days, rest) = match s.split_once('-') {
-        Some((d, r)) => (Some(num(d).ok_or_else(err)?), r),
+        Some((d, r)) => (Some(component(d)?), r),
         None => (None, s),
     };
-    let parts: Vec<u64> = rest
-        .split(':')
-        .map(num)
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(err)?;
-    let secs = match (days, parts.as_slice()) {
-        (None, [m]) => m * 60,
-        (None, [m, s]) => m * 60 + s,
-        (None, [h, m, s]) => h * 3600 + m * 60 + s,
-        (Some(d), [h]) => d * 86400 + h * 3600,
-        (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
-        (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
+    // Syntax first, so `1:2:3:4` is malformed rather than too long.
+    let texts: Vec<&str> = rest.split(':').collect();
+    if texts.iter().any(|t| num(t) == Err(NumError::Invalid)) {
+        return Err(err());
+    }
+    let parts = texts
+        .into_iter()
+        .map(component)
+        .collect::<Result<Vec<u64>, _>>()?;
+    let (d, h, m, sec) = match (days, parts.as_slice()) {
+        (None, [m]) => (0, 0, *m, 0),
+        (None, [m, s]) => (0, 0, *m, *s),
+        (None, [h, m, s]) => (0, *h, *m, *s),
+        (Some(d), [h]) => (d, *h, 0, 0),
+        (Some(d), [h, m]) => (d, *h, *m, 0),
+        (Some(d), [h, m, s]) => (d, *h, *m, *s),
         _ => return Err(err()),
     };
+    let secs = d
+        .checked_mul(86_400)
+        .and_then(|t| t.checked_add(h.checked_mul(3_600)?))
+        .and_then(|t| t.checked_add(m.checked_mul(60)?))
+        .and_then(|t| t.checked_add(sec))
+        .ok_or_else(too_long)?;
+    if secs > MAX_TIME_LIMIT_SECS {
+        return Err(too_long());
+    }
     Ok(if secs == 0 { None } else { Some(secs) })
 }
 
-/// Parses a memory size into MiB: `4096`, `512M`, `16G`, `1T`, `1048576K`.
+/// Parses a memory size into MiB: `4096`, `512M`, `16G`, `1T`, `1048576K`. More than
+/// [`MAX_MEM_MIB`] (1024T) is refused.
 pub fn parse_mem_mib(input: &str) -> Result<u64, ParseError> {
     let err = || ParseError::Size(input.to_string());
+    let too_large = || ParseError::SizeTooLarge(input.trim().to_string());
     let s = input.trim();
     let (digits, mult_kib) = match s.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
@@ -62,9 +170,17 @@ pub fn parse_mem_mib(input: &str) -> Result<u64, ParseError> {
         }
         _ => (s, 1024),
     };
-    let n = num(digits).ok_or_else(err)?;
-    let kib = n.checked_mul(mult_kib).ok_or_else(err)?;
-    Ok(kib.div_ceil(1024))
+    let n = match num(digits) {
+        Ok(n) => n,
+        Err(NumError::Invalid) => return Err(err()),
+        Err(NumError::Overflow) => return Err(too_large()),
+    };
+    let kib = n.checked_mul(mult_kib).ok_or_else(too_large)?;
+    let mib = kib.div_ceil(1024);
+    if mib > MAX_MEM_MIB {
+        return Err(too_large());
+    }
+    Ok(mib)
 }
 
 /// A byte count for messages: `812 B`, `3.2 KiB`, `4.1 MiB`, `1.5 GiB`. Rounds up at one
@@ -112,6 +228,88 @@ mod tests {
     }
 
     #[test]
+    fn time_limits_never_wrap_around() {
+        // 307445734561825861 minutes * 60 wraps a u64 to 44 seconds without checked arithmetic.
+        for huge in [
+            "307445734561825861",
+            "999999999999999999",
+            "99999999999999999999999",
+            "1:99999999999999999999",
+            "213503982334601-00",
+            "1-99999999999999999:00:00",
+            "0-0:0:18446744073709551615",
+            "525601",
+            "365-00:00:01",
+            "366-00",
+            "8761:00:00",
+        ] {
+            assert_eq!(
+                parse_time_limit(huge),
+                Err(ParseError::TimeTooLong(huge.to_string())),
+                "{huge}"
+            );
+        }
+        assert_eq!(
+            parse_time_limit("307445734561825861")
+                .unwrap_err()
+                .to_string(),
+            "time limit '307445734561825861' exceeds the maximum of 365 days (365-00:00:00)"
+        );
+        assert_eq!(
+            parse_time_limit("365-00:00:00"),
+            Ok(Some(MAX_TIME_LIMIT_SECS))
+        );
+        assert_eq!(parse_time_limit("525600"), Ok(Some(MAX_TIME_LIMIT_SECS)));
+        assert_eq!(parse_time_limit("0-0:0:0"), Ok(None));
+        // Malformed stays malformed, even with huge numbers in it.
+        assert_eq!(
+            parse_time_limit("99999999999999999999:x"),
+            Err(ParseError::Time("99999999999999999999:x".into()))
+        );
+    }
+
+    #[test]
+    fn bounded_numbers() {
+        assert_eq!(parse_bounded("--gpus", "8", 0, 100), Ok(8));
+        assert_eq!(parse_bounded("--gpus", " 0 ", 0, 100), Ok(0));
+        assert_eq!(parse_bounded_u32("--nodes", "+3", 1, 10), Ok(3));
+        assert_eq!(
+            parse_bounded_u32("--nodes", "0", 1, 10)
+                .unwrap_err()
+                .to_string(),
+            "--nodes must be at least 1 (got 0)"
+        );
+        assert_eq!(
+            parse_bounded_u32("--gpus", "4294967296", 0, MAX_GPUS)
+                .unwrap_err()
+                .to_string(),
+            "--gpus 4294967296 exceeds the maximum of 100000"
+        );
+        assert_eq!(
+            parse_bounded("--grace", "99999999999999999999999", 0, u32::MAX.into())
+                .unwrap_err()
+                .to_string(),
+            "--grace 99999999999999999999999 exceeds the maximum of 4294967295"
+        );
+        assert_eq!(
+            parse_bounded_u32("--cpus", "-1", 1, 8)
+                .unwrap_err()
+                .to_string(),
+            "invalid --cpus '-1': use a whole number from 1 to 8"
+        );
+        for bad in ["", "x", "1.5", "1e3", "0x10", "1 2", "++1"] {
+            assert!(
+                parse_bounded("--gpus", bad, 0, 100).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+        assert_eq!(
+            parse_bounded_u32("--x", "4294967295", 0, u32::MAX),
+            Ok(u32::MAX)
+        );
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_mem_mib("4096"), Ok(4096));
         assert_eq!(parse_mem_mib("16G"), Ok(16384));
@@ -121,5 +319,28 @@ mod tests {
         for bad in ["", "G", "-1G", "1.5G", "12Q", "99999999999999999999T"] {
             assert!(parse_mem_mib(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn sizes_never_wrap_around() {
+        for huge in [
+            "99999999999999999999",
+            "18014398509481985T",
+            "17592186044416G",
+            "1025T",
+            "1073741825",
+            "18446744073709551615K",
+        ] {
+            assert_eq!(
+                parse_mem_mib(huge),
+                Err(ParseError::SizeTooLarge(huge.to_string())),
+                "{huge}"
+            );
+        }
+        assert_eq!(parse_mem_mib("1024T"), Ok(MAX_MEM_MIB));
+        assert_eq!(
+            parse_mem_mib("1025T").unwrap_err().to_string(),
+            "memory size '1025T' exceeds the maximum of 1024T (1 PiB)"
+        );
     }
 }

@@ -5,7 +5,7 @@ use crate::agent::{Agent, AgentConfig};
 use crate::gpu::inventory;
 use crate::host;
 use crate::inventory::Inventory;
-use crate::launch::Launcher;
+use crate::launch::{Launcher, LauncherOptions};
 use anyhow::{bail, Context};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -64,8 +64,14 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         gpus,
     } = Inventory::new(&options, &config, gpus);
 
-    let (launcher, events) = Launcher::new(&spool_dir, &name)
-        .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;
+    if !config.node.allow_root_jobs {
+        tracing::info!("node {name}: jobs as root are refused (node.allow_root_jobs = false)");
+    }
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        allow_root_jobs: config.node.allow_root_jobs,
+        ..LauncherOptions::new(&spool_dir, &name)
+    })
+    .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;
     let recovery = launcher
         .recover()
         .await

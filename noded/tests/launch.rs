@@ -47,6 +47,17 @@ impl Fixture {
         (launcher, Events::new(events))
     }
 
+    /// A launcher of a node with `node.allow_root_jobs = false`.
+    fn launcher_refusing_root(&self) -> (Launcher, Events) {
+        let (launcher, events) = Launcher::with_options(LauncherOptions {
+            shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            allow_root_jobs: false,
+            ..LauncherOptions::new(self.spool.path(), NODE)
+        })
+        .unwrap();
+        (launcher, Events::new(events))
+    }
+
     fn workdir(&self) -> &Path {
         self.work.path()
     }
@@ -280,7 +291,10 @@ async fn stop_kills_the_whole_process_group() {
     let started = events.wait_for_start(201).await;
     assert!(matches!(
         launcher.launch(&fx.job(201, "true")),
-        Err(ysched_noded::launch::LaunchError::AlreadyRunning(201))
+        Err(ysched_noded::launch::LaunchError::AlreadyRunning {
+            job_id: 201,
+            restart_count: 0
+        })
     ));
     assert_eq!(launcher.running_jobs(), vec![201]);
     // Let the shell start both sleeps.
@@ -604,4 +618,267 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
     assert!(finished[0].error.is_empty());
     assert_eq!(finished[1].error, "lost: shepherd gone");
     assert!(launcher.running_jobs().is_empty());
+}
+
+/// `nobody`, when this test runs as root and the user exists; jobs as another user need root.
+fn nobody() -> Option<User> {
+    if !is_root() {
+        eprintln!("not root: running jobs as another user needs root; skipped");
+        return None;
+    }
+    let nobody = User::from_name("nobody").unwrap();
+    if nobody.is_none() {
+        eprintln!("no user nobody here; skipped");
+    }
+    nobody
+}
+
+fn as_user(mut job: pb::LaunchJob, user: &User) -> pb::LaunchJob {
+    job.user = user.name.clone();
+    job.uid = user.uid.as_raw();
+    job.gid = user.gid.as_raw();
+    job
+}
+
+#[tokio::test]
+async fn root_jobs_are_refused_when_the_node_does_not_allow_them() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher_refusing_root();
+    // uid 0, whoever runs the test: the refusal comes before anything is resolved.
+    let mut job = fx.job(1101, "#!/bin/sh\necho ran\n");
+    job.user = "root".into();
+    job.uid = 0;
+    job.gid = 0;
+    job.restart_count = 2;
+    launcher.launch(&job).unwrap();
+    let outcome = events.wait_for_end(1101).await;
+    assert!(outcome.started.is_none());
+    let finished = outcome.finished;
+    assert_eq!(
+        finished.error,
+        "node n1 refuses to run jobs as root (node.allow_root_jobs = false)"
+    );
+    assert_eq!(finished.restart_count, 2, "the refused run is named");
+    assert_eq!(finished.exit_code, None);
+    assert!(
+        !fx.workdir().join("ysched-1101.out").exists(),
+        "nothing ran"
+    );
+    assert!(!fx.spool.path().join("jobs/1101/script").exists());
+    // Kept in the spool and reported until acknowledged, like any other end.
+    assert_eq!(launcher.unacked_finished(), vec![finished]);
+    launcher.ack(1101).unwrap();
+    assert!(launcher.unacked_finished().is_empty());
+
+    // Other users' jobs run as usual.
+    let other = match nobody() {
+        Some(nobody) => as_user(fx.job(1102, "#!/bin/sh\necho ran\n"), &nobody),
+        None if !is_root() => fx.job(1102, "#!/bin/sh\necho ran\n"),
+        None => return,
+    };
+    launcher.launch(&other).unwrap();
+    let finished = events.wait_for_end(1102).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    assert_eq!(fx.output("ysched-1102.out"), "ran\n");
+}
+
+#[tokio::test]
+async fn another_run_of_a_job_still_running_is_refused_and_reported() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    launcher
+        .launch(&fx.job(1201, "#!/bin/sh\nsleep 100\n"))
+        .unwrap();
+    events.wait_for_start(1201).await;
+    // The same run again: ignored, nothing reported.
+    assert!(launcher.launch(&fx.job(1201, "true")).is_err());
+    // A later run while the earlier one is still here: that run ends at once, with an error.
+    let mut later = fx.job(1201, "true");
+    later.restart_count = 1;
+    launcher.launch(&later).unwrap();
+    let refused = |events: &Events| {
+        events.seen.iter().find_map(|e| match e {
+            JobEvent::Finished(f) if f.job_id == 1201 && f.restart_count == 1 => Some(f.clone()),
+            _ => None,
+        })
+    };
+    events
+        .until("refusal of run 1", |events| refused(events).is_some())
+        .await;
+    let finished = refused(&events).unwrap();
+    assert!(
+        finished.error.contains("still runs run 0 of job 1201"),
+        "{finished:?}"
+    );
+    assert_eq!(launcher.running_jobs(), vec![1201], "run 0 goes on");
+    assert!(
+        launcher.unacked_finished().is_empty(),
+        "run 0's spool directory is left alone"
+    );
+    events.seen.clear();
+    assert!(launcher.stop(1201, 1));
+    let ended = events.wait_for_end(1201).await.finished;
+    assert_eq!(ended.restart_count, 0);
+    assert!(ended.stop_requested, "{ended:?}");
+}
+
+/// Runs `program args` as uid/gid 1 (`daemon` on most systems): another unprivileged user.
+fn as_other_user(program: &str, args: &[&Path]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new(program)
+        .args(args)
+        .uid(1)
+        .gid(1)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn scripts_and_environments_in_the_spool_are_private() {
+    let Some(nobody) = nobody() else { return };
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    // With an interpreter line (exec'd directly) and without (run by /bin/sh).
+    let mut with_shebang = as_user(
+        fx.job(1301, "#!/bin/sh\necho \"secret=$SECRET\"\nsleep 1\n"),
+        &nobody,
+    );
+    with_shebang.env.insert("SECRET".into(), "hunter2".into());
+    let without = as_user(fx.job(1302, "echo plain\nsleep 1\n"), &nobody);
+    launcher.launch(&with_shebang).unwrap();
+    launcher.launch(&without).unwrap();
+    events.wait_for_start(1301).await;
+    events.wait_for_start(1302).await;
+
+    let jobs = fx.spool.path().join("jobs");
+    let dir = jobs.join("1301");
+    for file in ["script", "state.json", "shepherd.log", "pid"] {
+        let path = dir.join(file);
+        let out = as_other_user("cat", &[&path]);
+        assert!(
+            !out.status.success(),
+            "uid 1 read {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    for listed in [&jobs, &dir] {
+        assert!(
+            !as_other_user("ls", &[listed]).status.success(),
+            "uid 1 listed {}",
+            listed.display()
+        );
+    }
+    let meta = std::fs::metadata(dir.join("script")).unwrap();
+    assert_eq!(meta.uid(), nobody.uid.as_raw());
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    let meta = std::fs::metadata(dir.join("state.json")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+
+    // And the jobs still run, as nobody, from their scripts.
+    for job_id in [1301, 1302] {
+        let finished = events.wait_for_end(job_id).await.finished;
+        assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    }
+    assert_eq!(fx.output("ysched-1301.out"), "secret=hunter2\n");
+    assert_eq!(fx.output("ysched-1302.out"), "plain\n");
+}
+
+#[tokio::test]
+async fn paths_are_checked_as_the_job_user() {
+    let Some(nobody) = nobody() else { return };
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    // A directory only root may enter, with something in it.
+    let secret = fx.workdir().join("secret");
+    std::fs::create_dir_all(secret.join("exists")).unwrap();
+    std::fs::write(secret.join("exists/interp"), b"").unwrap();
+    std::fs::set_permissions(
+        secret.join("exists/interp"),
+        PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(&secret, PermissionsExt::from_mode(0o700)).unwrap();
+    let existing = secret.join("exists");
+    let missing = secret.join("missing");
+
+    // The working directory.
+    let mut ids = Vec::new();
+    for (job_id, workdir) in [(1401, &existing), (1402, &missing)] {
+        let mut job = as_user(fx.job(job_id, "#!/bin/sh\ntrue\n"), &nobody);
+        job.workdir = workdir.to_string_lossy().into_owned();
+        launcher.launch(&job).unwrap();
+        ids.push((job_id, workdir.clone()));
+    }
+    // The script's interpreter.
+    for (job_id, interpreter) in [
+        (1403, existing.join("interp")),
+        (1404, missing.join("interp")),
+    ] {
+        let script = format!("#!{}\n", interpreter.display());
+        launcher
+            .launch(&as_user(fx.job(job_id, &script), &nobody))
+            .unwrap();
+        ids.push((job_id, interpreter));
+    }
+    let mut errors = Vec::new();
+    for (job_id, path) in ids {
+        let outcome = events.wait_for_end(job_id).await;
+        assert!(outcome.started.is_none());
+        let error = outcome.finished.error;
+        assert!(error.contains(&*path.to_string_lossy()), "{error}");
+        errors.push(error.replace(&*path.to_string_lossy(), "PATH"));
+    }
+    assert_eq!(
+        errors[0], errors[1],
+        "an existing and a missing working directory look the same"
+    );
+    assert!(errors[0].contains("Permission denied"), "{}", errors[0]);
+    assert_eq!(
+        errors[2], errors[3],
+        "an existing and a missing interpreter look the same"
+    );
+    assert!(errors[2].contains("Permission denied"), "{}", errors[2]);
+}
+
+#[tokio::test]
+async fn fallback_checkpoint_directory_is_made_for_the_job_user() {
+    let Some(nobody) = nobody() else { return };
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    // A job id no real cluster on this host is likely to have reached.
+    let job_id = 9_000_000_000_000 + u64::from(std::process::id());
+    let root = Path::new(ysched_noded::launch::FALLBACK_CHECKPOINT_ROOT);
+    let dir = root.join(job_id.to_string());
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut job = as_user(
+        fx.job(
+            job_id,
+            "#!/bin/sh\necho \"ck=$YS_CHECKPOINT_DIR\" && echo x > \"$YS_CHECKPOINT_DIR/ck\"\n",
+        ),
+        &nobody,
+    );
+    job.checkpoint_dir = dir.to_string_lossy().into_owned();
+    launcher.launch(&job).unwrap();
+    let finished = events.wait_for_end(job_id).await.finished;
+    // A failed check is re-raised only after the directory is removed.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+        assert_eq!(
+            fx.output(&format!("ysched-{job_id}.out")),
+            format!("ck={}\n", dir.display())
+        );
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.uid(), nobody.uid.as_raw());
+        assert_eq!(meta.mode() & 0o7777, 0o700);
+        let meta = std::fs::symlink_metadata(root).unwrap();
+        assert_eq!(meta.uid(), 0);
+        assert_eq!(meta.mode() & 0o022, 0, "only root writes the fallback root");
+        assert!(!as_other_user("cat", &[&dir.join("ck")]).status.success());
+    }));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }

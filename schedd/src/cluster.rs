@@ -217,6 +217,8 @@ impl Cluster {
         spec: pb::JobSpec,
     ) -> ApiResult<JobId> {
         self.writable()?;
+        // Looked at before the lock: a home on a hanging automount must stall only this caller.
+        let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
         let wanted_tier = spec.tier.clone();
         let job = 'locked: {
             let mut st = lock(&self.state);
@@ -227,11 +229,12 @@ impl Cluster {
                 };
             let id = JobId(st.next_job_id);
             let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-            let checkpoint_dir = submit::checkpoint_dir(
+            let checkpoint_dir = submit::checkpoint_dir_with(
                 &spec,
                 id.0,
                 &self.config.scheduler.checkpoint_root,
                 home.as_deref(),
+                |_| home_exists,
             );
             let now = now_ms();
             let job = Job {
@@ -578,6 +581,10 @@ impl Cluster {
             return Err(ApiError::Denied(
                 "only root may drain or resume nodes".into(),
             ));
+        }
+        if let Some(reason) = &reason {
+            ysched_common::text::check_printable("drain reason", reason)
+                .map_err(ApiError::Invalid)?;
         }
         self.writable()?;
         {
@@ -1084,18 +1091,17 @@ impl Cluster {
                 _ => {}
             }
             store_full = full;
-            match (silent, res) {
-                (_, Ok(changed)) if !changed.is_empty() => {
-                    if self.commit().await.is_ok() {
-                        self.changed(changed);
-                    }
-                }
-                (Err(e), _) if store_full.is_none() => {
+            match &silent {
+                Err(e) if store_full.is_none() => {
                     tracing::error!("node timeout check failed: {e:?}")
                 }
-                (_, Err(e)) if store_full.is_none() => {
-                    tracing::error!("scheduling pass failed: {e:?}")
+                _ => {}
+            }
+            match res {
+                Ok(changed) if !changed.is_empty() && self.commit().await.is_ok() => {
+                    self.changed(changed)
                 }
+                Err(e) if store_full.is_none() => tracing::error!("scheduling pass failed: {e:?}"),
                 _ => {}
             }
             // Under a burst of events, passes would run back to back and hold the state lock
@@ -1145,7 +1151,10 @@ impl Cluster {
                 {
                     // It was being cancelled: that is how it ends, whatever became of the node.
                     job.state = JobState::Cancelled;
-                    job.reason = format!("cancelled by {by} (node {} not responding)", nodes.join(","));
+                    job.reason = format!(
+                        "cancelled by {by} (node {} not responding)",
+                        nodes.join(",")
+                    );
                 } else {
                     job.state = JobState::NodeFail;
                     job.reason = format!("node {} not responding", nodes.join(","));

@@ -17,7 +17,41 @@ pub fn validate(
     config: &Config,
     nodes: &BTreeMap<String, Node>,
 ) -> Result<(JobSpec, Payload, u32), ApiError> {
+    use ysched_common::parse;
+    use ysched_common::text::check_printable;
     let invalid = ApiError::Invalid;
+    // Names and accounts are printed by `yq` and friends on other users' terminals.
+    check_printable("job name", &wire.name).map_err(invalid)?;
+    check_printable("account", &wire.account).map_err(invalid)?;
+    // The same bounds `ysub` enforces, for clients that bypass it.
+    for (flag, value, max) in [
+        ("--gpus", u64::from(wire.gpus), u64::from(parse::MAX_GPUS)),
+        (
+            "--nodes",
+            u64::from(wire.nodes),
+            u64::from(parse::MAX_NODES),
+        ),
+        ("--cpus", u64::from(wire.cpus), u64::from(parse::MAX_CPUS)),
+    ] {
+        if value > max {
+            return Err(invalid(format!(
+                "{flag} {value} exceeds the maximum of {max}"
+            )));
+        }
+    }
+    if wire.mem_mib > parse::MAX_MEM_MIB {
+        return Err(invalid(format!(
+            "--mem {}M exceeds the maximum of 1024T",
+            wire.mem_mib
+        )));
+    }
+    if wire.time_limit_secs > parse::MAX_TIME_LIMIT_SECS {
+        return Err(invalid(format!(
+            "time limit of {} seconds exceeds the maximum of 365 days ({} seconds)",
+            wire.time_limit_secs,
+            parse::MAX_TIME_LIMIT_SECS
+        )));
+    }
     // Tier names match case-insensitively, whatever case the config spells them in.
     let tier_name = if wire.tier.trim().is_empty() {
         config.scheduler.default_tier.clone()
@@ -141,38 +175,45 @@ pub fn validate(
     ))
 }
 
-/// The one size limit for what a job carries to its node: the script, and the environment
-/// (names and values together), each at most `scheduler.max_script_mib`.
+/// The one size limit for what a job carries to its node (see
+/// [`Config::check_payload_size`]).
 pub fn check_payload_size(wire: &pb::JobSpec, config: &Config) -> Result<(), String> {
-    let limit = config.max_script_bytes();
-    let script = wire.script.len() as u64;
-    let env: u64 = wire
-        .env
-        .iter()
-        .map(|(k, v)| (k.len() + v.len() + 2) as u64)
-        .sum();
-    for (what, size) in [("script", script), ("environment", env)] {
-        if size > limit {
-            return Err(format!(
-                "{what} is {}; the limit is {} MiB (scheduler.max_script_mib)",
-                ysched_common::parse::format_size(size),
-                config.scheduler.max_script_mib
-            ));
-        }
-    }
-    Ok(())
+    config.check_payload_size(&wire.script, &wire.env)
 }
 
+pub use ysched_common::config::FALLBACK_CHECKPOINT_ROOT;
+
 /// The checkpoint directory for a job: its own `--checkpoint-dir`, else
-/// `<checkpoint_root>/<id>` with `~` as the owner's home.
+/// `<checkpoint_root>/<id>` with `~` as the owner's home. An owner without a usable home (none
+/// known, `/`, or a directory that does not exist, as `nobody`'s `/nonexistent`) gets
+/// `<FALLBACK_CHECKPOINT_ROOT>/<id>` instead of a path no job of theirs could create.
 pub fn checkpoint_dir(spec: &JobSpec, id: u64, root: &str, owner_home: Option<&Path>) -> String {
+    checkpoint_dir_with(spec, id, root, owner_home, Path::is_dir)
+}
+
+/// [`checkpoint_dir`] with the test for an existing home given (schedd checks the home before
+/// taking its state lock: a hanging automounted home must not stall every request).
+pub fn checkpoint_dir_with(
+    spec: &JobSpec,
+    id: u64,
+    root: &str,
+    owner_home: Option<&Path>,
+    home_exists: impl Fn(&Path) -> bool,
+) -> String {
     if let Some(dir) = &spec.checkpoint_dir {
         return dir.clone();
     }
-    let root = match (root.strip_prefix('~'), owner_home) {
-        (Some(rest), Some(home)) => format!("{}{rest}", home.display()),
-        (Some(rest), None) => format!("/tmp{rest}"),
-        (None, _) => root.to_string(),
+    let root = match root.strip_prefix('~') {
+        Some(rest) => {
+            let home = owner_home
+                .filter(|home| home.is_absolute() && *home != Path::new("/"))
+                .filter(|home| home_exists(home));
+            match home {
+                Some(home) => format!("{}{rest}", home.display()),
+                None => FALLBACK_CHECKPOINT_ROOT.to_string(),
+            }
+        }
+        None => root.to_string(),
     };
     format!("{}/{id}", root.trim_end_matches('/'))
 }
@@ -201,4 +242,54 @@ fn who_may(tier: &ysched_common::TierConfig) -> String {
         parts.push(format!("members of {}", tier.allow_groups.join(", ")));
     }
     format!("allowed: {}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod checkpoint_dir_tests {
+    use super::*;
+
+    fn spec(dir: Option<&str>) -> JobSpec {
+        JobSpec {
+            checkpoint_dir: dir.map(str::to_string),
+            ..JobSpec::default()
+        }
+    }
+
+    #[test]
+    fn home_root_falls_back_when_the_home_is_missing() {
+        let exists = |home: &Path| home == Path::new("/home/alice");
+        let dir = |root, home: Option<&str>| {
+            checkpoint_dir_with(&spec(None), 7, root, home.map(Path::new), exists)
+        };
+        let root = "~/.ysched/checkpoints";
+        assert_eq!(
+            dir(root, Some("/home/alice")),
+            "/home/alice/.ysched/checkpoints/7"
+        );
+        // nobody's home on Debian, on RHEL, and a uid unknown to schedd's host.
+        for home in [Some("/nonexistent"), Some("/"), None] {
+            assert_eq!(dir(root, home), "/var/tmp/ysched-checkpoints/7", "{home:?}");
+        }
+        // A root outside the home is taken as it is, home or not.
+        assert_eq!(dir("/shared/ck/", None), "/shared/ck/7");
+        // The job's own --checkpoint-dir always wins.
+        assert_eq!(
+            checkpoint_dir_with(&spec(Some("/x/ck")), 7, root, None, exists),
+            "/x/ck"
+        );
+    }
+
+    #[test]
+    fn the_real_home_test_sees_existing_directories() {
+        let tmp = std::env::temp_dir();
+        let root = "~/ck";
+        assert_eq!(
+            checkpoint_dir(&spec(None), 3, root, Some(&tmp)),
+            format!("{}/ck/3", tmp.display())
+        );
+        assert_eq!(
+            checkpoint_dir(&spec(None), 3, root, Some(Path::new("/nonexistent/x"))),
+            "/var/tmp/ysched-checkpoints/3"
+        );
+    }
 }

@@ -309,7 +309,16 @@ impl TestCluster {
         let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
         let spool = self.dir.path().join("spool").join(format!("{name}-dup"));
         self.command("noded")
-            .args(["-v", "--name", name, "--cpus", "64", "--mem", "512G", "--fake-gpus"])
+            .args([
+                "-v",
+                "--name",
+                name,
+                "--cpus",
+                "64",
+                "--mem",
+                "512G",
+                "--fake-gpus",
+            ])
             .arg(&gpus)
             .arg("--spool-dir")
             .arg(&spool)

@@ -55,7 +55,8 @@ fn plaintext_squatter(listener: TcpListener, stop: Arc<AtomicBool>) -> Arc<Mutex
             match listener.accept() {
                 Ok((mut s, _)) => {
                     s.set_nonblocking(false).unwrap();
-                    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+                    s.set_read_timeout(Some(Duration::from_millis(500)))
+                        .unwrap();
                     // The server preface of HTTP/2: an empty SETTINGS frame.
                     let _ = s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
                     let mut buf = [0u8; 4096];
@@ -139,10 +140,19 @@ fn agents_refuse_a_squatter_on_the_agent_port_and_never_send_it_the_key() {
     stop.store(true, Ordering::SeqCst);
     let bytes = seen.lock().unwrap().clone();
     assert!(!bytes.is_empty(), "the agent never tried the squatter");
-    assert_eq!(bytes[0], 0x16, "the agent's first byte is not a TLS handshake");
+    assert_eq!(
+        bytes[0], 0x16,
+        "the agent's first byte is not a TLS handshake"
+    );
     let text = String::from_utf8_lossy(&bytes);
-    assert!(!text.contains(&key), "the cluster key reached the plaintext squatter");
-    assert!(!text.contains("authorization"), "a gRPC request reached the squatter");
+    assert!(
+        !text.contains(&key),
+        "the cluster key reached the plaintext squatter"
+    );
+    assert!(
+        !text.contains("authorization"),
+        "a gRPC request reached the squatter"
+    );
     assert!(log(&c, "noded-n1").contains("the cluster key was not sent"));
     std::thread::sleep(Duration::from_millis(700)); // the squatter thread lets go of the port
 
@@ -152,7 +162,10 @@ fn agents_refuse_a_squatter_on_the_agent_port_and_never_send_it_the_key() {
     wait_log(&c, "noded-n1", "not signed by the cluster CA");
     stop.store(true, Ordering::SeqCst);
     let (handshakes, bytes) = seen.lock().unwrap().clone();
-    assert_eq!(handshakes, 0, "the agent completed a handshake with another CA's server");
+    assert_eq!(
+        handshakes, 0,
+        "the agent completed a handshake with another CA's server"
+    );
     assert!(bytes.is_empty());
     std::thread::sleep(Duration::from_millis(300));
 
@@ -171,7 +184,11 @@ fn schedd_refuses_plaintext_and_wrong_ca_agents_with_a_log_line() {
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 64];
-    assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "schedd answered a plaintext client");
+    assert_eq!(
+        s.read(&mut buf).unwrap_or(0),
+        0,
+        "schedd answered a plaintext client"
+    );
     wait_log(&c, "schedd", "it does not speak TLS");
 
     // A TLS client that pins another CA refuses schedd's certificate; schedd logs it.
@@ -185,7 +202,10 @@ fn schedd_refuses_plaintext_and_wrong_ca_agents_with_a_log_line() {
         use rustls_pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         roots
-            .add(rustls_pki_types::CertificateDer::from_pem_slice(other_ca.cert_pem.as_bytes()).unwrap())
+            .add(
+                rustls_pki_types::CertificateDer::from_pem_slice(other_ca.cert_pem.as_bytes())
+                    .unwrap(),
+            )
             .unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -194,12 +214,18 @@ fn schedd_refuses_plaintext_and_wrong_ca_agents_with_a_log_line() {
             .with_root_certificates(roots)
             .with_no_client_auth();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let name = rustls_pki_types::ServerName::try_from(ysched_common::tls::SCHEDD_TLS_NAME).unwrap();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name =
+            rustls_pki_types::ServerName::try_from(ysched_common::tls::SCHEDD_TLS_NAME).unwrap();
         connector.connect(name, tcp).await.map(|_| ())
     });
     let err = result.expect_err("a client pinning another CA accepted schedd");
-    assert!(err.to_string().contains("invalid peer certificate"), "{err}");
+    assert!(
+        err.to_string().contains("invalid peer certificate"),
+        "{err}"
+    );
     wait_log(&c, "schedd", "TLS handshake failed");
     // The real agent is unaffected.
     assert_eq!(c.nodes()[0]["state"], "IDLE");
@@ -232,16 +258,26 @@ fn a_script_just_under_the_limit_runs_and_one_over_is_refused_with_the_limit() {
         .current_dir(&c.work)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     c.wait_state(id, "COMPLETED", SECS(30));
     assert_eq!(std::fs::read_to_string(c.path("big.out")).unwrap(), "ran\n");
 
-    let over = c.script("over.sh", &format!("#!/bin/sh\n{}", filler.repeat(4 * 1024 + 1)));
+    let over = c.script(
+        "over.sh",
+        &format!("#!/bin/sh\n{}", filler.repeat(4 * 1024 + 1)),
+    );
     let out = c.run("ysub", &[over.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = ysched_tests::stderr(&out);
-    assert!(err.contains("script is 4.1 MiB; the limit is 4 MiB"), "{err}");
+    assert!(
+        err.contains("script is 4.1 MiB; the limit is 4 MiB"),
+        "{err}"
+    );
     assert_eq!(c.jobs().len(), 1, "the refused script was queued");
 }
 
@@ -253,14 +289,22 @@ fn a_cancel_is_never_lost_whatever_became_of_the_launch() {
     let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]);
     c.signal_agent("n1", SIGSTOP);
     let marker = c.path("ran");
-    let id = c.submit(&["-G", "1", "--wrap", &format!("touch {}; sleep 30", marker.display())]);
+    let id = c.submit(&[
+        "-G",
+        "1",
+        "--wrap",
+        &format!("touch {}; sleep 30", marker.display()),
+    ]);
     c.wait_state(id, "RUNNING", SECS(10));
     let out = c.run("ycancel", &[&id.to_string()]);
     assert!(out.status.success(), "{}", ysched_tests::stderr(&out));
     c.stop_agent("n1", SIGKILL);
     c.start_agent("n1");
     let job = c.wait_state(id, "CANCELLED", SECS(20));
-    assert!(job["reason"].as_str().unwrap().contains("cancelled by"), "{job}");
+    assert!(
+        job["reason"].as_str().unwrap().contains("cancelled by"),
+        "{job}"
+    );
     // It stays cancelled: never requeued, never started.
     std::thread::sleep(SECS(2));
     assert_eq!(state(&c, id), "CANCELLED");
@@ -367,7 +411,11 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     let out = c.run("yctl", &["show", "job", &a.to_string(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
-        v["events"].as_array().unwrap().iter().any(|e| e["kind"] == "leftover_gone"),
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "leftover_gone"),
         "{v}"
     );
 }
@@ -400,11 +448,7 @@ fn every_listing_shows_every_job_exactly_once_while_jobs_end() {
     });
     let mut listings = 0;
     while !canceller.is_finished() || listings < 20 {
-        let mut seen: Vec<u64> = c
-            .jobs()
-            .iter()
-            .map(|j| j["id"].as_u64().unwrap())
-            .collect();
+        let mut seen: Vec<u64> = c.jobs().iter().map(|j| j["id"].as_u64().unwrap()).collect();
         seen.sort();
         assert_eq!(seen, ids, "a listing lost or repeated a job");
         listings += 1;
@@ -423,7 +467,10 @@ struct Mounted(std::path::PathBuf);
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -447,21 +494,24 @@ fn a_full_state_disk_refuses_requests_cleanly_and_recovers_when_space_is_back() 
     );
     // Move the state onto a small file system of its own.
     c.stop_schedd(SIGTERM);
-    let state = c.dir.path().join("state");
+    let state_dir = c.dir.path().join("state");
     let saved = c.dir.path().join("state.saved");
-    std::fs::rename(&state, &saved).unwrap();
-    std::fs::create_dir(&state).unwrap();
+    std::fs::rename(&state_dir, &saved).unwrap();
+    std::fs::create_dir(&state_dir).unwrap();
     let ok = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-        .arg(&state)
+        .arg(&state_dir)
         .status()
         .unwrap();
-    assert!(ok.success(), "cannot mount a tmpfs (the suite runs as root)");
-    let _mounted = Mounted(state.clone());
+    assert!(
+        ok.success(),
+        "cannot mount a tmpfs (the suite runs as root)"
+    );
+    let _mounted = Mounted(state_dir.clone());
     let ok = std::process::Command::new("cp")
         .arg("-a")
         .arg(format!("{}/.", saved.display()))
-        .arg(&state)
+        .arg(&state_dir)
         .status()
         .unwrap();
     assert!(ok.success());
@@ -473,7 +523,7 @@ fn a_full_state_disk_refuses_requests_cleanly_and_recovers_when_space_is_back() 
     let held = c.submit(&["--hold", "--wrap", "true"]);
     c.wait_state(running, "RUNNING", SECS(10));
     std::thread::sleep(SECS(1));
-    let filler = fill(&state);
+    let filler = fill(&state_dir);
 
     let out = c.run("ysub", &["--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));

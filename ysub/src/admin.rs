@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::process::ExitCode;
+use ysched_common::text::{check_printable, escape_for_terminal};
 use ysched_common::time::now_ms;
 use ysched_common::time::rfc3339;
 use ysched_proto::{
@@ -98,15 +99,15 @@ pub enum ShowCommand {
 
 /// The `yctl` binary.
 pub fn main() -> ExitCode {
-    let cli = YctlCli::parse();
-    client::run_tool("yctl", || run(cli))
+    match client::parse_args::<YctlCli>("yctl") {
+        Ok(cli) => client::run_tool("yctl", || run(cli)),
+        Err(code) => code,
+    }
 }
 
 pub async fn run(cli: YctlCli) -> Result<ExitCode> {
     if let Command::Drain { reason, .. } = &cli.command {
-        if reason.trim().is_empty() {
-            return Err(anyhow!("--reason must not be empty"));
-        }
+        check_drain_reason(reason)?;
     }
     let (mut client, _) = client::connect_from_config().await?;
     match cli.command {
@@ -204,6 +205,15 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A drain reason must say something, and it is shown to everyone by `yctl nodes` and
+/// `yctl show job`: no control characters.
+pub fn check_drain_reason(reason: &str) -> Result<()> {
+    if reason.trim().is_empty() {
+        return Err(anyhow!("--reason must not be empty"));
+    }
+    check_printable("drain reason", reason).map_err(|e| anyhow!(e))
+}
+
 /// A node by name from the full list: there is no single-node RPC, and the list is small.
 fn find_node<'a>(nodes: &'a [NodeInfo], name: &str) -> Result<&'a NodeInfo> {
     nodes
@@ -226,14 +236,14 @@ pub fn format_audit_table(entries: &[AuditEntry]) -> String {
     for entry in entries {
         table.push_row([
             Cow::Owned(rfc3339(entry.time_ms)),
-            Cow::Borrowed(entry.user.as_str()),
-            Cow::Borrowed(entry.action.as_str()),
+            escape_for_terminal(&entry.user),
+            escape_for_terminal(&entry.action),
             if entry.job_id == 0 {
                 Cow::Borrowed("-")
             } else {
                 Cow::Owned(entry.job_id.to_string())
             },
-            Cow::Borrowed(entry.detail.as_str()),
+            escape_for_terminal(&entry.detail),
         ]);
     }
     let mut out = String::new();
@@ -343,6 +353,46 @@ mod tests {
             serde_json::to_value(audit_to_json(&entries[0])).unwrap()["job_id"],
             serde_json::Value::Null
         );
+    }
+
+    #[test]
+    fn audit_text_is_escaped() {
+        let entry = AuditEntry {
+            time_ms: 1_767_225_600_000,
+            user: "eve\x1b[2J".into(),
+            action: "submit-refused".into(),
+            detail: "job name \"a\nb\"\u{202e}".into(),
+            ..Default::default()
+        };
+        let out = format_audit_table(std::slice::from_ref(&entry));
+        assert_eq!(out.lines().count(), 2, "{out}");
+        assert!(
+            !out.contains('\x1b') && !out.contains('\u{202e}'),
+            "{out:?}"
+        );
+        assert!(
+            out.contains("eve\\x1b[2J  submit-refused    -  job name \"a\\nb\"\\u{202e}"),
+            "{out}"
+        );
+        assert_eq!(
+            serde_json::to_value(audit_to_json(&entry)).unwrap()["user"],
+            "eve\x1b[2J"
+        );
+    }
+
+    #[test]
+    fn drain_reasons_must_be_printable() {
+        assert!(check_drain_reason("fan replaced, Ünïcode ok").is_ok());
+        assert_eq!(
+            check_drain_reason("  ").unwrap_err().to_string(),
+            "--reason must not be empty"
+        );
+        assert_eq!(
+            check_drain_reason("bad\nfan").unwrap_err().to_string(),
+            "drain reason \"bad\\nfan\" contains a control character (U+000A); reasons may \
+             not contain control characters"
+        );
+        assert!(check_drain_reason("x\u{2029}").is_err());
     }
 
     #[test]

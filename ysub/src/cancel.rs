@@ -37,8 +37,10 @@ pub fn cancel_request(cli: &YcancelCli) -> Result<CancelRequest> {
 
 /// The `ycancel` binary.
 pub fn main() -> ExitCode {
-    let cli = YcancelCli::parse();
-    client::run_tool("ycancel", || run(cli))
+    match client::parse_args::<YcancelCli>("ycancel") {
+        Ok(cli) => client::run_tool("ycancel", || run(cli)),
+        Err(code) => code,
+    }
 }
 
 pub async fn run(cli: YcancelCli) -> Result<ExitCode> {

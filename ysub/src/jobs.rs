@@ -8,6 +8,7 @@ use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::sync::LazyLock;
+use ysched_common::text::escape_for_terminal;
 use ysched_common::time::{format_elapsed, rfc3339, Millis};
 use ysched_common::JobState;
 use ysched_proto::{JobDetail, JobEvent, JobInfo, JobSpec, NodeAlloc};
@@ -78,7 +79,8 @@ pub fn format_job_table(jobs: &[JobInfo], now_ms: Millis, header: bool) -> Strin
 }
 
 /// A job as a `yq` line. Cells are written straight from the record: a queue of ten thousand
-/// jobs must list in milliseconds.
+/// jobs must list in milliseconds. Text cells go through [`escape_for_terminal`], which borrows
+/// unless there is something to escape.
 struct JobRow<'a> {
     job: &'a JobInfo,
     /// Only running or finished jobs need a formatted time; waiting ones share "0:00".
@@ -105,22 +107,22 @@ impl Row for JobRow<'_> {
         let job = self.job;
         match column {
             0 => decimal_width(job.id),
-            1 => display_width(&job.name),
-            2 => display_width(&job.user),
-            3 => display_width(&job.tier),
-            4 => display_width(&job.state),
+            1 => display_width(&escape_for_terminal(&job.name)),
+            2 => display_width(&escape_for_terminal(&job.user)),
+            3 => display_width(&escape_for_terminal(&job.tier)),
+            4 => display_width(&escape_for_terminal(&job.state)),
             5 => self.time.len(),
             6 => decimal_width(self.gpus.into()),
             _ if !job.alloc.is_empty() => {
                 job.alloc
                     .iter()
-                    .map(|a| display_width(&a.node))
+                    .map(|a| display_width(&escape_for_terminal(&a.node)))
                     .sum::<usize>()
                     + job.alloc.len()
                     - 1
             }
             _ if job.reason.is_empty() => "(None)".len(),
-            _ => display_width(&job.reason) + 2,
+            _ => display_width(&escape_for_terminal(&job.reason)) + 2,
         }
     }
 
@@ -128,10 +130,10 @@ impl Row for JobRow<'_> {
         let job = self.job;
         match column {
             0 => push_decimal(out, job.id),
-            1 => out.push_str(&job.name),
-            2 => out.push_str(&job.user),
-            3 => out.push_str(&job.tier),
-            4 => out.push_str(&job.state),
+            1 => out.push_str(&escape_for_terminal(&job.name)),
+            2 => out.push_str(&escape_for_terminal(&job.user)),
+            3 => out.push_str(&escape_for_terminal(&job.tier)),
+            4 => out.push_str(&escape_for_terminal(&job.state)),
             5 => out.push_str(&self.time),
             6 => push_decimal(out, self.gpus.into()),
             _ if !job.alloc.is_empty() => {
@@ -139,13 +141,13 @@ impl Row for JobRow<'_> {
                     if i > 0 {
                         out.push(',');
                     }
-                    out.push_str(&alloc.node);
+                    out.push_str(&escape_for_terminal(&alloc.node));
                 }
             }
             _ if job.reason.is_empty() => out.push_str("(None)"),
             _ => {
                 out.push('(');
-                out.push_str(&job.reason);
+                out.push_str(&escape_for_terminal(&job.reason));
                 out.push(')');
             }
         }
@@ -475,7 +477,8 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             if j > 0 {
                 out.push(' ');
             }
-            let _ = write!(out, "{key}={value}");
+            // Every value may hold what a user typed (names, paths, reasons, arguments).
+            let _ = write!(out, "{key}={}", escape_for_terminal(value));
         }
         out.push('\n');
     }
@@ -487,8 +490,8 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
     for event in &detail.events {
         table.push_row([
             Cow::Owned(time(event.time_ms)),
-            Cow::Borrowed(event.kind.as_str()),
-            Cow::Borrowed(event.detail.as_str()),
+            escape_for_terminal(&event.kind),
+            escape_for_terminal(&event.detail),
         ]);
     }
     let mut events = String::new();
@@ -662,6 +665,63 @@ pub(crate) mod tests {
         }
         assert_eq!(format_job_table(&[], now, false), "");
         assert_eq!(format_job_table(&[], now, true).lines().count(), 1);
+    }
+
+    #[test]
+    fn table_escapes_control_characters_and_keeps_unicode() {
+        let mut evil = running_job();
+        evil.name = "x\x1b[2J\nforged".into();
+        evil.alloc[1].node = "gpu\u{202e}20".into();
+        let mut wide = pending_job();
+        wide.name = "训练-é".into();
+        wide.reason = "Held\r".into();
+        let out = format_job_table(&[evil, wide], T0, true);
+        assert!(
+            !out.contains(|c: char| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{out:?}"
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[1].contains(" x\\x1b[2J\\nforged "), "{out}");
+        assert!(lines[1].ends_with("gpu01,gpu\\u{202e}20"), "{out}");
+        assert!(lines[2].contains(" 训练-é "), "{out}");
+        assert!(lines[2].ends_with("(Held\\r)"), "{out}");
+        // Widths count the escapes, so the columns still line up.
+        let column = |line: &str, word: &str| line[..line.find(word).unwrap()].chars().count();
+        let state = column(lines[0], "STATE");
+        assert_eq!(column(lines[1], "RUNNING"), state, "{out}");
+        assert_eq!(column(lines[2], "PENDING"), state, "{out}");
+    }
+
+    #[test]
+    fn detail_text_escapes_every_value() {
+        let mut detail = detail();
+        let job = detail.job.as_mut().unwrap();
+        job.name = "n\x1b]0;t\x07".into();
+        job.account = "acct\n".into();
+        job.checkpoint_dir = "/ckpt/\u{2066}x".into();
+        let spec = job.spec.as_mut().unwrap();
+        spec.workdir = "/w\r".into();
+        spec.stdout_path = "%x.out".into();
+        spec.args = vec!["a\tb".into()];
+        detail.events[0].detail = "tier\nhigh".into();
+        let out = format_job_detail(&detail, T0 + 20_000);
+        assert!(
+            !out.contains(|c: char| (c.is_control() && c != '\n') || c == '\u{2066}'),
+            "{out:?}"
+        );
+        for expected in [
+            "JobName=n\\x1b]0;t\\x07",
+            "Account=acct\\n",
+            "CheckpointDir=/ckpt/\\u{2066}x",
+            "WorkDir=/w\\r",
+            "StdOut=n\\x1b]0;t\\x07.out",
+            "Args='a\\tb'",
+            "tier\\nhigh",
+        ] {
+            assert!(out.contains(expected), "missing {expected} in\n{out}");
+        }
+        assert_eq!(out.split_once("Events:\n").unwrap().1.lines().count(), 2);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use crate::output::{cell_num, format_mib, Column, Table};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use ysched_common::text::escape_for_terminal;
 use ysched_common::time::rfc3339;
 use ysched_common::topo_matrix::format_topo_matrix;
 use ysched_common::Gpu;
@@ -105,10 +106,15 @@ pub fn format_nodes_table(nodes: &[NodeInfo], long: bool) -> String {
 }
 
 fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 8] {
+    // Names, models, features and reasons come from agents and admins: escape them.
+    let escaped = |text: String| match escape_for_terminal(&text) {
+        Cow::Borrowed(_) => Cow::Owned(text),
+        Cow::Owned(escaped) => Cow::Owned(escaped),
+    };
     [
-        Cow::Borrowed(node.name.as_str()),
-        Cow::Borrowed(node.state.as_str()),
-        Cow::Owned(gpu_summary(node)),
+        escape_for_terminal(&node.name),
+        escape_for_terminal(&node.state),
+        escaped(gpu_summary(node)),
         cell_num(free_gpus(node)),
         Cow::Owned(format!("{}/{}", node.cpus_alloc, node.cpus)),
         Cow::Owned(format!(
@@ -119,9 +125,9 @@ fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 8] {
         if node.features.is_empty() {
             Cow::Borrowed("-")
         } else {
-            Cow::Owned(node.features.join(","))
+            escaped(node.features.join(","))
         },
-        Cow::Borrowed(node.reason.as_str()),
+        escape_for_terminal(&node.reason),
     ]
 }
 
@@ -137,7 +143,7 @@ pub fn format_gpu_lines(node: &NodeInfo) -> String {
     for (position, gpu) in node.gpus.iter().enumerate() {
         table.push_row([
             Cow::Owned(format!("gpu{}", gpu.index)),
-            Cow::Borrowed(short_model(&gpu.model)),
+            escape_for_terminal(short_model(&gpu.model)),
             match gpu_holder(node, position) {
                 Some(job) => Cow::Owned(format!("job {job}")),
                 None => Cow::Borrowed("idle"),
@@ -159,7 +165,7 @@ pub fn format_gpu_lines(node: &NodeInfo) -> String {
 /// what its agent reported.
 pub fn format_node_topology(node: &NodeInfo) -> String {
     if node.gpus.is_empty() {
-        return format!("Node {} has no GPUs.\n", node.name);
+        return format!("Node {} has no GPUs.\n", escape_for_terminal(&node.name));
     }
     let gpus: Vec<Gpu> = node.gpus.iter().map(Gpu::from).collect();
     format_topo_matrix(&gpus)
@@ -293,6 +299,40 @@ mod tests {
             reason: "bad fan".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn node_text_is_escaped() {
+        let mut node = drained_node();
+        node.name = "gpu\x1b[2J".into();
+        node.reason = "fan\nreplaced".into();
+        node.features = vec!["ib\u{202e}".into()];
+        node.gpus[0].model = "NVIDIA H100\x07".into();
+        let out = format_nodes_table(std::slice::from_ref(&node), true);
+        assert!(
+            !out.contains(|c: char| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{out:?}"
+        );
+        assert_eq!(out.lines().count(), 4, "{out}");
+        assert!(
+            out.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("gpu\\x1b[2J  DRAINED"),
+            "{out}"
+        );
+        assert!(out.contains("ib\\u{202e}  fan\\nreplaced"), "{out}");
+        assert!(out.contains("1x H100\\x07"), "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["gpu0", "H100\\x07", "idle"]),
+            "{out}"
+        );
+        node.gpus.clear();
+        assert_eq!(
+            format_node_topology(&node),
+            "Node gpu\\x1b[2J has no GPUs.\n"
+        );
     }
 
     #[test]

@@ -93,8 +93,10 @@ fn current_user_name() -> Result<String> {
 
 /// The `yq` binary.
 pub fn main() -> ExitCode {
-    let cli = YqCli::parse();
-    client::run_tool("yq", || run(cli))
+    match client::parse_args::<YqCli>("yq") {
+        Ok(cli) => client::run_tool("yq", || run(cli)),
+        Err(code) => code,
+    }
 }
 
 pub async fn run(cli: YqCli) -> Result<ExitCode> {

@@ -1,7 +1,10 @@
 //! What `ysub` reads besides its command line: `#YSUB` directives in the batch script and the
 //! `--export` list.
 
+use crate::client::show_os_str;
 use std::collections::HashMap;
+use std::ffi::OsString;
+use ysched_common::text::escape_for_terminal;
 
 /// The directive prefix, as `#SBATCH` is for sbatch.
 pub const DIRECTIVE_PREFIX: &str = "#YSUB";
@@ -124,9 +127,17 @@ pub fn split_words(text: &str) -> Result<Vec<String>, String> {
 /// * `ALL,VAR=value` (or `NONE,...`): everything (or nothing) plus these.
 ///
 /// Items are separated by commas, so a value given here cannot contain a comma.
-pub fn exported_environment<I>(spec: &str, current: I) -> Result<HashMap<String, String>, String>
+///
+/// The wire format carries strings: a variable of `current` whose name or value is not UTF-8 is
+/// an error naming it if it would be exported, and ignored if it would not.
+pub fn exported_environment<I, K, V>(
+    spec: &str,
+    current: I,
+) -> Result<HashMap<String, String>, String>
 where
-    I: IntoIterator<Item = (String, String)>,
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<OsString>,
+    V: Into<OsString>,
 {
     let mut export_all = false;
     let mut export_none = false;
@@ -164,22 +175,41 @@ where
         ));
     }
 
+    // Only the variables named without a value are looked up (unless ALL takes them all), and
+    // a variable given a value here is not taken from the current environment at all.
+    let wanted: Vec<&str> = named
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    let overridden = |name: &str| named.iter().any(|(n, v)| *n == name && v.is_some());
     let mut environment = HashMap::new();
-    if export_all {
-        environment.extend(current);
-    } else {
-        // Only the variables named without a value are looked up.
-        let wanted: Vec<&str> = named
-            .iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(n, _)| *n)
-            .collect();
-        if !wanted.is_empty() {
-            environment.extend(
-                current
-                    .into_iter()
-                    .filter(|(name, _)| wanted.contains(&name.as_str())),
-            );
+    for (name, value) in current {
+        let (name, value): (OsString, OsString) = (name.into(), value.into());
+        let name = match name.into_string() {
+            Ok(name) => name,
+            // Only ALL exports it: a list names UTF-8 (ASCII) variables only.
+            Err(name) if export_all => {
+                return Err(format!(
+                    "environment variable {} has a name that is not valid UTF-8; {NOT_UTF8_HINT}",
+                    show_os_str(&name)
+                ))
+            }
+            Err(_) => continue,
+        };
+        if !(export_all || wanted.contains(&name.as_str())) || overridden(&name) {
+            continue;
+        }
+        match value.into_string() {
+            Ok(value) => {
+                environment.insert(name, value);
+            }
+            Err(_) => {
+                return Err(format!(
+                    "environment variable {} is not valid UTF-8; {NOT_UTF8_HINT}",
+                    escape_for_terminal(&name)
+                ))
+            }
         }
     }
     for (name, value) in named {
@@ -198,11 +228,14 @@ fn is_variable_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// The submitter's environment, leaving out variables that are not valid UTF-8 (the wire
-/// format carries strings).
-pub fn current_environment() -> impl Iterator<Item = (String, String)> {
+/// What to do about an exported variable that is not UTF-8.
+const NOT_UTF8_HINT: &str = "ysched can only carry UTF-8 environments: unset it or use \
+                             --export=NONE/--export=VAR,...";
+
+/// The submitter's environment, as the OS gives it: [`exported_environment`] decides what to
+/// do with variables that are not UTF-8.
+pub fn current_environment() -> impl Iterator<Item = (OsString, OsString)> {
     std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
 }
 
 #[cfg(test)]
@@ -317,6 +350,55 @@ mod tests {
             pairs(&[("X", "a=b")])
         );
         assert_eq!(exported_environment("all", env()).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn exported_variables_must_be_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad_value = |name: &str| {
+            (
+                OsString::from(name),
+                OsString::from_vec(b"caf\xe9".to_vec()),
+            )
+        };
+        let with = |extra: (OsString, OsString)| {
+            let mut current: Vec<(OsString, OsString)> = env()
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect();
+            current.push(extra);
+            current
+        };
+        let hint = "ysched can only carry UTF-8 environments: unset it or use \
+                    --export=NONE/--export=VAR,...";
+        for spec in ["ALL", "FOO", "PATH,FOO", "NONE,FOO", "ALL,X=1"] {
+            assert_eq!(
+                exported_environment(spec, with(bad_value("FOO"))).unwrap_err(),
+                format!("environment variable FOO is not valid UTF-8; {hint}"),
+                "{spec}"
+            );
+        }
+        // Not exported, or replaced by a value given here: no harm done.
+        for spec in ["NONE", "PATH", "NONE,X=1", "ALL,FOO=plain", "FOO=plain"] {
+            let exported = exported_environment(spec, with(bad_value("FOO"))).unwrap();
+            assert_ne!(exported.get("FOO").map(String::as_str), Some("caf\u{fffd}"));
+        }
+        assert_eq!(
+            exported_environment("ALL,FOO=plain", with(bad_value("FOO"))).unwrap()["FOO"],
+            "plain"
+        );
+        let bad_name = (
+            OsString::from_vec(b"F\xffO\x1b".to_vec()),
+            OsString::from("x"),
+        );
+        assert_eq!(
+            exported_environment("ALL", with(bad_name.clone())).unwrap_err(),
+            format!("environment variable F\\xffO\\x1b has a name that is not valid UTF-8; {hint}")
+        );
+        assert_eq!(
+            exported_environment("PATH", with(bad_name)).unwrap().len(),
+            1
+        );
     }
 
     #[test]

@@ -4,15 +4,20 @@
 //! bottom), then the command line. Everything is checked before schedd is contacted, so a bad
 //! option never submits anything.
 
-use crate::client::{self, reply, status_error, Client};
+use crate::client::{self, clap_error_message, reply_to, status_error, Client, OptionError};
 use crate::script::{current_environment, exported_environment, script_directives};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser};
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use ysched_common::parse::{parse_mem_mib, parse_time_limit};
+use ysched_common::parse::{
+    parse_bounded_u32, parse_mem_mib, parse_time_limit, MAX_CPUS, MAX_GPUS, MAX_NODES,
+};
+use ysched_common::text::{check_printable, escape_for_terminal};
+use ysched_common::Config;
 use ysched_common::JobState;
 use ysched_proto::{JobInfo, JobRef, JobSpec, SubmitRequest};
 
@@ -25,24 +30,27 @@ pub struct JobOptions {
     /// Priority tier [default: the configured default tier]
     #[arg(short = 'p', long = "priority", value_name = "TIER")]
     pub tier: Option<String>,
-    /// GPUs for the whole job
-    #[arg(short = 'G', long, value_name = "N")]
+    /// GPUs for the whole job (at most 100000)
+    #[arg(short = 'G', long, value_name = "N", value_parser = bounded("--gpus", 0, MAX_GPUS),
+          allow_negative_numbers = true)]
     pub gpus: Option<u32>,
     /// Acceptable GPU model(s), e.g. `A100` or `A100|H100`
     #[arg(long = "gpu-type", value_name = "MODEL")]
     pub gpu_type: Option<String>,
-    /// CPUs per node
+    /// CPUs per node (1 to 100000)
     #[arg(short = 'c', long = "cpus", visible_alias = "cpus-per-task", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = bounded("--cpus", 1, MAX_CPUS),
+          allow_negative_numbers = true)]
     pub cpus: Option<u32>,
-    /// Memory per node: a number with an optional K, M, G or T suffix (default M)
+    /// Memory per node: a number with an optional K, M, G or T suffix (default M), at most 1024T
     #[arg(long, value_name = "SIZE")]
     pub mem: Option<String>,
-    /// Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED
+    /// Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED; at most 365 days
     #[arg(short = 't', long, value_name = "LIMIT")]
     pub time: Option<String>,
     /// Seconds between SIGTERM and SIGKILL when the job is stopped [default: the tier's]
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = bounded("--grace", 0, u32::MAX),
+          allow_negative_numbers = true)]
     pub grace: Option<u32>,
     /// Checkpoint directory [default: <checkpoint_root>/<job id>]
     #[arg(long = "checkpoint-dir", value_name = "DIR")]
@@ -68,8 +76,9 @@ pub struct JobOptions {
     /// Wait for the job to end and exit with its exit code
     #[arg(short = 'W', long)]
     pub wait: bool,
-    /// Nodes to spread the job over
-    #[arg(short = 'N', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Nodes to spread the job over (1 to 10000)
+    #[arg(short = 'N', long, value_name = "N", value_parser = bounded("--nodes", 1, MAX_NODES),
+          allow_negative_numbers = true)]
     pub nodes: Option<u32>,
     /// Do not requeue the job when it is preempted
     #[arg(long = "no-requeue")]
@@ -83,6 +92,16 @@ pub struct JobOptions {
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
+}
+
+/// The value parser of a whole-number option that must lie in `min..=max`; its errors name
+/// the option, the value and the bound (`--nodes must be at least 1 (got 0)`).
+fn bounded(
+    flag: &'static str,
+    min: u32,
+    max: u32,
+) -> impl Fn(&str) -> Result<u32, OptionError> + Clone + Send + Sync + 'static {
+    move |value| parse_bounded_u32(flag, value, min, max).map_err(|e| OptionError(e.to_string()))
 }
 
 impl JobOptions {
@@ -217,7 +236,7 @@ pub fn options_from_directives(contents: &str, script_name: &str) -> Result<JobO
             anyhow!(
                 "{script_name}: line {}: invalid #YSUB directive: {}",
                 directive.line,
-                clap_message(&e)
+                clap_error_message(&e)
             )
         })?;
         let mut constraints = std::mem::take(&mut options.constraint);
@@ -228,19 +247,13 @@ pub fn options_from_directives(contents: &str, script_name: &str) -> Result<JobO
     Ok(options)
 }
 
-/// The first line of a clap error without its `error: ` prefix: the usage text that follows
-/// would describe the command line, not a directive.
-fn clap_message(error: &clap::Error) -> String {
-    let rendered = error.render().to_string();
-    let first = rendered.lines().next().unwrap_or_default();
-    first.strip_prefix("error: ").unwrap_or(first).to_string()
-}
-
 /// What a submission depends on besides its options: where and in what environment `ysub` runs.
 #[derive(Debug, Clone)]
 pub struct SubmitContext {
     pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
+    /// The environment as the OS gives it: a variable that is not UTF-8 is refused only if it
+    /// would be exported.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl SubmitContext {
@@ -294,9 +307,13 @@ pub fn build_spec(
         .map(String::from)
         .collect();
     let text = |value: &Option<String>| value.clone().unwrap_or_default();
+    let name = options.job_name.clone().unwrap_or(script.default_name);
+    // schedd refuses these too; checking here names the problem before anything is sent.
+    check_printable("job name", &name).map_err(|e| anyhow!(e))?;
+    check_printable("account", &text(&options.account)).map_err(|e| anyhow!(e))?;
 
     Ok(JobSpec {
-        name: options.job_name.clone().unwrap_or(script.default_name),
+        name,
         tier: text(&options.tier),
         gpus: options.gpus.unwrap_or(0),
         gpu_type: text(&options.gpu_type),
@@ -330,17 +347,35 @@ fn absolute_path(cwd: &Path, dir: &str) -> PathBuf {
         .collect()
 }
 
+/// What a job carries to its node, the script and the environment (names and values, plus 2
+/// bytes each), against `scheduler.max_script_mib`: the check schedd makes, made before the
+/// request is sent, with the same message.
+pub fn check_payload_size(spec: &JobSpec, config: &Config) -> Result<()> {
+    config
+        .check_payload_size(&spec.script, &spec.env)
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
 /// The `ysub` binary.
 pub fn main() -> ExitCode {
-    let cli = YsubCli::parse();
-    client::run_tool("ysub", || run(cli))
+    match client::parse_args::<YsubCli>("ysub") {
+        Ok(cli) => client::run_tool("ysub", || run(cli)),
+        Err(code) => code,
+    }
 }
 
 pub async fn run(cli: YsubCli) -> Result<ExitCode> {
     let (options, script) = resolve(cli)?;
     let spec = build_spec(&options, script, &SubmitContext::from_process()?)?;
-    let (mut client, socket) = client::connect_from_config().await?;
-    let job_id = reply(client.submit(SubmitRequest { spec: Some(spec) }).await)?.job_id;
+    let config = Config::load()?;
+    check_payload_size(&spec, &config)?;
+    let socket = config.scheduler.socket;
+    let mut client = client::connect(&socket).await?;
+    let job_id = reply_to(
+        "submit",
+        client.submit(SubmitRequest { spec: Some(spec) }).await,
+    )?
+    .job_id;
     if options.parsable {
         println!("{job_id}");
     } else {
@@ -443,10 +478,15 @@ fn new_spinner(job_id: u64) -> indicatif::ProgressBar {
 }
 
 fn spinner_message(job: &JobInfo) -> String {
+    let state = escape_for_terminal(&job.state);
     if job.reason.is_empty() {
-        format!("Job {} {}", job.id, job.state)
+        format!("Job {} {state}", job.id)
     } else {
-        format!("Job {} {} ({})", job.id, job.state, job.reason)
+        format!(
+            "Job {} {state} ({})",
+            job.id,
+            escape_for_terminal(&job.reason)
+        )
     }
 }
 
@@ -468,14 +508,18 @@ pub fn wait_exit_code(job: &JobInfo) -> u8 {
 
 /// The line `ysub --wait` ends with on stderr, e.g. `Job 7 COMPLETED (exit 0)`.
 pub fn final_line(job: &JobInfo, exit_code: u8) -> String {
-    let mut line = format!("Job {} {} (exit {exit_code}", job.id, job.state);
+    let mut line = format!(
+        "Job {} {} (exit {exit_code}",
+        job.id,
+        escape_for_terminal(&job.state)
+    );
     if let Some(signal) = job.signal {
         line.push_str(&format!(", signal {signal}"));
     }
     line.push(')');
     if !job.reason.is_empty() && JobState::parse(&job.state) != Some(JobState::Completed) {
         line.push_str(": ");
-        line.push_str(&job.reason);
+        line.push_str(&escape_for_terminal(&job.reason));
     }
     line
 }
@@ -531,9 +575,181 @@ mod tests {
             &["-c", "0", "s.sh"],
             &["--grace", "-5", "s.sh"],
             &["-N", "two", "s.sh"],
+            &["-N", "0", "s.sh"],
+            &["-G", "4294967296", "s.sh"],
         ] {
             let args = std::iter::once("ysub").chain(bad.iter().copied());
             assert!(YsubCli::try_parse_from(args).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    fn parse_error(args: &[&str]) -> String {
+        let e = YsubCli::try_parse_from(std::iter::once("ysub").chain(args.iter().copied()))
+            .unwrap_err();
+        clap_error_message(&e)
+    }
+
+    #[test]
+    fn numbers_out_of_range_name_the_flag_and_the_bound() {
+        assert_eq!(
+            parse_error(&["-G", "4294967296", "s.sh"]),
+            "--gpus 4294967296 exceeds the maximum of 100000"
+        );
+        assert_eq!(
+            parse_error(&["-G", "100001", "s.sh"]),
+            "--gpus 100001 exceeds the maximum of 100000"
+        );
+        assert_eq!(
+            parse_error(&["-N", "0", "s.sh"]),
+            "--nodes must be at least 1 (got 0)"
+        );
+        assert_eq!(
+            parse_error(&["--nodes=10001", "s.sh"]),
+            "--nodes 10001 exceeds the maximum of 10000"
+        );
+        assert_eq!(
+            parse_error(&["-c", "0", "s.sh"]),
+            "--cpus must be at least 1 (got 0)"
+        );
+        assert_eq!(
+            parse_error(&["--cpus-per-task", "99999999999999999999999", "s.sh"]),
+            "--cpus 99999999999999999999999 exceeds the maximum of 100000"
+        );
+        assert_eq!(
+            parse_error(&["--grace", "4294967296", "s.sh"]),
+            "--grace 4294967296 exceeds the maximum of 4294967295"
+        );
+        assert_eq!(
+            parse_error(&["-G", "-1", "s.sh"]),
+            "invalid --gpus '-1': use a whole number from 0 to 100000"
+        );
+        let ok = cli(&[
+            "-G", "100000", "-N", "10000", "-c", "100000", "--grace", "0", "s.sh",
+        ]);
+        assert_eq!(
+            (
+                ok.options.gpus,
+                ok.options.nodes,
+                ok.options.cpus,
+                ok.options.grace
+            ),
+            (Some(100_000), Some(10_000), Some(100_000), Some(0))
+        );
+        // The same in a directive, which names the line.
+        let err = spec_for("#YSUB -N 0\n", &[]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "train.sh: line 1: invalid #YSUB directive: --nodes must be at least 1 (got 0)"
+        );
+    }
+
+    #[test]
+    fn huge_time_limits_and_sizes_are_refused_not_wrapped() {
+        let err = spec_for("#!/bin/sh\n", &["-t", "307445734561825861"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "time limit '307445734561825861' exceeds the maximum of 365 days (365-00:00:00)"
+        );
+        assert!(spec_for("#!/bin/sh\n", &["-t", "999999999999999999"]).is_err());
+        assert!(spec_for("#YSUB -t 366-00\n", &[]).is_err());
+        assert_eq!(
+            spec_for("#!/bin/sh\n", &["-t", "365-00:00:00"])
+                .unwrap()
+                .time_limit_secs,
+            365 * 86_400
+        );
+        let err = spec_for("#!/bin/sh\n", &["--mem", "17179869184T"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exceeds the maximum of 1024T"), "{err}");
+    }
+
+    #[test]
+    fn names_and_accounts_must_be_printable() {
+        let err = spec_for("#!/bin/sh\n", &["-J", "bad\nname"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "job name \"bad\\nname\" contains a control character (U+000A); names may not \
+             contain control characters"
+        );
+        let err = spec_for("#YSUB -J \"\x1b[2J\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(U+001B)"), "{err}");
+        let err = spec_for("#!/bin/sh\n", &["-A", "ml\u{2066}"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("account \"ml\\u{2066}\""), "{err}");
+        // The script's file name is the default name: it must be printable too.
+        let mut bad_file = script("#!/bin/sh\n");
+        bad_file.default_name = "run\r.sh".into();
+        assert!(build_spec(&JobOptions::default(), bad_file, &context()).is_err());
+        // Printable Unicode is fine.
+        let spec = spec_for("#!/bin/sh\n", &["-J", "训练-é 🚀", "-A", "équipe"]).unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.account.as_str()),
+            ("训练-é 🚀", "équipe")
+        );
+    }
+
+    #[test]
+    fn payload_size_is_checked_like_schedd_does() {
+        let config = Config::default();
+        let limit = config.max_script_bytes() as usize;
+        let mut spec = spec_for("#!/bin/sh\n", &["--export=NONE"]).unwrap();
+        spec.script = "x".repeat(limit);
+        assert!(check_payload_size(&spec, &config).is_ok());
+        spec.script.push('x');
+        assert_eq!(
+            check_payload_size(&spec, &config).unwrap_err().to_string(),
+            "script is 4.1 MiB; the limit is 4 MiB (scheduler.max_script_mib)"
+        );
+        spec.script = "x".repeat(50_001_719);
+        assert_eq!(
+            check_payload_size(&spec, &config).unwrap_err().to_string(),
+            "script is 47.7 MiB; the limit is 4 MiB (scheduler.max_script_mib)"
+        );
+        // The environment counts names, values and 2 bytes per variable.
+        spec.script = "#!/bin/sh\n".into();
+        spec.env.insert("BIG".into(), "v".repeat(limit - 5));
+        assert!(check_payload_size(&spec, &config).is_ok());
+        spec.env.insert("A".into(), String::new());
+        assert_eq!(
+            check_payload_size(&spec, &config).unwrap_err().to_string(),
+            "environment is 4.1 MiB; the limit is 4 MiB (scheduler.max_script_mib)"
+        );
+    }
+
+    #[test]
+    fn a_non_utf8_variable_is_refused_only_when_exported() {
+        use std::os::unix::ffi::OsStringExt;
+        let mut context = context();
+        context
+            .env
+            .push(("LATIN1".into(), OsString::from_vec(b"caf\xe9".to_vec())));
+        let options = |args: &[&str]| cli(args).options;
+        let err = build_spec(&options(&[]), script("#!/bin/sh\n"), &context)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("environment variable LATIN1 is not valid UTF-8; "),
+            "{err}"
+        );
+        for export in [
+            "--export=NONE",
+            "--export=PATH,X=1",
+            "--export=ALL,LATIN1=x",
+        ] {
+            let spec = build_spec(&options(&[export]), script("#!/bin/sh\n"), &context)
+                .unwrap_or_else(|e| panic!("{export}: {e}"));
+            assert_ne!(
+                spec.env.get("LATIN1").map(String::as_str),
+                Some("caf\u{fffd}")
+            );
         }
     }
 

@@ -69,6 +69,13 @@ impl Ysched for MockSchedd {
         if spec.tier == "bogus" {
             return Err(Status::invalid_argument("unknown tier 'bogus'"));
         }
+        if spec.name == "huge" {
+            // What tonic answers for a request over the server's decoding limit.
+            return Err(Status::out_of_range(
+                "Error, decoded message length too large: found 50001719 bytes, the limit is: \
+                 4194304 bytes",
+            ));
+        }
         // The job id chooses how the job ends in `watch_job`.
         let job_id = match spec.name.as_str() {
             "fail" => 3,
@@ -96,6 +103,18 @@ impl Ysched for MockSchedd {
                 .collect();
             return Ok(Response::new(JobList { jobs }));
         }
+        if request.user == "evil" {
+            let mut evil = running(1);
+            evil.name = "x\x1b[2J\nfake-line".into();
+            evil.user = "mallory\r".into();
+            evil.alloc[0].node = "gpu01\x07".into();
+            let mut pending = job(2, "PENDING");
+            pending.name = "训练-é 🚀".into();
+            pending.reason = "\u{202e}olleh".into();
+            return Ok(Response::new(JobList {
+                jobs: vec![evil, pending],
+            }));
+        }
         self.list_requests.lock().unwrap().push(request);
         let mut pending = job(8, "PENDING");
         pending.reason = "Resources".into();
@@ -114,6 +133,23 @@ impl Ysched for MockSchedd {
                     detail: "by alice".into(),
                 }],
             })),
+            66 => {
+                let mut evil = running(66);
+                evil.name = "x\x1b]0;pwned\x07".into();
+                evil.account = "acct\n".into();
+                if let Some(spec) = evil.spec.as_mut() {
+                    spec.workdir = "/tmp/\x1b[31mred".into();
+                    spec.args = vec!["a\tb".into()];
+                }
+                Ok(Response::new(JobDetail {
+                    job: Some(evil),
+                    events: vec![JobEvent {
+                        time_ms: 1_767_225_600_000,
+                        kind: "SUBMITTED".into(),
+                        detail: "by \x1b[2Jalice\nforged".into(),
+                    }],
+                }))
+            }
             id => Err(Status::not_found(format!("no job {id}"))),
         }
     }
@@ -571,4 +607,263 @@ fn yctl_audit() {
         serde_json::from_str(&stdout(&run("yctl", &["audit", "--json"]))).unwrap();
     assert_eq!(entries[0]["job_id"], serde_json::Value::Null);
     assert_eq!(entries[0]["action"], "drain");
+}
+
+fn command(tool: &str) -> Command {
+    let harness = harness();
+    let binary = match tool {
+        "ysub" => env!("CARGO_BIN_EXE_ysub"),
+        "yq" => env!("CARGO_BIN_EXE_yq"),
+        "ycancel" => env!("CARGO_BIN_EXE_ycancel"),
+        "yctl" => env!("CARGO_BIN_EXE_yctl"),
+        _ => unreachable!(),
+    };
+    let mut command = Command::new(binary);
+    command
+        .env("YSCHED_CONF", &harness.config)
+        .current_dir(&harness.dir);
+    command
+}
+
+fn submitted_count() -> usize {
+    harness().schedd.submitted.lock().unwrap().len()
+}
+
+#[test]
+fn yq_escapes_control_characters_and_keeps_unicode() {
+    let output = run("yq", &["-u", "evil"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        !text.contains(|c: char| c.is_control() && c != '\n' || c == '\u{202e}'),
+        "{text:?}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let evil: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        evil,
+        [
+            "1",
+            "x\\x1b[2J\\nfake-line",
+            "mallory\\r",
+            "high",
+            "RUNNING",
+            evil[5],
+            "2",
+            "gpu01\\x07"
+        ]
+    );
+    assert!(lines[2].contains(" 训练-é 🚀 "), "{text}");
+    assert!(lines[2].ends_with("(\\u{202e}olleh)"), "{text}");
+    // Columns stay aligned: STATE starts at the same column on every line.
+    let column_of = |line: &str, word: &str| line[..line.find(word).unwrap()].chars().count();
+    let state_at = column_of(lines[0], "STATE");
+    assert_eq!(column_of(lines[1], "RUNNING"), state_at, "{text}");
+    assert_eq!(column_of(lines[2], "PENDING"), state_at, "{text}");
+
+    // JSON stays exact.
+    let jobs: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yq", &["-u", "evil", "--json"]))).unwrap();
+    assert_eq!(jobs[0]["name"], "x\x1b[2J\nfake-line");
+    assert_eq!(jobs[1]["name"], "训练-é 🚀");
+    assert_eq!(jobs[1]["reason"], "\u{202e}olleh");
+}
+
+#[test]
+fn yctl_show_job_escapes_control_characters() {
+    let output = run("yctl", &["show", "job", "66"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        !text.contains(|c: char| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
+    for expected in [
+        "JobName=x\\x1b]0;pwned\\x07",
+        "Account=acct\\n",
+        "WorkDir=/tmp/\\x1b[31mred",
+        "Args='a\\tb'",
+        "by \\x1b[2Jalice\\nforged",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
+    let detail: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yctl", &["show", "job", "66", "--json"]))).unwrap();
+    assert_eq!(detail["name"], "x\x1b]0;pwned\x07");
+    assert_eq!(detail["events"][0]["detail"], "by \x1b[2Jalice\nforged");
+}
+
+#[test]
+fn ysub_names_the_request_that_was_too_large() {
+    let output = run("ysub", &["-J", "huge", "--wrap", "true"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "ysub: error: a message size limit was exceeded: the submit request is 47.7 MiB, \
+         over schedd's limit of 4.0 MiB\n"
+    );
+}
+
+#[test]
+fn ysub_refuses_an_oversized_script_before_sending_it() {
+    let before = submitted_count();
+    let mut contents = String::from("#!/bin/sh\n");
+    while contents.len() < 5 * 1024 * 1024 {
+        contents.push_str("# padding\n");
+    }
+    contents.truncate(5 * 1024 * 1024 - 1);
+    contents.push('\n');
+    let script = write_script("big.sh", &contents);
+    let output = run("ysub", &["-J", "too-big", path_str(&script)]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        "ysub: error: script is 5.0 MiB; the limit is 4 MiB (scheduler.max_script_mib)\n"
+    );
+    let submitted = harness().schedd.submitted.lock().unwrap();
+    assert!(submitted[before..].iter().all(|s| s.name != "too-big"));
+}
+
+#[test]
+fn ysub_refuses_unprintable_names_and_accounts() {
+    for args in [
+        &["-J", "bad\nname", "--wrap", "true"][..],
+        &["-J", "\x1b[2J", "--wrap", "true"],
+        &["-A", "acct\u{202e}", "-J", "fine", "--wrap", "true"],
+    ] {
+        let output = run("ysub", args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let err = stderr(&output);
+        assert!(err.starts_with("ysub: error: "), "{err}");
+        assert!(err.contains("contains a control character"), "{err}");
+        assert!(!err.contains('\x1b'), "{err:?}");
+    }
+    let script = write_script(
+        "directive-name.sh",
+        "#!/bin/sh\n#YSUB -J \"two\tparts\"\ntrue\n",
+    );
+    let output = run("ysub", &[path_str(&script)]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "ysub: error: job name \"two\\tparts\" contains a control character (U+0009); names \
+         may not contain control characters\n"
+    );
+}
+
+#[test]
+fn ysub_refuses_a_non_utf8_environment_it_would_export() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"caf\xe9");
+    let output = command("ysub")
+        .env("YSUB_BAD_VAR", bad)
+        .args(["-J", "bad-env", "--wrap", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "ysub: error: environment variable YSUB_BAD_VAR is not valid UTF-8; ysched can only \
+         carry UTF-8 environments: unset it or use --export=NONE/--export=VAR,...\n"
+    );
+    // Not exported: fine.
+    let output = command("ysub")
+        .env("YSUB_BAD_VAR", bad)
+        .args(["--export=NONE,A=1", "-J", "good-env", "--wrap", "true"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(submitted_named("good-env").env.len(), 1);
+    let submitted = harness().schedd.submitted.lock().unwrap();
+    assert!(submitted.iter().all(|s| s.name != "bad-env"));
+}
+
+#[test]
+fn every_tool_reports_argument_errors_as_tool_error_and_exit_1() {
+    let before = submitted_count();
+    for (tool, args, message) in [
+        (
+            "ysub",
+            &["-G", "4294967296", "--wrap", "x"][..],
+            "--gpus 4294967296 exceeds the maximum of 100000",
+        ),
+        (
+            "ysub",
+            &["-N", "0", "--wrap", "x"],
+            "--nodes must be at least 1 (got 0)",
+        ),
+        (
+            "ysub",
+            &["-c", "0", "--wrap", "x"],
+            "--cpus must be at least 1 (got 0)",
+        ),
+        (
+            "ysub",
+            &["-t", "307445734561825861", "--wrap", "x"],
+            "time limit '307445734561825861' exceeds the maximum of 365 days",
+        ),
+        ("ysub", &["--bogus"], "unexpected argument '--bogus'"),
+        ("yq", &["-j", "x"], "invalid value 'x'"),
+        ("ycancel", &["7x"], "invalid value '7x'"),
+        (
+            "yctl",
+            &["frobnicate"],
+            "unrecognized subcommand 'frobnicate'",
+        ),
+        ("yctl", &[], "a command is required"),
+        ("yctl", &["drain", "gpu01"], "--reason"),
+    ] {
+        let output = run(tool, args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{tool} {args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("{tool}: error: ")),
+            "{tool} {args:?}: {err}"
+        );
+        assert!(err.contains(message), "{tool} {args:?}: {err}");
+    }
+    assert_eq!(submitted_count(), before, "an invalid ysub submitted");
+
+    // A non-UTF-8 argument, to each tool.
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    for tool in ["ysub", "yq", "ycancel", "yctl"] {
+        let output = command(tool)
+            .arg(OsStr::from_bytes(b"\xff\xfe"))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{tool}");
+        assert_eq!(
+            stderr(&output),
+            format!(
+                "{tool}: error: argument 1 ('\\xff\\xfe') is not valid UTF-8; ysched tools \
+                 take UTF-8 arguments only\n"
+            )
+        );
+    }
+
+    // Help and version still print normally and succeed.
+    for tool in ["ysub", "yq", "ycancel", "yctl"] {
+        for flag in ["--help", "--version"] {
+            let output = run(tool, &[flag]);
+            assert_eq!(output.status.code(), Some(0), "{tool} {flag}");
+            assert!(!stdout(&output).is_empty(), "{tool} {flag}");
+            assert!(stderr(&output).is_empty(), "{tool} {flag}");
+        }
+    }
+}
+
+#[test]
+fn yctl_drain_refuses_an_unprintable_reason() {
+    let output = run("yctl", &["drain", "gpu01", "--reason", "fan\x1b[2J"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "yctl: error: drain reason \"fan\\x1b[2J\" contains a control character (U+001B); \
+         reasons may not contain control characters\n"
+    );
+    let drains = harness().schedd.drains.lock().unwrap();
+    assert!(drains.iter().all(|d| !d.reason.starts_with("fan")));
 }

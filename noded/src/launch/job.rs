@@ -2,7 +2,7 @@
 //! environment and output files. Everything that needs the user database happens here, in
 //! noded, before any fork: name-service lookups are not safe in a forked child.
 
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Uid, User};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -86,6 +86,10 @@ pub struct ExecPlan {
     pub workdir: PathBuf,
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// The program named by the script's `#!` line, which the shepherd checks as the job
+    /// user before exec (execve would only say ENOENT, as if the script itself were missing).
+    #[serde(default)]
+    pub interpreter: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
     pub stdout: PathBuf,
     /// `None`: stderr goes to the stdout file.
@@ -131,22 +135,16 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
         Vec::new()
     };
 
+    // Only the form is checked here: whether the directory exists, and whether the job user
+    // may enter it, is found out by the shepherd's child after it became the job user. Asked
+    // by root, the answer would tell a user about paths they cannot see (a missing directory
+    // under /root reads "No such file", an existing one "Permission denied").
     let workdir = PathBuf::from(&job.workdir);
     if !workdir.is_absolute() {
         return Err(format!(
             "working directory {:?} is not an absolute path",
             job.workdir
         ));
-    }
-    match std::fs::metadata(&workdir) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            return Err(format!(
-                "working directory {} is not a directory",
-                workdir.display()
-            ))
-        }
-        Err(e) => return Err(format!("working directory {}: {e}", workdir.display())),
     }
 
     let vars = PatternVars {
@@ -164,19 +162,19 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
     let checkpoint_dir = (!job.checkpoint_dir.is_empty())
         .then(|| workdir.join(expand_home(&job.checkpoint_dir, &user.dir)));
 
-    // A script without an interpreter line runs under /bin/sh, as sbatch does.
-    let (program, args) = if let Some(interpreter) = interpreter(&job.script) {
-        // execve would only say ENOENT, as if the script itself were missing.
-        if !Path::new(interpreter).exists() {
-            return Err(format!(
-                "the script's interpreter {interpreter} does not exist on this node"
-            ));
+    // A script without an interpreter line runs under /bin/sh, as sbatch does. The
+    // interpreter is checked by the shepherd's child, as the job user (see the workdir).
+    let (program, args, interpreter) = match interpreter(&job.script) {
+        Some(interpreter) => (
+            script.to_owned(),
+            job.args.clone(),
+            Some(PathBuf::from(interpreter)),
+        ),
+        None => {
+            let mut args = vec![script.to_string_lossy().into_owned()];
+            args.extend(job.args.iter().cloned());
+            (PathBuf::from("/bin/sh"), args, None)
         }
-        (script.to_owned(), job.args.clone())
-    } else {
-        let mut args = vec![script.to_string_lossy().into_owned()];
-        args.extend(job.args.iter().cloned());
-        (PathBuf::from("/bin/sh"), args)
     };
 
     Ok(ExecPlan {
@@ -189,6 +187,7 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
         workdir,
         program,
         args,
+        interpreter,
         stdout,
         stderr,
         append_output: job.restart_count > 0 || job.nnodes > 1,
@@ -196,25 +195,21 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
     })
 }
 
-/// Writes the job's script, executable and owned by the job user (when noded can chown).
+/// Writes the job's script into its (fresh) spool directory, readable and executable by the
+/// job user only: owned by them when noded runs as root, mode 0700. It never exists with a
+/// wider mode or another owner, not even for a moment.
 pub fn write_script(path: &Path, job: &JobParams, plan: &ExecPlan) -> io::Result<()> {
-    std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o755)
-        .open(path)
-        .and_then(|mut file| io::Write::write_all(&mut file, job.script.as_bytes()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+        .create_new(true)
+        .mode(0o700)
+        .open(path)?;
     if plan.switch_user {
-        nix::unistd::chown(
-            path,
-            Some(Uid::from_raw(plan.uid)),
-            Some(Gid::from_raw(plan.gid)),
-        )
-        .map_err(io::Error::from)?;
+        std::os::unix::fs::fchown(&file, Some(plan.uid), Some(plan.gid))?;
     }
-    Ok(())
+    // The mode given to open is filtered by the umask; the owner needs read and execute.
+    file.set_permissions(std::fs::Permissions::from_mode(0o700))?;
+    io::Write::write_all(&mut file, job.script.as_bytes())
 }
 
 fn resolve_user(job: &JobParams) -> Result<User, String> {
@@ -417,12 +412,14 @@ mod tests {
         let job = JobParams {
             job_id: 1,
             uid: me,
+            gid: nix::unistd::Gid::effective().as_raw(),
             user: name.clone(),
             workdir: "/nonexistent/dir".into(),
             ..Default::default()
         };
-        let err = plan_job(&job, "n1", Path::new("/s")).unwrap_err();
-        assert!(err.contains("/nonexistent/dir"), "{err}");
+        // Whether it exists is for the job user to find out (in the shepherd), not noded.
+        let plan = plan_job(&job, "n1", Path::new("/s")).unwrap();
+        assert_eq!(plan.workdir, PathBuf::from("/nonexistent/dir"));
 
         let relative = JobParams {
             workdir: "rel".into(),
@@ -476,12 +473,15 @@ mod tests {
         assert_eq!(plan.checkpoint_dir, Some(PathBuf::from("/tmp/ck/%j")));
         assert!(!plan.append_output);
 
+        assert_eq!(plan.interpreter, None);
+
+        // Checked later, as the job user.
         let missing = JobParams {
             script: "#!/no/such/shell -e\n".into(),
             ..job.clone()
         };
-        let err = plan_job(&missing, "n1", Path::new("/s")).unwrap_err();
-        assert!(err.contains("interpreter /no/such/shell"), "{err}");
+        let plan = plan_job(&missing, "n1", Path::new("/s")).unwrap();
+        assert_eq!(plan.interpreter, Some(PathBuf::from("/no/such/shell")));
 
         let shebang = JobParams {
             script: "#!/bin/sh -e\n".into(),

@@ -10,12 +10,14 @@
 //! After a restart, [`Launcher::recover`] scans the spool, re-attaches to live shepherds and
 //! resumes their timers from `state.json`, and reports jobs whose shepherd is gone.
 
+mod checkpoint;
 mod job;
 mod process;
 pub mod shepherd;
 pub mod spool;
 mod supervisor;
 
+pub use checkpoint::FALLBACK_CHECKPOINT_ROOT;
 pub use job::{expand_pattern, job_environment, plan_job, ExecPlan, JobParams, PatternVars};
 pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
@@ -39,8 +41,10 @@ pub enum JobEvent {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("job {0} is already running here")]
-    AlreadyRunning(u64),
+    /// The same run (job id and restart count) is already supervised here: a repeated
+    /// `LaunchJob`, not a new one. It changes nothing, and no end is reported for it.
+    #[error("job {job_id} (run {restart_count}) is already running here")]
+    AlreadyRunning { job_id: u64, restart_count: u32 },
 }
 
 pub struct LauncherOptions {
@@ -49,6 +53,9 @@ pub struct LauncherOptions {
     pub node_name: String,
     /// The binary run as `<program> __shepherd <job dir>`: noded itself by default.
     pub shepherd_program: PathBuf,
+    /// `node.allow_root_jobs`: when false, every launch as uid 0 is refused (reported as the
+    /// job's end with an error).
+    pub allow_root_jobs: bool,
 }
 
 impl LauncherOptions {
@@ -58,6 +65,7 @@ impl LauncherOptions {
             node_name: node_name.into(),
             // The running binary, even if it was replaced on disk by an upgrade since.
             shepherd_program: PathBuf::from("/proc/self/exe"),
+            allow_root_jobs: true,
         }
     }
 }
@@ -82,11 +90,14 @@ struct Shared {
     spool: Spool,
     node_name: String,
     shepherd_program: PathBuf,
+    allow_root_jobs: bool,
     jobs: Mutex<BTreeMap<u64, JobHandle>>,
     events: mpsc::UnboundedSender<JobEvent>,
 }
 
 struct JobHandle {
+    /// Which run of the job this is (`LaunchJob.restart_count`).
+    restart_count: u32,
     controls: mpsc::UnboundedSender<Control>,
     task: AbortHandle,
 }
@@ -132,26 +143,61 @@ impl Launcher {
             spool,
             node_name: options.node_name,
             shepherd_program: options.shepherd_program,
+            allow_root_jobs: options.allow_root_jobs,
             jobs: Mutex::new(BTreeMap::new()),
             events,
         });
         Ok((Launcher { shared }, receiver))
     }
 
-    /// Starts a job. Failures to start it (no such user, bad working directory, ...) are not
-    /// errors here: they are reported as a `JobFinished` with `error` set. Must be called
-    /// within a tokio runtime.
+    /// Starts a job. Failures to start it (no such user, bad working directory, a root job
+    /// on a node that refuses them, ...) are not errors here: they are reported as a
+    /// `JobFinished` with `error` set, kept in the spool until acknowledged like any other
+    /// end. Must be called within a tokio runtime.
+    ///
+    /// The one error is a repeated launch of the run that is already supervised here: it is
+    /// ignored (that run reports its own start and end). A launch of another run of a job
+    /// whose earlier run is still here is refused with a `JobFinished` for the new run
+    /// (sent, but not kept in the spool: the job's spool directory belongs to the run
+    /// still going).
     pub fn launch(&self, job: &pb::LaunchJob) -> Result<(), LaunchError> {
         let params = JobParams::from(job);
         let job_id = params.job_id;
         let mut jobs = self.shared.jobs();
-        if jobs.contains_key(&job_id) {
-            return Err(LaunchError::AlreadyRunning(job_id));
+        if let Some(running) = jobs.get(&job_id) {
+            if running.restart_count == params.restart_count {
+                return Err(LaunchError::AlreadyRunning {
+                    job_id,
+                    restart_count: params.restart_count,
+                });
+            }
+            let error = format!(
+                "node {} still runs run {} of job {job_id}; run {} not started",
+                self.shared.node_name, running.restart_count, params.restart_count
+            );
+            tracing::warn!("job {job_id}: launch refused: {error}");
+            drop(jobs);
+            self.shared.emit(JobEvent::Finished(pb::JobFinished {
+                job_id,
+                restart_count: params.restart_count,
+                end_time_ms: ysched_common::time::now_ms(),
+                error,
+                ..Default::default()
+            }));
+            return Ok(());
         }
         let (controls, receiver) = mpsc::unbounded_channel();
+        let restart_count = params.restart_count;
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
         let task = tokio::spawn(supervisor.launch()).abort_handle();
-        jobs.insert(job_id, JobHandle { controls, task });
+        jobs.insert(
+            job_id,
+            JobHandle {
+                restart_count,
+                controls,
+                task,
+            },
+        );
         Ok(())
     }
 
@@ -237,13 +283,21 @@ impl Launcher {
                 is_shepherd_of(pid, dir.path()).then_some(shepherd)
             });
             let (controls, receiver) = mpsc::unbounded_channel();
+            let restart_count = record.job.restart_count;
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             match shepherd {
                 Some(shepherd) => {
                     tracing::info!("job {job_id}: re-attached to its shepherd");
                     let mut jobs = self.shared.jobs();
                     let task = tokio::spawn(supervisor.resume(shepherd)).abort_handle();
-                    jobs.insert(job_id, JobHandle { controls, task });
+                    jobs.insert(
+                        job_id,
+                        JobHandle {
+                            restart_count,
+                            controls,
+                            task,
+                        },
+                    );
                     recovery.reattached.push(job_id);
                 }
                 None => {

@@ -137,6 +137,7 @@ enum Step {
     Gid,
     Uid,
     Workdir,
+    Interpreter,
     CheckpointDir,
     Stdout,
     Stderr,
@@ -150,6 +151,7 @@ impl Step {
             Step::Gid,
             Step::Uid,
             Step::Workdir,
+            Step::Interpreter,
             Step::CheckpointDir,
             Step::Stdout,
             Step::Stderr,
@@ -168,6 +170,13 @@ impl Step {
             Step::Workdir => format!(
                 "cannot enter working directory {} as {user}",
                 plan.workdir.display()
+            ),
+            Step::Interpreter => format!(
+                "cannot run the script's interpreter {} as {user}",
+                plan.interpreter
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
             ),
             Step::CheckpointDir => format!(
                 "cannot create checkpoint directory {} as {user}",
@@ -195,6 +204,8 @@ struct ChildSetup {
     gid: Gid,
     groups: Vec<Gid>,
     workdir: CString,
+    /// The script's `#!` program, checked for execute permission as the job user.
+    interpreter: Option<CString>,
     /// The checkpoint directory and its ancestors, outermost first (`mkdir -p`).
     checkpoint_dirs: Vec<CString>,
     stdout: CString,
@@ -237,6 +248,7 @@ fn start_job(plan: &ExecPlan) -> Result<std::process::Child, String> {
         gid: Gid::from_raw(plan.gid),
         groups: plan.groups.iter().copied().map(Gid::from_raw).collect(),
         workdir: c_path(&plan.workdir)?,
+        interpreter: plan.interpreter.as_deref().map(c_path).transpose()?,
         checkpoint_dirs,
         stdout: c_path(&plan.stdout)?,
         stderr: plan.stderr.as_deref().map(c_path).transpose()?,
@@ -264,7 +276,16 @@ fn start_job(plan: &ExecPlan) -> Result<std::process::Child, String> {
         .unwrap_or(0);
 
     spawned.map_err(|e| {
-        let what = match Step::from_byte(failed_step[0]).filter(|_| reported == 1) {
+        let step = Step::from_byte(failed_step[0]).filter(|_| reported == 1);
+        if let (Some(Step::Interpreter), Some(interpreter)) = (step, &plan.interpreter) {
+            if e.kind() == io::ErrorKind::NotFound {
+                return format!(
+                    "the script's interpreter {} does not exist on this node",
+                    interpreter.display()
+                );
+            }
+        }
+        let what = match step {
             Some(step) => step.describe(plan),
             None => format!("cannot execute {}", plan.program.display()),
         };
@@ -311,6 +332,12 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
     // SAFETY: chdir/mkdir/open/dup2/close on NUL-terminated strings prepared before fork.
     unsafe {
         check(Step::Workdir, libc::chdir(s.workdir.as_ptr()))?;
+        if let Some(interpreter) = &s.interpreter {
+            check(
+                Step::Interpreter,
+                libc::access(interpreter.as_ptr(), libc::X_OK),
+            )?;
+        }
         for dir in &s.checkpoint_dirs {
             if libc::mkdir(dir.as_ptr(), 0o755) < 0 {
                 let error = io::Error::last_os_error();

@@ -3,13 +3,19 @@
 //!
 //! | file            | written by | content                                                  |
 //! |-----------------|------------|----------------------------------------------------------|
-//! | `state.json`    | noded      | [`JobRecord`]: launch parameters, resolved plan, pids,   |
-//! |                 |            | start time, stop/term state                              |
-//! | `script`        | noded      | the batch script, mode 0755, owned by the job user       |
+//! | `state.json`    | noded      | [`JobRecord`]: launch parameters (environment included), |
+//! |                 |            | resolved plan, pids, start time, stop/term state         |
+//! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
 //! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
 //! | `exit.json`     | shepherd   | [`ExitRecord`]: how the job ended, or why it never began |
 //! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
 //! | `shepherd.log`  | shepherd   | the shepherd's own diagnostics                           |
+//!
+//! Jobs' scripts and environments are private: `jobs/` and each `jobs/<id>/` are mode 0711,
+//! owned by noded's user (root), so other users can neither list them nor create anything in
+//! them, and every file is mode 0600 (root only) except `script`, which the job user needs
+//! to run and only they may read. A spool left by an older noded with wider modes is
+//! tightened when it is opened.
 //!
 //! Every JSON file and `pid` is written atomically (temporary file + rename), so a reader
 //! never sees half a file, whichever process crashes when.
@@ -17,7 +23,7 @@
 use super::job::{ExecPlan, JobParams};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use ysched_proto as pb;
 
@@ -58,20 +64,20 @@ impl JobDir {
     }
     pub fn write_record(&self, record: &JobRecord) -> io::Result<()> {
         // Private: it holds the job's environment.
-        write_json_atomic(&self.state(), record, 0o600)
+        write_json_atomic(&self.state(), record, FILE_MODE)
     }
     /// `Ok(None)` when the shepherd has not written it (yet).
     pub fn read_exit(&self) -> io::Result<Option<ExitRecord>> {
         read_json_if_exists(&self.exit())
     }
     pub fn write_exit(&self, exit: &ExitRecord) -> io::Result<()> {
-        write_json_atomic(&self.exit(), exit, 0o644)
+        write_json_atomic(&self.exit(), exit, FILE_MODE)
     }
     pub fn read_finished(&self) -> io::Result<Option<FinishedRecord>> {
         read_json_if_exists(&self.finished())
     }
     pub fn write_finished(&self, finished: &FinishedRecord) -> io::Result<()> {
-        write_json_atomic(&self.finished(), finished, 0o644)
+        write_json_atomic(&self.finished(), finished, FILE_MODE)
     }
     /// The job's pid as the shepherd recorded it.
     pub fn read_job_pid(&self) -> Option<u32> {
@@ -82,9 +88,17 @@ impl JobDir {
             .ok()
     }
     pub fn write_job_pid(&self, pid: u32) -> io::Result<()> {
-        write_atomic(&self.pid(), format!("{pid}\n").as_bytes(), 0o644)
+        write_atomic(&self.pid(), format!("{pid}\n").as_bytes(), FILE_MODE)
     }
 }
+
+/// Mode of `jobs/` and of each job's directory: job users must pass through to run their
+/// script, but nobody may list them.
+pub const DIR_MODE: u32 = 0o711;
+/// Mode of every spool file but `script`: root (noded and the shepherd) only.
+pub const FILE_MODE: u32 = 0o600;
+/// Mode of `script`, owned by the job user.
+pub const SCRIPT_MODE: u32 = 0o700;
 
 /// The spool root; `<root>/jobs/<id>` are the [`JobDir`]s.
 #[derive(Debug, Clone)]
@@ -93,8 +107,9 @@ pub struct Spool {
 }
 
 impl Spool {
-    /// Opens (creating if needed) the spool. Directories are 0755: job users must traverse
-    /// them to run their script.
+    /// Opens (creating if needed) the spool, and tightens the modes a spool of an older noded
+    /// may have (see the module docs). The root is created 0755 and `jobs/` 0711: job users
+    /// pass through both to run their script.
     /// The path is made absolute: shepherds are recognised by the job directory on their
     /// command line, which must not depend on noded's working directory.
     pub fn open(root: &Path) -> io::Result<Spool> {
@@ -104,6 +119,7 @@ impl Spool {
             .create(root.join("jobs"))?;
         let root = root.canonicalize()?;
         let jobs = root.join("jobs");
+        set_mode(&jobs, DIR_MODE)?;
         for dir in [root.as_path(), jobs.as_path()] {
             let mode = std::fs::metadata(dir)?.permissions().mode();
             if mode & 0o001 == 0 {
@@ -115,20 +131,59 @@ impl Spool {
                 );
             }
         }
-        Ok(Spool { jobs })
+        let spool = Spool { jobs };
+        spool.tighten_job_dirs()?;
+        Ok(spool)
+    }
+
+    /// Brings the job directories of an older noded (0755, files 0644, script 0755) to the
+    /// current modes. Owners are kept: the script stays the job user's.
+    fn tighten_job_dirs(&self) -> io::Result<()> {
+        for job_id in self.job_ids()? {
+            let dir = self.job_dir(job_id);
+            let tighten = |path: &Path, mode: u32| match std::fs::symlink_metadata(path) {
+                // Only what noded itself made: never follow a link out of the spool.
+                Ok(meta) if !meta.file_type().is_symlink() && meta.mode() & 0o7777 != mode => {
+                    if let Err(e) = set_mode(path, mode) {
+                        tracing::warn!("cannot restrict {}: {e}", path.display());
+                    }
+                }
+                _ => {}
+            };
+            tighten(dir.path(), DIR_MODE);
+            let entries = match std::fs::read_dir(dir.path()) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    tracing::warn!("cannot list {}: {e}", dir.path().display());
+                    continue;
+                }
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path == dir.script() {
+                    tighten(&path, SCRIPT_MODE);
+                } else {
+                    tighten(&path, FILE_MODE);
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn job_dir(&self, job_id: u64) -> JobDir {
         JobDir::new(self.jobs.join(job_id.to_string()))
     }
 
-    /// Creates a fresh, empty directory for a job, replacing any leftover of an earlier run.
+    /// Creates a fresh, empty directory for a job (mode 0711, owned by noded's user),
+    /// replacing any leftover of an earlier run.
     pub fn create_job_dir(&self, job_id: u64) -> io::Result<JobDir> {
         self.remove_job(job_id)?;
         let dir = self.job_dir(job_id);
-        std::fs::DirBuilder::new().mode(0o755).create(dir.path())?;
+        std::fs::DirBuilder::new()
+            .mode(DIR_MODE)
+            .create(dir.path())?;
         // The mode given to mkdir is filtered by the umask; the job user needs to search it.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        set_mode(dir.path(), DIR_MODE)?;
         Ok(dir)
     }
 
@@ -240,6 +295,10 @@ impl From<&FinishedRecord> for pb::JobFinished {
     }
 }
 
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<T> {
     let bytes = std::fs::read(path)?;
     serde_json::from_slice(&bytes).map_err(|e| {
@@ -275,6 +334,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         .truncate(true)
         .mode(mode)
         .open(&tmp)?;
+    // Exactly `mode`, whatever the umask or a leftover temporary file had.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
@@ -311,5 +372,53 @@ mod tests {
         spool.remove_job(42).unwrap();
         spool.remove_job(42).unwrap();
         assert_eq!(spool.job_ids().unwrap(), vec![7]);
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn files_are_private_and_an_old_spool_is_tightened() {
+        let root = tempfile::tempdir().unwrap();
+        let spool = Spool::open(root.path()).unwrap();
+        assert_eq!(mode(&root.path().join("jobs")), DIR_MODE);
+        let dir = spool.create_job_dir(3).unwrap();
+        assert_eq!(mode(dir.path()), DIR_MODE);
+        dir.write_record(&JobRecord::unreadable(3)).unwrap();
+        dir.write_exit(&ExitRecord::default()).unwrap();
+        dir.write_finished(&FinishedRecord::default()).unwrap();
+        dir.write_job_pid(99).unwrap();
+        for file in [dir.state(), dir.exit(), dir.finished(), dir.pid()] {
+            assert_eq!(mode(&file), FILE_MODE, "{}", file.display());
+        }
+
+        // As an older noded left it: everything readable by everyone.
+        let open = |path: &Path, m: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        std::fs::write(dir.script(), b"#!/bin/sh\n").unwrap();
+        std::fs::write(dir.shepherd_log(), b"log\n").unwrap();
+        open(&root.path().join("jobs"), 0o755);
+        open(dir.path(), 0o755);
+        open(&dir.script(), 0o755);
+        for file in [dir.state(), dir.exit(), dir.shepherd_log()] {
+            open(&file, 0o644);
+        }
+        // A link is never followed (nor changed).
+        let outside = root.path().join("outside");
+        std::fs::write(&outside, b"x").unwrap();
+        open(&outside, 0o644);
+        std::os::unix::fs::symlink(&outside, dir.path().join("link")).unwrap();
+
+        let spool = Spool::open(root.path()).unwrap();
+        let dir = spool.job_dir(3);
+        assert_eq!(mode(&root.path().join("jobs")), DIR_MODE);
+        assert_eq!(mode(dir.path()), DIR_MODE);
+        assert_eq!(mode(&dir.script()), SCRIPT_MODE);
+        for file in [dir.state(), dir.exit(), dir.shepherd_log()] {
+            assert_eq!(mode(&file), FILE_MODE, "{}", file.display());
+        }
+        assert_eq!(mode(&outside), 0o644);
     }
 }

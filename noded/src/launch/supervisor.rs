@@ -2,9 +2,10 @@
 //! SIGKILL when asked or when the time limit and grace run out, and reports the job's end.
 //! All of it reacts to events (shepherd exit, control messages, timers); nothing polls.
 
+use super::checkpoint;
 use super::job::{plan_job, write_script, JobParams};
 use super::process::{find_shepherd, is_shepherd_of, newest_mtime_ms, signal_group, Shepherd};
-use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
+use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState, FILE_MODE};
 use super::{Control, JobEvent, Shared, SHEPHERD_SUBCOMMAND};
 use nix::sys::signal::Signal;
 use std::os::unix::fs::OpenOptionsExt;
@@ -107,7 +108,19 @@ impl Supervisor {
                 .spool
                 .create_job_dir(job.job_id)
                 .map_err(|e| format!("cannot create the job's spool directory: {e}"))?;
+            // Before anything else is looked at: no message from schedd starts a root process
+            // on a node that refuses them.
+            if job.uid == 0 && !shared.allow_root_jobs {
+                // Logged (as "job N: cannot start: ...") and reported by `launch`.
+                return Err(format!(
+                    "node {} refuses to run jobs as root (node.allow_root_jobs = false)",
+                    shared.node_name
+                ));
+            }
             let plan = plan_job(&job, &shared.node_name, &dir.script())?;
+            if let Some(checkpoint_dir) = &plan.checkpoint_dir {
+                checkpoint::prepare(checkpoint_dir, job.job_id, plan.uid, plan.gid)?;
+            }
             write_script(&dir.script(), &job, &plan)
                 .map_err(|e| format!("cannot write the job script: {e}"))?;
             Ok::<_, String>(plan)
@@ -136,7 +149,7 @@ impl Supervisor {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .mode(0o644)
+            .mode(FILE_MODE)
             .open(self.dir.shepherd_log())?;
         let mut command = tokio::process::Command::new(&self.shared.shepherd_program);
         command

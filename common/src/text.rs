@@ -1,0 +1,172 @@
+//! User-supplied text that ends up on someone's terminal: job names, accounts, drain reasons,
+//! node names, paths. Two rules keep a terminal safe from what other users typed:
+//!
+//! * [`check_printable`] refuses control characters (and the Unicode line separators and bidi
+//!   overrides that reorder or break a line) where such text enters the system;
+//! * [`escape_for_terminal`] shows whatever gets through anyway (older records, names from
+//!   agents, paths) as visible escapes, `\n`, `\x1b`, `\u{202e}`, in human-readable output.
+//!
+//! JSON output needs neither: serde escapes control characters itself.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Whether `c` must not reach a terminal as is: a control character (C0, DEL, C1), a line or
+/// paragraph separator (U+2028, U+2029), or a bidi embedding, override or isolate
+/// (U+202A–U+202E, U+2066–U+2069), which can make text read differently from what it is.
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// How much of a refused value an error message echoes (escaped), so a huge value does not
+/// flood the terminal.
+const ECHO_CHARS: usize = 80;
+
+/// Refuses `value` if it holds a character [`is_unsafe_char`] flags. `field` names the value
+/// in the message, e.g. `job name "bad\nname" contains a control character (U+000A); names may
+/// not contain control characters`.
+pub fn check_printable(field: &str, value: &str) -> Result<(), String> {
+    let Some(bad) = value.chars().find(|&c| is_unsafe_char(c)) else {
+        return Ok(());
+    };
+    let escaped = escape_for_terminal(value);
+    let shown: String = if escaped.chars().count() > ECHO_CHARS {
+        let mut s: String = escaped.chars().take(ECHO_CHARS).collect();
+        s.push('…');
+        s
+    } else {
+        escaped.into_owned()
+    };
+    // "job name" → "names", "account" → "accounts", "drain reason" → "reasons".
+    let noun = field.rsplit(' ').next().unwrap_or(field);
+    Err(format!(
+        "{field} \"{shown}\" contains a control character (U+{:04X}); {noun}s may not contain \
+         control characters",
+        bad as u32
+    ))
+}
+
+/// `s` with every character [`is_unsafe_char`] flags replaced by a visible escape: `\n`, `\r`,
+/// `\t`, `\x1b` (other ASCII controls and DEL as `\xNN`), and `\u{85}`, `\u{202e}` beyond
+/// ASCII. Everything else, non-ASCII letters included, is kept as is; text that needs no
+/// escaping is returned borrowed.
+pub fn escape_for_terminal(s: &str) -> Cow<'_, str> {
+    let clean = if s.is_ascii() {
+        !s.bytes().any(|b| b < 0x20 || b == 0x7f)
+    } else {
+        !s.chars().any(is_unsafe_char)
+    };
+    if clean {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !is_unsafe_char(c) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_text_passes() {
+        for ok in [
+            "",
+            "train-llm",
+            "my job",
+            "résumé α→β 训练 🚀",
+            "path/with\\backslash",
+            "עברית",
+        ] {
+            assert_eq!(check_printable("job name", ok), Ok(()), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn control_characters_are_refused_with_the_code_point() {
+        assert_eq!(
+            check_printable("job name", "bad\nname").unwrap_err(),
+            "job name \"bad\\nname\" contains a control character (U+000A); names may not \
+             contain control characters"
+        );
+        let err = check_printable("account", "x\x1b[2J").unwrap_err();
+        assert!(
+            err.starts_with(
+                "account \"x\\x1b[2J\" contains a control character (U+001B); accounts may"
+            ),
+            "{err}"
+        );
+        let err = check_printable("drain reason", "fan\u{202e}olleh").unwrap_err();
+        assert!(err.contains("(U+202E); reasons may not"), "{err}");
+        for bad in [
+            "a\rb",
+            "a\tb",
+            "a\x7fb",
+            "a\u{85}b",
+            "a\u{9b}b",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "a\u{202a}b",
+            "a\u{202d}b",
+            "a\u{2066}b",
+            "a\u{2069}b",
+            "\0",
+        ] {
+            assert!(
+                check_printable("job name", bad).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn refused_values_are_echoed_short() {
+        let long = format!("{}\n", "x".repeat(10_000));
+        let err = check_printable("job name", &long).unwrap_err();
+        assert!(err.len() < 300, "{err}");
+        assert!(err.contains("x…\""), "{err}");
+    }
+
+    #[test]
+    fn escapes() {
+        assert!(matches!(
+            escape_for_terminal("plain"),
+            Cow::Borrowed("plain")
+        ));
+        assert!(matches!(escape_for_terminal("训练 é"), Cow::Borrowed(_)));
+        assert_eq!(escape_for_terminal("a\nb\rc\td"), "a\\nb\\rc\\td");
+        assert_eq!(escape_for_terminal("\x1b[2J"), "\\x1b[2J");
+        assert_eq!(escape_for_terminal("\0\x07\x7f"), "\\x00\\x07\\x7f");
+        assert_eq!(escape_for_terminal("a\u{85}b"), "a\\u{85}b");
+        assert_eq!(escape_for_terminal("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(
+            escape_for_terminal("\u{2028}\u{2069}"),
+            "\\u{2028}\\u{2069}"
+        );
+        assert_eq!(escape_for_terminal("é\n"), "é\\n");
+        // The escaped text itself is safe.
+        for s in ["\x1b]0;pwned\x07", "\u{202e}x", "\r\n"] {
+            assert_eq!(check_printable("x", &escape_for_terminal(s)), Ok(()));
+        }
+    }
+}
