@@ -731,42 +731,54 @@ impl Cluster {
                 }) = &job.stop
                 {
                     // A cancel is final whatever became of the launch: never requeue it.
-                    job.state = JobState::Cancelled;
-                    job.reason = format!("cancelled by {by}");
-                    job.end_time = Some(now);
-                    b.event(
-                        id,
-                        now,
-                        "cancelled",
+                    let (reason, detail) = (
+                        format!("cancelled by {by}"),
                         format!("by {by}; the agent on {name} no longer runs it"),
                     );
-                    b.put_job(&job);
+                    end_job(
+                        &mut b,
+                        &mut job,
+                        JobState::Cancelled,
+                        reason,
+                        now,
+                        "cancelled",
+                        detail,
+                    );
                     self.queue_stops(&mut st, id, others, 0, "cancel");
                 } else if !job.launched && job.launch_attempts + 1 >= max_attempts {
                     // A launch that never takes (the agent keeps dropping it) must not cycle
                     // from node to node forever.
                     job.launch_attempts += 1;
-                    job.state = JobState::Failed;
-                    job.reason = format!(
+                    let reason = format!(
                         "launch on {name} was not confirmed by its agent ({} of {max_attempts} \
                          attempts, scheduler.max_launch_attempts)",
                         job.launch_attempts
                     );
-                    job.end_time = Some(now);
-                    b.event(id, now, "launch_failed", job.reason.clone());
-                    b.put_job(&job);
+                    let detail = reason.clone();
+                    end_job(
+                        &mut b,
+                        &mut job,
+                        JobState::Failed,
+                        reason,
+                        now,
+                        "launch_failed",
+                        detail,
+                    );
                     self.queue_stops(&mut st, id, others, 0, "launch failed");
                 } else if job.launched {
-                    job.state = JobState::NodeFail;
-                    job.reason = format!("node {name} lost the job");
-                    job.end_time = Some(now);
-                    b.event(
-                        id,
-                        now,
-                        "node_fail",
+                    let (reason, detail) = (
+                        format!("node {name} lost the job"),
                         format!("agent on {name} no longer runs it"),
                     );
-                    b.put_job(&job);
+                    end_job(
+                        &mut b,
+                        &mut job,
+                        JobState::NodeFail,
+                        reason,
+                        now,
+                        "node_fail",
+                        detail,
+                    );
                     // The other parts of a multi-node job cannot go on without this one.
                     self.queue_stops(&mut st, id, others, 0, "part lost");
                 } else {
@@ -1305,6 +1317,24 @@ impl Cluster {
         self.apply(b)?;
         Ok(changed)
     }
+}
+
+/// Ends `job` for good: its final state and reason, its end time, one history event, and
+/// its record, all in `b`.
+fn end_job(
+    b: &mut Batch,
+    job: &mut Job,
+    state: JobState,
+    reason: String,
+    now: i64,
+    event: &str,
+    detail: String,
+) {
+    job.state = state;
+    job.reason = reason;
+    job.end_time = Some(now);
+    b.event(job.id, now, event, detail);
+    b.put_job(job);
 }
 
 fn audit(who: &Owner, action: &str, job: Option<JobId>, detail: String) -> AuditRecord {

@@ -267,28 +267,12 @@ impl TestCluster {
             .find(|n| n.name == name)
             .expect("known node")
             .clone();
-        let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
-        std::fs::write(&gpus, node.inventory_toml()).unwrap();
-        let spool = self.dir.path().join("spool").join(name);
-        let child = self
-            .command("noded")
-            .args([
-                "-v",
-                "--name",
-                name,
-                "--cpus",
-                "64",
-                "--mem",
-                "512G",
-                "--fake-gpus",
-            ])
-            .arg(&gpus)
-            .arg("--spool-dir")
-            .arg(&spool)
-            .stdout(Stdio::null())
-            .stderr(self.log_file(&format!("noded-{name}")))
-            .spawn()
-            .expect("start noded");
+        std::fs::write(
+            self.dir.path().join(format!("{name}-gpus.toml")),
+            node.inventory_toml(),
+        )
+        .unwrap();
+        let child = self.spawn_agent(name, name);
         self.agents.insert(name.to_string(), child);
     }
 
@@ -306,8 +290,14 @@ impl TestCluster {
     /// Starts a second agent that claims the name of node `name` (its own spool and log,
     /// `noded-<name>-dup.log`); the caller kills it.
     pub fn spawn_impostor_agent(&self, name: &str) -> Child {
+        self.spawn_agent(name, &format!("{name}-dup"))
+    }
+
+    /// Starts `noded` for node `name` (whose inventory file is written), with spool and log
+    /// named after `instance`.
+    fn spawn_agent(&self, name: &str, instance: &str) -> Child {
         let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
-        let spool = self.dir.path().join("spool").join(format!("{name}-dup"));
+        let spool = self.dir.path().join("spool").join(instance);
         self.command("noded")
             .args([
                 "-v",
@@ -323,7 +313,7 @@ impl TestCluster {
             .arg("--spool-dir")
             .arg(&spool)
             .stdout(Stdio::null())
-            .stderr(self.log_file(&format!("noded-{name}-dup")))
+            .stderr(self.log_file(&format!("noded-{instance}")))
             .spawn()
             .expect("start noded")
     }

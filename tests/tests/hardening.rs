@@ -355,9 +355,17 @@ fn a_second_agent_with_a_taken_name_is_refused_and_the_first_keeps_its_jobs() {
     c.wait_state(id2, "COMPLETED", SECS(10));
 }
 
-/// The shepherd of a job that processes a kill from schedd; found by its command line.
-fn shepherd_pid(job: u64) -> Option<i32> {
-    let suffix = format!("/jobs/{job}");
+/// The shepherd of job `job` of this cluster's node `node`, found by its command line (other
+/// tests' clusters have jobs of the same id).
+fn shepherd_pid(c: &TestCluster, node: &str, job: u64) -> Option<i32> {
+    let job_dir = c
+        .dir
+        .path()
+        .join("spool")
+        .join(node)
+        .join("jobs")
+        .join(job.to_string());
+    let job_dir = job_dir.to_string_lossy().into_owned();
     for e in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -369,7 +377,7 @@ fn shepherd_pid(job: u64) -> Option<i32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "__shepherd") && args.iter().any(|a| a.ends_with(&suffix)) {
+        if args.iter().any(|a| a == "__shepherd") && args.iter().any(|a| *a == job_dir) {
             return Some(pid);
         }
     }
@@ -389,7 +397,7 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     c.wait_state(a, "NODE_FAIL", SECS(20));
     let b = c.submit(&["-G", "1", "--wrap", "true"]);
     // The shepherd is frozen, so the leftover's end cannot be reported when it is killed.
-    let shepherd = shepherd_pid(a).expect("shepherd of the leftover job");
+    let shepherd = shepherd_pid(&c, "n1", a).expect("shepherd of the leftover job");
     let shepherd = nix::unistd::Pid::from_raw(shepherd);
     nix::sys::signal::kill(shepherd, SIGSTOP).unwrap();
     c.start_agent("n1");
@@ -398,7 +406,8 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     assert_eq!(
         state(&c, b),
         "PENDING",
-        "a job started on GPUs whose previous processes were not confirmed gone"
+        "a job started on GPUs whose previous processes were not confirmed gone\n{}",
+        c.logs()
     );
     let detail = c.run("yctl", &["show", "job", &b.to_string()]);
     assert!(

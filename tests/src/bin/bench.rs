@@ -238,6 +238,22 @@ fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         higher_is_better: false,
     });
 
+    // 4b. One job by id among them: a lookup, not a scan of the store.
+    let mut by_id = Vec::new();
+    for _ in 0..15 {
+        let t = Instant::now();
+        let out = c.run("yq", &["--all", "--json", "-j", "5"]);
+        assert!(out.status.success());
+        by_id.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    figures.push(Figure {
+        name: "yq -a -j ID with 10,000 jobs in the store (median)",
+        value: median(&mut by_id),
+        unit: "ms",
+        target: 10.0,
+        higher_is_better: false,
+    });
+
     // 5. schedd memory with 10,000 queued jobs.
     figures.push(Figure {
         name: "schedd RSS with 10,000 queued jobs",
