@@ -13,9 +13,13 @@ pub fn now_ms() -> Millis {
         .unwrap_or(0)
 }
 
-/// RFC 3339 in UTC with second precision, e.g. `2026-11-30T05:50:38Z`.
+/// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z).
+const LAST_RFC3339_MS: Millis = 253_402_300_799_999;
+
+/// RFC 3339 in UTC with second precision, e.g. `2026-11-30T05:50:38Z`. Times an agent or a
+/// record may carry past year 9999 print as the last second of 9999 rather than panic.
 pub fn rfc3339(ms: Millis) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, LAST_RFC3339_MS) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
@@ -34,6 +38,12 @@ pub fn format_elapsed(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_never_panics() {
+        assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339(-5), "1970-01-01T00:00:00Z");
+    }
     #[test]
     fn formats() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
