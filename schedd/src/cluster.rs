@@ -326,40 +326,59 @@ impl Cluster {
         // (finished) before it leaves memory, both under the lock, so a job missing from the
         // copy is already in the store; one that ends in between is in both, and the store's
         // (newer) record wins. Every job appears exactly once.
-        let mut by_id: BTreeMap<u64, pb::JobInfo> = BTreeMap::new();
-        {
+        let listing = ysched_common::convert::job_listing;
+        let active: Vec<pb::JobInfo> = {
             let st = lock(&self.state);
             if ids.is_empty() {
-                by_id.extend(
-                    st.jobs
-                        .values()
-                        .filter(|j| want(j))
-                        .map(|j| (j.id.0, ysched_common::convert::job_listing(j))),
-                );
+                st.jobs.values().filter(|j| want(j)).map(listing).collect()
             } else {
-                by_id.extend(
-                    ids.iter()
-                        .filter_map(|id| st.jobs.get(&JobId(*id)))
-                        .filter(|j| want(j))
-                        .map(|j| (j.id.0, ysched_common::convert::job_listing(j))),
-                );
+                ids.iter()
+                    .filter_map(|id| st.jobs.get(&JobId(*id)))
+                    .filter(|j| want(j))
+                    .map(listing)
+                    .collect()
             }
-        }
-        if !ids.is_empty() {
+        };
+        let finished: Vec<pb::JobInfo> = if !ids.is_empty() {
             // Asked by id: look each one up, never scan the history.
+            let mut found = Vec::new();
             for id in &ids {
                 if let Some(j) = self.store.job(JobId(*id))? {
                     if j.state.is_terminal() && want(&j) {
-                        by_id.insert(j.id.0, ysched_common::convert::job_listing(&j));
+                        found.push(listing(&j));
                     }
                 }
             }
+            found
         } else if req.all || states.iter().any(|s| s.is_terminal()) {
-            for j in self.store.finished_jobs()?.iter().filter(|j| want(j)) {
-                by_id.insert(j.id.0, ysched_common::convert::job_listing(j));
-            }
+            self.store
+                .finished_jobs()?
+                .iter()
+                .filter(|j| want(j))
+                .map(listing)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if finished.is_empty() {
+            return Ok(active);
         }
-        Ok(by_id.into_values().collect())
+        // Both lists are in id order; a job that ended between the two reads is in both, and
+        // its finished record (the newer one) is kept.
+        let ended: BTreeSet<u64> = finished.iter().map(|j| j.id).collect();
+        let mut merged = Vec::with_capacity(active.len() + finished.len());
+        let mut active = active
+            .into_iter()
+            .filter(|j| !ended.contains(&j.id))
+            .peekable();
+        for done in finished {
+            while let Some(j) = active.next_if(|j| j.id < done.id) {
+                merged.push(j);
+            }
+            merged.push(done);
+        }
+        merged.extend(active);
+        Ok(merged)
     }
 
     fn find_job(&self, id: JobId) -> ApiResult<Job> {
