@@ -68,7 +68,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let agents = tokio::net::TcpListener::bind(&config.scheduler.listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.scheduler.listen))?;
+        .map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (another process holds the agent port: `ss -ltnp` names it; the admin guide's \
+                 \"Keeping the agent port from being squatted\" says how to prevent this)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("cannot listen on {}: {e}{hint}", config.scheduler.listen)
+        })?;
     let clients = server::bind_client_socket(&config.scheduler.socket)?;
     let socket_path = config.scheduler.socket.clone();
     let cluster = Cluster::start(config, store)?;
