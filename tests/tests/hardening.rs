@@ -137,6 +137,17 @@ fn agents_refuse_a_squatter_on_the_agent_port_and_never_send_it_the_key() {
     let stop = Arc::new(AtomicBool::new(false));
     let seen = plaintext_squatter(squat(c.port), stop.clone());
     wait_log(&c, "noded-n1", "it does not speak TLS");
+    // The real schedd cannot start meanwhile, and says why and what to do.
+    let out = std::process::Command::new(ysched_tests::bin_dir().join("schedd"))
+        .env("YSCHED_CONF", &c.conf)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("another process holds the agent port"),
+        "{err}"
+    );
     stop.store(true, Ordering::SeqCst);
     let bytes = seen.lock().unwrap().clone();
     assert!(!bytes.is_empty(), "the agent never tried the squatter");
