@@ -388,7 +388,7 @@ fn shepherd_pid(c: &TestCluster, node: &str, job: u64) -> Option<i32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "__shepherd") && args.iter().any(|a| *a == job_dir) {
+        if args.iter().any(|a| a == "__shepherd") && args.contains(&job_dir) {
             return Some(pid);
         }
     }
