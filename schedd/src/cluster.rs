@@ -6,6 +6,7 @@
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 
 use crate::core::{self, Plan, Policy, Snapshot};
+use crate::state::lifecycle::{self, LostOutcome, PartEnd};
 use crate::store::{self, Batch, Payload, Store};
 use crate::submit;
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{
-    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PartFailure,
-    PartsProgress, StopReason, StopRequest,
+    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PartsProgress,
+    StopReason, StopRequest,
 };
 use ysched_proto as pb;
 
@@ -708,7 +709,8 @@ impl Cluster {
             );
             // Reports of jobs that ended while we were apart.
             for fin in &reg.finished {
-                if let Some(id) = self.job_finished_locked(&mut st, &mut b, &name, fin) {
+                let end = crate::server::part_end(fin);
+                if let Some(id) = self.job_finished_locked(&mut st, &mut b, &name, &end) {
                     changed.push(id);
                 }
                 self.queue_to_agent(
@@ -742,84 +744,20 @@ impl Cluster {
                     continue;
                 }
                 let mut job = st.jobs.remove(&id).expect("listed above");
+                // The job's other parts (of a multi-node run) cannot go on without this one.
                 let others = nodes_where(&job.alloc, |n| n != name);
                 let max_attempts = self.config.scheduler.max_launch_attempts;
-                if let Some(StopRequest {
-                    reason: StopReason::Cancel { by },
-                    ..
-                }) = &job.stop
-                {
-                    // A cancel is final whatever became of the launch: never requeue it.
-                    let (reason, detail) = (
-                        format!("cancelled by {by}"),
-                        format!("by {by}; the agent on {name} no longer runs it"),
-                    );
-                    end_job(
-                        &mut b,
-                        &mut job,
-                        JobState::Cancelled,
-                        reason,
-                        now,
-                        "cancelled",
-                        detail,
-                    );
-                    self.queue_stops(&mut st, id, others, 0, "cancel");
-                } else if !job.launched && job.launch_attempts + 1 >= max_attempts {
-                    // A launch that never takes (the agent keeps dropping it) must not cycle
-                    // from node to node forever.
-                    job.launch_attempts += 1;
-                    let reason = format!(
-                        "launch on {name} was not confirmed by its agent ({} of {max_attempts} \
-                         attempts, scheduler.max_launch_attempts)",
-                        job.launch_attempts
-                    );
-                    let detail = reason.clone();
-                    end_job(
-                        &mut b,
-                        &mut job,
-                        JobState::Failed,
-                        reason,
-                        now,
-                        "launch_failed",
-                        detail,
-                    );
-                    self.queue_stops(&mut st, id, others, 0, "launch failed");
-                } else if job.launched {
-                    let (reason, detail) = (
-                        format!("node {name} lost the job"),
-                        format!("agent on {name} no longer runs it"),
-                    );
-                    end_job(
-                        &mut b,
-                        &mut job,
-                        JobState::NodeFail,
-                        reason,
-                        now,
-                        "node_fail",
-                        detail,
-                    );
-                    // The other parts of a multi-node job cannot go on without this one.
-                    self.queue_stops(&mut st, id, others, 0, "part lost");
-                } else {
-                    // The launch never reached the agent: the job never ran here; queue it
-                    // again (stopping any parts a multi-node launch started elsewhere).
-                    self.queue_stops(&mut st, id, others, 0, "part lost");
-                    job.launch_attempts += 1;
-                    job.state = JobState::Pending;
-                    job.alloc.clear();
-                    job.parts = Default::default();
-                    job.start_time = None;
-                    job.stop = None;
-                    b.event(
-                        id,
-                        now,
-                        "requeued",
-                        format!(
-                            "launch on {name} was not confirmed (attempt {} of {max_attempts})",
-                            job.launch_attempts
-                        ),
-                    );
-                    b.put_job(&job);
+                let (outcome, (at, kind, detail)) =
+                    lifecycle::part_lost(&mut job, &name, max_attempts, now);
+                b.event(id, at, kind, detail);
+                b.put_job(&job);
+                let why = match job.state {
+                    JobState::Cancelled => "cancel",
+                    JobState::Failed => "launch failed",
+                    _ => "part lost",
+                };
+                self.queue_stops(&mut st, id, others, 0, why);
+                if outcome == LostOutcome::Requeued {
                     st.jobs.insert(id, job);
                 }
                 changed.push(id);
@@ -887,17 +825,17 @@ impl Cluster {
         Ok(())
     }
 
-    pub async fn job_finished(&self, name: &str, fin: pb::JobFinished) -> ApiResult<()> {
+    pub async fn job_finished(&self, name: &str, end: PartEnd) -> ApiResult<()> {
         self.writable()?;
         let changed = {
             let mut st = lock(&self.state);
             let mut b = Batch::default();
-            let changed = self.job_finished_locked(&mut st, &mut b, name, &fin);
+            let changed = self.job_finished_locked(&mut st, &mut b, name, &end);
             self.apply(b)?;
             self.queue_to_agent(
                 &mut st,
                 name,
-                pb::scheduler_message::Msg::Ack(pb::AckFinished { job_id: fin.job_id }),
+                pb::scheduler_message::Msg::Ack(pb::AckFinished { job_id: end.job_id }),
             );
             changed
         };
@@ -907,180 +845,42 @@ impl Cluster {
         Ok(())
     }
 
-    /// Decides how a job ended (or whether it goes back to the queue) from the agent's report.
+    /// Applies an agent's report that a part of a job ended (see `state::lifecycle`).
     fn job_finished_locked(
         &self,
         st: &mut State,
         b: &mut Batch,
         node: &str,
-        fin: &pb::JobFinished,
+        end: &PartEnd,
     ) -> Option<JobId> {
-        let id = JobId(fin.job_id);
+        let id = JobId(end.job_id);
         if let Some(n) = st.nodes.get_mut(node) {
-            if n.killing.remove(&fin.job_id) {
+            if n.killing.remove(&end.job_id) {
                 // A leftover of a job that had already ended here: its GPUs are free now.
-                let end = if fin.end_time_ms > 0 {
-                    fin.end_time_ms
+                let at = if end.end_time_ms > 0 {
+                    end.end_time_ms
                 } else {
                     now_ms()
                 };
-                b.event(
-                    id,
-                    end,
-                    "leftover_gone",
-                    format!("processes left on {node} are gone: {}", describe_exit(fin)),
-                );
+                let detail = format!("processes left on {node} are gone: {}", end.describe());
+                b.event(id, at, "leftover_gone", detail);
                 self.wake.notify_one();
             }
         }
         let job = st.jobs.get_mut(&id)?;
-        // A report about an earlier run (resent after a reconnect) must not end a later run
-        // that was placed on the same node.
-        if !job.runs_on(node) || fin.restart_count != job.restart_count {
+        let max_requeues = self.config.scheduler.max_requeues;
+        let out = lifecycle::part_ended(job, node, end, max_requeues, now_ms());
+        if out.ignored {
             return None;
         }
-        let end = if fin.end_time_ms > 0 {
-            fin.end_time_ms
-        } else {
-            now_ms()
-        };
-        let how = describe_exit(fin);
-        b.event(id, end, "exited", format!("on {node}: {how}"));
-        let failed = !fin.error.is_empty() || fin.timed_out || fin.exit_code != Some(0);
-        if job.alloc.len() > 1 {
-            // One part of a multi-node run ended: its GPUs are free now, the others still run.
-            let pos = job.alloc.iter().position(|a| a.node == node)?;
-            let part = job.alloc.remove(pos);
-            job.parts.ended.push(part);
-            let mut stop_others = Vec::new();
-            if failed && job.parts.first_failure.is_none() {
-                job.parts.first_failure = Some(PartFailure {
-                    node: node.to_string(),
-                    exit_code: fin.exit_code,
-                    signal: fin.signal,
-                    timed_out: fin.timed_out,
-                    error: fin.error.clone(),
-                    description: format!("part on {node}: {how}"),
-                });
-                if job.stop.is_none() {
-                    // A gang is useless once a part is gone: stop the rest.
-                    stop_others = nodes_where(&job.alloc, |_| true);
-                    job.reason = format!("part on {node} failed; stopping the others");
-                    b.event(
-                        id,
-                        end,
-                        "stopping",
-                        format!("other parts, after {node} failed"),
-                    );
-                }
-            }
-            let grace = job.grace_secs;
-            b.put_job(job);
-            self.queue_stops(st, id, stop_others, grace, "part failed");
-            return Some(id);
+        for (at, kind, detail) in out.events {
+            b.event(id, at, kind, detail);
         }
-        // The last (or only) part ended: the run is over. Keep the whole allocation on record.
-        if !job.parts.ended.is_empty() {
-            let mut all = std::mem::take(&mut job.parts.ended);
-            all.append(&mut job.alloc);
-            let order = &job.parts.nodelist;
-            all.sort_by_key(|a| {
-                order
-                    .iter()
-                    .position(|n| *n == a.node)
-                    .unwrap_or(usize::MAX)
-            });
-            job.alloc = all;
-        }
-        // The first failing part decides how a multi-node run ends.
-        let failure = job.parts.first_failure.take();
-        let (exit_code, signal, timed_out, error, how) = match failure {
-            Some(f) => (f.exit_code, f.signal, f.timed_out, f.error, f.description),
-            None => (
-                fin.exit_code,
-                fin.signal,
-                fin.timed_out,
-                fin.error.clone(),
-                how,
-            ),
-        };
-        job.exit_code = exit_code;
-        job.signal = signal;
-        let preempted_by = match &job.stop {
-            Some(StopRequest {
-                reason: StopReason::Preempt { by },
-                ..
-            }) => Some(*by),
-            _ => None,
-        };
-        if let Some(by) = preempted_by {
-            let term = if fin.term_time_ms > 0 {
-                fin.term_time_ms
-            } else {
-                job.stop.as_ref().map(|s| s.at).unwrap_or(end)
-            };
-            b.event(
-                id,
-                end,
-                "preemption",
-                format!(
-                    "preemptor={by} victim={id} sigterm={} exit={} ended={} checkpoint_saved={}",
-                    ysched_common::time::rfc3339(term),
-                    ysched_common::time::rfc3339(end),
-                    if fin.killed {
-                        "killed after grace"
-                    } else {
-                        "exited within grace"
-                    },
-                    fin.checkpoint_saved
-                ),
-            );
-            if fin.checkpoint_saved {
-                job.last_checkpoint = Some(end);
-            }
-            if !job.spec.no_requeue && job.restart_count < self.config.scheduler.max_requeues {
-                job.state = JobState::Pending;
-                job.restart_count += 1;
-                job.alloc.clear();
-                job.parts = Default::default();
-                job.start_time = None;
-                job.launched = false;
-                job.stop = None;
-                job.reason = String::new();
-                b.event(
-                    id,
-                    end,
-                    "requeued",
-                    format!("restart {} after preemption by {by}", job.restart_count),
-                );
-                b.put_job(job);
-                return Some(id);
-            }
-            job.state = JobState::Preempted;
-            job.reason = format!("preempted by {by}");
-        } else if !error.is_empty() {
-            job.state = JobState::Failed;
-            job.reason = format!("launch failed: {error}");
-        } else if timed_out {
-            job.state = JobState::Timeout;
-            job.reason = "time limit reached".into();
-        } else if let Some(StopRequest {
-            reason: StopReason::Cancel { by },
-            ..
-        }) = &job.stop
-        {
-            job.state = JobState::Cancelled;
-            job.reason = format!("cancelled by {by}");
-        } else if exit_code == Some(0) {
-            job.state = JobState::Completed;
-            job.reason = String::new();
-        } else {
-            job.state = JobState::Failed;
-            job.reason = how;
-        }
-        job.end_time = Some(end);
         b.put_job(job);
-        st.jobs.remove(&id);
+        if out.finished {
+            st.jobs.remove(&id);
+        }
+        self.queue_stops(st, id, out.stop_parts, out.stop_grace, "part failed");
         Some(id)
     }
 
@@ -1338,24 +1138,6 @@ impl Cluster {
     }
 }
 
-/// Ends `job` for good: its final state and reason, its end time, one history event, and
-/// its record, all in `b`.
-fn end_job(
-    b: &mut Batch,
-    job: &mut Job,
-    state: JobState,
-    reason: String,
-    now: i64,
-    event: &str,
-    detail: String,
-) {
-    job.state = state;
-    job.reason = reason;
-    job.end_time = Some(now);
-    b.event(job.id, now, event, detail);
-    b.put_job(job);
-}
-
 fn audit(who: &Owner, action: &str, job: Option<JobId>, detail: String) -> AuditRecord {
     AuditRecord {
         time: now_ms(),
@@ -1454,24 +1236,6 @@ fn describe_alloc(alloc: &[NodeAlloc]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-fn describe_exit(fin: &pb::JobFinished) -> String {
-    if !fin.error.is_empty() {
-        return format!("launch failed: {}", fin.error);
-    }
-    let mut s = match (fin.exit_code, fin.signal) {
-        (Some(c), _) => format!("exit code {c}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => "ended".to_string(),
-    };
-    if fin.timed_out {
-        s.push_str(", time limit");
-    }
-    if fin.killed {
-        s.push_str(", SIGKILL after grace");
-    }
-    s
 }
 
 /// What `yctl nodes` shows: derived state and the job holding each GPU.

@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`core`]: the scheduling decision, a pure function from a snapshot to a plan.
 //! - [`cluster`]: in-memory state, event handlers, and the applier of plans.
+//! - [`state`]: the state machine taking shape: pure decisions on domain records
+//!   (`lifecycle`: how a run ends).
 //! - [`store`]: durable state in sled (the only module that knows sled).
 //! - [`server`]: gRPC services (the only module that knows tonic).
 //! - [`submit`]: validation of submits.
@@ -10,5 +12,6 @@
 pub mod cluster;
 pub mod core;
 pub mod server;
+pub mod state;
 pub mod store;
 pub mod submit;

@@ -32,7 +32,7 @@ mod topo;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
 

@@ -79,7 +79,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                     }) => cluster.job_started(&name, s).await,
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Finished(f)),
-                    }) => cluster.job_finished(&name, f).await,
+                    }) => cluster.job_finished(&name, super::part_end(&f)).await,
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Heartbeat(h)),
                     }) => {

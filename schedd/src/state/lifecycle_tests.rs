@@ -1,0 +1,219 @@
+//! One test per transition of a run's end.
+
+use super::lifecycle::{part_ended, part_lost, EndOutcome, LostOutcome, PartEnd};
+use crate::core::testkit::{JobBuilder, T0};
+use ysched_common::{JobId, JobState, StopReason, StopRequest};
+
+const NOW: i64 = T0 + 60_000;
+
+fn exit(job: u64, code: i32) -> PartEnd {
+    PartEnd {
+        job_id: job,
+        exit_code: Some(code),
+        end_time_ms: T0 + 5_000,
+        ..PartEnd::default()
+    }
+}
+
+fn cancelled_by(job: &mut ysched_common::Job, who: &str) {
+    job.stop = Some(StopRequest {
+        reason: StopReason::Cancel { by: who.into() },
+        at: T0,
+        grace_secs: 30,
+    });
+}
+
+#[test]
+fn exit_zero_completes_and_nonzero_fails_with_its_code() {
+    let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    let out = part_ended(&mut job, "n1", &exit(1, 0), 20, NOW);
+    assert!(out.finished && !out.ignored);
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.end_time, Some(T0 + 5_000));
+    assert_eq!(out.events[0].1, "exited");
+
+    let mut job = JobBuilder::new(2).running_on("n1", &[0]).build();
+    part_ended(&mut job, "n1", &exit(2, 3), 20, NOW);
+    assert_eq!((job.state, job.exit_code), (JobState::Failed, Some(3)));
+    assert_eq!(job.reason, "exit code 3");
+}
+
+#[test]
+fn time_limit_launch_error_and_cancel_decide_the_state() {
+    let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    let end = PartEnd {
+        timed_out: true,
+        signal: Some(15),
+        ..exit(1, 0)
+    };
+    part_ended(
+        &mut job,
+        "n1",
+        &PartEnd {
+            exit_code: None,
+            ..end
+        },
+        20,
+        NOW,
+    );
+    assert_eq!(job.state, JobState::Timeout);
+
+    let mut job = JobBuilder::new(2).running_on("n1", &[0]).build();
+    let end = PartEnd {
+        error: "no such user".into(),
+        exit_code: None,
+        ..exit(2, 0)
+    };
+    part_ended(&mut job, "n1", &end, 20, NOW);
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.reason, "launch failed: no such user");
+
+    let mut job = JobBuilder::new(3).running_on("n1", &[0]).build();
+    cancelled_by(&mut job, "bob");
+    let end = PartEnd {
+        exit_code: None,
+        signal: Some(15),
+        ..exit(3, 0)
+    };
+    part_ended(&mut job, "n1", &end, 20, NOW);
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (JobState::Cancelled, "cancelled by bob")
+    );
+}
+
+#[test]
+fn a_report_of_another_run_or_node_changes_nothing() {
+    let job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    let mut other_run = job.clone();
+    other_run.restart_count = 1;
+    let before = other_run.clone();
+    let out = part_ended(&mut other_run, "n1", &exit(1, 0), 20, NOW);
+    assert_eq!(
+        out,
+        EndOutcome {
+            ignored: true,
+            ..EndOutcome::default()
+        }
+    );
+    assert_eq!(other_run, before);
+    let mut elsewhere = job.clone();
+    assert!(part_ended(&mut elsewhere, "n2", &exit(1, 0), 20, NOW).ignored);
+    assert_eq!(elsewhere, job);
+}
+
+#[test]
+fn a_preempted_victim_is_requeued_with_its_checkpoint_until_max_requeues() {
+    let mut job = JobBuilder::new(1)
+        .running_on("n1", &[0])
+        .preempted_by(9)
+        .build();
+    let end = PartEnd {
+        exit_code: Some(0),
+        term_time_ms: T0 + 1_000,
+        checkpoint_saved: true,
+        ..exit(1, 0)
+    };
+    let out = part_ended(&mut job, "n1", &end, 2, NOW);
+    assert!(!out.finished);
+    assert_eq!(job.state, JobState::Pending);
+    assert_eq!(job.restart_count, 1);
+    assert_eq!(job.last_checkpoint, Some(T0 + 5_000));
+    assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);
+    let kinds: Vec<&str> = out.events.iter().map(|e| e.1).collect();
+    assert_eq!(kinds, ["exited", "preemption", "requeued"]);
+    assert!(out.events[1].2.contains("checkpoint_saved=true"));
+
+    // At the limit it ends PREEMPTED.
+    let mut job = JobBuilder::new(2)
+        .running_on("n1", &[0])
+        .preempted_by(9)
+        .build();
+    job.restart_count = 2;
+    let end = PartEnd {
+        restart_count: 2,
+        ..exit(2, 0)
+    };
+    let out = part_ended(&mut job, "n1", &end, 2, NOW);
+    assert!(out.finished);
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (JobState::Preempted, "preempted by 9")
+    );
+
+    // --no-requeue ends it PREEMPTED at once.
+    let mut job = JobBuilder::new(3)
+        .running_on("n1", &[0])
+        .preempted_by(9)
+        .build();
+    job.spec.no_requeue = true;
+    part_ended(&mut job, "n1", &exit(3, 0), 20, NOW);
+    assert_eq!(job.state, JobState::Preempted);
+}
+
+#[test]
+fn the_first_failing_part_stops_the_others_and_decides_the_end() {
+    let mut job = JobBuilder::new(1)
+        .nodes(3)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .running_on("n3", &[0])
+        .build();
+    job.parts.nodelist = vec!["n1".into(), "n2".into(), "n3".into()];
+    // n2 fails: its GPUs are released at once, the others are stopped.
+    let out = part_ended(&mut job, "n2", &exit(1, 7), 20, NOW);
+    assert!(!out.finished);
+    assert_eq!(out.stop_parts, ["n1", "n3"]);
+    assert_eq!(out.stop_grace, job.grace_secs);
+    assert_eq!(job.alloc.len(), 2);
+    assert_eq!(job.state, JobState::Running);
+    // n3 is killed by the stop: no second stop.
+    let killed = PartEnd {
+        exit_code: None,
+        signal: Some(15),
+        ..exit(1, 0)
+    };
+    let out = part_ended(&mut job, "n3", &killed, 20, NOW);
+    assert!(out.stop_parts.is_empty() && !out.finished);
+    // The last part ends: the job ends as the first failure said, with its whole allocation.
+    let out = part_ended(&mut job, "n1", &killed, 20, NOW);
+    assert!(out.finished);
+    assert_eq!((job.state, job.exit_code), (JobState::Failed, Some(7)));
+    assert_eq!(job.reason, "part on n2: exit code 7");
+    let nodes: Vec<&str> = job.alloc.iter().map(|a| a.node.as_str()).collect();
+    assert_eq!(nodes, ["n1", "n2", "n3"]);
+}
+
+#[test]
+fn a_lost_part_is_cancelled_failed_node_fail_or_requeued() {
+    // Being cancelled: CANCELLED, whatever became of the launch.
+    let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    job.launched = false;
+    cancelled_by(&mut job, "alice");
+    let (out, ev) = part_lost(&mut job, "n1", 3, NOW);
+    assert_eq!(out, LostOutcome::Ended);
+    assert_eq!((job.state, ev.1), (JobState::Cancelled, "cancelled"));
+    assert_eq!(job.end_time, Some(NOW));
+
+    // Started (confirmed) and lost: NODE_FAIL.
+    let mut job = JobBuilder::new(2).running_on("n1", &[0]).build();
+    let (out, _) = part_lost(&mut job, "n1", 3, NOW);
+    assert_eq!((out, job.state), (LostOutcome::Ended, JobState::NodeFail));
+
+    // Never confirmed: back to the queue, counting attempts; FAILED at the limit.
+    let mut job = JobBuilder::new(3).running_on("n1", &[0]).build();
+    job.launched = false;
+    let (out, ev) = part_lost(&mut job, "n1", 2, NOW);
+    assert_eq!((out, job.state), (LostOutcome::Requeued, JobState::Pending));
+    assert_eq!(job.launch_attempts, 1);
+    assert!(ev.2.contains("attempt 1 of 2"), "{}", ev.2);
+    assert!(job.alloc.is_empty());
+    // Placed again, and lost again before starting.
+    job.state = JobState::Running;
+    job.alloc = JobBuilder::new(3).running_on("n2", &[0]).build().alloc;
+    let (out, ev) = part_lost(&mut job, "n2", 2, NOW);
+    assert_eq!((out, job.state), (LostOutcome::Ended, JobState::Failed));
+    assert_eq!(ev.1, "launch_failed");
+    assert!(job.reason.contains("(2 of 2 attempts"), "{}", job.reason);
+    assert_eq!(job.id, JobId(3));
+}
