@@ -21,6 +21,8 @@ bin="$root/target/release"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/ysched-demo.XXXXXX")
 chmod 755 "$dir"
+# Like /tmp: every user's jobs may create their own checkpoint directory here.
+mkdir -m 1777 "$dir/checkpoints"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 7117)
 cat > "$dir/ysched.toml" <<TOML
 [scheduler]
