@@ -6,41 +6,20 @@
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 
 use crate::core::{self, Plan, Policy, Snapshot};
+pub use crate::error::{ApiError, ApiResult};
+use crate::state::commands::{AgentCommand, LaunchOrder};
 use crate::state::lifecycle::{self, LostOutcome, PartEnd};
-use crate::store::{self, Batch, Payload, Store};
+use crate::store::{self, Batch, Store};
 use crate::submit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{
-    AuditRecord, Config, Gpu, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PartsProgress,
+    AuditRecord, Config, Gpu, Job, JobId, JobState, Node, NodeAlloc, Owner, PartsProgress,
     StopReason, StopRequest,
 };
 use ysched_proto as pb;
-
-/// An error for a client: its kind decides the status code, its message is shown as is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiError {
-    Invalid(String),
-    NotFound(String),
-    Denied(String),
-    Conflict(String),
-    AlreadyExists(String),
-    /// The state store refused a write (disk full, read-only, I/O error): nothing changed.
-    Unavailable(String),
-    Internal(String),
-}
-
-impl From<store::Error> for ApiError {
-    fn from(e: store::Error) -> Self {
-        if e.is_unavailable() {
-            ApiError::Unavailable(e.to_string())
-        } else {
-            ApiError::Internal(e.to_string())
-        }
-    }
-}
 
 /// sled fails for good after a write error, and memory may already hold the change it could
 /// not write: the only safe state is the one on disk. Exit, so that the service manager
@@ -55,10 +34,8 @@ fn store_failed(e: &store::Error) -> ! {
     std::process::exit(75)
 }
 
-pub type ApiResult<T> = Result<T, ApiError>;
-
 /// Messages to one agent's session, in the order they must arrive.
-pub type AgentTx = mpsc::UnboundedSender<pb::SchedulerMessage>;
+pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;
 
 struct Session {
     id: u64,
@@ -76,7 +53,7 @@ pub struct State {
     next_session_id: u64,
     /// Agent messages waiting for the next flush: never sent before the change they carry is
     /// durable, and sent in the order they were queued.
-    outbox: Vec<(String, pb::SchedulerMessage)>,
+    outbox: Vec<(String, AgentCommand)>,
 }
 
 pub struct Cluster {
@@ -170,9 +147,8 @@ impl Cluster {
         }
     }
 
-    fn queue_to_agent(&self, st: &mut State, node: &str, msg: pb::scheduler_message::Msg) {
-        st.outbox
-            .push((node.to_string(), pb::SchedulerMessage { msg: Some(msg) }));
+    fn queue_to_agent(&self, st: &mut State, node: &str, command: AgentCommand) {
+        st.outbox.push((node.to_string(), command));
         let _ = self.flush_tx.send(None);
     }
 
@@ -180,7 +156,7 @@ impl Cluster {
     /// `nodes`.
     fn queue_stops(&self, st: &mut State, id: JobId, nodes: Vec<String>, grace: u32, reason: &str) {
         for n in nodes {
-            self.queue_to_agent(st, &n, stop_msg(id, grace, reason));
+            self.queue_to_agent(st, &n, AgentCommand::stop(id.0, grace, reason));
         }
     }
 
@@ -694,11 +670,7 @@ impl Cluster {
             st.nodes.insert(name.clone(), node);
             session_id = st.next_session_id;
             st.next_session_id += 1;
-            let _ = tx.send(pb::SchedulerMessage {
-                msg: Some(pb::scheduler_message::Msg::Registered(pb::Registered {
-                    kill_jobs,
-                })),
-            });
+            let _ = tx.send(AgentCommand::Registered { kill_jobs });
             st.sessions.insert(
                 name.clone(),
                 Session {
@@ -713,11 +685,7 @@ impl Cluster {
                 if let Some(id) = self.job_finished_locked(&mut st, &mut b, &name, &end) {
                     changed.push(id);
                 }
-                self.queue_to_agent(
-                    &mut st,
-                    &name,
-                    pb::scheduler_message::Msg::Ack(pb::AckFinished { job_id: fin.job_id }),
-                );
+                self.queue_to_agent(&mut st, &name, AgentCommand::Ack { job_id: fin.job_id });
             }
             // Our running jobs on this node that the agent no longer knows.
             let reported: BTreeSet<u64> = reg
@@ -739,7 +707,11 @@ impl Cluster {
                     // (stops are idempotent on the agent).
                     if let Some(stop) = &job.stop {
                         let grace = stop.grace_secs;
-                        self.queue_to_agent(&mut st, &name, stop_msg(id, grace, "resent"));
+                        self.queue_to_agent(
+                            &mut st,
+                            &name,
+                            AgentCommand::stop(id.0, grace, "resent"),
+                        );
                     }
                     continue;
                 }
@@ -832,11 +804,7 @@ impl Cluster {
             let mut b = Batch::default();
             let changed = self.job_finished_locked(&mut st, &mut b, name, &end);
             self.apply(b)?;
-            self.queue_to_agent(
-                &mut st,
-                name,
-                pb::scheduler_message::Msg::Ack(pb::AckFinished { job_id: end.job_id }),
-            );
+            self.queue_to_agent(&mut st, name, AgentCommand::Ack { job_id: end.job_id });
             changed
         };
         self.commit().await?;
@@ -1077,26 +1045,34 @@ impl Cluster {
         }
         for p in &plan.placements {
             let payload = match self.store.payload(p.job) {
-                Ok(pl) => pl,
+                Ok(pl) => Arc::new(pl),
                 Err(e) => {
                     tracing::error!(job = %p.job, "cannot read job payload: {e}");
                     continue;
                 }
             };
+            let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
+            let rank0 = nodelist.first().map_or("", String::as_str);
+            let master_addr = st
+                .nodes
+                .get(rank0)
+                .map(|n| n.address.clone())
+                .unwrap_or_default();
+            let master_port = rendezvous_port(p.job, rank0, &st.jobs);
             let Some(job) = st.jobs.get_mut(&p.job) else {
                 continue;
             };
             job.state = JobState::Running;
             job.alloc = p.alloc.clone();
             job.parts = PartsProgress {
-                nodelist: p.alloc.iter().map(|a| a.node.clone()).collect(),
+                nodelist: nodelist.clone(),
+                master_port,
                 ..Default::default()
             };
             job.start_time = Some(now);
             job.launched = false;
             job.reason = String::new();
             b.put_job(job);
-            let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
             b.event(
                 p.job,
                 now,
@@ -1104,32 +1080,17 @@ impl Cluster {
                 format!("on {}", describe_alloc(&p.alloc)),
             );
             let job = job.clone();
-            let master_addr = p
-                .alloc
-                .first()
-                .and_then(|a| st.nodes.get(&a.node))
-                .map(|n| n.address.clone())
-                .unwrap_or_default();
-            let master_port = rendezvous_port(
-                job.id,
-                p.alloc.first().map_or("", |a| a.node.as_str()),
-                &st.jobs,
-            );
-            if let Some(j) = st.jobs.get_mut(&p.job) {
-                j.parts.master_port = master_port;
-                b.put_job(j);
-            }
             for (rank, a) in p.alloc.iter().enumerate() {
-                let launch = launch_msg(
-                    &job,
-                    &payload,
-                    a,
-                    rank as u32,
-                    &nodelist,
-                    &master_addr,
+                let order = LaunchOrder {
+                    job: job.clone(),
+                    payload: payload.clone(),
+                    gpus: a.gpus.clone(),
+                    rank: rank as u32,
+                    nodelist: nodelist.clone(),
+                    master_addr: master_addr.clone(),
                     master_port,
-                );
-                self.queue_to_agent(&mut st, &a.node, pb::scheduler_message::Msg::Launch(launch));
+                };
+                self.queue_to_agent(&mut st, &a.node, AgentCommand::Launch(Box::new(order)));
             }
             changed.push(p.job);
         }
@@ -1175,49 +1136,6 @@ fn nodes_where(alloc: &[NodeAlloc], keep: impl Fn(&str) -> bool) -> Vec<String> 
         .filter(|a| keep(&a.node))
         .map(|a| a.node.clone())
         .collect()
-}
-
-fn stop_msg(id: JobId, grace: u32, reason: &str) -> pb::scheduler_message::Msg {
-    pb::scheduler_message::Msg::Stop(pb::StopJob {
-        job_id: id.0,
-        grace_secs: grace,
-        reason: reason.into(),
-    })
-}
-
-fn launch_msg(
-    job: &Job,
-    payload: &Payload,
-    a: &NodeAlloc,
-    rank: u32,
-    nodelist: &[String],
-    master_addr: &str,
-    master_port: u32,
-) -> pb::LaunchJob {
-    let spec: &JobSpec = &job.spec;
-    pb::LaunchJob {
-        job_id: job.id.0,
-        name: spec.name.clone(),
-        user: job.owner.user.clone(),
-        uid: job.owner.uid,
-        gid: job.owner.gid,
-        workdir: spec.workdir.clone(),
-        script: payload.script.clone(),
-        args: spec.args.clone(),
-        env: payload.env.clone().into_iter().collect(),
-        stdout_path: spec.stdout_path.clone().unwrap_or_default(),
-        stderr_path: spec.stderr_path.clone().unwrap_or_default(),
-        gpus: a.gpus.clone(),
-        restart_count: job.restart_count,
-        checkpoint_dir: job.checkpoint_dir.clone(),
-        time_limit_secs: spec.time_limit_secs.unwrap_or(0),
-        grace_secs: job.grace_secs,
-        node_rank: rank,
-        nnodes: nodelist.len() as u32,
-        nodelist: nodelist.to_vec(),
-        master_addr: master_addr.to_string(),
-        master_port,
-    }
 }
 
 fn describe_alloc(alloc: &[NodeAlloc]) -> String {

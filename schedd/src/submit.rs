@@ -1,8 +1,8 @@
 //! Turns a client's wire `JobSpec` into a validated domain job, or a message naming what is
 //! wrong. Runs before anything is written, so a refused submit changes nothing.
 
-use crate::cluster::ApiError;
 use crate::core;
+use crate::error::ApiError;
 use crate::store::Payload;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,6 +1,7 @@
 //! The `NodeAgent` service: one bidirectional session per node agent.
 
-use crate::cluster::{ApiError, Cluster};
+use crate::cluster::Cluster;
+use crate::error::ApiError;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
@@ -106,7 +107,8 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
             }
             cluster.node_disconnected(&name, session_id);
         });
-        let out = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok);
+        let out = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+            .map(|command| Ok(super::convert::scheduler_message(command)));
         Ok(Response::new(Box::pin(out)))
     }
 }

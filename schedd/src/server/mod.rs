@@ -5,28 +5,15 @@
 
 mod agent_api;
 mod client_api;
+pub(crate) mod convert;
 mod identity;
 mod tls;
 
+pub(crate) use convert::part_end;
 pub use tls::{load_or_create_ca, server_config as tls_server_config};
 
-/// An agent's `JobFinished` as the state machine's domain report.
-pub(crate) fn part_end(f: &ysched_proto::JobFinished) -> crate::state::lifecycle::PartEnd {
-    crate::state::lifecycle::PartEnd {
-        job_id: f.job_id,
-        exit_code: f.exit_code,
-        signal: f.signal,
-        end_time_ms: f.end_time_ms,
-        timed_out: f.timed_out,
-        term_time_ms: f.term_time_ms,
-        killed: f.killed,
-        error: f.error.clone(),
-        checkpoint_saved: f.checkpoint_saved,
-        restart_count: f.restart_count,
-    }
-}
-
-use crate::cluster::{ApiError, Cluster};
+use crate::cluster::Cluster;
+use crate::error::ApiError;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,75 @@
+//! Wire messages to and from the agents, made from and into the state machine's domain types:
+//! the one place that knows both.
+
+use crate::state::commands::{AgentCommand, LaunchOrder};
+use crate::state::lifecycle::PartEnd;
+use ysched_proto as pb;
+use ysched_proto::scheduler_message::Msg;
+
+/// An agent's `JobFinished` as the state machine's report.
+pub(crate) fn part_end(f: &pb::JobFinished) -> PartEnd {
+    PartEnd {
+        job_id: f.job_id,
+        exit_code: f.exit_code,
+        signal: f.signal,
+        end_time_ms: f.end_time_ms,
+        timed_out: f.timed_out,
+        term_time_ms: f.term_time_ms,
+        killed: f.killed,
+        error: f.error.clone(),
+        checkpoint_saved: f.checkpoint_saved,
+        restart_count: f.restart_count,
+    }
+}
+
+/// The wire form of a command to an agent.
+pub(crate) fn scheduler_message(command: AgentCommand) -> pb::SchedulerMessage {
+    let msg = match command {
+        AgentCommand::Registered { kill_jobs } => Msg::Registered(pb::Registered { kill_jobs }),
+        AgentCommand::Launch(order) => Msg::Launch(launch_job(&order)),
+        AgentCommand::Stop {
+            job_id,
+            grace_secs,
+            reason,
+        } => Msg::Stop(pb::StopJob {
+            job_id,
+            grace_secs,
+            reason,
+        }),
+        AgentCommand::Ack { job_id } => Msg::Ack(pb::AckFinished { job_id }),
+    };
+    pb::SchedulerMessage { msg: Some(msg) }
+}
+
+fn launch_job(order: &LaunchOrder) -> pb::LaunchJob {
+    let job = &order.job;
+    let spec = &job.spec;
+    pb::LaunchJob {
+        job_id: job.id.0,
+        name: spec.name.clone(),
+        user: job.owner.user.clone(),
+        uid: job.owner.uid,
+        gid: job.owner.gid,
+        workdir: spec.workdir.clone(),
+        script: order.payload.script.clone(),
+        args: spec.args.clone(),
+        env: order
+            .payload
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        stdout_path: spec.stdout_path.clone().unwrap_or_default(),
+        stderr_path: spec.stderr_path.clone().unwrap_or_default(),
+        gpus: order.gpus.clone(),
+        restart_count: job.restart_count,
+        checkpoint_dir: job.checkpoint_dir.clone(),
+        time_limit_secs: spec.time_limit_secs.unwrap_or(0),
+        grace_secs: job.grace_secs,
+        node_rank: order.rank,
+        nnodes: order.nodelist.len() as u32,
+        nodelist: order.nodelist.clone(),
+        master_addr: order.master_addr.clone(),
+        master_port: order.master_port,
+    }
+}
