@@ -9,6 +9,7 @@ use crate::core::{self, Plan, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
 use crate::state::commands::{AgentCommand, LaunchOrder};
 use crate::state::lifecycle::{self, LostOutcome, PartEnd};
+use crate::state::{Effects, Records};
 use crate::store::{self, Batch, Store};
 use crate::submit;
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,10 +46,8 @@ struct Session {
 }
 
 pub struct State {
-    /// Jobs not yet finished; finished ones live only in the store.
-    jobs: BTreeMap<JobId, Job>,
-    nodes: BTreeMap<String, Node>,
-    next_job_id: u64,
+    /// Jobs not yet finished (finished ones live only in the store), nodes, the id counter.
+    rec: Records,
     sessions: BTreeMap<String, Session>,
     next_session_id: u64,
     /// Agent messages waiting for the next flush: never sent before the change they carry is
@@ -86,9 +85,11 @@ impl Cluster {
             config,
             store,
             state: Mutex::new(State {
-                jobs: rec.active_jobs,
-                nodes: rec.nodes,
-                next_job_id: rec.next_job_id,
+                rec: Records {
+                    jobs: rec.active_jobs,
+                    nodes: rec.nodes,
+                    next_job_id: rec.next_job_id,
+                },
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),
@@ -105,6 +106,11 @@ impl Cluster {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The store (tests make it refuse writes with [`Store::fail_writes`]).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Waits until everything applied so far is durable, then delivers queued agent messages.
@@ -200,11 +206,11 @@ impl Cluster {
         let job = 'locked: {
             let mut st = lock(&self.state);
             let (spec, payload, grace) =
-                match submit::validate(spec, &owner, &self.config, &st.nodes) {
+                match submit::validate(spec, &owner, &self.config, &st.rec.nodes) {
                     Ok(v) => v,
                     Err(e) => break 'locked Err(e),
                 };
-            let id = JobId(st.next_job_id);
+            let id = JobId(st.rec.next_job_id);
             let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
             let checkpoint_dir = submit::checkpoint_dir_with(
                 &spec,
@@ -255,7 +261,7 @@ impl Cluster {
             );
             b.set_next_job_id(id.0 + 1);
             self.apply(b)?;
-            st.next_job_id += 1;
+            st.rec.next_job_id += 1;
             Ok(job)
         };
         let job = match job {
@@ -274,7 +280,7 @@ impl Cluster {
         self.commit().await?;
         let id = job.id;
         let held = job.state == JobState::Held;
-        lock(&self.state).jobs.insert(id, job);
+        lock(&self.state).rec.jobs.insert(id, job);
         // A held job cannot start: no pass needed until it is released.
         if !held {
             self.wake.notify_one();
@@ -307,10 +313,15 @@ impl Cluster {
         let active: Vec<pb::JobInfo> = {
             let st = lock(&self.state);
             if ids.is_empty() {
-                st.jobs.values().filter(|j| want(j)).map(listing).collect()
+                st.rec
+                    .jobs
+                    .values()
+                    .filter(|j| want(j))
+                    .map(listing)
+                    .collect()
             } else {
                 ids.iter()
-                    .filter_map(|id| st.jobs.get(&JobId(*id)))
+                    .filter_map(|id| st.rec.jobs.get(&JobId(*id)))
                     .filter(|j| want(j))
                     .map(listing)
                     .collect()
@@ -359,7 +370,7 @@ impl Cluster {
     }
 
     fn find_job(&self, id: JobId) -> ApiResult<Job> {
-        if let Some(j) = lock(&self.state).jobs.get(&id) {
+        if let Some(j) = lock(&self.state).rec.jobs.get(&id) {
             return Ok(j.clone());
         }
         self.store
@@ -377,8 +388,8 @@ impl Cluster {
         if job.state == JobState::Pending {
             let st = lock(&self.state);
             let snap = Snapshot {
-                jobs: &st.jobs,
-                nodes: &st.nodes,
+                jobs: &st.rec.jobs,
+                nodes: &st.rec.nodes,
             };
             let why = core::explain(&job, &snap, &self.policy(), now_ms());
             let lines: Vec<String> = why.into_iter().map(|(n, w)| format!("{n}: {w}")).collect();
@@ -398,166 +409,52 @@ impl Cluster {
         }
     }
 
-    fn check_owner(job: &Job, caller: &Owner) -> ApiResult<()> {
-        if caller.is_root() || caller.uid == job.owner.uid {
-            Ok(())
-        } else {
-            Err(ApiError::Denied(format!(
-                "job {} belongs to {}: you ({}) may only act on your own jobs",
-                job.id, job.owner.user, caller.user
-            )))
+    /// Runs one event under the lock. Its batch is written first; only when that succeeded
+    /// do its records reach memory and its commands the outbox (they leave after the next
+    /// flush). A refused write returns the error and changes nothing.
+    fn run_event<T>(
+        &self,
+        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+    ) -> ApiResult<(Vec<JobId>, bool, T)> {
+        let mut st = lock(&self.state);
+        let (mut effects, out) = event(&st.rec)?;
+        if !effects.batch.is_empty() {
+            // After the request's own checks, so bad input is refused for what it is.
+            self.store.check_room()?;
+            self.store.apply(std::mem::take(&mut effects.batch))?;
         }
+        let done = st.rec.commit(effects);
+        if !done.commands.is_empty() {
+            st.outbox.extend(done.commands);
+            let _ = self.flush_tx.send(None);
+        }
+        Ok((done.changed, done.wake, out))
     }
 
-    /// Cancels jobs. All ids are checked first: one bad id cancels nothing.
-    pub async fn cancel(&self, caller: &Owner, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
-        if ids.is_empty() && user.is_empty() {
-            return Err(ApiError::Invalid("no job ids or user given".into()));
-        }
-        self.writable()?;
-        let cancelled = {
-            let mut st = lock(&self.state);
-            let mut targets = Vec::new();
-            for &id in ids {
-                let id = JobId(id);
-                match st.jobs.get(&id) {
-                    Some(j) => {
-                        Self::check_owner(j, caller)?;
-                        targets.push(id);
-                    }
-                    None => {
-                        return Err(match self.store.job(id)? {
-                            Some(j) => ApiError::Conflict(format!(
-                                "job {id} already finished ({})",
-                                j.state
-                            )),
-                            None => ApiError::NotFound(format!("invalid job id {id}: no such job")),
-                        })
-                    }
-                }
-            }
-            if !user.is_empty() {
-                if !caller.is_root() && caller.user != user {
-                    return Err(ApiError::Denied(format!(
-                        "you ({}) may only cancel your own jobs, not {user}'s",
-                        caller.user
-                    )));
-                }
-                targets.extend(
-                    st.jobs
-                        .values()
-                        .filter(|j| j.owner.user == user)
-                        .map(|j| j.id),
-                );
-            }
-            targets.sort();
-            targets.dedup();
-            let now = now_ms();
-            let mut b = Batch::default();
-            let mut done = Vec::new();
-            for id in targets {
-                let job = st.jobs.get_mut(&id).expect("checked above");
-                match job.state {
-                    JobState::Pending | JobState::Held => {
-                        job.state = JobState::Cancelled;
-                        job.reason = format!("cancelled by {}", caller.user);
-                        job.end_time = Some(now);
-                        b.put_job(job);
-                        b.audit(&audit(caller, "cancel", Some(id), "while queued".into()));
-                        b.event(
-                            id,
-                            now,
-                            "cancelled",
-                            format!("by {} while {}", caller.user, "queued"),
-                        );
-                        st.jobs.remove(&id);
-                    }
-                    JobState::Running | JobState::Preempting => {
-                        if matches!(
-                            job.stop,
-                            Some(StopRequest {
-                                reason: StopReason::Cancel { .. },
-                                ..
-                            })
-                        ) {
-                            done.push(id);
-                            continue;
-                        }
-                        let grace = job.grace_secs;
-                        job.stop = Some(StopRequest {
-                            reason: StopReason::Cancel {
-                                by: caller.user.clone(),
-                            },
-                            at: now,
-                            grace_secs: grace,
-                        });
-                        job.reason = format!("cancelling (by {})", caller.user);
-                        b.put_job(job);
-                        b.audit(&audit(caller, "cancel", Some(id), "while running".into()));
-                        b.event(
-                            id,
-                            now,
-                            "cancel",
-                            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
-                        );
-                        let nodes = nodes_where(&job.alloc, |_| true);
-                        self.queue_stops(&mut st, id, nodes, grace, "cancel");
-                    }
-                    _ => {}
-                }
-                done.push(id);
-            }
-            self.apply(b)?;
-            done
-        };
+    /// After [`run_event`]: waits until the change is durable (group commit), then wakes the
+    /// scheduler and the watchers.
+    async fn settle(&self, changed: Vec<JobId>, wake: bool) -> ApiResult<()> {
         self.commit().await?;
-        self.wake.notify_one();
-        self.changed(cancelled.iter().copied());
+        if wake {
+            self.wake.notify_one();
+        }
+        self.changed(changed);
+        Ok(())
+    }
+
+    /// Cancels jobs (see [`Records::cancel`]).
+    pub async fn cancel(&self, caller: &Owner, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let (changed, wake, cancelled) =
+            self.run_event(|rec| rec.cancel(caller, ids, user, &finished, now_ms()))?;
+        self.settle(changed, wake).await?;
         Ok(cancelled)
     }
 
     pub async fn hold(&self, caller: &Owner, id: JobId, hold: bool) -> ApiResult<()> {
-        self.writable()?;
-        {
-            let mut st = lock(&self.state);
-            let job = st.jobs.get_mut(&id).ok_or_else(|| {
-                ApiError::NotFound(format!("invalid job id {id}: no such active job"))
-            })?;
-            Self::check_owner(job, caller)?;
-            let (from, to) = if hold {
-                (JobState::Pending, JobState::Held)
-            } else {
-                (JobState::Held, JobState::Pending)
-            };
-            if job.state == to {
-                return Ok(());
-            }
-            if job.state != from {
-                return Err(ApiError::Conflict(format!(
-                    "job {id} is {}: only {} jobs can be {}",
-                    job.state,
-                    from,
-                    if hold { "held" } else { "released" }
-                )));
-            }
-            job.state = to;
-            job.reason = if hold { "Held".into() } else { String::new() };
-            let mut b = Batch::default();
-            b.put_job(job);
-            b.event(
-                id,
-                now_ms(),
-                if hold { "held" } else { "released" },
-                format!("by {}", caller.user),
-            );
-            let action = if hold { "hold" } else { "release" };
-            b.audit(&audit(caller, action, Some(id), String::new()));
-            self.apply(b)?;
-        }
-        self.commit().await?;
-        self.wake.notify_one();
-        self.changed([id]);
-        Ok(())
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.hold(caller, id, hold, now_ms())?, ())))?;
+        self.settle(changed, wake).await
     }
 
     pub fn audit_log(&self, caller: &Owner, limit: usize) -> ApiResult<Vec<AuditRecord>> {
@@ -569,39 +466,17 @@ impl Cluster {
 
     pub fn list_nodes(&self) -> Vec<pb::NodeInfo> {
         let st = lock(&self.state);
-        st.nodes.values().map(|n| node_info(n, &st.jobs)).collect()
+        st.rec
+            .nodes
+            .values()
+            .map(|n| node_info(n, &st.rec.jobs))
+            .collect()
     }
 
     pub async fn drain(&self, caller: &Owner, name: &str, reason: Option<String>) -> ApiResult<()> {
-        if !caller.is_root() {
-            return Err(ApiError::Denied(
-                "only root may drain or resume nodes".into(),
-            ));
-        }
-        if let Some(reason) = &reason {
-            ysched_common::text::check_printable("drain reason", reason)
-                .map_err(ApiError::Invalid)?;
-        }
-        self.writable()?;
-        {
-            let mut st = lock(&self.state);
-            let node = st
-                .nodes
-                .get_mut(name)
-                .ok_or_else(|| ApiError::NotFound(format!("unknown node '{name}'")))?;
-            let (action, detail) = match &reason {
-                Some(r) => ("drain", format!("node {name}: {r}")),
-                None => ("resume", format!("node {name}")),
-            };
-            node.drain_reason = reason;
-            let mut b = Batch::default();
-            b.put_node(node);
-            b.audit(&audit(caller, action, None, detail));
-            self.apply(b)?;
-        }
-        self.commit().await?;
-        self.wake.notify_one();
-        Ok(())
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.drain(caller, name, reason, now_ms())?, ())))?;
+        self.settle(changed, wake).await
     }
 
     // ------------------------------------------------------------------ agent sessions
@@ -637,7 +512,7 @@ impl Cluster {
                 return Err(ApiError::AlreadyExists(msg));
             }
             let now = now_ms();
-            let prev = st.nodes.get(&name);
+            let prev = st.rec.nodes.get(&name);
             let node = Node {
                 name: name.clone(),
                 address: reg.address.clone(),
@@ -654,7 +529,12 @@ impl Cluster {
                 .running_jobs
                 .iter()
                 .copied()
-                .filter(|id| !st.jobs.get(&JobId(*id)).is_some_and(|j| j.runs_on(&name)))
+                .filter(|id| {
+                    !st.rec
+                        .jobs
+                        .get(&JobId(*id))
+                        .is_some_and(|j| j.runs_on(&name))
+                })
                 .collect();
             if !kill_jobs.is_empty() {
                 tracing::warn!(
@@ -667,7 +547,7 @@ impl Cluster {
             node.killing = kill_jobs.iter().copied().collect();
             let mut b = Batch::default();
             b.put_node(&node);
-            st.nodes.insert(name.clone(), node);
+            st.rec.nodes.insert(name.clone(), node);
             session_id = st.next_session_id;
             st.next_session_id += 1;
             let _ = tx.send(AgentCommand::Registered { kill_jobs });
@@ -695,13 +575,14 @@ impl Cluster {
                 .copied()
                 .collect();
             let here: Vec<JobId> = st
+                .rec
                 .jobs
                 .values()
                 .filter(|j| j.runs_on(&name))
                 .map(|j| j.id)
                 .collect();
             for id in here {
-                let job = st.jobs.get(&id).expect("listed above");
+                let job = st.rec.jobs.get(&id).expect("listed above");
                 if reported.contains(&id.0) {
                     // Re-send a stop that may have been lost while the agent was away
                     // (stops are idempotent on the agent).
@@ -715,7 +596,7 @@ impl Cluster {
                     }
                     continue;
                 }
-                let mut job = st.jobs.remove(&id).expect("listed above");
+                let mut job = st.rec.jobs.remove(&id).expect("listed above");
                 // The job's other parts (of a multi-node run) cannot go on without this one.
                 let others = nodes_where(&job.alloc, |n| n != name);
                 let max_attempts = self.config.scheduler.max_launch_attempts;
@@ -730,7 +611,7 @@ impl Cluster {
                 };
                 self.queue_stops(&mut st, id, others, 0, why);
                 if outcome == LostOutcome::Requeued {
-                    st.jobs.insert(id, job);
+                    st.rec.jobs.insert(id, job);
                 }
                 changed.push(id);
             }
@@ -747,7 +628,7 @@ impl Cluster {
         let mut st = lock(&self.state);
         if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
             st.sessions.remove(name);
-            if let Some(n) = st.nodes.get_mut(name) {
+            if let Some(n) = st.rec.nodes.get_mut(name) {
                 n.connected = false;
             }
             tracing::warn!(node = name, "agent disconnected");
@@ -758,7 +639,7 @@ impl Cluster {
     /// (in case their end reports were lost).
     pub fn heartbeat(&self, name: &str, running_jobs: &[u64]) {
         let mut st = lock(&self.state);
-        let Some(n) = st.nodes.get_mut(name) else {
+        let Some(n) = st.rec.nodes.get_mut(name) else {
             return;
         };
         n.last_seen = now_ms();
@@ -775,7 +656,7 @@ impl Cluster {
         self.writable()?;
         {
             let mut st = lock(&self.state);
-            let Some(job) = st.jobs.get_mut(&id) else {
+            let Some(job) = st.rec.jobs.get_mut(&id) else {
                 return Ok(());
             };
             if job.launched || !job.alloc.iter().any(|a| a.node == name) {
@@ -822,7 +703,7 @@ impl Cluster {
         end: &PartEnd,
     ) -> Option<JobId> {
         let id = JobId(end.job_id);
-        if let Some(n) = st.nodes.get_mut(node) {
+        if let Some(n) = st.rec.nodes.get_mut(node) {
             if n.killing.remove(&end.job_id) {
                 // A leftover of a job that had already ended here: its GPUs are free now.
                 let at = if end.end_time_ms > 0 {
@@ -835,7 +716,7 @@ impl Cluster {
                 self.wake.notify_one();
             }
         }
-        let job = st.jobs.get_mut(&id)?;
+        let job = st.rec.jobs.get_mut(&id)?;
         let max_requeues = self.config.scheduler.max_requeues;
         let out = lifecycle::part_ended(job, node, end, max_requeues, now_ms());
         if out.ignored {
@@ -846,7 +727,7 @@ impl Cluster {
         }
         b.put_job(job);
         if out.finished {
-            st.jobs.remove(&id);
+            st.rec.jobs.remove(&id);
         }
         self.queue_stops(st, id, out.stop_parts, out.stop_grace, "part failed");
         Some(id)
@@ -921,6 +802,7 @@ impl Cluster {
             let mut st = lock(&self.state);
             let now = now_ms();
             let silent: BTreeSet<String> = st
+                .rec
                 .nodes
                 .values()
                 .filter(|n| !n.connected && now - n.last_seen.max(self.started) > timeout_ms)
@@ -930,6 +812,7 @@ impl Cluster {
                 return Ok(());
             }
             let lost: Vec<JobId> = st
+                .rec
                 .jobs
                 .values()
                 .filter(|j| j.state.holds_resources())
@@ -941,7 +824,7 @@ impl Cluster {
             }
             let mut b = Batch::default();
             for id in &lost {
-                let mut job = st.jobs.remove(id).expect("listed above");
+                let mut job = st.rec.jobs.remove(id).expect("listed above");
                 let nodes = nodes_where(&job.alloc, |n| silent.contains(n));
                 if let Some(StopRequest {
                     reason: StopReason::Cancel { by },
@@ -980,15 +863,15 @@ impl Cluster {
         let now = now_ms();
         let plan: Plan = {
             let snap = Snapshot {
-                jobs: &st.jobs,
-                nodes: &st.nodes,
+                jobs: &st.rec.jobs,
+                nodes: &st.rec.nodes,
             };
             core::schedule(&snap, &self.policy(), now)
         };
         let mut b = Batch::default();
         let mut changed = Vec::new();
         for (id, reason) in &plan.pending_reasons {
-            if let Some(j) = st.jobs.get_mut(id) {
+            if let Some(j) = st.rec.jobs.get_mut(id) {
                 if j.reason != *reason {
                     j.reason = reason.clone();
                     changed.push(*id);
@@ -996,7 +879,7 @@ impl Cluster {
             }
         }
         for ev in &plan.evictions {
-            let Some(victim) = st.jobs.get_mut(&ev.victim) else {
+            let Some(victim) = st.rec.jobs.get_mut(&ev.victim) else {
                 continue;
             };
             victim.state = JobState::Preempting;
@@ -1054,12 +937,13 @@ impl Cluster {
             let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
             let rank0 = nodelist.first().map_or("", String::as_str);
             let master_addr = st
+                .rec
                 .nodes
                 .get(rank0)
                 .map(|n| n.address.clone())
                 .unwrap_or_default();
-            let master_port = rendezvous_port(p.job, rank0, &st.jobs);
-            let Some(job) = st.jobs.get_mut(&p.job) else {
+            let master_port = rendezvous_port(p.job, rank0, &st.rec.jobs);
+            let Some(job) = st.rec.jobs.get_mut(&p.job) else {
                 continue;
             };
             job.state = JobState::Running;

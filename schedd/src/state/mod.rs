@@ -1,12 +1,69 @@
 //! schedd's state machine, growing out of `cluster.rs`: decisions on domain records with no
-//! tokio, no sled, no wire types and no clock (`now` is an argument).
+//! tokio, no sled, no wire types and no clock (`now` is an argument). An event is a method
+//! that reads the records and returns [`Effects`]; the shell writes their batch, and only when
+//! that succeeded calls [`Records::commit`] and sends the commands.
 //!
 //! - `commands`: what schedd tells an agent (launch, stop, ack), as domain data.
+//! - `effects`: what an event does, as data.
+//! - `client_events`: cancel, hold and release, drain and resume.
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
 //!   no longer knows).
 
+pub mod client_events;
 pub mod commands;
+pub mod effects;
 pub mod lifecycle;
 
 #[cfg(test)]
+mod client_events_tests;
+#[cfg(test)]
 mod lifecycle_tests;
+
+pub use effects::Effects;
+
+use std::collections::BTreeMap;
+use ysched_common::{Job, JobId, Node};
+
+/// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
+/// the store), the nodes, and the next job id.
+#[derive(Debug, Default, Clone)]
+pub struct Records {
+    pub jobs: BTreeMap<JobId, Job>,
+    pub nodes: BTreeMap<String, Node>,
+    pub next_job_id: u64,
+}
+
+impl Records {
+    /// Takes an event's records into memory, once their batch is durable (or at least
+    /// written: the flush that covers it comes before any reply or command). Returns the
+    /// commands, the changed jobs and whether to wake the scheduler.
+    pub fn commit(&mut self, effects: Effects) -> Committed {
+        for job in effects.jobs {
+            if job.state.is_terminal() {
+                self.jobs.remove(&job.id);
+            } else {
+                self.jobs.insert(job.id, job);
+            }
+        }
+        for node in effects.nodes {
+            self.nodes.insert(node.name.clone(), node);
+        }
+        if let Some(next) = effects.next_job_id {
+            self.next_job_id = next;
+        }
+        Committed {
+            commands: effects.commands,
+            changed: effects.changed,
+            wake: effects.wake,
+        }
+    }
+}
+
+/// What is left of an event once its records are in memory.
+pub struct Committed {
+    pub commands: Vec<(String, AgentCommand)>,
+    pub changed: Vec<JobId>,
+    pub wake: bool,
+}
+
+pub use commands::AgentCommand;

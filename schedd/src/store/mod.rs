@@ -40,6 +40,8 @@ pub enum Error {
     },
     #[error("state store unwritable: cannot check free space in {dir}: {source}")]
     Statvfs { dir: String, source: nix::Error },
+    #[error("state store unwritable: writes are refused (a test's failure injection)")]
+    Injected,
 }
 
 impl Error {
@@ -48,7 +50,10 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            Error::Full { .. } | Error::Statvfs { .. } | Error::Sled(sled::Error::Io(_))
+            Error::Full { .. }
+                | Error::Statvfs { .. }
+                | Error::Injected
+                | Error::Sled(sled::Error::Io(_))
         )
     }
 }
@@ -137,6 +142,8 @@ impl Batch {
 #[derive(Clone)]
 pub struct Store {
     dir: std::path::PathBuf,
+    /// Set by tests: every write is refused, as on a failing disk.
+    fail_writes: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Free space below which writes are refused (bytes).
     reserve_bytes: u64,
     db: sled::Db,
@@ -186,6 +193,7 @@ impl Store {
             })?;
         Ok(Store {
             dir: dir.to_path_buf(),
+            fail_writes: Default::default(),
             reserve_bytes: reserve_mib.saturating_mul(1024 * 1024),
             jobs: db.open_tree("jobs")?,
             payloads: db.open_tree("payloads")?,
@@ -232,6 +240,9 @@ impl Store {
     pub fn apply(&self, batch: Batch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Injected);
         }
         // Event sequence numbers: continue after the job's last event.
         let mut seqs: BTreeMap<JobId, u64> = BTreeMap::new();
@@ -295,9 +306,18 @@ impl Store {
     }
 
     /// Makes everything applied so far durable against a process crash.
+    /// For tests: refuse every write from now on (`true`), as a failing disk would, or stop.
+    pub fn fail_writes(&self, fail: bool) {
+        self.fail_writes
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Refuses (with [`Error::Full`]) when the file system is below the reserve: called before
     /// anything that writes, so a full disk refuses requests instead of breaking sled.
     pub fn check_room(&self) -> Result<()> {
+        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Injected);
+        }
         if self.reserve_bytes == 0 {
             return Ok(());
         }

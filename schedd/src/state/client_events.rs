@@ -1,0 +1,240 @@
+//! Client events that change jobs or nodes: cancel, hold and release, drain and resume. Each
+//! checks everything first (a refused request changes nothing), then returns its effects.
+
+use super::{Effects, Records};
+use crate::error::{ApiError, ApiResult};
+use ysched_common::time::Millis;
+use ysched_common::{AuditRecord, Job, JobId, JobState, Owner, StopReason, StopRequest};
+
+/// An audit entry for something `who` did.
+pub fn audit_record(
+    who: &Owner,
+    action: &str,
+    job: Option<JobId>,
+    detail: String,
+    now: Millis,
+) -> AuditRecord {
+    AuditRecord {
+        time: now,
+        user: who.user.clone(),
+        uid: who.uid,
+        action: action.into(),
+        job_id: job,
+        detail,
+    }
+}
+
+/// Root may act on every job; others on their own.
+pub fn check_owner(job: &Job, caller: &Owner) -> ApiResult<()> {
+    if caller.is_root() || caller.uid == job.owner.uid {
+        Ok(())
+    } else {
+        Err(ApiError::Denied(format!(
+            "job {} belongs to {}: you ({}) may only act on your own jobs",
+            job.id, job.owner.user, caller.user
+        )))
+    }
+}
+
+/// Where a job that is not active is to be found: `finished` looks it up in history.
+pub type FinishedLookup<'a> = &'a dyn Fn(JobId) -> ApiResult<Option<Job>>;
+
+impl Records {
+    /// Cancels `ids` and, with `user`, all of that user's jobs. All ids are checked first:
+    /// one bad id cancels nothing. Queued jobs end at once; running ones get SIGTERM and their
+    /// grace, and end CANCELLED when their agent reports them gone. Returns the cancelled
+    /// ids (a job already being cancelled counts, and is not signalled again).
+    pub fn cancel(
+        &self,
+        caller: &Owner,
+        ids: &[u64],
+        user: &str,
+        finished: FinishedLookup<'_>,
+        now: Millis,
+    ) -> ApiResult<(Effects, Vec<JobId>)> {
+        if ids.is_empty() && user.is_empty() {
+            return Err(ApiError::Invalid("no job ids or user given".into()));
+        }
+        let mut targets = Vec::new();
+        for &id in ids {
+            let id = JobId(id);
+            match self.jobs.get(&id) {
+                Some(j) => {
+                    check_owner(j, caller)?;
+                    targets.push(id);
+                }
+                None => {
+                    return Err(match finished(id)? {
+                        Some(j) => {
+                            ApiError::Conflict(format!("job {id} already finished ({})", j.state))
+                        }
+                        None => ApiError::NotFound(format!("invalid job id {id}: no such job")),
+                    })
+                }
+            }
+        }
+        if !user.is_empty() {
+            if !caller.is_root() && caller.user != user {
+                return Err(ApiError::Denied(format!(
+                    "you ({}) may only cancel your own jobs, not {user}'s",
+                    caller.user
+                )));
+            }
+            targets.extend(
+                self.jobs
+                    .values()
+                    .filter(|j| j.owner.user == user)
+                    .map(|j| j.id),
+            );
+        }
+        targets.sort();
+        targets.dedup();
+        let mut fx = Effects {
+            wake: true,
+            ..Effects::default()
+        };
+        let mut done = Vec::new();
+        for id in targets {
+            let mut job = self.jobs[&id].clone();
+            match job.state {
+                JobState::Pending | JobState::Held => {
+                    job.state = JobState::Cancelled;
+                    job.reason = format!("cancelled by {}", caller.user);
+                    job.end_time = Some(now);
+                    fx.audit(audit_record(
+                        caller,
+                        "cancel",
+                        Some(id),
+                        "while queued".into(),
+                        now,
+                    ));
+                    fx.event(
+                        id,
+                        now,
+                        "cancelled",
+                        format!("by {} while queued", caller.user),
+                    );
+                    fx.put_job(job);
+                }
+                JobState::Running | JobState::Preempting => {
+                    let already = matches!(
+                        job.stop,
+                        Some(StopRequest {
+                            reason: StopReason::Cancel { .. },
+                            ..
+                        })
+                    );
+                    if !already {
+                        let grace = job.grace_secs;
+                        job.stop = Some(StopRequest {
+                            reason: StopReason::Cancel {
+                                by: caller.user.clone(),
+                            },
+                            at: now,
+                            grace_secs: grace,
+                        });
+                        job.reason = format!("cancelling (by {})", caller.user);
+                        fx.audit(audit_record(
+                            caller,
+                            "cancel",
+                            Some(id),
+                            "while running".into(),
+                            now,
+                        ));
+                        fx.event(
+                            id,
+                            now,
+                            "cancel",
+                            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
+                        );
+                        let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
+                        fx.stop_parts(id, &nodes, grace, "cancel");
+                        fx.put_job(job);
+                    }
+                }
+                _ => {}
+            }
+            done.push(id);
+        }
+        Ok((fx, done))
+    }
+
+    /// Holds a PENDING job (`hold`) or releases a HELD one. Asking for the state a job is
+    /// already in is a no-op with no effects.
+    pub fn hold(&self, caller: &Owner, id: JobId, hold: bool, now: Millis) -> ApiResult<Effects> {
+        let job = self.jobs.get(&id).ok_or_else(|| {
+            ApiError::NotFound(format!("invalid job id {id}: no such active job"))
+        })?;
+        check_owner(job, caller)?;
+        let (from, to) = if hold {
+            (JobState::Pending, JobState::Held)
+        } else {
+            (JobState::Held, JobState::Pending)
+        };
+        if job.state == to {
+            return Ok(Effects::default());
+        }
+        if job.state != from {
+            return Err(ApiError::Conflict(format!(
+                "job {id} is {}: only {} jobs can be {}",
+                job.state,
+                from,
+                if hold { "held" } else { "released" }
+            )));
+        }
+        let mut job = job.clone();
+        job.state = to;
+        job.reason = if hold { "Held".into() } else { String::new() };
+        let action = if hold { "hold" } else { "release" };
+        let mut fx = Effects {
+            wake: true,
+            ..Effects::default()
+        };
+        fx.event(
+            id,
+            now,
+            if hold { "held" } else { "released" },
+            format!("by {}", caller.user),
+        );
+        fx.audit(audit_record(caller, action, Some(id), String::new(), now));
+        fx.put_job(job);
+        Ok(fx)
+    }
+
+    /// Drains node `name` (no new jobs; running ones finish) with `reason`, or resumes it
+    /// with `None`. Root only.
+    pub fn drain(
+        &self,
+        caller: &Owner,
+        name: &str,
+        reason: Option<String>,
+        now: Millis,
+    ) -> ApiResult<Effects> {
+        if !caller.is_root() {
+            return Err(ApiError::Denied(
+                "only root may drain or resume nodes".into(),
+            ));
+        }
+        if let Some(reason) = &reason {
+            ysched_common::text::check_printable("drain reason", reason)
+                .map_err(ApiError::Invalid)?;
+        }
+        let mut node = self
+            .nodes
+            .get(name)
+            .ok_or_else(|| ApiError::NotFound(format!("unknown node '{name}'")))?
+            .clone();
+        let (action, detail) = match &reason {
+            Some(r) => ("drain", format!("node {name}: {r}")),
+            None => ("resume", format!("node {name}")),
+        };
+        node.drain_reason = reason;
+        let mut fx = Effects {
+            wake: true,
+            ..Effects::default()
+        };
+        fx.audit(audit_record(caller, action, None, detail, now));
+        fx.put_node(node);
+        Ok(fx)
+    }
+}

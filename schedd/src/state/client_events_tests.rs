@@ -1,0 +1,167 @@
+//! Cancel, hold and drain as pure events: what they change, and that a refusal changes nothing.
+
+use super::{AgentCommand, Records};
+use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
+use crate::error::{ApiError, ApiResult};
+use ysched_common::{Job, JobId, JobState, Owner, StopReason};
+
+const NOW: i64 = T0 + 1_000;
+
+fn alice() -> Owner {
+    Owner {
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        groups: vec!["alice".into()],
+    }
+}
+
+fn bob() -> Owner {
+    Owner {
+        uid: 1001,
+        gid: 1001,
+        user: "bob".into(),
+        groups: vec![],
+    }
+}
+
+fn root() -> Owner {
+    Owner {
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        groups: vec![],
+    }
+}
+
+fn records(jobs: Vec<Job>) -> Records {
+    Records {
+        jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
+        nodes: [("n1".to_string(), NodeBuilder::dgx("n1", 8, A100).build())].into(),
+        next_job_id: 100,
+    }
+}
+
+fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
+    Ok(None)
+}
+
+#[test]
+fn cancel_ends_queued_jobs_and_stops_running_ones_with_their_grace() {
+    let rec = records(vec![
+        JobBuilder::new(1).build(),
+        JobBuilder::new(2).running_on("n1", &[0]).grace(45).build(),
+    ]);
+    let (fx, done) = rec
+        .cancel(&alice(), &[1, 2], "", &none_finished, NOW)
+        .unwrap();
+    assert_eq!(done, [JobId(1), JobId(2)]);
+    assert_eq!(fx.changed, [JobId(1), JobId(2)]);
+    assert!(fx.wake);
+    assert_eq!(fx.jobs[0].state, JobState::Cancelled);
+    assert_eq!(fx.jobs[0].end_time, Some(NOW));
+    let running = &fx.jobs[1];
+    assert_eq!(
+        running.state,
+        JobState::Running,
+        "ends when its agent reports it gone"
+    );
+    let stop = running.stop.as_ref().unwrap();
+    assert!(matches!(&stop.reason, StopReason::Cancel { by } if by == "alice"));
+    assert_eq!(stop.grace_secs, 45);
+    assert!(matches!(
+        &fx.commands[..],
+        [(node, AgentCommand::Stop { job_id: 2, grace_secs: 45, .. })] if node == "n1"
+    ));
+    // Committed: the queued job leaves memory, the running one stays until its end.
+    let mut rec = rec;
+    let committed = rec.commit(fx);
+    assert_eq!(committed.commands.len(), 1);
+    assert!(!rec.jobs.contains_key(&JobId(1)));
+    assert!(rec.jobs[&JobId(2)].stop.is_some());
+    // A second cancel of the running job is no new stop.
+    let (fx, done) = rec.cancel(&alice(), &[2], "", &none_finished, NOW).unwrap();
+    assert_eq!(done, [JobId(2)]);
+    assert!(fx.commands.is_empty() && fx.jobs.is_empty());
+}
+
+#[test]
+fn a_refused_cancel_names_the_problem_and_has_no_effects() {
+    let rec = records(vec![JobBuilder::new(1).build(), JobBuilder::new(2).build()]);
+    let err = rec
+        .cancel(&bob(), &[1], "", &none_finished, NOW)
+        .err()
+        .unwrap();
+    assert!(matches!(err, ApiError::Denied(m) if m.contains("belongs to alice")));
+    // One unknown id among good ones cancels nothing.
+    let err = rec
+        .cancel(&alice(), &[1, 77], "", &none_finished, NOW)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err,
+        ApiError::NotFound("invalid job id 77: no such job".into())
+    );
+    let finished = |id: JobId| -> ApiResult<Option<Job>> {
+        let mut j = JobBuilder::new(id.0).build();
+        j.state = JobState::Completed;
+        Ok(Some(j))
+    };
+    let err = rec
+        .cancel(&alice(), &[5], "", &finished, NOW)
+        .err()
+        .unwrap();
+    assert!(matches!(err, ApiError::Conflict(m) if m.contains("already finished")));
+    assert!(rec
+        .cancel(&bob(), &[], "alice", &none_finished, NOW)
+        .is_err());
+    // Root may cancel by user.
+    let (_, done) = rec
+        .cancel(&root(), &[], "alice", &none_finished, NOW)
+        .unwrap();
+    assert_eq!(done, [JobId(1), JobId(2)]);
+}
+
+#[test]
+fn hold_and_release_move_between_pending_and_held_only() {
+    let rec = records(vec![
+        JobBuilder::new(1).build(),
+        JobBuilder::new(2).running_on("n1", &[0]).build(),
+    ]);
+    let fx = rec.hold(&alice(), JobId(1), true, NOW).unwrap();
+    assert_eq!(fx.jobs[0].state, JobState::Held);
+    let mut held = rec.clone();
+    held.commit(fx);
+    // Holding a held job again does nothing.
+    let fx = held.hold(&alice(), JobId(1), true, NOW).unwrap();
+    assert!(fx.batch.is_empty() && fx.jobs.is_empty());
+    let fx = held.hold(&alice(), JobId(1), false, NOW).unwrap();
+    assert_eq!(fx.jobs[0].state, JobState::Pending);
+    let err = rec.hold(&alice(), JobId(2), true, NOW).err().unwrap();
+    assert!(matches!(err, ApiError::Conflict(m) if m.contains("only PENDING jobs")));
+    assert!(matches!(
+        rec.hold(&bob(), JobId(1), true, NOW),
+        Err(ApiError::Denied(_))
+    ));
+}
+
+#[test]
+fn drain_is_for_root_with_a_printable_reason() {
+    let rec = records(vec![]);
+    let fx = rec
+        .drain(&root(), "n1", Some("bad fan".into()), NOW)
+        .unwrap();
+    assert_eq!(fx.nodes[0].drain_reason.as_deref(), Some("bad fan"));
+    assert!(matches!(
+        rec.drain(&alice(), "n1", Some("x".into()), NOW),
+        Err(ApiError::Denied(_))
+    ));
+    assert!(matches!(
+        rec.drain(&root(), "n1", Some("x\x1b[2J".into()), NOW),
+        Err(ApiError::Invalid(m)) if m.contains("control character")
+    ));
+    assert!(matches!(
+        rec.drain(&root(), "n9", None, NOW),
+        Err(ApiError::NotFound(_))
+    ));
+}

@@ -1,0 +1,62 @@
+//! What an event does, as data: the durable change (one store batch), the new versions of the
+//! records it touched, the messages for agents, the jobs whose watchers to wake, and whether
+//! the scheduler should run. The shell writes the batch first and hands the rest to memory
+//! only once the write has succeeded, so a refused write changes nothing.
+
+use super::commands::AgentCommand;
+use crate::store::Batch;
+use ysched_common::{AuditRecord, Job, JobId, Node};
+
+#[derive(Default)]
+pub struct Effects {
+    /// Everything to write, in one atomic batch.
+    pub batch: Batch,
+    /// New versions of jobs, in order (a later version of a job wins). A job in a final state
+    /// leaves the active set.
+    pub jobs: Vec<Job>,
+    /// New versions of nodes.
+    pub nodes: Vec<Node>,
+    /// The job id counter after this event.
+    pub next_job_id: Option<u64>,
+    /// Messages to agents, in the order they must arrive, sent after the flush.
+    pub commands: Vec<(String, AgentCommand)>,
+    /// Jobs whose record changed, for watchers.
+    pub changed: Vec<JobId>,
+    /// The scheduler should look again (resources freed, a job queued, a node changed).
+    pub wake: bool,
+}
+
+impl Effects {
+    /// Records the new version of `job` (written, then taken into memory).
+    pub fn put_job(&mut self, job: Job) {
+        self.batch.put_job(&job);
+        if !self.changed.contains(&job.id) {
+            self.changed.push(job.id);
+        }
+        self.jobs.push(job);
+    }
+
+    pub fn put_node(&mut self, node: Node) {
+        self.batch.put_node(&node);
+        self.nodes.push(node);
+    }
+
+    pub fn event(&mut self, id: JobId, time: i64, kind: &str, detail: impl Into<String>) {
+        self.batch.event(id, time, kind, detail);
+    }
+
+    pub fn audit(&mut self, record: AuditRecord) {
+        self.batch.audit(&record);
+    }
+
+    pub fn command(&mut self, node: &str, command: AgentCommand) {
+        self.commands.push((node.to_string(), command));
+    }
+
+    /// A `StopJob` (SIGTERM now, SIGKILL after `grace`) for the job's part on each of `nodes`.
+    pub fn stop_parts(&mut self, id: JobId, nodes: &[String], grace: u32, reason: &str) {
+        for node in nodes {
+            self.command(node, AgentCommand::stop(id.0, grace, reason));
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! A store that refuses writes: every converted event is refused with a clear error and
+//! changes nothing, in memory or in what agents are told; once writes work again, the same
+//! requests succeed. The real `Cluster`, a real sled store on disk, no network.
+
+use std::time::Duration;
+use ysched_common::{Config, Owner};
+use ysched_proto as pb;
+use ysched_schedd::cluster::Cluster;
+use ysched_schedd::error::ApiError;
+use ysched_schedd::store::Store;
+
+fn alice() -> Owner {
+    Owner {
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        groups: vec!["alice".into()],
+    }
+}
+
+fn root() -> Owner {
+    Owner {
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        groups: vec![],
+    }
+}
+
+fn states(c: &Cluster) -> Vec<(u64, String)> {
+    c.list_jobs(&pb::ListJobsRequest {
+        all: true,
+        ..Default::default()
+    })
+    .unwrap()
+    .into_iter()
+    .map(|j| (j.id, j.state))
+    .collect()
+}
+
+fn refused<T: std::fmt::Debug>(result: Result<T, ApiError>) {
+    match result {
+        Err(ApiError::Unavailable(m)) => assert!(m.contains("state store unwritable"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_changes_nothing_and_the_next_one_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let cluster = Cluster::start(Config::default(), store).unwrap();
+    let (tx, mut agent) = tokio::sync::mpsc::unbounded_channel();
+    let register = pb::Register {
+        name: "n1".into(),
+        cpus: 4,
+        mem_mib: 1024,
+        ..Default::default()
+    };
+    cluster.register_node(register, "test", tx).await.unwrap();
+    let spec = pb::JobSpec {
+        script: "#!/bin/sh\ntrue\n".into(),
+        workdir: "/tmp".into(),
+        cpus: 1,
+        hold: true,
+        ..Default::default()
+    };
+    let held = cluster.submit(alice(), None, spec.clone()).await.unwrap();
+    let other = cluster.submit(alice(), None, spec).await.unwrap();
+    let before = states(&cluster);
+    assert_eq!(before.len(), 2);
+    while agent.try_recv().is_ok() {}
+
+    cluster.store().fail_writes(true);
+    refused(cluster.cancel(&alice(), &[held.0], "").await);
+    refused(cluster.hold(&alice(), held, false).await);
+    refused(
+        cluster
+            .drain(&root(), "n1", Some("maintenance".into()))
+            .await,
+    );
+    // Bad input is still refused for what it is, not for the store.
+    assert!(matches!(
+        cluster.cancel(&alice(), &[999], "").await,
+        Err(ApiError::NotFound(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(1200)).await; // a scheduling pass or two
+    assert_eq!(states(&cluster), before, "a refused write changed memory");
+    assert_eq!(cluster.list_nodes()[0].reason, "");
+    assert!(
+        agent.try_recv().is_err(),
+        "an agent was told about a refused change"
+    );
+
+    cluster.store().fail_writes(false);
+    assert_eq!(
+        cluster.cancel(&alice(), &[held.0], "").await.unwrap(),
+        [held]
+    );
+    cluster.hold(&alice(), other, false).await.unwrap();
+    cluster
+        .drain(&root(), "n1", Some("maintenance".into()))
+        .await
+        .unwrap();
+    let after = states(&cluster);
+    assert_eq!(after[0], (held.0, "CANCELLED".to_string()));
+    assert_ne!(after[1].1, "HELD");
+    assert_eq!(cluster.list_nodes()[0].reason, "maintenance");
+}
