@@ -7,8 +7,9 @@
 
 use crate::core::{self, Plan, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
+use crate::state::agent_events::{Limits, Registration};
 use crate::state::commands::{AgentCommand, LaunchOrder};
-use crate::state::lifecycle::{self, LostOutcome, PartEnd};
+use crate::state::lifecycle::PartEnd;
 use crate::state::{Effects, Records};
 use crate::store::{self, Batch, Store};
 use crate::submit;
@@ -17,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{
-    AuditRecord, Config, Gpu, Job, JobId, JobState, Node, NodeAlloc, Owner, PartsProgress,
-    StopReason, StopRequest,
+    AuditRecord, Config, Job, JobId, JobState, Node, NodeAlloc, Owner, PartsProgress, StopReason,
+    StopRequest,
 };
 use ysched_proto as pb;
 
@@ -485,7 +486,7 @@ impl Cluster {
     /// and answer with the jobs it must kill. Returns the session id.
     pub async fn register_node(
         &self,
-        reg: pb::Register,
+        reg: Registration,
         peer: &str,
         tx: AgentTx,
     ) -> ApiResult<u64> {
@@ -495,10 +496,7 @@ impl Cluster {
                 "agent registered without a node name".into(),
             ));
         }
-        self.writable()?;
-        let session_id;
-        let mut changed = Vec::new();
-        {
+        let (session_id, changed) = {
             let mut st = lock(&self.state);
             // Two agents under one name would take turns replacing each other's inventory
             // and failing each other's jobs: the first one connected keeps the name.
@@ -511,31 +509,9 @@ impl Cluster {
                 tracing::error!("{msg}");
                 return Err(ApiError::AlreadyExists(msg));
             }
-            let now = now_ms();
-            let prev = st.rec.nodes.get(&name);
-            let node = Node {
-                name: name.clone(),
-                address: reg.address.clone(),
-                cpus: reg.cpus,
-                mem_mib: reg.mem_mib,
-                gpus: reg.gpus.iter().map(Gpu::from).collect(),
-                features: reg.features.clone(),
-                drain_reason: prev.and_then(|p| p.drain_reason.clone()),
-                connected: true,
-                last_seen: now,
-                killing: Default::default(),
-            };
-            let kill_jobs: Vec<u64> = reg
-                .running_jobs
-                .iter()
-                .copied()
-                .filter(|id| {
-                    !st.rec
-                        .jobs
-                        .get(&JobId(*id))
-                        .is_some_and(|j| j.runs_on(&name))
-                })
-                .collect();
+            let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
+            self.store.check_room()?;
+            self.store.apply(std::mem::take(&mut effects.batch))?;
             if !kill_jobs.is_empty() {
                 tracing::warn!(
                     node = %name,
@@ -543,14 +519,12 @@ impl Cluster {
                      the node takes no new job until they are gone"
                 );
             }
-            let mut node = node;
-            node.killing = kill_jobs.iter().copied().collect();
-            let mut b = Batch::default();
-            b.put_node(&node);
-            st.rec.nodes.insert(name.clone(), node);
-            session_id = st.next_session_id;
-            st.next_session_id += 1;
+            let done = st.rec.commit(effects);
+            // First on the new session; what the registration decided follows after the
+            // flush, through the outbox.
             let _ = tx.send(AgentCommand::Registered { kill_jobs });
+            let session_id = st.next_session_id;
+            st.next_session_id += 1;
             st.sessions.insert(
                 name.clone(),
                 Session {
@@ -559,68 +533,12 @@ impl Cluster {
                     tx,
                 },
             );
-            // Reports of jobs that ended while we were apart.
-            for fin in &reg.finished {
-                let end = crate::server::part_end(fin);
-                if let Some(id) = self.job_finished_locked(&mut st, &mut b, &name, &end) {
-                    changed.push(id);
-                }
-                self.queue_to_agent(&mut st, &name, AgentCommand::Ack { job_id: fin.job_id });
-            }
-            // Our running jobs on this node that the agent no longer knows.
-            let reported: BTreeSet<u64> = reg
-                .running_jobs
-                .iter()
-                .chain(reg.finished.iter().map(|f| &f.job_id))
-                .copied()
-                .collect();
-            let here: Vec<JobId> = st
-                .rec
-                .jobs
-                .values()
-                .filter(|j| j.runs_on(&name))
-                .map(|j| j.id)
-                .collect();
-            for id in here {
-                let job = st.rec.jobs.get(&id).expect("listed above");
-                if reported.contains(&id.0) {
-                    // Re-send a stop that may have been lost while the agent was away
-                    // (stops are idempotent on the agent).
-                    if let Some(stop) = &job.stop {
-                        let grace = stop.grace_secs;
-                        self.queue_to_agent(
-                            &mut st,
-                            &name,
-                            AgentCommand::stop(id.0, grace, "resent"),
-                        );
-                    }
-                    continue;
-                }
-                let mut job = st.rec.jobs.remove(&id).expect("listed above");
-                // The job's other parts (of a multi-node run) cannot go on without this one.
-                let others = nodes_where(&job.alloc, |n| n != name);
-                let max_attempts = self.config.scheduler.max_launch_attempts;
-                let (outcome, (at, kind, detail)) =
-                    lifecycle::part_lost(&mut job, &name, max_attempts, now);
-                b.event(id, at, kind, detail);
-                b.put_job(&job);
-                let why = match job.state {
-                    JobState::Cancelled => "cancel",
-                    JobState::Failed => "launch failed",
-                    _ => "part lost",
-                };
-                self.queue_stops(&mut st, id, others, 0, why);
-                if outcome == LostOutcome::Requeued {
-                    st.rec.jobs.insert(id, job);
-                }
-                changed.push(id);
-            }
-            self.apply(b)?;
-        }
-        self.commit().await?;
+            st.outbox.extend(done.commands);
+            let _ = self.flush_tx.send(None);
+            (session_id, done.changed)
+        };
+        self.settle(changed, true).await?;
         let _ = ysched_common::sdnotify::notify("STATUS=node registered");
-        self.wake.notify_one();
-        self.changed(changed);
         Ok(session_id)
     }
 
@@ -651,86 +569,26 @@ impl Cluster {
         }
     }
 
-    pub async fn job_started(&self, name: &str, started: pb::JobStarted) -> ApiResult<()> {
-        let id = JobId(started.job_id);
-        self.writable()?;
-        {
-            let mut st = lock(&self.state);
-            let Some(job) = st.rec.jobs.get_mut(&id) else {
-                return Ok(());
-            };
-            if job.launched || !job.alloc.iter().any(|a| a.node == name) {
-                return Ok(());
-            }
-            job.launched = true;
-            job.launch_attempts = 0;
-            let mut b = Batch::default();
-            b.put_job(job);
-            b.event(
-                id,
-                started.time_ms,
-                "started",
-                format!("on {name}, pid {}", started.pid),
-            );
-            self.apply(b)?;
-        }
-        self.changed([id]);
-        Ok(())
-    }
-
-    pub async fn job_finished(&self, name: &str, end: PartEnd) -> ApiResult<()> {
-        self.writable()?;
-        let changed = {
-            let mut st = lock(&self.state);
-            let mut b = Batch::default();
-            let changed = self.job_finished_locked(&mut st, &mut b, name, &end);
-            self.apply(b)?;
-            self.queue_to_agent(&mut st, name, AgentCommand::Ack { job_id: end.job_id });
-            changed
-        };
-        self.commit().await?;
-        self.wake.notify_one();
+    pub async fn job_started(&self, name: &str, job_id: u64, pid: u32, time: i64) -> ApiResult<()> {
+        let (changed, _, ()) =
+            self.run_event(|rec| Ok((rec.job_started(name, job_id, pid, time), ())))?;
         self.changed(changed);
         Ok(())
     }
 
-    /// Applies an agent's report that a part of a job ended (see `state::lifecycle`).
-    fn job_finished_locked(
-        &self,
-        st: &mut State,
-        b: &mut Batch,
-        node: &str,
-        end: &PartEnd,
-    ) -> Option<JobId> {
-        let id = JobId(end.job_id);
-        if let Some(n) = st.rec.nodes.get_mut(node) {
-            if n.killing.remove(&end.job_id) {
-                // A leftover of a job that had already ended here: its GPUs are free now.
-                let at = if end.end_time_ms > 0 {
-                    end.end_time_ms
-                } else {
-                    now_ms()
-                };
-                let detail = format!("processes left on {node} are gone: {}", end.describe());
-                b.event(id, at, "leftover_gone", detail);
-                self.wake.notify_one();
-            }
+    /// An agent reports a part's end (see [`Records::job_finished`]).
+    pub async fn job_finished(&self, name: &str, end: PartEnd) -> ApiResult<()> {
+        let limits = self.limits();
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.job_finished(name, &end, limits, now_ms()), ())))?;
+        self.settle(changed, wake).await
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_requeues: self.config.scheduler.max_requeues,
+            max_launch_attempts: self.config.scheduler.max_launch_attempts,
         }
-        let job = st.rec.jobs.get_mut(&id)?;
-        let max_requeues = self.config.scheduler.max_requeues;
-        let out = lifecycle::part_ended(job, node, end, max_requeues, now_ms());
-        if out.ignored {
-            return None;
-        }
-        for (at, kind, detail) in out.events {
-            b.event(id, at, kind, detail);
-        }
-        b.put_job(job);
-        if out.finished {
-            st.rec.jobs.remove(&id);
-        }
-        self.queue_stops(st, id, out.stop_parts, out.stop_grace, "part failed");
-        Some(id)
     }
 
     // ------------------------------------------------------------------ scheduling
@@ -797,63 +655,20 @@ impl Cluster {
     /// it to kill it: schedd no longer counts it as running.)
     async fn fail_silent_nodes(&self) -> ApiResult<()> {
         let timeout_ms = self.config.scheduler.node_timeout_secs as i64 * 1000;
-        self.writable()?;
-        let changed = {
-            let mut st = lock(&self.state);
-            let now = now_ms();
-            let silent: BTreeSet<String> = st
-                .rec
+        let now = now_ms();
+        let (changed, wake, ()) = self.run_event(|rec| {
+            let silent: BTreeSet<String> = rec
                 .nodes
                 .values()
                 .filter(|n| !n.connected && now - n.last_seen.max(self.started) > timeout_ms)
                 .map(|n| n.name.clone())
                 .collect();
-            if silent.is_empty() {
-                return Ok(());
-            }
-            let lost: Vec<JobId> = st
-                .rec
-                .jobs
-                .values()
-                .filter(|j| j.state.holds_resources())
-                .filter(|j| j.alloc.iter().any(|a| silent.contains(&a.node)))
-                .map(|j| j.id)
-                .collect();
-            if lost.is_empty() {
-                return Ok(());
-            }
-            let mut b = Batch::default();
-            for id in &lost {
-                let mut job = st.rec.jobs.remove(id).expect("listed above");
-                let nodes = nodes_where(&job.alloc, |n| silent.contains(n));
-                if let Some(StopRequest {
-                    reason: StopReason::Cancel { by },
-                    ..
-                }) = &job.stop
-                {
-                    // It was being cancelled: that is how it ends, whatever became of the node.
-                    job.state = JobState::Cancelled;
-                    job.reason = format!(
-                        "cancelled by {by} (node {} not responding)",
-                        nodes.join(",")
-                    );
-                } else {
-                    job.state = JobState::NodeFail;
-                    job.reason = format!("node {} not responding", nodes.join(","));
-                }
-                job.end_time = Some(now);
-                b.event(*id, now, "node_fail", job.reason.clone());
-                b.put_job(&job);
-                // Parts of a multi-node job on live nodes are stopped.
-                let live = nodes_where(&job.alloc, |n| !silent.contains(n));
-                self.queue_stops(&mut st, *id, live, 0, "node failed");
-            }
-            self.apply(b)?;
-            lost
-        };
-        self.commit().await?;
-        self.changed(changed);
-        Ok(())
+            Ok((rec.fail_silent(&silent, now), ()))
+        })?;
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.settle(changed, wake).await
     }
 
     /// Runs the core on a snapshot and applies its plan. Returns the jobs whose state changed.

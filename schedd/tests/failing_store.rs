@@ -7,6 +7,7 @@ use ysched_common::{Config, Owner};
 use ysched_proto as pb;
 use ysched_schedd::cluster::Cluster;
 use ysched_schedd::error::ApiError;
+use ysched_schedd::state::agent_events::Registration;
 use ysched_schedd::store::Store;
 
 fn alice() -> Owner {
@@ -51,7 +52,7 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
     let store = Store::open(dir.path()).unwrap();
     let cluster = Cluster::start(Config::default(), store).unwrap();
     let (tx, mut agent) = tokio::sync::mpsc::unbounded_channel();
-    let register = pb::Register {
+    let register = Registration {
         name: "n1".into(),
         cpus: 4,
         mem_mib: 1024,

@@ -69,7 +69,10 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         };
         let name = reg.name.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let session_id = self.cluster.register_node(reg, &peer, tx).await?;
+        let session_id = self
+            .cluster
+            .register_node(super::convert::registration(&reg), &peer, tx)
+            .await?;
         tracing::info!(node = %name, "agent registered");
         let cluster = self.cluster.clone();
         tokio::spawn(async move {
@@ -77,7 +80,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                 let res = match msg {
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Started(s)),
-                    }) => cluster.job_started(&name, s).await,
+                    }) => cluster.job_started(&name, s.job_id, s.pid, s.time_ms).await,
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Finished(f)),
                     }) => cluster.job_finished(&name, super::part_end(&f)).await,

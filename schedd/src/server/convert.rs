@@ -1,6 +1,7 @@
 //! Wire messages to and from the agents, made from and into the state machine's domain types:
 //! the one place that knows both.
 
+use crate::state::agent_events::Registration;
 use crate::state::commands::{AgentCommand, LaunchOrder};
 use crate::state::lifecycle::PartEnd;
 use ysched_proto as pb;
@@ -19,6 +20,20 @@ pub(crate) fn part_end(f: &pb::JobFinished) -> PartEnd {
         error: f.error.clone(),
         checkpoint_saved: f.checkpoint_saved,
         restart_count: f.restart_count,
+    }
+}
+
+/// An agent's `Register` as the state machine's registration.
+pub(crate) fn registration(r: &pb::Register) -> Registration {
+    Registration {
+        name: r.name.clone(),
+        address: r.address.clone(),
+        cpus: r.cpus,
+        mem_mib: r.mem_mib,
+        gpus: r.gpus.iter().map(ysched_common::Gpu::from).collect(),
+        features: r.features.clone(),
+        running_jobs: r.running_jobs.clone(),
+        finished: r.finished.iter().map(part_end).collect(),
     }
 }
 

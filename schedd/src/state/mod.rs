@@ -5,15 +5,20 @@
 //!
 //! - `commands`: what schedd tells an agent (launch, stop, ack), as domain data.
 //! - `effects`: what an event does, as data.
+//! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
+//!   nodes.
 //! - `client_events`: cancel, hold and release, drain and resume.
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
 //!   no longer knows).
 
+pub mod agent_events;
 pub mod client_events;
 pub mod commands;
 pub mod effects;
 pub mod lifecycle;
 
+#[cfg(test)]
+mod agent_events_tests;
 #[cfg(test)]
 mod client_events_tests;
 #[cfg(test)]

@@ -1,0 +1,286 @@
+//! Agent events: a registration (with reconciliation of what the agent runs against what
+//! schedd believes), a job's start, a part's end, and nodes silent past their timeout.
+
+use super::commands::AgentCommand;
+use super::lifecycle::{self, PartEnd};
+use super::{Effects, Records};
+use std::collections::{BTreeMap, BTreeSet};
+use ysched_common::time::Millis;
+use ysched_common::{Gpu, Job, JobId, JobState, Node, StopReason, StopRequest};
+
+/// An agent's registration, as the state machine sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Registration {
+    pub name: String,
+    pub address: String,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub gpus: Vec<Gpu>,
+    pub features: Vec<String>,
+    /// Jobs the agent still supervises.
+    pub running_jobs: Vec<u64>,
+    /// Ends it has not had acknowledged.
+    pub finished: Vec<PartEnd>,
+}
+
+/// Limits the lifecycle decisions need.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_requeues: u32,
+    pub max_launch_attempts: u32,
+}
+
+/// Jobs an event changes, copied from the records on first touch and written once at the
+/// end, in id order.
+struct Working<'a> {
+    records: &'a Records,
+    jobs: BTreeMap<JobId, Job>,
+}
+
+impl<'a> Working<'a> {
+    fn new(records: &'a Records) -> Self {
+        Working {
+            records,
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    /// The job as this event has left it so far; `None` if it is not active (or has ended
+    /// in this event).
+    fn job(&mut self, id: JobId) -> Option<&mut Job> {
+        if !self.jobs.contains_key(&id) {
+            let job = self.records.jobs.get(&id)?.clone();
+            self.jobs.insert(id, job);
+        }
+        self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal())
+    }
+
+    fn finish(self, fx: &mut Effects) {
+        for job in self.jobs.into_values() {
+            fx.put_job(job);
+        }
+    }
+}
+
+/// The nodes of an allocation that pass `keep`, in allocation (rank) order.
+fn nodes_where(job: &Job, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    job.alloc
+        .iter()
+        .filter(|a| keep(&a.node))
+        .map(|a| a.node.clone())
+        .collect()
+}
+
+/// Applies one part's end to the working copy of its job.
+fn apply_part_end(
+    work: &mut Working<'_>,
+    fx: &mut Effects,
+    node: &str,
+    end: &PartEnd,
+    limits: Limits,
+    now: Millis,
+) {
+    let id = JobId(end.job_id);
+    let Some(job) = work.job(id) else {
+        return;
+    };
+    let out = lifecycle::part_ended(job, node, end, limits.max_requeues, now);
+    if out.ignored {
+        // Nothing changed: do not rewrite the record.
+        if !work
+            .records
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j != &work.jobs[&id])
+        {
+            work.jobs.remove(&id);
+        }
+        return;
+    }
+    for (at, kind, detail) in out.events {
+        fx.event(id, at, kind, detail);
+    }
+    fx.stop_parts(id, &out.stop_parts, out.stop_grace, "part failed");
+    fx.wake = true;
+}
+
+impl Records {
+    /// Its agent confirmed that the job's part on `node` started.
+    pub fn job_started(&self, node: &str, job_id: u64, pid: u32, time: Millis) -> Effects {
+        let mut fx = Effects::default();
+        let Some(job) = self.jobs.get(&JobId(job_id)) else {
+            return fx;
+        };
+        if job.launched || !job.alloc.iter().any(|a| a.node == node) {
+            return fx;
+        }
+        let mut job = job.clone();
+        job.launched = true;
+        job.launch_attempts = 0;
+        fx.event(job.id, time, "started", format!("on {node}, pid {pid}"));
+        fx.put_job(job);
+        fx
+    }
+
+    /// An agent reports that a part ended (see [`lifecycle::part_ended`]); the report is
+    /// acknowledged once durable. A leftover process being killed (see `Node::killing`) that
+    /// is now gone frees its node.
+    pub fn job_finished(&self, node: &str, end: &PartEnd, limits: Limits, now: Millis) -> Effects {
+        let mut fx = Effects {
+            wake: true,
+            ..Effects::default()
+        };
+        self.leftover_gone(&mut fx, node, end, now);
+        let mut work = Working::new(self);
+        apply_part_end(&mut work, &mut fx, node, end, limits, now);
+        work.finish(&mut fx);
+        fx.command(node, AgentCommand::Ack { job_id: end.job_id });
+        fx
+    }
+
+    fn leftover_gone(&self, fx: &mut Effects, node: &str, end: &PartEnd, now: Millis) {
+        let Some(n) = self.nodes.get(node) else {
+            return;
+        };
+        if !n.killing.contains(&end.job_id) {
+            return;
+        }
+        let mut n = n.clone();
+        n.killing.remove(&end.job_id);
+        let at = if end.end_time_ms > 0 {
+            end.end_time_ms
+        } else {
+            now
+        };
+        let detail = format!("processes left on {node} are gone: {}", end.describe());
+        fx.event(JobId(end.job_id), at, "leftover_gone", detail);
+        fx.put_node(n);
+        fx.wake = true;
+    }
+
+    /// An agent (re)registered: its inventory replaces the node's (the drain reason stays),
+    /// the ends it reports are applied, and the jobs schedd believes run there but the agent
+    /// does not know are decided (see [`lifecycle::part_lost`]). Returns the effects and the
+    /// running jobs the agent must kill at once: schedd no longer counts them as running, and
+    /// the node takes no new job until they are reported gone.
+    pub fn register(&self, reg: &Registration, limits: Limits, now: Millis) -> (Effects, Vec<u64>) {
+        let name = reg.name.as_str();
+        let mut fx = Effects {
+            wake: true,
+            ..Effects::default()
+        };
+        let kill_jobs: Vec<u64> = reg
+            .running_jobs
+            .iter()
+            .copied()
+            .filter(|id| !self.jobs.get(&JobId(*id)).is_some_and(|j| j.runs_on(name)))
+            .collect();
+        let prev = self.nodes.get(name);
+        fx.put_node(Node {
+            name: name.to_string(),
+            address: reg.address.clone(),
+            cpus: reg.cpus,
+            mem_mib: reg.mem_mib,
+            gpus: reg.gpus.clone(),
+            features: reg.features.clone(),
+            drain_reason: prev.and_then(|p| p.drain_reason.clone()),
+            connected: true,
+            last_seen: now,
+            killing: kill_jobs.iter().copied().collect(),
+        });
+        let mut work = Working::new(self);
+        // Reports of jobs that ended while we were apart.
+        for end in &reg.finished {
+            apply_part_end(&mut work, &mut fx, name, end, limits, now);
+            fx.command(name, AgentCommand::Ack { job_id: end.job_id });
+        }
+        // Our jobs on this node that the agent no longer knows.
+        let reported: BTreeSet<u64> = reg
+            .running_jobs
+            .iter()
+            .chain(reg.finished.iter().map(|f| &f.job_id))
+            .copied()
+            .collect();
+        let here: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.runs_on(name))
+            .map(|j| j.id)
+            .collect();
+        for id in here {
+            let Some(job) = work.job(id) else {
+                continue;
+            };
+            if !job.runs_on(name) {
+                continue;
+            }
+            if reported.contains(&id.0) {
+                // Re-send a stop that may have been lost while the agent was away (stops are
+                // idempotent on the agent).
+                if let Some(stop) = &job.stop {
+                    let grace = stop.grace_secs;
+                    fx.command(name, AgentCommand::stop(id.0, grace, "resent"));
+                }
+                if !work
+                    .records
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j != &work.jobs[&id])
+                {
+                    work.jobs.remove(&id);
+                }
+                continue;
+            }
+            // The job's other parts (of a multi-node run) cannot go on without this one.
+            let others = nodes_where(job, |n| n != name);
+            let (_, (at, kind, detail)) =
+                lifecycle::part_lost(job, name, limits.max_launch_attempts, now);
+            let why = match job.state {
+                JobState::Cancelled => "cancel",
+                JobState::Failed => "launch failed",
+                _ => "part lost",
+            };
+            fx.event(id, at, kind, detail);
+            fx.stop_parts(id, &others, 0, why);
+        }
+        work.finish(&mut fx);
+        (fx, kill_jobs)
+    }
+
+    /// Jobs on `silent` nodes (agents gone longer than the node timeout) end NODE_FAIL and
+    /// release their GPUs, or CANCELLED if they were being cancelled; their parts on live
+    /// nodes are stopped. (If the agent comes back still running one, registration has it
+    /// killed.)
+    pub fn fail_silent(&self, silent: &BTreeSet<String>, now: Millis) -> Effects {
+        let mut fx = Effects::default();
+        for job in self.jobs.values().filter(|j| j.state.holds_resources()) {
+            let nodes = nodes_where(job, |n| silent.contains(n));
+            if nodes.is_empty() {
+                continue;
+            }
+            let mut job = job.clone();
+            if let Some(StopRequest {
+                reason: StopReason::Cancel { by },
+                ..
+            }) = &job.stop
+            {
+                // It was being cancelled: that is how it ends, whatever became of the node.
+                job.state = JobState::Cancelled;
+                job.reason = format!(
+                    "cancelled by {by} (node {} not responding)",
+                    nodes.join(",")
+                );
+            } else {
+                job.state = JobState::NodeFail;
+                job.reason = format!("node {} not responding", nodes.join(","));
+            }
+            job.end_time = Some(now);
+            fx.event(job.id, now, "node_fail", job.reason.clone());
+            let live = nodes_where(&job, |n| !silent.contains(n));
+            fx.stop_parts(job.id, &live, 0, "node failed");
+            fx.put_job(job);
+            fx.wake = true;
+        }
+        fx
+    }
+}
