@@ -1,32 +1,31 @@
-//! The applier: schedd's in-memory state, the events that change it (submits, cancels, agent
-//! reports), and the application of the core's plans. Every change is written to the store in
-//! one batch under the state lock; anything that must not happen before the change is durable
-//! (acknowledging a client, telling an agent to launch or stop) waits for a flush.
+//! The shell around the state machine (`state/`): the records, agent sessions and the outbox
+//! behind one lock. It runs each event: the state machine computes its effects, the shell
+//! writes their batch, and only when that succeeded takes them into memory and the outbox.
+//! Anything that must not happen before the change is durable (acknowledging a client,
+//! telling an agent to launch or stop) waits for a flush (group commit).
 //!
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 
 use crate::core::{self, Plan, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
 use crate::state::agent_events::{Limits, Registration};
-use crate::state::commands::{AgentCommand, LaunchOrder};
+use crate::state::client_events::{audit_record, NewJob};
+use crate::state::commands::AgentCommand;
 use crate::state::lifecycle::PartEnd;
 use crate::state::{Effects, Records};
-use crate::store::{self, Batch, Store};
+use crate::store::{self, Store};
 use crate::submit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
-use ysched_common::{
-    AuditRecord, Config, Job, JobId, JobState, Node, NodeAlloc, Owner, PartsProgress, StopReason,
-    StopRequest,
-};
+use ysched_common::{AuditRecord, Config, Job, JobId, JobState, Node, Owner};
 use ysched_proto as pb;
 
-/// sled fails for good after a write error, and memory may already hold the change it could
-/// not write: the only safe state is the one on disk. Exit, so that the service manager
-/// restarts schedd from the store (everything acknowledged is there), rather than serve a
-/// memory that disagrees with disk. A full disk is refused before this (`check_room`).
+/// sled fails for good after a failed flush (every later write fails until it is reopened),
+/// and the changes it could not flush are already in memory: the only safe state is the one on
+/// disk. Exit, so that the service manager restarts schedd from the store (everything
+/// acknowledged is there). A full disk is refused before this (`check_room`).
 fn store_failed(e: &store::Error) -> ! {
     tracing::error!(
         "state store write failed: {e}; exiting so that schedd restarts from what is on disk \
@@ -154,32 +153,6 @@ impl Cluster {
         }
     }
 
-    fn queue_to_agent(&self, st: &mut State, node: &str, command: AgentCommand) {
-        st.outbox.push((node.to_string(), command));
-        let _ = self.flush_tx.send(None);
-    }
-
-    /// Queues a `StopJob` (SIGTERM now, SIGKILL after `grace`) for the job's part on each of
-    /// `nodes`.
-    fn queue_stops(&self, st: &mut State, id: JobId, nodes: Vec<String>, grace: u32, reason: &str) {
-        for n in nodes {
-            self.queue_to_agent(st, &n, AgentCommand::stop(id.0, grace, reason));
-        }
-    }
-
-    fn apply(&self, batch: Batch) -> ApiResult<()> {
-        if let Err(e) = self.store.apply(batch) {
-            store_failed(&e);
-        }
-        Ok(())
-    }
-
-    /// Refuses a request that would write while the store cannot take it (disk below the
-    /// reserve). Called before anything in memory changes, so a refusal changes nothing.
-    fn writable(&self) -> ApiResult<()> {
-        self.store.check_room().map_err(Into::into)
-    }
-
     fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
         for id in ids {
             let _ = self.changes.send(id);
@@ -200,79 +173,51 @@ impl Cluster {
         home: Option<std::path::PathBuf>,
         spec: pb::JobSpec,
     ) -> ApiResult<JobId> {
-        self.writable()?;
         // Looked at before the lock: a home on a hanging automount must stall only this caller.
         let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
         let wanted_tier = spec.tier.clone();
-        let job = 'locked: {
+        let submitted = 'locked: {
             let mut st = lock(&self.state);
-            let (spec, payload, grace) =
+            let (spec, payload, grace_secs) =
                 match submit::validate(spec, &owner, &self.config, &st.rec.nodes) {
                     Ok(v) => v,
                     Err(e) => break 'locked Err(e),
                 };
-            let id = JobId(st.rec.next_job_id);
-            let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-            let checkpoint_dir = submit::checkpoint_dir_with(
-                &spec,
-                id.0,
-                &self.config.scheduler.checkpoint_root,
-                home.as_deref(),
-                |_| home_exists,
-            );
-            let now = now_ms();
-            let job = Job {
-                id,
-                state: if spec.hold {
-                    JobState::Held
-                } else {
-                    JobState::Pending
-                },
-                reason: if spec.hold {
-                    "Held".into()
-                } else {
-                    String::new()
-                },
-                spec,
-                owner: owner.clone(),
-                tier_value,
-                alloc: vec![],
-                restart_count: 0,
-                exit_code: None,
-                signal: None,
-                submit_time: now,
-                start_time: None,
-                end_time: None,
-                launched: false,
-                grace_secs: grace,
-                checkpoint_dir,
-                stop: None,
-                last_checkpoint: None,
-                parts: Default::default(),
-                launch_attempts: 0,
+            let checkpoint_dir = |id: JobId| {
+                submit::checkpoint_dir_with(
+                    &spec,
+                    id.0,
+                    &self.config.scheduler.checkpoint_root,
+                    home.as_deref(),
+                    |_| home_exists,
+                )
             };
-            let mut b = Batch::default();
-            b.put_job(&job);
-            b.put_payload(id, &payload);
-            b.event(
-                id,
-                now,
-                "submitted",
-                format!("by {} to tier {}", job.owner.user, job.spec.tier),
-            );
-            b.set_next_job_id(id.0 + 1);
-            self.apply(b)?;
-            st.rec.next_job_id += 1;
-            Ok(job)
+            let new = NewJob {
+                owner: owner.clone(),
+                tier_value: self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0),
+                spec: spec.clone(),
+                payload,
+                grace_secs,
+                checkpoint_dir: &checkpoint_dir,
+            };
+            let (mut effects, job) = st.rec.submit(new, now_ms());
+            self.store.check_room()?;
+            self.store.apply(std::mem::take(&mut effects.batch))?;
+            // The id is taken now; the job enters memory once it is durable.
+            let done = st.rec.commit(effects);
+            Ok((job, done))
         };
-        let job = match job {
-            Ok(job) => job,
+        let (job, done) = match submitted {
+            Ok(v) => v,
             Err(ApiError::Denied(msg)) => {
                 // Refused permissions are audited, durably, before the refusal is reported.
-                let mut b = Batch::default();
                 let detail = format!("submit to tier '{wanted_tier}': {msg}");
-                b.audit(&audit(&owner, "submit_refused", None, detail));
-                self.apply(b)?;
+                let record = audit_record(&owner, "submit_refused", None, detail, now_ms());
+                self.run_event(|_| {
+                    let mut effects = Effects::default();
+                    effects.audit(record);
+                    Ok((effects, ()))
+                })?;
                 self.commit().await?;
                 return Err(ApiError::Denied(msg));
             }
@@ -280,13 +225,11 @@ impl Cluster {
         };
         self.commit().await?;
         let id = job.id;
-        let held = job.state == JobState::Held;
         lock(&self.state).rec.jobs.insert(id, job);
-        // A held job cannot start: no pass needed until it is released.
-        if !held {
+        if done.wake {
             self.wake.notify_one();
         }
-        self.changed([id]);
+        self.changed(done.changed);
         Ok(id)
     }
 
@@ -673,186 +616,24 @@ impl Cluster {
 
     /// Runs the core on a snapshot and applies its plan. Returns the jobs whose state changed.
     pub fn schedule_once(&self) -> ApiResult<Vec<JobId>> {
-        self.writable()?;
-        let mut st = lock(&self.state);
         let now = now_ms();
-        let plan: Plan = {
-            let snap = Snapshot {
-                jobs: &st.rec.jobs,
-                nodes: &st.rec.nodes,
-            };
-            core::schedule(&snap, &self.policy(), now)
+        let payload = |id: JobId| match self.store.payload(id) {
+            Ok(p) => Some(Arc::new(p)),
+            Err(e) => {
+                tracing::error!(job = %id, "cannot read job payload: {e}");
+                None
+            }
         };
-        let mut b = Batch::default();
-        let mut changed = Vec::new();
-        for (id, reason) in &plan.pending_reasons {
-            if let Some(j) = st.rec.jobs.get_mut(id) {
-                if j.reason != *reason {
-                    j.reason = reason.clone();
-                    changed.push(*id);
-                }
-            }
-        }
-        for ev in &plan.evictions {
-            let Some(victim) = st.rec.jobs.get_mut(&ev.victim) else {
-                continue;
+        let (changed, _, ()) = self.run_event(|rec| {
+            let snap = Snapshot {
+                jobs: &rec.jobs,
+                nodes: &rec.nodes,
             };
-            victim.state = JobState::Preempting;
-            victim.stop = Some(StopRequest {
-                reason: StopReason::Preempt { by: ev.preemptor },
-                at: now,
-                grace_secs: ev.grace_secs,
-            });
-            victim.reason = format!("preempted by {}", ev.preemptor);
-            b.put_job(victim);
-            let detail = format!(
-                "job {} evicts job {} of {} (tier {}) on {}, grace {}s",
-                ev.preemptor,
-                ev.victim,
-                victim.owner.user,
-                victim.spec.tier,
-                ev.node,
-                ev.grace_secs
-            );
-            b.audit(&AuditRecord {
-                time: now,
-                user: "schedd".into(),
-                uid: 0,
-                action: "preempt".into(),
-                job_id: Some(ev.victim),
-                detail,
-            });
-            b.event(
-                ev.victim,
-                now,
-                "preempting",
-                format!(
-                    "for job {} on {}: SIGTERM, SIGKILL after {}s",
-                    ev.preemptor, ev.node, ev.grace_secs
-                ),
-            );
-            b.event(
-                ev.preemptor,
-                now,
-                "evicting",
-                format!("job {} on {}", ev.victim, ev.node),
-            );
-            let nodes = nodes_where(&victim.alloc, |_| true);
-            self.queue_stops(&mut st, ev.victim, nodes, ev.grace_secs, "preempt");
-            changed.push(ev.victim);
-        }
-        for p in &plan.placements {
-            let payload = match self.store.payload(p.job) {
-                Ok(pl) => Arc::new(pl),
-                Err(e) => {
-                    tracing::error!(job = %p.job, "cannot read job payload: {e}");
-                    continue;
-                }
-            };
-            let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
-            let rank0 = nodelist.first().map_or("", String::as_str);
-            let master_addr = st
-                .rec
-                .nodes
-                .get(rank0)
-                .map(|n| n.address.clone())
-                .unwrap_or_default();
-            let master_port = rendezvous_port(p.job, rank0, &st.rec.jobs);
-            let Some(job) = st.rec.jobs.get_mut(&p.job) else {
-                continue;
-            };
-            job.state = JobState::Running;
-            job.alloc = p.alloc.clone();
-            job.parts = PartsProgress {
-                nodelist: nodelist.clone(),
-                master_port,
-                ..Default::default()
-            };
-            job.start_time = Some(now);
-            job.launched = false;
-            job.reason = String::new();
-            b.put_job(job);
-            b.event(
-                p.job,
-                now,
-                "scheduled",
-                format!("on {}", describe_alloc(&p.alloc)),
-            );
-            let job = job.clone();
-            for (rank, a) in p.alloc.iter().enumerate() {
-                let order = LaunchOrder {
-                    job: job.clone(),
-                    payload: payload.clone(),
-                    gpus: a.gpus.clone(),
-                    rank: rank as u32,
-                    nodelist: nodelist.clone(),
-                    master_addr: master_addr.clone(),
-                    master_port,
-                };
-                self.queue_to_agent(&mut st, &a.node, AgentCommand::Launch(Box::new(order)));
-            }
-            changed.push(p.job);
-        }
-        self.apply(b)?;
+            let plan: Plan = core::schedule(&snap, &self.policy(), now);
+            Ok((rec.apply_plan(&plan, &payload, now), ()))
+        })?;
         Ok(changed)
     }
-}
-
-fn audit(who: &Owner, action: &str, job: Option<JobId>, detail: String) -> AuditRecord {
-    AuditRecord {
-        time: now_ms(),
-        user: who.user.clone(),
-        uid: who.uid,
-        action: action.into(),
-        job_id: job,
-        detail,
-    }
-}
-
-/// `MASTER_PORT` for a job whose rank 0 runs on `node`: from 20000–32767, below Linux's
-/// ephemeral range (32768–60999) so the kernel never hands it to an outgoing connection, and
-/// different from the port of every other running job whose rank 0 is on the same node.
-fn rendezvous_port(id: JobId, node: &str, jobs: &BTreeMap<JobId, Job>) -> u32 {
-    const FIRST: u32 = 20000;
-    const SPAN: u32 = 12768;
-    let taken: BTreeSet<u32> = jobs
-        .values()
-        .filter(|j| j.id != id && j.state.holds_resources())
-        .filter(|j| j.parts.nodelist.first().is_some_and(|n| n == node))
-        .map(|j| j.parts.master_port)
-        .collect();
-    let start = (id.0 % SPAN as u64) as u32;
-    (0..SPAN)
-        .map(|k| FIRST + (start + k) % SPAN)
-        .find(|p| !taken.contains(p))
-        .unwrap_or(FIRST + start)
-}
-
-/// The nodes of an allocation that pass `keep`, in allocation (rank) order.
-fn nodes_where(alloc: &[NodeAlloc], keep: impl Fn(&str) -> bool) -> Vec<String> {
-    alloc
-        .iter()
-        .filter(|a| keep(&a.node))
-        .map(|a| a.node.clone())
-        .collect()
-}
-
-fn describe_alloc(alloc: &[NodeAlloc]) -> String {
-    alloc
-        .iter()
-        .map(|a| {
-            format!(
-                "{} gpus [{}]",
-                a.node,
-                a.gpus
-                    .iter()
-                    .map(|g| g.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// What `yctl nodes` shows: derived state and the job holding each GPU.

@@ -59,15 +59,18 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
         ..Default::default()
     };
     cluster.register_node(register, "test", tx).await.unwrap();
-    let spec = pb::JobSpec {
+    let held_spec = pb::JobSpec {
         script: "#!/bin/sh\ntrue\n".into(),
         workdir: "/tmp".into(),
         cpus: 1,
         hold: true,
         ..Default::default()
     };
-    let held = cluster.submit(alice(), None, spec.clone()).await.unwrap();
-    let other = cluster.submit(alice(), None, spec).await.unwrap();
+    let held = cluster
+        .submit(alice(), None, held_spec.clone())
+        .await
+        .unwrap();
+    let other = cluster.submit(alice(), None, held_spec).await.unwrap();
     let before = states(&cluster);
     assert_eq!(before.len(), 2);
     while agent.try_recv().is_ok() {}
@@ -80,6 +83,14 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
             .drain(&root(), "n1", Some("maintenance".into()))
             .await,
     );
+    let spec = pb::JobSpec {
+        script: "#!/bin/sh\ntrue\n".into(),
+        workdir: "/tmp".into(),
+        cpus: 1,
+        ..Default::default()
+    };
+    refused(cluster.submit(alice(), None, spec.clone()).await);
+
     // Bad input is still refused for what it is, not for the store.
     assert!(matches!(
         cluster.cancel(&alice(), &[999], "").await,
@@ -103,6 +114,9 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
         .drain(&root(), "n1", Some("maintenance".into()))
         .await
         .unwrap();
+    // The refused submit used up no id.
+    let next = cluster.submit(alice(), None, spec).await.unwrap();
+    assert_eq!(next.0, other.0 + 1);
     let after = states(&cluster);
     assert_eq!(after[0], (held.0, "CANCELLED".to_string()));
     assert_ne!(after[1].1, "HELD");

@@ -238,3 +238,67 @@ impl Records {
         Ok(fx)
     }
 }
+
+/// A validated submit: the spec with defaults resolved, its payload and grace, the tier's
+/// value, and a way to name the checkpoint directory once the id is known.
+pub struct NewJob<'a> {
+    pub owner: Owner,
+    pub spec: ysched_common::JobSpec,
+    pub payload: crate::store::Payload,
+    pub grace_secs: u32,
+    pub tier_value: i64,
+    pub checkpoint_dir: &'a dyn Fn(JobId) -> String,
+}
+
+impl Records {
+    /// Queues a job under the next id: its record, payload, first history entry and the
+    /// counter, in one batch. Returns the effects (without the job itself: the shell takes it
+    /// into memory only once the batch is flushed) and the job.
+    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> (Effects, Job) {
+        let id = JobId(self.next_job_id);
+        let held = new.spec.hold;
+        let job = Job {
+            id,
+            state: if held {
+                JobState::Held
+            } else {
+                JobState::Pending
+            },
+            reason: if held { "Held".into() } else { String::new() },
+            checkpoint_dir: (new.checkpoint_dir)(id),
+            spec: new.spec,
+            owner: new.owner,
+            tier_value: new.tier_value,
+            alloc: vec![],
+            restart_count: 0,
+            exit_code: None,
+            signal: None,
+            submit_time: now,
+            start_time: None,
+            end_time: None,
+            launched: false,
+            grace_secs: new.grace_secs,
+            stop: None,
+            last_checkpoint: None,
+            parts: Default::default(),
+            launch_attempts: 0,
+        };
+        let mut fx = Effects {
+            // A held job cannot start: no pass needed until it is released.
+            wake: !held,
+            next_job_id: Some(id.0 + 1),
+            ..Effects::default()
+        };
+        fx.batch.put_job(&job);
+        fx.batch.put_payload(id, &new.payload);
+        fx.batch.set_next_job_id(id.0 + 1);
+        fx.event(
+            id,
+            now,
+            "submitted",
+            format!("by {} to tier {}", job.owner.user, job.spec.tier),
+        );
+        fx.changed.push(id);
+        (fx, job)
+    }
+}

@@ -16,6 +16,8 @@ pub struct Effects {
     pub jobs: Vec<Job>,
     /// New versions of nodes.
     pub nodes: Vec<Node>,
+    /// Why pending jobs wait, updated in memory only: every pass derives them again.
+    pub reasons: Vec<(JobId, String)>,
     /// The job id counter after this event.
     pub next_job_id: Option<u64>,
     /// Messages to agents, in the order they must arrive, sent after the flush.

@@ -8,6 +8,7 @@
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
 //!   nodes.
 //! - `client_events`: cancel, hold and release, drain and resume.
+//! - `plan`: applying a plan of the scheduling core (evictions, placements, reasons).
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
 //!   no longer knows).
 
@@ -16,6 +17,7 @@ pub mod client_events;
 pub mod commands;
 pub mod effects;
 pub mod lifecycle;
+pub mod plan;
 
 #[cfg(test)]
 mod agent_events_tests;
@@ -23,6 +25,8 @@ mod agent_events_tests;
 mod client_events_tests;
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod plan_tests;
 
 pub use effects::Effects;
 
@@ -43,11 +47,20 @@ impl Records {
     /// written: the flush that covers it comes before any reply or command). Returns the
     /// commands, the changed jobs and whether to wake the scheduler.
     pub fn commit(&mut self, effects: Effects) -> Committed {
+        let mut changed_reasons = Vec::new();
         for job in effects.jobs {
             if job.state.is_terminal() {
                 self.jobs.remove(&job.id);
             } else {
                 self.jobs.insert(job.id, job);
+            }
+        }
+        for (id, reason) in effects.reasons {
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.reason = reason;
+                if !effects.changed.contains(&id) {
+                    changed_reasons.push(id);
+                }
             }
         }
         for node in effects.nodes {
@@ -56,9 +69,11 @@ impl Records {
         if let Some(next) = effects.next_job_id {
             self.next_job_id = next;
         }
+        let mut changed = effects.changed;
+        changed.extend(changed_reasons);
         Committed {
             commands: effects.commands,
-            changed: effects.changed,
+            changed,
             wake: effects.wake,
         }
     }

@@ -1,0 +1,163 @@
+//! Applying a plan of the scheduling core: evictions become stop requests (SIGTERM and the
+//! victim's grace), placements become runs with their launch orders, and the reasons pending
+//! jobs wait for are updated in memory only (they are derived again by every pass).
+
+use super::commands::{AgentCommand, LaunchOrder};
+use super::{Effects, Records};
+use crate::core::Plan;
+use crate::store::Payload;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use ysched_common::time::Millis;
+use ysched_common::{AuditRecord, Job, JobId, JobState, NodeAlloc, PartsProgress};
+use ysched_common::{StopReason, StopRequest};
+
+/// A job's script and environment, read when it is placed (`None`: unreadable; the job stays
+/// queued and the error is logged by the caller).
+pub type PayloadLookup<'a> = &'a dyn Fn(JobId) -> Option<Arc<Payload>>;
+
+impl Records {
+    pub fn apply_plan(&self, plan: &Plan, payload: PayloadLookup<'_>, now: Millis) -> Effects {
+        let mut fx = Effects::default();
+        for (id, reason) in &plan.pending_reasons {
+            if self.jobs.get(id).is_some_and(|j| j.reason != *reason) {
+                fx.reasons.push((*id, reason.clone()));
+            }
+        }
+        for ev in &plan.evictions {
+            let Some(victim) = self.jobs.get(&ev.victim) else {
+                continue;
+            };
+            let mut victim = victim.clone();
+            victim.state = JobState::Preempting;
+            victim.stop = Some(StopRequest {
+                reason: StopReason::Preempt { by: ev.preemptor },
+                at: now,
+                grace_secs: ev.grace_secs,
+            });
+            victim.reason = format!("preempted by {}", ev.preemptor);
+            fx.audit(AuditRecord {
+                time: now,
+                user: "schedd".into(),
+                uid: 0,
+                action: "preempt".into(),
+                job_id: Some(ev.victim),
+                detail: format!(
+                    "job {} evicts job {} of {} (tier {}) on {}, grace {}s",
+                    ev.preemptor,
+                    ev.victim,
+                    victim.owner.user,
+                    victim.spec.tier,
+                    ev.node,
+                    ev.grace_secs
+                ),
+            });
+            fx.event(
+                ev.victim,
+                now,
+                "preempting",
+                format!(
+                    "for job {} on {}: SIGTERM, SIGKILL after {}s",
+                    ev.preemptor, ev.node, ev.grace_secs
+                ),
+            );
+            fx.event(
+                ev.preemptor,
+                now,
+                "evicting",
+                format!("job {} on {}", ev.victim, ev.node),
+            );
+            let nodes: Vec<String> = victim.alloc.iter().map(|a| a.node.clone()).collect();
+            fx.stop_parts(ev.victim, &nodes, ev.grace_secs, "preempt");
+            fx.put_job(victim);
+        }
+        // Rendezvous ports handed out by this plan, by rank-0 node.
+        let mut ports_now: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        for p in &plan.placements {
+            let Some(job) = self.jobs.get(&p.job) else {
+                continue;
+            };
+            let Some(payload) = payload(p.job) else {
+                continue;
+            };
+            let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
+            let rank0 = nodelist.first().cloned().unwrap_or_default();
+            let master_addr = self
+                .nodes
+                .get(&rank0)
+                .map(|n| n.address.clone())
+                .unwrap_or_default();
+            let taken_now = ports_now.entry(rank0.clone()).or_default();
+            let master_port = rendezvous_port(p.job, &rank0, &self.jobs, taken_now);
+            taken_now.insert(master_port);
+            let mut job = job.clone();
+            job.state = JobState::Running;
+            job.alloc = p.alloc.clone();
+            job.parts = PartsProgress {
+                nodelist: nodelist.clone(),
+                master_port,
+                ..Default::default()
+            };
+            job.start_time = Some(now);
+            job.launched = false;
+            job.reason = String::new();
+            fx.event(
+                p.job,
+                now,
+                "scheduled",
+                format!("on {}", describe_alloc(&p.alloc)),
+            );
+            for (rank, a) in p.alloc.iter().enumerate() {
+                let order = LaunchOrder {
+                    job: job.clone(),
+                    payload: payload.clone(),
+                    gpus: a.gpus.clone(),
+                    rank: rank as u32,
+                    nodelist: nodelist.clone(),
+                    master_addr: master_addr.clone(),
+                    master_port,
+                };
+                fx.command(&a.node, AgentCommand::Launch(Box::new(order)));
+            }
+            fx.put_job(job);
+        }
+        fx
+    }
+}
+
+/// `MASTER_PORT` for a job whose rank 0 runs on `node`: from 20000–32767, below Linux's
+/// ephemeral range (32768–60999) so the kernel never hands it to an outgoing connection, and
+/// different from the port of every other running job whose rank 0 is on the same node
+/// (`taken_now`: those placed by the same plan).
+pub fn rendezvous_port(
+    id: JobId,
+    node: &str,
+    jobs: &BTreeMap<JobId, Job>,
+    taken_now: &BTreeSet<u32>,
+) -> u32 {
+    const FIRST: u32 = 20000;
+    const SPAN: u32 = 12768;
+    let taken: BTreeSet<u32> = jobs
+        .values()
+        .filter(|j| j.id != id && j.state.holds_resources())
+        .filter(|j| j.parts.nodelist.first().is_some_and(|n| n == node))
+        .map(|j| j.parts.master_port)
+        .collect();
+    let start = (id.0 % SPAN as u64) as u32;
+    (0..SPAN)
+        .map(|k| FIRST + (start + k) % SPAN)
+        .find(|p| !taken.contains(p) && !taken_now.contains(p))
+        .unwrap_or(FIRST + start)
+}
+
+/// `n1 gpus [0,1]; n2 gpus [0,1]`, for the history.
+pub fn describe_alloc(alloc: &[NodeAlloc]) -> String {
+    alloc
+        .iter()
+        .map(|a| {
+            let gpus: Vec<String> = a.gpus.iter().map(|g| g.to_string()).collect();
+            format!("{} gpus [{}]", a.node, gpus.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

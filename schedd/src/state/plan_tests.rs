@@ -1,0 +1,134 @@
+//! Applying plans, and submits, as pure events.
+
+use super::client_events::NewJob;
+use super::{AgentCommand, Records};
+use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
+use crate::core::{Eviction, Placement, Plan};
+use crate::store::Payload;
+use std::sync::Arc;
+use ysched_common::{Job, JobId, JobSpec, JobState, NodeAlloc, Owner, StopReason};
+
+const NOW: i64 = T0 + 5_000;
+
+fn records(jobs: Vec<Job>) -> Records {
+    Records {
+        jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
+        nodes: [
+            ("n1".to_string(), NodeBuilder::dgx("n1", 8, A100).build()),
+            ("n2".to_string(), NodeBuilder::dgx("n2", 8, A100).build()),
+        ]
+        .into(),
+        next_job_id: 10,
+    }
+}
+
+fn alloc(node: &str, gpus: &[u32]) -> NodeAlloc {
+    NodeAlloc {
+        node: node.into(),
+        gpus: gpus.to_vec(),
+        cpus: 1,
+        mem_mib: 0,
+    }
+}
+
+fn payload(_: JobId) -> Option<Arc<Payload>> {
+    Some(Arc::new(Payload {
+        script: "#!/bin/sh\n".into(),
+        env: Default::default(),
+    }))
+}
+
+#[test]
+fn evictions_stop_victims_and_placements_launch_every_part() {
+    let rec = records(vec![
+        JobBuilder::new(1).running_on("n1", &[0]).grace(20).build(),
+        JobBuilder::new(2).critical().gpus(1).build(),
+        JobBuilder::new(3).gpus(2).nodes(2).build(),
+        JobBuilder::new(4).gpus(2).nodes(2).build(),
+        JobBuilder::new(5).build(),
+    ]);
+    let plan = Plan {
+        evictions: vec![Eviction {
+            victim: JobId(1),
+            preemptor: JobId(2),
+            node: "n1".into(),
+            grace_secs: 20,
+        }],
+        placements: vec![
+            Placement {
+                job: JobId(3),
+                alloc: vec![alloc("n2", &[0]), alloc("n1", &[1])],
+            },
+            Placement {
+                job: JobId(4),
+                alloc: vec![alloc("n2", &[1]), alloc("n1", &[2])],
+            },
+        ],
+        pending_reasons: [(JobId(5), "Resources".to_string())].into(),
+    };
+    let fx = rec.apply_plan(&plan, &payload, NOW);
+    let victim = &fx.jobs[0];
+    assert_eq!(victim.state, JobState::Preempting);
+    assert!(matches!(
+        victim.stop.as_ref().unwrap().reason,
+        StopReason::Preempt { by: JobId(2) }
+    ));
+    let launches: Vec<(String, u64, u32, u32)> = fx
+        .commands
+        .iter()
+        .filter_map(|(node, c)| match c {
+            AgentCommand::Launch(o) => Some((node.clone(), o.job.id.0, o.rank, o.master_port)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches.len(), 4);
+    assert_eq!((launches[0].0.as_str(), launches[0].2), ("n2", 0));
+    assert_eq!((launches[1].0.as_str(), launches[1].2), ("n1", 1));
+    // Two runs with rank 0 on n2 in one plan get different rendezvous ports.
+    assert_ne!(launches[0].3, launches[2].3);
+    assert!(matches!(&fx.commands[0], (n, AgentCommand::Stop { job_id: 1, .. }) if n == "n1"));
+    let placed = fx.jobs.iter().find(|j| j.id == JobId(3)).unwrap();
+    assert_eq!(placed.state, JobState::Running);
+    assert_eq!(placed.parts.nodelist, ["n2", "n1"]);
+    // Reasons change memory only: nothing is written for them.
+    assert_eq!(fx.reasons, [(JobId(5), "Resources".to_string())]);
+    let mut rec = rec;
+    let done = rec.commit(fx);
+    assert_eq!(rec.jobs[&JobId(5)].reason, "Resources");
+    assert!(done.changed.contains(&JobId(5)));
+}
+
+#[test]
+fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
+    let rec = records(vec![]);
+    let owner = Owner {
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        groups: vec![],
+    };
+    let spec = JobSpec {
+        tier: "low".into(),
+        hold: true,
+        ..JobSpec::default()
+    };
+    let dir = |id: JobId| format!("/ckpt/{id}");
+    let new = NewJob {
+        owner,
+        spec,
+        payload: Payload::default(),
+        grace_secs: 30,
+        tier_value: 100,
+        checkpoint_dir: &dir,
+    };
+    let (fx, job) = rec.submit(new, NOW);
+    assert_eq!(job.id, JobId(10));
+    assert_eq!(job.state, JobState::Held);
+    assert_eq!(job.checkpoint_dir, "/ckpt/10");
+    assert!(!fx.wake, "a held job needs no pass");
+    assert!(fx.jobs.is_empty());
+    let mut rec = rec;
+    rec.commit(fx);
+    assert_eq!(rec.next_job_id, 11);
+    assert!(rec.jobs.is_empty());
+}
