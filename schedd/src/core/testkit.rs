@@ -388,33 +388,18 @@ impl Cluster {
         )
     }
 
-    /// Applies a plan as the server would: placed jobs start, victims are asked to stop, and
-    /// every other pending job takes its reason.
+    /// Applies a plan with the server's own applier (`state::plan`): placed jobs start,
+    /// victims are asked to stop, and every other pending job takes its reason.
     pub(crate) fn apply(&mut self, plan: &Plan, now: Millis) {
-        for placement in &plan.placements {
-            let job = self
-                .jobs
-                .get_mut(&placement.job)
-                .expect("placed job exists");
-            job.state = JobState::Running;
-            job.alloc = placement.alloc.clone();
-            job.start_time = Some(now);
-            job.reason.clear();
-        }
-        for eviction in &plan.evictions {
-            let victim = self.jobs.get_mut(&eviction.victim).expect("victim exists");
-            victim.state = JobState::Preempting;
-            victim.stop = Some(StopRequest {
-                reason: StopReason::Preempt {
-                    by: eviction.preemptor,
-                },
-                at: now,
-                grace_secs: eviction.grace_secs,
-            });
-        }
-        for (id, reason) in &plan.pending_reasons {
-            self.jobs.get_mut(id).expect("pending job exists").reason = reason.clone();
-        }
+        let mut records = crate::state::Records {
+            jobs: std::mem::take(&mut self.jobs),
+            nodes: self.nodes.clone(),
+            next_job_id: 0,
+        };
+        let payload = |_: JobId| Some(std::sync::Arc::new(crate::store::Payload::default()));
+        let effects = records.apply_plan(plan, &payload, now);
+        records.commit(effects);
+        self.jobs = records.jobs;
     }
 
     /// The agent reports the job's process gone: it leaves the snapshot (terminal, or
