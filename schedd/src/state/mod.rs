@@ -27,6 +27,8 @@ mod client_events_tests;
 mod lifecycle_tests;
 #[cfg(test)]
 mod plan_tests;
+#[cfg(test)]
+mod prop_tests;
 
 pub use effects::Effects;
 
