@@ -6,7 +6,7 @@
 //!
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 
-use crate::core::{self, Plan, Policy, Snapshot};
+use crate::core::{self, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
 use crate::state::agent_events::{Limits, Registration};
 use crate::state::client_events::{audit_record, NewJob};
@@ -557,7 +557,7 @@ impl Cluster {
             }
             let silent = self.fail_silent_nodes().await;
             let started = std::time::Instant::now();
-            let res = self.schedule_once();
+            let res = self.schedule_once().await;
             let took = started.elapsed();
             let full = match (&silent, &res) {
                 (Err(ApiError::Unavailable(m)), _) | (_, Err(ApiError::Unavailable(m))) => {
@@ -614,9 +614,25 @@ impl Cluster {
         self.settle(changed, wake).await
     }
 
-    /// Runs the core on a snapshot and applies its plan. Returns the jobs whose state changed.
-    pub fn schedule_once(&self) -> ApiResult<Vec<JobId>> {
+    /// Runs the core on a copy of the records, without the lock (requests are answered while
+    /// it runs), then applies what of its plan still holds. Returns the jobs whose state
+    /// changed.
+    pub async fn schedule_once(self: &Arc<Self>) -> ApiResult<Vec<JobId>> {
         let now = now_ms();
+        let (jobs, nodes) = {
+            let st = lock(&self.state);
+            (st.rec.jobs.clone(), st.rec.nodes.clone())
+        };
+        let tiers = self.config.tiers.clone();
+        let plan = tokio::task::spawn_blocking(move || {
+            let snap = Snapshot {
+                jobs: &jobs,
+                nodes: &nodes,
+            };
+            core::schedule(&snap, &Policy { tiers: &tiers }, now)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
         let payload = |id: JobId| match self.store.payload(id) {
             Ok(p) => Some(Arc::new(p)),
             Err(e) => {
@@ -624,14 +640,16 @@ impl Cluster {
                 None
             }
         };
+        let mut stale = false;
         let (changed, _, ()) = self.run_event(|rec| {
-            let snap = Snapshot {
-                jobs: &rec.jobs,
-                nodes: &rec.nodes,
-            };
-            let plan: Plan = core::schedule(&snap, &self.policy(), now);
-            Ok((rec.apply_plan(&plan, &payload, now), ()))
+            let (plan, dropped) = rec.still_valid(plan);
+            stale = dropped;
+            Ok((rec.apply_plan(&plan, &payload, now_ms()), ()))
         })?;
+        if stale {
+            // Some decisions no longer held: decide again with what is true now.
+            self.wake.notify_one();
+        }
         Ok(changed)
     }
 }

@@ -161,3 +161,84 @@ pub fn describe_alloc(alloc: &[NodeAlloc]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+impl Records {
+    /// A plan computed from an earlier copy of these records, cut down to what still holds
+    /// now (the pass runs without the lock, so requests may have changed things meanwhile):
+    /// a placement stays only if its job is still pending and every part still fits on a
+    /// schedulable node (GPUs free, CPUs and memory left, counting the placements kept
+    /// before it); an eviction stays only if its victim still runs and is not being stopped;
+    /// a reason only for a job still pending. What is dropped is decided again by the next
+    /// pass. Returns the plan and whether anything was dropped.
+    pub fn still_valid(&self, plan: Plan) -> (Plan, bool) {
+        #[derive(Default)]
+        struct Used {
+            gpus: BTreeSet<u32>,
+            cpus: u64,
+            mem_mib: u64,
+        }
+        let mut used: BTreeMap<&str, Used> = BTreeMap::new();
+        for job in self.jobs.values().filter(|j| j.state.holds_resources()) {
+            for a in &job.alloc {
+                let u = used.entry(a.node.as_str()).or_default();
+                u.gpus.extend(&a.gpus);
+                u.cpus += u64::from(a.cpus);
+                u.mem_mib += a.mem_mib;
+            }
+        }
+        let before = (plan.placements.len(), plan.evictions.len());
+        let mut kept = Plan {
+            pending_reasons: plan
+                .pending_reasons
+                .into_iter()
+                .filter(|(id, _)| {
+                    self.jobs
+                        .get(id)
+                        .is_some_and(|j| j.state == JobState::Pending)
+                })
+                .collect(),
+            ..Plan::default()
+        };
+        for p in plan.placements {
+            let pending = self
+                .jobs
+                .get(&p.job)
+                .is_some_and(|j| j.state == JobState::Pending && j.alloc.is_empty());
+            let fits = p.alloc.iter().all(|a| {
+                let Some(node) = self.nodes.get(&a.node) else {
+                    return false;
+                };
+                let u = used.get(a.node.as_str());
+                let (gpus, cpus, mem) =
+                    u.map_or((None, 0, 0), |u| (Some(&u.gpus), u.cpus, u.mem_mib));
+                node.is_schedulable()
+                    && a.gpus.iter().all(|g| {
+                        node.gpus.iter().any(|x| x.index == *g)
+                            && !gpus.is_some_and(|held| held.contains(g))
+                    })
+                    && cpus + u64::from(a.cpus) <= u64::from(node.cpus)
+                    && (a.mem_mib == 0 || mem + a.mem_mib <= node.mem_mib)
+            });
+            if pending && fits {
+                for a in &p.alloc {
+                    let u = used.entry(self.nodes[&a.node].name.as_str()).or_default();
+                    u.gpus.extend(&a.gpus);
+                    u.cpus += u64::from(a.cpus);
+                    u.mem_mib += a.mem_mib;
+                }
+                kept.placements.push(p);
+            }
+        }
+        for ev in plan.evictions {
+            let runs = self
+                .jobs
+                .get(&ev.victim)
+                .is_some_and(|j| j.state == JobState::Running && j.stop.is_none());
+            if runs {
+                kept.evictions.push(ev);
+            }
+        }
+        let dropped = (kept.placements.len(), kept.evictions.len()) != before;
+        (kept, dropped)
+    }
+}

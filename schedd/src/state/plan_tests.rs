@@ -132,3 +132,66 @@ fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
     assert_eq!(rec.next_job_id, 11);
     assert!(rec.jobs.is_empty());
 }
+
+#[test]
+fn a_plan_from_an_older_copy_keeps_only_what_still_holds() {
+    let older = records(vec![
+        JobBuilder::new(1).gpus(1).build(),
+        JobBuilder::new(2).gpus(1).build(),
+        JobBuilder::new(3).gpus(1).build(),
+        JobBuilder::new(4).running_on("n2", &[0]).build(),
+        JobBuilder::new(5).running_on("n2", &[1]).build(),
+    ]);
+    let plan = Plan {
+        placements: vec![
+            Placement {
+                job: JobId(1),
+                alloc: vec![alloc("n1", &[0])],
+            },
+            Placement {
+                job: JobId(2),
+                alloc: vec![alloc("n1", &[1])],
+            },
+            Placement {
+                job: JobId(3),
+                alloc: vec![alloc("n1", &[2])],
+            },
+        ],
+        evictions: vec![
+            Eviction {
+                victim: JobId(4),
+                preemptor: JobId(9),
+                node: "n2".into(),
+                grace_secs: 5,
+            },
+            Eviction {
+                victim: JobId(5),
+                preemptor: JobId(9),
+                node: "n2".into(),
+                grace_secs: 5,
+            },
+        ],
+        pending_reasons: [(JobId(2), "Resources".into())].into(),
+    };
+    // Meanwhile: job 2 was cancelled, another job took GPU 2 of n1, job 5 ended.
+    let mut now = older.clone();
+    now.jobs.remove(&JobId(2));
+    now.jobs.remove(&JobId(5));
+    let taker = JobBuilder::new(7).running_on("n1", &[2]).build();
+    now.jobs.insert(taker.id, taker);
+    let (kept, dropped) = now.still_valid(plan.clone());
+    assert!(dropped);
+    let placed: Vec<u64> = kept.placements.iter().map(|p| p.job.0).collect();
+    assert_eq!(placed, [1]);
+    let evicted: Vec<u64> = kept.evictions.iter().map(|e| e.victim.0).collect();
+    assert_eq!(evicted, [4]);
+    assert!(kept.pending_reasons.is_empty());
+    // Nothing changed: the plan is kept whole.
+    let (same, dropped) = older.still_valid(plan.clone());
+    assert!(!dropped);
+    assert_eq!(same, plan);
+    // A drained node takes nothing.
+    let mut drained = older.clone();
+    drained.nodes.get_mut("n1").unwrap().drain_reason = Some("x".into());
+    assert!(drained.still_valid(plan).0.placements.is_empty());
+}

@@ -30,6 +30,11 @@ enum Op {
         tier: u8,
     },
     Pass,
+    /// A pass that ran on the records as they were `back` events ago (the pass runs without
+    /// the lock): only what still holds of its plan may be applied.
+    StalePass {
+        back: usize,
+    },
     Started {
         pick: usize,
     },
@@ -66,6 +71,7 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         Just(Op::Pass),
         Just(Op::Pass),
+        (1usize..6).prop_map(|back| Op::StalePass { back }),
         any::<usize>().prop_map(|pick| Op::Started { pick }),
         (any::<usize>(), 0usize..3, -1i32..3, any::<bool>()).prop_map(
             |(pick, node, exit, stale)| Op::End {
@@ -133,9 +139,20 @@ fn registration(rec: &Records, node: &str, keep: u8, junk: u64) -> Registration 
     }
 }
 
-fn step(rec: &mut Records, op: &Op, now: i64) {
+fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
     let tiers = default_tiers();
     let effects = match op {
+        Op::StalePass { back } => {
+            let old = &history[history.len().saturating_sub(*back)];
+            let snap = Snapshot {
+                jobs: &old.jobs,
+                nodes: &old.nodes,
+            };
+            let plan = schedule(&snap, &Policy { tiers: &tiers }, now);
+            let (plan, _) = rec.still_valid(plan);
+            let payload = |_: JobId| Some(Arc::new(Payload::default()));
+            rec.apply_plan(&plan, &payload, now)
+        }
         Op::Submit { gpus, nodes, tier } => {
             let tier = ["low", "medium", "high", "critical"][*tier as usize];
             let dir = |id: JobId| format!("/ckpt/{id}");
@@ -275,9 +292,11 @@ proptest! {
                 .collect(),
             next_job_id: 1,
         };
+        let mut history = vec![rec.clone()];
         for (i, op) in ops.iter().enumerate() {
-            step(&mut rec, op, T0 + i as i64 * 1_000);
+            step(&mut rec, &history, op, T0 + i as i64 * 1_000);
             check(&rec)?;
+            history.push(rec.clone());
         }
     }
 }
