@@ -330,10 +330,11 @@ impl Cluster {
         let job = self.find_job(id)?;
         let mut info = pb::JobInfo::from(&job);
         if job.state == JobState::Pending {
-            let st = lock(&self.state);
+            // Replaying the queue ahead of the job takes as long as a pass: not under the lock.
+            let (jobs, nodes) = self.core_view();
             let snap = Snapshot {
-                jobs: &st.rec.jobs,
-                nodes: &st.rec.nodes,
+                jobs: &jobs,
+                nodes: &nodes,
             };
             let why = core::explain(&job, &snap, &self.policy(), now_ms());
             let lines: Vec<String> = why.into_iter().map(|(n, w)| format!("{n}: {w}")).collect();
@@ -345,6 +346,21 @@ impl Cluster {
             job: Some(info),
             events: self.store.events(id)?.iter().map(Into::into).collect(),
         })
+    }
+
+    /// A copy of what the scheduling core looks at: pending jobs, jobs holding resources, and
+    /// the nodes (held jobs can be most of a queue: copying them would be wasted time under
+    /// the lock).
+    fn core_view(&self) -> (BTreeMap<JobId, Job>, BTreeMap<String, Node>) {
+        let st = lock(&self.state);
+        let jobs = st
+            .rec
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Pending || j.state.holds_resources())
+            .map(|(id, j)| (*id, j.clone()))
+            .collect();
+        (jobs, st.rec.nodes.clone())
     }
 
     fn policy(&self) -> Policy<'_> {
@@ -619,10 +635,7 @@ impl Cluster {
     /// changed.
     pub async fn schedule_once(self: &Arc<Self>) -> ApiResult<Vec<JobId>> {
         let now = now_ms();
-        let (jobs, nodes) = {
-            let st = lock(&self.state);
-            (st.rec.jobs.clone(), st.rec.nodes.clone())
-        };
+        let (jobs, nodes) = self.core_view();
         let tiers = self.config.tiers.clone();
         let plan = tokio::task::spawn_blocking(move || {
             let snap = Snapshot {
