@@ -3,7 +3,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use ysched_common::Config;
-use ysched_schedd::{cluster::Cluster, server, store::Store};
+use ysched_schedd::{server, shell::Cluster, store::Store};
 
 /// The ysched central scheduler daemon.
 #[derive(Parser)]

@@ -5,8 +5,8 @@
 use std::time::Duration;
 use ysched_common::{Config, Owner};
 use ysched_proto as pb;
-use ysched_schedd::cluster::Cluster;
 use ysched_schedd::error::ApiError;
+use ysched_schedd::shell::Cluster;
 use ysched_schedd::state::agent_events::Registration;
 use ysched_schedd::store::Store;
 

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
 use ysched_common::{Config, Owner};
 use ysched_proto as pb;
-use ysched_schedd::cluster::ApiError;
+use ysched_schedd::shell::ApiError;
 use ysched_tests::*;
 
 const A100: &str = "NVIDIA A100-SXM4-80GB";

@@ -1,7 +1,7 @@
 //! The `NodeAgent` service: one bidirectional session per node agent.
 
-use crate::cluster::Cluster;
 use crate::error::ApiError;
+use crate::shell::Cluster;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};

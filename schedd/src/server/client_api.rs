@@ -1,7 +1,7 @@
 //! The `Ysched` service for local clients.
 
 use super::identity::owner_from_cred;
-use crate::cluster::Cluster;
+use crate::shell::Cluster;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;

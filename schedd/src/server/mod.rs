@@ -12,8 +12,8 @@ mod tls;
 pub(crate) use convert::part_end;
 pub use tls::{load_or_create_ca, server_config as tls_server_config};
 
-use crate::cluster::Cluster;
 use crate::error::ApiError;
+use crate::shell::Cluster;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,107 @@
+//! Agent sessions: registration (one agent per node name), heartbeats, starts and ends.
+
+use super::*;
+
+impl Cluster {
+    /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
+    /// and answer with the jobs it must kill. Returns the session id.
+    pub async fn register_node(
+        &self,
+        reg: Registration,
+        peer: &str,
+        tx: AgentTx,
+    ) -> ApiResult<u64> {
+        let name = reg.name.clone();
+        if name.is_empty() {
+            return Err(ApiError::Invalid(
+                "agent registered without a node name".into(),
+            ));
+        }
+        let (session_id, changed) = {
+            let mut st = lock(&self.state);
+            // Two agents under one name would take turns replacing each other's inventory
+            // and failing each other's jobs: the first one connected keeps the name.
+            if let Some(current) = st.sessions.get(&name).filter(|s| !s.tx.is_closed()) {
+                let msg = format!(
+                    "node name '{name}' is already in use by the agent connected from {}: \
+                     refusing the agent from {peer} (give it another --name)",
+                    current.peer
+                );
+                tracing::error!("{msg}");
+                return Err(ApiError::AlreadyExists(msg));
+            }
+            let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
+            self.store.check_room()?;
+            self.store.apply(std::mem::take(&mut effects.batch))?;
+            if !kill_jobs.is_empty() {
+                tracing::warn!(
+                    node = %name,
+                    "agent still runs jobs {kill_jobs:?} that ended here; it kills them, and \
+                     the node takes no new job until they are gone"
+                );
+            }
+            let done = st.rec.commit(effects);
+            // First on the new session; what the registration decided follows after the
+            // flush, through the outbox.
+            let _ = tx.send(AgentCommand::Registered { kill_jobs });
+            let session_id = st.next_session_id;
+            st.next_session_id += 1;
+            st.sessions.insert(
+                name.clone(),
+                Session {
+                    id: session_id,
+                    peer: peer.to_string(),
+                    tx,
+                },
+            );
+            st.outbox.extend(done.commands);
+            let _ = self.flush_tx.send(None);
+            (session_id, done.changed)
+        };
+        self.settle(changed, true).await?;
+        let _ = ysched_common::sdnotify::notify("STATUS=node registered");
+        Ok(session_id)
+    }
+
+    pub fn node_disconnected(&self, name: &str, session_id: u64) {
+        let mut st = lock(&self.state);
+        if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
+            st.sessions.remove(name);
+            if let Some(n) = st.rec.nodes.get_mut(name) {
+                n.connected = false;
+            }
+            tracing::warn!(node = name, "agent disconnected");
+        }
+    }
+
+    /// An agent's heartbeat: it is alive, and leftover jobs it no longer lists are gone
+    /// (in case their end reports were lost).
+    pub fn heartbeat(&self, name: &str, running_jobs: &[u64]) {
+        let mut st = lock(&self.state);
+        let Some(n) = st.rec.nodes.get_mut(name) else {
+            return;
+        };
+        n.last_seen = now_ms();
+        let before = n.killing.len();
+        n.killing.retain(|id| running_jobs.contains(id));
+        if n.killing.len() != before && n.killing.is_empty() {
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+
+    pub async fn job_started(&self, name: &str, job_id: u64, pid: u32, time: i64) -> ApiResult<()> {
+        let (changed, _, ()) =
+            self.run_event(|rec| Ok((rec.job_started(name, job_id, pid, time), ())))?;
+        self.changed(changed);
+        Ok(())
+    }
+
+    /// An agent reports a part's end (see [`Records::job_finished`]).
+    pub async fn job_finished(&self, name: &str, end: PartEnd) -> ApiResult<()> {
+        let limits = self.limits();
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.job_finished(name, &end, limits, now_ms()), ())))?;
+        self.settle(changed, wake).await
+    }
+}

@@ -1,0 +1,236 @@
+//! The shell around the state machine (`state/`): the records, agent sessions and the outbox
+//! behind one lock. It runs each event: the state machine computes its effects, the shell
+//! writes their batch, and only when that succeeded takes them into memory and the outbox.
+//! Anything that must not happen before the change is durable (acknowledging a client,
+//! telling an agent to launch or stop) waits for a flush (group commit).
+//!
+//! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
+//!
+//! - `requests`: client requests that change state (submit, cancel, hold, drain).
+//! - `queries`: listings and details (read-only).
+//! - `agents`: agent sessions and their reports.
+//! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
+
+mod agents;
+mod queries;
+mod requests;
+mod scheduling;
+
+use crate::core::{self, Policy, Snapshot};
+pub use crate::error::{ApiError, ApiResult};
+use crate::state::agent_events::{Limits, Registration};
+use crate::state::client_events::{audit_record, NewJob};
+use crate::state::commands::AgentCommand;
+use crate::state::lifecycle::PartEnd;
+use crate::state::{Effects, Records};
+use crate::store::{self, Store};
+use crate::submit;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{broadcast, mpsc, oneshot, Notify};
+use ysched_common::time::now_ms;
+use ysched_common::{AuditRecord, Config, Job, JobId, JobState, Node, Owner};
+use ysched_proto as pb;
+
+/// sled fails for good after a failed flush (every later write fails until it is reopened),
+/// and the changes it could not flush are already in memory: the only safe state is the one on
+/// disk. Exit, so that the service manager restarts schedd from the store (everything
+/// acknowledged is there). A full disk is refused before this (`check_room`).
+fn store_failed(e: &store::Error) -> ! {
+    tracing::error!(
+        "state store write failed: {e}; exiting so that schedd restarts from what is on disk \
+         (nothing acknowledged is lost)"
+    );
+    eprintln!("schedd: fatal: state store write failed: {e}");
+    std::process::exit(75)
+}
+
+/// Messages to one agent's session, in the order they must arrive.
+pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;
+
+struct Session {
+    id: u64,
+    /// The agent's address, for messages.
+    peer: String,
+    tx: AgentTx,
+}
+
+pub struct State {
+    /// Jobs not yet finished (finished ones live only in the store), nodes, the id counter.
+    rec: Records,
+    sessions: BTreeMap<String, Session>,
+    next_session_id: u64,
+    /// Agent messages waiting for the next flush: never sent before the change they carry is
+    /// durable, and sent in the order they were queued.
+    outbox: Vec<(String, AgentCommand)>,
+}
+
+pub struct Cluster {
+    config: Config,
+    store: Store,
+    state: Mutex<State>,
+    /// Wakes the scheduling loop: a submit, a job end, a node joining.
+    wake: Notify,
+    /// Job ids whose record changed, for `WatchJob` streams.
+    changes: broadcast::Sender<JobId>,
+    /// Group commit: each waiter is answered after one flush that began after it queued.
+    flush_tx: mpsc::UnboundedSender<Option<oneshot::Sender<bool>>>,
+    /// When this schedd started: a node's silence is counted from here at the earliest, so
+    /// a schedd that was down longer than `node_timeout_secs` does not fail every job at start.
+    started: i64,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock would be a bug; keep serving rather than cascade.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cluster {
+    /// Recovers state from the store and starts the flush and scheduling tasks.
+    pub fn start(config: Config, store: Store) -> Result<Arc<Cluster>, store::Error> {
+        let rec = store.recover()?;
+        let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        let cluster = Arc::new(Cluster {
+            started: now_ms(),
+            config,
+            store,
+            state: Mutex::new(State {
+                rec: Records {
+                    jobs: rec.active_jobs,
+                    nodes: rec.nodes,
+                    next_job_id: rec.next_job_id,
+                },
+                sessions: BTreeMap::new(),
+                next_session_id: 1,
+                outbox: Vec::new(),
+            }),
+            wake: Notify::new(),
+            changes: broadcast::channel(4096).0,
+            flush_tx,
+        });
+        tokio::spawn(cluster.clone().flush_loop(flush_rx));
+        tokio::spawn(cluster.clone().schedule_loop());
+        cluster.wake.notify_one();
+        Ok(cluster)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The store (tests make it refuse writes with [`Store::fail_writes`]).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Waits until everything applied so far is durable, then delivers queued agent messages.
+    async fn commit(&self) -> ApiResult<()> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.flush_tx.send(Some(tx));
+        match rx.await {
+            Ok(true) => Ok(()),
+            _ => Err(ApiError::Internal("state store flush failed".into())),
+        }
+    }
+
+    /// One task flushes for everybody: concurrent submits share a flush (group commit), and
+    /// agent messages leave in queue order, each after the flush that covers its change.
+    async fn flush_loop(
+        self: Arc<Self>,
+        mut rx: mpsc::UnboundedReceiver<Option<oneshot::Sender<bool>>>,
+    ) {
+        while let Some(first) = rx.recv().await {
+            let mut waiters: Vec<_> = first.into_iter().collect();
+            while let Ok(w) = rx.try_recv() {
+                waiters.extend(w);
+            }
+            let outbox = std::mem::take(&mut lock(&self.state).outbox);
+            let ok = match self.store.flush().await {
+                Ok(()) => true,
+                Err(e) => store_failed(&e),
+            };
+            if ok {
+                let st = lock(&self.state);
+                for (node, msg) in outbox {
+                    if let Some(s) = st.sessions.get(&node) {
+                        let _ = s.tx.send(msg);
+                    }
+                }
+            }
+            for w in waiters {
+                let _ = w.send(ok);
+            }
+        }
+    }
+
+    fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
+        for id in ids {
+            let _ = self.changes.send(id);
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
+        self.changes.subscribe()
+    }
+
+    /// A copy of what the scheduling core looks at: pending jobs, jobs holding resources, and
+    /// the nodes (held jobs can be most of a queue: copying them would be wasted time under
+    /// the lock).
+    fn core_view(&self) -> (BTreeMap<JobId, Job>, BTreeMap<String, Node>) {
+        let st = lock(&self.state);
+        let jobs = st
+            .rec
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Pending || j.state.holds_resources())
+            .map(|(id, j)| (*id, j.clone()))
+            .collect();
+        (jobs, st.rec.nodes.clone())
+    }
+
+    fn policy(&self) -> Policy<'_> {
+        Policy {
+            tiers: &self.config.tiers,
+        }
+    }
+
+    /// Runs one event under the lock. Its batch is written first; only when that succeeded
+    /// do its records reach memory and its commands the outbox (they leave after the next
+    /// flush). A refused write returns the error and changes nothing.
+    fn run_event<T>(
+        &self,
+        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+    ) -> ApiResult<(Vec<JobId>, bool, T)> {
+        let mut st = lock(&self.state);
+        let (mut effects, out) = event(&st.rec)?;
+        if !effects.batch.is_empty() {
+            // After the request's own checks, so bad input is refused for what it is.
+            self.store.check_room()?;
+            self.store.apply(std::mem::take(&mut effects.batch))?;
+        }
+        let done = st.rec.commit(effects);
+        if !done.commands.is_empty() {
+            st.outbox.extend(done.commands);
+            let _ = self.flush_tx.send(None);
+        }
+        Ok((done.changed, done.wake, out))
+    }
+
+    /// After [`run_event`]: waits until the change is durable (group commit), then wakes the
+    /// scheduler and the watchers.
+    async fn settle(&self, changed: Vec<JobId>, wake: bool) -> ApiResult<()> {
+        self.commit().await?;
+        if wake {
+            self.wake.notify_one();
+        }
+        self.changed(changed);
+        Ok(())
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_requeues: self.config.scheduler.max_requeues,
+            max_launch_attempts: self.config.scheduler.max_launch_attempts,
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Client requests that change state: each is an event of the state machine, run by the shell.
+
+use super::*;
+
+impl Cluster {
+    /// Validates, persists and acknowledges a submit. The id is returned only once the job is
+    /// durable.
+    pub async fn submit(
+        &self,
+        owner: Owner,
+        home: Option<std::path::PathBuf>,
+        spec: pb::JobSpec,
+    ) -> ApiResult<JobId> {
+        // Looked at before the lock: a home on a hanging automount must stall only this caller.
+        let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
+        let wanted_tier = spec.tier.clone();
+        let submitted = 'locked: {
+            let mut st = lock(&self.state);
+            let (spec, payload, grace_secs) =
+                match submit::validate(spec, &owner, &self.config, &st.rec.nodes) {
+                    Ok(v) => v,
+                    Err(e) => break 'locked Err(e),
+                };
+            let checkpoint_dir = |id: JobId| {
+                submit::checkpoint_dir_with(
+                    &spec,
+                    id.0,
+                    &self.config.scheduler.checkpoint_root,
+                    home.as_deref(),
+                    |_| home_exists,
+                )
+            };
+            let new = NewJob {
+                owner: owner.clone(),
+                tier_value: self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0),
+                spec: spec.clone(),
+                payload,
+                grace_secs,
+                checkpoint_dir: &checkpoint_dir,
+            };
+            let (mut effects, job) = st.rec.submit(new, now_ms());
+            self.store.check_room()?;
+            self.store.apply(std::mem::take(&mut effects.batch))?;
+            // The id is taken now; the job enters memory once it is durable.
+            let done = st.rec.commit(effects);
+            Ok((job, done))
+        };
+        let (job, done) = match submitted {
+            Ok(v) => v,
+            Err(ApiError::Denied(msg)) => {
+                // Refused permissions are audited, durably, before the refusal is reported.
+                let detail = format!("submit to tier '{wanted_tier}': {msg}");
+                let record = audit_record(&owner, "submit_refused", None, detail, now_ms());
+                self.run_event(|_| {
+                    let mut effects = Effects::default();
+                    effects.audit(record);
+                    Ok((effects, ()))
+                })?;
+                self.commit().await?;
+                return Err(ApiError::Denied(msg));
+            }
+            Err(e) => return Err(e),
+        };
+        self.commit().await?;
+        let id = job.id;
+        lock(&self.state).rec.jobs.insert(id, job);
+        if done.wake {
+            self.wake.notify_one();
+        }
+        self.changed(done.changed);
+        Ok(id)
+    }
+
+    /// Cancels jobs (see [`Records::cancel`]).
+    pub async fn cancel(&self, caller: &Owner, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let (changed, wake, cancelled) =
+            self.run_event(|rec| rec.cancel(caller, ids, user, &finished, now_ms()))?;
+        self.settle(changed, wake).await?;
+        Ok(cancelled)
+    }
+
+    pub async fn hold(&self, caller: &Owner, id: JobId, hold: bool) -> ApiResult<()> {
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.hold(caller, id, hold, now_ms())?, ())))?;
+        self.settle(changed, wake).await
+    }
+
+    pub fn audit_log(&self, caller: &Owner, limit: usize) -> ApiResult<Vec<AuditRecord>> {
+        if !caller.is_root() {
+            return Err(ApiError::Denied("only root may read the audit log".into()));
+        }
+        Ok(self.store.audit_log(limit)?)
+    }
+
+    pub async fn drain(&self, caller: &Owner, name: &str, reason: Option<String>) -> ApiResult<()> {
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.drain(caller, name, reason, now_ms())?, ())))?;
+        self.settle(changed, wake).await
+    }
+}

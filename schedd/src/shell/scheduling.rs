@@ -1,0 +1,120 @@
+//! The scheduling loop: node timeouts, then a pass of the core on a copy of the records,
+//! applied for what still holds.
+
+use super::*;
+
+impl Cluster {
+    /// Passes run on events (submit, job end, node join). Conditions that change with time
+    /// alone (a victim passing its tier's `min_runtime`) are caught by a pass at least every
+    /// `RECHECK`.
+    pub(super) async fn schedule_loop(self: Arc<Self>) {
+        const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+        let mut store_full: Option<String> = None;
+        loop {
+            if tokio::time::timeout(RECHECK, self.wake.notified())
+                .await
+                .is_err()
+            {
+                // A quiet second: hand memory freed after a burst of requests back to the OS
+                // (glibc keeps it in its arenas otherwise, and RSS stays at the burst's peak).
+                // SAFETY: malloc_trim only walks and shrinks the allocator's own free lists.
+                #[cfg(target_env = "gnu")]
+                unsafe {
+                    libc::malloc_trim(0);
+                }
+            }
+            let silent = self.fail_silent_nodes().await;
+            let started = std::time::Instant::now();
+            let res = self.schedule_once().await;
+            let took = started.elapsed();
+            let full = match (&silent, &res) {
+                (Err(ApiError::Unavailable(m)), _) | (_, Err(ApiError::Unavailable(m))) => {
+                    Some(m.clone())
+                }
+                _ => None,
+            };
+            // A full store pauses scheduling; say so once, and once when it is back.
+            match (&full, &store_full) {
+                (Some(m), None) => tracing::error!("scheduling paused: {m}"),
+                (None, Some(_)) => tracing::warn!("state store writable again: scheduling resumed"),
+                _ => {}
+            }
+            store_full = full;
+            match &silent {
+                Err(e) if store_full.is_none() => {
+                    tracing::error!("node timeout check failed: {e:?}")
+                }
+                _ => {}
+            }
+            match res {
+                Ok(changed) if !changed.is_empty() && self.commit().await.is_ok() => {
+                    self.changed(changed)
+                }
+                Err(e) if store_full.is_none() => tracing::error!("scheduling pass failed: {e:?}"),
+                _ => {}
+            }
+            // Under a burst of events, passes would run back to back and hold the state lock
+            // most of the time. Resting as long as the pass took caps them at half the time;
+            // on a small queue a pass takes microseconds, so an idle cluster still starts a job
+            // at once. Events during the rest are not lost: `Notify` keeps one permit.
+            tokio::time::sleep(took.min(std::time::Duration::from_millis(100))).await;
+        }
+    }
+
+    /// Jobs on a node whose agent has been gone longer than `node_timeout_secs` end NODE_FAIL
+    /// and release their GPUs. (If the agent comes back still running one, registration tells
+    /// it to kill it: schedd no longer counts it as running.)
+    async fn fail_silent_nodes(&self) -> ApiResult<()> {
+        let timeout_ms = self.config.scheduler.node_timeout_secs as i64 * 1000;
+        let now = now_ms();
+        let (changed, wake, ()) = self.run_event(|rec| {
+            let silent: BTreeSet<String> = rec
+                .nodes
+                .values()
+                .filter(|n| !n.connected && now - n.last_seen.max(self.started) > timeout_ms)
+                .map(|n| n.name.clone())
+                .collect();
+            Ok((rec.fail_silent(&silent, now), ()))
+        })?;
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.settle(changed, wake).await
+    }
+
+    /// Runs the core on a copy of the records, without the lock (requests are answered while
+    /// it runs), then applies what of its plan still holds. Returns the jobs whose state
+    /// changed.
+    pub async fn schedule_once(self: &Arc<Self>) -> ApiResult<Vec<JobId>> {
+        let now = now_ms();
+        let (jobs, nodes) = self.core_view();
+        let tiers = self.config.tiers.clone();
+        let plan = tokio::task::spawn_blocking(move || {
+            let snap = Snapshot {
+                jobs: &jobs,
+                nodes: &nodes,
+            };
+            core::schedule(&snap, &Policy { tiers: &tiers }, now)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
+        let payload = |id: JobId| match self.store.payload(id) {
+            Ok(p) => Some(Arc::new(p)),
+            Err(e) => {
+                tracing::error!(job = %id, "cannot read job payload: {e}");
+                None
+            }
+        };
+        let mut stale = false;
+        let (changed, _, ()) = self.run_event(|rec| {
+            let (plan, dropped) = rec.still_valid(plan);
+            stale = dropped;
+            Ok((rec.apply_plan(&plan, &payload, now_ms()), ()))
+        })?;
+        if stale {
+            // Some decisions no longer held: decide again with what is true now.
+            self.wake.notify_one();
+        }
+        Ok(changed)
+    }
+}
