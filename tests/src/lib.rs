@@ -6,6 +6,7 @@
 //! included, even after an agent was killed.
 
 pub mod core_bench;
+pub mod fleet;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

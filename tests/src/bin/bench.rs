@@ -266,7 +266,102 @@ fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     figures
 }
 
-/// `bench [cluster|preempt|core]...`: the named groups of figures, all by default.
+/// The fleet: `FLEET_NODES` (1,000) simulated 8-GPU agents in this process against a real
+/// schedd; `FLEET_JOBS` (20,000) one-GPU jobs of zero duration submitted through the API by 64
+/// clients, counted until every end is acknowledged; API latencies sampled meanwhile.
+fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
+    use std::sync::atomic::Ordering;
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (n_nodes, n_jobs) = (env("FLEET_NODES", 1000), env("FLEET_JOBS", 20_000));
+    let c = TestCluster::start(vec![]);
+    let read = |f: &str| std::fs::read_to_string(c.dir.path().join(f)).unwrap();
+    let config = ysched_tests::fleet::FleetConfig {
+        schedd: format!("127.0.0.1:{}", c.port),
+        ca_cert_pem: read("cluster-ca.crt"),
+        cluster_key: read("cluster.key").trim().to_string(),
+        nodes: n_nodes,
+        gpus_per_node: 8,
+        default_duration: Duration::from_millis(0),
+        heartbeat: Duration::from_secs(2),
+    };
+    let t = Instant::now();
+    let stats = rt.block_on(async { ysched_tests::fleet::start(config) });
+    while stats.registered.load(Ordering::Relaxed) < n_nodes as u64 {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "fleet did not register"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let registered = t.elapsed().as_secs_f64();
+    println!("  ({n_nodes} simulated agents registered in {registered:.1} s)");
+    let work = c.work.to_string_lossy().into_owned();
+    let t = Instant::now();
+    let submit_ms = rt.block_on(async {
+        let per = n_jobs.div_ceil(64);
+        let mut tasks = Vec::new();
+        for k in 0..64 {
+            let sock = c.socket();
+            let work = work.clone();
+            let n = per.min(n_jobs.saturating_sub(k * per));
+            tasks.push(tokio::spawn(async move {
+                let mut client = ysub::client::connect(&sock).await.unwrap();
+                let mut lat = Vec::new();
+                for _ in 0..n {
+                    let mut spec = held_spec(&work);
+                    spec.hold = false;
+                    spec.gpus = 1;
+                    let t = Instant::now();
+                    client
+                        .submit(pb::SubmitRequest { spec: Some(spec) })
+                        .await
+                        .unwrap();
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    });
+    let mut submit_ms = submit_ms;
+    while stats.finished.load(Ordering::Relaxed) < n_jobs as u64 {
+        assert!(
+            t.elapsed() < Duration::from_secs(600),
+            "only {} of {n_jobs} jobs ended",
+            stats.finished.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let throughput = n_jobs as f64 / t.elapsed().as_secs_f64();
+    vec![
+        Figure {
+            name: "fleet: jobs submitted, run and ended per second",
+            value: throughput,
+            unit: "/s",
+            target: 2000.0,
+            higher_is_better: true,
+        },
+        Figure {
+            name: "fleet: API submit latency while busy (p99)",
+            value: percentile(&mut submit_ms, 0.99),
+            unit: "ms",
+            target: 50.0,
+            higher_is_better: false,
+        },
+    ]
+}
+
+/// `bench [cluster|preempt|core|fleet]...`: the named groups of figures; all but `fleet` by
+/// default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
     let want = |g: &str| groups.is_empty() || groups.iter().any(|x| x == g);
@@ -280,6 +375,9 @@ fn main() {
     }
     if want("preempt") {
         figures.extend(preemption());
+    }
+    if groups.iter().any(|g| g == "fleet") {
+        figures.extend(fleet(&rt));
     }
     if want("core") {
         for (name, value, unit, target, higher_is_better) in ysched_tests::core_bench::run() {
