@@ -102,6 +102,7 @@ impl Cluster {
         let limits = self.limits();
         let (changed, wake, ()) =
             self.run_event(|rec| Ok((rec.job_finished(name, &end, limits, now_ms()), ())))?;
-        self.settle(changed, wake).await
+        self.settle_report(changed, wake);
+        Ok(())
     }
 }

@@ -227,6 +227,18 @@ impl Cluster {
         Ok(())
     }
 
+    /// After [`run_event`] for an agent's report: nobody waits for an answer, so the next
+    /// report need not wait for this one's flush. What must wait does: the acknowledgement
+    /// and any launch or stop it leads to leave through the outbox after the flush that covers
+    /// the change (a flush is of the whole store), and until then the agent keeps the report.
+    fn settle_report(&self, changed: Vec<JobId>, wake: bool) {
+        let _ = self.flush_tx.send(None);
+        if wake {
+            self.wake.notify_one();
+        }
+        self.changed(changed);
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             max_requeues: self.config.scheduler.max_requeues,
