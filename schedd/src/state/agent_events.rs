@@ -55,6 +55,14 @@ impl<'a> Working<'a> {
         self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal())
     }
 
+    /// Drops the working copy of a job this event left as it was, so its record is not
+    /// rewritten.
+    fn forget_if_unchanged(&mut self, id: JobId) {
+        if self.records.jobs.get(&id) == self.jobs.get(&id) {
+            self.jobs.remove(&id);
+        }
+    }
+
     fn finish(self, fx: &mut Effects) {
         for job in self.jobs.into_values() {
             fx.put_job(job);
@@ -86,15 +94,7 @@ fn apply_part_end(
     };
     let out = lifecycle::part_ended(job, node, end, limits.max_requeues, now);
     if out.ignored {
-        // Nothing changed: do not rewrite the record.
-        if !work
-            .records
-            .jobs
-            .get(&id)
-            .is_some_and(|j| j != &work.jobs[&id])
-        {
-            work.jobs.remove(&id);
-        }
+        work.forget_if_unchanged(id);
         return;
     }
     for (at, kind, detail) in out.events {
@@ -221,14 +221,7 @@ impl Records {
                     let grace = stop.grace_secs;
                     fx.command(name, AgentCommand::stop(id.0, grace, "resent"));
                 }
-                if !work
-                    .records
-                    .jobs
-                    .get(&id)
-                    .is_some_and(|j| j != &work.jobs[&id])
-                {
-                    work.jobs.remove(&id);
-                }
+                work.forget_if_unchanged(id);
                 continue;
             }
             // The job's other parts (of a multi-node run) cannot go on without this one.
