@@ -58,9 +58,9 @@ impl pb::ysched_server::Ysched for ClientApi {
     }
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
-        Ok(Response::new(
-            self.cluster.job_detail(JobId(req.get_ref().job_id))?,
-        ))
+        Ok(Response::new(super::convert::job_detail(
+            &self.cluster.job_detail(JobId(req.get_ref().job_id))?,
+        )))
     }
 
     async fn cancel(
@@ -96,7 +96,12 @@ impl pb::ysched_server::Ysched for ClientApi {
         _req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::NodeList>, Status> {
         Ok(Response::new(pb::NodeList {
-            nodes: self.cluster.list_nodes(),
+            nodes: self
+                .cluster
+                .list_nodes()
+                .iter()
+                .map(super::convert::node_info)
+                .collect(),
         }))
     }
 
@@ -139,7 +144,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         let id = JobId(req.get_ref().job_id);
         // Subscribe before the first read so no change slips between them.
         let mut changes = self.cluster.subscribe();
-        let first = self.cluster.job_info(id)?;
+        let first = pb::JobInfo::from(&self.cluster.job(id)?);
         let cluster = self.cluster.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
@@ -155,9 +160,10 @@ impl pb::ysched_server::Ysched for ClientApi {
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(_) => return,
                 }
-                let Ok(info) = cluster.job_info(id) else {
+                let Ok(job) = cluster.job(id) else {
                     return;
                 };
+                let info = pb::JobInfo::from(&job);
                 if info != last {
                     last = info;
                     if tx.send(Ok(last.clone())).await.is_err() || terminal(&last) {

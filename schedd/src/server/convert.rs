@@ -88,3 +88,35 @@ fn launch_job(order: &LaunchOrder) -> pb::LaunchJob {
         master_port: order.master_port,
     }
 }
+
+/// `yctl nodes`' wire form of a node.
+pub(crate) fn node_info(v: &crate::state::views::NodeView) -> pb::NodeInfo {
+    let n = &v.node;
+    pb::NodeInfo {
+        name: n.name.clone(),
+        state: v.state.into(),
+        address: n.address.clone(),
+        cpus: n.cpus,
+        mem_mib: n.mem_mib,
+        gpus: n.gpus.iter().map(Into::into).collect(),
+        gpu_holders: v.gpu_holders.clone(),
+        reason: n.drain_reason.clone().unwrap_or_default(),
+        cpus_alloc: v.cpus_alloc,
+        mem_alloc_mib: v.mem_alloc_mib,
+        features: n.features.clone(),
+        last_seen_ms: n.last_seen,
+    }
+}
+
+/// `yctl show job`'s wire form: the reason carries the per-node explanation of a pending job.
+pub(crate) fn job_detail(d: &crate::shell::JobDetail) -> pb::JobDetail {
+    let mut info = pb::JobInfo::from(&d.job);
+    if !d.waits.is_empty() {
+        let lines: Vec<String> = d.waits.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+        info.reason = format!("{} [{}]", info.reason, lines.join("; "));
+    }
+    pb::JobDetail {
+        job: Some(info),
+        events: d.events.iter().map(Into::into).collect(),
+    }
+}

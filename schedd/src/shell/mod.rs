@@ -13,6 +13,7 @@
 
 mod agents;
 mod queries;
+pub use queries::JobDetail;
 mod requests;
 mod scheduling;
 

@@ -1,6 +1,7 @@
 //! Read-only requests: listings (one consistent view), a job in detail, nodes.
 
 use super::*;
+use crate::state::views::{node_view, NodeView};
 
 impl Cluster {
     pub fn list_jobs(&self, req: &pb::ListJobsRequest) -> ApiResult<Vec<pb::JobInfo>> {
@@ -92,13 +93,15 @@ impl Cluster {
             .ok_or_else(|| ApiError::NotFound(format!("invalid job id {id}: no such job")))
     }
 
-    pub fn job_info(&self, id: JobId) -> ApiResult<pb::JobInfo> {
-        Ok((&self.find_job(id)?).into())
+    /// A job, active or finished.
+    pub fn job(&self, id: JobId) -> ApiResult<Job> {
+        self.find_job(id)
     }
 
-    pub fn job_detail(&self, id: JobId) -> ApiResult<pb::JobDetail> {
+    /// A job with why it waits on each node (when pending) and its history.
+    pub fn job_detail(&self, id: JobId) -> ApiResult<JobDetail> {
         let job = self.find_job(id)?;
-        let mut info = pb::JobInfo::from(&job);
+        let mut waits = Vec::new();
         if job.state == JobState::Pending {
             // Replaying the queue ahead of the job takes as long as a pass: not under the lock.
             let (jobs, nodes) = self.core_view();
@@ -106,74 +109,28 @@ impl Cluster {
                 jobs: &jobs,
                 nodes: &nodes,
             };
-            let why = core::explain(&job, &snap, &self.policy(), now_ms());
-            let lines: Vec<String> = why.into_iter().map(|(n, w)| format!("{n}: {w}")).collect();
-            if !lines.is_empty() {
-                info.reason = format!("{} [{}]", info.reason, lines.join("; "));
-            }
+            waits = core::explain(&job, &snap, &self.policy(), now_ms());
         }
-        Ok(pb::JobDetail {
-            job: Some(info),
-            events: self.store.events(id)?.iter().map(Into::into).collect(),
+        Ok(JobDetail {
+            events: self.store.events(id)?,
+            job,
+            waits,
         })
     }
 
-    pub fn list_nodes(&self) -> Vec<pb::NodeInfo> {
+    pub fn list_nodes(&self) -> Vec<NodeView> {
         let st = lock(&self.state);
         st.rec
             .nodes
             .values()
-            .map(|n| node_info(n, &st.rec.jobs))
+            .map(|n| node_view(n, &st.rec.jobs))
             .collect()
     }
 }
 
-/// What `yctl nodes` shows: derived state and the job holding each GPU.
-fn node_info(n: &Node, jobs: &BTreeMap<JobId, Job>) -> pb::NodeInfo {
-    let mut holders = vec![0u64; n.gpus.len()];
-    let (mut cpus_alloc, mut mem_alloc, mut n_jobs) = (0u32, 0u64, 0);
-    for j in jobs.values().filter(|j| j.state.holds_resources()) {
-        for a in j.alloc.iter().filter(|a| a.node == n.name) {
-            n_jobs += 1;
-            cpus_alloc += a.cpus;
-            mem_alloc += a.mem_mib;
-            for g in &a.gpus {
-                if let Some(pos) = n.gpus.iter().position(|x| x.index == *g) {
-                    holders[pos] = j.id.0;
-                }
-            }
-        }
-    }
-    let busy_gpus = holders.iter().filter(|h| **h != 0).count();
-    let state = if !n.connected {
-        "DOWN"
-    } else if n.drain_reason.is_some() {
-        if n_jobs > 0 {
-            "DRAINING"
-        } else {
-            "DRAINED"
-        }
-    } else if n_jobs == 0 {
-        "IDLE"
-    } else if (n.gpus.is_empty() && cpus_alloc >= n.cpus)
-        || (!n.gpus.is_empty() && busy_gpus == n.gpus.len())
-    {
-        "ALLOCATED"
-    } else {
-        "MIXED"
-    };
-    pb::NodeInfo {
-        name: n.name.clone(),
-        state: state.into(),
-        address: n.address.clone(),
-        cpus: n.cpus,
-        mem_mib: n.mem_mib,
-        gpus: n.gpus.iter().map(Into::into).collect(),
-        gpu_holders: holders,
-        reason: n.drain_reason.clone().unwrap_or_default(),
-        cpus_alloc,
-        mem_alloc_mib: mem_alloc,
-        features: n.features.clone(),
-        last_seen_ms: n.last_seen,
-    }
+/// A job in full: its record, why it waits on each node (node, reason), and its history.
+pub struct JobDetail {
+    pub job: Job,
+    pub waits: Vec<(String, String)>,
+    pub events: Vec<ysched_common::JobEvent>,
 }

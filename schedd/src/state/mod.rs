@@ -9,6 +9,7 @@
 //!   nodes.
 //! - `client_events`: cancel, hold and release, drain and resume.
 //! - `plan`: applying a plan of the scheduling core (evictions, placements, reasons).
+//! - `views`: what read-only requests show (a node's derived state and GPU holders).
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
 //!   no longer knows).
 
@@ -18,6 +19,7 @@ pub mod commands;
 pub mod effects;
 pub mod lifecycle;
 pub mod plan;
+pub mod views;
 
 #[cfg(test)]
 mod agent_events_tests;

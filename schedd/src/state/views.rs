@@ -1,0 +1,59 @@
+//! What the read-only requests show, derived from the records: a node's state as `yctl
+//! nodes` prints it, and which job holds each of its GPUs.
+
+use std::collections::BTreeMap;
+use ysched_common::{Job, JobId, Node};
+
+/// A node with what is derived from the jobs on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub node: Node,
+    /// DOWN, DRAINING, DRAINED, IDLE, ALLOCATED or MIXED.
+    pub state: &'static str,
+    /// The job holding each GPU, by position in `node.gpus`; 0: free.
+    pub gpu_holders: Vec<u64>,
+    pub cpus_alloc: u32,
+    pub mem_alloc_mib: u64,
+}
+
+pub fn node_view(n: &Node, jobs: &BTreeMap<JobId, Job>) -> NodeView {
+    let mut holders = vec![0u64; n.gpus.len()];
+    let (mut cpus_alloc, mut mem_alloc, mut n_jobs) = (0u32, 0u64, 0);
+    for j in jobs.values().filter(|j| j.state.holds_resources()) {
+        for a in j.alloc.iter().filter(|a| a.node == n.name) {
+            n_jobs += 1;
+            cpus_alloc = cpus_alloc.saturating_add(a.cpus);
+            mem_alloc = mem_alloc.saturating_add(a.mem_mib);
+            for g in &a.gpus {
+                if let Some(pos) = n.gpus.iter().position(|x| x.index == *g) {
+                    holders[pos] = j.id.0;
+                }
+            }
+        }
+    }
+    let busy_gpus = holders.iter().filter(|h| **h != 0).count();
+    let state = if !n.connected {
+        "DOWN"
+    } else if n.drain_reason.is_some() {
+        if n_jobs > 0 {
+            "DRAINING"
+        } else {
+            "DRAINED"
+        }
+    } else if n_jobs == 0 {
+        "IDLE"
+    } else if (n.gpus.is_empty() && cpus_alloc >= n.cpus)
+        || (!n.gpus.is_empty() && busy_gpus == n.gpus.len())
+    {
+        "ALLOCATED"
+    } else {
+        "MIXED"
+    };
+    NodeView {
+        node: n.clone(),
+        state,
+        gpu_holders: holders,
+        cpus_alloc,
+        mem_alloc_mib: mem_alloc,
+    }
+}
