@@ -4,25 +4,13 @@ use super::agent_events::{Limits, Registration};
 use super::lifecycle::PartEnd;
 use super::{AgentCommand, Records};
 use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
-use ysched_common::{Job, JobId, JobState, StopReason, StopRequest};
+use ysched_common::{JobId, JobState, StopReason, StopRequest};
 
 const NOW: i64 = T0 + 10_000;
 const LIMITS: Limits = Limits {
     max_requeues: 20,
     max_launch_attempts: 3,
 };
-
-fn records(jobs: Vec<Job>) -> Records {
-    Records {
-        jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
-        nodes: [
-            ("n1".to_string(), NodeBuilder::dgx("n1", 8, A100).build()),
-            ("n2".to_string(), NodeBuilder::dgx("n2", 8, A100).build()),
-        ]
-        .into(),
-        next_job_id: 100,
-    }
-}
 
 fn registration(running: &[u64], finished: Vec<PartEnd>) -> Registration {
     let node = NodeBuilder::dgx("n1", 8, A100).build();
@@ -55,7 +43,7 @@ fn a_start_is_confirmed_once_and_resets_launch_attempts() {
     let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
     job.launched = false;
     job.launch_attempts = 2;
-    let mut rec = records(vec![job]);
+    let mut rec = Records::with_jobs(vec![job]);
     let fx = rec.job_started("n1", 1, 4242, NOW);
     assert!(fx.jobs[0].launched);
     assert_eq!(fx.jobs[0].launch_attempts, 0);
@@ -73,7 +61,7 @@ fn a_start_is_confirmed_once_and_resets_launch_attempts() {
 
 #[test]
 fn an_end_is_applied_and_acknowledged_even_when_it_is_stale() {
-    let rec = records(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
     let end = PartEnd {
         job_id: 1,
         exit_code: Some(0),
@@ -102,7 +90,7 @@ fn registration_reconciles_what_the_agent_runs_with_the_records() {
     });
     let mut unconfirmed = JobBuilder::new(3).running_on("n1", &[2]).build();
     unconfirmed.launched = false;
-    let rec = records(vec![
+    let rec = Records::with_jobs(vec![
         JobBuilder::new(1).running_on("n1", &[0]).build(), // still running there
         cancelling,                                        // lost while being cancelled
         unconfirmed,                                       // launch never arrived
@@ -149,7 +137,7 @@ fn a_stop_still_wanted_is_resent_at_registration() {
         .running_on("n1", &[0])
         .preempted_by(9)
         .build();
-    let rec = records(vec![job]);
+    let rec = Records::with_jobs(vec![job]);
     let (fx, kill) = rec.register(&registration(&[1], vec![]), LIMITS, NOW);
     assert!(kill.is_empty());
     assert_eq!(commands(&fx), ["n1:stop 1"]);
@@ -170,7 +158,7 @@ fn jobs_on_silent_nodes_end_and_their_live_parts_are_stopped() {
         at: T0,
         grace_secs: 5,
     });
-    let rec = records(vec![
+    let rec = Records::with_jobs(vec![
         gang,
         cancelling,
         JobBuilder::new(3).running_on("n2", &[1]).build(),

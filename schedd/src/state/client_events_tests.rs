@@ -1,7 +1,7 @@
 //! Cancel, hold and drain as pure events: what they change, and that a refusal changes nothing.
 
 use super::{AgentCommand, Records};
-use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
+use crate::core::testkit::{JobBuilder, T0};
 use crate::error::{ApiError, ApiResult};
 use ysched_common::{Job, JobId, JobState, Owner, StopReason};
 
@@ -34,21 +34,13 @@ fn root() -> Owner {
     }
 }
 
-fn records(jobs: Vec<Job>) -> Records {
-    Records {
-        jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
-        nodes: [("n1".to_string(), NodeBuilder::dgx("n1", 8, A100).build())].into(),
-        next_job_id: 100,
-    }
-}
-
 fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
     Ok(None)
 }
 
 #[test]
 fn cancel_ends_queued_jobs_and_stops_running_ones_with_their_grace() {
-    let rec = records(vec![
+    let rec = Records::with_jobs(vec![
         JobBuilder::new(1).build(),
         JobBuilder::new(2).running_on("n1", &[0]).grace(45).build(),
     ]);
@@ -87,7 +79,7 @@ fn cancel_ends_queued_jobs_and_stops_running_ones_with_their_grace() {
 
 #[test]
 fn a_refused_cancel_names_the_problem_and_has_no_effects() {
-    let rec = records(vec![JobBuilder::new(1).build(), JobBuilder::new(2).build()]);
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).build(), JobBuilder::new(2).build()]);
     let err = rec
         .cancel(&bob(), &[1], "", &none_finished, NOW)
         .err()
@@ -124,7 +116,7 @@ fn a_refused_cancel_names_the_problem_and_has_no_effects() {
 
 #[test]
 fn hold_and_release_move_between_pending_and_held_only() {
-    let rec = records(vec![
+    let rec = Records::with_jobs(vec![
         JobBuilder::new(1).build(),
         JobBuilder::new(2).running_on("n1", &[0]).build(),
     ]);
@@ -147,7 +139,7 @@ fn hold_and_release_move_between_pending_and_held_only() {
 
 #[test]
 fn drain_is_for_root_with_a_printable_reason() {
-    let rec = records(vec![]);
+    let rec = Records::with_jobs(vec![]);
     let fx = rec
         .drain(&root(), "n1", Some("bad fan".into()), NOW)
         .unwrap();

@@ -83,6 +83,22 @@ impl Records {
     }
 }
 
+#[cfg(test)]
+impl Records {
+    /// For tests: `jobs`, two 8-GPU NVLinked nodes `n1` and `n2`, next id 10.
+    pub(crate) fn with_jobs(jobs: Vec<Job>) -> Records {
+        use crate::core::testkit::{NodeBuilder, A100};
+        Records {
+            jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
+            nodes: ["n1", "n2"]
+                .into_iter()
+                .map(|n| (n.to_string(), NodeBuilder::dgx(n, 8, A100).build()))
+                .collect(),
+            next_job_id: 10,
+        }
+    }
+}
+
 /// What is left of an event once its records are in memory.
 pub struct Committed {
     pub commands: Vec<(String, AgentCommand)>,

@@ -2,25 +2,13 @@
 
 use super::client_events::NewJob;
 use super::{AgentCommand, Records};
-use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
+use crate::core::testkit::{JobBuilder, T0};
 use crate::core::{Eviction, Placement, Plan};
 use crate::store::Payload;
 use std::sync::Arc;
-use ysched_common::{Job, JobId, JobSpec, JobState, NodeAlloc, Owner, StopReason};
+use ysched_common::{JobId, JobSpec, JobState, NodeAlloc, Owner, StopReason};
 
 const NOW: i64 = T0 + 5_000;
-
-fn records(jobs: Vec<Job>) -> Records {
-    Records {
-        jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
-        nodes: [
-            ("n1".to_string(), NodeBuilder::dgx("n1", 8, A100).build()),
-            ("n2".to_string(), NodeBuilder::dgx("n2", 8, A100).build()),
-        ]
-        .into(),
-        next_job_id: 10,
-    }
-}
 
 fn alloc(node: &str, gpus: &[u32]) -> NodeAlloc {
     NodeAlloc {
@@ -40,7 +28,7 @@ fn payload(_: JobId) -> Option<Arc<Payload>> {
 
 #[test]
 fn evictions_stop_victims_and_placements_launch_every_part() {
-    let rec = records(vec![
+    let rec = Records::with_jobs(vec![
         JobBuilder::new(1).running_on("n1", &[0]).grace(20).build(),
         JobBuilder::new(2).critical().gpus(1).build(),
         JobBuilder::new(3).gpus(2).nodes(2).build(),
@@ -100,7 +88,7 @@ fn evictions_stop_victims_and_placements_launch_every_part() {
 
 #[test]
 fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
-    let rec = records(vec![]);
+    let rec = Records::with_jobs(vec![]);
     let owner = Owner {
         uid: 1000,
         gid: 1000,
@@ -135,7 +123,7 @@ fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
 
 #[test]
 fn a_plan_from_an_older_copy_keeps_only_what_still_holds() {
-    let older = records(vec![
+    let older = Records::with_jobs(vec![
         JobBuilder::new(1).gpus(1).build(),
         JobBuilder::new(2).gpus(1).build(),
         JobBuilder::new(3).gpus(1).build(),
