@@ -15,6 +15,9 @@ pub const CONF_ENV: &str = "YSCHED_CONF";
 /// starts without its checkpoint.
 pub const FALLBACK_CHECKPOINT_ROOT: &str = "/var/tmp/ysched-checkpoints";
 
+/// `node.cgroup_root` value that turns cgroups off: jobs are contained by process groups.
+pub const NO_CGROUPS: &str = "none";
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -70,6 +73,13 @@ pub struct NodeConfig {
     /// Run jobs as uid 0. Default true (as Slurm); production clusters should set false, so
     /// that no message from schedd can ever start a root process on a node.
     pub allow_root_jobs: bool,
+    /// Where noded creates each job's cgroup (`<cgroup_root>/job_<id>`): a directory of a
+    /// cgroup v2 hierarchy. Empty: detected (see `noded --inventory`); `"none"`: no cgroups,
+    /// each job is contained by its process group only.
+    pub cgroup_root: String,
+    /// The most processes and threads one job may have on this node (cgroup `pids.max`);
+    /// 0: no limit.
+    pub job_pids_max: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -134,6 +144,8 @@ impl Default for NodeConfig {
             schedd: String::new(),
             features: Vec::new(),
             allow_root_jobs: true,
+            cgroup_root: String::new(),
+            job_pids_max: 0,
         }
     }
 }
@@ -228,6 +240,16 @@ impl Config {
         }
         if self.scheduler.max_launch_attempts == 0 {
             return Err("scheduler.max_launch_attempts must be at least 1".into());
+        }
+        let cgroup_root = &self.node.cgroup_root;
+        if !cgroup_root.is_empty()
+            && cgroup_root != NO_CGROUPS
+            && !Path::new(cgroup_root).is_absolute()
+        {
+            return Err(format!(
+                "node.cgroup_root = {cgroup_root:?} must be empty (detect), \"{NO_CGROUPS}\" or \
+                 an absolute path"
+            ));
         }
         for (name, t) in &self.tiers {
             if t.default_grace > t.max_grace {
@@ -350,6 +372,16 @@ mod tests {
         assert_eq!(c.ca_key_path(), PathBuf::from("/x/ca.key"));
         assert!(Config::parse("[scheduler]\nmax_script_mib = 0\n").is_err());
         assert!(Config::parse("[scheduler]\nmax_launch_attempts = 0\n").is_err());
+    }
+
+    #[test]
+    fn cgroup_root_is_detect_none_or_an_absolute_path() {
+        for ok in ["", "none", "/sys/fs/cgroup/ysched"] {
+            let c = Config::parse(&format!("[node]\ncgroup_root = {ok:?}\n")).unwrap();
+            assert_eq!(c.node.cgroup_root, ok);
+        }
+        let err = Config::parse("[node]\ncgroup_root = \"ysched\"\n").unwrap_err();
+        assert!(err.contains("absolute path"), "{err}");
     }
 
     #[test]

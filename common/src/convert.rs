@@ -104,7 +104,7 @@ impl From<&JobSpec> for pb::JobSpec {
 
 impl From<&Job> for pb::JobInfo {
     fn from(j: &Job) -> Self {
-        job_info(j, Some((&j.spec).into()))
+        job_info(j, Some(j.spec.as_ref().into()))
     }
 }
 

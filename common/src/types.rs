@@ -5,6 +5,7 @@ use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 /// Job ids increase and are never reused, also across crashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -169,8 +170,11 @@ pub struct StopRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
-    pub spec: JobSpec,
-    pub owner: Owner,
+    /// What was asked for, fixed at submit; shared, so that copying a job (every scheduling
+    /// pass copies the queue) copies no strings.
+    pub spec: Arc<JobSpec>,
+    /// Who submitted it, fixed at submit; shared like the spec.
+    pub owner: Arc<Owner>,
     /// Tier value at submit: the tier's config may change later, the job's place may not.
     pub tier_value: i64,
     pub state: JobState,
@@ -327,7 +331,10 @@ pub struct Node {
     pub address: String,
     pub cpus: u32,
     pub mem_mib: u64,
-    pub gpus: Vec<Gpu>,
+    /// Shared, never changed in place: a registration brings a new list. Copies of the node
+    /// (the scheduler's snapshot) share it, so the scheduler can tell by its address that a
+    /// node's inventory is the one it already knows the topology of.
+    pub gpus: Arc<Vec<Gpu>>,
     pub features: Vec<String>,
     /// Set by `yctl drain`: no new jobs; running ones finish.
     pub drain_reason: Option<String>,

@@ -5,7 +5,7 @@ use crate::agent::{Agent, AgentConfig};
 use crate::gpu::inventory;
 use crate::host;
 use crate::inventory::Inventory;
-use crate::launch::{Launcher, LauncherOptions};
+use crate::launch::{CgroupRoot, Launcher, LauncherOptions};
 use anyhow::{bail, Context};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -62,6 +62,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         mem_mib,
         features,
         gpus,
+        ..
     } = Inventory::new(&options, &config, gpus);
 
     if !config.node.allow_root_jobs {
@@ -69,6 +70,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     }
     let (launcher, events) = Launcher::with_options(LauncherOptions {
         allow_root_jobs: config.node.allow_root_jobs,
+        cgroup_root: CgroupRoot::from_config(&config.node.cgroup_root),
+        job_pids_max: config.node.job_pids_max,
         ..LauncherOptions::new(&spool_dir, &name)
     })
     .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;

@@ -5,6 +5,7 @@
 use crate::daemon::Options;
 use crate::gpu::InventoryError;
 use crate::host;
+use crate::launch::{CgroupRoot, Containment};
 use serde::Serialize;
 use ysched_common::topo_matrix::{align_columns, format_topo_matrix};
 use ysched_common::{Config, Gpu};
@@ -17,6 +18,9 @@ pub struct Inventory {
     /// Configured plus detected, sorted.
     pub features: Vec<String>,
     pub gpus: Vec<Gpu>,
+    /// How jobs would be contained (cgroups or process groups), when looked at: only for
+    /// printing, the daemon's launcher finds out for itself.
+    pub containment: Option<Containment>,
 }
 
 impl Inventory {
@@ -28,14 +32,24 @@ impl Inventory {
             mem_mib: options.mem_mib.unwrap_or_else(host::memory_mib),
             features: host::features(&config.node.features),
             gpus,
+            containment: None,
         }
     }
 
     /// Detects the GPUs with the backend the flags choose. Unlike the daemon, which carries on
-    /// without GPUs when NVML fails, this is an error: the admin asked what NVML says.
+    /// without GPUs when NVML fails, this is an error: the admin asked what NVML says. Also
+    /// sets up job containment as the daemon would (creating the cgroup root), to say what
+    /// jobs will get.
     pub fn detect(options: &Options, config: &Config) -> Result<Inventory, InventoryError> {
         let gpus = crate::gpu::inventory(options.fake_gpus.as_deref()).gpus()?;
-        Ok(Inventory::new(options, config, gpus))
+        let containment = Containment::set_up(
+            &CgroupRoot::from_config(&config.node.cgroup_root),
+            config.node.job_pids_max,
+        );
+        Ok(Inventory {
+            containment: Some(containment),
+            ..Inventory::new(options, config, gpus)
+        })
     }
 
     /// A summary line, one line per GPU, then the topology matrix.
@@ -46,9 +60,13 @@ impl Inventory {
             self.features.join(",")
         };
         let mut out = format!(
-            "Node {}: {} CPUs, {} MiB memory, features: {features}\n\n",
+            "Node {}: {} CPUs, {} MiB memory, features: {features}\n",
             self.name, self.cpus, self.mem_mib
         );
+        if let Some(containment) = &self.containment {
+            out.push_str(&format!("Jobs contained by {containment}\n"));
+        }
+        out.push('\n');
         if self.gpus.is_empty() {
             out.push_str("No GPUs found.\n");
             return out;
@@ -78,6 +96,14 @@ impl Inventory {
             cpus: self.cpus,
             mem_mib: self.mem_mib,
             features: &self.features,
+            containment: self.containment.as_ref().map(|c| ContainmentJson {
+                mode: match c {
+                    Containment::Cgroups(_) => "cgroups",
+                    Containment::ProcessGroups { .. } => "process-groups",
+                },
+                cgroup_root: c.layout().map(|l| l.root.to_string_lossy().into_owned()),
+                description: c.to_string(),
+            }),
             gpus: self
                 .gpus
                 .iter()
@@ -127,7 +153,19 @@ pub struct InventoryJson<'a> {
     pub cpus: u32,
     pub mem_mib: u64,
     pub features: &'a [String],
+    /// Absent when not looked at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containment: Option<ContainmentJson>,
     pub gpus: Vec<GpuJson<'a>>,
+}
+
+/// How jobs are contained: `mode` is `cgroups` or `process-groups`.
+#[derive(Debug, Serialize)]
+pub struct ContainmentJson {
+    pub mode: &'static str,
+    /// Where the jobs' cgroups go; null without cgroups.
+    pub cgroup_root: Option<String>,
+    pub description: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -193,6 +231,7 @@ mod tests {
             mem_mib: 524288,
             features: vec!["ib".into(), "nvme".into()],
             gpus,
+            containment: None,
         }
     }
 

@@ -37,7 +37,13 @@ numa_node = 1
 "#;
 
 fn noded(dir: &Path, gpus: &str, args: &[&str]) -> Output {
-    std::fs::write(dir.join("ysched.toml"), "[node]\nfeatures = [\"fast\"]\n").unwrap();
+    noded_with_config(dir, gpus, "", args)
+}
+
+/// As [`noded`], with more `[node]` keys in the config.
+fn noded_with_config(dir: &Path, gpus: &str, node_config: &str, args: &[&str]) -> Output {
+    let config = format!("[node]\nfeatures = [\"fast\"]\n{node_config}");
+    std::fs::write(dir.join("ysched.toml"), config).unwrap();
     std::fs::write(dir.join("gpus.toml"), gpus).unwrap();
     Command::new(env!("CARGO_BIN_EXE_noded"))
         .env("YSCHED_CONF", dir.join("ysched.toml"))
@@ -77,8 +83,9 @@ fn prints_gpus_and_the_topology_matrix() {
             && lines[0].contains("fast"),
         "{text}"
     );
+    assert!(lines[1].starts_with("Jobs contained by "), "{text}");
     assert_eq!(
-        lines[3].split_whitespace().collect::<Vec<_>>(),
+        lines[4].split_whitespace().collect::<Vec<_>>(),
         [
             "0",
             "NVIDIA",
@@ -120,6 +127,8 @@ fn prints_json() {
         .unwrap()
         .contains(&"fast".into()));
     assert_eq!(value["gpus"].as_array().unwrap().len(), 3);
+    let mode = &value["containment"]["mode"];
+    assert!(mode == "cgroups" || mode == "process-groups", "{value}");
     assert_eq!(
         value["gpus"][2]["links"],
         serde_json::json!([
@@ -127,6 +136,35 @@ fn prints_json() {
             {"peer": 1, "pcie": "SYS", "nvlinks": 0},
         ])
     );
+}
+
+#[test]
+fn says_how_jobs_are_contained() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = noded_with_config(
+        dir.path(),
+        GPUS,
+        "cgroup_root = \"none\"\n",
+        &["--inventory"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.lines().nth(1).unwrap().starts_with(
+            "Jobs contained by process groups only (node.cgroup_root = \"none\"): a process \
+             that leaves its job's process group (setsid, daemonizing) escapes"
+        ),
+        "{text}"
+    );
+    let output = noded_with_config(
+        dir.path(),
+        GPUS,
+        "cgroup_root = \"none\"\n",
+        &["--inventory", "--json"],
+    );
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(value["containment"]["mode"], "process-groups");
+    assert_eq!(value["containment"]["cgroup_root"], serde_json::Value::Null);
 }
 
 #[test]

@@ -1,22 +1,30 @@
 //! Turns a client's wire `JobSpec` into a validated domain job, or a message naming what is
 //! wrong. Runs before anything is written, so a refused submit changes nothing.
 
-use crate::core;
 use crate::error::ApiError;
 use crate::store::Payload;
 use std::collections::BTreeMap;
 use std::path::Path;
-use ysched_common::{Config, JobSpec, Node, Owner};
+use ysched_common::{Config, JobSpec, Owner};
 use ysched_proto as pb;
 
-/// Checks a submit and resolves defaults. Returns the spec (without script and env, which go
-/// into the payload), the payload, and the resolved grace.
+/// A submit as the client asked for it, checked and with defaults resolved: the spec
+/// (without script and env, which go into the payload), the payload, and the grace. Whether
+/// some node could ever run it is checked against the nodes at submit (`core::check_satisfiable`).
+#[derive(Debug, Clone)]
+pub struct ValidSubmit {
+    pub spec: JobSpec,
+    pub payload: Payload,
+    pub grace_secs: u32,
+}
+
+/// Checks a submit and resolves defaults, without looking at the cluster's state (so without
+/// its lock).
 pub fn validate(
     wire: pb::JobSpec,
     owner: &Owner,
     config: &Config,
-    nodes: &BTreeMap<String, Node>,
-) -> Result<(JobSpec, Payload, u32), ApiError> {
+) -> Result<ValidSubmit, ApiError> {
     use ysched_common::parse;
     use ysched_common::text::check_printable;
     let invalid = ApiError::Invalid;
@@ -164,15 +172,14 @@ pub fn validate(
             .filter(|c| !c.is_empty())
             .collect(),
     };
-    core::check_satisfiable(&spec, nodes).map_err(invalid)?;
-    Ok((
+    Ok(ValidSubmit {
         spec,
-        Payload {
+        payload: Payload {
             script: wire.script,
             env: wire.env.into_iter().collect(),
         },
-        grace,
-    ))
+        grace_secs: grace,
+    })
 }
 
 /// The one size limit for what a job carries to its node (see

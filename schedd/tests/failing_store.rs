@@ -6,9 +6,10 @@ use std::time::Duration;
 use ysched_common::{Config, Owner};
 use ysched_proto as pb;
 use ysched_schedd::error::ApiError;
-use ysched_schedd::shell::Cluster;
+use ysched_schedd::shell::{Cluster, JobFilter};
 use ysched_schedd::state::agent_events::Registration;
 use ysched_schedd::store::Store;
+use ysched_schedd::submit::ValidSubmit;
 
 fn alice() -> Owner {
     Owner {
@@ -29,14 +30,17 @@ fn root() -> Owner {
 }
 
 fn states(c: &Cluster) -> Vec<(u64, String)> {
-    c.list_jobs(&pb::ListJobsRequest {
+    let filter = JobFilter {
         all: true,
         ..Default::default()
-    })
-    .unwrap()
-    .into_iter()
-    .map(|j| (j.id, j.state))
-    .collect()
+    };
+    c.list_jobs(&filter, |j| (j.id.0, j.state.to_string()))
+        .unwrap()
+}
+
+/// A submit as the client API checks it first.
+fn checked(spec: pb::JobSpec) -> ValidSubmit {
+    ysched_schedd::submit::validate(spec, &alice(), &Config::default()).unwrap()
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, ApiError>) {
@@ -67,10 +71,13 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
         ..Default::default()
     };
     let held = cluster
-        .submit(alice(), None, held_spec.clone())
+        .submit(alice(), None, checked(held_spec.clone()))
         .await
         .unwrap();
-    let other = cluster.submit(alice(), None, held_spec).await.unwrap();
+    let other = cluster
+        .submit(alice(), None, checked(held_spec))
+        .await
+        .unwrap();
     let before = states(&cluster);
     assert_eq!(before.len(), 2);
     while agent.try_recv().is_ok() {}
@@ -89,7 +96,7 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
         cpus: 1,
         ..Default::default()
     };
-    refused(cluster.submit(alice(), None, spec.clone()).await);
+    refused(cluster.submit(alice(), None, checked(spec.clone())).await);
 
     // Bad input is still refused for what it is, not for the store.
     assert!(matches!(
@@ -115,7 +122,7 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
         .await
         .unwrap();
     // The refused submit used up no id.
-    let next = cluster.submit(alice(), None, spec).await.unwrap();
+    let next = cluster.submit(alice(), None, checked(spec)).await.unwrap();
     assert_eq!(next.0, other.0 + 1);
     let after = states(&cluster);
     assert_eq!(after[0], (held.0, "CANCELLED".to_string()));

@@ -2,6 +2,8 @@
 //! environment and output files. Everything that needs the user database happens here, in
 //! noded, before any fork: name-service lookups are not safe in a forked child.
 
+use super::cgroup::JobCgroup;
+use nix::sys::signal::Signal;
 use nix::unistd::{Uid, User};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -42,6 +44,20 @@ pub struct JobParams {
     pub nodelist: Vec<String>,
     pub master_addr: String,
     pub master_port: u32,
+    /// Memory limit on this node, bytes; 0: none.
+    #[serde(default)]
+    pub mem_bytes: u64,
+    /// CPU quota, in CPUs; 0: none.
+    #[serde(default)]
+    pub cpus: u32,
+    /// Signal sent `warn_secs` before the time limit; 0: none.
+    #[serde(default)]
+    pub warn_signal: i32,
+    #[serde(default)]
+    pub warn_secs: u32,
+    /// `warn_signal` goes to the batch shell only, not to every process of the job.
+    #[serde(default)]
+    pub warn_batch_only: bool,
 }
 
 impl From<&pb::LaunchJob> for JobParams {
@@ -68,6 +84,11 @@ impl From<&pb::LaunchJob> for JobParams {
             nodelist: j.nodelist.clone(),
             master_addr: j.master_addr.clone(),
             master_port: j.master_port,
+            mem_bytes: j.mem_bytes,
+            cpus: j.cpus,
+            warn_signal: j.warn_signal,
+            warn_secs: j.warn_secs,
+            warn_batch_only: j.warn_batch_only,
         }
     }
 }
@@ -100,10 +121,20 @@ pub struct ExecPlan {
     pub append_output: bool,
     /// Created (as the job user) before the job starts.
     pub checkpoint_dir: Option<PathBuf>,
+    /// The job's cgroups, created by noded before the shepherd starts; `None`: the job is
+    /// contained by its process group only.
+    #[serde(default)]
+    pub cgroup: Option<JobCgroup>,
 }
 
 /// Resolves the user and paths of `job`. The error is the message for `JobFinished.error`.
 pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecPlan, String> {
+    if job.warn_signal != 0 && Signal::try_from(job.warn_signal).is_err() {
+        return Err(format!(
+            "warn_signal {} is not a signal on this node",
+            job.warn_signal
+        ));
+    }
     let user = resolve_user(job)?;
     let running_as_root = Uid::effective().is_root();
     if !running_as_root && user.uid != Uid::effective() {
@@ -192,6 +223,7 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
         stderr,
         append_output: job.restart_count > 0 || job.nnodes > 1,
         checkpoint_dir,
+        cgroup: None,
     })
 }
 
@@ -439,6 +471,13 @@ mod tests {
             err.contains("no such user") && err.contains("ghost"),
             "{err}"
         );
+
+        let bad_warning = JobParams {
+            warn_signal: 99,
+            ..job.clone()
+        };
+        let err = plan_job(&bad_warning, "n1", Path::new("/s")).unwrap_err();
+        assert_eq!(err, "warn_signal 99 is not a signal on this node");
 
         let wrong_name = JobParams {
             user: "not-me".into(),

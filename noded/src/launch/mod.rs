@@ -2,22 +2,30 @@
 //!
 //! Each job gets a *shepherd* (the noded binary re-executed as `noded __shepherd <job dir>`,
 //! see [`shepherd`]) in its own session, which forks the job as the submitting user and
-//! records its pid and exit status in the job's spool directory (see [`spool`]). noded
-//! supervises each job in one task: it learns of the shepherd's exit as an
-//! event (child wait, or a pidfd after a restart), runs the time-limit and grace timers, and
-//! reports [`JobEvent`]s on a channel.
+//! records its pid and exit status in the job's spool directory (see [`spool`]). Where the host
+//! allows, each job runs in its own cgroup, created by noded before the shepherd starts, which
+//! holds every process the job starts and carries its limits (see [`containment`]); otherwise
+//! in its own process group. The shepherd ends when the last of those processes has, so
+//! noded, which supervises each job in one task, learns of the job's end as an event (child
+//! wait, or a pidfd after a restart). That task also runs the warning, time-limit and grace
+//! timers and reports [`JobEvent`]s on a channel.
 //!
 //! After a restart, [`Launcher::recover`] scans the spool, re-attaches to live shepherds and
 //! resumes their timers from `state.json`, and reports jobs whose shepherd is gone.
 
+pub mod cgroup;
 mod checkpoint;
+pub mod containment;
 mod job;
 mod process;
 pub mod shepherd;
 pub mod spool;
 mod supervisor;
+mod tracking;
 
+pub use cgroup::JobCgroup;
 pub use checkpoint::FALLBACK_CHECKPOINT_ROOT;
+pub use containment::{CgroupRoot, Containment, JobLimits, LimitSource};
 pub use job::{expand_pattern, job_environment, plan_job, ExecPlan, JobParams, PatternVars};
 pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
@@ -56,6 +64,10 @@ pub struct LauncherOptions {
     /// `node.allow_root_jobs`: when false, every launch as uid 0 is refused (reported as the
     /// job's end with an error).
     pub allow_root_jobs: bool,
+    /// `node.cgroup_root`: where jobs' cgroups go, or whether there are any.
+    pub cgroup_root: CgroupRoot,
+    /// `node.job_pids_max`; 0: no limit.
+    pub job_pids_max: u64,
 }
 
 impl LauncherOptions {
@@ -66,6 +78,8 @@ impl LauncherOptions {
             // The running binary, even if it was replaced on disk by an upgrade since.
             shepherd_program: PathBuf::from("/proc/self/exe"),
             allow_root_jobs: true,
+            cgroup_root: CgroupRoot::Detect,
+            job_pids_max: 0,
         }
     }
 }
@@ -91,6 +105,7 @@ struct Shared {
     node_name: String,
     shepherd_program: PathBuf,
     allow_root_jobs: bool,
+    containment: Containment,
     jobs: Mutex<BTreeMap<u64, JobHandle>>,
     events: mpsc::UnboundedSender<JobEvent>,
 }
@@ -105,9 +120,10 @@ struct JobHandle {
 /// Requests to a job's supervisor task.
 #[derive(Debug, Clone, Copy)]
 enum Control {
-    /// SIGTERM now (unless sent already), SIGKILL after the grace.
+    /// SIGTERM to every process of the job now (unless sent already), SIGKILL to those left
+    /// after the grace.
     Stop { grace_secs: u32 },
-    /// SIGKILL now.
+    /// SIGKILL to every process of the job now.
     Kill,
 }
 
@@ -134,16 +150,24 @@ impl Launcher {
         Self::with_options(LauncherOptions::new(spool_dir, node_name))
     }
 
+    /// A launcher as configured. It looks at the host's cgroups once, here, and logs what it
+    /// will contain jobs with.
     pub fn with_options(
         options: LauncherOptions,
     ) -> io::Result<(Launcher, mpsc::UnboundedReceiver<JobEvent>)> {
         let spool = Spool::open(&options.spool_dir)?;
+        let containment = Containment::set_up(&options.cgroup_root, options.job_pids_max);
+        match &containment {
+            Containment::Cgroups(_) => tracing::info!("job containment: {containment}"),
+            Containment::ProcessGroups { .. } => tracing::warn!("job containment: {containment}"),
+        }
         let (events, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             spool,
             node_name: options.node_name,
             shepherd_program: options.shepherd_program,
             allow_root_jobs: options.allow_root_jobs,
+            containment,
             jobs: Mutex::new(BTreeMap::new()),
             events,
         });
@@ -201,14 +225,20 @@ impl Launcher {
         Ok(())
     }
 
-    /// Asks a job to stop: SIGTERM to its process group now, SIGKILL after `grace_secs` if
-    /// it is still alive. Repeating it is harmless (a shorter grace wins). `false` when the
-    /// job is not running here.
+    /// What this launcher contains jobs with (cgroups, or process groups and why).
+    pub fn containment(&self) -> &Containment {
+        &self.shared.containment
+    }
+
+    /// Asks a job to stop: SIGTERM to every process of the job now, SIGKILL to whatever is
+    /// left after `grace_secs`. The main process ending early does not cut the others' grace;
+    /// the job's end is reported when its last process is gone. Repeating it is harmless (a
+    /// shorter grace wins). `false` when the job is not running here.
     pub fn stop(&self, job_id: u64, grace_secs: u32) -> bool {
         self.control(job_id, Control::Stop { grace_secs })
     }
 
-    /// Kills a job's process group at once. `false` when the job is not running here.
+    /// Kills every process of a job at once. `false` when the job is not running here.
     pub fn kill(&self, job_id: u64) -> bool {
         self.control(job_id, Control::Kill)
     }
@@ -262,7 +292,7 @@ impl Launcher {
     /// start, before launching anything.
     pub async fn recover(&self) -> io::Result<Recovery> {
         let spool = self.shared.spool.clone();
-        let found = tokio::task::spawn_blocking(move || supervisor::scan_spool(&spool))
+        let found = tokio::task::spawn_blocking(move || spool::scan_spool(&spool))
             .await
             .map_err(io::Error::other)??;
         let mut recovery = Recovery::default();

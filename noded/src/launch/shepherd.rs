@@ -2,14 +2,22 @@
 //! in its own session. It outlives noded restarts (systemd `KillMode=process`), so running
 //! jobs do too.
 //!
-//! It reads the plan from `state.json`, forks the job (new session, job user, working
-//! directory, output files), records the job's pid in `pid`, tells noded the pid on its
-//! stdout (a pipe noded may no longer be reading), waits for the job, kills whatever is left
-//! in the job's process group, and records the outcome in `exit.json`. It is single-threaded
-//! and does no name-service lookups: noded resolved the user before starting it.
+//! It reads the plan from `state.json`, forks the job (into the job's cgroups, new session,
+//! job user, working directory, output files), records the job's pid in `pid`, tells noded
+//! the pid on its stdout (a pipe noded may no longer be reading), and waits for the job's main
+//! process. Then it waits until *every* process of the job is gone (its cgroup is empty, or
+//! without cgroups its process group): at once, by killing them, when the job ended by
+//! itself; when noded is stopping the job (the `stopping` notice in the job directory), the
+//! others keep their grace and noded kills what is left at its end. Only then does it remove
+//! the job's cgroups and record the outcome in `exit.json`, so that noded reports the job's
+//! end when its last process is gone. It is the job's child subreaper: orphaned job
+//! processes become its children, and it reaps them.
+//!
+//! It is single-threaded and does no name-service lookups: noded resolved the user before
+//! starting it.
 
-use super::process::signal_group;
 use super::spool::{ExitRecord, JobDir, JobRecord};
+use super::tracking::JobProcesses;
 use super::ExecPlan;
 use nix::sys::signal::{signal, SigHandler, Signal};
 use nix::unistd::{Gid, Uid};
@@ -20,7 +28,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
 use ysched_common::time::{now_ms, rfc3339};
+
+/// After this long waiting for the job's last processes, the shepherd says so in its log.
+const SLOW_END: Duration = Duration::from_secs(60);
 
 /// Runs the shepherd for the job in `job_dir`; the process's whole life.
 pub fn run(job_dir: &Path) -> ExitCode {
@@ -56,7 +68,7 @@ fn close_inherited_fds() {
     }
 }
 
-/// noded's stop requests go to the job's group, not here; a stray SIGTERM or SIGHUP (the
+/// noded's stop requests go to the job's processes, not here; a stray SIGTERM or SIGHUP (the
 /// session of a terminal, a broad `kill`) must not orphan the job.
 fn ignore_termination_signals() {
     for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
@@ -68,7 +80,33 @@ fn ignore_termination_signals() {
 }
 
 fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
-    let mut job = match start_job(plan) {
+    // Orphans of the job (a daemon's parent exiting, a double fork) become this process's
+    // children instead of init's, so their zombies are reaped even where init does not.
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
+        log(&format!(
+            "cannot become the job's subreaper: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    let exit = start_and_wait(dir, plan);
+    if let Some(cgroup) = &plan.cgroup {
+        if let Err(e) = cgroup.remove() {
+            log(&format!("cannot remove the job's cgroups: {e}"));
+        }
+    }
+    exit
+}
+
+fn start_and_wait(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
+    let cgroup = plan.cgroup.as_ref();
+    let (join, events) =
+        match cgroup.map(|c| Ok::<_, io::Error>((c.open_procs_files()?, c.open_events()?))) {
+            Some(Ok((join, events))) => (join, Some(events)),
+            Some(Err(e)) => return launch_failed(format!("cannot use the job's cgroup: {e}")),
+            None => (Vec::new(), None),
+        };
+    let mut job = match start_job(plan, join) {
         Ok(job) => job,
         Err(error) => return launch_failed(error),
     };
@@ -80,11 +118,35 @@ fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
     announce_start(pid);
 
     let status = job.wait();
-    // Processes the job left behind in its group die with it, as under slurmstepd.
-    if let Err(e) = signal_group(pid, Signal::SIGKILL) {
-        log(&format!("cannot kill what is left of the job's group: {e}"));
+    let processes = JobProcesses::of(cgroup, Some(pid)).unwrap_or(JobProcesses::Group(pid));
+    if dir.has_stop_notice() {
+        // noded is stopping the job: the main process's end does not end the others' grace.
+        log("main process ended during a stop; waiting for the job's other processes");
+    } else if let Err(e) = processes.kill() {
+        // Processes the job left behind die with it, as under slurmstepd.
+        log(&format!("cannot kill what is left of the job: {e}"));
     }
+    let waiting_since = Instant::now();
+    let mut said_slow = false;
+    let between = || {
+        reap_orphans();
+        if !said_slow && waiting_since.elapsed() > SLOW_END {
+            said_slow = true;
+            log(
+                "the job's processes are still alive a minute after its main process ended \
+                 (unkillable, e.g. in uninterruptible I/O?)",
+            );
+        }
+    };
+    if let Err(e) = processes.wait_until_gone(events.as_ref(), between) {
+        log(&format!("cannot wait for the job's other processes: {e}"));
+    }
+    reap_orphans();
     let end_time_ms = now_ms();
+    let out_of_memory = cgroup.is_some_and(|c| c.out_of_memory());
+    if out_of_memory {
+        log("the job went over its memory limit: the kernel killed at least one of its processes");
+    }
     match status {
         Ok(status) => {
             log(&format!("job ended: {status}"));
@@ -93,14 +155,24 @@ fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
                 signal: status.signal(),
                 end_time_ms,
                 error: None,
+                out_of_memory,
             }
         }
         Err(e) => ExitRecord {
             end_time_ms,
             error: Some(format!("lost track of the job: {e}")),
+            out_of_memory,
             ..Default::default()
         },
     }
+}
+
+/// Collects the exit status of every child that has ended (orphaned job processes the
+/// shepherd inherited as their subreaper), without waiting.
+fn reap_orphans() {
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG on any child, into a live local.
+    while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
 }
 
 fn launch_failed(error: String) -> ExitRecord {
@@ -132,7 +204,8 @@ fn announce_start(pid: u32) {
 #[derive(Clone, Copy)]
 #[repr(u8)]
 enum Step {
-    Session = 1,
+    Cgroup = 1,
+    Session,
     Groups,
     Gid,
     Uid,
@@ -146,6 +219,7 @@ enum Step {
 impl Step {
     fn from_byte(byte: u8) -> Option<Step> {
         [
+            Step::Cgroup,
             Step::Session,
             Step::Groups,
             Step::Gid,
@@ -163,6 +237,13 @@ impl Step {
     fn describe(self, plan: &ExecPlan) -> String {
         let user = &plan.user;
         match self {
+            Step::Cgroup => format!(
+                "cannot move the job into its cgroup {}",
+                plan.cgroup
+                    .as_ref()
+                    .map_or(Path::new(""), |c| c.dir.as_path())
+                    .display()
+            ),
             Step::Session => "cannot start a new session".to_string(),
             Step::Groups => format!("cannot set the supplementary groups of {user}"),
             Step::Gid => format!("cannot switch to gid {}", plan.gid),
@@ -199,6 +280,8 @@ impl Step {
 
 /// Everything the child needs, prepared before the fork so the child only makes syscalls.
 struct ChildSetup {
+    /// `cgroup.procs` of each of the job's cgroups, written "0" (this process) first thing.
+    join_cgroups: Vec<OwnedFd>,
     switch_user: bool,
     uid: Uid,
     gid: Gid,
@@ -220,7 +303,7 @@ fn c_path(path: &Path) -> Result<CString, String> {
 }
 
 /// Forks and execs the job. The error is the message for `JobFinished.error`.
-fn start_job(plan: &ExecPlan) -> Result<std::process::Child, String> {
+fn start_job(plan: &ExecPlan, join_cgroups: Vec<OwnedFd>) -> Result<std::process::Child, String> {
     let (step_read, step_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| format!("cannot create a pipe: {e}"))?;
     let checkpoint_dirs = match &plan.checkpoint_dir {
@@ -243,6 +326,7 @@ fn start_job(plan: &ExecPlan) -> Result<std::process::Child, String> {
         libc::O_TRUNC
     };
     let setup = ChildSetup {
+        join_cgroups,
         switch_user: plan.switch_user,
         uid: Uid::from_raw(plan.uid),
         gid: Gid::from_raw(plan.gid),
@@ -309,6 +393,13 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
         }
     };
 
+    // Before anything else, while still root: from here on every process the job starts is
+    // in its cgroups, and cannot leave them.
+    for procs in &s.join_cgroups {
+        // SAFETY: write(2) of one byte from a static to a descriptor opened before the fork.
+        let written = unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) };
+        check(Step::Cgroup, if written == 1 { 0 } else { -1 })?;
+    }
     // The shepherd ignores these; ignored dispositions survive exec, the job needs defaults.
     for sig in [
         libc::SIGTERM,

@@ -7,6 +7,8 @@
 //! |                 |            | resolved plan, pids, start time, stop/term state         |
 //! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
 //! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
+//! | `stopping`      | noded      | present once a stop began: the shepherd then waits for   |
+//! |                 |            | every process of the job, not only the main one          |
 //! | `exit.json`     | shepherd   | [`ExitRecord`]: how the job ended, or why it never began |
 //! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
 //! | `shepherd.log`  | shepherd   | the shepherd's own diagnostics                           |
@@ -21,6 +23,7 @@
 //! never sees half a file, whichever process crashes when.
 
 use super::job::{ExecPlan, JobParams};
+use super::process::{find_shepherd, is_shepherd_of};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -51,6 +54,9 @@ impl JobDir {
     }
     pub fn exit(&self) -> PathBuf {
         self.path.join("exit.json")
+    }
+    pub fn stop_notice(&self) -> PathBuf {
+        self.path.join("stopping")
     }
     pub fn finished(&self) -> PathBuf {
         self.path.join("finished.json")
@@ -89,6 +95,20 @@ impl JobDir {
     }
     pub fn write_job_pid(&self, pid: u32) -> io::Result<()> {
         write_atomic(&self.pid(), format!("{pid}\n").as_bytes(), FILE_MODE)
+    }
+    /// Tells the shepherd that the job is being stopped (SIGTERM at `term_time_ms`, 0 for an
+    /// immediate kill): when the main process exits, the others keep their grace. Written
+    /// before the first signal, so the shepherd finds it whenever the signal ends the main
+    /// process.
+    pub fn write_stop_notice(&self, term_time_ms: i64) -> io::Result<()> {
+        write_atomic(
+            &self.stop_notice(),
+            format!("{term_time_ms}\n").as_bytes(),
+            FILE_MODE,
+        )
+    }
+    pub fn has_stop_notice(&self) -> bool {
+        self.stop_notice().exists()
     }
 }
 
@@ -246,6 +266,13 @@ pub struct StopState {
     /// When SIGKILL is due, once SIGTERM has been sent.
     pub kill_at_ms: Option<i64>,
     pub kill_sent: bool,
+    /// Processes of the job were still alive when the SIGKILL was sent (the main process may
+    /// have ended already: the grace covers every process).
+    #[serde(default)]
+    pub kill_found_processes: bool,
+    /// The job's `warn_signal` was sent (it is sent once).
+    #[serde(default)]
+    pub warn_sent: bool,
 }
 
 /// How a job ended, written by its shepherd.
@@ -256,6 +283,9 @@ pub struct ExitRecord {
     pub end_time_ms: i64,
     /// Why the job never started (the shepherd could not set it up or exec it).
     pub error: Option<String>,
+    /// The kernel killed a process of the job for going over its memory limit.
+    #[serde(default)]
+    pub out_of_memory: bool,
 }
 
 /// A `JobFinished` as kept in the spool until schedd acknowledges it.
@@ -275,6 +305,8 @@ pub struct FinishedRecord {
     /// run of the same job.
     #[serde(default)]
     pub restart_count: u32,
+    #[serde(default)]
+    pub out_of_memory: bool,
 }
 
 impl From<&FinishedRecord> for pb::JobFinished {
@@ -291,8 +323,48 @@ impl From<&FinishedRecord> for pb::JobFinished {
             error: f.error.clone(),
             checkpoint_saved: f.checkpoint_saved,
             restart_count: f.restart_count,
+            out_of_memory: f.out_of_memory,
         }
     }
+}
+
+/// A job found in the spool at start: its record and its shepherd, if one still runs.
+pub(super) struct FoundJob {
+    pub job_id: u64,
+    pub record: Result<JobRecord, String>,
+    pub shepherd_pid: Option<u32>,
+}
+
+/// The spool's jobs that are not finished yet (no `finished.json`), each with its live
+/// shepherd's pid when there is one.
+pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
+    let mut found = Vec::new();
+    for job_id in spool.job_ids()? {
+        let dir = spool.job_dir(job_id);
+        match dir.read_finished() {
+            Ok(Some(_)) => continue, // ended earlier, waiting for schedd's acknowledgement
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!("job {job_id}: unreadable end record, skipped: {e}");
+                continue;
+            }
+        }
+        let record = dir.read_record().map_err(|e| e.to_string());
+        let shepherd_pid = match &record {
+            Ok(JobRecord {
+                shepherd_pid: Some(pid),
+                ..
+            }) => Some(*pid).filter(|&pid| is_shepherd_of(pid, dir.path())),
+            // noded stopped before recording the pid (or the state): look for it.
+            _ => find_shepherd(dir.path()),
+        };
+        found.push(FoundJob {
+            job_id,
+            record,
+            shepherd_pid,
+        });
+    }
+    Ok(found)
 }
 
 fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
@@ -364,6 +436,16 @@ mod tests {
         assert_eq!(dir.read_exit().unwrap(), Some(exit));
         dir.write_job_pid(1234).unwrap();
         assert_eq!(dir.read_job_pid(), Some(1234));
+        assert!(!dir.has_stop_notice());
+        dir.write_stop_notice(77).unwrap();
+        assert!(dir.has_stop_notice());
+        // A state file of an older noded (without the newer fields) still reads.
+        let mut old: serde_json::Value = serde_json::to_value(JobRecord::unreadable(42)).unwrap();
+        for key in ["kill_found_processes", "warn_sent"] {
+            old["stop"].as_object_mut().unwrap().remove(key);
+        }
+        std::fs::write(dir.state(), old.to_string()).unwrap();
+        assert_eq!(dir.read_record().unwrap().stop, StopState::default());
 
         std::fs::write(dir.finished(), b"{not json").unwrap();
         let err = dir.read_finished().unwrap_err().to_string();
@@ -389,7 +471,15 @@ mod tests {
         dir.write_exit(&ExitRecord::default()).unwrap();
         dir.write_finished(&FinishedRecord::default()).unwrap();
         dir.write_job_pid(99).unwrap();
-        for file in [dir.state(), dir.exit(), dir.finished(), dir.pid()] {
+        dir.write_stop_notice(1).unwrap();
+        let files = [
+            dir.state(),
+            dir.exit(),
+            dir.finished(),
+            dir.pid(),
+            dir.stop_notice(),
+        ];
+        for file in files {
             assert_eq!(mode(&file), FILE_MODE, "{}", file.display());
         }
 

@@ -1,11 +1,14 @@
-//! One task per job: starts its shepherd (or adopts it after a restart), sends SIGTERM and
-//! SIGKILL when asked or when the time limit and grace run out, and reports the job's end.
-//! All of it reacts to events (shepherd exit, control messages, timers); nothing polls.
+//! One task per job: creates its cgroups and starts its shepherd (or adopts it after a
+//! restart), sends the warning signal, SIGTERM and SIGKILL to every process of the job when
+//! asked or when the time limit and grace run out, and reports the job's end. All of it
+//! reacts to events (shepherd exit, control messages, timers); nothing polls.
 
 use super::checkpoint;
+use super::containment::JobLimits;
 use super::job::{plan_job, write_script, JobParams};
-use super::process::{find_shepherd, is_shepherd_of, newest_mtime_ms, signal_group, Shepherd};
-use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState, FILE_MODE};
+use super::process::{newest_mtime_ms, Shepherd};
+use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState, FILE_MODE};
+use super::tracking::JobProcesses;
 use super::{Control, JobEvent, Shared, SHEPHERD_SUBCOMMAND};
 use nix::sys::signal::Signal;
 use std::os::unix::fs::OpenOptionsExt;
@@ -123,6 +126,19 @@ impl Supervisor {
             }
             write_script(&dir.script(), &job, &plan)
                 .map_err(|e| format!("cannot write the job script: {e}"))?;
+            // Last: nothing after it can fail and leave the cgroup behind unrecorded.
+            let mut plan = plan;
+            plan.cgroup = shared
+                .containment
+                .layout()
+                .map(|layout| {
+                    let limits = JobLimits {
+                        mem_bytes: job.mem_bytes,
+                        cpus: job.cpus,
+                    };
+                    layout.create_job_cgroup(job.job_id, limits)
+                })
+                .transpose()?;
             Ok::<_, String>(plan)
         })
         .await
@@ -221,7 +237,8 @@ impl Supervisor {
         }));
         // A stop that arrived while the job was starting could not be delivered yet.
         if self.record.stop.kill_sent {
-            self.signal_job(Signal::SIGKILL);
+            self.kill_job();
+            self.persist();
         } else if self.record.stop.term_time_ms > 0 {
             self.signal_job(Signal::SIGTERM);
         }
@@ -234,13 +251,11 @@ impl Supervisor {
         match control {
             Control::Stop { grace_secs } => {
                 let kill_at = now + i64::from(grace_secs) * 1000;
-                if stop.kill_sent {
-                    return self.persist();
-                }
-                if stop.term_time_ms == 0 {
+                if stop.term_time_ms == 0 && !stop.kill_sent {
                     tracing::info!("job {}: stop requested, grace {grace_secs}s", self.job_id());
-                    self.terminate(now, grace_secs);
-                } else {
+                    return self.terminate(now, grace_secs);
+                }
+                if !stop.kill_sent {
                     // Already terminating: a shorter grace wins, a longer one changes nothing.
                     stop.kill_at_ms = Some(stop.kill_at_ms.map_or(kill_at, |at| at.min(kill_at)));
                 }
@@ -249,66 +264,163 @@ impl Supervisor {
                 if !stop.kill_sent {
                     stop.kill_sent = true;
                     tracing::info!("job {}: killing", self.job_id());
-                    self.signal_job(Signal::SIGKILL);
+                    self.announce_stop();
+                    self.kill_job();
                 }
             }
         }
         self.persist();
     }
 
-    /// SIGTERM now, SIGKILL due after `grace_secs`.
+    /// SIGTERM to every process now, SIGKILL due after `grace_secs`. The shepherd is told
+    /// first, so that the main process dying of the SIGTERM does not end the others' grace.
     fn terminate(&mut self, now: i64, grace_secs: u32) {
         self.record.stop.term_time_ms = now;
         self.record.stop.kill_at_ms = Some(now + i64::from(grace_secs) * 1000);
+        self.announce_stop();
+        self.persist();
         self.signal_job(Signal::SIGTERM);
     }
 
-    /// When the next timer fires: the time limit until SIGTERM, then the end of the grace.
+    fn announce_stop(&self) {
+        if let Err(e) = self.dir.write_stop_notice(self.record.stop.term_time_ms) {
+            tracing::warn!(
+                "job {}: cannot tell its shepherd about the stop, so the job's main process \
+                 ending will end the others' grace: {e}",
+                self.job_id()
+            );
+        }
+    }
+
+    /// When the time limit runs out, if the job has one and has started.
+    fn limit_at_ms(&self) -> Option<i64> {
+        let limit_secs = i64::try_from(self.record.job.time_limit_secs).unwrap_or(i64::MAX);
+        (limit_secs > 0 && self.record.start_time_ms > 0).then(|| {
+            self.record
+                .start_time_ms
+                .saturating_add(limit_secs.saturating_mul(1000))
+        })
+    }
+
+    /// When the warning signal is due, if the job asked for one and it was not sent yet.
+    fn warn_at_ms(&self, limit_at: i64) -> Option<i64> {
+        let job = &self.record.job;
+        (job.warn_signal != 0 && !self.record.stop.warn_sent)
+            .then(|| limit_at - i64::from(job.warn_secs) * 1000)
+    }
+
+    /// When the next timer fires: the warning and the time limit until SIGTERM, then the end
+    /// of the grace.
     fn next_deadline_ms(&self) -> Option<i64> {
         let stop = &self.record.stop;
-        let limit_secs = i64::try_from(self.record.job.time_limit_secs).unwrap_or(i64::MAX);
         if stop.kill_sent {
             None
         } else if stop.term_time_ms > 0 {
             stop.kill_at_ms
-        } else if limit_secs > 0 && self.record.start_time_ms > 0 {
-            Some(
-                self.record
-                    .start_time_ms
-                    .saturating_add(limit_secs.saturating_mul(1000)),
-            )
         } else {
-            None
+            let limit_at = self.limit_at_ms()?;
+            Some(
+                self.warn_at_ms(limit_at)
+                    .map_or(limit_at, |w| w.min(limit_at)),
+            )
         }
     }
 
     fn on_deadline(&mut self) {
         let now = now_ms();
         if self.record.stop.term_time_ms == 0 {
+            let Some(limit_at) = self.limit_at_ms() else {
+                return;
+            };
+            if now < limit_at {
+                if self
+                    .warn_at_ms(limit_at)
+                    .is_some_and(|warn_at| now >= warn_at)
+                {
+                    self.warn();
+                }
+                return;
+            }
             tracing::info!("job {}: time limit reached", self.job_id());
             self.record.stop.timed_out = true;
-            self.terminate(now, self.record.job.grace_secs);
+            return self.terminate(now, self.record.job.grace_secs);
         } else if !self.record.stop.kill_sent {
-            tracing::info!("job {}: grace over, killing", self.job_id());
+            tracing::info!("job {}: grace over, killing what is left", self.job_id());
             self.record.stop.kill_sent = true;
-            self.signal_job(Signal::SIGKILL);
+            self.kill_job();
         }
         self.persist();
     }
 
-    fn signal_job(&mut self, signal: Signal) {
+    /// The job's `warn_signal`, to the batch shell only or to every process of the job.
+    fn warn(&mut self) {
+        self.record.stop.warn_sent = true;
+        self.persist();
+        let job_id = self.job_id();
+        let Ok(signal) = Signal::try_from(self.record.job.warn_signal) else {
+            // Refused when the job was planned; a state file edited since is not obeyed.
+            tracing::warn!(
+                "job {job_id}: warn_signal {} is no signal",
+                self.record.job.warn_signal
+            );
+            return;
+        };
+        tracing::info!(
+            "job {job_id}: {signal} {}s before the time limit",
+            self.record.job.warn_secs
+        );
+        if !self.record.job.warn_batch_only {
+            return self.signal_job(signal);
+        }
+        match self.record.job_pid.and_then(|pid| i32::try_from(pid).ok()) {
+            Some(pid) if pid > 1 => {
+                if let Err(e) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal) {
+                    tracing::debug!("job {job_id}: cannot send {signal} to pid {pid}: {e}");
+                }
+            }
+            _ => tracing::debug!("job {job_id}: no main process to warn"),
+        }
+    }
+
+    /// The job's processes, once it has started (signals before that wait for `on_started`).
+    fn processes(&mut self) -> Option<JobProcesses<'_>> {
         if self.record.job_pid.is_none() {
             self.record.job_pid = self.dir.read_job_pid();
         }
+        let cgroup = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref());
+        self.record.job_pid?;
+        JobProcesses::of(cgroup, self.record.job_pid)
+    }
+
+    fn signal_job(&mut self, signal: Signal) {
         let job_id = self.job_id();
-        match self.record.job_pid {
-            Some(pgid) => match signal_group(pgid, signal) {
-                Ok(true) => tracing::debug!("job {job_id}: sent {signal} to group {pgid}"),
-                Ok(false) => tracing::debug!("job {job_id}: group {pgid} already gone"),
-                Err(e) => tracing::warn!("job {job_id}: cannot send {signal} to group {pgid}: {e}"),
+        match self.processes() {
+            Some(processes) => match processes.signal(signal) {
+                Ok(true) => tracing::debug!("job {job_id}: sent {signal} to {processes}"),
+                Ok(false) => tracing::debug!("job {job_id}: {processes} already empty"),
+                Err(e) => {
+                    tracing::warn!("job {job_id}: cannot send {signal} to {processes}: {e}")
+                }
             },
             // Delivered by on_started once the job's pid is known.
             None => tracing::debug!("job {job_id}: not started yet, {signal} deferred"),
+        }
+    }
+
+    /// SIGKILL to every process of the job, noting whether any was still alive (the grace
+    /// covers them all, so the job counts as killed even when its main process had ended).
+    fn kill_job(&mut self) {
+        let job_id = self.job_id();
+        let Some(processes) = self.processes() else {
+            return tracing::debug!("job {job_id}: not started yet, SIGKILL deferred");
+        };
+        let alive = processes.any_alive().unwrap_or(true);
+        let result = processes.kill();
+        if let Err(e) = result {
+            tracing::warn!("job {job_id}: cannot kill {processes}: {e}");
+        }
+        if alive {
+            self.record.stop.kill_found_processes = true;
         }
     }
 
@@ -329,11 +441,14 @@ impl Supervisor {
             Ok(Some(exit)) => exit,
             Ok(None) => {
                 tracing::warn!("job {}: its shepherd is gone without a word", self.job_id());
-                if watched_exit {
-                    // Nobody supervises the job anymore: don't leave it running unseen.
-                    if let Some(pgid) = self.record.job_pid {
-                        let _ = signal_group(pgid, Signal::SIGKILL);
-                    }
+                // Nobody supervises the job anymore: don't leave it running unseen. A cgroup
+                // is the job's for sure; a process group id only while noded watched the
+                // shepherd (after a restart, maybe a reboot, it may be someone else's).
+                let cgroup = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref());
+                let job_pid = self.record.job_pid.filter(|_| watched_exit);
+                if let Some(processes) = JobProcesses::of(cgroup, job_pid) {
+                    let _ = processes.kill();
+                    wait_briefly_until_gone(&processes).await;
                 }
                 ExitRecord {
                     end_time_ms: now_ms(),
@@ -354,7 +469,14 @@ impl Supervisor {
     /// tracking the job, and reports it.
     async fn finish(self, exit: ExitRecord) {
         let stop = &self.record.stop;
-        let killed = stop.kill_sent && exit.signal == Some(libc::SIGKILL);
+        let killed =
+            stop.kill_sent && (stop.kill_found_processes || exit.signal == Some(libc::SIGKILL));
+        // The shepherd removes them; not when it could not run, or died.
+        if let Some(cgroup) = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
+            if let Err(e) = cgroup.remove() {
+                tracing::warn!("job {}: {e}", self.job_id());
+            }
+        }
         let checkpoint_dir = self
             .record
             .plan
@@ -387,12 +509,18 @@ impl Supervisor {
             killed,
             checkpoint_saved: saved_after_term && exit.error.is_none(),
             error: exit.error.unwrap_or_default(),
+            out_of_memory: exit.out_of_memory,
         };
         tracing::info!(
-            "job {} finished: exit {:?}, signal {:?}{}",
+            "job {} finished: exit {:?}, signal {:?}{}{}",
             finished.job_id,
             finished.exit_code,
             finished.signal,
+            if finished.out_of_memory {
+                ", out of memory"
+            } else {
+                ""
+            },
             if finished.error.is_empty() {
                 String::new()
             } else {
@@ -411,49 +539,20 @@ impl Supervisor {
     }
 }
 
-/// A job found in the spool at start: its record and its shepherd, if one still runs.
-pub(super) struct FoundJob {
-    pub job_id: u64,
-    pub record: Result<JobRecord, String>,
-    pub shepherd_pid: Option<u32>,
-}
-
-/// The spool's jobs that are not finished yet (no `finished.json`), each with its live
-/// shepherd's pid when there is one.
-pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
-    let mut found = Vec::new();
-    for job_id in spool.job_ids()? {
-        let dir = spool.job_dir(job_id);
-        match dir.read_finished() {
-            Ok(Some(_)) => continue, // ended earlier, waiting for schedd's acknowledgement
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!("job {job_id}: unreadable end record, skipped: {e}");
-                continue;
-            }
-        }
-        let record = dir.read_record().map_err(|e| e.to_string());
-        let shepherd_pid = match &record {
-            Ok(JobRecord {
-                shepherd_pid: Some(pid),
-                ..
-            }) => Some(*pid).filter(|&pid| is_shepherd_of(pid, dir.path())),
-            // noded stopped before recording the pid (or the state): look for it.
-            _ => find_shepherd(dir.path()),
-        };
-        found.push(FoundJob {
-            job_id,
-            record,
-            shepherd_pid,
-        });
-    }
-    Ok(found)
-}
-
 async fn next_line(lines: &mut Option<Announcement>) -> Option<String> {
     match lines {
         Some(lines) => lines.next_line().await.ok().flatten(),
         None => std::future::pending().await,
+    }
+}
+
+/// Gives processes just SIGKILLed a moment to go, so that their cgroup can be removed.
+async fn wait_briefly_until_gone(processes: &JobProcesses<'_>) {
+    for _ in 0..100 {
+        if !processes.any_alive().unwrap_or(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

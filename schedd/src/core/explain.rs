@@ -8,7 +8,7 @@ use ysched_common::{Job, JobId};
 use super::fit::{fit_on_node, Claim, NodeDemand};
 use super::order::{pending_in_order, queue_key};
 use super::pass::Pass;
-use super::{Policy, Snapshot};
+use super::{Policy, Snapshot, Topologies};
 
 /// For every known node, in name order: why `job` does not fit there right now, or "fits".
 ///
@@ -21,7 +21,7 @@ pub fn explain(
     policy: &Policy<'_>,
     now: Millis,
 ) -> Vec<(String, String)> {
-    let mut pass = Pass::new(snap, policy, now);
+    let mut pass = Pass::new(snap, policy, now, &mut Topologies::default());
     let key = queue_key(job);
     for ahead in pending_in_order(snap.jobs)
         .into_iter()

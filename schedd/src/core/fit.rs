@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 #[cfg(test)]
 use ysched_common::Gpu;
@@ -88,7 +88,7 @@ pub(crate) struct NodeDemand<'a> {
     /// Which positions `gpu_kind` accepts, per topology met so far: matching model names is
     /// string work, and a pass meets few topologies but asks about many nodes. Holding the
     /// `Rc` keeps each topology alive, so its address identifies it.
-    accepted: RefCell<Vec<(Rc<Topology>, u64)>>,
+    accepted: RefCell<Vec<(Arc<Topology>, u64)>>,
 }
 
 impl<'a> NodeDemand<'a> {
@@ -129,12 +129,12 @@ impl<'a> NodeDemand<'a> {
     }
 
     /// The positions of `topo` whose model the job accepts.
-    pub(crate) fn accepted_on(&self, topo: &Rc<Topology>) -> u64 {
+    pub(crate) fn accepted_on(&self, topo: &Arc<Topology>) -> u64 {
         if let Some((_, mask)) = self
             .accepted
             .borrow()
             .iter()
-            .find(|(t, _)| Rc::ptr_eq(t, topo))
+            .find(|(t, _)| Arc::ptr_eq(t, topo))
         {
             return *mask;
         }
@@ -143,7 +143,7 @@ impl<'a> NodeDemand<'a> {
             .iter()
             .filter(|(model, _)| self.gpu_kind.accepts_model(model))
             .fold(0, |mask, (_, gpus)| mask | gpus);
-        self.accepted.borrow_mut().push((Rc::clone(topo), mask));
+        self.accepted.borrow_mut().push((Arc::clone(topo), mask));
         mask
     }
 }
@@ -179,7 +179,7 @@ pub(crate) struct Hold {
 #[derive(Debug, Clone)]
 pub(crate) struct NodeView<'a> {
     node: &'a Node,
-    topo: Rc<Topology>,
+    topo: Arc<Topology>,
     holds: Vec<Hold>,
     /// Positions.
     free_gpus: u64,
@@ -189,7 +189,7 @@ pub(crate) struct NodeView<'a> {
 
 impl<'a> NodeView<'a> {
     /// The node with nothing taken; `topo` is the node's topology (shared by nodes alike).
-    pub(crate) fn new(node: &'a Node, topo: Rc<Topology>) -> Self {
+    pub(crate) fn new(node: &'a Node, topo: Arc<Topology>) -> Self {
         NodeView {
             node,
             free_gpus: topo.all(),
@@ -204,7 +204,7 @@ impl<'a> NodeView<'a> {
         self.node
     }
 
-    pub(crate) fn topology(&self) -> &Rc<Topology> {
+    pub(crate) fn topology(&self) -> &Arc<Topology> {
         &self.topo
     }
 
@@ -267,7 +267,7 @@ impl<'a> NodeView<'a> {
     /// A copy with every hold of these jobs released, as if they had exited.
     pub(crate) fn without(&self, jobs: &BTreeSet<JobId>) -> NodeView<'a> {
         // Rebuilt from scratch rather than by adding back: exact even when holds overlap.
-        let mut view = NodeView::new(self.node, Rc::clone(&self.topo));
+        let mut view = NodeView::new(self.node, Arc::clone(&self.topo));
         view.holds.reserve(self.holds.len());
         for hold in self.holds.iter().filter(|h| !jobs.contains(&h.job)) {
             view.add_hold(*hold);
@@ -573,11 +573,11 @@ pub(crate) fn find_placement(views: &Views<'_>, spec: &JobSpec) -> Option<Vec<No
 
 /// The GPU models of these views that `demand` accepts.
 pub(crate) fn gang_models<'v>(views: &Views<'v>, demand: &NodeDemand<'_>) -> BTreeSet<&'v str> {
-    let mut topologies: Vec<&Rc<Topology>> = Vec::new();
+    let mut topologies: Vec<&Arc<Topology>> = Vec::new();
     let mut models = BTreeSet::new();
     for view in views.values() {
         let topo = view.topology();
-        if topologies.iter().any(|t| Rc::ptr_eq(t, topo)) {
+        if topologies.iter().any(|t| Arc::ptr_eq(t, topo)) {
             continue;
         }
         topologies.push(topo);
@@ -641,8 +641,9 @@ fn best_nodes(
 /// Every node, with nothing taken and regardless of drain or connection: what could ever run.
 pub(crate) fn capacity_views<'a>(
     nodes: &'a BTreeMap<String, Node>,
-    topologies: &mut Topologies<'a>,
+    topologies: &mut Topologies,
 ) -> Views<'a> {
+    topologies.forget_replaced(nodes);
     nodes
         .iter()
         .map(|(name, node)| (name.as_str(), NodeView::new(node, topologies.of(node))))
@@ -651,17 +652,57 @@ pub(crate) fn capacity_views<'a>(
 
 /// [`check_satisfiable`] against prebuilt [`capacity_views`], so a pass builds them once.
 pub(crate) fn satisfiable_on(capacity: &Views<'_>, spec: &JobSpec) -> Result<(), String> {
+    if enough_fit_alone(capacity.values(), spec) {
+        return Ok(());
+    }
     match find_placement(capacity, spec) {
         Some(_) => Ok(()),
         None => Err(why_unsatisfiable(capacity, spec)),
     }
 }
 
+/// Whether enough of these (empty) nodes fit the job each on its own for it to run, looking
+/// no further than needed: the same answer as `find_placement` on them for a job that is not
+/// a GPU gang (it finds a placement exactly when that many fit), at the cost of the first few
+/// nodes rather than a ranking of all. `false` for a GPU gang: ask `find_placement`.
+fn enough_fit_alone<'v, V>(views: impl Iterator<Item = V>, spec: &JobSpec) -> bool
+where
+    V: std::borrow::Borrow<NodeView<'v>>,
+{
+    let demand = NodeDemand::of(spec);
+    let wanted = n_nodes(spec) as usize;
+    if wanted > 1 && demand.gpus > 0 {
+        return false;
+    }
+    views
+        .filter(|view| fit_on_node(view.borrow(), &demand).is_ok())
+        .take(wanted)
+        .count()
+        == wanted
+}
+
 /// Submit-time check: could this spec ever run on some known node, ignoring current
 /// allocations, drain and connectivity? The error names the problem, e.g. "no node has 16 GPUs
 /// (largest has 8)".
 pub fn check_satisfiable(spec: &JobSpec, nodes: &BTreeMap<String, Node>) -> Result<(), String> {
-    satisfiable_on(&capacity_views(nodes, &mut Topologies::default()), spec)
+    check_satisfiable_with(spec, nodes, &mut Topologies::default())
+}
+
+/// [`check_satisfiable`] with node topologies kept by the caller between calls.
+pub fn check_satisfiable_with(
+    spec: &JobSpec,
+    nodes: &BTreeMap<String, Node>,
+    topologies: &mut Topologies,
+) -> Result<(), String> {
+    // Every submit asks this: look at nodes one by one, as their views are made, and stop at
+    // the first that answer (see `enough_fit_alone`).
+    let views = nodes
+        .values()
+        .map(|node| NodeView::new(node, topologies.of(node)));
+    if enough_fit_alone(views, spec) {
+        return Ok(());
+    }
+    satisfiable_on(&capacity_views(nodes, topologies), spec)
 }
 
 /// Names the first reason no node could ever hold the job. Only called once `find_placement`

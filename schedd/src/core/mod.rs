@@ -4,7 +4,7 @@
 //! # Layout
 //! - `order`: the queue order of pending jobs (tier, then submit time, then id).
 //! - `topo`: GPU topology inside a node (NVLink, PCIe) and `Topology::best_set`, the one place
-//!   that picks which GPUs of a node a job gets.
+//!   that picks which GPUs of a node a job gets; [`Topologies`], the callers' cache of them.
 //! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), node ranking and
 //!   gang placement (`find_placement`), and [`check_satisfiable`].
 //! - `preempt`: the minimal victim set on a node, the cheapest nodes to evict on, and the
@@ -37,7 +37,8 @@ pub(crate) mod testkit;
 mod tests;
 
 pub use explain::explain;
-pub use fit::check_satisfiable;
+pub use fit::{check_satisfiable, check_satisfiable_with};
+pub use topo::Topologies;
 
 /// What the scheduler looks at: an immutable view of the store.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +94,19 @@ pub struct Eviction {
 /// spans) and reserves what is free of its targets; every other pending job gets a reason.
 /// Deterministic and infallible.
 pub fn schedule(snap: &Snapshot<'_>, policy: &Policy<'_>, now: Millis) -> Plan {
-    let mut pass = pass::Pass::new(snap, policy, now);
+    schedule_with(snap, policy, now, &mut Topologies::default())
+}
+
+/// [`schedule`] with node topologies kept by the caller between passes: the same plan, but a
+/// pass no longer reads every node's GPU lists, which is most of a small pass's cost on a
+/// large cluster.
+pub fn schedule_with(
+    snap: &Snapshot<'_>,
+    policy: &Policy<'_>,
+    now: Millis,
+    topologies: &mut Topologies,
+) -> Plan {
+    let mut pass = pass::Pass::new(snap, policy, now, topologies);
     for job in order::pending_in_order(snap.jobs) {
         pass.step(job);
     }

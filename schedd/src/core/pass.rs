@@ -98,8 +98,13 @@ pub(crate) struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    pub(crate) fn new(snap: &Snapshot<'a>, policy: &Policy<'a>, now: Millis) -> Self {
-        let capacity = capacity_views(snap.nodes, &mut Topologies::default());
+    pub(crate) fn new(
+        snap: &Snapshot<'a>,
+        policy: &Policy<'a>,
+        now: Millis,
+        topologies: &mut Topologies,
+    ) -> Self {
+        let capacity = capacity_views(snap.nodes, topologies);
         let mut views: Views<'a> = capacity
             .iter()
             .filter(|(_, view)| view.node().is_schedulable())

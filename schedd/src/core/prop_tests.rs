@@ -251,7 +251,7 @@ fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
     let plan = cluster.schedule(NOW);
     prop_assert_eq!(&plan, &cluster.schedule(NOW), "same input, same plan");
     let (snap, policy) = (cluster.snapshot(), cluster.policy());
-    let mut unmemoized = Pass::new(&snap, &policy, NOW).without_memo();
+    let mut unmemoized = Pass::new(&snap, &policy, NOW, &mut Topologies::default()).without_memo();
     for job in pending_in_order(&cluster.jobs) {
         unmemoized.step(job);
     }
@@ -399,7 +399,7 @@ fn fully_nvlinked(node: &ysched_common::Node, gpus: &[u32]) -> bool {
 /// Invariants of each decision against the exact node views it was made on.
 fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
     let (snap, policy) = (cluster.snapshot(), cluster.policy());
-    let mut pass = Pass::new(&snap, &policy, NOW);
+    let mut pass = Pass::new(&snap, &policy, NOW, &mut Topologies::default());
     for job in pending_in_order(&cluster.jobs) {
         let before = pass.views().clone();
         let demand = NodeDemand::of(&job.spec);
@@ -478,6 +478,43 @@ proptest! {
     #[test]
     fn decisions_are_minimal_and_respect_earlier_ones(cluster in cluster_gen()) {
         check_decisions(&cluster)?;
+    }
+
+    /// The topology cache a caller keeps between passes changes no plan, whatever passes it
+    /// served before: here clusters whose nodes share names but not inventories, and the same
+    /// inventories (the same lists) under new names.
+    #[test]
+    fn a_kept_topology_cache_changes_no_plan(
+        clusters in proptest::collection::vec(cluster_gen(), 2..5)
+    ) {
+        let mut kept = Topologies::default();
+        let mut renamed = Cluster::new();
+        for cluster in &clusters {
+            let (snap, policy) = (cluster.snapshot(), cluster.policy());
+            let plan = crate::core::schedule_with(&snap, &policy, NOW, &mut kept);
+            prop_assert_eq!(&plan, &cluster.schedule(NOW));
+            // The submit-time check's short cut gives the full check's answer.
+            for job in cluster.jobs.values() {
+                let full = crate::core::fit::satisfiable_on(
+                    &crate::core::fit::capacity_views(&cluster.nodes, &mut Topologies::default()),
+                    &job.spec,
+                );
+                let quick = crate::core::check_satisfiable_with(&job.spec, &cluster.nodes, &mut kept);
+                prop_assert_eq!(quick, full);
+            }
+            // The same GPU lists (one address each) under other names.
+            renamed.nodes = cluster
+                .nodes
+                .values()
+                .map(|n| {
+                    let mut n = n.clone();
+                    n.name = format!("x{}", n.name);
+                    (n.name.clone(), n)
+                })
+                .collect();
+            let plan = crate::core::schedule_with(&renamed.snapshot(), &policy, NOW, &mut kept);
+            prop_assert_eq!(plan, renamed.schedule(NOW));
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! does: snapshot → plan → apply.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ysched_common::config::default_tiers;
 use ysched_common::time::Millis;
@@ -32,7 +33,7 @@ impl NodeBuilder {
             address: format!("{name}:7118"),
             cpus: 64,
             mem_mib: 512_000,
-            gpus: Vec::new(),
+            gpus: Default::default(),
             features: Vec::new(),
             drain_reason: None,
             connected: true,
@@ -45,7 +46,7 @@ impl NodeBuilder {
     pub(crate) fn gpus(mut self, n: u32, model: &str) -> Self {
         let first = self.0.gpus.len() as u32;
         for index in first..first + n {
-            self.0.gpus.push(Gpu {
+            Arc::make_mut(&mut self.0.gpus).push(Gpu {
                 index,
                 uuid: format!("GPU-{}-{index}", self.0.name),
                 model: model.to_string(),
@@ -97,7 +98,7 @@ impl NodeBuilder {
         pcie: impl Fn(u32, u32) -> PcieRelation,
     ) -> Self {
         let indices: Vec<u32> = self.0.gpus.iter().map(|g| g.index).collect();
-        for gpu in &mut self.0.gpus {
+        for gpu in Arc::make_mut(&mut self.0.gpus) {
             let a = gpu.index;
             let peers = indices.iter().copied().filter(|&b| b != a);
             gpu.nvlink = peers.clone().filter(|&b| nvlinked(a, b)).collect();
@@ -171,20 +172,20 @@ impl JobBuilder {
     pub(crate) fn new(id: u64) -> Self {
         let job = Job {
             id: JobId(id),
-            spec: JobSpec {
+            spec: Arc::new(JobSpec {
                 name: format!("job{id}"),
                 tier: "low".into(),
                 account: "research".into(),
                 workdir: "/home/alice".into(),
                 script: "train.sh".into(),
                 ..JobSpec::default()
-            },
-            owner: Owner {
+            }),
+            owner: Arc::new(Owner {
                 uid: 1000,
                 gid: 1000,
                 user: "alice".into(),
                 groups: vec!["alice".into()],
-            },
+            }),
             tier_value: 100,
             state: JobState::Pending,
             reason: String::new(),
@@ -209,8 +210,13 @@ impl JobBuilder {
         }
     }
 
+    /// The spec, to change while building.
+    fn spec(&mut self) -> &mut JobSpec {
+        Arc::make_mut(&mut self.job.spec)
+    }
+
     pub(crate) fn tier(mut self, name: &str, value: i64) -> Self {
-        self.job.spec.tier = name.to_string();
+        self.spec().tier = name.to_string();
         self.job.tier_value = value;
         self
     }
@@ -230,38 +236,38 @@ impl JobBuilder {
     }
 
     pub(crate) fn gpus(mut self, n: u32) -> Self {
-        self.job.spec.gpus = n;
+        self.spec().gpus = n;
         self
     }
 
     pub(crate) fn gpu_type(mut self, wanted: &str) -> Self {
-        self.job.spec.gpu_types.push(wanted.to_string());
+        self.spec().gpu_types.push(wanted.to_string());
         self
     }
 
     pub(crate) fn cpus(mut self, n: u32) -> Self {
-        self.job.spec.cpus = n;
+        self.spec().cpus = n;
         self
     }
 
     pub(crate) fn mem(mut self, mib: u64) -> Self {
-        self.job.spec.mem_mib = mib;
+        self.spec().mem_mib = mib;
         self
     }
 
     pub(crate) fn nodes(mut self, n: u32) -> Self {
-        self.job.spec.nodes = n;
+        self.spec().nodes = n;
         self
     }
 
     /// `--interconnect nvlink`
     pub(crate) fn nvlink(mut self) -> Self {
-        self.job.spec.interconnect = Some("nvlink".into());
+        self.spec().interconnect = Some("nvlink".into());
         self
     }
 
     pub(crate) fn constraint(mut self, feature: &str) -> Self {
-        self.job.spec.constraints.push(feature.to_string());
+        self.spec().constraints.push(feature.to_string());
         self
     }
 
@@ -314,7 +320,7 @@ impl JobBuilder {
     }
 
     pub(crate) fn build(mut self) -> Job {
-        let (cpus, mem_mib) = (self.job.spec.cpus.max(1), self.job.spec.mem_mib);
+        let (cpus, mem_mib) = (self.spec().cpus.max(1), self.spec().mem_mib);
         self.job.alloc = self
             .running_on
             .into_iter()

@@ -8,11 +8,10 @@
 //! order. A [`Topology`] depends only on what the agent reported (indices, models, NVLink and
 //! PCIe paths), so nodes built alike share one, and with it the memo of its choices.
 
-use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ysched_common::{Gpu, Node, PcieRelation};
 
@@ -153,8 +152,14 @@ pub(crate) struct Topology {
     groups: [Vec<u64>; N_LEVELS],
     /// Every answer of `best_set` so far. A pure function of its key, so sharing this between
     /// nodes and jobs never changes a result, only its cost.
-    memo: RefCell<BTreeMap<ChoiceKey, Option<Choice>>>,
+    /// Kept across passes with the topology (see [`Topologies`]); a mutex only so that the
+    /// cache can move to the scheduling thread: one pass uses it at a time.
+    memo: Mutex<BTreeMap<ChoiceKey, Option<Choice>>>,
 }
+
+/// Past this many remembered choices a topology forgets them all: a bound on memory for
+/// nodes with many GPUs, where the keys are many. An 8-GPU node has far fewer.
+const MEMO_LIMIT: usize = 1 << 16;
 
 impl Topology {
     /// The topology of these GPUs (by index), with `paths` between them by position.
@@ -181,7 +186,7 @@ impl Topology {
             models,
             paths,
             groups,
-            memo: RefCell::new(BTreeMap::new()),
+            memo: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -235,11 +240,16 @@ impl Topology {
     pub(crate) fn best_set(&self, free: u64, accepted: u64, k: u32, worst: Path) -> Option<Choice> {
         let free = free & self.all();
         let key = (free, accepted & free, k, worst);
-        if let Some(known) = self.memo.borrow().get(&key) {
+        // A poisoned memo still holds only answers that were true.
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = memo.get(&key) {
             return *known;
         }
         let choice = self.choose(free, accepted & free, k, worst);
-        self.memo.borrow_mut().insert(key, choice);
+        if memo.len() >= MEMO_LIMIT {
+            memo.clear();
+        }
+        memo.insert(key, choice);
         choice
     }
 
@@ -349,79 +359,108 @@ impl Topology {
     }
 }
 
-/// Shares one [`Topology`] between nodes built alike, so that they share its memo too.
+/// The topologies of nodes, kept between passes: shares one [`Topology`] between nodes built
+/// alike (so that they share its memo too), and remembers each node's, so that a pass does
+/// not read every node's GPU lists again.
 ///
-/// Every pass meets every node, so this is on the path of even a one-job pass: it reads each
-/// GPU's lists once into reused buffers, and compares byte slices rather than building a key.
+/// Every pass meets every node, so this is on the path of even a one-job pass. Entries are
+/// found by the address of the node's GPU list (`Node::gpus`: shared by every copy of the
+/// node, replaced on registration, never changed in place), which the entry holds, so the
+/// address cannot be reused while the entry lives: the same address means the same topology,
+/// and the lookup compares numbers, not names. A new list is read once and compared as byte
+/// slices with the layouts known.
+/// What it returns depends only on the node's inventory, so a cache kept by the caller
+/// changes what a pass costs, never what it decides.
 #[derive(Debug, Default)]
-pub(crate) struct Topologies<'n> {
+pub struct Topologies {
+    /// By the address of a node's GPU list: that list, and its topology.
+    by_list: BTreeMap<usize, (Arc<Vec<Gpu>>, Arc<Topology>)>,
     /// Layouts met so far, by GPU count and the first 16 bytes of the first GPU's model.
-    known: BTreeMap<(usize, u128), Vec<Layout<'n>>>,
-    /// The node at hand: its GPUs by index, and the path between every two as [`Path::rank`].
-    gpus: Vec<&'n Gpu>,
+    known: BTreeMap<(usize, u128), Vec<Layout>>,
+    /// The node at hand: the path between every two of its GPUs as [`Path::rank`].
     paths: Vec<u8>,
 }
 
 /// What makes two nodes' topologies the same: GPU indices, models and paths, by position.
 #[derive(Debug)]
-struct Layout<'n> {
+struct Layout {
     indices: Vec<u32>,
-    models: Vec<&'n str>,
+    models: Vec<String>,
     paths: Vec<u8>,
-    topo: Rc<Topology>,
+    topo: Arc<Topology>,
 }
 
-impl<'n> Topologies<'n> {
-    pub(crate) fn of(&mut self, node: &'n Node) -> Rc<Topology> {
-        self.read(node);
-        let gpus = &self.gpus;
+impl Topologies {
+    pub(crate) fn of(&mut self, node: &Node) -> Arc<Topology> {
+        let address = Arc::as_ptr(&node.gpus) as usize;
+        if let Some((_, topo)) = self.by_list.get(&address) {
+            return Arc::clone(topo);
+        }
+        let topo = self.read_topology(node);
+        self.by_list
+            .insert(address, (Arc::clone(&node.gpus), Arc::clone(&topo)));
+        topo
+    }
+
+    /// Forgets the lists of nodes that re-registered since (they are no node's any more),
+    /// once there are many of them.
+    pub(crate) fn forget_replaced(&mut self, nodes: &BTreeMap<String, Node>) {
+        if self.by_list.len() <= nodes.len() + 64 {
+            return;
+        }
+        let live: std::collections::BTreeSet<usize> = nodes
+            .values()
+            .map(|n| Arc::as_ptr(&n.gpus) as usize)
+            .collect();
+        self.by_list.retain(|address, _| live.contains(address));
+    }
+
+    fn read_topology(&mut self, node: &Node) -> Arc<Topology> {
+        let gpus = self.read(node);
         let first_model = gpus.first().map_or("", |g| g.model.as_str());
         let key = (gpus.len(), prefix(first_model));
         let layouts = self.known.entry(key).or_default();
-        let same = |layout: &&Layout<'n>| {
+        let same = |layout: &&Layout| {
             layout.paths == self.paths
                 && layout.indices.iter().eq(gpus.iter().map(|g| &g.index))
                 && layout
                     .models
                     .iter()
-                    .zip(gpus)
+                    .zip(&gpus)
                     .all(|(m, g)| same_text(m, &g.model))
         };
         if let Some(layout) = layouts.iter().find(same) {
-            return Rc::clone(&layout.topo);
+            return Arc::clone(&layout.topo);
         }
         let layout = Layout {
             indices: gpus.iter().map(|g| g.index).collect(),
-            models: gpus.iter().map(|g| g.model.as_str()).collect(),
+            models: gpus.iter().map(|g| g.model.clone()).collect(),
             paths: self.paths.clone(),
-            topo: Rc::new(Topology::new(
+            topo: Arc::new(Topology::new(
                 gpus.iter().map(|g| g.index).collect(),
-                gpus,
+                &gpus,
                 self.paths
                     .iter()
                     .map(|&rank| Path::from_rank(rank))
                     .collect(),
             )),
         };
-        let topo = Rc::clone(&layout.topo);
+        let topo = Arc::clone(&layout.topo);
         layouts.push(layout);
         topo
     }
 
     /// Fills `gpus` with the node's first [`MAX_GPUS`] GPUs by index (a repeated index counts
     /// once) and `paths` with the path between every two.
-    fn read(&mut self, node: &'n Node) {
-        self.gpus.clear();
-        self.gpus.extend(node.gpus.iter().take(MAX_GPUS));
+    fn read<'n>(&mut self, node: &'n Node) -> Vec<&'n Gpu> {
+        let mut gpus: Vec<&Gpu> = node.gpus.iter().take(MAX_GPUS).collect();
         // Agents list GPUs by index; sort only when they did not.
-        if node.gpus.len() > MAX_GPUS || !self.gpus.windows(2).all(|w| w[0].index < w[1].index) {
-            self.gpus.clear();
-            self.gpus.extend(node.gpus.iter());
-            self.gpus.sort_by_key(|g| g.index);
-            self.gpus.dedup_by_key(|g| g.index);
-            self.gpus.truncate(MAX_GPUS);
+        if node.gpus.len() > MAX_GPUS || !gpus.windows(2).all(|w| w[0].index < w[1].index) {
+            gpus = node.gpus.iter().collect();
+            gpus.sort_by_key(|g| g.index);
+            gpus.dedup_by_key(|g| g.index);
+            gpus.truncate(MAX_GPUS);
         }
-        let gpus = &self.gpus;
         let n = gpus.len();
         // Indices are nearly always 0..n: then an index is its own position.
         // (Sorted and distinct, so the last index is n - 1 exactly when they are 0..n.)
@@ -456,6 +495,7 @@ impl<'n> Topologies<'n> {
                 }
             }
         }
+        gpus
     }
 }
 
@@ -538,7 +578,7 @@ mod tests {
     use super::super::testkit::{NodeBuilder, A10, A100};
     use super::*;
 
-    fn topology(node: NodeBuilder) -> (Node, Rc<Topology>) {
+    fn topology(node: NodeBuilder) -> (Node, Arc<Topology>) {
         let node = node.build();
         let topo = Topologies::default().of(&node);
         (node, topo)
@@ -613,8 +653,8 @@ mod tests {
             NodeBuilder::nvlink_pairs("c", 8, A100).build(),
         );
         let (ta, tb, tc) = (topologies.of(&a), topologies.of(&b), topologies.of(&c));
-        assert!(Rc::ptr_eq(&ta, &tb));
-        assert!(!Rc::ptr_eq(&ta, &tc));
+        assert!(Arc::ptr_eq(&ta, &tb));
+        assert!(!Arc::ptr_eq(&ta, &tc));
     }
 
     #[test]

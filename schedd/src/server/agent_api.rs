@@ -1,7 +1,7 @@
 //! The `NodeAgent` service: one bidirectional session per node agent.
 
-use crate::error::ApiError;
 use crate::shell::Cluster;
+use crate::state::agent_events::AgentReport;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
@@ -77,35 +77,31 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         let cluster = self.cluster.clone();
         tokio::spawn(async move {
             while let Some(msg) = inbound.next().await {
-                let res = match msg {
+                match msg {
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Started(s)),
-                    }) => cluster.job_started(&name, s.job_id, s.pid, s.time_ms).await,
+                    }) => {
+                        let started = AgentReport::Started {
+                            job_id: s.job_id,
+                            pid: s.pid,
+                            time: s.time_ms,
+                        };
+                        cluster.report(&name, session_id, started)
+                    }
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Finished(f)),
-                    }) => cluster.job_finished(&name, super::part_end(&f)).await,
+                    }) => {
+                        let ended = AgentReport::Finished(super::part_end(&f));
+                        cluster.report(&name, session_id, ended)
+                    }
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Heartbeat(h)),
-                    }) => {
-                        cluster.heartbeat(&name, &h.running_jobs);
-                        Ok(())
-                    }
-                    Ok(_) => Ok(()),
+                    }) => cluster.heartbeat(&name, &h.running_jobs),
+                    Ok(_) => {}
                     Err(e) => {
                         tracing::debug!(node = %name, "agent stream error: {e}");
                         break;
                     }
-                };
-                match res {
-                    Ok(()) => {}
-                    // The store cannot take the report now: end the session, so that the
-                    // agent registers again (resending what it has not had acknowledged) and
-                    // is let in once the store can take writes again.
-                    Err(ApiError::Unavailable(m)) => {
-                        tracing::warn!(node = %name, "agent report refused: {m}; ending the session");
-                        break;
-                    }
-                    Err(e) => tracing::error!(node = %name, "agent report failed: {e:?}"),
                 }
             }
             cluster.node_disconnected(&name, session_id);

@@ -1,7 +1,9 @@
 //! The `Ysched` service for local clients.
 
 use super::identity::owner_from_cred;
+use crate::error::ApiError;
 use crate::shell::Cluster;
+use crate::submit;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -43,7 +45,18 @@ impl pb::ysched_server::Ysched for ClientApi {
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("missing job spec"))?;
-        let id = self.cluster.submit(owner, home, spec).await?;
+        let wanted_tier = spec.tier.clone();
+        let submitted = match submit::validate(spec, &owner, self.cluster.config()) {
+            Ok(v) => v,
+            Err(ApiError::Denied(why)) => {
+                self.cluster
+                    .submit_refused(&owner, &wanted_tier, &why)
+                    .await?;
+                return Err(ApiError::Denied(why).into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let id = self.cluster.submit(owner, home, submitted).await?;
         Ok(Response::new(pb::SubmitReply { job_id: id.0 }))
     }
 
@@ -52,7 +65,10 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
-        let jobs = self.cluster.list_jobs(req.get_ref())?;
+        let filter = super::convert::job_filter(req.get_ref())?;
+        let jobs = self
+            .cluster
+            .list_jobs(&filter, ysched_common::convert::job_listing)?;
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
     }

@@ -1,9 +1,12 @@
 //! Wire messages to and from the agents, made from and into the state machine's domain types:
 //! the one place that knows both.
 
+use crate::error::ApiError;
+use crate::shell::JobFilter;
 use crate::state::agent_events::Registration;
 use crate::state::commands::{AgentCommand, LaunchOrder};
 use crate::state::lifecycle::PartEnd;
+use ysched_common::{JobId, JobState};
 use ysched_proto as pb;
 use ysched_proto::scheduler_message::Msg;
 
@@ -86,6 +89,11 @@ fn launch_job(order: &LaunchOrder) -> pb::LaunchJob {
         nodelist: order.nodelist.clone(),
         master_addr: order.master_addr.clone(),
         master_port: order.master_port,
+        // What the user asked for (`--mem`, `-c`) is the limit on every node of the job; 0
+        // (not asked) is no limit.
+        mem_bytes: spec.mem_mib.saturating_mul(1024 * 1024),
+        cpus: spec.cpus,
+        ..Default::default()
     }
 }
 
@@ -119,4 +127,21 @@ pub(crate) fn job_detail(d: &crate::shell::JobDetail) -> pb::JobDetail {
         job: Some(info),
         events: d.events.iter().map(Into::into).collect(),
     }
+}
+
+/// A listing request as a filter; an unknown state name is refused.
+pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
+    let states = req
+        .states
+        .iter()
+        .map(|s| {
+            JobState::parse(s).ok_or_else(|| ApiError::Invalid(format!("unknown job state '{s}'")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(JobFilter {
+        user: req.user.clone(),
+        ids: req.job_ids.iter().map(|id| JobId(*id)).collect(),
+        states,
+        all: req.all,
+    })
 }

@@ -1,12 +1,46 @@
 //! The caller's identity on the client socket, from the kernel's peer credentials.
 
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 use ysched_common::Owner;
 
+/// How long a looked-up identity is reused: the name service (passwd, group, perhaps LDAP
+/// through NSS) is asked at most this often per uid/gid pair, not on every request, and a
+/// change of groups applies within this time (as behind nscd or sssd, which cache longer).
+const IDENTITY_TTL: Duration = Duration::from_secs(5);
+
+type Identity = (Owner, Option<PathBuf>);
+
+/// Identities looked up, by uid and gid, with when.
+type Known = Mutex<HashMap<(u32, u32), (Instant, Identity)>>;
+
 /// Maps a uid/gid pair to user and group names; a uid without a passwd entry keeps its number.
-pub fn owner_from_cred(uid: u32, gid: u32) -> (Owner, Option<PathBuf>) {
+/// Answers are kept for [`IDENTITY_TTL`].
+pub fn owner_from_cred(uid: u32, gid: u32) -> Identity {
+    static KNOWN: OnceLock<Known> = OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    let now = Instant::now();
+    let lock = || known.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((at, identity)) = lock().get(&(uid, gid)) {
+        if now.duration_since(*at) < IDENTITY_TTL {
+            return identity.clone();
+        }
+    }
+    // Looked up without the lock: a slow name service stalls only this caller.
+    let identity = look_up(uid, gid);
+    let mut known = lock();
+    if known.len() >= 4096 {
+        known.clear();
+    }
+    known.insert((uid, gid), (now, identity.clone()));
+    identity
+}
+
+fn look_up(uid: u32, gid: u32) -> Identity {
     let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
     let name = user
         .as_ref()

@@ -90,19 +90,58 @@ impl Cluster {
         }
     }
 
-    pub async fn job_started(&self, name: &str, job_id: u64, pid: u32, time: i64) -> ApiResult<()> {
-        let (changed, _, ()) =
-            self.run_event(|rec| Ok((rec.job_started(name, job_id, pid, time), ())))?;
-        self.changed(changed);
-        Ok(())
+    /// An agent's report of a start or an end, from its session `session_id`. Reports are
+    /// applied in arrival order, those that arrived together as one event with one store
+    /// write (see [`Records::agent_reports`]); nobody waits for them: what must wait for the
+    /// write to be durable (the acknowledgement, launches and stops it leads to) leaves
+    /// through the outbox after the flush, and until then the agent keeps the report.
+    pub fn report(&self, node: &str, session_id: u64, report: AgentReport) {
+        let _ = self.reports_tx.send((node.to_string(), session_id, report));
     }
 
-    /// An agent reports a part's end (see [`Records::job_finished`]).
-    pub async fn job_finished(&self, name: &str, end: PartEnd) -> ApiResult<()> {
-        let limits = self.limits();
-        let (changed, wake, ()) =
-            self.run_event(|rec| Ok((rec.job_finished(name, &end, limits, now_ms()), ())))?;
-        self.settle_report(changed, wake);
-        Ok(())
+    pub(super) async fn report_loop(
+        self: Arc<Self>,
+        mut rx: mpsc::UnboundedReceiver<(String, u64, AgentReport)>,
+    ) {
+        /// Enough to take what a thousand agents send in a moment, small enough that one
+        /// event stays short under the lock.
+        const MOST_AT_ONCE: usize = 2048;
+        let mut arrived = Vec::with_capacity(MOST_AT_ONCE);
+        while rx.recv_many(&mut arrived, MOST_AT_ONCE).await > 0 {
+            let mut sessions: Vec<(String, u64)> = Vec::with_capacity(arrived.len());
+            let mut reports: Vec<(String, AgentReport)> = Vec::with_capacity(arrived.len());
+            for (node, session, report) in arrived.drain(..) {
+                sessions.push((node.clone(), session));
+                reports.push((node, report));
+            }
+            let limits = self.limits();
+            match self.run_event(|rec| Ok((rec.agent_reports(&reports, limits, now_ms()), ()))) {
+                Ok((changed, wake, ())) => self.settle_report(changed, wake),
+                // The store cannot take the reports now: end the sessions they came on, so
+                // that their agents register again (resending what they have not had
+                // acknowledged) and are let in once the store takes writes again.
+                Err(e) => {
+                    let mut ended = BTreeSet::new();
+                    for (node, session) in sessions {
+                        if ended.insert(node.clone()) {
+                            tracing::warn!(node = %node, "agent report refused: {e}; ending the session");
+                            self.end_session(&node, session);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends an agent's session from our side: it sees its command stream end and connects
+    /// again.
+    fn end_session(&self, name: &str, session_id: u64) {
+        let mut st = lock(&self.state);
+        if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
+            st.sessions.remove(name);
+            if let Some(n) = st.rec.nodes.get_mut(name) {
+                n.connected = false;
+            }
+        }
     }
 }

@@ -13,25 +13,23 @@
 
 mod agents;
 mod queries;
-pub use queries::JobDetail;
+pub use queries::{JobDetail, JobFilter};
 mod requests;
 mod scheduling;
 
 use crate::core::{self, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
-use crate::state::agent_events::{Limits, Registration};
+use crate::state::agent_events::{AgentReport, Limits, Registration};
 use crate::state::client_events::{audit_record, NewJob};
 use crate::state::commands::AgentCommand;
-use crate::state::lifecycle::PartEnd;
 use crate::state::{Effects, Records};
 use crate::store::{self, Store};
-use crate::submit;
+use crate::submit::{self, ValidSubmit};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{AuditRecord, Config, Job, JobId, JobState, Node, Owner};
-use ysched_proto as pb;
 
 /// sled fails for good after a failed flush (every later write fails until it is reopened),
 /// and the changes it could not flush are already in memory: the only safe state is the one on
@@ -64,6 +62,8 @@ pub struct State {
     /// Agent messages waiting for the next flush: never sent before the change they carry is
     /// durable, and sent in the order they were queued.
     outbox: Vec<(String, AgentCommand)>,
+    /// Node topologies for the submit-time check (the scheduling loop keeps its own).
+    topologies: core::Topologies,
 }
 
 pub struct Cluster {
@@ -79,6 +79,10 @@ pub struct Cluster {
     /// When this schedd started: a node's silence is counted from here at the earliest, so
     /// a schedd that was down longer than `node_timeout_secs` does not fail every job at start.
     started: i64,
+    /// Agents' start and end reports, applied in batches by one task (`report_loop`).
+    reports_tx: mpsc::UnboundedSender<(String, u64, AgentReport)>,
+    /// Node topologies kept between passes; lent to the pass while it runs (one at a time).
+    pass_topologies: std::sync::Mutex<core::Topologies>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -91,6 +95,7 @@ impl Cluster {
     pub fn start(config: Config, store: Store) -> Result<Arc<Cluster>, store::Error> {
         let rec = store.recover()?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         let cluster = Arc::new(Cluster {
             started: now_ms(),
             config,
@@ -104,11 +109,15 @@ impl Cluster {
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),
+                topologies: core::Topologies::default(),
             }),
             wake: Notify::new(),
             changes: broadcast::channel(4096).0,
             flush_tx,
+            reports_tx,
+            pass_topologies: Default::default(),
         });
+        tokio::spawn(cluster.clone().report_loop(reports_rx));
         tokio::spawn(cluster.clone().flush_loop(flush_rx));
         tokio::spawn(cluster.clone().schedule_loop());
         cluster.wake.notify_one();

@@ -4,28 +4,18 @@ use super::*;
 use crate::state::views::{node_view, NodeView};
 
 impl Cluster {
-    pub fn list_jobs(&self, req: &pb::ListJobsRequest) -> ApiResult<Vec<pb::JobInfo>> {
-        let states: Vec<JobState> = req
-            .states
-            .iter()
-            .map(|s| {
-                JobState::parse(s)
-                    .ok_or_else(|| ApiError::Invalid(format!("unknown job state '{s}'")))
-            })
-            .collect::<ApiResult<_>>()?;
-        let ids: BTreeSet<u64> = req.job_ids.iter().copied().collect();
-        let want = |j: &Job| {
-            (req.user.is_empty() || j.owner.user == req.user || j.owner.uid.to_string() == req.user)
-                && (ids.is_empty() || ids.contains(&j.id.0))
-                && (states.is_empty() || states.contains(&j.state))
-        };
+    /// The jobs `filter` selects, in id order, each as `entry` makes it (its wire form: built
+    /// straight from the record, so a listing of ten thousand jobs copies none).
+    pub fn list_jobs<T>(&self, filter: &JobFilter, entry: impl Fn(&Job) -> T) -> ApiResult<Vec<T>> {
+        let want = |j: &Job| filter.selects(j);
+        let listing = |j: &Job| (j.id, entry(j));
+        let ids = &filter.ids;
         // One consistent view: the active jobs are copied under the lock first, then the
         // finished ones are read from the store. A job ends by being written to the store
         // (finished) before it leaves memory, both under the lock, so a job missing from the
         // copy is already in the store; one that ends in between is in both, and the store's
         // (newer) record wins. Every job appears exactly once.
-        let listing = ysched_common::convert::job_listing;
-        let active: Vec<pb::JobInfo> = {
+        let active: Vec<(JobId, T)> = {
             let st = lock(&self.state);
             if ids.is_empty() {
                 st.rec
@@ -36,24 +26,24 @@ impl Cluster {
                     .collect()
             } else {
                 ids.iter()
-                    .filter_map(|id| st.rec.jobs.get(&JobId(*id)))
+                    .filter_map(|id| st.rec.jobs.get(id))
                     .filter(|j| want(j))
                     .map(listing)
                     .collect()
             }
         };
-        let finished: Vec<pb::JobInfo> = if !ids.is_empty() {
+        let finished: Vec<(JobId, T)> = if !ids.is_empty() {
             // Asked by id: look each one up, never scan the history.
             let mut found = Vec::new();
-            for id in &ids {
-                if let Some(j) = self.store.job(JobId(*id))? {
+            for id in ids {
+                if let Some(j) = self.store.job(*id)? {
                     if j.state.is_terminal() && want(&j) {
                         found.push(listing(&j));
                     }
                 }
             }
             found
-        } else if req.all || states.iter().any(|s| s.is_terminal()) {
+        } else if filter.all || filter.states.iter().any(|s| s.is_terminal()) {
             self.store
                 .finished_jobs()?
                 .iter()
@@ -64,23 +54,23 @@ impl Cluster {
             Vec::new()
         };
         if finished.is_empty() {
-            return Ok(active);
+            return Ok(active.into_iter().map(|(_, e)| e).collect());
         }
         // Both lists are in id order; a job that ended between the two reads is in both, and
         // its finished record (the newer one) is kept.
-        let ended: BTreeSet<u64> = finished.iter().map(|j| j.id).collect();
+        let ended: BTreeSet<JobId> = finished.iter().map(|(id, _)| *id).collect();
         let mut merged = Vec::with_capacity(active.len() + finished.len());
         let mut active = active
             .into_iter()
-            .filter(|j| !ended.contains(&j.id))
+            .filter(|(id, _)| !ended.contains(id))
             .peekable();
         for done in finished {
-            while let Some(j) = active.next_if(|j| j.id < done.id) {
-                merged.push(j);
+            while let Some(j) = active.next_if(|(id, _)| *id < done.0) {
+                merged.push(j.1);
             }
-            merged.push(done);
+            merged.push(done.1);
         }
-        merged.extend(active);
+        merged.extend(active.map(|(_, e)| e));
         Ok(merged)
     }
 
@@ -125,6 +115,25 @@ impl Cluster {
             .values()
             .map(|n| node_view(n, &st.rec.jobs))
             .collect()
+    }
+}
+
+/// Which jobs a listing shows; empty parts select everything.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// A user name or uid.
+    pub user: String,
+    pub ids: BTreeSet<JobId>,
+    pub states: Vec<JobState>,
+    /// Finished jobs too (they are shown anyway when `states` or `ids` ask for them).
+    pub all: bool,
+}
+
+impl JobFilter {
+    fn selects(&self, j: &Job) -> bool {
+        (self.user.is_empty() || j.owner.user == self.user || j.owner.uid.to_string() == self.user)
+            && (self.ids.is_empty() || self.ids.contains(&j.id))
+            && (self.states.is_empty() || self.states.contains(&j.state))
     }
 }
 

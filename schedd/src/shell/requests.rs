@@ -3,24 +3,27 @@
 use super::*;
 
 impl Cluster {
-    /// Validates, persists and acknowledges a submit. The id is returned only once the job is
-    /// durable.
+    /// Persists and acknowledges a checked submit (see `submit::validate`) if some node could
+    /// ever run it. The id is returned only once the job is durable.
     pub async fn submit(
         &self,
         owner: Owner,
         home: Option<std::path::PathBuf>,
-        spec: pb::JobSpec,
+        submitted: ValidSubmit,
     ) -> ApiResult<JobId> {
         // Looked at before the lock: a home on a hanging automount must stall only this caller.
         let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
-        let wanted_tier = spec.tier.clone();
-        let submitted = 'locked: {
+        let ValidSubmit {
+            spec,
+            payload,
+            grace_secs,
+        } = submitted;
+        let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
+        let (job, done) = {
             let mut st = lock(&self.state);
-            let (spec, payload, grace_secs) =
-                match submit::validate(spec, &owner, &self.config, &st.rec.nodes) {
-                    Ok(v) => v,
-                    Err(e) => break 'locked Err(e),
-                };
+            let st = &mut *st;
+            core::check_satisfiable_with(&spec, &st.rec.nodes, &mut st.topologies)
+                .map_err(ApiError::Invalid)?;
             let checkpoint_dir = |id: JobId| {
                 submit::checkpoint_dir_with(
                     &spec,
@@ -31,8 +34,8 @@ impl Cluster {
                 )
             };
             let new = NewJob {
-                owner: owner.clone(),
-                tier_value: self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0),
+                owner,
+                tier_value,
                 spec: spec.clone(),
                 payload,
                 grace_secs,
@@ -43,23 +46,7 @@ impl Cluster {
             self.store.apply(std::mem::take(&mut effects.batch))?;
             // The id is taken now; the job enters memory once it is durable.
             let done = st.rec.commit(effects);
-            Ok((job, done))
-        };
-        let (job, done) = match submitted {
-            Ok(v) => v,
-            Err(ApiError::Denied(msg)) => {
-                // Refused permissions are audited, durably, before the refusal is reported.
-                let detail = format!("submit to tier '{wanted_tier}': {msg}");
-                let record = audit_record(&owner, "submit_refused", None, detail, now_ms());
-                self.run_event(|_| {
-                    let mut effects = Effects::default();
-                    effects.audit(record);
-                    Ok((effects, ()))
-                })?;
-                self.commit().await?;
-                return Err(ApiError::Denied(msg));
-            }
-            Err(e) => return Err(e),
+            (job, done)
         };
         self.commit().await?;
         let id = job.id;
@@ -69,6 +56,24 @@ impl Cluster {
         }
         self.changed(done.changed);
         Ok(id)
+    }
+
+    /// Records, durably, a submit refused for want of permission (a tier's allow-list), before
+    /// the refusal is reported.
+    pub async fn submit_refused(
+        &self,
+        owner: &Owner,
+        wanted_tier: &str,
+        why: &str,
+    ) -> ApiResult<()> {
+        let detail = format!("submit to tier '{wanted_tier}': {why}");
+        let record = audit_record(owner, "submit_refused", None, detail, now_ms());
+        self.run_event(|_| {
+            let mut effects = Effects::default();
+            effects.audit(record);
+            Ok((effects, ()))
+        })?;
+        self.commit().await
     }
 
     /// Cancels jobs (see [`Records::cancel`]).

@@ -89,15 +89,26 @@ impl Cluster {
         let now = now_ms();
         let (jobs, nodes) = self.core_view();
         let tiers = self.config.tiers.clone();
-        let plan = tokio::task::spawn_blocking(move || {
+        let mut topologies = std::mem::take(
+            &mut *self
+                .pass_topologies
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let (plan, topologies) = tokio::task::spawn_blocking(move || {
             let snap = Snapshot {
                 jobs: &jobs,
                 nodes: &nodes,
             };
-            core::schedule(&snap, &Policy { tiers: &tiers }, now)
+            let plan = core::schedule_with(&snap, &Policy { tiers: &tiers }, now, &mut topologies);
+            (plan, topologies)
         })
         .await
         .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
+        *self
+            .pass_topologies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = topologies;
         let payload = |id: JobId| match self.store.payload(id) {
             Ok(p) => Some(Arc::new(p)),
             Err(e) => {

@@ -5,6 +5,7 @@ use super::commands::AgentCommand;
 use super::lifecycle::{self, PartEnd};
 use super::{Effects, Records};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use ysched_common::time::Millis;
 use ysched_common::{Gpu, Job, JobId, JobState, Node, StopReason, StopRequest};
 
@@ -104,58 +105,115 @@ fn apply_part_end(
     fx.wake = true;
 }
 
+/// What an agent reports about a job while its session runs.
+#[derive(Debug, Clone)]
+pub enum AgentReport {
+    /// The job's part on this node started (its shepherd's pid, the start time).
+    Started { job_id: u64, pid: u32, time: Millis },
+    /// The job's part on this node ended.
+    Finished(PartEnd),
+}
+
+/// Limits no start report needs.
+const NO_LIMITS: Limits = Limits {
+    max_requeues: 0,
+    max_launch_attempts: 0,
+};
+
+/// Its agent confirmed that the job's part on `node` started.
+fn apply_start(
+    work: &mut Working<'_>,
+    fx: &mut Effects,
+    node: &str,
+    job_id: u64,
+    pid: u32,
+    time: Millis,
+) {
+    let id = JobId(job_id);
+    let Some(job) = work.job(id) else {
+        return;
+    };
+    if job.launched || !job.alloc.iter().any(|a| a.node == node) {
+        work.forget_if_unchanged(id);
+        return;
+    }
+    job.launched = true;
+    job.launch_attempts = 0;
+    fx.event(id, time, "started", format!("on {node}, pid {pid}"));
+}
+
 impl Records {
     /// Its agent confirmed that the job's part on `node` started.
     pub fn job_started(&self, node: &str, job_id: u64, pid: u32, time: Millis) -> Effects {
-        let mut fx = Effects::default();
-        let Some(job) = self.jobs.get(&JobId(job_id)) else {
-            return fx;
-        };
-        if job.launched || !job.alloc.iter().any(|a| a.node == node) {
-            return fx;
-        }
-        let mut job = job.clone();
-        job.launched = true;
-        job.launch_attempts = 0;
-        fx.event(job.id, time, "started", format!("on {node}, pid {pid}"));
-        fx.put_job(job);
-        fx
+        let report = AgentReport::Started { job_id, pid, time };
+        self.agent_reports(&[(node.to_string(), report)], NO_LIMITS, time)
     }
 
     /// An agent reports that a part ended (see [`lifecycle::part_ended`]); the report is
     /// acknowledged once durable. A leftover process being killed (see `Node::killing`) that
     /// is now gone frees its node.
     pub fn job_finished(&self, node: &str, end: &PartEnd, limits: Limits, now: Millis) -> Effects {
-        let mut fx = Effects {
-            wake: true,
-            ..Effects::default()
-        };
-        self.leftover_gone(&mut fx, node, end, now);
+        let report = AgentReport::Finished(end.clone());
+        self.agent_reports(&[(node.to_string(), report)], limits, now)
+    }
+
+    /// Agents' reports, in the order they arrived, as one event: one store batch for them
+    /// all. Each sees what the ones before it did (a start and an end of the same job may
+    /// come together). Every end is acknowledged, after the flush that covers it.
+    pub fn agent_reports(
+        &self,
+        reports: &[(String, AgentReport)],
+        limits: Limits,
+        now: Millis,
+    ) -> Effects {
+        let mut fx = Effects::default();
         let mut work = Working::new(self);
-        apply_part_end(&mut work, &mut fx, node, end, limits, now);
+        let mut nodes: BTreeMap<&str, Node> = BTreeMap::new();
+        for (node, report) in reports {
+            match report {
+                AgentReport::Started { job_id, pid, time } => {
+                    apply_start(&mut work, &mut fx, node, *job_id, *pid, *time)
+                }
+                AgentReport::Finished(end) => {
+                    if let Some(n) = self.leftover_gone(&mut nodes, node, end) {
+                        let at = if end.end_time_ms > 0 {
+                            end.end_time_ms
+                        } else {
+                            now
+                        };
+                        let detail = format!("processes left on {n} are gone: {}", end.describe());
+                        fx.event(JobId(end.job_id), at, "leftover_gone", detail);
+                    }
+                    apply_part_end(&mut work, &mut fx, node, end, limits, now);
+                    fx.command(node, AgentCommand::Ack { job_id: end.job_id });
+                    fx.wake = true;
+                }
+            }
+        }
         work.finish(&mut fx);
-        fx.command(node, AgentCommand::Ack { job_id: end.job_id });
+        for node in nodes.into_values() {
+            fx.put_node(node);
+        }
         fx
     }
 
-    fn leftover_gone(&self, fx: &mut Effects, node: &str, end: &PartEnd, now: Millis) {
-        let Some(n) = self.nodes.get(node) else {
-            return;
-        };
-        if !n.killing.contains(&end.job_id) {
-            return;
+    /// Takes the ended job off the node's leftovers being killed, in the event's working
+    /// copy of the node; returns the node's name when it was one.
+    fn leftover_gone<'r>(
+        &self,
+        nodes: &mut BTreeMap<&'r str, Node>,
+        node: &'r str,
+        end: &PartEnd,
+    ) -> Option<&'r str> {
+        if !nodes.contains_key(node) {
+            let n = self.nodes.get(node)?;
+            if !n.killing.contains(&end.job_id) {
+                return None;
+            }
+            nodes.insert(node, n.clone());
         }
-        let mut n = n.clone();
-        n.killing.remove(&end.job_id);
-        let at = if end.end_time_ms > 0 {
-            end.end_time_ms
-        } else {
-            now
-        };
-        let detail = format!("processes left on {node} are gone: {}", end.describe());
-        fx.event(JobId(end.job_id), at, "leftover_gone", detail);
-        fx.put_node(n);
-        fx.wake = true;
+        let n = nodes.get_mut(node)?;
+        n.killing.remove(&end.job_id).then_some(node)
     }
 
     /// An agent (re)registered: its inventory replaces the node's (the drain reason stays),
@@ -181,7 +239,11 @@ impl Records {
             address: reg.address.clone(),
             cpus: reg.cpus,
             mem_mib: reg.mem_mib,
-            gpus: reg.gpus.clone(),
+            // The same inventory keeps the same list, and the scheduler its cached topology.
+            gpus: match prev {
+                Some(p) if *p.gpus == reg.gpus => Arc::clone(&p.gpus),
+                _ => Arc::new(reg.gpus.clone()),
+            },
             features: reg.features.clone(),
             drain_reason: prev.and_then(|p| p.drain_reason.clone()),
             connected: true,

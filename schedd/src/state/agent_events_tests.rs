@@ -1,6 +1,6 @@
 //! Registration, starts, ends and silent nodes as pure events.
 
-use super::agent_events::{Limits, Registration};
+use super::agent_events::{AgentReport, Limits, Registration};
 use super::lifecycle::PartEnd;
 use super::{AgentCommand, Records};
 use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
@@ -19,7 +19,7 @@ fn registration(running: &[u64], finished: Vec<PartEnd>) -> Registration {
         address: "10.0.0.1".into(),
         cpus: node.cpus,
         mem_mib: node.mem_mib,
-        gpus: node.gpus,
+        gpus: node.gpus.to_vec(),
         features: vec![],
         running_jobs: running.to_vec(),
         finished,
@@ -168,4 +168,65 @@ fn jobs_on_silent_nodes_end_and_their_live_parts_are_stopped() {
     assert_eq!(states, [(1, JobState::NodeFail), (2, JobState::Cancelled)]);
     assert_eq!(commands(&fx), ["n2:stop 1"]);
     assert!(fx.jobs[0].reason.contains("node n1 not responding"));
+}
+
+#[test]
+fn reports_batched_into_one_event_do_what_they_do_one_by_one() {
+    let mut starting = JobBuilder::new(1).running_on("n1", &[0]).build();
+    starting.launched = false;
+    let jobs = vec![
+        starting,
+        JobBuilder::new(2).running_on("n1", &[1]).build(),
+        JobBuilder::new(3).running_on("n2", &[0]).build(),
+    ];
+    let mut leftover_node = NodeBuilder::dgx("n2", 8, A100).build();
+    leftover_node.killing.insert(7);
+    let end = |job_id, exit_code| PartEnd {
+        job_id,
+        exit_code: Some(exit_code),
+        ..PartEnd::default()
+    };
+    let reports = vec![
+        (
+            "n1".to_string(),
+            AgentReport::Started {
+                job_id: 1,
+                pid: 9,
+                time: NOW,
+            },
+        ),
+        ("n1".to_string(), AgentReport::Finished(end(1, 0))),
+        ("n1".to_string(), AgentReport::Finished(end(2, 1))),
+        ("n2".to_string(), AgentReport::Finished(end(7, 0))),
+        ("n2".to_string(), AgentReport::Finished(end(3, 0))),
+    ];
+    let fresh = || {
+        let mut rec = Records::with_jobs(jobs.clone());
+        rec.nodes.insert("n2".into(), leftover_node.clone());
+        rec
+    };
+    let mut batched = fresh();
+    let fx = batched.agent_reports(&reports, LIMITS, NOW);
+    assert_eq!(fx.jobs.len(), 3, "each job written once");
+    let done = batched.commit(fx);
+    let mut one_by_one = fresh();
+    let mut acks = Vec::new();
+    for report in &reports {
+        let fx = one_by_one.agent_reports(std::slice::from_ref(report), LIMITS, NOW);
+        acks.extend(one_by_one.commit(fx).commands);
+    }
+    assert_eq!(batched.jobs, one_by_one.jobs);
+    assert!(batched.jobs.is_empty(), "all three ended");
+    assert_eq!(batched.nodes, one_by_one.nodes);
+    assert!(batched.nodes["n2"].killing.is_empty());
+    let names = |c: &[(String, AgentCommand)]| {
+        c.iter()
+            .map(|(n, c)| format!("{n}:{c:?}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&done.commands),
+        names(&acks),
+        "every end acknowledged, in order"
+    );
 }

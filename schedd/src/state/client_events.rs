@@ -3,6 +3,7 @@
 
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
+use std::sync::Arc;
 use ysched_common::time::Millis;
 use ysched_common::{AuditRecord, Job, JobId, JobState, Owner, StopReason, StopRequest};
 
@@ -266,8 +267,8 @@ impl Records {
             },
             reason: if held { "Held".into() } else { String::new() },
             checkpoint_dir: (new.checkpoint_dir)(id),
-            spec: new.spec,
-            owner: new.owner,
+            spec: Arc::new(new.spec),
+            owner: Arc::new(new.owner),
             tier_value: new.tier_value,
             alloc: vec![],
             restart_count: 0,

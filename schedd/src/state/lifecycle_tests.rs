@@ -146,7 +146,7 @@ fn a_preempted_victim_is_requeued_with_its_checkpoint_until_max_requeues() {
         .running_on("n1", &[0])
         .preempted_by(9)
         .build();
-    job.spec.no_requeue = true;
+    std::sync::Arc::make_mut(&mut job.spec).no_requeue = true;
     part_ended(&mut job, "n1", &exit(3, 0), 20, NOW);
     assert_eq!(job.state, JobState::Preempted);
 }

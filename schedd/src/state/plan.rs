@@ -9,7 +9,7 @@ use crate::store::Payload;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::time::Millis;
-use ysched_common::{AuditRecord, Job, JobId, JobState, NodeAlloc, PartsProgress};
+use ysched_common::{AuditRecord, JobId, JobState, NodeAlloc, PartsProgress};
 use ysched_common::{StopReason, StopRequest};
 
 /// A job's script and environment, read when it is placed (`None`: unreadable; the job stays
@@ -71,8 +71,20 @@ impl Records {
             fx.stop_parts(ev.victim, &nodes, ev.grace_secs, "preempt");
             fx.put_job(victim);
         }
-        // Rendezvous ports handed out by this plan, by rank-0 node.
-        let mut ports_now: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        // Rendezvous ports in use, by rank-0 node: those of running jobs (looked at once, not
+        // per placement: the records may hold a hundred thousand pending jobs), then those
+        // this plan hands out.
+        let mut ports_taken: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        if !plan.placements.is_empty() {
+            for j in self.jobs.values().filter(|j| j.state.holds_resources()) {
+                if let Some(rank0) = j.parts.nodelist.first() {
+                    ports_taken
+                        .entry(rank0.clone())
+                        .or_default()
+                        .insert(j.parts.master_port);
+                }
+            }
+        }
         for p in &plan.placements {
             let Some(job) = self.jobs.get(&p.job) else {
                 continue;
@@ -87,9 +99,9 @@ impl Records {
                 .get(&rank0)
                 .map(|n| n.address.clone())
                 .unwrap_or_default();
-            let taken_now = ports_now.entry(rank0.clone()).or_default();
-            let master_port = rendezvous_port(p.job, &rank0, &self.jobs, taken_now);
-            taken_now.insert(master_port);
+            let taken = ports_taken.entry(rank0.clone()).or_default();
+            let master_port = rendezvous_port(p.job, taken);
+            taken.insert(master_port);
             let mut job = job.clone();
             job.state = JobState::Running;
             job.alloc = p.alloc.clone();
@@ -125,28 +137,17 @@ impl Records {
     }
 }
 
-/// `MASTER_PORT` for a job whose rank 0 runs on `node`: from 20000–32767, below Linux's
+/// `MASTER_PORT` for a job whose rank 0 runs on a node where the jobs holding resources (and
+/// those placed by the same plan) use the ports `taken`: from 20000–32767, below Linux's
 /// ephemeral range (32768–60999) so the kernel never hands it to an outgoing connection, and
-/// different from the port of every other running job whose rank 0 is on the same node
-/// (`taken_now`: those placed by the same plan).
-pub fn rendezvous_port(
-    id: JobId,
-    node: &str,
-    jobs: &BTreeMap<JobId, Job>,
-    taken_now: &BTreeSet<u32>,
-) -> u32 {
+/// different from every one taken.
+pub fn rendezvous_port(id: JobId, taken: &BTreeSet<u32>) -> u32 {
     const FIRST: u32 = 20000;
     const SPAN: u32 = 12768;
-    let taken: BTreeSet<u32> = jobs
-        .values()
-        .filter(|j| j.id != id && j.state.holds_resources())
-        .filter(|j| j.parts.nodelist.first().is_some_and(|n| n == node))
-        .map(|j| j.parts.master_port)
-        .collect();
     let start = (id.0 % SPAN as u64) as u32;
     (0..SPAN)
         .map(|k| FIRST + (start + k) % SPAN)
-        .find(|p| !taken.contains(p) && !taken_now.contains(p))
+        .find(|p| !taken.contains(p))
         .unwrap_or(FIRST + start)
 }
 

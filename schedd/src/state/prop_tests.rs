@@ -3,7 +3,7 @@
 //! their invariants. No GPU is held twice, every allocation belongs to a job that holds
 //! resources, no finished job stays in memory, and no job waits holding GPUs.
 
-use super::agent_events::{Limits, Registration};
+use super::agent_events::{AgentReport, Limits, Registration};
 use super::client_events::NewJob;
 use super::lifecycle::PartEnd;
 use super::Records;
@@ -37,6 +37,12 @@ enum Op {
     },
     Started {
         pick: usize,
+    },
+    /// Several agents' reports as one event (the shell batches what arrived together): a
+    /// start and an end of one job, and an end of another.
+    Reports {
+        first: usize,
+        second: usize,
     },
     End {
         pick: usize,
@@ -73,6 +79,7 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Pass),
         (1usize..6).prop_map(|back| Op::StalePass { back }),
         any::<usize>().prop_map(|pick| Op::Started { pick }),
+        (any::<usize>(), any::<usize>()).prop_map(|(first, second)| Op::Reports { first, second }),
         (any::<usize>(), 0usize..3, -1i32..3, any::<bool>()).prop_map(
             |(pick, node, exit, stale)| Op::End {
                 pick,
@@ -132,7 +139,7 @@ fn registration(rec: &Records, node: &str, keep: u8, junk: u64) -> Registration 
         address: "10.0.0.1".into(),
         cpus: inventory.cpus,
         mem_mib: inventory.mem_mib,
-        gpus: inventory.gpus,
+        gpus: inventory.gpus.to_vec(),
         features: vec![],
         running_jobs: running,
         finished: vec![],
@@ -190,6 +197,32 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
                 return;
             };
             rec.job_started(&node, id.0, 42, now)
+        }
+        Op::Reports { first, second } => {
+            let mut reports = Vec::new();
+            for (n, start) in [(*first, true), (*second, false)] {
+                let Some(id) = pick(rec, n) else { continue };
+                let job = &rec.jobs[&id];
+                let Some(node) = job.alloc.first().map(|a| a.node.clone()) else {
+                    continue;
+                };
+                if start {
+                    let started = AgentReport::Started {
+                        job_id: id.0,
+                        pid: 42,
+                        time: now,
+                    };
+                    reports.push((node.clone(), started));
+                }
+                let end = PartEnd {
+                    job_id: id.0,
+                    exit_code: Some(0),
+                    restart_count: job.restart_count,
+                    ..PartEnd::default()
+                };
+                reports.push((node, AgentReport::Finished(end)));
+            }
+            rec.agent_reports(&reports, LIMITS, now)
         }
         Op::End {
             pick: n,

@@ -89,12 +89,18 @@ pub struct Batch {
 
 impl Batch {
     pub fn put_job(&mut self, job: &Job) {
-        let mut slim = job.clone();
-        slim.spec.script.clear();
-        slim.spec.env.clear();
         self.jobs.push(job.id.0.to_be_bytes().to_vec());
-        self.job_values
-            .push(serde_json::to_vec(&slim).expect("job serializes"));
+        // Script and environment live in `payloads`; a job record never repeats them.
+        let value = if job.spec.script.is_empty() && job.spec.env.is_empty() {
+            serde_json::to_vec(job)
+        } else {
+            let mut slim = job.clone();
+            let spec = std::sync::Arc::make_mut(&mut slim.spec);
+            spec.script.clear();
+            spec.env.clear();
+            serde_json::to_vec(&slim)
+        };
+        self.job_values.push(value.expect("job serializes"));
     }
 
     pub fn put_payload(&mut self, id: JobId, payload: &Payload) {
@@ -163,6 +169,10 @@ fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T>
         source,
     })
 }
+
+/// Event keys are the job id, then an increasing number: this bit and a store-wide id (from
+/// `sled::Db::generate_id`), or a per-job sequence number in stores written before.
+const EVENT_ID_BASE: u64 = 1 << 63;
 
 fn event_key(id: JobId, seq: u64) -> [u8; 16] {
     let mut k = [0u8; 16];
@@ -244,30 +254,17 @@ impl Store {
         if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Injected);
         }
-        // Event sequence numbers: continue after the job's last event.
-        let mut seqs: BTreeMap<JobId, u64> = BTreeMap::new();
-        for (id, _) in &batch.events {
-            if !seqs.contains_key(id) {
-                let next = self
-                    .events
-                    .scan_prefix(id.0.to_be_bytes())
-                    .keys()
-                    .next_back()
-                    .transpose()?
-                    .map(|k| u64::from_be_bytes(k[8..16].try_into().unwrap_or([0; 8])) + 1)
-                    .unwrap_or(0);
-                seqs.insert(*id, next);
-            }
-        }
         let mut audit = Vec::with_capacity(batch.audit.len());
         for rec in &batch.audit {
             audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
         }
         let mut events = Vec::with_capacity(batch.events.len());
         for (id, ev) in &batch.events {
-            let seq = seqs.get_mut(id).expect("seeded above");
-            events.push((event_key(*id, *seq), serde_json::to_vec(ev).expect("event")));
-            *seq += 1;
+            // The store's own increasing ids order a job's events without reading its last
+            // one first. The top bit puts them after the per-job sequence numbers that
+            // stores written by earlier versions hold.
+            let seq = EVENT_ID_BASE | self.db.generate_id()?;
+            events.push((event_key(*id, seq), serde_json::to_vec(ev).expect("event")));
         }
         let res: std::result::Result<(), TransactionError<()>> = (
             &self.jobs,
@@ -401,16 +398,16 @@ mod tests {
     fn job(id: u64, state: JobState) -> Job {
         Job {
             id: JobId(id),
-            spec: JobSpec {
+            spec: std::sync::Arc::new(JobSpec {
                 script: "#!/bin/sh\ntrue\n".into(),
                 ..Default::default()
-            },
-            owner: Owner {
+            }),
+            owner: std::sync::Arc::new(Owner {
                 uid: 0,
                 gid: 0,
                 user: "root".into(),
                 groups: vec![],
-            },
+            }),
             tier_value: 1000,
             state,
             reason: String::new(),

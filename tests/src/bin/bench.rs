@@ -360,7 +360,243 @@ fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     ]
 }
 
-/// `bench [cluster|preempt|core|fleet]...`: the named groups of figures; all but `fleet` by
+/// Submits `n` jobs made by `spec(i)` through the API from 64 clients at once.
+fn submit_all(
+    rt: &tokio::runtime::Runtime,
+    c: &TestCluster,
+    n: usize,
+    spec: impl Fn(usize) -> pb::JobSpec + Send + Sync + 'static,
+) {
+    let spec = std::sync::Arc::new(spec);
+    rt.block_on(async {
+        let per = n.div_ceil(64);
+        let mut tasks = Vec::new();
+        for k in 0..64 {
+            let sock = c.socket();
+            let spec = spec.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut client = ysub::client::connect(&sock).await.unwrap();
+                for i in k * per..((k + 1) * per).min(n) {
+                    client
+                        .submit(pb::SubmitRequest {
+                            spec: Some(spec(i)),
+                        })
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
+
+/// The loaded cluster of issue 8: `FLEET_NODES` (1,000) simulated 8-GPU agents kept full by
+/// one-GPU jobs that end and are replaced (20–120 s each), and `LOADED_PENDING` (100,000)
+/// pending jobs of two tiers and several shapes behind them, so that every job end starts a
+/// pass over the whole queue. Measured meanwhile: what users wait for.
+fn loaded(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
+    use std::sync::atomic::Ordering;
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (n_nodes, n_pending) = (env("FLEET_NODES", 1000), env("LOADED_PENDING", 100_000));
+    let c = TestCluster::start(vec![]);
+    let read = |f: &str| std::fs::read_to_string(c.dir.path().join(f)).unwrap();
+    let config = ysched_tests::fleet::FleetConfig {
+        schedd: format!("127.0.0.1:{}", c.port),
+        ca_cert_pem: read("cluster-ca.crt"),
+        cluster_key: read("cluster.key").trim().to_string(),
+        nodes: n_nodes,
+        gpus_per_node: 8,
+        default_duration: Duration::from_secs(60),
+        heartbeat: Duration::from_secs(2),
+    };
+    let stats = rt.block_on(async { ysched_tests::fleet::start(config) });
+    wait_until(Duration::from_secs(120), "the fleet registers", || {
+        stats.registered.load(Ordering::Relaxed) >= n_nodes as u64
+    });
+    let work = c.work.to_string_lossy().into_owned();
+    let job = move |tier: &str, gpus: u32, nodes: u32, duration_ms: usize| {
+        let mut spec = held_spec(&work);
+        spec.hold = false;
+        spec.tier = tier.into();
+        spec.gpus = gpus;
+        spec.nodes = nodes;
+        spec.env
+            .insert("YS_SIM_DURATION_MS".into(), duration_ms.to_string());
+        spec
+    };
+    let t = Instant::now();
+    let fill = n_nodes * 8;
+    let filler = job.clone();
+    submit_all(rt, &c, fill, move |i| {
+        filler("low", 1, 1, 20_000 + (i * 7919) % 100_000)
+    });
+    wait_until(Duration::from_secs(600), "the cluster fills", || {
+        stats.started.load(Ordering::Relaxed) >= fill as u64
+    });
+    println!(
+        "  ({n_nodes} nodes full with {fill} jobs in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let queued = job.clone();
+    submit_all(rt, &c, n_pending, move |i| {
+        let (gpus, nodes) = match i % 50 {
+            0 => (16, 2),
+            k if k % 7 == 0 => (8, 1),
+            k if k % 3 == 0 => (4, 1),
+            k if k % 2 == 0 => (2, 1),
+            _ => (1, 1),
+        };
+        queued(
+            if i % 3 == 0 { "medium" } else { "low" },
+            gpus,
+            nodes,
+            30_000,
+        )
+    });
+    println!(
+        "  ({n_pending} jobs queued behind them in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    // Another user's few jobs, for `yq -u`.
+    for _ in 0..5 {
+        let out = c.run_as(
+            65534,
+            65534,
+            "ysub",
+            &["--hold", "--wrap", "true", "-D", "/tmp"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let submit_ms = rt.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        let mut lat = Vec::new();
+        for _ in 0..200 {
+            let spec = job("medium", 1, 1, 30_000);
+            let t = Instant::now();
+            client
+                .submit(pb::SubmitRequest { spec: Some(spec) })
+                .await
+                .unwrap();
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        lat
+    });
+    let timed = |args: &[&str]| {
+        let t = Instant::now();
+        let out = c.run("yq", args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let mut yq_ms: Vec<f64> = (0..30).map(|_| timed(&["-u", "nobody"])).collect();
+    // The job at the end of the queue: explaining it replays the whole queue ahead of it.
+    let last = c.submit(&["--hold", "--wrap", "true"]);
+    let hold_release = c.run("yctl", &["release", &last.to_string()]);
+    assert!(hold_release.status.success(), "{}", stderr(&hold_release));
+    let mut show_ms: Vec<f64> = (0..30)
+        .map(|_| {
+            let t = Instant::now();
+            let out = c.run("yctl", &["show", "job", &last.to_string()]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let rss = rss_mib(c.schedd_pid().unwrap());
+    println!(
+        "  (meanwhile {} jobs ended; submit p50 {:.1} ms; yq -u p50 {:.1} ms; show job p50 {:.1} ms)",
+        stats.finished.load(Ordering::Relaxed),
+        percentile(&mut submit_ms.clone(), 0.5),
+        percentile(&mut yq_ms.clone(), 0.5),
+        percentile(&mut show_ms.clone(), 0.5),
+    );
+    let mut submit_ms = submit_ms;
+    vec![
+        Figure {
+            name: "loaded: one API submit (p99)",
+            value: percentile(&mut submit_ms, 0.99),
+            unit: "ms",
+            target: 50.0,
+            higher_is_better: false,
+        },
+        Figure {
+            name: "loaded: `yq -u USER` (p99)",
+            value: percentile(&mut yq_ms, 0.99),
+            unit: "ms",
+            target: 100.0,
+            higher_is_better: false,
+        },
+        Figure {
+            name: "loaded: `yctl show job`, last in queue (p99)",
+            value: percentile(&mut show_ms, 0.99),
+            unit: "ms",
+            target: 100.0,
+            higher_is_better: false,
+        },
+        Figure {
+            name: "loaded: schedd RSS",
+            value: rss,
+            unit: "MiB",
+            target: 300.0,
+            higher_is_better: false,
+        },
+    ]
+}
+
+/// End-to-end throughput on two real `noded` agents: `THROUGHPUT_JOBS` (2,000) jobs running
+/// `true` (no GPUs), submitted by 64 API clients, counted until every one has ended
+/// COMPLETED. Each is a real shepherd and a real job process with their spool records.
+fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
+    let n: usize = std::env::var("THROUGHPUT_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let c = TestCluster::start(vec![
+        FakeNode::uniform("n1", 8, A100),
+        FakeNode::uniform("n2", 8, A100),
+    ]);
+    let work = c.work.display().to_string();
+    let t = Instant::now();
+    submit_all(rt, &c, n, move |_| {
+        let mut spec = held_spec(&work);
+        spec.hold = false;
+        spec
+    });
+    let completed = || {
+        rt.block_on(async {
+            let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+            let listing = client
+                .list_jobs(pb::ListJobsRequest {
+                    states: vec!["COMPLETED".into()],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            listing.into_inner().jobs.len()
+        })
+    };
+    wait_until(Duration::from_secs(600), "every job completes", || {
+        std::thread::sleep(Duration::from_millis(100));
+        completed() >= n
+    });
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    vec![Figure {
+        name: "2 real agents: `true` jobs submitted, run, ended /s",
+        value: rate,
+        unit: "/s",
+        target: 1000.0,
+        higher_is_better: true,
+    }]
+}
+
+/// `bench [cluster|preempt|core|fleet|loaded|throughput]...`: the named groups of figures; all but `fleet` by
 /// default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -378,6 +614,12 @@ fn main() {
     }
     if groups.iter().any(|g| g == "fleet") {
         figures.extend(fleet(&rt));
+    }
+    if groups.iter().any(|g| g == "throughput") {
+        figures.extend(throughput(&rt));
+    }
+    if groups.iter().any(|g| g == "loaded") {
+        figures.extend(loaded(&rt));
     }
     if want("core") {
         for (name, value, unit, target, higher_is_better) in ysched_tests::core_bench::run() {

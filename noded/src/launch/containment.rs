@@ -1,0 +1,548 @@
+//! How noded holds on to every process of a job: what it finds on the host at start, and the
+//! cgroups it creates for each job.
+//!
+//! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the controller-less
+//! `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,
+//! `<root>/job_<id>`. A process cannot leave it (setsid, double forks and daemons stay in),
+//! so a stop reaches all of them and the job is over when the cgroup is empty. The job's
+//! limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to a
+//! cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
+//! own cgroup there.
+//!
+//! The root is `node.cgroup_root`, else detected: where systemd delegated a subtree to noded
+//! (`Delegate=yes` with `DelegateSubgroup=`, noded running in a subgroup of its unit's cgroup,
+//! which carries systemd's `trusted.delegate` mark), the unit's cgroup; otherwise `ysched` at
+//! the top of the v2 hierarchy.
+//!
+//! Without a usable v2 hierarchy (none mounted, read-only, not ours to write), jobs fall back
+//! to their process group, as before cgroups: what leaves the group escapes, and no limit is
+//! enforced.
+
+use super::cgroup::{self, write_setting, JobCgroup};
+use mountinfo::{parse_mount, Mount};
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use ysched_common::config::NO_CGROUPS;
+
+/// The directory created at the top of the v2 hierarchy (and under noded's v1 cgroups) when
+/// no delegated subtree is found.
+const DEFAULT_ROOT_NAME: &str = "ysched";
+/// `cpu.max` and `cpu.cfs_period_us`: the quota is counted per 100 ms.
+const CPU_PERIOD_US: u64 = 100_000;
+/// How many cgroups named after one job id may be tried: another noded on the same host
+/// (tests, or a second agent) may use the same root and job ids.
+const NAME_ATTEMPTS: u32 = 100;
+
+/// `node.cgroup_root`, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupRoot {
+    /// Empty: detect.
+    Detect,
+    /// `"none"`: process groups only.
+    Disabled,
+    At(PathBuf),
+}
+
+impl CgroupRoot {
+    pub fn from_config(value: &str) -> CgroupRoot {
+        match value {
+            "" => CgroupRoot::Detect,
+            NO_CGROUPS => CgroupRoot::Disabled,
+            path => CgroupRoot::At(PathBuf::from(path)),
+        }
+    }
+}
+
+/// What noded uses to hold each job's processes together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Containment {
+    Cgroups(CgroupLayout),
+    /// No usable cgroups, for this reason.
+    ProcessGroups {
+        reason: String,
+    },
+}
+
+/// Where jobs' cgroups go and which limits can be enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLayout {
+    /// The v2 directory holding the jobs' cgroups.
+    pub root: PathBuf,
+    /// `root` as `/proc/<pid>/cgroup` names it.
+    pub root_name: String,
+    pub memory: LimitSource,
+    pub cpu: LimitSource,
+    pub pids: LimitSource,
+    /// `node.job_pids_max`; 0: none.
+    pub pids_max: u64,
+}
+
+/// Where one kind of limit is enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitSource {
+    /// By the controller in the v2 hierarchy (enabled for the root's children).
+    V2,
+    /// By a v1 controller hierarchy: the job's cgroup there goes under this directory.
+    V1(PathBuf),
+    /// Not at all, for this reason.
+    Unavailable(String),
+}
+
+/// A job's limits on this node; 0 is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobLimits {
+    pub mem_bytes: u64,
+    pub cpus: u32,
+}
+
+impl Containment {
+    /// Finds the cgroup hierarchy and prepares the root (created, controllers enabled for its
+    /// children), or says why jobs get process groups only. Needs root for the usual paths.
+    pub fn set_up(setting: &CgroupRoot, pids_max: u64) -> Containment {
+        if *setting == CgroupRoot::Disabled {
+            return Containment::ProcessGroups {
+                reason: format!("node.cgroup_root = \"{NO_CGROUPS}\""),
+            };
+        }
+        let host = match HostCgroups::read() {
+            Ok(host) => host,
+            Err(e) => {
+                return Containment::ProcessGroups {
+                    reason: format!("cannot read this process's cgroups from /proc: {e}"),
+                }
+            }
+        };
+        match host.set_up(setting, pids_max) {
+            Ok(layout) => Containment::Cgroups(layout),
+            Err(reason) => Containment::ProcessGroups { reason },
+        }
+    }
+
+    pub fn layout(&self) -> Option<&CgroupLayout> {
+        match self {
+            Containment::Cgroups(layout) => Some(layout),
+            Containment::ProcessGroups { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Containment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Containment::Cgroups(layout) => {
+                write!(
+                    f,
+                    "cgroups: each job in its own cgroup under {} (cgroup v2); ",
+                    layout.root.display()
+                )?;
+                let limit = |what: &str, source: &LimitSource| match source {
+                    LimitSource::V2 => format!("{what} limits by cgroup v2"),
+                    LimitSource::V1(base) => {
+                        format!("{what} limits by cgroup v1 ({})", base.display())
+                    }
+                    LimitSource::Unavailable(why) => format!("no {what} limits ({why})"),
+                };
+                write!(
+                    f,
+                    "{}, {}, {}",
+                    limit("memory", &layout.memory),
+                    limit("CPU", &layout.cpu),
+                    limit("process", &layout.pids)
+                )
+            }
+            Containment::ProcessGroups { reason } => write!(
+                f,
+                "process groups only ({reason}): a process that leaves its job's process group \
+                 (setsid, daemonizing) escapes stops and time limits, and memory, CPU and \
+                 process limits are not enforced"
+            ),
+        }
+    }
+}
+
+impl CgroupLayout {
+    /// Creates the cgroups of one job, with its limits, and returns them for its plan. The
+    /// error is the message for `JobFinished.error`.
+    pub fn create_job_cgroup(&self, job_id: u64, limits: JobLimits) -> Result<JobCgroup, String> {
+        let v1_bases = self.v1_bases();
+        for attempt in 1..=NAME_ATTEMPTS {
+            let name = if attempt == 1 {
+                format!("job_{job_id}")
+            } else {
+                format!("job_{job_id}-{attempt}")
+            };
+            let cgroup = JobCgroup {
+                dir: self.root.join(&name),
+                name: format!("{}/{name}", self.root_name.trim_end_matches('/')),
+                v1_dirs: v1_bases.iter().map(|base| base.join(&name)).collect(),
+            };
+            match create_all(&cgroup) {
+                Ok(true) => {}
+                // Taken, by another noded on this host or a leftover: try the next name.
+                Ok(false) => continue,
+                Err(e) => return Err(format!("cannot create the job's cgroup: {e}")),
+            }
+            if let Err(e) = self.apply_limits(&cgroup, limits) {
+                let _ = cgroup.remove();
+                return Err(format!("cannot set the job's limits: {e}"));
+            }
+            return Ok(cgroup);
+        }
+        Err(format!(
+            "cannot create the job's cgroup: job_{job_id} to job_{job_id}-{NAME_ATTEMPTS} all \
+             exist in {}",
+            self.root.display()
+        ))
+    }
+
+    /// The distinct v1 directories jobs' cgroups go under.
+    fn v1_bases(&self) -> Vec<PathBuf> {
+        let mut bases = Vec::new();
+        for source in [&self.memory, &self.cpu, &self.pids] {
+            if let LimitSource::V1(base) = source {
+                if !bases.contains(base) {
+                    bases.push(base.clone());
+                }
+            }
+        }
+        bases
+    }
+
+    /// The job's directory for one kind of limit, if it is enforced.
+    fn limit_dir(&self, cgroup: &JobCgroup, source: &LimitSource) -> Option<PathBuf> {
+        match source {
+            LimitSource::V2 => Some(cgroup.dir.clone()),
+            LimitSource::V1(base) => {
+                let name = cgroup.dir.file_name()?;
+                Some(base.join(name))
+            }
+            LimitSource::Unavailable(_) => None,
+        }
+    }
+
+    fn apply_limits(&self, cgroup: &JobCgroup, limits: JobLimits) -> io::Result<()> {
+        if limits.mem_bytes > 0 {
+            if let Some(dir) = self.limit_dir(cgroup, &self.memory) {
+                let bytes = limits.mem_bytes.to_string();
+                if self.memory == LimitSource::V2 {
+                    write_setting(&dir, "memory.max", &bytes)?;
+                    // The limit is on memory; swapping would get around it.
+                    if dir.join("memory.swap.max").exists() {
+                        write_setting(&dir, "memory.swap.max", "0")?;
+                    }
+                } else {
+                    write_setting(&dir, "memory.limit_in_bytes", &bytes)?;
+                    // memory + swap, set after memory (it may not be below it).
+                    if dir.join("memory.memsw.limit_in_bytes").exists() {
+                        write_setting(&dir, "memory.memsw.limit_in_bytes", &bytes)?;
+                    }
+                }
+            }
+        }
+        if limits.cpus > 0 {
+            if let Some(dir) = self.limit_dir(cgroup, &self.cpu) {
+                let quota = (u64::from(limits.cpus) * CPU_PERIOD_US).to_string();
+                if self.cpu == LimitSource::V2 {
+                    write_setting(&dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
+                } else {
+                    write_setting(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                    write_setting(&dir, "cpu.cfs_quota_us", &quota)?;
+                }
+            }
+        }
+        if self.pids_max > 0 {
+            if let Some(dir) = self.limit_dir(cgroup, &self.pids) {
+                write_setting(&dir, "pids.max", &self.pids_max.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Creates the job's v2 and v1 directories. `Ok(false)`: one of them exists already, and is
+/// not a stale leftover (what this call created is removed again).
+fn create_all(cgroup: &JobCgroup) -> io::Result<bool> {
+    let mut created: Vec<&Path> = Vec::new();
+    for dir in std::iter::once(&cgroup.dir).chain(&cgroup.v1_dirs) {
+        let mut made = std::fs::create_dir(dir);
+        if made
+            .as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
+            && remove_if_stale(dir)
+        {
+            made = std::fs::create_dir(dir);
+        }
+        match made {
+            Ok(()) => created.push(dir),
+            Err(e) => {
+                for made in created.iter().rev() {
+                    let _ = std::fs::remove_dir(made);
+                }
+                return match e.kind() {
+                    io::ErrorKind::AlreadyExists => Ok(false),
+                    _ => Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create {}: {e}", dir.display()),
+                    )),
+                };
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Removes the job cgroup `dir` if it is a leftover: empty, and created long enough ago that
+/// no launch can still be about to move a job into it (a shepherd killed with its job, a
+/// crash). Whether it was removed.
+fn remove_if_stale(dir: &Path) -> bool {
+    const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+    let old_enough = std::fs::metadata(dir)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|created| created.elapsed().ok())
+        .is_some_and(|age| age > STALE_AFTER);
+    let empty = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .is_ok_and(|procs| procs.trim().is_empty());
+    old_enough && empty && std::fs::remove_dir(dir).is_ok()
+}
+
+/// This process's cgroup hierarchies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct HostCgroups {
+    mounts: Vec<Mount>,
+    /// The v2 line of `/proc/self/cgroup`.
+    own_v2: Option<String>,
+    /// The v1 lines: controllers and path.
+    own_v1: Vec<(Vec<String>, String)>,
+}
+
+impl HostCgroups {
+    fn read() -> io::Result<HostCgroups> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let own = std::fs::read_to_string("/proc/self/cgroup")?;
+        Ok(HostCgroups::parse(&mountinfo, &own))
+    }
+
+    fn parse(mountinfo: &str, proc_cgroup: &str) -> HostCgroups {
+        let mounts = mountinfo
+            .lines()
+            .filter_map(parse_mount)
+            .filter(|m| m.fstype == "cgroup2" || m.fstype == "cgroup")
+            .collect();
+        let own_v2 = cgroup::v2_path(proc_cgroup).map(str::to_string);
+        let own_v1 = proc_cgroup
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                (!controllers.is_empty()).then(|| {
+                    let controllers = controllers.split(',').map(str::to_string).collect();
+                    (controllers, path.to_string())
+                })
+            })
+            .collect();
+        HostCgroups {
+            mounts,
+            own_v2,
+            own_v1,
+        }
+    }
+
+    /// The v2 hierarchy: at `/sys/fs/cgroup` or `/sys/fs/cgroup/unified` if mounted there.
+    fn v2_mount(&self) -> Option<&Mount> {
+        let v2 = || self.mounts.iter().filter(|m| m.fstype == "cgroup2");
+        ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .iter()
+            .find_map(|preferred| v2().find(|m| m.point == Path::new(preferred)))
+            .or_else(|| v2().next())
+    }
+
+    fn set_up(&self, setting: &CgroupRoot, pids_max: u64) -> Result<CgroupLayout, String> {
+        let v2 = self
+            .v2_mount()
+            .ok_or("no cgroup v2 hierarchy is mounted (a cgroup v1-only host)")?;
+        if v2.read_only {
+            return Err(format!(
+                "the cgroup v2 hierarchy at {} is mounted read-only",
+                v2.point.display()
+            ));
+        }
+        self.check_own_cgroup_is_visible(v2)?;
+        let root = match setting {
+            CgroupRoot::At(path) => {
+                if !path.starts_with(&v2.point) || path == &v2.point {
+                    return Err(format!(
+                        "node.cgroup_root {} is not below the cgroup v2 hierarchy at {}",
+                        path.display(),
+                        v2.point.display()
+                    ));
+                }
+                path.clone()
+            }
+            _ => detected_root(&v2.point, self.own_v2.as_deref(), has_delegate_mark),
+        };
+        std::fs::create_dir_all(&root)
+            .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        if !root.join("cgroup.procs").exists() {
+            return Err(format!("{} is not a cgroup", root.display()));
+        }
+        nix::unistd::access(&root, nix::unistd::AccessFlags::W_OK)
+            .map_err(|e| format!("cannot write {}: {e}", root.display()))?;
+        let relative = root.strip_prefix(&v2.point).unwrap_or(Path::new(""));
+        let root_name = Path::new(&v2.root)
+            .join(relative)
+            .to_string_lossy()
+            .into_owned();
+
+        let source = |controller: &str| -> LimitSource {
+            let v2_error = match enable_v2_controller(&v2.point, &root, controller) {
+                Ok(()) => return LimitSource::V2,
+                Err(e) => e,
+            };
+            match self.v1_base(controller) {
+                Ok(base) => LimitSource::V1(base),
+                Err(v1_error) => LimitSource::Unavailable(format!("{v2_error}; {v1_error}")),
+            }
+        };
+        Ok(CgroupLayout {
+            memory: source("memory"),
+            cpu: source("cpu"),
+            pids: if pids_max > 0 {
+                source("pids")
+            } else {
+                LimitSource::Unavailable("node.job_pids_max is 0".into())
+            },
+            root,
+            root_name,
+            pids_max,
+        })
+    }
+
+    /// Jobs' processes are recognised by the cgroup `/proc/<pid>/cgroup` names; that name must
+    /// lead to the same directory under the mount, or stops would miss them. It does not when
+    /// the mount shows another part of the hierarchy than this process's cgroup namespace.
+    fn check_own_cgroup_is_visible(&self, v2: &Mount) -> Result<(), String> {
+        let own = self.own_v2.as_deref().unwrap_or("");
+        let relative = Path::new(own)
+            .strip_prefix(&v2.root)
+            .unwrap_or(Path::new(own));
+        let procs = v2.point.join(relative).join("cgroup.procs");
+        let me = std::process::id().to_string();
+        let listed = std::fs::read_to_string(&procs)
+            .is_ok_and(|pids| pids.lines().any(|pid| pid.trim() == me));
+        if listed {
+            Ok(())
+        } else {
+            Err(format!(
+                "this process's cgroup {own:?} is not at {} (is the cgroup v2 hierarchy mounted \
+                 from another cgroup namespace?)",
+                procs.display()
+            ))
+        }
+    }
+
+    /// The directory jobs' cgroups go under in the v1 hierarchy of `controller`: `ysched`
+    /// in noded's own cgroup there (created).
+    fn v1_base(&self, controller: &str) -> Result<PathBuf, String> {
+        let mount = self
+            .mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup" && m.super_options.iter().any(|o| o == controller))
+            .ok_or_else(|| format!("no cgroup v1 {controller} hierarchy"))?;
+        if mount.read_only {
+            return Err(format!("{} is mounted read-only", mount.point.display()));
+        }
+        let own = self
+            .own_v1
+            .iter()
+            .find(|(controllers, _)| controllers.iter().any(|c| c == controller))
+            .map_or("/", |(_, path)| path.as_str());
+        // The path is relative to the hierarchy's root, of which the mount may show a subtree.
+        let own = Path::new(own)
+            .strip_prefix(&mount.root)
+            .unwrap_or(Path::new(own));
+        let base = mount
+            .point
+            .join(own.strip_prefix("/").unwrap_or(own))
+            .join(DEFAULT_ROOT_NAME);
+        std::fs::create_dir_all(&base)
+            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        Ok(base)
+    }
+}
+
+/// The root when `node.cgroup_root` is empty: the cgroup systemd delegated to noded's unit
+/// when noded runs in a subgroup of it (jobs' cgroups become siblings of noded's), else
+/// `ysched` at the top of the hierarchy.
+fn detected_root(mount: &Path, own: Option<&str>, is_delegated: impl Fn(&Path) -> bool) -> PathBuf {
+    let own = own.map(|own| own.trim_start_matches('/')).unwrap_or("");
+    if !own.is_empty() {
+        if let Some(parent) = mount.join(own).parent() {
+            if parent != mount && is_delegated(parent) {
+                return parent.to_owned();
+            }
+        }
+    }
+    mount.join(DEFAULT_ROOT_NAME)
+}
+
+/// Whether systemd delegated the cgroup `dir` (`Delegate=yes`): it marks such cgroups with the
+/// extended attribute `trusted.delegate` (and, since v253, `user.delegate`) set to "1".
+fn has_delegate_mark(dir: &Path) -> bool {
+    let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    [c"trusted.delegate", c"user.delegate"].iter().any(|name| {
+        let mut value = [0u8; 4];
+        // SAFETY: getxattr writes at most `value.len()` bytes into the live local buffer.
+        let len = unsafe {
+            libc::getxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        len == 1 && value[0] == b'1'
+    })
+}
+
+/// Makes `controller` available to the children of `root`: enabled in `cgroup.subtree_control`
+/// of every cgroup from the top of the hierarchy down to `root`.
+fn enable_v2_controller(mount: &Path, root: &Path, controller: &str) -> Result<(), String> {
+    let available = std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();
+    if !available.split_whitespace().any(|c| c == controller) {
+        return Err(format!(
+            "the cgroup v2 hierarchy at {} has no {controller} controller",
+            mount.display()
+        ));
+    }
+    let relative = root.strip_prefix(mount).unwrap_or(Path::new(""));
+    let mut dir = mount.to_path_buf();
+    let mut levels = vec![dir.clone()];
+    for part in relative.components() {
+        dir.push(part);
+        levels.push(dir.clone());
+    }
+    for level in levels {
+        let control = level.join("cgroup.subtree_control");
+        let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+        if enabled.split_whitespace().any(|c| c == controller) {
+            continue;
+        }
+        std::fs::write(&control, format!("+{controller}")).map_err(|e| {
+            format!(
+                "cannot enable the {controller} controller in {}: {e}",
+                control.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+mod mountinfo;
+#[cfg(test)]
+mod tests;
