@@ -98,6 +98,11 @@ impl From<&JobSpec> for pb::JobSpec {
             no_requeue: s.no_requeue,
             interconnect: s.interconnect.clone().unwrap_or_default(),
             constraints: s.constraints.clone(),
+            warn_signal: s.warn_signal.map(|w| pb::WarnSignal {
+                signal: w.signal,
+                secs: w.secs,
+                batch_only: w.batch_only,
+            }),
         }
     }
 }
@@ -138,6 +143,7 @@ fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
         grace_secs: j.grace_secs,
         gpus_requested: j.spec.gpus,
         time_limit_secs: j.spec.time_limit_secs.unwrap_or(0),
+        last_checkpoint_ms: j.last_checkpoint.unwrap_or(0),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod convert;
 pub mod parse;
 pub mod sdnotify;
+pub mod signals;
 pub mod text;
 pub mod time;
 pub mod tls;
@@ -14,4 +15,5 @@ pub mod topo_matrix;
 pub mod types;
 
 pub use config::{Config, TierConfig};
+pub use signals::WarnSignal;
 pub use types::*;

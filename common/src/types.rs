@@ -32,10 +32,12 @@ pub enum JobState {
     NodeFail,
     /// Evicted with `--no-requeue` (or past the requeue limit).
     Preempted,
+    /// The kernel killed a process of the job for going over its memory limit (`--mem`).
+    OutOfMemory,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 10] = [
+    pub const ALL: [JobState; 11] = [
         JobState::Pending,
         JobState::Held,
         JobState::Running,
@@ -46,6 +48,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::Preempted,
+        JobState::OutOfMemory,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +63,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::Preempted => "PREEMPTED",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
         }
     }
 
@@ -75,6 +79,7 @@ impl JobState {
             "TO" => Some(JobState::Timeout),
             "NF" => Some(JobState::NodeFail),
             "PR" => Some(JobState::Preempted),
+            "OOM" => Some(JobState::OutOfMemory),
             _ => None,
         };
         short.or_else(|| JobState::ALL.into_iter().find(|st| st.as_str() == u))
@@ -141,6 +146,9 @@ pub struct JobSpec {
     pub no_requeue: bool,
     pub interconnect: Option<String>,
     pub constraints: Vec<String>,
+    /// `--signal`: a signal sent before the time limit.
+    #[serde(default)]
+    pub warn_signal: Option<crate::signals::WarnSignal>,
 }
 
 /// What one job holds on one node.
@@ -155,9 +163,17 @@ pub struct NodeAlloc {
 /// Why a running job was asked to stop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
-    Cancel { by: String },
-    Preempt { by: JobId },
+    Cancel {
+        by: String,
+    },
+    Preempt {
+        by: JobId,
+    },
     NodeDrain,
+    /// `yctl requeue` by `by`: back to the queue once stopped.
+    Requeue {
+        by: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,6 +244,9 @@ pub struct PartFailure {
     pub timed_out: bool,
     pub error: String,
     pub description: String,
+    /// The kernel killed a process of the part for going over its memory limit.
+    #[serde(default)]
+    pub out_of_memory: bool,
 }
 
 impl Job {
@@ -371,7 +390,8 @@ pub struct AuditRecord {
     /// Who acted, from peer credentials; `schedd` for the scheduler's own decisions.
     pub user: String,
     pub uid: u32,
-    /// `submit_refused`, `preempt`, `cancel`, `hold`, `release`, `drain`, `resume`.
+    /// `submit_refused`, `preempt`, `cancel`, `hold`, `release`, `requeue`, `requeue_refused`,
+    /// `drain`, `resume`.
     pub action: String,
     pub job_id: Option<JobId>,
     pub detail: String,
@@ -421,6 +441,12 @@ mod tests {
         assert_eq!(JobState::parse("pd"), Some(JobState::Pending));
         assert_eq!(JobState::parse("node_fail"), Some(JobState::NodeFail));
         assert_eq!(JobState::parse("bogus"), None);
+        assert_eq!(JobState::parse("oom"), Some(JobState::OutOfMemory));
+        assert_eq!(
+            JobState::parse("OUT_OF_MEMORY"),
+            Some(JobState::OutOfMemory)
+        );
+        assert!(JobState::OutOfMemory.is_terminal());
         assert!(JobState::Timeout.is_terminal());
         assert!(!JobState::Held.is_terminal());
     }

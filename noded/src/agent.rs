@@ -3,9 +3,12 @@
 //! while disconnected; their ends are kept in the spool and reported at the next
 //! registration.
 
+use crate::launch::checkpoint_scan::{scan_jobs, Newest, HEARTBEAT_SCAN};
 use crate::launch::{JobEvent, Launcher};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
@@ -70,6 +73,89 @@ pub struct Agent {
     launcher: Launcher,
     events: mpsc::UnboundedReceiver<JobEvent>,
     told_systemd: bool,
+    checkpoints: CheckpointWatch,
+}
+
+/// What the heartbeats say of the running jobs' checkpoints: the newest modification time
+/// under each one's checkpoint directory, from a bounded scan (see
+/// [`crate::launch::checkpoint_scan`]) on a blocking thread, started at most once per
+/// heartbeat interval and never waited for: a heartbeat carries the last scan's results, and
+/// a scan that finds something new is sent at once in an extra heartbeat.
+#[derive(Debug, Default)]
+struct CheckpointWatch {
+    /// Per job, what the last scan found.
+    newest: BTreeMap<u64, i64>,
+    /// What the last heartbeat of this session carried.
+    sent: BTreeMap<u64, i64>,
+    /// Jobs whose directory was too large to scan, already logged.
+    too_large: BTreeSet<u64>,
+}
+
+type CheckpointScan = JoinHandle<Vec<(u64, Newest)>>;
+
+impl CheckpointWatch {
+    /// Starts a scan of the jobs' directories, unless one is still running or there is
+    /// nothing to scan (then the results are simply empty).
+    fn start_scan(&mut self, launcher: &Launcher, scan: &mut Option<CheckpointScan>) {
+        if scan.is_some() {
+            return;
+        }
+        let dirs = launcher.checkpoint_dirs();
+        if dirs.is_empty() {
+            self.take(Vec::new());
+            return;
+        }
+        *scan = Some(tokio::task::spawn_blocking(move || {
+            scan_jobs(dirs, HEARTBEAT_SCAN)
+        }));
+    }
+
+    /// Takes a scan's results; `true` when a job's time is new since the last heartbeat.
+    fn take(&mut self, found: Vec<(u64, Newest)>) -> bool {
+        let scanned: BTreeSet<u64> = found.iter().map(|(id, _)| *id).collect();
+        self.too_large.retain(|id| scanned.contains(id));
+        self.newest.clear();
+        for (job_id, result) in found {
+            match result {
+                Newest::Complete(Some(time)) => {
+                    self.newest.insert(job_id, time);
+                }
+                Newest::Complete(None) => {}
+                Newest::TooLarge(_) => {
+                    if self.too_large.insert(job_id) {
+                        tracing::warn!(
+                            "job {job_id}: its checkpoint directory has more than {} entries, \
+                             too many to watch: its checkpoints are not reported (the victim \
+                             cost counts its work since it started)",
+                            HEARTBEAT_SCAN.max_entries
+                        );
+                    }
+                }
+            }
+        }
+        self.newest
+            .iter()
+            .any(|(id, time)| self.sent.get(id) != Some(time))
+    }
+
+    /// A heartbeat listing `running_jobs` and what the last scan found of them.
+    fn heartbeat(&mut self, running_jobs: Vec<u64>) -> pb::Heartbeat {
+        let checkpoints = running_jobs
+            .iter()
+            .filter_map(|id| {
+                let time = *self.newest.get(id)?;
+                Some(pb::JobCheckpoint {
+                    job_id: *id,
+                    newest_mtime_ms: time,
+                })
+            })
+            .collect();
+        self.sent = self.newest.clone();
+        pb::Heartbeat {
+            running_jobs,
+            checkpoints,
+        }
+    }
 }
 
 impl Agent {
@@ -104,6 +190,7 @@ impl Agent {
             launcher,
             events,
             told_systemd: false,
+            checkpoints: CheckpointWatch::default(),
         })
     }
 
@@ -206,6 +293,11 @@ impl Agent {
             tokio::time::interval(self.config.heartbeat.max(Duration::from_secs(1)));
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         heartbeat.tick().await; // the first tick is immediate; registration just said it all
+
+        // A new schedd knows of no checkpoint: the first scan's results go out when it ends.
+        self.checkpoints.sent.clear();
+        let mut scan: Option<CheckpointScan> = None;
+        self.checkpoints.start_scan(&self.launcher, &mut scan);
         loop {
             tokio::select! {
                 message = inbound.message() => match message? {
@@ -220,8 +312,28 @@ impl Agent {
                     send(&outbox, message).await?;
                 }
                 _ = heartbeat.tick() => {
-                    let running_jobs = self.launcher.running_jobs();
-                    send(&outbox, AgentMsg::Heartbeat(pb::Heartbeat { running_jobs })).await?;
+                    let beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
+                    send(&outbox, AgentMsg::Heartbeat(beat)).await?;
+                    self.checkpoints.start_scan(&self.launcher, &mut scan);
+                }
+                done = async {
+                    match scan.as_mut() {
+                        Some(running) => running.await,
+                        None => std::future::pending().await,
+                    }
+                }, if scan.is_some() => {
+                    scan = None;
+                    let news = match done {
+                        Ok(found) => self.checkpoints.take(found),
+                        Err(e) => {
+                            tracing::warn!("checkpoint scan failed: {e}");
+                            false
+                        }
+                    };
+                    if news {
+                        let beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
+                        send(&outbox, AgentMsg::Heartbeat(beat)).await?;
+                    }
                 }
             }
         }

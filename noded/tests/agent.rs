@@ -360,3 +360,106 @@ async fn noded_process_restart_keeps_jobs() {
     );
     server.abort();
 }
+
+/// Each heartbeat carries the newest modification time under each running job's checkpoint
+/// directory; a directory with more entries than the scan's bound is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_carry_checkpoint_times_but_not_of_huge_directories() {
+    let spool = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (sessions_tx, mut sessions) = mpsc::unbounded_channel();
+    let (ca_cert_pem, tls) = fake_schedd_tls();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(NodeAgentServer::new(FakeSchedd {
+                sessions: sessions_tx,
+            }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        ..LauncherOptions::new(spool.path(), "n1")
+    })
+    .unwrap();
+    let config = AgentConfig {
+        name: "n1".into(),
+        address: "127.0.0.1".into(),
+        schedd: format!("127.0.0.1:{port}"),
+        cluster_key: "sekrit".into(),
+        ca_cert_pem,
+        ca_cert_path: "test CA".into(),
+        max_message_bytes: 64 << 20,
+        heartbeat: Duration::from_secs(1),
+        cpus: 4,
+        mem_mib: 1024,
+        gpus: vec![],
+        features: vec![],
+    };
+    let agent = tokio::spawn(Agent::new(config, launcher, events).unwrap().run());
+    let mut session = next_session(&mut sessions).await;
+    session.register(vec![]).await;
+
+    // Job 1 saves a checkpoint once started; job 2's directory holds 5,000 files (past the
+    // bound of 4,096), one of them fresh.
+    let huge = work.path().join("ck2");
+    std::fs::create_dir(&huge).unwrap();
+    for i in 0..5000 {
+        std::fs::write(huge.join(i.to_string()), b"").unwrap();
+    }
+    let before = ysched_common::time::now_ms();
+    let mut saver = job(
+        1,
+        work.path(),
+        "#!/bin/sh\nsleep 0.3\necho x > \"$YS_CHECKPOINT_DIR/step\"\nsleep 100\n",
+    );
+    saver.checkpoint_dir = work.path().join("ck1").to_string_lossy().into_owned();
+    let mut hoarder = job(2, work.path(), "#!/bin/sh\nsleep 100\n");
+    hoarder.checkpoint_dir = huge.to_string_lossy().into_owned();
+    session.send(SchedulerMsg::Launch(saver));
+    session.send(SchedulerMsg::Launch(hoarder));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut beats_with_job_1 = 0;
+    while beats_with_job_1 < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no heartbeat reported job 1's checkpoint"
+        );
+        let beat = session.next_heartbeat().await;
+        assert!(
+            beat.checkpoints.iter().all(|c| c.job_id != 2),
+            "a directory past the bound was reported: {beat:?}"
+        );
+        if let Some(c) = beat.checkpoints.iter().find(|c| c.job_id == 1) {
+            assert!(
+                c.newest_mtime_ms >= before - 1000
+                    && c.newest_mtime_ms <= ysched_common::time::now_ms(),
+                "{c:?}, launched at {before}"
+            );
+            assert!(beat.running_jobs.contains(&1));
+            beats_with_job_1 += 1;
+        }
+    }
+
+    for job_id in [1, 2] {
+        session.send(SchedulerMsg::Stop(pb::StopJob {
+            job_id,
+            grace_secs: 1,
+            reason: "test over".into(),
+        }));
+    }
+    let mut ended = Vec::new();
+    while ended.len() < 2 {
+        if let AgentMsg::Finished(finished) = session.next().await {
+            ended.push(finished.job_id);
+        }
+    }
+    agent.abort();
+    server.abort();
+}

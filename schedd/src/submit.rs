@@ -133,6 +133,17 @@ pub fn validate(
             )))
         }
     };
+    let warn_signal = match wire.warn_signal {
+        Some(w) => {
+            ysched_common::WarnSignal::check(w.signal, w.secs).map_err(invalid)?;
+            Some(ysched_common::WarnSignal {
+                signal: w.signal,
+                secs: w.secs,
+                batch_only: w.batch_only,
+            })
+        }
+        None => None,
+    };
     let opt = |s: String| (!s.trim().is_empty()).then_some(s);
     let spec = JobSpec {
         name: if wire.name.is_empty() {
@@ -171,6 +182,7 @@ pub fn validate(
             .map(|c| c.trim().to_string())
             .filter(|c| !c.is_empty())
             .collect(),
+        warn_signal,
     };
     Ok(ValidSubmit {
         spec,
@@ -297,6 +309,49 @@ mod checkpoint_dir_tests {
         assert_eq!(
             checkpoint_dir(&spec(None), 3, root, Some(Path::new("/nonexistent/x"))),
             "/var/tmp/ysched-checkpoints/3"
+        );
+    }
+}
+
+#[cfg(test)]
+mod warn_signal_tests {
+    use super::*;
+
+    fn submit(warn: Option<pb::WarnSignal>) -> Result<ValidSubmit, ApiError> {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into()],
+        };
+        let wire = pb::JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            workdir: "/tmp".into(),
+            warn_signal: warn,
+            ..Default::default()
+        };
+        validate(wire, &owner, &Config::default())
+    }
+
+    #[test]
+    fn a_warning_signal_is_kept_and_bad_ones_are_named() {
+        assert_eq!(submit(None).unwrap().spec.warn_signal, None);
+        let w = pb::WarnSignal {
+            signal: 10,
+            secs: 2,
+            batch_only: true,
+        };
+        let spec = submit(Some(w)).unwrap().spec;
+        assert_eq!(spec.warn_signal.unwrap().to_string(), "B:USR1@2");
+        let err = submit(Some(pb::WarnSignal { signal: 99, ..w })).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid(m) if m.contains("unknown signal '99'")),
+            "{err:?}"
+        );
+        let err = submit(Some(pb::WarnSignal { secs: 65_536, ..w })).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid(m) if m.contains("65536 seconds is out of range")),
+            "{err:?}"
         );
     }
 }

@@ -171,7 +171,8 @@ async fn session(config: &FleetConfig, name: &str, stats: &FleetStats) -> anyhow
             }
             _ = heartbeat.tick() => {
                 let running_jobs = running.lock().unwrap().keys().copied().collect();
-                out.send(send(AgentMsg::Heartbeat(pb::Heartbeat { running_jobs }))).await?;
+                let beat = pb::Heartbeat { running_jobs, ..Default::default() };
+                out.send(send(AgentMsg::Heartbeat(beat))).await?;
             }
         }
     }

@@ -71,7 +71,14 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
         job_ids: Vec<u64>,
     },
-    /// Show the audit log, newest first: refused submits, preemptions, cancels, holds, drains
+    /// Stop running jobs (SIGTERM, SIGKILL after their grace) and queue them again, keeping
+    /// their place in the queue; as `scontrol requeue`. Not for jobs submitted with --no-requeue
+    Requeue {
+        #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
+        job_ids: Vec<u64>,
+    },
+    /// Show the audit log, newest first: refused submits, preemptions, cancels, holds,
+    /// requeues, drains
     Audit {
         /// Only the newest N entries [default: all]
         #[arg(short = 'n', long, value_name = "N")]
@@ -183,6 +190,11 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         Command::Release { job_ids } => {
             for job_id in job_ids {
                 reply(client.release(JobRef { job_id }).await)?;
+            }
+        }
+        Command::Requeue { job_ids } => {
+            for job_id in job_ids {
+                reply(client.requeue(JobRef { job_id }).await)?;
             }
         }
         Command::Audit { limit, json } => {
@@ -317,6 +329,10 @@ mod tests {
         assert!(
             matches!(parse(&["hold", "3,4"]).unwrap().command, Command::Hold { job_ids } if job_ids == [3, 4])
         );
+        assert!(
+            matches!(parse(&["requeue", "7", "8,9"]).unwrap().command, Command::Requeue { job_ids } if job_ids == [7, 8, 9])
+        );
+        assert!(parse(&["requeue"]).is_err());
     }
 
     #[test]

@@ -183,6 +183,8 @@ pub struct JobJson<'a> {
     /// Seconds; null when unlimited.
     pub time_limit: Option<u64>,
     pub checkpoint_dir: &'a str,
+    /// The newest file in the checkpoint directory that schedd has heard of; null when none.
+    pub last_checkpoint: Timestamp,
 }
 
 pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
@@ -208,6 +210,7 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         end_time: Timestamp(job.end_time_ms),
         time_limit: Some(job.time_limit_secs).filter(|&t| t > 0),
         checkpoint_dir: &job.checkpoint_dir,
+        last_checkpoint: Timestamp(job.last_checkpoint_ms),
     }
 }
 
@@ -312,6 +315,8 @@ pub struct JobDetailJson<'a> {
     pub no_requeue: bool,
     pub interconnect: &'a str,
     pub constraints: &'a [String],
+    /// `--signal` as given: `USR1@60`, `B:TERM@120`; null when none.
+    pub warn_signal: Option<String>,
     pub events: Vec<EventJson<'a>>,
 }
 
@@ -341,6 +346,7 @@ pub fn job_detail_to_json<'a>(
         no_requeue: spec.no_requeue,
         interconnect: &spec.interconnect,
         constraints: &spec.constraints,
+        warn_signal: warn_signal(spec),
         events: events
             .iter()
             .map(|e| EventJson {
@@ -350,6 +356,18 @@ pub fn job_detail_to_json<'a>(
             })
             .collect(),
     }
+}
+
+/// The job's `--signal` in the form it takes (`USR1@60`), if it asked for one.
+pub fn warn_signal(spec: &JobSpec) -> Option<String> {
+    spec.warn_signal.as_ref().map(|w| {
+        ysched_common::WarnSignal {
+            signal: w.signal,
+            secs: w.secs,
+            batch_only: w.batch_only,
+        }
+        .to_string()
+    })
 }
 
 /// `yctl show job`: `Key=Value` lines like `scontrol show job`, then the job's events.
@@ -433,6 +451,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             ("RunTime", format_elapsed(elapsed_secs(job, now_ms))),
             ("TimeLimit", limit),
             ("Grace", job.grace_secs.to_string()),
+            ("Signal", warn_signal(spec).unwrap_or_else(|| "None".into())),
         ],
         &[
             ("SubmitTime", time(job.submit_time_ms)),
@@ -461,7 +480,10 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             ("Interconnect", or(&spec.interconnect, "any")),
             ("Constraints", or(&spec.constraints.join(","), "None")),
         ],
-        &[("CheckpointDir", or(&job.checkpoint_dir, "None"))],
+        &[
+            ("CheckpointDir", or(&job.checkpoint_dir, "None")),
+            ("LastCheckpoint", time(job.last_checkpoint_ms)),
+        ],
         &[
             ("WorkDir", spec.workdir.clone()),
             ("StdOut", stdout),
@@ -575,6 +597,7 @@ pub(crate) mod tests {
             grace_secs: 30,
             gpus_requested: 4,
             time_limit_secs: 3600,
+            last_checkpoint_ms: T0 + 15_000,
         }
     }
 
@@ -748,6 +771,7 @@ pub(crate) mod tests {
         assert_eq!(value["time_limit"], 3600);
         assert_eq!(value["gpus_requested"], 4);
         assert_eq!(value["checkpoint_dir"], "/ckpt/17");
+        assert_eq!(value["last_checkpoint"], "2026-01-01T00:00:15Z");
         assert_eq!(value["signal"], serde_json::Value::Null);
 
         let value = serde_json::to_value(job_to_json(&pending_job())).unwrap();
@@ -755,6 +779,7 @@ pub(crate) mod tests {
         assert_eq!(value["gpus"], serde_json::json!([]));
         assert_eq!(value["start_time"], serde_json::Value::Null);
         assert_eq!(value["time_limit"], serde_json::Value::Null);
+        assert_eq!(value["last_checkpoint"], serde_json::Value::Null);
         assert_eq!(value["reason"], "Resources");
     }
 
@@ -810,7 +835,7 @@ pub(crate) mod tests {
             "Grace=30",
             "NodeList=gpu01,gpu02",
             "GpuIndices=gpu01:0,1 gpu02:4,5",
-            "CheckpointDir=/ckpt/17",
+            "CheckpointDir=/ckpt/17 LastCheckpoint=2026-01-01T00:00:15Z",
             "StdOut=ysched-17.out",
             "Args=--lr 'a b'",
             "Constraints=ib",
@@ -821,5 +846,36 @@ pub(crate) mod tests {
         let events = out.split_once("Events:\n").unwrap().1;
         assert_eq!(events.lines().count(), 2);
         assert!(events.lines().nth(1).unwrap().contains("STARTED"));
+        assert!(out.contains("Grace=30 Signal=None\n"), "{out}");
+    }
+
+    #[test]
+    fn a_warning_signal_and_out_of_memory_are_shown() {
+        let mut detail = detail();
+        let job = detail.job.as_mut().unwrap();
+        job.state = "OUT_OF_MEMORY".into();
+        job.reason = "out of memory: the job exceeded its memory limit (--mem 16G) on gpu01".into();
+        job.spec.as_mut().unwrap().warn_signal = Some(ysched_proto::WarnSignal {
+            signal: 10,
+            secs: 60,
+            batch_only: false,
+        });
+        let out = format_job_detail(&detail, T0 + 20_000);
+        assert!(out.contains("Signal=USR1@60"), "{out}");
+        assert!(out.contains("JobState=OUT_OF_MEMORY"), "{out}");
+        assert!(out.contains("(--mem 16G) on gpu01"), "{out}");
+        let job = detail.job.as_mut().unwrap();
+        job.spec
+            .as_mut()
+            .unwrap()
+            .warn_signal
+            .as_mut()
+            .unwrap()
+            .batch_only = true;
+        let value = serde_json::to_value(job_detail_to_json(job, &[], T0)).unwrap();
+        assert_eq!(value["warn_signal"], "B:USR1@60");
+        assert_eq!(value["state"], "OUT_OF_MEMORY");
+        let value = serde_json::to_value(job_detail_to_json(&pending_job(), &[], T0)).unwrap();
+        assert_eq!(value["warn_signal"], serde_json::Value::Null);
     }
 }

@@ -26,7 +26,7 @@ pub struct YqCli {
     /// Only these jobs (comma list, or repeat)
     #[arg(short = 'j', long, value_name = "ID[,ID]", value_delimiter = ',')]
     pub jobs: Vec<u64>,
-    /// Only jobs in these states: full names or short codes (PD, R, CD, F, CA, TO, NF, PR), or `all`
+    /// Only jobs in these states: full names or short codes (PD, R, CD, F, CA, TO, NF, PR, OOM), or `all`
     #[arg(short = 't', long, value_name = "STATES")]
     pub states: Option<String>,
     /// Include finished jobs

@@ -19,6 +19,7 @@ use ysched_common::parse::{
 use ysched_common::text::{check_printable, escape_for_terminal};
 use ysched_common::Config;
 use ysched_common::JobState;
+use ysched_common::WarnSignal;
 use ysched_proto::{JobInfo, JobRef, JobSpec, SubmitRequest};
 
 /// The job options, accepted both on the command line and in `#YSUB` lines.
@@ -48,6 +49,11 @@ pub struct JobOptions {
     /// Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED; at most 365 days
     #[arg(short = 't', long, value_name = "LIMIT")]
     pub time: Option<String>,
+    /// Signal to send SECS seconds (default 60, at most 65535) before the time limit: a name
+    /// (USR1, SIGUSR1, TERM...) or number; `B:` sends it to the batch shell only, else to every
+    /// process of the job
+    #[arg(long, value_name = "[B:]SIG[@SECS]", value_parser = warn_signal)]
+    pub signal: Option<WarnSignal>,
     /// Seconds between SIGTERM and SIGKILL when the job is stopped [default: the tier's]
     #[arg(long, value_name = "SECONDS", value_parser = bounded("--grace", 0, u32::MAX),
           allow_negative_numbers = true)]
@@ -104,6 +110,11 @@ fn bounded(
     move |value| parse_bounded_u32(flag, value, min, max).map_err(|e| OptionError(e.to_string()))
 }
 
+/// The value parser of `--signal`.
+fn warn_signal(value: &str) -> Result<WarnSignal, OptionError> {
+    WarnSignal::parse(value).map_err(OptionError)
+}
+
 impl JobOptions {
     /// These options overridden by `later`: each value `later` sets replaces ours, a list
     /// `later` gives replaces ours, and a flag set in either stays set.
@@ -116,6 +127,7 @@ impl JobOptions {
             cpus: later.cpus.or(self.cpus),
             mem: later.mem.or(self.mem),
             time: later.time.or(self.time),
+            signal: later.signal.or(self.signal),
             grace: later.grace.or(self.grace),
             checkpoint_dir: later.checkpoint_dir.or(self.checkpoint_dir),
             account: later.account.or(self.account),
@@ -335,6 +347,11 @@ pub fn build_spec(
         no_requeue: options.no_requeue,
         interconnect: text(&options.interconnect),
         constraints,
+        warn_signal: options.signal.map(|w| ysched_proto::WarnSignal {
+            signal: w.signal,
+            secs: w.secs,
+            batch_only: w.batch_only,
+        }),
     })
 }
 
@@ -492,7 +509,8 @@ fn spinner_message(job: &JobInfo) -> String {
 
 /// The exit code `ysub --wait` returns for a finished job: 0 when it COMPLETED; otherwise never
 /// 0: 128+signal when a signal killed it, its own exit code when that is non-zero, else 1 (a
-/// CANCELLED, TIMEOUT, NODE_FAIL or PREEMPTED job with nothing better to report).
+/// CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED or OUT_OF_MEMORY job with nothing better to
+/// report).
 pub fn wait_exit_code(job: &JobInfo) -> u8 {
     if JobState::parse(&job.state) == Some(JobState::Completed) {
         return 0;
@@ -640,6 +658,30 @@ mod tests {
         assert_eq!(
             err,
             "train.sh: line 1: invalid #YSUB directive: --nodes must be at least 1 (got 0)"
+        );
+    }
+
+    #[test]
+    fn signal_before_the_time_limit_as_sbatch_takes_it() {
+        let warn = |contents: &str, args: &[&str]| spec_for(contents, args).unwrap().warn_signal;
+        assert_eq!(warn("#!/bin/sh\n", &[]), None);
+        let w = warn("#!/bin/sh\n", &["--signal", "USR1@2"]).unwrap();
+        assert_eq!((w.signal, w.secs, w.batch_only), (10, 2, false));
+        // SECS defaults to 60; `B:` is the batch shell only; the command line wins.
+        let w = warn("#YSUB --signal=B:SIGTERM\n", &[]).unwrap();
+        assert_eq!((w.signal, w.secs, w.batch_only), (15, 60, true));
+        let w = warn("#YSUB --signal=B:SIGTERM\n", &["--signal", "12@30"]).unwrap();
+        assert_eq!((w.signal, w.secs, w.batch_only), (12, 30, false));
+        let err = parse_error(&["--signal", "USR9", "s.sh"]);
+        assert!(err.contains("unknown signal 'USR9'"), "{err}");
+        let err = parse_error(&["--signal", "USR1@70000", "s.sh"]);
+        assert!(err.contains("70000 seconds is out of range"), "{err}");
+        let err = spec_for("#YSUB --signal USR1@x\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("train.sh: line 1: invalid #YSUB directive: invalid --signal"),
+            "{err}"
         );
     }
 

@@ -175,6 +175,15 @@ impl Ysched for MockSchedd {
         Err(Status::failed_precondition("job 5 is not held"))
     }
 
+    async fn requeue(&self, request: Request<JobRef>) -> Result<Response<Empty>, Status> {
+        match request.get_ref().job_id {
+            5 => Err(Status::failed_precondition(
+                "job 5 is PENDING: only a RUNNING job can be requeued",
+            )),
+            _ => Ok(Response::new(Empty {})),
+        }
+    }
+
     async fn list_nodes(&self, _: Request<ListNodesRequest>) -> Result<Response<NodeList>, Status> {
         // Two NVLink pairs (0-1, 2-3), each behind one PCIe switch.
         let gpu = |index: u32| Gpu {
@@ -501,6 +510,14 @@ fn ycancel_and_hold() {
     assert!(run("yctl", &["hold", "5"]).status.success());
     let output = run("yctl", &["release", "5"]);
     assert_eq!(stderr(&output), "yctl: error: job 5 is not held\n");
+
+    assert!(run("yctl", &["requeue", "7"]).status.success());
+    let output = run("yctl", &["requeue", "5"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "yctl: error: job 5 is PENDING: only a RUNNING job can be requeued\n"
+    );
 }
 
 #[test]

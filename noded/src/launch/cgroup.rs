@@ -58,10 +58,22 @@ impl JobCgroup {
         }
     }
 
-    /// Sends `signal` to every process in the job's cgroup. Returns how many were signalled.
+    /// Sends `signal` to every process in the job's cgroup, including those forked while it
+    /// is being sent (a stop must reach them all). Returns how many were signalled.
     pub fn signal_all(&self, signal: Signal) -> io::Result<usize> {
+        self.signal_rounds(signal, SIGNAL_ROUNDS)
+    }
+
+    /// Sends `signal` once to each process in the cgroup now, not to those started after:
+    /// a warning that a job handles by running a command (a bash trap calling `yctl`) must not
+    /// reach that command too.
+    pub fn signal_present(&self, signal: Signal) -> io::Result<usize> {
+        self.signal_rounds(signal, 1)
+    }
+
+    fn signal_rounds(&self, signal: Signal, rounds: usize) -> io::Result<usize> {
         let mut signalled = BTreeSet::new();
-        for _ in 0..SIGNAL_ROUNDS {
+        for _ in 0..rounds {
             let fresh: Vec<u32> = self
                 .pids()?
                 .into_iter()

@@ -15,6 +15,7 @@
 
 pub mod cgroup;
 mod checkpoint;
+pub mod checkpoint_scan;
 pub mod containment;
 mod job;
 mod process;
@@ -115,6 +116,8 @@ struct JobHandle {
     restart_count: u32,
     controls: mpsc::UnboundedSender<Control>,
     task: AbortHandle,
+    /// The job's checkpoint directory on this host, once its plan is made.
+    checkpoint_dir: Option<PathBuf>,
 }
 
 /// Requests to a job's supervisor task.
@@ -220,6 +223,7 @@ impl Launcher {
                 restart_count,
                 controls,
                 task,
+                checkpoint_dir: None,
             },
         );
         Ok(())
@@ -253,6 +257,16 @@ impl Launcher {
     /// Jobs being supervised (starting, running or stopping), ascending.
     pub fn running_jobs(&self) -> Vec<u64> {
         self.shared.jobs().keys().copied().collect()
+    }
+
+    /// The checkpoint directories of the jobs being supervised, where known (see
+    /// [`checkpoint_scan`]).
+    pub fn checkpoint_dirs(&self) -> Vec<(u64, PathBuf)> {
+        self.shared
+            .jobs()
+            .iter()
+            .filter_map(|(&id, handle)| Some((id, handle.checkpoint_dir.clone()?)))
+            .collect()
     }
 
     /// Every `JobFinished` in the spool that schedd has not acknowledged yet.
@@ -314,6 +328,7 @@ impl Launcher {
             });
             let (controls, receiver) = mpsc::unbounded_channel();
             let restart_count = record.job.restart_count;
+            let checkpoint_dir = record.plan.as_ref().and_then(|p| p.checkpoint_dir.clone());
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             match shepherd {
                 Some(shepherd) => {
@@ -326,6 +341,7 @@ impl Launcher {
                             restart_count,
                             controls,
                             task,
+                            checkpoint_dir,
                         },
                     );
                     recovery.reattached.push(job_id);

@@ -6,7 +6,6 @@ use nix::unistd::Pid;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::time::SystemTime;
 use tokio::io::unix::AsyncFd;
 
 /// The hidden subcommand that turns the noded binary into a job's shepherd.
@@ -88,36 +87,18 @@ impl Shepherd {
     }
 }
 
-/// The latest modification time under `dir` (recursively, not following symlinks), in ms
-/// since the epoch; `None` when there is nothing. Bounded so a huge tree cannot stall noded.
+/// The latest modification time under `dir` (recursively, not following symlinks below it),
+/// in ms since the epoch; `None` when there is nothing. Bounded so a huge tree cannot stall
+/// noded: past the bound, the newest of what was seen.
 pub fn newest_mtime_ms(dir: &Path) -> Option<i64> {
-    const MAX_ENTRIES: usize = 100_000;
-    let mut newest = None;
-    let mut pending = vec![dir.to_owned()];
-    let mut seen = 0;
-    while let Some(current) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&current) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_ENTRIES {
-                return newest;
-            }
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                pending.push(entry.path());
-            }
-            let mtime = meta.modified().ok().and_then(|t| {
-                let since = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
-                i64::try_from(since.as_millis()).ok()
-            });
-            newest = newest.max(mtime);
-        }
+    use super::checkpoint_scan::{newest_under, Newest, ScanLimits};
+    const LIMITS: ScanLimits = ScanLimits {
+        max_entries: 100_000,
+        max_depth: 64,
+    };
+    match newest_under(dir, LIMITS) {
+        Newest::Complete(newest) | Newest::TooLarge(newest) => newest,
     }
-    newest
 }
 
 #[cfg(test)]

@@ -143,6 +143,12 @@ impl Supervisor {
         })
         .await
         .map_err(|e| format!("internal error preparing the job: {e}"))??;
+        // From now on the heartbeat's scan watches it.
+        if let Some(handle) = self.shared.jobs().get_mut(&self.job_id()) {
+            if handle.restart_count == self.record.job.restart_count {
+                handle.checkpoint_dir = plan.checkpoint_dir.clone();
+            }
+        }
         self.record.plan = Some(plan);
         // The shepherd reads its plan from here, so this write must succeed.
         self.dir
@@ -370,7 +376,15 @@ impl Supervisor {
             self.record.job.warn_secs
         );
         if !self.record.job.warn_batch_only {
-            return self.signal_job(signal);
+            match self.processes() {
+                Some(processes) => {
+                    if let Err(e) = processes.signal_present(signal) {
+                        tracing::warn!("job {job_id}: cannot send {signal} to {processes}: {e}");
+                    }
+                }
+                None => tracing::debug!("job {job_id}: no process to warn"),
+            }
+            return;
         }
         match self.record.job_pid.and_then(|pid| i32::try_from(pid).ok()) {
             Some(pid) if pid > 1 => {

@@ -41,6 +41,15 @@ impl<'a> JobProcesses<'a> {
         }
     }
 
+    /// Sends `signal` once to the processes of the job that exist now (see
+    /// [`JobCgroup::signal_present`]). `Ok(false)`: there were none.
+    pub fn signal_present(&self, signal: Signal) -> io::Result<bool> {
+        match self {
+            JobProcesses::Cgroup(cgroup) => Ok(cgroup.signal_present(signal)? > 0),
+            JobProcesses::Group(pgid) => signal_group(*pgid, signal),
+        }
+    }
+
     /// SIGKILLs every process of the job.
     pub fn kill(&self) -> io::Result<()> {
         match self {

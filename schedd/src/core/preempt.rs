@@ -404,7 +404,9 @@ fn ran_ms(job: &Job, now: Millis) -> Millis {
 }
 
 /// GPU-seconds of work a job would lose if evicted now: all of its GPUs (it is evicted as a
-/// whole, on every node) times the seconds since its last checkpoint or start.
+/// whole, on every node) times the seconds since the later of its (re)start and its last
+/// checkpoint (the newest file its agents saw in its checkpoint directory; one from before a
+/// requeue does not count).
 pub(crate) fn gpu_secs_lost(job: &Job, now: Millis) -> i64 {
     let since = match (job.start_time, job.last_checkpoint) {
         (Some(start), Some(checkpoint)) => start.max(checkpoint),

@@ -573,6 +573,57 @@ fn cost_prefers_the_node_losing_least_work() {
 }
 
 #[test]
+fn of_two_equal_victims_the_one_with_a_fresh_checkpoint_is_evicted() {
+    let now = T0 + 6 * HOUR;
+    // Same tier, GPUs and start; one saved a checkpoint a minute ago, the other never did:
+    // evicting it loses a minute of work, evicting the other six hours. Both ways round, so
+    // that the id cannot decide.
+    for (fresh, other) in [(1, 2), (2, 1)] {
+        let cluster = Cluster::new()
+            .node(node8("n1"))
+            .job(
+                J::new(fresh)
+                    .gpus(4)
+                    .running_on("n1", &[0, 1, 2, 3])
+                    .checkpointed(now - MINUTE),
+            )
+            .job(J::new(other).gpus(4).running_on("n1", &[4, 5, 6, 7]))
+            .job(J::new(9).critical().gpus(4));
+        assert_eq!(
+            render(&cluster.schedule(now)),
+            format!("evict {fresh} for 9 on n1 grace 30\nwait 9 Preempting {fresh} on n1")
+        );
+    }
+}
+
+#[test]
+fn a_checkpoint_from_before_the_current_run_does_not_count() {
+    let now = T0 + 6 * HOUR;
+    // Job 1 was requeued an hour ago; its last checkpoint is from its first run, five hours
+    // ago, and its current run has lost an hour since its start, less than job 2's two.
+    let cluster = Cluster::new()
+        .node(node8("n1"))
+        .job(
+            J::new(1)
+                .gpus(4)
+                .running_on("n1", &[0, 1, 2, 3])
+                .started(now - HOUR)
+                .checkpointed(now - 5 * HOUR),
+        )
+        .job(
+            J::new(2)
+                .gpus(4)
+                .running_on("n1", &[4, 5, 6, 7])
+                .started(now - 2 * HOUR),
+        )
+        .job(J::new(9).critical().gpus(4));
+    assert_eq!(
+        render(&cluster.schedule(now)),
+        "evict 1 for 9 on n1 grace 30\nwait 9 Preempting 1 on n1"
+    );
+}
+
+#[test]
 fn cost_ranks_victim_tier_before_count_before_work() {
     let now = T0 + 2 * HOUR;
     let all: Vec<u32> = (0..8).collect();

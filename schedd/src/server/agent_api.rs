@@ -96,7 +96,14 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                     }
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Heartbeat(h)),
-                    }) => cluster.heartbeat(&name, &h.running_jobs),
+                    }) => {
+                        let checkpoints: Vec<(u64, i64)> = h
+                            .checkpoints
+                            .iter()
+                            .map(|c| (c.job_id, c.newest_mtime_ms))
+                            .collect();
+                        cluster.heartbeat(&name, &h.running_jobs, &checkpoints)
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         tracing::debug!(node = %name, "agent stream error: {e}");

@@ -107,6 +107,14 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(pb::Empty {}))
     }
 
+    async fn requeue(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
+        let (owner, _) = caller(&req)?;
+        self.cluster
+            .requeue(&owner, JobId(req.get_ref().job_id))
+            .await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
     async fn list_nodes(
         &self,
         _req: Request<pb::ListNodesRequest>,

@@ -23,6 +23,7 @@ pub(crate) fn part_end(f: &pb::JobFinished) -> PartEnd {
         error: f.error.clone(),
         checkpoint_saved: f.checkpoint_saved,
         restart_count: f.restart_count,
+        out_of_memory: f.out_of_memory,
     }
 }
 
@@ -93,7 +94,10 @@ fn launch_job(order: &LaunchOrder) -> pb::LaunchJob {
         // (not asked) is no limit.
         mem_bytes: spec.mem_mib.saturating_mul(1024 * 1024),
         cpus: spec.cpus,
-        ..Default::default()
+        // `--signal`: sent before the time limit (by the agent, which keeps the time).
+        warn_signal: spec.warn_signal.map_or(0, |w| w.signal),
+        warn_secs: spec.warn_signal.map_or(0, |w| w.secs),
+        warn_batch_only: spec.warn_signal.is_some_and(|w| w.batch_only),
     }
 }
 

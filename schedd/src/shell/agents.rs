@@ -1,6 +1,7 @@
 //! Agent sessions: registration (one agent per node name), heartbeats, starts and ends.
 
 use super::*;
+use ysched_common::time::Millis;
 
 impl Cluster {
     /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
@@ -74,19 +75,48 @@ impl Cluster {
         }
     }
 
-    /// An agent's heartbeat: it is alive, and leftover jobs it no longer lists are gone
-    /// (in case their end reports were lost).
-    pub fn heartbeat(&self, name: &str, running_jobs: &[u64]) {
-        let mut st = lock(&self.state);
-        let Some(n) = st.rec.nodes.get_mut(name) else {
-            return;
+    /// An agent's heartbeat: it is alive, leftover jobs it no longer lists are gone (in case
+    /// their end reports were lost), and its jobs' newest checkpoint times (`(job id, ms)`,
+    /// see [`Records::note_checkpoints`]: memory only, no store write).
+    pub fn heartbeat(&self, name: &str, running_jobs: &[u64], checkpoints: &[(u64, Millis)]) {
+        let now = now_ms();
+        let (freed, refused) = {
+            let mut st = lock(&self.state);
+            let Some(n) = st.rec.nodes.get_mut(name) else {
+                return;
+            };
+            n.last_seen = now;
+            let before = n.killing.len();
+            n.killing.retain(|id| running_jobs.contains(id));
+            let freed = n.killing.len() != before && n.killing.is_empty();
+            let refused = if checkpoints.is_empty() {
+                Vec::new()
+            } else {
+                st.rec.note_checkpoints(name, checkpoints, now)
+            };
+            (freed, refused)
         };
-        n.last_seen = now_ms();
-        let before = n.killing.len();
-        n.killing.retain(|id| running_jobs.contains(id));
-        if n.killing.len() != before && n.killing.is_empty() {
-            drop(st);
+        if freed {
             self.wake.notify_one();
+        }
+        if let Some((job_id, time)) = refused.first() {
+            use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+            // A node with a broken clock would say it with every heartbeat: once a minute.
+            static LAST_WARNED: AtomicI64 = AtomicI64::new(0);
+            let last = LAST_WARNED.load(Relaxed);
+            if now - last >= 60_000
+                && LAST_WARNED
+                    .compare_exchange(last, now, Relaxed, Relaxed)
+                    .is_ok()
+            {
+                tracing::warn!(
+                    node = name,
+                    "ignoring checkpoint times that cannot be right (job {job_id}: {time} ms \
+                     since the epoch, now {now}; {} in this heartbeat): is the node's clock \
+                     set? (said at most once a minute)",
+                    refused.len()
+                );
+            }
         }
     }
 

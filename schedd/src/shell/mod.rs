@@ -6,7 +6,7 @@
 //!
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 //!
-//! - `requests`: client requests that change state (submit, cancel, hold, drain).
+//! - `requests`: client requests that change state (submit, cancel, hold, requeue, drain).
 //! - `queries`: listings and details (read-only).
 //! - `agents`: agent sessions and their reports.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.

@@ -131,7 +131,8 @@ pub struct JobFilter {
 
 impl JobFilter {
     fn selects(&self, j: &Job) -> bool {
-        (self.user.is_empty() || j.owner.user == self.user || j.owner.uid.to_string() == self.user)
+        let uid = self.user.parse::<u32>().ok();
+        (self.user.is_empty() || j.owner.user == self.user || Some(j.owner.uid) == uid)
             && (self.ids.is_empty() || self.ids.contains(&j.id))
             && (self.states.is_empty() || self.states.contains(&j.state))
     }

@@ -1,6 +1,7 @@
 //! Client requests that change state: each is an event of the state machine, run by the shell.
 
 use super::*;
+use crate::state::client_events::refusal;
 
 impl Cluster {
     /// Persists and acknowledges a checked submit (see `submit::validate`) if some node could
@@ -89,6 +90,22 @@ impl Cluster {
         let (changed, wake, ()) =
             self.run_event(|rec| Ok((rec.hold(caller, id, hold, now_ms())?, ())))?;
         self.settle(changed, wake).await
+    }
+
+    /// Requeues a running job (see [`Records::requeue`]). A refusal for want of permission is
+    /// recorded in the audit log, durably, before it is reported.
+    pub async fn requeue(&self, caller: &Owner, id: JobId) -> ApiResult<()> {
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        match self.run_event(|rec| Ok((rec.requeue(caller, id, &finished, now_ms())?, ()))) {
+            Ok((changed, wake, ())) => self.settle(changed, wake).await,
+            Err(ApiError::Denied(why)) => {
+                let refused = refusal(caller, "requeue_refused", Some(id), &why, now_ms());
+                self.run_event(|_| Ok((refused, ())))?;
+                self.commit().await?;
+                Err(ApiError::Denied(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub fn audit_log(&self, caller: &Owner, limit: usize) -> ApiResult<Vec<AuditRecord>> {

@@ -230,3 +230,42 @@ fn reports_batched_into_one_event_do_what_they_do_one_by_one() {
         "every end acknowledged, in order"
     );
 }
+
+#[test]
+fn heartbeat_checkpoints_are_kept_in_memory_for_jobs_of_that_node_only() {
+    use super::agent_events::CHECKPOINT_FUTURE_SLACK_MS;
+    let mut rec = Records::with_jobs(vec![
+        JobBuilder::new(1).running_on("n1", &[0]).build(),
+        JobBuilder::new(2).running_on("n2", &[0]).build(),
+        JobBuilder::new(3).build(), // pending
+    ]);
+    let refused = rec.note_checkpoints(
+        "n1",
+        &[
+            (1, NOW - 60_000),
+            (2, NOW - 1_000),
+            (3, NOW - 1_000),
+            (9, NOW),
+        ],
+        NOW,
+    );
+    assert!(refused.is_empty());
+    assert_eq!(rec.jobs[&JobId(1)].last_checkpoint, Some(NOW - 60_000));
+    assert_eq!(rec.jobs[&JobId(2)].last_checkpoint, None, "not n1's job");
+    assert_eq!(rec.jobs[&JobId(3)].last_checkpoint, None, "not running");
+    // Only ever later (the newest of a job's nodes wins); a little ahead is clock skew: now.
+    rec.note_checkpoints("n1", &[(1, NOW - 120_000)], NOW);
+    assert_eq!(rec.jobs[&JobId(1)].last_checkpoint, Some(NOW - 60_000));
+    rec.note_checkpoints("n1", &[(1, NOW + 5_000)], NOW);
+    assert_eq!(rec.jobs[&JobId(1)].last_checkpoint, Some(NOW));
+    // Absurd times are refused, whatever they are, and change nothing.
+    let absurd = [
+        (1, 0),
+        (1, -5),
+        (1, i64::MIN),
+        (1, NOW + CHECKPOINT_FUTURE_SLACK_MS + 1),
+        (1, i64::MAX),
+    ];
+    assert_eq!(rec.note_checkpoints("n1", &absurd, NOW), absurd.to_vec());
+    assert_eq!(rec.jobs[&JobId(1)].last_checkpoint, Some(NOW));
+}

@@ -1,5 +1,6 @@
-//! Client events that change jobs or nodes: cancel, hold and release, drain and resume. Each
-//! checks everything first (a refused request changes nothing), then returns its effects.
+//! Client events that change jobs or nodes: cancel, hold and release, requeue, drain and
+//! resume. Each checks everything first (a refused request changes nothing but, where it is
+//! audited, the audit log: see [`refusal`]), then returns its effects.
 
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
@@ -35,6 +36,14 @@ pub fn check_owner(job: &Job, caller: &Owner) -> ApiResult<()> {
             job.id, job.owner.user, caller.user
         )))
     }
+}
+
+/// The effects of a refused request that is audited (a requeue of someone else's job): one
+/// audit entry `action` about `job`, and nothing else.
+pub fn refusal(who: &Owner, action: &str, job: Option<JobId>, why: &str, now: Millis) -> Effects {
+    let mut fx = Effects::default();
+    fx.audit(audit_record(who, action, job, why.to_string(), now));
+    fx
 }
 
 /// Where a job that is not active is to be found: `finished` looks it up in history.
@@ -198,6 +207,94 @@ impl Records {
             format!("by {}", caller.user),
         );
         fx.audit(audit_record(caller, action, Some(id), String::new(), now));
+        fx.put_job(job);
+        Ok(fx)
+    }
+
+    /// Requeues a running job on its owner's (or root's) request, as `scontrol requeue` does:
+    /// SIGTERM to every process now, SIGKILL after its grace (the stop a cancel sends), and
+    /// when its agents report it gone it goes back to PENDING with its submit time (so its
+    /// place in the queue), its checkpoint directory, and its restart count one higher
+    /// (`lifecycle::part_ended`). Refused for a job submitted with `--no-requeue` (never
+    /// requeued, as with sbatch), for one not running (queued, finished, being cancelled or
+    /// preempted), and for someone else's job. Asking again while it is being requeued does
+    /// nothing.
+    pub fn requeue(
+        &self,
+        caller: &Owner,
+        id: JobId,
+        finished: FinishedLookup<'_>,
+        now: Millis,
+    ) -> ApiResult<Effects> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Err(match finished(id)? {
+                Some(j) => ApiError::Conflict(format!(
+                    "job {id} already finished ({}): only a running job can be requeued; \
+                     submit it again instead",
+                    j.state
+                )),
+                None => ApiError::NotFound(format!("invalid job id {id}: no such job")),
+            });
+        };
+        check_owner(job, caller)?;
+        if job.spec.no_requeue {
+            return Err(ApiError::Conflict(format!(
+                "job {id} was submitted with --no-requeue: it is never requeued"
+            )));
+        }
+        let stopping = matches!(job.state, JobState::Running | JobState::Preempting);
+        match (job.state, job.stop.as_ref().map(|s| &s.reason)) {
+            (JobState::Running, None) => {}
+            (JobState::Running, Some(StopReason::Requeue { .. })) => return Ok(Effects::default()),
+            (_, Some(StopReason::Cancel { by })) if stopping => {
+                return Err(ApiError::Conflict(format!(
+                    "job {id} is being cancelled (by {by}): it cannot be requeued"
+                )))
+            }
+            (_, Some(StopReason::Preempt { by })) if stopping => {
+                return Err(ApiError::Conflict(format!(
+                    "job {id} is being preempted (by job {by}): it is requeued once it has \
+                     stopped"
+                )))
+            }
+            (_, Some(_)) if stopping => {
+                return Err(ApiError::Conflict(format!(
+                    "job {id} is being stopped ({}): it cannot be requeued",
+                    job.reason
+                )))
+            }
+            (state, _) => {
+                return Err(ApiError::Conflict(format!(
+                    "job {id} is {state}: only a RUNNING job can be requeued"
+                )))
+            }
+        }
+        let mut job = job.clone();
+        let grace = job.grace_secs;
+        job.stop = Some(StopRequest {
+            reason: StopReason::Requeue {
+                by: caller.user.clone(),
+            },
+            at: now,
+            grace_secs: grace,
+        });
+        job.reason = format!("requeueing (by {})", caller.user);
+        let mut fx = Effects::default();
+        fx.audit(audit_record(
+            caller,
+            "requeue",
+            Some(id),
+            format!("while running (restart {})", job.restart_count + 1),
+            now,
+        ));
+        fx.event(
+            id,
+            now,
+            "requeue",
+            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
+        );
+        let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
+        fx.stop_parts(id, &nodes, grace, "requeue");
         fx.put_job(job);
         Ok(fx)
     }

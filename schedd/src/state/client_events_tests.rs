@@ -157,3 +157,112 @@ fn drain_is_for_root_with_a_printable_reason() {
         Err(ApiError::NotFound(_))
     ));
 }
+
+#[test]
+fn requeue_stops_a_running_job_with_its_grace_and_records_who_asked() {
+    let rec = Records::with_jobs(vec![JobBuilder::new(1)
+        .running_on("n1", &[0])
+        .grace(45)
+        .build()]);
+    let fx = rec
+        .requeue(&alice(), JobId(1), &none_finished, NOW)
+        .unwrap();
+    assert_eq!(fx.changed, [JobId(1)]);
+    let job = &fx.jobs[0];
+    assert_eq!(
+        job.state,
+        JobState::Running,
+        "requeued when its agent reports it gone"
+    );
+    let stop = job.stop.as_ref().unwrap();
+    assert!(matches!(&stop.reason, StopReason::Requeue { by } if by == "alice"));
+    assert_eq!((stop.grace_secs, stop.at), (45, NOW));
+    assert_eq!(job.reason, "requeueing (by alice)");
+    assert!(matches!(
+        &fx.commands[..],
+        [(node, AgentCommand::Stop { job_id: 1, grace_secs: 45, reason })]
+            if node == "n1" && reason == "requeue"
+    ));
+    assert!(
+        !fx.batch.is_empty(),
+        "the job, its history and the audit entry"
+    );
+    // Root may requeue anyone's job; asking again while it stops does nothing.
+    assert!(rec.requeue(&root(), JobId(1), &none_finished, NOW).is_ok());
+    let mut rec = rec;
+    rec.commit(fx);
+    let again = rec
+        .requeue(&alice(), JobId(1), &none_finished, NOW)
+        .unwrap();
+    assert!(again.batch.is_empty() && again.jobs.is_empty() && again.commands.is_empty());
+}
+
+#[test]
+fn a_refused_requeue_names_the_problem_and_has_no_effects() {
+    let mut no_requeue = JobBuilder::new(4).running_on("n2", &[0]).build();
+    std::sync::Arc::make_mut(&mut no_requeue.spec).no_requeue = true;
+    let mut cancelling = JobBuilder::new(5).running_on("n2", &[1]).build();
+    cancelling.stop = Some(ysched_common::StopRequest {
+        reason: StopReason::Cancel { by: "alice".into() },
+        at: T0,
+        grace_secs: 30,
+    });
+    let rec = Records::with_jobs(vec![
+        JobBuilder::new(1).build(),
+        JobBuilder::new(2).held().build(),
+        JobBuilder::new(3)
+            .running_on("n1", &[0])
+            .preempted_by(9)
+            .build(),
+        no_requeue,
+        cancelling,
+        JobBuilder::new(6).running_on("n1", &[1]).build(),
+    ]);
+    let refused = |who: &Owner, id: u64| {
+        rec.requeue(who, JobId(id), &none_finished, NOW)
+            .err()
+            .expect("refused")
+    };
+    assert_eq!(
+        refused(&alice(), 1),
+        ApiError::Conflict("job 1 is PENDING: only a RUNNING job can be requeued".into())
+    );
+    assert_eq!(
+        refused(&alice(), 2),
+        ApiError::Conflict("job 2 is HELD: only a RUNNING job can be requeued".into())
+    );
+    assert!(
+        matches!(refused(&alice(), 3), ApiError::Conflict(m) if m.contains("being preempted (by job 9)"))
+    );
+    // As with sbatch --no-requeue: never, not even by root.
+    assert_eq!(
+        refused(&root(), 4),
+        ApiError::Conflict("job 4 was submitted with --no-requeue: it is never requeued".into())
+    );
+    assert!(matches!(refused(&alice(), 5), ApiError::Conflict(m) if m.contains("being cancelled")));
+    assert!(matches!(refused(&bob(), 6), ApiError::Denied(m) if m.contains("belongs to alice")));
+    assert_eq!(
+        refused(&alice(), 77),
+        ApiError::NotFound("invalid job id 77: no such job".into())
+    );
+    let finished = |id: JobId| -> ApiResult<Option<Job>> {
+        let mut j = JobBuilder::new(id.0).build();
+        j.state = JobState::OutOfMemory;
+        Ok(Some(j))
+    };
+    let err = rec
+        .requeue(&alice(), JobId(8), &finished, NOW)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ApiError::Conflict(m) if m.contains("already finished (OUT_OF_MEMORY)")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_refusal_is_one_audit_entry() {
+    let fx = super::client_events::refusal(&bob(), "requeue_refused", Some(JobId(6)), "no", NOW);
+    assert!(!fx.batch.is_empty());
+    assert!(fx.jobs.is_empty() && fx.commands.is_empty() && fx.changed.is_empty() && !fx.wake);
+}

@@ -1,8 +1,9 @@
 //! How a job's run ends, as pure decisions on domain records: an agent's report of a part's
-//! end (complete, failed, timed out, cancelled, preempted and requeued or not, a multi-node
-//! part failing), and a part the agent no longer knows when it registers (cancelled, failed
-//! launch, NODE_FAIL, or back to the queue). No clock, no store, no wire types: the caller
-//! writes the returned events and the changed record, and sends the stops.
+//! end (complete, failed, out of memory, timed out, cancelled, preempted and requeued or not,
+//! requeued on request, a multi-node part failing), and a part the agent no longer knows when
+//! it registers (cancelled, failed launch, NODE_FAIL, or back to the queue). No clock, no
+//! store, no wire types: the caller writes the returned events and the changed record, and
+//! sends the stops.
 
 use ysched_common::time::{rfc3339, Millis};
 use ysched_common::{Job, JobState, PartFailure, StopReason, StopRequest};
@@ -26,11 +27,13 @@ pub struct PartEnd {
     pub checkpoint_saved: bool,
     /// Of the run that ended.
     pub restart_count: u32,
+    /// The kernel killed a process of the part for going over its memory limit.
+    pub out_of_memory: bool,
 }
 
 impl PartEnd {
     fn failed(&self) -> bool {
-        !self.error.is_empty() || self.timed_out || self.exit_code != Some(0)
+        !self.error.is_empty() || self.timed_out || self.out_of_memory || self.exit_code != Some(0)
     }
 
     /// `exit code 3, time limit`, `killed by signal 9, SIGKILL after grace`,
@@ -44,6 +47,9 @@ impl PartEnd {
             (None, Some(sig)) => format!("killed by signal {sig}"),
             _ => "ended".to_string(),
         };
+        if self.out_of_memory {
+            s.push_str(", out of memory");
+        }
         if self.timed_out {
             s.push_str(", time limit");
         }
@@ -110,6 +116,7 @@ pub fn part_ended(
                 timed_out: end.timed_out,
                 error: end.error.clone(),
                 description: format!("part on {node}: {how}"),
+                out_of_memory: end.out_of_memory,
             });
             if job.stop.is_none() {
                 // A gang is useless once a part is gone: stop the rest.
@@ -136,14 +143,22 @@ pub fn part_ended(
         job.alloc = all;
     }
     // The first failing part decides how a multi-node run ends.
-    let (exit_code, signal, timed_out, error, how) = match job.parts.first_failure.take() {
-        Some(f) => (f.exit_code, f.signal, f.timed_out, f.error, f.description),
+    let (exit_code, signal, timed_out, error, how, oom_on) = match job.parts.first_failure.take() {
+        Some(f) => (
+            f.exit_code,
+            f.signal,
+            f.timed_out,
+            f.error,
+            f.description,
+            f.out_of_memory.then_some(f.node),
+        ),
         None => (
             end.exit_code,
             end.signal,
             end.timed_out,
             end.error.clone(),
             how,
+            end.out_of_memory.then(|| node.to_string()),
         ),
     };
     job.exit_code = exit_code;
@@ -153,6 +168,36 @@ pub fn part_ended(
             reason: StopReason::Preempt { by },
             ..
         }) => Some(*by),
+        _ => None,
+    };
+    if let Some(StopRequest {
+        reason: StopReason::Requeue { by },
+        ..
+    }) = &job.stop
+    {
+        // Asked for (`yctl requeue`): back to the queue whatever the run's end, like a
+        // preempted job but not bounded by `max_requeues` (the owner asked, not the scheduler).
+        let by = by.clone();
+        if end.checkpoint_saved {
+            job.last_checkpoint = Some(at);
+        }
+        requeue(job);
+        job.restart_count += 1;
+        out.events.push((
+            at,
+            "requeued",
+            format!(
+                "restart {} as requested by {by} (checkpoint_saved={})",
+                job.restart_count, end.checkpoint_saved
+            ),
+        ));
+        return out;
+    }
+    let cancelled_by = match &job.stop {
+        Some(StopRequest {
+            reason: StopReason::Cancel { by },
+            ..
+        }) => Some(by.clone()),
         _ => None,
     };
     if let Some(by) = preempted_by {
@@ -195,14 +240,20 @@ pub fn part_ended(
     } else if !error.is_empty() {
         job.state = JobState::Failed;
         job.reason = format!("launch failed: {error}");
+    } else if let (Some(oom_node), None) = (&oom_on, &cancelled_by) {
+        // The kernel's OOM killer, in the job's own cgroup: say so, not a bare exit status.
+        job.state = JobState::OutOfMemory;
+        job.reason = match job.spec.mem_mib {
+            0 => format!("out of memory: the job ran out of memory on {oom_node}"),
+            mib => format!(
+                "out of memory: the job exceeded its memory limit (--mem {}) on {oom_node}",
+                mem_flag(mib)
+            ),
+        };
     } else if timed_out {
         job.state = JobState::Timeout;
         job.reason = "time limit reached".into();
-    } else if let Some(StopRequest {
-        reason: StopReason::Cancel { by },
-        ..
-    }) = &job.stop
-    {
+    } else if let Some(by) = cancelled_by {
         job.state = JobState::Cancelled;
         job.reason = format!("cancelled by {by}");
     } else if exit_code == Some(0) {
@@ -215,6 +266,15 @@ pub fn part_ended(
     job.end_time = Some(at);
     out.finished = true;
     out
+}
+
+/// A memory size as `--mem` takes it: `100M`, `4G`, `1T`.
+fn mem_flag(mib: u64) -> String {
+    match mib {
+        m if m >= 1 << 20 && m % (1 << 20) == 0 => format!("{}T", m >> 20),
+        m if m >= 1 << 10 && m % (1 << 10) == 0 => format!("{}G", m >> 10),
+        m => format!("{m}M"),
+    }
 }
 
 /// Back to the queue for a new run: no allocation, no start, no stop request.

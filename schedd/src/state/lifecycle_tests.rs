@@ -217,3 +217,186 @@ fn a_lost_part_is_cancelled_failed_node_fail_or_requeued() {
     assert!(job.reason.contains("(2 of 2 attempts"), "{}", job.reason);
     assert_eq!(job.id, JobId(3));
 }
+
+fn requeue_asked_by(job: &mut ysched_common::Job, who: &str) {
+    job.stop = Some(StopRequest {
+        reason: StopReason::Requeue { by: who.into() },
+        at: T0,
+        grace_secs: 30,
+    });
+}
+
+fn oom(job: u64) -> PartEnd {
+    PartEnd {
+        exit_code: None,
+        signal: Some(9),
+        out_of_memory: true,
+        ..exit(job, 0)
+    }
+}
+
+#[test]
+fn a_part_killed_for_its_memory_limit_ends_out_of_memory_naming_limit_and_node() {
+    let mut job = JobBuilder::new(1).mem(100).running_on("n1", &[0]).build();
+    let out = part_ended(&mut job, "n1", &oom(1), 20, NOW);
+    assert!(out.finished);
+    assert_eq!(job.state, JobState::OutOfMemory);
+    assert_eq!(
+        job.reason,
+        "out of memory: the job exceeded its memory limit (--mem 100M) on n1"
+    );
+    assert_eq!((job.exit_code, job.signal), (None, Some(9)));
+    assert!(
+        out.events[0].2.contains("out of memory"),
+        "{:?}",
+        out.events
+    );
+
+    // The main process may survive a worker's OOM kill and exit 0: still OUT_OF_MEMORY.
+    let mut job = JobBuilder::new(2).mem(4096).running_on("n1", &[0]).build();
+    let end = PartEnd {
+        out_of_memory: true,
+        ..exit(2, 0)
+    };
+    part_ended(&mut job, "n1", &end, 20, NOW);
+    assert_eq!(job.state, JobState::OutOfMemory);
+    assert!(job.reason.contains("(--mem 4G) on n1"), "{}", job.reason);
+
+    // Without --mem (a node-wide limit hit): said without a limit.
+    let mut job = JobBuilder::new(3).running_on("n1", &[0]).build();
+    part_ended(&mut job, "n1", &oom(3), 20, NOW);
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (
+            JobState::OutOfMemory,
+            "out of memory: the job ran out of memory on n1"
+        )
+    );
+
+    // Out of memory beats a time limit reached meanwhile.
+    let mut job = JobBuilder::new(4).mem(100).running_on("n1", &[0]).build();
+    let end = PartEnd {
+        timed_out: true,
+        ..oom(4)
+    };
+    part_ended(&mut job, "n1", &end, 20, NOW);
+    assert_eq!(job.state, JobState::OutOfMemory);
+}
+
+#[test]
+fn out_of_memory_while_being_cancelled_or_preempted_is_not_what_ends_the_job() {
+    let mut job = JobBuilder::new(1).mem(100).running_on("n1", &[0]).build();
+    cancelled_by(&mut job, "bob");
+    part_ended(&mut job, "n1", &oom(1), 20, NOW);
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (JobState::Cancelled, "cancelled by bob")
+    );
+
+    let mut job = JobBuilder::new(2)
+        .mem(100)
+        .running_on("n1", &[0])
+        .preempted_by(9)
+        .build();
+    let out = part_ended(&mut job, "n1", &oom(2), 20, NOW);
+    assert!(!out.finished);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+
+    let mut job = JobBuilder::new(3).mem(100).running_on("n1", &[0]).build();
+    requeue_asked_by(&mut job, "alice");
+    part_ended(&mut job, "n1", &oom(3), 20, NOW);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+}
+
+#[test]
+fn an_out_of_memory_part_of_a_multi_node_run_fails_it_like_any_part_failure() {
+    let mut job = JobBuilder::new(1)
+        .nodes(2)
+        .mem(100)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .build();
+    job.parts.nodelist = vec!["n1".into(), "n2".into()];
+    // Out of memory on n2 even though its exit status was 0: a failure, the others stopped.
+    let end = PartEnd {
+        out_of_memory: true,
+        ..exit(1, 0)
+    };
+    let out = part_ended(&mut job, "n2", &end, 20, NOW);
+    assert_eq!(out.stop_parts, ["n1"]);
+    assert!(!out.finished);
+    let killed = PartEnd {
+        exit_code: None,
+        signal: Some(15),
+        ..exit(1, 0)
+    };
+    let out = part_ended(&mut job, "n1", &killed, 20, NOW);
+    assert!(out.finished);
+    assert_eq!(job.state, JobState::OutOfMemory);
+    assert_eq!(
+        job.reason,
+        "out of memory: the job exceeded its memory limit (--mem 100M) on n2"
+    );
+
+    // A part that fails otherwise first decides: the later OOM of another part does not.
+    let mut job = JobBuilder::new(2)
+        .nodes(2)
+        .mem(100)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .build();
+    job.parts.nodelist = vec!["n1".into(), "n2".into()];
+    part_ended(&mut job, "n1", &exit(2, 3), 20, NOW);
+    part_ended(&mut job, "n2", &oom(2), 20, NOW);
+    assert_eq!((job.state, job.exit_code), (JobState::Failed, Some(3)));
+}
+
+#[test]
+fn a_requested_requeue_goes_back_to_the_queue_whatever_the_end_and_past_max_requeues() {
+    let mut job = JobBuilder::new(1)
+        .running_on("n1", &[0])
+        .submitted(T0 - 1_000)
+        .build();
+    job.restart_count = 5;
+    requeue_asked_by(&mut job, "alice");
+    let end = PartEnd {
+        exit_code: None,
+        signal: Some(15),
+        timed_out: true,
+        checkpoint_saved: true,
+        restart_count: 5,
+        ..exit(1, 0)
+    };
+    // max_requeues 2 bounds the scheduler's requeues, not the owner's.
+    let out = part_ended(&mut job, "n1", &end, 2, NOW);
+    assert!(!out.finished && !out.ignored);
+    assert_eq!(job.state, JobState::Pending);
+    assert_eq!(job.restart_count, 6);
+    assert_eq!(job.submit_time, T0 - 1_000, "keeps its place in the queue");
+    assert_eq!(job.last_checkpoint, Some(T0 + 5_000));
+    assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);
+    assert_eq!(job.reason, "");
+    assert!(job.end_time.is_none());
+    let kinds: Vec<&str> = out.events.iter().map(|e| e.1).collect();
+    assert_eq!(kinds, ["exited", "requeued"]);
+    assert_eq!(
+        out.events[1].2,
+        "restart 6 as requested by alice (checkpoint_saved=true)"
+    );
+
+    // A multi-node run is requeued once its last part is gone, each part's GPUs released on
+    // its own report.
+    let mut job = JobBuilder::new(2)
+        .nodes(2)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .build();
+    job.parts.nodelist = vec!["n1".into(), "n2".into()];
+    requeue_asked_by(&mut job, "alice");
+    let out = part_ended(&mut job, "n2", &exit(2, 0), 20, NOW);
+    assert!(out.stop_parts.is_empty(), "already being stopped");
+    assert_eq!((job.state, job.alloc.len()), (JobState::Running, 1));
+    part_ended(&mut job, "n1", &exit(2, 1), 20, NOW);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert!(job.alloc.is_empty() && job.parts.ended.is_empty());
+}

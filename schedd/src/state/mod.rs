@@ -7,7 +7,7 @@
 //! - `effects`: what an event does, as data.
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
 //!   nodes.
-//! - `client_events`: cancel, hold and release, drain and resume.
+//! - `client_events`: cancel, hold and release, requeue, drain and resume.
 //! - `plan`: applying a plan of the scheduling core (evictions, placements, reasons).
 //! - `views`: what read-only requests show (a node's derived state and GPU holders).
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent

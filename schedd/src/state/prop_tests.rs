@@ -49,6 +49,8 @@ enum Op {
         node: usize,
         exit: i32,
         stale: bool,
+        /// The agent's end and SIGTERM times: anything an agent could send, extremes too.
+        at: i64,
     },
     Cancel {
         pick: usize,
@@ -66,6 +68,21 @@ enum Op {
         pick: usize,
         hold: bool,
     },
+    Requeue {
+        pick: usize,
+        root: bool,
+    },
+}
+
+/// A time as an agent might report it: none, around now, or anything at all.
+fn agent_time() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        Just(0i64),
+        Just(i64::MIN),
+        Just(i64::MAX),
+        any::<i64>(),
+        (T0 - 1_000_000..T0 + 1_000_000),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -80,14 +97,20 @@ fn op() -> impl Strategy<Value = Op> {
         (1usize..6).prop_map(|back| Op::StalePass { back }),
         any::<usize>().prop_map(|pick| Op::Started { pick }),
         (any::<usize>(), any::<usize>()).prop_map(|(first, second)| Op::Reports { first, second }),
-        (any::<usize>(), 0usize..3, -1i32..3, any::<bool>()).prop_map(
-            |(pick, node, exit, stale)| Op::End {
+        (
+            any::<usize>(),
+            0usize..3,
+            -1i32..3,
+            any::<bool>(),
+            agent_time()
+        )
+            .prop_map(|(pick, node, exit, stale, at)| Op::End {
                 pick,
                 node,
                 exit,
-                stale
-            }
-        ),
+                stale,
+                at
+            }),
         (any::<usize>(), any::<bool>()).prop_map(|(pick, root)| Op::Cancel { pick, root }),
         (0usize..3, any::<u8>(), any::<u64>()).prop_map(|(node, keep, junk)| Op::Register {
             node,
@@ -96,6 +119,7 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         (0usize..3).prop_map(|node| Op::Silent { node }),
         (any::<usize>(), any::<bool>()).prop_map(|(pick, hold)| Op::Hold { pick, hold }),
+        (any::<usize>(), any::<bool>()).prop_map(|(pick, root)| Op::Requeue { pick, root }),
     ]
 }
 
@@ -229,6 +253,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             node,
             exit,
             stale,
+            at,
         } => {
             let Some(id) = pick(rec, *n) else { return };
             let job = &rec.jobs[&id];
@@ -243,6 +268,8 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
                 exit_code: (*exit >= 0).then_some(*exit),
                 signal: (*exit < 0).then_some(9),
                 restart_count: job.restart_count + u32::from(*stale),
+                end_time_ms: *at,
+                term_time_ms: at.wrapping_mul(3),
                 ..PartEnd::default()
             };
             rec.job_finished(&node, &end, LIMITS, now)
@@ -252,6 +279,14 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             let none = |_: JobId| Ok(None);
             match rec.cancel(&owner(*root), &[id.0], "", &none, now) {
                 Ok((effects, _)) => effects,
+                Err(_) => return,
+            }
+        }
+        Op::Requeue { pick: n, root } => {
+            let Some(id) = pick(rec, *n) else { return };
+            let none = |_: JobId| Ok(None);
+            match rec.requeue(&owner(*root), id, &none, now) {
+                Ok(effects) => effects,
                 Err(_) => return,
             }
         }
