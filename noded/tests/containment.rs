@@ -465,11 +465,12 @@ async fn job_cgroup_names_skip_live_ones_and_reuse_leftovers() {
         return;
     }
     let root = launcher.containment().layout().unwrap().root.clone();
+    let tag = launcher.cgroup_instance().to_string();
     // Ids no other test (or noded on this host) uses.
     let leftover_id = 9_100_000_000 + 10 * u64::from(std::process::id());
     let taken_id = leftover_id + 1;
     // Left by a shepherd killed with its job long ago: empty, old.
-    let leftover = root.join(format!("job_{leftover_id}"));
+    let leftover = root.join(format!("job_{leftover_id}.{tag}"));
     let _ = std::fs::create_dir(&leftover);
     let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     std::fs::File::open(&leftover)
@@ -477,7 +478,7 @@ async fn job_cgroup_names_skip_live_ones_and_reuse_leftovers() {
         .set_modified(long_ago)
         .unwrap();
     // Just made by another noded on this host, which is about to start its job there.
-    let taken = root.join(format!("job_{taken_id}"));
+    let taken = root.join(format!("job_{taken_id}.{tag}"));
     let _ = std::fs::create_dir(&taken);
     for job_id in [leftover_id, taken_id] {
         launcher
@@ -492,7 +493,7 @@ async fn job_cgroup_names_skip_live_ones_and_reuse_leftovers() {
     }
     let _ = std::fs::remove_dir(&taken);
     assert_eq!(dirs[0], leftover, "the leftover is reused");
-    assert_eq!(dirs[1], root.join(format!("job_{taken_id}-2")));
+    assert_eq!(dirs[1], root.join(format!("job_{taken_id}.{tag}-2")));
     assert!(
         !leftover.exists() && !dirs[1].exists(),
         "removed after the job"

@@ -3,7 +3,7 @@
 //!
 //! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the controller-less
 //! `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,
-//! `<root>/job_<id>`. A process cannot leave it (setsid, double forks and daemons stay in),
+//! `<root>/job_<id>.<node>.<hash>`. A process cannot leave it (setsid, double forks and daemons stay in),
 //! so a stop reaches all of them and the job is over when the cgroup is empty. The job's
 //! limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to a
 //! cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
@@ -166,13 +166,22 @@ impl fmt::Display for Containment {
 impl CgroupLayout {
     /// Creates the cgroups of one job, with its limits, and returns them for its plan. The
     /// error is the message for `JobFinished.error`.
-    pub fn create_job_cgroup(&self, job_id: u64, limits: JobLimits) -> Result<JobCgroup, String> {
+    ///
+    /// The name is `job_<id>.<instance>`: several agents may share a host (a demo, a test
+    /// suite with clusters side by side, each numbering its jobs from 1), and one agent's
+    /// clean-up must never remove a directory another just created under the same job id.
+    pub fn create_job_cgroup(
+        &self,
+        job_id: u64,
+        instance: &str,
+        limits: JobLimits,
+    ) -> Result<JobCgroup, String> {
         let v1_bases = self.v1_bases();
         for attempt in 1..=NAME_ATTEMPTS {
             let name = if attempt == 1 {
-                format!("job_{job_id}")
+                format!("job_{job_id}.{instance}")
             } else {
-                format!("job_{job_id}-{attempt}")
+                format!("job_{job_id}.{instance}-{attempt}")
             };
             let cgroup = JobCgroup {
                 dir: self.root.join(&name),
@@ -192,8 +201,8 @@ impl CgroupLayout {
             return Ok(cgroup);
         }
         Err(format!(
-            "cannot create the job's cgroup: job_{job_id} to job_{job_id}-{NAME_ATTEMPTS} all \
-             exist in {}",
+            "cannot create the job's cgroup: job_{job_id}.{instance} to \
+             job_{job_id}.{instance}-{NAME_ATTEMPTS} all exist in {}",
             self.root.display()
         ))
     }
@@ -260,6 +269,33 @@ impl CgroupLayout {
         }
         Ok(())
     }
+}
+
+/// What tells this agent's job cgroups from another's on the same host: its node name (in
+/// the characters a directory name takes without surprise) and a hash of its spool
+/// directory, which no two agents share.
+pub fn instance_tag(node_name: &str, spool_dir: &Path) -> String {
+    let name: String = node_name
+        .chars()
+        .take(48)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // FNV-1a: stable across runs and versions, unlike std's hasher.
+    let spool = std::fs::canonicalize(spool_dir).unwrap_or_else(|_| spool_dir.to_path_buf());
+    let hash = spool
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("{name}.{:08x}", hash as u32)
 }
 
 /// Creates the job's v2 and v1 directories. `Ok(false)`: one of them exists already, and is

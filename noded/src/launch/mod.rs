@@ -102,6 +102,8 @@ pub struct Launcher {
 
 /// What the per-job tasks share with the launcher.
 struct Shared {
+    /// Part of every job cgroup's name (see [`containment::instance_tag`]).
+    cgroup_instance: String,
     spool: Spool,
     node_name: String,
     shepherd_program: PathBuf,
@@ -145,6 +147,11 @@ impl Shared {
 }
 
 impl Launcher {
+    /// What this agent's job cgroups are named after (`job_<id>.<this>`).
+    pub fn cgroup_instance(&self) -> &str {
+        &self.shared.cgroup_instance
+    }
+
     /// A launcher over `spool_dir` (created if needed), and the channel of its job events.
     pub fn new(
         spool_dir: impl Into<PathBuf>,
@@ -165,7 +172,9 @@ impl Launcher {
             Containment::ProcessGroups { .. } => tracing::warn!("job containment: {containment}"),
         }
         let (events, receiver) = mpsc::unbounded_channel();
+        let cgroup_instance = containment::instance_tag(&options.node_name, &options.spool_dir);
         let shared = Arc::new(Shared {
+            cgroup_instance,
             spool,
             node_name: options.node_name,
             shepherd_program: options.shepherd_program,

@@ -136,7 +136,7 @@ impl Supervisor {
                         mem_bytes: job.mem_bytes,
                         cpus: job.cpus,
                     };
-                    layout.create_job_cgroup(job.job_id, limits)
+                    layout.create_job_cgroup(job.job_id, &shared.cgroup_instance, limits)
                 })
                 .transpose()?;
             Ok::<_, String>(plan)

@@ -401,6 +401,7 @@ impl Cluster {
             jobs: std::mem::take(&mut self.jobs),
             nodes: self.nodes.clone(),
             next_job_id: 0,
+            touched: Default::default(),
         };
         let payload = |_: JobId| Some(std::sync::Arc::new(crate::store::Payload::default()));
         let effects = records.apply_plan(plan, &payload, now);

@@ -75,7 +75,7 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
         Ok(Response::new(super::convert::job_detail(
-            &self.cluster.job_detail(JobId(req.get_ref().job_id))?,
+            &self.cluster.job_detail(JobId(req.get_ref().job_id)).await?,
         )))
     }
 

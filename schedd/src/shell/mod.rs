@@ -22,14 +22,14 @@ pub use crate::error::{ApiError, ApiResult};
 use crate::state::agent_events::{AgentReport, Limits, Registration};
 use crate::state::client_events::{audit_record, NewJob};
 use crate::state::commands::AgentCommand;
-use crate::state::{Effects, Records};
+use crate::state::{Effects, Records, SchedulerCopy};
 use crate::store::{self, Store};
 use crate::submit::{self, ValidSubmit};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
-use ysched_common::{AuditRecord, Config, Job, JobId, JobState, Node, Owner};
+use ysched_common::{AuditRecord, Config, Job, JobId, JobState, Owner};
 
 /// sled fails for good after a failed flush (every later write fails until it is reopened),
 /// and the changes it could not flush are already in memory: the only safe state is the one on
@@ -66,6 +66,13 @@ pub struct State {
     topologies: core::Topologies,
 }
 
+/// What the scheduling loop keeps between passes.
+#[derive(Default)]
+pub(crate) struct SchedulerView {
+    copy: SchedulerCopy,
+    topologies: core::Topologies,
+}
+
 pub struct Cluster {
     config: Config,
     store: Store,
@@ -81,8 +88,9 @@ pub struct Cluster {
     started: i64,
     /// Agents' start and end reports, applied in batches by one task (`report_loop`).
     reports_tx: mpsc::UnboundedSender<(String, u64, AgentReport)>,
-    /// Node topologies kept between passes; lent to the pass while it runs (one at a time).
-    pass_topologies: std::sync::Mutex<core::Topologies>,
+    /// The scheduler's copy of the jobs and its node topologies, kept between passes; held by
+    /// the pass while it runs.
+    scheduler_view: Arc<tokio::sync::Mutex<SchedulerView>>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -105,6 +113,7 @@ impl Cluster {
                     jobs: rec.active_jobs,
                     nodes: rec.nodes,
                     next_job_id: rec.next_job_id,
+                    touched: BTreeSet::new(),
                 },
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
@@ -115,7 +124,7 @@ impl Cluster {
             changes: broadcast::channel(4096).0,
             flush_tx,
             reports_tx,
-            pass_topologies: Default::default(),
+            scheduler_view: Default::default(),
         });
         tokio::spawn(cluster.clone().report_loop(reports_rx));
         tokio::spawn(cluster.clone().flush_loop(flush_rx));
@@ -181,27 +190,6 @@ impl Cluster {
 
     pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
         self.changes.subscribe()
-    }
-
-    /// A copy of what the scheduling core looks at: pending jobs, jobs holding resources, and
-    /// the nodes (held jobs can be most of a queue: copying them would be wasted time under
-    /// the lock).
-    fn core_view(&self) -> (BTreeMap<JobId, Job>, BTreeMap<String, Node>) {
-        let st = lock(&self.state);
-        let jobs = st
-            .rec
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.state == JobState::Pending || j.state.holds_resources())
-            .map(|(id, j)| (*id, j.clone()))
-            .collect();
-        (jobs, st.rec.nodes.clone())
-    }
-
-    fn policy(&self) -> Policy<'_> {
-        Policy {
-            tiers: &self.config.tiers,
-        }
     }
 
     /// Runs one event under the lock. Its batch is written first; only when that succeeded

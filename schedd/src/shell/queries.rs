@@ -89,18 +89,34 @@ impl Cluster {
     }
 
     /// A job with why it waits on each node (when pending) and its history.
-    pub fn job_detail(&self, id: JobId) -> ApiResult<JobDetail> {
+    pub async fn job_detail(&self, id: JobId) -> ApiResult<JobDetail> {
         let job = self.find_job(id)?;
         let mut waits = Vec::new();
         if job.state == JobState::Pending {
-            // Replaying the queue ahead of the job takes as long as a pass: not under the lock.
-            let (jobs, nodes) = self.core_view();
-            let snap = Snapshot {
-                jobs: &jobs,
-                nodes: &nodes,
+            // Replaying the queue ahead of the job takes as long as a pass: on a copy of the
+            // scheduler's copy of the records (brought up to date under the lock: only what
+            // changed is copied), replayed without any lock.
+            let (jobs, nodes) = {
+                let mut view = self.scheduler_view.lock().await;
+                let nodes = {
+                    let mut st = lock(&self.state);
+                    st.rec.refresh_copy(&mut view.copy);
+                    st.rec.nodes.clone()
+                };
+                (view.copy.jobs.clone(), nodes)
             };
-            waits = core::explain(&job, &snap, &self.policy(), now_ms());
+            let tiers = self.config.tiers.clone();
+            waits = tokio::task::spawn_blocking(move || {
+                let snap = Snapshot {
+                    jobs: &jobs,
+                    nodes: &nodes,
+                };
+                core::explain(&job, &snap, &Policy { tiers: &tiers }, now_ms())
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("explaining job {id} failed: {e}")))?;
         }
+        let job = self.find_job(id)?;
         Ok(JobDetail {
             events: self.store.events(id)?,
             job,

@@ -51,7 +51,7 @@ impl Cluster {
         };
         self.commit().await?;
         let id = job.id;
-        lock(&self.state).rec.jobs.insert(id, job);
+        lock(&self.state).rec.insert_job(job);
         if done.wake {
             self.wake.notify_one();
         }

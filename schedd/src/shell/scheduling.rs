@@ -82,33 +82,47 @@ impl Cluster {
         self.settle(changed, wake).await
     }
 
-    /// Runs the core on a copy of the records, without the lock (requests are answered while
-    /// it runs), then applies what of its plan still holds. Returns the jobs whose state
-    /// changed.
+    /// Runs the core on the scheduler's copy of the records, without the lock (requests are
+    /// answered while it runs), then applies what of its plan still holds. Returns the jobs
+    /// whose state changed.
     pub async fn schedule_once(self: &Arc<Self>) -> ApiResult<Vec<JobId>> {
         let now = now_ms();
-        let (jobs, nodes) = self.core_view();
+        // One pass at a time holds the view, and a `yctl show job` waits for it rather than
+        // making a second copy: `touched` can bring only one copy up to date.
+        let mut view = Arc::clone(&self.scheduler_view).lock_owned().await;
+        let under_lock = std::time::Instant::now();
+        let nodes = {
+            let mut st = lock(&self.state);
+            st.rec.refresh_copy(&mut view.copy);
+            st.rec.nodes.clone()
+        };
+        let refresh_took = under_lock.elapsed();
+        let n_jobs = view.copy.jobs.len();
         let tiers = self.config.tiers.clone();
-        let mut topologies = std::mem::take(
-            &mut *self
-                .pass_topologies
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        let (plan, topologies) = tokio::task::spawn_blocking(move || {
+        let plan = tokio::task::spawn_blocking(move || {
+            let view = &mut *view;
             let snap = Snapshot {
-                jobs: &jobs,
+                jobs: &view.copy.jobs,
                 nodes: &nodes,
             };
-            let plan = core::schedule_with(&snap, &Policy { tiers: &tiers }, now, &mut topologies);
-            (plan, topologies)
+            let policy = Policy { tiers: &tiers };
+            let mut plan = core::schedule_with(&snap, &policy, now, &mut view.topologies);
+            // Most pending jobs wait for the reason they waited for before: apply only the
+            // reasons that changed, so the applier does not compare them all under the lock.
+            let jobs = &mut view.copy.jobs;
+            plan.pending_reasons.retain(|id, reason| {
+                match jobs.get_mut(id).filter(|j| j.reason != *reason) {
+                    Some(job) => {
+                        job.reason = reason.clone();
+                        true
+                    }
+                    None => false,
+                }
+            });
+            plan
         })
         .await
         .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
-        *self
-            .pass_topologies
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = topologies;
         let payload = |id: JobId| match self.store.payload(id) {
             Ok(p) => Some(Arc::new(p)),
             Err(e) => {
@@ -117,11 +131,23 @@ impl Cluster {
             }
         };
         let mut stale = false;
-        let (changed, _, ()) = self.run_event(|rec| {
+        let apply_started = std::time::Instant::now();
+        let applied = self.run_event(|rec| {
             let (plan, dropped) = rec.still_valid(plan);
             stale = dropped;
             Ok((rec.apply_plan(&plan, &payload, now_ms()), ()))
-        })?;
+        });
+        if applied.is_err() {
+            // The copy took this plan's reasons already: copy everything afresh next time.
+            self.scheduler_view.lock().await.copy = SchedulerCopy::default();
+        }
+        let (changed, _, ()) = applied?;
+        tracing::debug!(
+            refresh = ?refresh_took,
+            apply = ?apply_started.elapsed(),
+            jobs = n_jobs,
+            "scheduling pass: time under the lock"
+        );
         if stale {
             // Some decisions no longer held: decide again with what is true now.
             self.wake.notify_one();

@@ -181,6 +181,8 @@ impl Records {
             let time = time.min(now);
             if job.last_checkpoint.is_none_or(|known| known < time) {
                 job.last_checkpoint = Some(time);
+                // The victim cost reads it: the scheduler's copy must see it.
+                self.touched.insert(JobId(job_id));
             }
         }
         refused

@@ -34,8 +34,8 @@ mod prop_tests;
 
 pub use effects::Effects;
 
-use std::collections::BTreeMap;
-use ysched_common::{Job, JobId, Node};
+use std::collections::{BTreeMap, BTreeSet};
+use ysched_common::{Job, JobId, JobState, Node};
 
 /// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
 /// the store), the nodes, and the next job id.
@@ -44,6 +44,10 @@ pub struct Records {
     pub jobs: BTreeMap<JobId, Job>,
     pub nodes: BTreeMap<String, Node>,
     pub next_job_id: u64,
+    /// Jobs changed in memory since the scheduler last brought its own copy up to date (see
+    /// [`Records::refresh_copy`]): with a hundred thousand jobs queued, copying them all for
+    /// every pass would hold the lock for a hundred milliseconds.
+    pub touched: BTreeSet<JobId>,
 }
 
 impl Records {
@@ -53,6 +57,7 @@ impl Records {
     pub fn commit(&mut self, effects: Effects) -> Committed {
         let mut changed_reasons = Vec::new();
         for job in effects.jobs {
+            self.touched.insert(job.id);
             if job.state.is_terminal() {
                 self.jobs.remove(&job.id);
             } else {
@@ -81,6 +86,50 @@ impl Records {
             wake: effects.wake,
         }
     }
+
+    /// Takes a job that is durable into memory (a submit: its id was taken by `commit`).
+    pub fn insert_job(&mut self, job: Job) {
+        self.touched.insert(job.id);
+        self.jobs.insert(job.id, job);
+    }
+
+    /// Brings `copy` (the jobs the scheduler looks at: pending and holding resources, as of
+    /// its last refresh) up to date with the records, copying only the jobs touched since.
+    /// A fresh (empty) copy is filled in full. Reasons are not the scheduler's concern and
+    /// may lag in the copy.
+    pub fn refresh_copy(&mut self, copy: &mut SchedulerCopy) {
+        let wanted = |j: &Job| j.state == JobState::Pending || j.state.holds_resources();
+        if !copy.filled {
+            copy.jobs = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| wanted(j))
+                .map(|(id, j)| (*id, j.clone()))
+                .collect();
+            copy.filled = true;
+            self.touched.clear();
+            return;
+        }
+        for id in std::mem::take(&mut self.touched) {
+            match self.jobs.get(&id).filter(|j| wanted(j)) {
+                Some(job) => {
+                    copy.jobs.insert(id, job.clone());
+                }
+                None => {
+                    copy.jobs.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+/// The scheduler's own copy of the jobs it looks at, kept up to date by
+/// [`Records::refresh_copy`] and read by passes without the lock.
+#[derive(Debug, Default)]
+pub struct SchedulerCopy {
+    pub jobs: BTreeMap<JobId, Job>,
+    /// Filled once; afterwards only touched jobs are copied again.
+    filled: bool,
 }
 
 #[cfg(test)]
@@ -89,6 +138,7 @@ impl Records {
     pub(crate) fn with_jobs(jobs: Vec<Job>) -> Records {
         use crate::core::testkit::{NodeBuilder, A100};
         Records {
+            touched: BTreeSet::new(),
             jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
             nodes: ["n1", "n2"]
                 .into_iter()

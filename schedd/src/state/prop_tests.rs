@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::config::default_tiers;
-use ysched_common::{JobId, JobSpec, JobState, Owner};
+use ysched_common::{Job, JobId, JobSpec, JobState, Owner};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 const LIMITS: Limits = Limits {
@@ -203,7 +203,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             };
             let (effects, job) = rec.submit(new, now);
             rec.commit(effects);
-            rec.jobs.insert(job.id, job);
+            rec.insert_job(job);
             return;
         }
         Op::Pass => {
@@ -359,11 +359,29 @@ proptest! {
                 .map(|n| (n.to_string(), NodeBuilder::dgx(n, 4, A100).build()))
                 .collect(),
             next_job_id: 1,
+            ..Records::default()
         };
         let mut history = vec![rec.clone()];
+        // The scheduler's copy, refreshed now and then, must be what a full copy would be.
+        let mut copy = super::SchedulerCopy::default();
         for (i, op) in ops.iter().enumerate() {
             step(&mut rec, &history, op, T0 + i as i64 * 1_000);
             check(&rec)?;
+            if i % 3 == 0 {
+                rec.refresh_copy(&mut copy);
+                let full: BTreeMap<JobId, Job> = rec
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| j.state == JobState::Pending || j.state.holds_resources())
+                    .map(|(id, j)| (*id, Job { reason: String::new(), ..j.clone() }))
+                    .collect();
+                let refreshed: BTreeMap<JobId, Job> = copy
+                    .jobs
+                    .iter()
+                    .map(|(id, j)| (*id, Job { reason: String::new(), ..j.clone() }))
+                    .collect();
+                prop_assert_eq!(refreshed, full, "the refreshed copy is the records");
+            }
             history.push(rec.clone());
         }
     }

@@ -143,9 +143,9 @@ fn jobs_get_cgroups_with_v2_limits() {
         mem_bytes: 100 << 20,
         cpus: 2,
     };
-    let cgroup = layout.create_job_cgroup(7, limits).unwrap();
-    assert_eq!(cgroup.dir, root.join("job_7"));
-    assert_eq!(cgroup.name, "/jobs/job_7");
+    let cgroup = layout.create_job_cgroup(7, "n1.0000abcd", limits).unwrap();
+    assert_eq!(cgroup.dir, root.join("job_7.n1.0000abcd"));
+    assert_eq!(cgroup.name, "/jobs/job_7.n1.0000abcd");
     assert!(cgroup.v1_dirs.is_empty());
     let read = |name: &str| std::fs::read_to_string(cgroup.dir.join(name)).unwrap();
     assert_eq!(read("memory.max"), "104857600");
@@ -153,8 +153,10 @@ fn jobs_get_cgroups_with_v2_limits() {
     assert_eq!(read("pids.max"), "64");
 
     // The name is taken (another noded on this host): the next one.
-    let again = layout.create_job_cgroup(7, JobLimits::default()).unwrap();
-    assert_eq!(again.dir, root.join("job_7-2"));
+    let again = layout
+        .create_job_cgroup(7, "n1.0000abcd", JobLimits::default())
+        .unwrap();
+    assert_eq!(again.dir, root.join("job_7.n1.0000abcd-2"));
     assert!(!again.dir.join("memory.max").exists(), "no limits asked");
     let shown = Containment::Cgroups(layout).to_string();
     assert!(
@@ -186,10 +188,10 @@ fn hybrid_hosts_take_limits_from_v1() {
         mem_bytes: 4096,
         cpus: 3,
     };
-    let cgroup = layout.create_job_cgroup(9, limits).unwrap();
-    assert_eq!(cgroup.v1_dirs, vec![base.join("job_9")]);
+    let cgroup = layout.create_job_cgroup(9, "n1.0000abcd", limits).unwrap();
+    assert_eq!(cgroup.v1_dirs, vec![base.join("job_9.n1.0000abcd")]);
     assert_eq!(
-        std::fs::read_to_string(base.join("job_9/memory.limit_in_bytes")).unwrap(),
+        std::fs::read_to_string(base.join("job_9.n1.0000abcd/memory.limit_in_bytes")).unwrap(),
         "4096"
     );
     assert!(
