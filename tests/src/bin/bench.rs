@@ -31,6 +31,13 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// A cluster with real agents; `BENCH_NODE_TOML` (e.g. `cgroup_root = "none"`) is added to
+/// their `[node]` table, to compare settings.
+fn real_cluster(nodes: Vec<FakeNode>) -> TestCluster {
+    let node_toml = std::env::var("BENCH_NODE_TOML").unwrap_or_default();
+    TestCluster::start_with(nodes, "", &node_toml)
+}
+
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -63,7 +70,7 @@ fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
     let mut figures = Vec::new();
-    let c = TestCluster::start(vec![
+    let c = real_cluster(vec![
         FakeNode::uniform("n1", 8, A100),
         FakeNode::uniform("n2", 8, A100),
     ]);
@@ -558,7 +565,7 @@ fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000);
-    let c = TestCluster::start(vec![
+    let c = real_cluster(vec![
         FakeNode::uniform("n1", 8, A100),
         FakeNode::uniform("n2", 8, A100),
     ]);
@@ -662,7 +669,7 @@ fn now_ns() -> u128 {
 
 /// Preemption latencies on one 4-GPU node held by one low-tier 4-GPU job.
 fn preemption() -> Vec<Figure> {
-    let c = TestCluster::start(vec![FakeNode::uniform("n1", 4, A100)]);
+    let c = real_cluster(vec![FakeNode::uniform("n1", 4, A100)]);
     let stamp = |name: &str| c.work.join(name);
     let write_stamp =
         |path: &std::path::Path| format!("date +%s%N > {0}.tmp && mv {0}.tmp {0}", path.display());
