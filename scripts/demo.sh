@@ -75,7 +75,21 @@ echo "$dir" > "$last"
 
 echo "==> submitting demo jobs"
 cd "$dir"
-"$bin/ysub" -J train-llm -G 8 -p low -t 10 --wrap 'echo "training on GPUs $CUDA_VISIBLE_DEVICES"; sleep 120'
+# A training job as users write them: bash without `exec`, the work in a child process that
+# saves its step when told to stop (SIGTERM: the grace window) and resumes from it after a
+# requeue. ysched gives every process of the job the grace, not only the script.
+cat > "$dir/train.sh" <<'SH'
+#!/bin/bash
+ckpt="$YS_CHECKPOINT_DIR/step"
+step=$(cat "$ckpt" 2>/dev/null || echo 0)
+echo "run $YS_RESTART_COUNT: starting at step $step on GPUs $CUDA_VISIBLE_DEVICES"
+bash -c '
+  step=$1 ckpt=$2
+  trap "sleep 1; echo \$step > \$ckpt.tmp && mv \$ckpt.tmp \$ckpt; echo saved step \$step; exit 0" TERM
+  while :; do step=$((step + 1)); sleep 0.2 & wait $!; done
+' trainer "$step" "$ckpt"
+SH
+"$bin/ysub" -J train-llm -G 8 -p low -t 10 "$dir/train.sh"
 "$bin/ysub" -J finetune -G 4 -p medium --wrap 'sleep 60'
 "$bin/ysub" -J eval -G 2 --wrap 'sleep 30'
 "$bin/ysub" -J sweep -G 4 -p low --wrap 'sleep 90'
@@ -89,8 +103,12 @@ echo
 echo "==> an urgent job arrives: a critical 8-GPU job preempts the low-tier training job"
 "$bin/ysub" -J urgent-fix -G 8 -p critical --wrap 'echo "urgent work on $CUDA_VISIBLE_DEVICES"; sleep 20' \
   || echo "(by default only root may submit to 'critical': run the demo as root to see preemption)"
-sleep 1
+sleep 2
 "$bin/yq"
+echo
+echo "==> the training job saved its step in its grace window and waits to resume from it"
+"$bin/yctl" show job 1 | grep -E 'preemption|requeued' || true
+cat "$dir/ysched-1.out" 2>/dev/null || true
 cat <<EOF2
 
 The demo cluster runs in $dir (logs: *.log there). To use it:
