@@ -273,6 +273,31 @@ fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     figures
 }
 
+/// Starts `n_nodes` simulated 8-GPU agents against `c`'s schedd and waits until all have
+/// registered; jobs without `YS_SIM_DURATION_MS` run for `default_duration`.
+fn start_fleet(
+    rt: &tokio::runtime::Runtime,
+    c: &TestCluster,
+    n_nodes: usize,
+    default_duration: Duration,
+) -> std::sync::Arc<ysched_tests::fleet::FleetStats> {
+    let read = |f: &str| std::fs::read_to_string(c.dir.path().join(f)).unwrap();
+    let config = ysched_tests::fleet::FleetConfig {
+        schedd: format!("127.0.0.1:{}", c.port),
+        ca_cert_pem: read("cluster-ca.crt"),
+        cluster_key: read("cluster.key").trim().to_string(),
+        nodes: n_nodes,
+        gpus_per_node: 8,
+        default_duration,
+        heartbeat: Duration::from_secs(2),
+    };
+    let stats = rt.block_on(async { ysched_tests::fleet::start(config) });
+    wait_until(Duration::from_secs(120), "the fleet registers", || {
+        stats.registered.load(std::sync::atomic::Ordering::Relaxed) >= n_nodes as u64
+    });
+    stats
+}
+
 /// The fleet: `FLEET_NODES` (1,000) simulated 8-GPU agents in this process against a real
 /// schedd; `FLEET_JOBS` (20,000) one-GPU jobs of zero duration submitted through the API by 64
 /// clients, counted until every end is acknowledged; API latencies sampled meanwhile.
@@ -286,25 +311,8 @@ fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     };
     let (n_nodes, n_jobs) = (env("FLEET_NODES", 1000), env("FLEET_JOBS", 20_000));
     let c = TestCluster::start(vec![]);
-    let read = |f: &str| std::fs::read_to_string(c.dir.path().join(f)).unwrap();
-    let config = ysched_tests::fleet::FleetConfig {
-        schedd: format!("127.0.0.1:{}", c.port),
-        ca_cert_pem: read("cluster-ca.crt"),
-        cluster_key: read("cluster.key").trim().to_string(),
-        nodes: n_nodes,
-        gpus_per_node: 8,
-        default_duration: Duration::from_millis(0),
-        heartbeat: Duration::from_secs(2),
-    };
     let t = Instant::now();
-    let stats = rt.block_on(async { ysched_tests::fleet::start(config) });
-    while stats.registered.load(Ordering::Relaxed) < n_nodes as u64 {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "fleet did not register"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let stats = start_fleet(rt, &c, n_nodes, Duration::from_millis(0));
     let registered = t.elapsed().as_secs_f64();
     println!("  ({n_nodes} simulated agents registered in {registered:.1} s)");
     let work = c.work.to_string_lossy().into_owned();
@@ -413,20 +421,7 @@ fn loaded(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     };
     let (n_nodes, n_pending) = (env("FLEET_NODES", 1000), env("LOADED_PENDING", 100_000));
     let c = TestCluster::start(vec![]);
-    let read = |f: &str| std::fs::read_to_string(c.dir.path().join(f)).unwrap();
-    let config = ysched_tests::fleet::FleetConfig {
-        schedd: format!("127.0.0.1:{}", c.port),
-        ca_cert_pem: read("cluster-ca.crt"),
-        cluster_key: read("cluster.key").trim().to_string(),
-        nodes: n_nodes,
-        gpus_per_node: 8,
-        default_duration: Duration::from_secs(60),
-        heartbeat: Duration::from_secs(2),
-    };
-    let stats = rt.block_on(async { ysched_tests::fleet::start(config) });
-    wait_until(Duration::from_secs(120), "the fleet registers", || {
-        stats.registered.load(Ordering::Relaxed) >= n_nodes as u64
-    });
+    let stats = start_fleet(rt, &c, n_nodes, Duration::from_secs(60));
     let work = c.work.to_string_lossy().into_owned();
     let job = move |tier: &str, gpus: u32, nodes: u32, duration_ms: usize| {
         let mut spec = held_spec(&work);
