@@ -81,6 +81,30 @@ struct FakeSchedd {
     sessions: mpsc::UnboundedSender<Session>,
 }
 
+/// A fake schedd serving TLS on a free loopback port: the port, its sessions as they come,
+/// the CA certificate agents must pin, and the server task.
+async fn serve_fake_schedd() -> (
+    u16,
+    mpsc::UnboundedReceiver<Session>,
+    String,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (sessions_tx, sessions) = mpsc::unbounded_channel();
+    let (ca_cert_pem, tls) = fake_schedd_tls();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(NodeAgentServer::new(FakeSchedd {
+                sessions: sessions_tx,
+            }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    (port, sessions, ca_cert_pem, server)
+}
+
 #[tonic::async_trait]
 impl NodeAgent for FakeSchedd {
     type SessionStream = UnboundedReceiverStream<Result<pb::SchedulerMessage, Status>>;
@@ -268,19 +292,7 @@ async fn noded_process_restart_keeps_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (sessions_tx, mut sessions) = mpsc::unbounded_channel();
-    let (ca_cert_pem, tls) = fake_schedd_tls();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(NodeAgentServer::new(FakeSchedd {
-                sessions: sessions_tx,
-            }))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let (port, mut sessions, ca_cert_pem, server) = serve_fake_schedd().await;
 
     let path = |name: &str| dir.path().join(name);
     std::fs::write(path("key"), "k3y\n").unwrap();
@@ -369,19 +381,7 @@ async fn heartbeats_carry_checkpoint_times_but_not_of_huge_directories() {
     let work = tempfile::tempdir().unwrap();
     std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (sessions_tx, mut sessions) = mpsc::unbounded_channel();
-    let (ca_cert_pem, tls) = fake_schedd_tls();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(NodeAgentServer::new(FakeSchedd {
-                sessions: sessions_tx,
-            }))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let (port, mut sessions, ca_cert_pem, server) = serve_fake_schedd().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
         shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")

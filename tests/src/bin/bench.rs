@@ -65,10 +65,7 @@ fn held_spec(workdir: &str) -> pb::JobSpec {
 }
 
 fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
-    let n_api: usize = std::env::var("BENCH_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let n_api = env_usize("BENCH_JOBS", 10_000);
     let mut figures = Vec::new();
     let c = real_cluster(vec![
         FakeNode::uniform("n1", 8, A100),
@@ -273,6 +270,14 @@ fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     figures
 }
 
+/// A count from the environment, else `default`.
+fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Starts `n_nodes` simulated 8-GPU agents against `c`'s schedd and waits until all have
 /// registered; jobs without `YS_SIM_DURATION_MS` run for `default_duration`.
 fn start_fleet(
@@ -303,13 +308,10 @@ fn start_fleet(
 /// clients, counted until every end is acknowledged; API latencies sampled meanwhile.
 fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     use std::sync::atomic::Ordering;
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (n_nodes, n_jobs) = (env("FLEET_NODES", 1000), env("FLEET_JOBS", 20_000));
+    let (n_nodes, n_jobs) = (
+        env_usize("FLEET_NODES", 1000),
+        env_usize("FLEET_JOBS", 20_000),
+    );
     let c = TestCluster::start(vec![]);
     let t = Instant::now();
     let stats = start_fleet(rt, &c, n_nodes, Duration::from_millis(0));
@@ -413,13 +415,10 @@ fn submit_all(
 /// pass over the whole queue. Measured meanwhile: what users wait for.
 fn loaded(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     use std::sync::atomic::Ordering;
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (n_nodes, n_pending) = (env("FLEET_NODES", 1000), env("LOADED_PENDING", 100_000));
+    let (n_nodes, n_pending) = (
+        env_usize("FLEET_NODES", 1000),
+        env_usize("LOADED_PENDING", 100_000),
+    );
     let c = TestCluster::start(vec![]);
     let stats = start_fleet(rt, &c, n_nodes, Duration::from_secs(60));
     let work = c.work.to_string_lossy().into_owned();
@@ -556,10 +555,7 @@ fn loaded(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
 /// `true` (no GPUs), submitted by 64 API clients, counted until every one has ended
 /// COMPLETED. Each is a real shepherd and a real job process with their spool records.
 fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
-    let n: usize = std::env::var("THROUGHPUT_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000);
+    let n = env_usize("THROUGHPUT_JOBS", 2_000);
     let c = real_cluster(vec![
         FakeNode::uniform("n1", 8, A100),
         FakeNode::uniform("n2", 8, A100),
