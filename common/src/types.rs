@@ -186,8 +186,8 @@ pub struct StopRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
-    /// What was asked for, fixed at submit; shared, so that copying a job (every scheduling
-    /// pass copies the queue) copies no strings.
+    /// What was asked for, fixed at submit; shared, so that copying a job (into the
+    /// scheduler's copy, for `yctl show job`) copies no strings.
     pub spec: Arc<JobSpec>,
     /// Who submitted it, fixed at submit; shared like the spec.
     pub owner: Arc<Owner>,

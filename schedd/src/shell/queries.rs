@@ -7,7 +7,8 @@ impl Cluster {
     /// The jobs `filter` selects, in id order, each as `entry` makes it (its wire form: built
     /// straight from the record, so a listing of ten thousand jobs copies none).
     pub fn list_jobs<T>(&self, filter: &JobFilter, entry: impl Fn(&Job) -> T) -> ApiResult<Vec<T>> {
-        let want = |j: &Job| filter.selects(j);
+        let uid = filter.user.parse::<u32>().ok();
+        let want = |j: &Job| filter.selects(j, uid);
         let listing = |j: &Job| (j.id, entry(j));
         let ids = &filter.ids;
         // One consistent view: the active jobs are copied under the lock first, then the
@@ -146,8 +147,8 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
-    fn selects(&self, j: &Job) -> bool {
-        let uid = self.user.parse::<u32>().ok();
+    /// `uid`: `user` read as a number, once per listing rather than once per job.
+    fn selects(&self, j: &Job, uid: Option<u32>) -> bool {
         (self.user.is_empty() || j.owner.user == self.user || Some(j.owner.uid) == uid)
             && (self.ids.is_empty() || self.ids.contains(&j.id))
             && (self.states.is_empty() || self.states.contains(&j.state))

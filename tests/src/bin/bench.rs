@@ -163,29 +163,8 @@ fn cluster(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     });
     let todo = n_api.saturating_sub(already);
     let t = Instant::now();
-    rt.block_on(async {
-        let per = todo.div_ceil(64);
-        let mut tasks = Vec::new();
-        for k in 0..64 {
-            let sock = c.socket();
-            let work = work.clone();
-            let n = per.min(todo.saturating_sub(k * per));
-            tasks.push(tokio::spawn(async move {
-                let mut client = ysub::client::connect(&sock).await.unwrap();
-                for _ in 0..n {
-                    client
-                        .submit(pb::SubmitRequest {
-                            spec: Some(held_spec(&work)),
-                        })
-                        .await
-                        .unwrap();
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
+    let held = work.clone();
+    submit_all(rt, &c, todo, move |_| held_spec(&held));
     figures.push(Figure {
         name: "concurrent API submits (64 clients)",
         value: todo as f64 / t.elapsed().as_secs_f64(),
@@ -319,35 +298,11 @@ fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     println!("  ({n_nodes} simulated agents registered in {registered:.1} s)");
     let work = c.work.to_string_lossy().into_owned();
     let t = Instant::now();
-    let submit_ms = rt.block_on(async {
-        let per = n_jobs.div_ceil(64);
-        let mut tasks = Vec::new();
-        for k in 0..64 {
-            let sock = c.socket();
-            let work = work.clone();
-            let n = per.min(n_jobs.saturating_sub(k * per));
-            tasks.push(tokio::spawn(async move {
-                let mut client = ysub::client::connect(&sock).await.unwrap();
-                let mut lat = Vec::new();
-                for _ in 0..n {
-                    let mut spec = held_spec(&work);
-                    spec.hold = false;
-                    spec.gpus = 1;
-                    let t = Instant::now();
-                    client
-                        .submit(pb::SubmitRequest { spec: Some(spec) })
-                        .await
-                        .unwrap();
-                    lat.push(t.elapsed().as_secs_f64() * 1e3);
-                }
-                lat
-            }));
-        }
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap());
-        }
-        all
+    let submit_ms = submit_all(rt, &c, n_jobs, move |_| {
+        let mut spec = held_spec(&work);
+        spec.hold = false;
+        spec.gpus = 1;
+        spec
     });
     let mut submit_ms = submit_ms;
     while stats.finished.load(Ordering::Relaxed) < n_jobs as u64 {
@@ -377,13 +332,14 @@ fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     ]
 }
 
-/// Submits `n` jobs made by `spec(i)` through the API from 64 clients at once.
+/// Submits `n` jobs made by `spec(i)` through the API from 64 clients at once; returns each
+/// submit's latency (ms).
 fn submit_all(
     rt: &tokio::runtime::Runtime,
     c: &TestCluster,
     n: usize,
     spec: impl Fn(usize) -> pb::JobSpec + Send + Sync + 'static,
-) {
+) -> Vec<f64> {
     let spec = std::sync::Arc::new(spec);
     rt.block_on(async {
         let per = n.div_ceil(64);
@@ -393,20 +349,25 @@ fn submit_all(
             let spec = spec.clone();
             tasks.push(tokio::spawn(async move {
                 let mut client = ysub::client::connect(&sock).await.unwrap();
+                let mut latencies_ms = Vec::new();
                 for i in k * per..((k + 1) * per).min(n) {
+                    let spec = spec(i);
+                    let t = Instant::now();
                     client
-                        .submit(pb::SubmitRequest {
-                            spec: Some(spec(i)),
-                        })
+                        .submit(pb::SubmitRequest { spec: Some(spec) })
                         .await
                         .unwrap();
+                    latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
                 }
+                latencies_ms
             }));
         }
+        let mut all = Vec::new();
         for t in tasks {
-            t.await.unwrap();
+            all.extend(t.await.unwrap());
         }
-    });
+        all
+    })
 }
 
 /// The loaded cluster of issue 8: `FLEET_NODES` (1,000) simulated 8-GPU agents kept full by
