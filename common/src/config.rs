@@ -60,6 +60,13 @@ pub struct SchedulerConfig {
     /// Writes to the state store are refused (clear error, nothing changed) while its file
     /// system has less than this free (MiB); they resume by themselves once space is back.
     pub state_reserve_mib: u64,
+    /// Members of this Unix group are administrators wherever they run the CLIs (drain,
+    /// resume, the audit log, anyone's jobs, every tier). Empty: none; root on this host
+    /// always is.
+    pub admin_group: String,
+    /// Nodes whose agents' relayed root (uid 0) is an administrator, e.g. login nodes where
+    /// only admins are root. Root relayed from any other node is an ordinary user.
+    pub admin_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -80,7 +87,24 @@ pub struct NodeConfig {
     /// The most processes and threads one job may have on this node (cgroup `pids.max`);
     /// 0: no limit.
     pub job_pids_max: u64,
+    /// The client socket this node's agent serves: the CLIs on this host (and jobs running
+    /// here) reach schedd through it, their requests relayed over the agent's session.
+    /// Empty: none.
+    pub client_socket: PathBuf,
+    /// `compute` (registers its GPUs, runs jobs) or `login` (registers no resource and runs
+    /// nothing: it only relays the CLIs of its users). `noded --no-jobs` is `login`.
+    pub role: String,
+    /// A node that has not heard from schedd for this long stops its jobs (SIGTERM, their
+    /// grace, SIGKILL), so that schedd may requeue them elsewhere without running them twice.
+    /// 0: never (schedd then ends the jobs of a silent node NODE_FAIL). Below
+    /// `scheduler.node_timeout_secs` by default; must be above `scheduler.heartbeat_secs`.
+    pub fence_after_secs: u64,
 }
+
+/// `node.role` of a GPU host.
+pub const ROLE_COMPUTE: &str = "compute";
+/// `node.role` of a login host: relays clients, runs nothing.
+pub const ROLE_LOGIN: &str = "login";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -133,6 +157,8 @@ impl Default for SchedulerConfig {
             max_launch_attempts: 3,
             ca_file: PathBuf::new(),
             state_reserve_mib: 64,
+            admin_group: String::new(),
+            admin_hosts: Vec::new(),
         }
     }
 }
@@ -146,6 +172,9 @@ impl Default for NodeConfig {
             allow_root_jobs: true,
             cgroup_root: String::new(),
             job_pids_max: 0,
+            client_socket: "/run/ysched/noded.sock".into(),
+            role: ROLE_COMPUTE.into(),
+            fence_after_secs: 50,
         }
     }
 }
@@ -251,6 +280,20 @@ impl Config {
                  an absolute path"
             ));
         }
+        if self.node.role != ROLE_COMPUTE && self.node.role != ROLE_LOGIN {
+            return Err(format!(
+                "node.role = {:?} must be \"{ROLE_COMPUTE}\" or \"{ROLE_LOGIN}\"",
+                self.node.role
+            ));
+        }
+        let fence = self.node.fence_after_secs;
+        if fence != 0 && fence <= self.scheduler.heartbeat_secs {
+            return Err(format!(
+                "node.fence_after_secs = {fence} must be 0 (no fencing) or more than \
+                 scheduler.heartbeat_secs = {} (the lease is renewed by heartbeats)",
+                self.scheduler.heartbeat_secs
+            ));
+        }
         for (name, t) in &self.tiers {
             if t.default_grace > t.max_grace {
                 return Err(format!("tier '{name}': default_grace exceeds max_grace"));
@@ -322,6 +365,16 @@ impl Config {
         } else {
             &self.node.schedd
         }
+    }
+
+    /// Whether `owner`, whose request came from `host` (`None`: schedd's own socket), is an
+    /// administrator: root on the schedd host or on an `admin_hosts` node, or a member of
+    /// `admin_group`.
+    pub fn is_admin(&self, owner: &crate::Owner, host: Option<&str>) -> bool {
+        let root_here = owner.uid == 0
+            && host.is_none_or(|h| self.scheduler.admin_hosts.iter().any(|a| a == h));
+        let group = &self.scheduler.admin_group;
+        root_here || (!group.is_empty() && owner.groups.iter().any(|g| g == group))
     }
 
     pub fn tier(&self, name: &str) -> Option<&TierConfig> {

@@ -156,6 +156,7 @@ impl From<&AuditRecord> for pb::AuditEntry {
             action: a.action.clone(),
             job_id: a.job_id.map(|j| j.0).unwrap_or(0),
             detail: a.detail.clone(),
+            host: a.host.clone().unwrap_or_default(),
         }
     }
 }

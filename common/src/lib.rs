@@ -1,10 +1,12 @@
 //! Domain types every ysched crate shares: ids, job and node records, tiers and config,
 //! parsers for the Slurm-style option formats, and conversions to and from the wire format.
 //!
-//! Nothing here does I/O except [`config::Config::load`], which reads the config file.
+//! Nothing here does I/O except [`config::Config::load`], which reads the config file, and
+//! [`identity`], which asks the name service who a uid is.
 
 pub mod config;
 pub mod convert;
+pub mod identity;
 pub mod parse;
 pub mod sdnotify;
 pub mod signals;

@@ -121,6 +121,43 @@ impl Owner {
     }
 }
 
+/// Who sent a client request, as schedd established it: the identity (from the kernel on its
+/// own socket, or relayed by an authenticated agent), where it came from, and whether it is an
+/// administrator (see `Config::is_admin`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub owner: Owner,
+    /// The node whose agent relayed the request; `None`: schedd's own socket.
+    pub host: Option<String>,
+    /// May drain and resume, read the audit log, act on anyone's jobs and use every tier.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// A caller on schedd's own socket, administrator as root (tests, and the local socket
+    /// without an admin group).
+    pub fn local(owner: Owner) -> Caller {
+        let admin = owner.is_root();
+        Caller {
+            owner,
+            host: None,
+            admin,
+        }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.admin
+    }
+
+    /// `alice`, or `alice@login1` for a relayed request.
+    pub fn describe(&self) -> String {
+        match &self.host {
+            Some(host) => format!("{}@{host}", self.owner.user),
+            None => self.owner.user.clone(),
+        }
+    }
+}
+
 /// A validated submit request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct JobSpec {
@@ -366,6 +403,10 @@ pub struct Node {
     /// the next registration reports them again.
     #[serde(skip)]
     pub killing: BTreeSet<u64>,
+    /// Its agent stops its jobs after this long without schedd (`node.fence_after_secs`, as
+    /// it registered); 0: it never does, so the jobs of a silent node cannot be run again.
+    #[serde(default)]
+    pub fence_after_secs: u32,
 }
 
 impl Node {
@@ -395,6 +436,9 @@ pub struct AuditRecord {
     pub action: String,
     pub job_id: Option<JobId>,
     pub detail: String,
+    /// The node whose agent relayed the request; `None`: schedd's own socket or schedd itself.
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// Whether a requested GPU type matches a model name: the model without the vendor word equals

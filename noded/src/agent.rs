@@ -154,6 +154,7 @@ impl CheckpointWatch {
         pb::Heartbeat {
             running_jobs,
             checkpoints,
+            seq: 0,
         }
     }
 }
@@ -354,6 +355,8 @@ impl Agent {
             running_jobs,
             finished,
             version: crate::VERSION.to_string(),
+            role: String::new(),
+            fence_after_secs: 0,
         }
     }
 
@@ -386,6 +389,7 @@ impl Agent {
                     tracing::warn!("job {}: cannot forget it: {e}", ack.job_id);
                 }
             }
+            Some(SchedulerMsg::HeartbeatAck(_)) => {}
             Some(SchedulerMsg::Registered(_)) => {
                 tracing::warn!("unexpected second Registered from schedd, ignored")
             }

@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::store::Payload;
 use std::collections::BTreeMap;
 use std::path::Path;
-use ysched_common::{Config, JobSpec, Owner};
+use ysched_common::{Caller, Config, JobSpec};
 use ysched_proto as pb;
 
 /// A submit as the client asked for it, checked and with defaults resolved: the spec
@@ -22,9 +22,10 @@ pub struct ValidSubmit {
 /// its lock).
 pub fn validate(
     wire: pb::JobSpec,
-    owner: &Owner,
+    caller: &Caller,
     config: &Config,
 ) -> Result<ValidSubmit, ApiError> {
+    let owner = &caller.owner;
     use ysched_common::parse;
     use ysched_common::text::check_printable;
     let invalid = ApiError::Invalid;
@@ -78,7 +79,7 @@ pub fn validate(
             config.tier_names().join(", ")
         )));
     };
-    if !tier_allows(tier, owner) {
+    if !tier_allows(tier, caller) {
         return Err(ApiError::Denied(format!(
             "user {} may not submit to tier '{tier_name}' ({})",
             owner.user,
@@ -245,12 +246,15 @@ fn absolutize(path: &str, workdir: &str) -> String {
     }
 }
 
-/// Root may use every tier; otherwise empty allow lists mean everyone.
-pub fn tier_allows(tier: &ysched_common::TierConfig, owner: &Owner) -> bool {
-    if owner.is_root() || (tier.allow_users.is_empty() && tier.allow_groups.is_empty()) {
+/// Administrators may use every tier; otherwise empty allow lists mean everyone. Root that is
+/// not an administrator (relayed from a node outside `admin_hosts`) is not `root` of the
+/// lists: the name stands for the cluster's administrator, as in the default `critical` tier.
+pub fn tier_allows(tier: &ysched_common::TierConfig, caller: &Caller) -> bool {
+    if caller.is_admin() || (tier.allow_users.is_empty() && tier.allow_groups.is_empty()) {
         return true;
     }
-    tier.allow_users.contains(&owner.user)
+    let owner = &caller.owner;
+    (tier.allow_users.contains(&owner.user) && !owner.is_root())
         || tier.allow_groups.iter().any(|g| owner.groups.contains(g))
 }
 
@@ -316,6 +320,7 @@ mod checkpoint_dir_tests {
 #[cfg(test)]
 mod warn_signal_tests {
     use super::*;
+    use ysched_common::Owner;
 
     fn submit(warn: Option<pb::WarnSignal>) -> Result<ValidSubmit, ApiError> {
         let owner = Owner {
@@ -330,7 +335,7 @@ mod warn_signal_tests {
             warn_signal: warn,
             ..Default::default()
         };
-        validate(wire, &owner, &Config::default())
+        validate(wire, &Caller::local(owner), &Config::default())
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! requests succeed. The real `Cluster`, a real sled store on disk, no network.
 
 use std::time::Duration;
-use ysched_common::{Config, Owner};
+use ysched_common::{Caller, Config, Owner};
 use ysched_proto as pb;
 use ysched_schedd::error::ApiError;
 use ysched_schedd::shell::{Cluster, JobFilter};
@@ -11,22 +11,22 @@ use ysched_schedd::state::agent_events::Registration;
 use ysched_schedd::store::Store;
 use ysched_schedd::submit::ValidSubmit;
 
-fn alice() -> Owner {
-    Owner {
+fn alice() -> Caller {
+    Caller::local(Owner {
         uid: 1000,
         gid: 1000,
         user: "alice".into(),
         groups: vec!["alice".into()],
-    }
+    })
 }
 
-fn root() -> Owner {
-    Owner {
+fn root() -> Caller {
+    Caller::local(Owner {
         uid: 0,
         gid: 0,
         user: "root".into(),
         groups: vec![],
-    }
+    })
 }
 
 fn states(c: &Cluster) -> Vec<(u64, String)> {

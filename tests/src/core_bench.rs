@@ -284,6 +284,7 @@ fn node(name: &str, model: &str, wiring: Wiring, ib: bool) -> Node {
         connected: true,
         last_seen: NOW,
         killing: Default::default(),
+        fence_after_secs: 0,
     }
 }
 

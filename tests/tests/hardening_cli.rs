@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
-use ysched_common::{Config, Owner};
+use ysched_common::{Caller, Config, Owner};
 use ysched_proto as pb;
 use ysched_schedd::shell::ApiError;
 use ysched_tests::*;
@@ -291,7 +291,7 @@ fn wire(name: &str) -> pb::JobSpec {
 }
 
 fn refusal(spec: pb::JobSpec) -> String {
-    match ysched_schedd::submit::validate(spec, &owner(), &Config::default()) {
+    match ysched_schedd::submit::validate(spec, &Caller::local(owner()), &Config::default()) {
         Err(ApiError::Invalid(message)) => message,
         Err(other) => panic!("not an invalid-argument refusal: {other:?}"),
         Ok(_) => panic!("accepted"),
@@ -316,7 +316,11 @@ fn validate_refuses_control_characters_in_names_and_accounts() {
         "{err}"
     );
     // A printable name passes.
-    let result = ysched_schedd::submit::validate(wire("训练-é"), &owner(), &Config::default());
+    let result = ysched_schedd::submit::validate(
+        wire("训练-é"),
+        &Caller::local(owner()),
+        &Config::default(),
+    );
     assert!(result.is_ok(), "{:?}", result.err());
 }
 

@@ -307,6 +307,9 @@ pub struct FinishedRecord {
     pub restart_count: u32,
     #[serde(default)]
     pub out_of_memory: bool,
+    /// Its shepherd's fence stopped it (the node had lost schedd for `fence_after_secs`).
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 impl From<&FinishedRecord> for pb::JobFinished {
@@ -324,6 +327,7 @@ impl From<&FinishedRecord> for pb::JobFinished {
             checkpoint_saved: f.checkpoint_saved,
             restart_count: f.restart_count,
             out_of_memory: f.out_of_memory,
+            fenced: f.fenced,
         }
     }
 }

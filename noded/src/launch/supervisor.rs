@@ -524,6 +524,7 @@ impl Supervisor {
             checkpoint_saved: saved_after_term && exit.error.is_none(),
             error: exit.error.unwrap_or_default(),
             out_of_memory: exit.out_of_memory,
+            fenced: false,
         };
         tracing::info!(
             "job {} finished: exit {:?}, signal {:?}{}{}",

@@ -39,6 +39,7 @@ impl NodeBuilder {
             connected: true,
             last_seen: T0,
             killing: Default::default(),
+            fence_after_secs: 0,
         })
     }
 

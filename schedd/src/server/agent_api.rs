@@ -102,7 +102,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                             .iter()
                             .map(|c| (c.job_id, c.newest_mtime_ms))
                             .collect();
-                        cluster.heartbeat(&name, &h.running_jobs, &checkpoints)
+                        cluster.heartbeat(&name, session_id, h.seq, &h.running_jobs, &checkpoints)
                     }
                     Ok(_) => {}
                     Err(e) => {

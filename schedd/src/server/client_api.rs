@@ -1,15 +1,16 @@
 //! The `Ysched` service for local clients.
 
-use super::identity::owner_from_cred;
 use crate::error::ApiError;
 use crate::shell::Cluster;
 use crate::submit;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
-use ysched_common::{JobId, JobState, Owner};
+use ysched_common::identity::owner_from_cred;
+use ysched_common::{Caller, JobId, JobState};
 use ysched_proto as pb;
 
 pub struct ClientApi {
@@ -22,14 +23,34 @@ impl ClientApi {
     }
 }
 
-/// The caller as the kernel saw it connect. A request without peer credentials is refused.
-fn caller<T>(req: &Request<T>) -> Result<(Owner, Option<std::path::PathBuf>), Status> {
-    let cred = req
-        .extensions()
-        .get::<UdsConnectInfo>()
-        .and_then(|i| i.peer_cred)
-        .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
-    Ok(owner_from_cred(cred.uid(), cred.gid()))
+impl ClientApi {
+    /// Who sent the request: on schedd's own socket, the process the kernel saw connect; on
+    /// the agent port, the caller the relaying agent names (see [`super::relay`]). Anything
+    /// else is refused.
+    fn caller<T>(&self, req: &Request<T>) -> Result<(Caller, Option<PathBuf>), Status> {
+        let config = self.cluster.config();
+        if let Some(info) = req.extensions().get::<UdsConnectInfo>() {
+            let cred = info
+                .peer_cred
+                .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
+            let (owner, home) = owner_from_cred(cred.uid(), cred.gid());
+            let admin = config.is_admin(&owner, None);
+            let caller = Caller {
+                owner,
+                host: None,
+                admin,
+            };
+            return Ok((caller, home));
+        }
+        let relayed = super::relay::relayed_caller(req, &self.cluster)?;
+        let admin = config.is_admin(&relayed.owner, Some(&relayed.node));
+        let caller = Caller {
+            owner: relayed.owner,
+            host: Some(relayed.node),
+            admin,
+        };
+        Ok((caller, relayed.home))
+    }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
@@ -40,23 +61,23 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
-        let (owner, home) = caller(&req)?;
+        let (caller, home) = self.caller(&req)?;
         let spec = req
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("missing job spec"))?;
         let wanted_tier = spec.tier.clone();
-        let submitted = match submit::validate(spec, &owner, self.cluster.config()) {
+        let submitted = match submit::validate(spec, &caller, self.cluster.config()) {
             Ok(v) => v,
             Err(ApiError::Denied(why)) => {
                 self.cluster
-                    .submit_refused(&owner, &wanted_tier, &why)
+                    .submit_refused(&caller, &wanted_tier, &why)
                     .await?;
                 return Err(ApiError::Denied(why).into());
             }
             Err(e) => return Err(e.into()),
         };
-        let id = self.cluster.submit(owner, home, submitted).await?;
+        let id = self.cluster.submit(caller, home, submitted).await?;
         Ok(Response::new(pb::SubmitReply { job_id: id.0 }))
     }
 
@@ -83,34 +104,34 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
-        let done = self.cluster.cancel(&owner, &r.job_ids, &r.user).await?;
+        let done = self.cluster.cancel(&caller, &r.job_ids, &r.user).await?;
         Ok(Response::new(pb::CancelReply {
             cancelled: done.into_iter().map(|j| j.0).collect(),
         }))
     }
 
     async fn hold(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         self.cluster
-            .hold(&owner, JobId(req.get_ref().job_id), true)
+            .hold(&caller, JobId(req.get_ref().job_id), true)
             .await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn release(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         self.cluster
-            .hold(&owner, JobId(req.get_ref().job_id), false)
+            .hold(&caller, JobId(req.get_ref().job_id), false)
             .await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn requeue(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         self.cluster
-            .requeue(&owner, JobId(req.get_ref().job_id))
+            .requeue(&caller, JobId(req.get_ref().job_id))
             .await?;
         Ok(Response::new(pb::Empty {}))
     }
@@ -130,21 +151,21 @@ impl pb::ysched_server::Ysched for ClientApi {
     }
 
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::Empty>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
         if r.reason.trim().is_empty() {
             return Err(Status::invalid_argument(
                 "a drain needs a reason (--reason TEXT)",
             ));
         }
-        self.cluster.drain(&owner, &r.name, Some(r.reason)).await?;
+        self.cluster.drain(&caller, &r.name, Some(r.reason)).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn resume(&self, req: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         self.cluster
-            .drain(&owner, &req.get_ref().name, None)
+            .drain(&caller, &req.get_ref().name, None)
             .await?;
         Ok(Response::new(pb::Empty {}))
     }
@@ -153,10 +174,10 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::AuditRequest>,
     ) -> Result<Response<pb::AuditList>, Status> {
-        let (owner, _) = caller(&req)?;
+        let (caller, _) = self.caller(&req)?;
         let entries = self
             .cluster
-            .audit_log(&owner, req.get_ref().limit as usize)?;
+            .audit_log(&caller, req.get_ref().limit as usize)?;
         Ok(Response::new(pb::AuditList {
             entries: entries.iter().map(Into::into).collect(),
         }))

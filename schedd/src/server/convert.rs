@@ -24,6 +24,7 @@ pub(crate) fn part_end(f: &pb::JobFinished) -> PartEnd {
         checkpoint_saved: f.checkpoint_saved,
         restart_count: f.restart_count,
         out_of_memory: f.out_of_memory,
+        fenced: f.fenced,
     }
 }
 
@@ -38,6 +39,8 @@ pub(crate) fn registration(r: &pb::Register) -> Registration {
         features: r.features.clone(),
         running_jobs: r.running_jobs.clone(),
         finished: r.finished.iter().map(part_end).collect(),
+        login: r.role == ysched_common::config::ROLE_LOGIN,
+        fence_after_secs: r.fence_after_secs,
     }
 }
 
@@ -56,6 +59,7 @@ pub(crate) fn scheduler_message(command: AgentCommand) -> pb::SchedulerMessage {
             reason,
         }),
         AgentCommand::Ack { job_id } => Msg::Ack(pb::AckFinished { job_id }),
+        AgentCommand::HeartbeatAck { seq } => Msg::HeartbeatAck(pb::HeartbeatAck { seq }),
     };
     pb::SchedulerMessage { msg: Some(msg) }
 }
@@ -117,6 +121,7 @@ pub(crate) fn node_info(v: &crate::state::views::NodeView) -> pb::NodeInfo {
         mem_alloc_mib: v.mem_alloc_mib,
         features: n.features.clone(),
         last_seen_ms: n.last_seen,
+        fence_after_secs: n.fence_after_secs,
     }
 }
 

@@ -1,12 +1,13 @@
 //! The gRPC face of schedd: the only module that knows tonic. Two listeners:
 //! - a Unix socket for local clients, whose identity comes from `SO_PEERCRED`;
 //! - TCP for node agents: TLS with a certificate from the cluster CA (agents pin it), then
-//!   each agent authenticated by the cluster key.
+//!   each agent authenticated by the cluster key. Agents also relay their hosts' client
+//!   requests there (see `relay`).
 
 mod agent_api;
 mod client_api;
 pub(crate) mod convert;
-mod identity;
+mod relay;
 mod tls;
 
 pub(crate) use convert::part_end;
@@ -111,14 +112,25 @@ pub async fn serve(
                 .max_encoding_message_size(usize::MAX),
         )
         .serve_with_incoming_shutdown(UnixListenerStream::new(clients), wait(stop_a));
-    let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster))
+    let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
+    // The client API again, for requests agents relay from their hosts' client sockets
+    // (see `relay`): behind the same cluster-key check as the sessions.
+    let relayed_clients = YschedServer::new(client_api::ClientApi::new(cluster))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(usize::MAX);
     let (tls_incoming, accept_task) = tls::accept_loop(agents, tls);
     let agent_srv = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .initial_stream_window_size(Some(WINDOW))
+        .initial_connection_window_size(Some(WINDOW))
         .add_service(tonic::service::interceptor::InterceptedService::new(
             agent_service,
+            agent_api::key_check(key.clone()),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            relayed_clients,
             agent_api::key_check(key),
         ))
         .serve_with_incoming_shutdown(tls_incoming, wait(stop_b));

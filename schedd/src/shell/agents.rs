@@ -3,6 +3,23 @@
 use super::*;
 use ysched_common::time::Millis;
 
+/// Two agents under one name would take turns replacing each other's inventory and failing
+/// each other's jobs: the first one connected keeps the name.
+fn name_free(st: &State, name: &str, peer: &str) -> ApiResult<()> {
+    match st.sessions.get(name).filter(|s| !s.tx.is_closed()) {
+        Some(current) => {
+            let msg = format!(
+                "node name '{name}' is already in use by the agent connected from {}: \
+                 refusing the agent from {peer} (give it another --name)",
+                current.peer
+            );
+            tracing::error!("{msg}");
+            Err(ApiError::AlreadyExists(msg))
+        }
+        None => Ok(()),
+    }
+}
+
 impl Cluster {
     /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
     /// and answer with the jobs it must kill. Returns the session id.
@@ -18,19 +35,12 @@ impl Cluster {
                 "agent registered without a node name".into(),
             ));
         }
+        if reg.login {
+            return self.register_login(&reg, peer, tx);
+        }
         let (session_id, changed) = {
             let mut st = lock(&self.state);
-            // Two agents under one name would take turns replacing each other's inventory
-            // and failing each other's jobs: the first one connected keeps the name.
-            if let Some(current) = st.sessions.get(&name).filter(|s| !s.tx.is_closed()) {
-                let msg = format!(
-                    "node name '{name}' is already in use by the agent connected from {}: \
-                     refusing the agent from {peer} (give it another --name)",
-                    current.peer
-                );
-                tracing::error!("{msg}");
-                return Err(ApiError::AlreadyExists(msg));
-            }
+            name_free(&st, &name, peer)?;
             let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
             self.store.check_room()?;
             self.store.apply(std::mem::take(&mut effects.batch))?;
@@ -53,6 +63,7 @@ impl Cluster {
                     id: session_id,
                     peer: peer.to_string(),
                     tx,
+                    login: false,
                 },
             );
             st.outbox.extend(done.commands);
@@ -64,10 +75,58 @@ impl Cluster {
         Ok(session_id)
     }
 
+    /// A login agent registered: it keeps a session (for the requests it relays) and is no
+    /// node: nothing is placed there and it appears in no node listing.
+    fn register_login(&self, reg: &Registration, peer: &str, tx: AgentTx) -> ApiResult<u64> {
+        let name = &reg.name;
+        let mut st = lock(&self.state);
+        name_free(&st, name, peer)?;
+        if st.rec.nodes.contains_key(name) {
+            let msg = format!(
+                "'{name}' is the name of a compute node: refusing it for the login agent from \
+                 {peer} (give it another --name)"
+            );
+            tracing::error!("{msg}");
+            return Err(ApiError::AlreadyExists(msg));
+        }
+        let session_id = st.next_session_id;
+        st.next_session_id += 1;
+        let _ = tx.send(AgentCommand::Registered {
+            kill_jobs: reg.running_jobs.clone(),
+        });
+        st.sessions.insert(
+            name.clone(),
+            Session {
+                id: session_id,
+                peer: peer.to_string(),
+                tx,
+                login: true,
+            },
+        );
+        tracing::info!(node = %name, "login agent registered from {peer}");
+        Ok(session_id)
+    }
+
+    /// Whether `peer` is the connection of `node`'s live agent session: only there may
+    /// requests relayed for that node come from.
+    pub fn is_session_peer(&self, node: &str, peer: &str) -> bool {
+        let st = lock(&self.state);
+        st.sessions
+            .get(node)
+            .is_some_and(|s| s.peer == peer && !s.tx.is_closed())
+    }
+
     pub fn node_disconnected(&self, name: &str, session_id: u64) {
         let mut st = lock(&self.state);
-        if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
-            st.sessions.remove(name);
+        if let Some(session) = st.sessions.remove(name) {
+            if session.id != session_id {
+                st.sessions.insert(name.to_string(), session);
+                return;
+            }
+            if session.login {
+                tracing::info!(node = name, "login agent disconnected");
+                return;
+            }
             if let Some(n) = st.rec.nodes.get_mut(name) {
                 n.connected = false;
             }
@@ -78,17 +137,35 @@ impl Cluster {
     /// An agent's heartbeat: it is alive, leftover jobs it no longer lists are gone (in case
     /// their end reports were lost), and its jobs' newest checkpoint times (`(job id, ms)`,
     /// see [`Records::note_checkpoints`]: memory only, no store write).
-    pub fn heartbeat(&self, name: &str, running_jobs: &[u64], checkpoints: &[(u64, Millis)]) {
+    ///
+    /// Every heartbeat is answered (`seq`), from the session it came on: the agent renews its
+    /// fence lease from it. It is answered after `last_seen` moved, so a node's fence never
+    /// runs later than `last_seen` plus its `fence_after_secs`.
+    pub fn heartbeat(
+        &self,
+        name: &str,
+        session_id: u64,
+        seq: u64,
+        running_jobs: &[u64],
+        checkpoints: &[(u64, Millis)],
+    ) {
         let now = now_ms();
         let (freed, refused) = {
             let mut st = lock(&self.state);
+            let st = &mut *st;
+            let Some(session) = st.sessions.get(name).filter(|s| s.id == session_id) else {
+                return; // an old session's heartbeat: its connection is on its way out
+            };
+            let ack = AgentCommand::HeartbeatAck { seq };
             let Some(n) = st.rec.nodes.get_mut(name) else {
+                let _ = session.tx.send(ack);
                 return;
             };
             n.last_seen = now;
             let before = n.killing.len();
             n.killing.retain(|id| running_jobs.contains(id));
             let freed = n.killing.len() != before && n.killing.is_empty();
+            let _ = session.tx.send(ack);
             let refused = if checkpoints.is_empty() {
                 Vec::new()
             } else {

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
-use ysched_common::{AuditRecord, Config, Job, JobId, JobState, Owner};
+use ysched_common::{AuditRecord, Caller, Config, Job, JobId, JobState};
 
 /// sled fails for good after a failed flush (every later write fails until it is reopened),
 /// and the changes it could not flush are already in memory: the only safe state is the one on
@@ -49,9 +49,12 @@ pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;
 
 struct Session {
     id: u64,
-    /// The agent's address, for messages.
+    /// The address the agent's connection comes from: its relayed client requests must come
+    /// from the same one (see `server::relay`).
     peer: String,
     tx: AgentTx,
+    /// A login agent: it relays clients and runs nothing; its name is no node.
+    login: bool,
 }
 
 pub struct State {

@@ -8,7 +8,7 @@ impl Cluster {
     /// ever run it. The id is returned only once the job is durable.
     pub async fn submit(
         &self,
-        owner: Owner,
+        caller: Caller,
         home: Option<std::path::PathBuf>,
         submitted: ValidSubmit,
     ) -> ApiResult<JobId> {
@@ -35,7 +35,7 @@ impl Cluster {
                 )
             };
             let new = NewJob {
-                owner,
+                owner: caller.owner,
                 tier_value,
                 spec: spec.clone(),
                 payload,
@@ -63,12 +63,12 @@ impl Cluster {
     /// the refusal is reported.
     pub async fn submit_refused(
         &self,
-        owner: &Owner,
+        caller: &Caller,
         wanted_tier: &str,
         why: &str,
     ) -> ApiResult<()> {
         let detail = format!("submit to tier '{wanted_tier}': {why}");
-        let record = audit_record(owner, "submit_refused", None, detail, now_ms());
+        let record = audit_record(caller, "submit_refused", None, detail, now_ms());
         self.run_event(|_| {
             let mut effects = Effects::default();
             effects.audit(record);
@@ -78,7 +78,7 @@ impl Cluster {
     }
 
     /// Cancels jobs (see [`Records::cancel`]).
-    pub async fn cancel(&self, caller: &Owner, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+    pub async fn cancel(&self, caller: &Caller, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
         let (changed, wake, cancelled) =
             self.run_event(|rec| rec.cancel(caller, ids, user, &finished, now_ms()))?;
@@ -86,7 +86,7 @@ impl Cluster {
         Ok(cancelled)
     }
 
-    pub async fn hold(&self, caller: &Owner, id: JobId, hold: bool) -> ApiResult<()> {
+    pub async fn hold(&self, caller: &Caller, id: JobId, hold: bool) -> ApiResult<()> {
         let (changed, wake, ()) =
             self.run_event(|rec| Ok((rec.hold(caller, id, hold, now_ms())?, ())))?;
         self.settle(changed, wake).await
@@ -94,7 +94,7 @@ impl Cluster {
 
     /// Requeues a running job (see [`Records::requeue`]). A refusal for want of permission is
     /// recorded in the audit log, durably, before it is reported.
-    pub async fn requeue(&self, caller: &Owner, id: JobId) -> ApiResult<()> {
+    pub async fn requeue(&self, caller: &Caller, id: JobId) -> ApiResult<()> {
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
         match self.run_event(|rec| Ok((rec.requeue(caller, id, &finished, now_ms())?, ()))) {
             Ok((changed, wake, ())) => self.settle(changed, wake).await,
@@ -108,14 +108,23 @@ impl Cluster {
         }
     }
 
-    pub fn audit_log(&self, caller: &Owner, limit: usize) -> ApiResult<Vec<AuditRecord>> {
-        if !caller.is_root() {
-            return Err(ApiError::Denied("only root may read the audit log".into()));
+    pub fn audit_log(&self, caller: &Caller, limit: usize) -> ApiResult<Vec<AuditRecord>> {
+        if !caller.is_admin() {
+            return Err(ApiError::Denied(
+                "only administrators may read the audit log (root on the schedd host, \
+                 scheduler.admin_group, root on scheduler.admin_hosts)"
+                    .into(),
+            ));
         }
         Ok(self.store.audit_log(limit)?)
     }
 
-    pub async fn drain(&self, caller: &Owner, name: &str, reason: Option<String>) -> ApiResult<()> {
+    pub async fn drain(
+        &self,
+        caller: &Caller,
+        name: &str,
+        reason: Option<String>,
+    ) -> ApiResult<()> {
         let (changed, wake, ()) =
             self.run_event(|rec| Ok((rec.drain(caller, name, reason, now_ms())?, ())))?;
         self.settle(changed, wake).await

@@ -22,6 +22,10 @@ pub struct Registration {
     pub running_jobs: Vec<u64>,
     /// Ends it has not had acknowledged.
     pub finished: Vec<PartEnd>,
+    /// A login agent: it relays its host's clients and runs nothing (not a node).
+    pub login: bool,
+    /// Its `node.fence_after_secs`; 0: it never fences.
+    pub fence_after_secs: u32,
 }
 
 /// Limits the lifecycle decisions need.
@@ -294,6 +298,7 @@ impl Records {
             connected: true,
             last_seen: now,
             killing: kill_jobs.iter().copied().collect(),
+            fence_after_secs: reg.fence_after_secs,
         });
         let mut work = Working::new(self);
         // Reports of jobs that ended while we were apart.

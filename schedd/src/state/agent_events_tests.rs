@@ -23,6 +23,8 @@ fn registration(running: &[u64], finished: Vec<PartEnd>) -> Registration {
         features: vec![],
         running_jobs: running.to_vec(),
         finished,
+        login: false,
+        fence_after_secs: 0,
     }
 }
 
@@ -34,6 +36,7 @@ fn commands(fx: &super::Effects) -> Vec<String> {
             AgentCommand::Ack { job_id } => format!("{node}:ack {job_id}"),
             AgentCommand::Launch(o) => format!("{node}:launch {}", o.job.id),
             AgentCommand::Registered { .. } => format!("{node}:registered"),
+            AgentCommand::HeartbeatAck { seq } => format!("{node}:heartbeat ack {seq}"),
         })
         .collect()
 }

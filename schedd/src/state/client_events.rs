@@ -6,11 +6,11 @@ use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
 use std::sync::Arc;
 use ysched_common::time::Millis;
-use ysched_common::{AuditRecord, Job, JobId, JobState, Owner, StopReason, StopRequest};
+use ysched_common::{AuditRecord, Caller, Job, JobId, JobState, Owner, StopReason, StopRequest};
 
 /// An audit entry for something `who` did.
 pub fn audit_record(
-    who: &Owner,
+    who: &Caller,
     action: &str,
     job: Option<JobId>,
     detail: String,
@@ -18,29 +18,30 @@ pub fn audit_record(
 ) -> AuditRecord {
     AuditRecord {
         time: now,
-        user: who.user.clone(),
-        uid: who.uid,
+        user: who.owner.user.clone(),
+        uid: who.owner.uid,
         action: action.into(),
         job_id: job,
         detail,
+        host: who.host.clone(),
     }
 }
 
-/// Root may act on every job; others on their own.
-pub fn check_owner(job: &Job, caller: &Owner) -> ApiResult<()> {
-    if caller.is_root() || caller.uid == job.owner.uid {
+/// Administrators may act on every job; others on their own.
+pub fn check_owner(job: &Job, caller: &Caller) -> ApiResult<()> {
+    if caller.is_admin() || caller.owner.uid == job.owner.uid {
         Ok(())
     } else {
         Err(ApiError::Denied(format!(
             "job {} belongs to {}: you ({}) may only act on your own jobs",
-            job.id, job.owner.user, caller.user
+            job.id, job.owner.user, caller.owner.user
         )))
     }
 }
 
 /// The effects of a refused request that is audited (a requeue of someone else's job): one
 /// audit entry `action` about `job`, and nothing else.
-pub fn refusal(who: &Owner, action: &str, job: Option<JobId>, why: &str, now: Millis) -> Effects {
+pub fn refusal(who: &Caller, action: &str, job: Option<JobId>, why: &str, now: Millis) -> Effects {
     let mut fx = Effects::default();
     fx.audit(audit_record(who, action, job, why.to_string(), now));
     fx
@@ -56,7 +57,7 @@ impl Records {
     /// ids (a job already being cancelled counts, and is not signalled again).
     pub fn cancel(
         &self,
-        caller: &Owner,
+        caller: &Caller,
         ids: &[u64],
         user: &str,
         finished: FinishedLookup<'_>,
@@ -84,10 +85,10 @@ impl Records {
             }
         }
         if !user.is_empty() {
-            if !caller.is_root() && caller.user != user {
+            if !caller.is_admin() && caller.owner.user != user {
                 return Err(ApiError::Denied(format!(
                     "you ({}) may only cancel your own jobs, not {user}'s",
-                    caller.user
+                    caller.owner.user
                 )));
             }
             targets.extend(
@@ -109,7 +110,7 @@ impl Records {
             match job.state {
                 JobState::Pending | JobState::Held => {
                     job.state = JobState::Cancelled;
-                    job.reason = format!("cancelled by {}", caller.user);
+                    job.reason = format!("cancelled by {}", caller.owner.user);
                     job.end_time = Some(now);
                     fx.audit(audit_record(
                         caller,
@@ -122,7 +123,7 @@ impl Records {
                         id,
                         now,
                         "cancelled",
-                        format!("by {} while queued", caller.user),
+                        format!("by {} while queued", caller.owner.user),
                     );
                     fx.put_job(job);
                 }
@@ -138,12 +139,12 @@ impl Records {
                         let grace = job.grace_secs;
                         job.stop = Some(StopRequest {
                             reason: StopReason::Cancel {
-                                by: caller.user.clone(),
+                                by: caller.owner.user.clone(),
                             },
                             at: now,
                             grace_secs: grace,
                         });
-                        job.reason = format!("cancelling (by {})", caller.user);
+                        job.reason = format!("cancelling (by {})", caller.owner.user);
                         fx.audit(audit_record(
                             caller,
                             "cancel",
@@ -155,7 +156,7 @@ impl Records {
                             id,
                             now,
                             "cancel",
-                            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
+                            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.owner.user),
                         );
                         let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
                         fx.stop_parts(id, &nodes, grace, "cancel");
@@ -171,7 +172,7 @@ impl Records {
 
     /// Holds a PENDING job (`hold`) or releases a HELD one. Asking for the state a job is
     /// already in is a no-op with no effects.
-    pub fn hold(&self, caller: &Owner, id: JobId, hold: bool, now: Millis) -> ApiResult<Effects> {
+    pub fn hold(&self, caller: &Caller, id: JobId, hold: bool, now: Millis) -> ApiResult<Effects> {
         let job = self.jobs.get(&id).ok_or_else(|| {
             ApiError::NotFound(format!("invalid job id {id}: no such active job"))
         })?;
@@ -204,7 +205,7 @@ impl Records {
             id,
             now,
             if hold { "held" } else { "released" },
-            format!("by {}", caller.user),
+            format!("by {}", caller.owner.user),
         );
         fx.audit(audit_record(caller, action, Some(id), String::new(), now));
         fx.put_job(job);
@@ -221,7 +222,7 @@ impl Records {
     /// nothing.
     pub fn requeue(
         &self,
-        caller: &Owner,
+        caller: &Caller,
         id: JobId,
         finished: FinishedLookup<'_>,
         now: Millis,
@@ -273,12 +274,12 @@ impl Records {
         let grace = job.grace_secs;
         job.stop = Some(StopRequest {
             reason: StopReason::Requeue {
-                by: caller.user.clone(),
+                by: caller.owner.user.clone(),
             },
             at: now,
             grace_secs: grace,
         });
-        job.reason = format!("requeueing (by {})", caller.user);
+        job.reason = format!("requeueing (by {})", caller.owner.user);
         let mut fx = Effects::default();
         fx.audit(audit_record(
             caller,
@@ -291,7 +292,7 @@ impl Records {
             id,
             now,
             "requeue",
-            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.user),
+            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.owner.user),
         );
         let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
         fx.stop_parts(id, &nodes, grace, "requeue");
@@ -300,18 +301,20 @@ impl Records {
     }
 
     /// Drains node `name` (no new jobs; running ones finish) with `reason`, or resumes it
-    /// with `None`. Root only.
+    /// with `None`. Administrators only.
     pub fn drain(
         &self,
-        caller: &Owner,
+        caller: &Caller,
         name: &str,
         reason: Option<String>,
         now: Millis,
     ) -> ApiResult<Effects> {
-        if !caller.is_root() {
-            return Err(ApiError::Denied(
-                "only root may drain or resume nodes".into(),
-            ));
+        if !caller.is_admin() {
+            return Err(ApiError::Denied(format!(
+                "only administrators may drain or resume nodes ({} is not one: root on the \
+                 schedd host, scheduler.admin_group, root on scheduler.admin_hosts)",
+                caller.describe()
+            )));
         }
         if let Some(reason) = &reason {
             ysched_common::text::check_printable("drain reason", reason)

@@ -3,35 +3,35 @@
 use super::{AgentCommand, Records};
 use crate::core::testkit::{JobBuilder, T0};
 use crate::error::{ApiError, ApiResult};
-use ysched_common::{Job, JobId, JobState, Owner, StopReason};
+use ysched_common::{Caller, Job, JobId, JobState, Owner, StopReason};
 
 const NOW: i64 = T0 + 1_000;
 
-fn alice() -> Owner {
-    Owner {
+fn alice() -> Caller {
+    Caller::local(Owner {
         uid: 1000,
         gid: 1000,
         user: "alice".into(),
         groups: vec!["alice".into()],
-    }
+    })
 }
 
-fn bob() -> Owner {
-    Owner {
+fn bob() -> Caller {
+    Caller::local(Owner {
         uid: 1001,
         gid: 1001,
         user: "bob".into(),
         groups: vec![],
-    }
+    })
 }
 
-fn root() -> Owner {
-    Owner {
+fn root() -> Caller {
+    Caller::local(Owner {
         uid: 0,
         gid: 0,
         user: "root".into(),
         groups: vec![],
-    }
+    })
 }
 
 fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
@@ -218,7 +218,7 @@ fn a_refused_requeue_names_the_problem_and_has_no_effects() {
         cancelling,
         JobBuilder::new(6).running_on("n1", &[1]).build(),
     ]);
-    let refused = |who: &Owner, id: u64| {
+    let refused = |who: &Caller, id: u64| {
         rec.requeue(who, JobId(id), &none_finished, NOW)
             .err()
             .expect("refused")

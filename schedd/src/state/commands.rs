@@ -20,6 +20,9 @@ pub enum AgentCommand {
     },
     /// The agent's report of a job's end is durable: it may forget it.
     Ack { job_id: u64 },
+    /// The agent's heartbeat `seq` arrived: it may renew its fence lease from the time it
+    /// sent that heartbeat.
+    HeartbeatAck { seq: u64 },
 }
 
 /// One part of a placed job: the job as placed (spec, owner, restart count, grace, checkpoint

@@ -29,6 +29,9 @@ pub struct PartEnd {
     pub restart_count: u32,
     /// The kernel killed a process of the part for going over its memory limit.
     pub out_of_memory: bool,
+    /// Its node's fence stopped it: the node had been out of contact with schedd for its
+    /// `fence_after_secs`.
+    pub fenced: bool,
 }
 
 impl PartEnd {

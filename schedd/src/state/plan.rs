@@ -41,6 +41,7 @@ impl Records {
                 user: "schedd".into(),
                 uid: 0,
                 action: "preempt".into(),
+                host: None,
                 job_id: Some(ev.victim),
                 detail: format!(
                     "job {} evicts job {} of {} (tier {}) on {}, grace {}s",

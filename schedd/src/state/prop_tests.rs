@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::config::default_tiers;
-use ysched_common::{Job, JobId, JobSpec, JobState, Owner};
+use ysched_common::{Caller, Job, JobId, JobSpec, JobState, Owner};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 const LIMITS: Limits = Limits {
@@ -167,6 +167,8 @@ fn registration(rec: &Records, node: &str, keep: u8, junk: u64) -> Registration 
         features: vec![],
         running_jobs: running,
         finished: vec![],
+        login: false,
+        fence_after_secs: 0,
     }
 }
 
@@ -277,7 +279,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
         Op::Cancel { pick: n, root } => {
             let Some(id) = pick(rec, *n) else { return };
             let none = |_: JobId| Ok(None);
-            match rec.cancel(&owner(*root), &[id.0], "", &none, now) {
+            match rec.cancel(&Caller::local(owner(*root)), &[id.0], "", &none, now) {
                 Ok((effects, _)) => effects,
                 Err(_) => return,
             }
@@ -285,7 +287,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
         Op::Requeue { pick: n, root } => {
             let Some(id) = pick(rec, *n) else { return };
             let none = |_: JobId| Ok(None);
-            match rec.requeue(&owner(*root), id, &none, now) {
+            match rec.requeue(&Caller::local(owner(*root)), id, &none, now) {
                 Ok(effects) => effects,
                 Err(_) => return,
             }
@@ -300,7 +302,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
         }
         Op::Hold { pick: n, hold } => {
             let Some(id) = pick(rec, *n) else { return };
-            match rec.hold(&owner(false), id, *hold, now) {
+            match rec.hold(&Caller::local(owner(false)), id, *hold, now) {
                 Ok(effects) => effects,
                 Err(_) => return,
             }

@@ -454,6 +454,7 @@ mod tests {
                     action: action.into(),
                     job_id: None,
                     detail: String::new(),
+                    host: None,
                 });
             }
             store.apply(b).unwrap();

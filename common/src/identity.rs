@@ -1,12 +1,14 @@
-//! The caller's identity on the client socket, from the kernel's peer credentials.
+//! A client's identity from the kernel's peer credentials (uid and gid on a Unix socket):
+//! user and group names from the name service, as schedd and every agent's client socket
+//! see it.
 
+use crate::Owner;
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
-use ysched_common::Owner;
 
 /// How long a looked-up identity is reused: the name service (passwd, group, perhaps LDAP
 /// through NSS) is asked at most this often per uid/gid pair, not on every request, and a
