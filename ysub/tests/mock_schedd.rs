@@ -234,6 +234,7 @@ impl Ysched for MockSchedd {
             action: action.into(),
             job_id,
             detail: "bad fan".into(),
+            host: String::new(),
         };
         let mut entries = vec![entry(0, "drain"), entry(7, "cancel")];
         entries.truncate(request.into_inner().limit.max(1) as usize);
