@@ -283,6 +283,7 @@ mod tests {
             mem_alloc_mib: 16384,
             features: vec!["ib".into()],
             last_seen_ms: 1_767_225_600_000,
+            fence_after_secs: 0,
         }
     }
 
