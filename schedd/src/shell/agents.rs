@@ -240,6 +240,23 @@ impl Cluster {
         }
     }
 
+    /// Ends the session of a node gone silent while its connection stayed open (a hung
+    /// agent): it is DOWN until it registers again.
+    pub(super) fn end_silent_session(&self, name: &str) {
+        let mut st = lock(&self.state);
+        let Some(node) = st.rec.nodes.get_mut(name) else {
+            return;
+        };
+        if node.connected {
+            node.connected = false;
+            st.sessions.remove(name);
+            tracing::warn!(
+                node = name,
+                "no heartbeat for scheduler.node_timeout_secs: session ended"
+            );
+        }
+    }
+
     /// Ends an agent's session from our side: it sees its command stream end and connects
     /// again.
     fn end_session(&self, name: &str, session_id: u64) {

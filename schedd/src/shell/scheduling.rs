@@ -61,21 +61,41 @@ impl Cluster {
         }
     }
 
-    /// Jobs on a node whose agent has been gone longer than `node_timeout_secs` end NODE_FAIL
-    /// and release their GPUs. (If the agent comes back still running one, registration tells
-    /// it to kill it: schedd no longer counts it as running.)
+    /// Jobs on a node not heard from for longer than `node_timeout_secs` (no heartbeat,
+    /// whether or not its connection is still open: a hung agent's may be) are requeued once
+    /// the node's fence has surely stopped them, or end NODE_FAIL (see
+    /// [`Records::fail_silent`]). (If the agent comes back still running one, registration
+    /// tells it to kill it: schedd no longer counts it as running.) A silent node's session
+    /// is ended: what it says later comes on a new registration.
     async fn fail_silent_nodes(&self) -> ApiResult<()> {
         let timeout_ms = self.config.scheduler.node_timeout_secs as i64 * 1000;
+        // A connection still open is given at least three heartbeats: a timeout configured
+        // near the heartbeat interval must not fail a node that is merely between two.
+        let open_timeout_ms =
+            timeout_ms.max(3 * self.config.scheduler.heartbeat_secs as i64 * 1000);
         let now = now_ms();
+        let mut silent = BTreeSet::new();
         let (changed, wake, ()) = self.run_event(|rec| {
-            let silent: BTreeSet<String> = rec
+            silent = rec
                 .nodes
                 .values()
-                .filter(|n| !n.connected && now - n.last_seen.max(self.started) > timeout_ms)
+                .filter(|n| {
+                    let quiet = now - n.last_seen.max(self.started);
+                    quiet
+                        > if n.connected {
+                            open_timeout_ms
+                        } else {
+                            timeout_ms
+                        }
+                })
                 .map(|n| n.name.clone())
                 .collect();
-            Ok((rec.fail_silent(&silent, now), ()))
+            let limits = self.limits();
+            Ok((rec.fail_silent(&silent, self.started, limits, now), ()))
         })?;
+        for name in &silent {
+            self.end_silent_session(name);
+        }
         if changed.is_empty() {
             return Ok(());
         }

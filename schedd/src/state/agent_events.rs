@@ -356,7 +356,13 @@ impl Records {
     /// release their GPUs, or CANCELLED if they were being cancelled; their parts on live
     /// nodes are stopped. (If the agent comes back still running one, registration has it
     /// killed.)
-    pub fn fail_silent(&self, silent: &BTreeSet<String>, now: Millis) -> Effects {
+    pub fn fail_silent(
+        &self,
+        silent: &BTreeSet<String>,
+        _since: Millis,
+        _limits: Limits,
+        now: Millis,
+    ) -> Effects {
         let mut fx = Effects::default();
         for job in self.jobs.values().filter(|j| j.state.holds_resources()) {
             let nodes = nodes_where(job, |n| silent.contains(n));

@@ -166,7 +166,7 @@ fn jobs_on_silent_nodes_end_and_their_live_parts_are_stopped() {
         cancelling,
         JobBuilder::new(3).running_on("n2", &[1]).build(),
     ]);
-    let fx = rec.fail_silent(&["n1".to_string()].into(), NOW);
+    let fx = rec.fail_silent(&["n1".to_string()].into(), 0, LIMITS, NOW);
     let states: Vec<(u64, JobState)> = fx.jobs.iter().map(|j| (j.id.0, j.state)).collect();
     assert_eq!(states, [(1, JobState::NodeFail), (2, JobState::Cancelled)]);
     assert_eq!(commands(&fx), ["n2:stop 1"]);

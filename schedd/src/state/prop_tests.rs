@@ -298,7 +298,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
         }
         Op::Silent { node } => {
             let silent: BTreeSet<String> = [NODES[*node].to_string()].into();
-            rec.fail_silent(&silent, now)
+            rec.fail_silent(&silent, 0, LIMITS, now)
         }
         Op::Hold { pick: n, hold } => {
             let Some(id) = pick(rec, *n) else { return };
