@@ -294,8 +294,37 @@ impl TestCluster {
         self.spawn_agent(name, &format!("{name}-dup"))
     }
 
-    /// Starts `noded` for node `name` (whose inventory file is written), with spool and log
-    /// named after `instance`.
+    /// Starts a login agent (`noded --no-jobs`) named `name`: no GPUs, runs nothing, serves
+    /// its client socket ([`TestCluster::agent_socket`]). Stop it with `stop_agent`.
+    pub fn start_login_agent(&mut self, name: &str) {
+        let spool = self.dir.path().join("spool").join(name);
+        let child = self
+            .command("noded")
+            .args(["-v", "--no-jobs", "--name", name, "--spool-dir"])
+            .arg(&spool)
+            .arg("--client-socket")
+            .arg(self.agent_socket(name))
+            .stdout(Stdio::null())
+            .stderr(self.log_file(&format!("noded-{name}")))
+            .spawn()
+            .expect("start noded --no-jobs");
+        self.agents.insert(name.to_string(), child);
+        let sock = self.agent_socket(name);
+        wait_until(
+            Duration::from_secs(20),
+            "login agent's client socket",
+            || std::os::unix::net::UnixStream::connect(&sock).is_ok(),
+        );
+    }
+
+    /// The client socket of agent `name` (each agent of the harness serves its own, as each
+    /// host of a cluster does).
+    pub fn agent_socket(&self, name: &str) -> PathBuf {
+        self.dir.path().join("sock").join(format!("{name}.sock"))
+    }
+
+    /// Starts `noded` for node `name` (whose inventory file is written), with spool, log and
+    /// client socket named after `instance`.
     fn spawn_agent(&self, name: &str, instance: &str) -> Child {
         let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
         let spool = self.dir.path().join("spool").join(instance);
@@ -313,6 +342,8 @@ impl TestCluster {
             .arg(&gpus)
             .arg("--spool-dir")
             .arg(&spool)
+            .arg("--client-socket")
+            .arg(self.agent_socket(instance))
             .stdout(Stdio::null())
             .stderr(self.log_file(&format!("noded-{instance}")))
             .spawn()
@@ -337,9 +368,12 @@ impl TestCluster {
 
     /// Runs a CLI tool as another uid/gid.
     pub fn run_as(&self, uid: u32, gid: u32, bin: &str, args: &[&str]) -> Output {
-        use std::os::unix::process::CommandExt;
-        // The build tree may sit below a directory only its owner can enter (a clone in a
-        // `mktemp -d` dir is 0700): run a copy from the cluster's world-readable temp dir.
+        self.run_on(None, uid, gid, bin, args)
+    }
+
+    /// A copy of the tool `bin` in the cluster's world-readable temp dir: the build tree may
+    /// sit below a directory only its owner can enter (a clone in a `mktemp -d` dir is 0700).
+    pub fn bin_copy(&self, bin: &str) -> PathBuf {
         let copy = self.dir.path().join("bin").join(bin);
         if !copy.exists() {
             std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
@@ -347,11 +381,29 @@ impl TestCluster {
             std::fs::copy(self.bin_dir.join(bin), &tmp).unwrap();
             std::fs::rename(&tmp, &copy).unwrap();
         }
+        copy
+    }
+
+    /// Runs a CLI tool as uid/gid "on host `agent`": through that agent's client socket
+    /// (`YSCHED_SOCKET`), as on a login or compute node; `None`: on schedd's own socket.
+    pub fn run_on(
+        &self,
+        agent: Option<&str>,
+        uid: u32,
+        gid: u32,
+        bin: &str,
+        args: &[&str],
+    ) -> Output {
+        use std::os::unix::process::CommandExt;
+        let copy = self.bin_copy(bin);
         // A fork by another test thread can briefly hold the fresh copy open for writing
         // (ETXTBSY on exec): try again.
         for _ in 0..100 {
-            match self
-                .command_at(&copy)
+            let mut cmd = self.command_at(&copy);
+            if let Some(agent) = agent {
+                cmd.env("YSCHED_SOCKET", self.agent_socket(agent));
+            }
+            match cmd
                 .args(args)
                 .uid(uid)
                 .gid(gid)

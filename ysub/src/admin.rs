@@ -248,7 +248,16 @@ pub fn format_audit_table(entries: &[AuditEntry]) -> String {
     for entry in entries {
         table.push_row([
             Cow::Owned(rfc3339(entry.time_ms)),
-            escape_for_terminal(&entry.user),
+            // A request relayed from another host says where from: `alice@login1`.
+            if entry.host.is_empty() {
+                escape_for_terminal(&entry.user)
+            } else {
+                Cow::Owned(format!(
+                    "{}@{}",
+                    escape_for_terminal(&entry.user),
+                    escape_for_terminal(&entry.host)
+                ))
+            },
             escape_for_terminal(&entry.action),
             if entry.job_id == 0 {
                 Cow::Borrowed("-")
@@ -272,6 +281,8 @@ pub struct AuditJson<'a> {
     /// Null for entries about no job.
     pub job_id: Option<u64>,
     pub detail: &'a str,
+    /// The node whose agent relayed the request; null: schedd's own host (or schedd itself).
+    pub host: Option<&'a str>,
 }
 
 pub fn audit_to_json(entry: &AuditEntry) -> AuditJson<'_> {
@@ -282,6 +293,7 @@ pub fn audit_to_json(entry: &AuditEntry) -> AuditJson<'_> {
         action: &entry.action,
         job_id: (entry.job_id != 0).then_some(entry.job_id),
         detail: &entry.detail,
+        host: (!entry.host.is_empty()).then_some(entry.host.as_str()),
     }
 }
 

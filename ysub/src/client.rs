@@ -1,5 +1,7 @@
-//! Talking to schedd: every tool connects to the Unix socket named in the config. The server
-//! identifies the caller from the socket's peer credentials, so nothing here names a user.
+//! Talking to schedd: every tool connects to a Unix socket, schedd's own on the scheduler host
+//! or the local node agent's elsewhere (see [`socket_path`]). The server identifies the caller
+//! from the socket's peer credentials (an agent relays them, vouched for by its host), so
+//! nothing here names a user.
 
 use anyhow::{anyhow, Result};
 use std::future::Future;
@@ -18,10 +20,30 @@ pub type Client = YschedClient<Channel>;
 /// schedd is wedged.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Loads the config (`YSCHED_CONF`) and connects to its `scheduler.socket`.
+/// Names the client socket to use, overriding the config (noded sets it in every job's
+/// environment, so that a job reaches schedd through its own node).
+pub const SOCKET_ENV: &str = "YSCHED_SOCKET";
+
+/// The socket the tools talk to: `YSCHED_SOCKET` if set; else schedd's own socket
+/// (`scheduler.socket`) where it exists (the scheduler host); else the local agent's
+/// (`node.client_socket`) where that exists (a login or compute node); else
+/// `scheduler.socket`, so that the error names it. One config file serves every host.
+pub fn socket_path(config: &Config) -> PathBuf {
+    if let Some(path) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let scheduler = &config.scheduler.socket;
+    let agent = &config.node.client_socket;
+    if !scheduler.exists() && !agent.as_os_str().is_empty() && agent.exists() {
+        return agent.clone();
+    }
+    scheduler.clone()
+}
+
+/// Loads the config (`YSCHED_CONF`) and connects to its socket (see [`socket_path`]).
 pub async fn connect_from_config() -> Result<(Client, PathBuf)> {
     let config = Config::load()?;
-    let socket = config.scheduler.socket;
+    let socket = socket_path(&config);
     let client = connect(&socket).await?;
     Ok((client, socket))
 }
@@ -45,7 +67,8 @@ pub async fn connect(socket: &Path) -> Result<Client> {
         .await
         .map_err(|e| {
             anyhow!(
-                "cannot reach schedd at {}: {} (is schedd running? check {CONF_ENV})",
+                "cannot reach schedd at {}: {} (is schedd, or this host's noded, running? \
+                 check {CONF_ENV} and {SOCKET_ENV})",
                 socket.display(),
                 root_cause(&e)
             )

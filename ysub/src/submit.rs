@@ -386,7 +386,7 @@ pub async fn run(cli: YsubCli) -> Result<ExitCode> {
     let spec = build_spec(&options, script, &SubmitContext::from_process()?)?;
     let config = Config::load()?;
     check_payload_size(&spec, &config)?;
-    let socket = config.scheduler.socket;
+    let socket = client::socket_path(&config);
     let mut client = client::connect(&socket).await?;
     let job_id = reply_to(
         "submit",

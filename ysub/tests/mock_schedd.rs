@@ -237,6 +237,7 @@ impl Ysched for MockSchedd {
             host: String::new(),
         };
         let mut entries = vec![entry(0, "drain"), entry(7, "cancel")];
+        entries[1].host = "login1".into();
         entries.truncate(request.into_inner().limit.max(1) as usize);
         Ok(Response::new(AuditList { entries }))
     }
@@ -620,11 +621,17 @@ fn yctl_audit() {
         rows[1],
         ["2026-01-01T00:00:00Z", "root", "drain", "-", "bad", "fan"]
     );
+    assert_eq!(
+        rows[2][1], "root@login1",
+        "a relayed request names its host"
+    );
     assert_eq!(rows[2][3], "7");
     let entries: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["audit", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&run("yctl", &["audit", "--json", "-n", "2"]))).unwrap();
     assert_eq!(entries[0]["job_id"], serde_json::Value::Null);
     assert_eq!(entries[0]["action"], "drain");
+    assert_eq!(entries[0]["host"], serde_json::Value::Null);
+    assert_eq!(entries[1]["host"], "login1");
 }
 
 fn command(tool: &str) -> Command {
