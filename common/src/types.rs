@@ -284,6 +284,10 @@ pub struct PartFailure {
     /// The kernel killed a process of the part for going over its memory limit.
     #[serde(default)]
     pub out_of_memory: bool,
+    /// The part's node lost contact with schedd and its fence stopped the part: the run ends
+    /// NODE_FAIL (when it may not be requeued).
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 impl Job {

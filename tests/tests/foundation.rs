@@ -387,8 +387,12 @@ fn an_agent_with_a_wrong_key_is_refused() {
 
 #[test]
 fn a_node_silent_past_its_timeout_fails_its_jobs_and_the_agent_kills_them_on_return() {
-    let mut c = TestCluster::start_with_config(vec![FakeNode::uniform("n1", 2, A100)], "")
-        .with_node_timeout(2);
+    // Without fencing (`fence_after_secs = 0`): the job may still run, so it is not requeued.
+    let mut c = TestCluster::start_with_config(
+        vec![FakeNode::uniform("n1", 2, A100)],
+        "fence_after_secs = 0",
+    )
+    .with_node_timeout(2);
     let id = c.submit(&[
         "-G",
         "1",

@@ -398,7 +398,12 @@ fn shepherd_pid(c: &TestCluster, node: &str, job: u64) -> Option<i32> {
 #[test]
 fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
-    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]).with_node_timeout(2);
+    // Without fencing: the job is failed, not requeued, and goes on as a leftover.
+    let mut c = TestCluster::start_with_config(
+        vec![FakeNode::uniform("n1", 1, "A100")],
+        "fence_after_secs = 0",
+    )
+    .with_node_timeout(2);
     let a = c.submit(&["-G", "1", "--wrap", "sleep 60"]);
     c.wait_state(a, "RUNNING", SECS(10));
     wait_until(SECS(10), "job started", || c.job(a)["reason"] == "");

@@ -36,6 +36,7 @@ impl Cluster {
             };
             let new = NewJob {
                 owner: caller.owner,
+                from_host: caller.host,
                 tier_value,
                 spec: spec.clone(),
                 payload,

@@ -2,12 +2,12 @@
 //! schedd believes), a job's start, a part's end, and nodes silent past their timeout.
 
 use super::commands::AgentCommand;
-use super::lifecycle::{self, PartEnd};
+use super::lifecycle::{self, PartEnd, SilentOutcome};
 use super::{Effects, Records};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::time::Millis;
-use ysched_common::{Gpu, Job, JobId, JobState, Node, StopReason, StopRequest};
+use ysched_common::{AuditRecord, Gpu, Job, JobId, JobState, Node};
 
 /// An agent's registration, as the state machine sees it.
 #[derive(Debug, Clone, Default)]
@@ -283,6 +283,33 @@ impl Records {
             .filter(|id| !self.jobs.get(&JobId(*id)).is_some_and(|j| j.runs_on(name)))
             .collect();
         let prev = self.nodes.get(name);
+        // GPUs that changed under running jobs (one fell off the bus, a different card came
+        // up after a reset): their allocations may name GPUs that are gone or not the ones
+        // they ran on. Take the new inventory, but drain the node until someone has looked.
+        let mut drain_reason = prev.and_then(|p| p.drain_reason.clone());
+        if let Some(p) = prev.filter(|p| *p.gpus != reg.gpus) {
+            if self.jobs.values().any(|j| j.runs_on(name)) {
+                let change = format!(
+                    "GPU inventory changed while jobs ran: {}; check the node, then yctl resume",
+                    describe_gpu_change(&p.gpus, &reg.gpus)
+                );
+                fx.audit(AuditRecord {
+                    time: now,
+                    user: "schedd".into(),
+                    uid: 0,
+                    action: "drain".into(),
+                    job_id: None,
+                    detail: format!("node {name}: {change}"),
+                    host: None,
+                });
+                // An administrator's reason stays, with the change after it.
+                drain_reason = Some(match drain_reason {
+                    Some(old) if old.contains(&change) => old,
+                    Some(old) => format!("{old}; {change}"),
+                    None => change,
+                });
+            }
+        }
         fx.put_node(Node {
             name: name.to_string(),
             address: reg.address.clone(),
@@ -294,7 +321,7 @@ impl Records {
                 _ => Arc::new(reg.gpus.clone()),
             },
             features: reg.features.clone(),
-            drain_reason: prev.and_then(|p| p.drain_reason.clone()),
+            drain_reason,
             connected: true,
             last_seen: now,
             killing: kill_jobs.iter().copied().collect(),
@@ -333,6 +360,14 @@ impl Records {
                     let grace = stop.grace_secs;
                     fx.command(name, AgentCommand::stop(id.0, grace, "resent"));
                 }
+                if lifecycle::fence_wait_nodes(job).contains(&name) {
+                    // It waited for this node's fence, and the node is back before it: the
+                    // job runs on (another node still silent is decided again at the next
+                    // tick).
+                    job.reason = lifecycle::reason_while_running(job);
+                    let detail = format!("node {name} is back and still runs the job");
+                    fx.event(id, now, "node_back", detail);
+                }
                 work.forget_if_unchanged(id);
                 continue;
             }
@@ -352,46 +387,121 @@ impl Records {
         (fx, kill_jobs)
     }
 
-    /// Jobs on `silent` nodes (agents gone longer than the node timeout) end NODE_FAIL and
-    /// release their GPUs, or CANCELLED if they were being cancelled; their parts on live
-    /// nodes are stopped. (If the agent comes back still running one, registration has it
-    /// killed.)
+    /// Jobs holding resources on `silent` nodes (agents not heard from for the node timeout),
+    /// decided by [`lifecycle::nodes_silent`]: CANCELLED if they were being cancelled;
+    /// requeued once the nodes' fences have surely stopped them (waiting meanwhile, which is
+    /// written once, not at every tick), when every silent node of the job fences and the job
+    /// may be requeued; NODE_FAIL otherwise. Parts on live nodes are stopped: at once for a
+    /// job that ended, with the job's grace for one requeued once they end. A node's contact
+    /// is its `last_seen`, but not before `since` (when schedd started). (If an agent comes
+    /// back still running a job that ended, registration has it killed.)
     pub fn fail_silent(
         &self,
         silent: &BTreeSet<String>,
-        _since: Millis,
-        _limits: Limits,
+        since: Millis,
+        limits: Limits,
         now: Millis,
     ) -> Effects {
         let mut fx = Effects::default();
         for job in self.jobs.values().filter(|j| j.state.holds_resources()) {
-            let nodes = nodes_where(job, |n| silent.contains(n));
+            let nodes: Vec<lifecycle::SilentNode> = nodes_where(job, |n| silent.contains(n))
+                .into_iter()
+                .map(|name| {
+                    let node = self.nodes.get(&name);
+                    lifecycle::SilentNode {
+                        fence_after_secs: node.map_or(0, |n| n.fence_after_secs),
+                        contact: node.map_or(since, |n| n.last_seen.max(since)),
+                        name,
+                    }
+                })
+                .collect();
             if nodes.is_empty() {
                 continue;
             }
             let mut job = job.clone();
-            if let Some(StopRequest {
-                reason: StopReason::Cancel { by },
-                ..
-            }) = &job.stop
-            {
-                // It was being cancelled: that is how it ends, whatever became of the node.
-                job.state = JobState::Cancelled;
-                job.reason = format!(
-                    "cancelled by {by} (node {} not responding)",
-                    nodes.join(",")
-                );
-            } else {
-                job.state = JobState::NodeFail;
-                job.reason = format!("node {} not responding", nodes.join(","));
+            let (outcome, events) =
+                lifecycle::nodes_silent(&mut job, &nodes, limits.max_requeues, now);
+            for (at, kind, detail) in events {
+                fx.event(job.id, at, kind, detail);
             }
-            job.end_time = Some(now);
-            fx.event(job.id, now, "node_fail", job.reason.clone());
-            let live = nodes_where(&job, |n| !silent.contains(n));
-            fx.stop_parts(job.id, &live, 0, "node failed");
+            match outcome {
+                SilentOutcome::Unchanged => continue,
+                // It keeps its resources: nothing for the scheduler.
+                SilentOutcome::Waiting => {}
+                SilentOutcome::Requeued => fx.wake = true,
+                SilentOutcome::PartsFenced { stop, grace } => {
+                    fx.stop_parts(job.id, &stop, grace, "node fenced");
+                    fx.wake = true;
+                }
+                SilentOutcome::Ended { live } => {
+                    fx.stop_parts(job.id, &live, 0, "node failed");
+                    fx.wake = true;
+                }
+            }
             fx.put_job(job);
-            fx.wake = true;
         }
         fx
     }
+}
+
+/// What changed between two GPU inventories of a node: `8 x A100 -> 7 x A100 (GPU 7 gone)`,
+/// `8 x A100 -> 8 x A100 (GPU 3 changed)`.
+fn describe_gpu_change(old: &[Gpu], new: &[Gpu]) -> String {
+    fn summary(gpus: &[Gpu]) -> String {
+        if gpus.is_empty() {
+            return "no GPUs".into();
+        }
+        let mut models: BTreeMap<&str, usize> = BTreeMap::new();
+        for g in gpus {
+            *models.entry(g.model.as_str()).or_default() += 1;
+        }
+        let counts: Vec<String> = models.iter().map(|(m, n)| format!("{n} x {m}")).collect();
+        counts.join(", ")
+    }
+    fn listed(what: &str, indices: &[u32]) -> Option<String> {
+        let list: Vec<String> = indices.iter().map(u32::to_string).collect();
+        match list.len() {
+            0 => None,
+            1 => Some(format!("GPU {} {what}", list[0])),
+            _ => Some(format!("GPUs {} {what}", list.join(","))),
+        }
+    }
+    fn by_index(gpus: &[Gpu]) -> BTreeMap<u32, Vec<&Gpu>> {
+        let mut map: BTreeMap<u32, Vec<&Gpu>> = BTreeMap::new();
+        for g in gpus {
+            map.entry(g.index).or_default().push(g);
+        }
+        map
+    }
+    let (before, after) = (by_index(old), by_index(new));
+    let gone: Vec<u32> = before
+        .keys()
+        .filter(|i| !after.contains_key(i))
+        .copied()
+        .collect();
+    let added: Vec<u32> = after
+        .keys()
+        .filter(|i| !before.contains_key(i))
+        .copied()
+        .collect();
+    let changed: Vec<u32> = before
+        .iter()
+        .filter(|(i, g)| after.get(i).is_some_and(|h| h != *g))
+        .map(|(i, _)| *i)
+        .collect();
+    let details: Vec<String> = [
+        listed("gone", &gone),
+        listed("new", &added),
+        listed("changed", &changed),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut s = format!("{} -> {}", summary(old), summary(new));
+    if details.is_empty() {
+        s.push_str(" (listed differently)");
+    } else {
+        s.push_str(&format!(" ({})", details.join("; ")));
+    }
+    s
 }

@@ -272,3 +272,353 @@ fn heartbeat_checkpoints_are_kept_in_memory_for_jobs_of_that_node_only() {
     assert_eq!(rec.note_checkpoints("n1", &absurd, NOW), absurd.to_vec());
     assert_eq!(rec.jobs[&JobId(1)].last_checkpoint, Some(NOW));
 }
+
+/// What an event writes: its batch applied to a fresh store, to read the history and the
+/// audit log back. The batch is taken out of `fx`.
+fn written(fx: &mut super::Effects) -> (tempfile::TempDir, crate::store::Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(dir.path()).unwrap();
+    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    (dir, store)
+}
+
+fn history(store: &crate::store::Store, id: u64) -> Vec<(String, String)> {
+    store
+        .events(JobId(id))
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.detail))
+        .collect()
+}
+
+/// `n1` fences after 60 s and was last heard from at `T0`.
+fn fencing(jobs: Vec<ysched_common::Job>) -> Records {
+    let mut rec = Records::with_jobs(jobs);
+    for n in rec.nodes.values_mut() {
+        n.fence_after_secs = 60;
+        n.last_seen = T0;
+    }
+    rec
+}
+
+fn silent(nodes: &[&str]) -> std::collections::BTreeSet<String> {
+    nodes.iter().map(|n| n.to_string()).collect()
+}
+
+/// When n1's fence (60 s after T0) and a 30 s grace are surely over.
+const FENCE_DONE: i64 = T0 + 60_000 + 30_000 + super::lifecycle::FENCE_SLACK_MS;
+
+#[test]
+fn a_job_on_a_silent_fencing_node_waits_for_the_fence_then_is_requeued_at_the_boundary() {
+    use ysched_common::time::rfc3339;
+    let job = JobBuilder::new(1)
+        .running_on("n1", &[0, 1])
+        .submitted(T0 - 5_000)
+        .build();
+    assert_eq!(job.grace_secs, 30);
+    let mut rec = fencing(vec![job]);
+    let n1 = silent(&["n1"]);
+    // The node timeout has passed, the fence not yet: it waits, holding n1's GPUs.
+    let mut fx = rec.fail_silent(&n1, 0, LIMITS, T0 + 61_000);
+    assert!(fx.commands.is_empty() && !fx.wake);
+    let job = &fx.jobs[0];
+    assert_eq!((job.state, job.alloc.len()), (JobState::Running, 1));
+    let reason = format!(
+        "node n1 not responding; requeued once its fence has stopped the job (at {})",
+        rfc3339(FENCE_DONE)
+    );
+    assert_eq!(job.reason, reason);
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(
+        history(&store, 1),
+        [(
+            "node_silent".to_string(),
+            format!(
+                "node n1 not responding (n1 last heard from at {}, fences after 60s); the job \
+                 is requeued at {}, once the fence and its grace are over",
+                rfc3339(T0),
+                rfc3339(FENCE_DONE)
+            )
+        )]
+    );
+    rec.commit(fx);
+    // Every tick until the fence is done changes nothing, and writes nothing.
+    for now in [T0 + 62_000, T0 + 90_000, FENCE_DONE - 1] {
+        let fx = rec.fail_silent(&n1, 0, LIMITS, now);
+        assert!(
+            fx.jobs.is_empty() && fx.batch.is_empty() && !fx.wake,
+            "{now}"
+        );
+    }
+    // At the boundary: back in the queue, in its place, for its next run.
+    let mut fx = rec.fail_silent(&n1, 0, LIMITS, FENCE_DONE);
+    assert!(fx.wake && fx.commands.is_empty());
+    let job = &fx.jobs[0];
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert!(job.alloc.is_empty() && job.stop.is_none() && job.end_time.is_none());
+    assert_eq!(job.submit_time, T0 - 5_000);
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(
+        history(&store, 1),
+        [(
+            "requeued".to_string(),
+            format!(
+                "restart 1: node n1 stopped responding and its fence stopped the job (by {})",
+                rfc3339(FENCE_DONE)
+            )
+        )]
+    );
+    rec.commit(fx);
+    assert!(rec
+        .fail_silent(&n1, 0, LIMITS, FENCE_DONE + 1)
+        .jobs
+        .is_empty());
+}
+
+#[test]
+fn a_silent_node_s_contact_is_not_before_schedd_started() {
+    let rec = fencing(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
+    // schedd started 100 s after the node was last heard from: the fence may have fired
+    // only 60 s after that.
+    let since = T0 + 100_000;
+    let fx = rec.fail_silent(&silent(&["n1"]), since, LIMITS, FENCE_DONE);
+    assert_eq!(fx.jobs[0].state, JobState::Running);
+    let fx = rec.fail_silent(&silent(&["n1"]), since, LIMITS, FENCE_DONE + 100_000);
+    assert_eq!(fx.jobs[0].state, JobState::Pending);
+}
+
+#[test]
+fn a_silent_node_s_jobs_end_node_fail_without_a_fence_or_a_requeue_left() {
+    let late = FENCE_DONE + 3_600_000;
+    let mut no_requeue = JobBuilder::new(2).running_on("n1", &[1]).build();
+    std::sync::Arc::make_mut(&mut no_requeue.spec).no_requeue = true;
+    let mut at_limit = JobBuilder::new(3).running_on("n1", &[2]).build();
+    at_limit.restart_count = LIMITS.max_requeues;
+    let mut cancelling = JobBuilder::new(4).running_on("n1", &[3]).build();
+    cancelling.stop = Some(StopRequest {
+        reason: StopReason::Cancel { by: "bob".into() },
+        at: T0,
+        grace_secs: 5,
+    });
+    let mut rec = fencing(vec![no_requeue, at_limit, cancelling]);
+    let mut fx = rec.fail_silent(&silent(&["n1"]), 0, LIMITS, T0 + 61_000);
+    let ended: Vec<(u64, JobState, &str)> = fx
+        .jobs
+        .iter()
+        .map(|j| (j.id.0, j.state, j.reason.as_str()))
+        .collect();
+    assert_eq!(
+        ended,
+        [
+            (2, JobState::NodeFail, "node n1 not responding"),
+            (3, JobState::NodeFail, "node n1 not responding"),
+            (
+                4,
+                JobState::Cancelled,
+                "cancelled by bob (node n1 not responding)"
+            )
+        ],
+        "at once, not after the fence"
+    );
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(
+        history(&store, 2)[0].1,
+        "node n1 not responding; not requeued: the job was submitted with --no-requeue"
+    );
+    assert_eq!(
+        history(&store, 3)[0].1,
+        "node n1 not responding; not requeued: it was requeued 20 times already \
+         (scheduler.max_requeues = 20)"
+    );
+
+    // A node that does not fence: NODE_FAIL at once, however long it has been.
+    rec.nodes.get_mut("n1").unwrap().fence_after_secs = 0;
+    rec.jobs = [JobBuilder::new(5).running_on("n1", &[0]).build()]
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
+    let mut fx = rec.fail_silent(&silent(&["n1"]), 0, LIMITS, late);
+    assert_eq!(fx.jobs[0].state, JobState::NodeFail);
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(
+        history(&store, 5)[0].1,
+        "node n1 not responding; not requeued: node n1 does not fence \
+         (node.fence_after_secs = 0), so the job may still run there"
+    );
+}
+
+#[test]
+fn a_multi_node_run_with_a_live_part_is_stopped_once_the_fence_is_done_then_requeued() {
+    let mut gang = JobBuilder::new(1)
+        .nodes(2)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .build();
+    gang.parts.nodelist = vec!["n1".into(), "n2".into()];
+    let mut rec = fencing(vec![gang]);
+    let n1 = silent(&["n1"]);
+    // Waiting: the live part runs on.
+    let fx = rec.fail_silent(&n1, 0, LIMITS, T0 + 61_000);
+    assert!(fx.commands.is_empty());
+    assert_eq!(fx.jobs[0].alloc.len(), 2);
+    rec.commit(fx);
+    // The fence is done: n1's part counts as ended, n2's is stopped with the job's grace.
+    let mut fx = rec.fail_silent(&n1, 0, LIMITS, FENCE_DONE);
+    assert!(matches!(
+        &fx.commands[..],
+        [(node, AgentCommand::Stop { job_id: 1, grace_secs: 30, reason })]
+            if node == "n2" && reason == "node fenced"
+    ));
+    let job = &fx.jobs[0];
+    assert_eq!(job.state, JobState::Running);
+    let nodes: Vec<&str> = job.alloc.iter().map(|a| a.node.as_str()).collect();
+    assert_eq!(nodes, ["n2"]);
+    assert_eq!(job.parts.ended[0].node, "n1");
+    assert!(matches!(
+        &job.stop.as_ref().unwrap().reason,
+        StopReason::Requeue { by } if by == "schedd (node n1 fenced)"
+    ));
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(history(&store, 1)[0].0, "stopping");
+    rec.commit(fx);
+    // Nothing more to do on n1; n2's part ends: requeued.
+    assert!(rec
+        .fail_silent(&n1, 0, LIMITS, FENCE_DONE + 1)
+        .jobs
+        .is_empty());
+    let end = PartEnd {
+        job_id: 1,
+        signal: Some(15),
+        ..PartEnd::default()
+    };
+    let fx = rec.job_finished("n2", &end, LIMITS, FENCE_DONE + 2_000);
+    assert_eq!(
+        (fx.jobs[0].state, fx.jobs[0].restart_count),
+        (JobState::Pending, 1)
+    );
+    rec.commit(fx);
+    // n1 comes back and reports the fenced part of the old run: acknowledged, ignored.
+    let mut reg = registration(&[], vec![]);
+    reg.fence_after_secs = 60;
+    reg.finished = vec![PartEnd {
+        job_id: 1,
+        signal: Some(9),
+        fenced: true,
+        ..PartEnd::default()
+    }];
+    let (fx, _) = rec.register(&reg, LIMITS, FENCE_DONE + 10_000);
+    assert!(fx.jobs.is_empty());
+    assert_eq!(commands(&fx), ["n1:ack 1"]);
+}
+
+#[test]
+fn a_node_back_before_its_fence_runs_its_jobs_on_or_reports_them_fenced() {
+    let mut rec = fencing(vec![
+        JobBuilder::new(1).running_on("n1", &[0]).build(),
+        JobBuilder::new(2).running_on("n1", &[1]).build(),
+    ]);
+    let fx = rec.fail_silent(&silent(&["n1"]), 0, LIMITS, T0 + 61_000);
+    assert_eq!(fx.jobs.len(), 2);
+    rec.commit(fx);
+    // Job 1 still runs; job 2 was stopped by the fence (schedd was unreachable, not the
+    // node).
+    let fenced = PartEnd {
+        job_id: 2,
+        signal: Some(15),
+        fenced: true,
+        ..PartEnd::default()
+    };
+    let mut reg = registration(&[1], vec![fenced]);
+    reg.fence_after_secs = 60;
+    let (mut fx, kill) = rec.register(&reg, LIMITS, T0 + 70_000);
+    assert!(kill.is_empty());
+    let job = |id: u64| fx.jobs.iter().find(|j| j.id == JobId(id)).unwrap().clone();
+    let (one, two) = (job(1), job(2));
+    assert_eq!((one.state, one.reason.as_str()), (JobState::Running, ""));
+    assert_eq!((two.state, two.restart_count), (JobState::Pending, 1));
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(
+        history(&store, 1),
+        [(
+            "node_back".to_string(),
+            "node n1 is back and still runs the job".to_string()
+        )]
+    );
+    let kinds: Vec<String> = history(&store, 2).into_iter().map(|e| e.0).collect();
+    assert_eq!(kinds, ["exited", "requeued"]);
+}
+
+#[test]
+fn a_changed_inventory_drains_the_node_only_while_jobs_run_there() {
+    use crate::core::{schedule, Policy, Snapshot};
+    use ysched_common::config::default_tiers;
+    let smaller = || {
+        let mut reg = registration(&[1], vec![]);
+        reg.gpus.pop();
+        reg
+    };
+    let change = "GPU inventory changed while jobs ran: 8 x NVIDIA A100-SXM4-80GB -> \
+                  7 x NVIDIA A100-SXM4-80GB (GPU 7 gone); check the node, then yctl resume";
+    // A job holds GPU 7, which the node no longer reports.
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n1", &[6, 7]).build()]);
+    let (mut fx, _) = rec.register(&smaller(), LIMITS, NOW);
+    let node = fx.nodes[0].clone();
+    assert_eq!(node.gpus.len(), 7, "the new inventory is taken");
+    assert_eq!(node.drain_reason.as_deref(), Some(change));
+    let (_dir, store) = written(&mut fx);
+    let audit = store.audit_log(0).unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        (audit[0].user.as_str(), audit[0].action.as_str()),
+        ("schedd", "drain")
+    );
+    assert_eq!(audit[0].detail, format!("node n1: {change}"));
+    // Nothing minds the allocation naming a GPU that is gone.
+    let mut rec = rec;
+    rec.commit(fx);
+    let view = super::views::node_view(&rec.nodes["n1"], &rec.jobs);
+    assert_eq!(view.gpu_holders, [0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(view.state, "DRAINING");
+    rec.nodes.get_mut("n1").unwrap().drain_reason = None;
+    rec.insert_job(JobBuilder::new(2).gpus(7).build());
+    let tiers = default_tiers();
+    let snap = Snapshot {
+        jobs: &rec.jobs,
+        nodes: &rec.nodes,
+    };
+    let plan = schedule(&snap, &Policy { tiers: &tiers }, NOW);
+    assert_eq!(plan.placements.len(), 1);
+    assert_eq!(plan.placements[0].alloc[0].node, "n2", "n1 has 6 GPUs free");
+
+    // Drained already: the administrator's reason stays, the change after it; the same
+    // change again is not repeated.
+    let mut rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
+    rec.nodes.get_mut("n1").unwrap().drain_reason = Some("maintenance".into());
+    let (fx, _) = rec.register(&smaller(), LIMITS, NOW);
+    let both = format!("maintenance; {change}");
+    assert_eq!(fx.nodes[0].drain_reason.as_deref(), Some(both.as_str()));
+    rec.commit(fx);
+    let mut reg = smaller();
+    reg.gpus
+        .push(NodeBuilder::dgx("n1", 8, A100).build().gpus[7].clone());
+    let (fx, _) = rec.register(&reg, LIMITS, NOW);
+    assert!(fx.nodes[0].drain_reason.as_ref().unwrap().ends_with(
+        "7 x NVIDIA A100-SXM4-80GB -> 8 x NVIDIA A100-SXM4-80GB (GPU 7 new); check the node, \
+         then yctl resume"
+    ));
+
+    // No job there: taken silently. The same inventory: nothing to say either.
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n2", &[0]).build()]);
+    let (mut fx, _) = rec.register(&smaller(), LIMITS, NOW);
+    assert_eq!(fx.nodes[0].gpus.len(), 7);
+    assert_eq!(fx.nodes[0].drain_reason, None);
+    let (_dir, store) = written(&mut fx);
+    assert!(store.audit_log(0).unwrap().is_empty());
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
+    let (fx, _) = rec.register(&registration(&[1], vec![]), LIMITS, NOW);
+    assert_eq!(fx.nodes[0].drain_reason, None);
+    assert!(std::sync::Arc::ptr_eq(
+        &fx.nodes[0].gpus,
+        &rec.nodes["n1"].gpus
+    ));
+}

@@ -344,6 +344,8 @@ impl Records {
 /// value, and a way to name the checkpoint directory once the id is known.
 pub struct NewJob<'a> {
     pub owner: Owner,
+    /// The node whose agent relayed the submit; `None`: schedd's own socket.
+    pub from_host: Option<String>,
     pub spec: ysched_common::JobSpec,
     pub payload: crate::store::Payload,
     pub grace_secs: u32,
@@ -358,6 +360,7 @@ impl Records {
     pub fn submit(&self, new: NewJob<'_>, now: Millis) -> (Effects, Job) {
         let id = JobId(self.next_job_id);
         let held = new.spec.hold;
+        let new_from = new.from_host;
         let job = Job {
             id,
             state: if held {
@@ -397,7 +400,13 @@ impl Records {
             id,
             now,
             "submitted",
-            format!("by {} to tier {}", job.owner.user, job.spec.tier),
+            match &new_from {
+                Some(host) => format!(
+                    "by {} from {host} to tier {}",
+                    job.owner.user, job.spec.tier
+                ),
+                None => format!("by {} to tier {}", job.owner.user, job.spec.tier),
+            },
         );
         fx.changed.push(id);
         (fx, job)

@@ -1,12 +1,83 @@
 //! How a job's run ends, as pure decisions on domain records: an agent's report of a part's
 //! end (complete, failed, out of memory, timed out, cancelled, preempted and requeued or not,
-//! requeued on request, a multi-node part failing), and a part the agent no longer knows when
-//! it registers (cancelled, failed launch, NODE_FAIL, or back to the queue). No clock, no
-//! store, no wire types: the caller writes the returned events and the changed record, and
-//! sends the stops.
+//! requeued on request, a multi-node part failing, a part its node's fence stopped), a part
+//! the agent no longer knows when it registers (cancelled, failed launch, NODE_FAIL, or back
+//! to the queue), and a job on nodes gone silent (waiting for their fence, requeued once it
+//! has surely stopped the job, or NODE_FAIL). No clock, no store, no wire types: the caller
+//! writes the returned events and the changed record, and sends the stops.
 
 use ysched_common::time::{rfc3339, Millis};
 use ysched_common::{Job, JobState, PartFailure, StopReason, StopRequest};
+
+/// How long schedd waits, past the latest moment a silent node's fence can fire plus the
+/// job's grace, before it counts the job's processes there as gone and runs the job again:
+/// the shepherd looks at its lease once a second (so the fence may fire up to a second late),
+/// and after SIGKILL the processes take a moment to die and the cgroup to empty (longer on a
+/// loaded node, or with a process stuck in the kernel for a moment). Five seconds cover that
+/// with room; erring long only delays the requeue, erring short could run a job twice.
+pub const FENCE_SLACK_MS: Millis = 5_000;
+
+/// The scheduler may run the job again after its run was cut short by something other than
+/// the job itself (a preemption, a node's fence): not submitted with `--no-requeue`, and
+/// requeued fewer than `max_requeues` times.
+pub fn may_requeue(job: &Job, max_requeues: u32) -> bool {
+    !job.spec.no_requeue && job.restart_count < max_requeues
+}
+
+/// Why the job may not be requeued after its node's fence stopped it (see [`may_requeue`]);
+/// `None`: it may. A requeue asked for (`yctl requeue`) is not bounded by `max_requeues`, as
+/// when it ends normally.
+fn fence_requeue_refusal(job: &Job, max_requeues: u32) -> Option<String> {
+    if job.spec.no_requeue {
+        return Some("the job was submitted with --no-requeue".into());
+    }
+    if let Some(f) = &job.parts.first_failure {
+        return Some(format!("its run had failed already ({})", f.description));
+    }
+    let asked = matches!(
+        &job.stop,
+        Some(StopRequest {
+            reason: StopReason::Requeue { .. },
+            ..
+        })
+    );
+    if !asked && job.restart_count >= max_requeues {
+        return Some(format!(
+            "it was requeued {} times already (scheduler.max_requeues = {max_requeues})",
+            job.restart_count
+        ));
+    }
+    None
+}
+
+/// The `by` of the requeue a node's fence causes for the rest of a multi-node run.
+fn fence_requeue_by(nodes: &str) -> String {
+    format!("schedd (node {nodes} fenced)")
+}
+
+/// How a job ends when `node`'s fence stopped it and it may not be requeued (NODE_FAIL).
+fn fence_node_fail_reason(node: &str) -> String {
+    format!("node {node} lost contact with schedd and its fence stopped the job")
+}
+
+/// A part failure recorded for a multi-node run's part that its node's fence stopped when the
+/// job may not be requeued: the run then ends NODE_FAIL once its other parts are gone.
+fn fence_failure(node: &str, end: &PartEnd) -> PartFailure {
+    PartFailure {
+        node: node.to_string(),
+        exit_code: end.exit_code,
+        signal: end.signal,
+        timed_out: false,
+        error: String::new(),
+        description: fence_node_fail_reason(node),
+        out_of_memory: false,
+        fenced: true,
+    }
+}
+
+fn is_fence_failure(f: &PartFailure) -> bool {
+    f.fenced
+}
 
 /// An agent's report that one part of a job's run ended (the domain form of
 /// `JobFinished`).
@@ -59,6 +130,9 @@ impl PartEnd {
         if self.killed {
             s.push_str(", SIGKILL after grace");
         }
+        if self.fenced {
+            s.push_str(", stopped by the node's fence");
+        }
         s
     }
 }
@@ -81,7 +155,12 @@ pub struct EndOutcome {
 }
 
 /// Applies the report that the part of `job` on `node` ended. `max_requeues` bounds requeues
-/// after preemption; `now` stands in for an unknown end time.
+/// after a preemption or a node's fence; `now` stands in for an unknown end time.
+///
+/// A part its node's fence stopped (`end.fenced`: the node lost schedd for its
+/// `fence_after_secs`), while nothing else was stopping the job and no part had failed,
+/// requeues the job if it may be (see [`may_requeue`]), else ends it NODE_FAIL; the other
+/// parts of a multi-node run are stopped first, with the job's grace.
 pub fn part_ended(
     job: &mut Job,
     node: &str,
@@ -103,6 +182,10 @@ pub fn part_ended(
     };
     let how = end.describe();
     out.events.push((at, "exited", format!("on {node}: {how}")));
+    // The node's fence stopped the part (the node had lost schedd) and nothing else was
+    // stopping the run, nor had a part failed: the fence decides. A cancel stays a cancel, a
+    // preemption a preemption, a requeue a requeue, and a failure decides as before.
+    let fence_decides = end.fenced && job.stop.is_none() && job.parts.first_failure.is_none();
     if job.alloc.len() > 1 {
         // One part of a multi-node run ended: its GPUs are free now, the others still run.
         let Some(pos) = job.alloc.iter().position(|a| a.node == node) else {
@@ -111,6 +194,45 @@ pub fn part_ended(
         };
         let part = job.alloc.remove(pos);
         job.parts.ended.push(part);
+        if fence_decides {
+            // The run is broken: stop the rest, then requeue it (or end it NODE_FAIL).
+            out.stop_parts = job.alloc.iter().map(|a| a.node.clone()).collect();
+            out.stop_grace = job.grace_secs;
+            if may_requeue(job, max_requeues) {
+                job.stop = Some(StopRequest {
+                    reason: StopReason::Requeue {
+                        by: fence_requeue_by(node),
+                    },
+                    at: now,
+                    grace_secs: job.grace_secs,
+                });
+                job.reason = format!(
+                    "requeueing: node {node} lost contact with schedd and its fence stopped \
+                     the job there; stopping the other parts"
+                );
+                out.events.push((
+                    at,
+                    "stopping",
+                    format!(
+                        "other parts, after node {node} lost contact with schedd and its fence \
+                         stopped its part; requeued once they end"
+                    ),
+                ));
+            } else {
+                job.parts.first_failure = Some(fence_failure(node, end));
+                job.reason =
+                    format!("part on {node} stopped by its node's fence; stopping the others");
+                out.events.push((
+                    at,
+                    "stopping",
+                    format!(
+                        "other parts, after node {node} lost contact with schedd and its fence \
+                         stopped its part"
+                    ),
+                ));
+            }
+            return out;
+        }
         if end.failed() && job.parts.first_failure.is_none() {
             job.parts.first_failure = Some(PartFailure {
                 node: node.to_string(),
@@ -120,6 +242,7 @@ pub fn part_ended(
                 error: end.error.clone(),
                 description: format!("part on {node}: {how}"),
                 out_of_memory: end.out_of_memory,
+                fenced: false,
             });
             if job.stop.is_none() {
                 // A gang is useless once a part is gone: stop the rest.
@@ -146,6 +269,11 @@ pub fn part_ended(
         job.alloc = all;
     }
     // The first failing part decides how a multi-node run ends.
+    let fence_failed = job
+        .parts
+        .first_failure
+        .as_ref()
+        .is_some_and(is_fence_failure);
     let (exit_code, signal, timed_out, error, how, oom_on) = match job.parts.first_failure.take() {
         Some(f) => (
             f.exit_code,
@@ -166,6 +294,30 @@ pub fn part_ended(
     };
     job.exit_code = exit_code;
     job.signal = signal;
+    if fence_decides {
+        if end.checkpoint_saved {
+            job.last_checkpoint = Some(at);
+        }
+        if may_requeue(job, max_requeues) {
+            requeue(job);
+            job.restart_count += 1;
+            out.events.push((
+                at,
+                "requeued",
+                format!(
+                    "restart {}: node {node} lost contact with schedd and its fence stopped \
+                     the job",
+                    job.restart_count
+                ),
+            ));
+            return out;
+        }
+        job.state = JobState::NodeFail;
+        job.reason = fence_node_fail_reason(node);
+        job.end_time = Some(at);
+        out.finished = true;
+        return out;
+    }
     let preempted_by = match &job.stop {
         Some(StopRequest {
             reason: StopReason::Preempt { by },
@@ -228,7 +380,7 @@ pub fn part_ended(
         if end.checkpoint_saved {
             job.last_checkpoint = Some(at);
         }
-        if !job.spec.no_requeue && job.restart_count < max_requeues {
+        if may_requeue(job, max_requeues) {
             requeue(job);
             job.restart_count += 1;
             out.events.push((
@@ -259,6 +411,10 @@ pub fn part_ended(
     } else if let Some(by) = cancelled_by {
         job.state = JobState::Cancelled;
         job.reason = format!("cancelled by {by}");
+    } else if fence_failed {
+        // A part's node fenced it and the job may not be requeued (see above).
+        job.state = JobState::NodeFail;
+        job.reason = how;
     } else if exit_code == Some(0) {
         job.state = JobState::Completed;
         job.reason = String::new();
@@ -358,4 +514,231 @@ fn end(job: &mut Job, state: JobState, reason: String, now: Millis) {
     job.state = state;
     job.reason = reason;
     job.end_time = Some(now);
+}
+
+/// A node of a job gone silent (not heard from for `scheduler.node_timeout_secs`), as the
+/// fence decision needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SilentNode {
+    pub name: String,
+    /// Its `node.fence_after_secs`, as it registered; 0: it never fences.
+    pub fence_after_secs: u32,
+    /// When schedd last heard from it: its `last_seen`, but not before schedd started (what
+    /// schedd received before it went down may be unknown to it).
+    pub contact: Millis,
+}
+
+/// What [`nodes_silent`] did to a job holding resources on silent nodes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SilentOutcome {
+    /// Nothing changed: it still waits for the fence, and its reason says so already.
+    Unchanged,
+    /// It waits for its silent nodes' fence to stop it (its reason says until when); it keeps
+    /// their resources meanwhile.
+    Waiting,
+    /// The fence has stopped it: back in the queue.
+    Requeued,
+    /// The fence has stopped its parts on the silent nodes, which count as ended; its parts
+    /// on `stop` (live nodes) are stopped with `grace`, and it is requeued once they end (or
+    /// ends as the stop already under way says, when `stop` is empty).
+    PartsFenced { stop: Vec<String>, grace: u32 },
+    /// Final (CANCELLED or NODE_FAIL): its parts on the live nodes `live` are stopped at once.
+    Ended { live: Vec<String> },
+}
+
+/// The latest time the fences of `silent` can have stopped `job`: each node fences no later
+/// than `fence_after_secs` after its contact, then the job has its grace (or that of a stop
+/// under way, if longer: the processes are gone by the later of both), plus
+/// [`FENCE_SLACK_MS`].
+pub fn fence_done(job: &Job, silent: &[SilentNode]) -> Millis {
+    let fired = silent
+        .iter()
+        .map(|n| {
+            n.contact
+                .saturating_add(Millis::from(n.fence_after_secs).saturating_mul(1000))
+        })
+        .max()
+        .unwrap_or(Millis::MIN);
+    let grace = job
+        .grace_secs
+        .max(job.stop.as_ref().map_or(0, |s| s.grace_secs));
+    fired
+        .saturating_add(Millis::from(grace) * 1000)
+        .saturating_add(FENCE_SLACK_MS)
+}
+
+/// The marker of [`fence_wait_reason`]: `node X not responding; requeued once ...`.
+const FENCE_WAIT_MARK: &str = " not responding; requeued once ";
+
+/// The reason of a job waiting for the fence of `nodes` to stop it, until `done`.
+fn fence_wait_reason(nodes: &[&str], done: Millis) -> String {
+    let whose = if nodes.len() == 1 {
+        "its fence has"
+    } else {
+        "their fences have"
+    };
+    format!(
+        "node {}{FENCE_WAIT_MARK}{whose} stopped the job (at {})",
+        nodes.join(","),
+        rfc3339(done)
+    )
+}
+
+/// The nodes whose fence the job waits for, as its reason says (see [`nodes_silent`]); empty
+/// when it waits for none.
+pub fn fence_wait_nodes(job: &Job) -> Vec<&str> {
+    job.reason
+        .strip_prefix("node ")
+        .and_then(|r| r.split_once(FENCE_WAIT_MARK))
+        .map_or_else(Vec::new, |(nodes, _)| nodes.split(',').collect())
+}
+
+/// The reason of a job holding resources as its stop request says (the same texts as the
+/// requests that set them): for a job that waited for a fence and whose node came back.
+pub fn reason_while_running(job: &Job) -> String {
+    match job.stop.as_ref().map(|s| &s.reason) {
+        None | Some(StopReason::NodeDrain) => String::new(),
+        Some(StopReason::Cancel { by }) => format!("cancelling (by {by})"),
+        Some(StopReason::Preempt { by }) => format!("preempted by {by}"),
+        Some(StopReason::Requeue { by }) => format!("requeueing (by {by})"),
+    }
+}
+
+/// Decides the fate of `job`, which holds resources on the `silent` nodes (its nodes not
+/// heard from for the node timeout), at `now`:
+///
+/// - being cancelled: CANCELLED, whatever became of the nodes;
+/// - every silent node fences and the job may be requeued (see [`may_requeue`]; a requeue
+///   asked for is not bounded by `max_requeues`): it keeps its resources until
+///   [`fence_done`], its reason saying so (written once: `Unchanged` afterwards); then the
+///   run is over on the silent nodes: back in the queue (restart + 1) when it ran only there,
+///   or its parts on live nodes are stopped with its grace and it is requeued when they end;
+/// - otherwise NODE_FAIL: the job may still run on a node that does not fence, and running
+///   it again elsewhere could run it twice.
+///
+/// A pure function of the job, the silent nodes, `max_requeues` and `now`.
+pub fn nodes_silent(
+    job: &mut Job,
+    silent: &[SilentNode],
+    max_requeues: u32,
+    now: Millis,
+) -> (SilentOutcome, Vec<HistoryEvent>) {
+    let names: Vec<&str> = silent.iter().map(|n| n.name.as_str()).collect();
+    let list = names.join(",");
+    let live_nodes = |job: &Job| -> Vec<String> {
+        job.alloc
+            .iter()
+            .filter(|a| !names.contains(&a.node.as_str()))
+            .map(|a| a.node.clone())
+            .collect()
+    };
+    if let Some(StopRequest {
+        reason: StopReason::Cancel { by },
+        ..
+    }) = &job.stop
+    {
+        // It was being cancelled: that is how it ends, whatever became of the node.
+        let reason = format!("cancelled by {by} (node {list} not responding)");
+        end(job, JobState::Cancelled, reason.clone(), now);
+        let live = live_nodes(job);
+        return (
+            SilentOutcome::Ended { live },
+            vec![(now, "node_fail", reason)],
+        );
+    }
+    let refusal = match silent.iter().find(|n| n.fence_after_secs == 0) {
+        Some(n) => Some(format!(
+            "node {} does not fence (node.fence_after_secs = 0), so the job may still run \
+             there",
+            n.name
+        )),
+        None => fence_requeue_refusal(job, max_requeues),
+    };
+    if let Some(why) = refusal {
+        let reason = format!("node {list} not responding");
+        let detail = format!("{reason}; not requeued: {why}");
+        end(job, JobState::NodeFail, reason, now);
+        let live = live_nodes(job);
+        return (
+            SilentOutcome::Ended { live },
+            vec![(now, "node_fail", detail)],
+        );
+    }
+    let done = fence_done(job, silent);
+    if now < done {
+        let reason = fence_wait_reason(&names, done);
+        if job.reason == reason {
+            return (SilentOutcome::Unchanged, Vec::new());
+        }
+        job.reason = reason;
+        let fences: Vec<String> = silent
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} last heard from at {}, fences after {}s",
+                    n.name,
+                    rfc3339(n.contact),
+                    n.fence_after_secs
+                )
+            })
+            .collect();
+        let detail = format!(
+            "node {list} not responding ({}); the job is requeued at {}, once the fence and \
+             its grace are over",
+            fences.join("; "),
+            rfc3339(done)
+        );
+        return (SilentOutcome::Waiting, vec![(now, "node_silent", detail)]);
+    }
+    // The fence has stopped the job on the silent nodes.
+    let live = live_nodes(job);
+    if live.is_empty() {
+        requeue(job);
+        job.restart_count += 1;
+        let detail = format!(
+            "restart {}: node {list} stopped responding and its fence stopped the job (by {})",
+            job.restart_count,
+            rfc3339(done)
+        );
+        return (SilentOutcome::Requeued, vec![(now, "requeued", detail)]);
+    }
+    // A multi-node run with parts on live nodes: the silent ones count as ended.
+    let (fenced, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut job.alloc)
+        .into_iter()
+        .partition(|a| names.contains(&a.node.as_str()));
+    job.alloc = kept;
+    job.parts.ended.extend(fenced);
+    if job.stop.is_none() {
+        let grace = job.grace_secs;
+        job.stop = Some(StopRequest {
+            reason: StopReason::Requeue {
+                by: fence_requeue_by(&list),
+            },
+            at: now,
+            grace_secs: grace,
+        });
+        job.reason = format!(
+            "requeueing: node {list} stopped responding and its fence stopped the job there; \
+             stopping the other parts"
+        );
+        let detail = format!(
+            "parts on {}: node {list} stopped responding and its fence stopped the job there \
+             (by {}); requeued once they end",
+            live.join(","),
+            rfc3339(done)
+        );
+        let outcome = SilentOutcome::PartsFenced { stop: live, grace };
+        return (outcome, vec![(now, "stopping", detail)]);
+    }
+    // Already being stopped (preempted, requeued): its other parts' ends decide, as before.
+    job.reason = reason_while_running(job);
+    let detail = format!(
+        "part on {list}: the node stopped responding and its fence stopped the job there (by {})",
+        rfc3339(done)
+    );
+    let outcome = SilentOutcome::PartsFenced {
+        stop: Vec::new(),
+        grace: 0,
+    };
+    (outcome, vec![(now, "fenced", detail)])
 }

@@ -400,3 +400,168 @@ fn a_requested_requeue_goes_back_to_the_queue_whatever_the_end_and_past_max_requ
     assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
     assert!(job.alloc.is_empty() && job.parts.ended.is_empty());
 }
+
+fn fenced(job: u64) -> PartEnd {
+    PartEnd {
+        exit_code: None,
+        signal: Some(9),
+        killed: true,
+        fenced: true,
+        ..exit(job, 0)
+    }
+}
+
+#[test]
+fn a_part_stopped_by_its_node_s_fence_is_requeued_while_the_job_may_be() {
+    let mut job = JobBuilder::new(1)
+        .running_on("n1", &[0])
+        .submitted(T0 - 1_000)
+        .build();
+    let out = part_ended(&mut job, "n1", &fenced(1), 20, NOW);
+    assert!(!out.finished && !out.ignored);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert_eq!(job.submit_time, T0 - 1_000, "keeps its place in the queue");
+    assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);
+    let kinds: Vec<&str> = out.events.iter().map(|e| e.1).collect();
+    assert_eq!(kinds, ["exited", "requeued"]);
+    assert_eq!(
+        out.events[0].2,
+        "on n1: killed by signal 9, SIGKILL after grace, stopped by the node's fence"
+    );
+    assert_eq!(
+        out.events[1].2,
+        "restart 1: node n1 lost contact with schedd and its fence stopped the job"
+    );
+    // The same report again (resent after a reconnect) is about the old run: ignored.
+    assert!(part_ended(&mut job, "n1", &fenced(1), 20, NOW).ignored);
+}
+
+#[test]
+fn a_fenced_part_ends_node_fail_when_the_job_may_not_be_requeued() {
+    let node_fail = (
+        JobState::NodeFail,
+        "node n1 lost contact with schedd and its fence stopped the job",
+    );
+    // --no-requeue.
+    let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    std::sync::Arc::make_mut(&mut job.spec).no_requeue = true;
+    let out = part_ended(&mut job, "n1", &fenced(1), 20, NOW);
+    assert!(out.finished);
+    assert_eq!((job.state, job.reason.as_str()), node_fail);
+    assert_eq!(job.end_time, Some(T0 + 5_000));
+    // Requeued max_requeues times already.
+    let mut job = JobBuilder::new(2).running_on("n1", &[0]).build();
+    job.restart_count = 2;
+    let end = PartEnd {
+        restart_count: 2,
+        ..fenced(2)
+    };
+    assert!(part_ended(&mut job, "n1", &end, 2, NOW).finished);
+    assert_eq!((job.state, job.reason.as_str()), node_fail);
+    assert_eq!(job.restart_count, 2);
+}
+
+#[test]
+fn a_fence_does_not_override_a_cancel_a_preemption_or_a_requested_requeue() {
+    let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    cancelled_by(&mut job, "bob");
+    part_ended(&mut job, "n1", &fenced(1), 20, NOW);
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (JobState::Cancelled, "cancelled by bob")
+    );
+
+    let mut job = JobBuilder::new(2)
+        .running_on("n1", &[0])
+        .preempted_by(9)
+        .build();
+    let out = part_ended(&mut job, "n1", &fenced(2), 20, NOW);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert!(out.events[2].2.contains("after preemption by 9"));
+    // A preemption at its limit ends PREEMPTED, not NODE_FAIL.
+    let mut job = JobBuilder::new(3)
+        .running_on("n1", &[0])
+        .preempted_by(9)
+        .build();
+    std::sync::Arc::make_mut(&mut job.spec).no_requeue = true;
+    part_ended(&mut job, "n1", &fenced(3), 20, NOW);
+    assert_eq!(job.state, JobState::Preempted);
+
+    let mut job = JobBuilder::new(4).running_on("n1", &[0]).build();
+    requeue_asked_by(&mut job, "alice");
+    let out = part_ended(&mut job, "n1", &fenced(4), 20, NOW);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert!(out.events[1].2.contains("as requested by alice"));
+}
+
+fn gang(id: u64) -> ysched_common::Job {
+    let mut job = JobBuilder::new(id)
+        .nodes(2)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .build();
+    job.parts.nodelist = vec!["n1".into(), "n2".into()];
+    job
+}
+
+#[test]
+fn a_fenced_part_of_a_multi_node_run_stops_the_others_then_requeues_it() {
+    let mut job = gang(1);
+    let out = part_ended(&mut job, "n1", &fenced(1), 20, NOW);
+    assert!(!out.finished);
+    assert_eq!(out.stop_parts, ["n2"]);
+    assert_eq!(out.stop_grace, job.grace_secs);
+    assert_eq!(job.alloc.len(), 1, "n1's GPUs are free");
+    let stop = job.stop.as_ref().unwrap();
+    assert!(
+        matches!(&stop.reason, StopReason::Requeue { by } if by == "schedd (node n1 fenced)"),
+        "{stop:?}"
+    );
+    assert_eq!(
+        job.reason,
+        "requeueing: node n1 lost contact with schedd and its fence stopped the job there; \
+         stopping the other parts"
+    );
+    // The other part ends, however: requeued.
+    let out = part_ended(&mut job, "n2", &exit(1, 143), 20, NOW);
+    assert!(!out.finished);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert!(job.alloc.is_empty() && job.parts.ended.is_empty());
+    assert_eq!(
+        out.events[1].2,
+        "restart 1 as requested by schedd (node n1 fenced) (checkpoint_saved=false)"
+    );
+}
+
+#[test]
+fn a_fenced_part_of_a_multi_node_run_that_may_not_be_requeued_ends_it_node_fail() {
+    let mut job = gang(1);
+    std::sync::Arc::make_mut(&mut job.spec).no_requeue = true;
+    let out = part_ended(&mut job, "n2", &fenced(1), 20, NOW);
+    assert_eq!(out.stop_parts, ["n1"]);
+    assert!(job.stop.is_none());
+    let out = part_ended(&mut job, "n1", &exit(1, 143), 20, NOW);
+    assert!(out.finished);
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (
+            JobState::NodeFail,
+            "node n2 lost contact with schedd and its fence stopped the job"
+        )
+    );
+    let nodes: Vec<&str> = job.alloc.iter().map(|a| a.node.as_str()).collect();
+    assert_eq!(nodes, ["n1", "n2"]);
+
+    // A part that failed first decides: the fence of the other does not.
+    let mut job = gang(2);
+    part_ended(&mut job, "n1", &exit(2, 3), 20, NOW);
+    let out = part_ended(&mut job, "n2", &fenced(2), 20, NOW);
+    assert!(out.finished);
+    assert_eq!((job.state, job.exit_code), (JobState::Failed, Some(3)));
+
+    // The last part fenced after the other completed: decided like a single part.
+    let mut job = gang(3);
+    part_ended(&mut job, "n1", &exit(3, 0), 20, NOW);
+    part_ended(&mut job, "n2", &fenced(3), 20, NOW);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+}

@@ -103,6 +103,7 @@ fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
     let dir = |id: JobId| format!("/ckpt/{id}");
     let new = NewJob {
         owner,
+        from_host: None,
         spec,
         payload: Payload::default(),
         grace_secs: 30,

@@ -1,13 +1,17 @@
 //! Random sequences of events against the state machine, as agents and clients might send
-//! them (stale, duplicated, about unknown jobs or nodes): after every event the records keep
+//! them (stale, duplicated, about unknown jobs or nodes, fenced, from nodes whose GPUs
+//! changed), with silent-node ticks at random times: after every event the records keep
 //! their invariants. No GPU is held twice, every allocation belongs to a job that holds
-//! resources, no finished job stays in memory, and no job waits holding GPUs.
+//! resources, no finished job stays in memory, no job waits holding GPUs, the node views
+//! hold whatever the allocations name, a job leaves a silent node alive (requeued, or its
+//! part there ended) only once the node's fence has surely stopped it, a tick repeated
+//! changes nothing, and a node whose GPUs changed under jobs is drained.
 
 use super::agent_events::{AgentReport, Limits, Registration};
 use super::client_events::NewJob;
-use super::lifecycle::PartEnd;
+use super::lifecycle::{PartEnd, FENCE_SLACK_MS};
 use super::Records;
-use crate::core::testkit::{NodeBuilder, A100, T0};
+use crate::core::testkit::{NodeBuilder, A100, H100, T0};
 use crate::core::{schedule, Policy, Snapshot};
 use crate::store::Payload;
 use proptest::prelude::*;
@@ -51,6 +55,8 @@ enum Op {
         stale: bool,
         /// The agent's end and SIGTERM times: anything an agent could send, extremes too.
         at: i64,
+        /// Its node's fence stopped it.
+        fenced: bool,
     },
     Cancel {
         pick: usize,
@@ -60,8 +66,20 @@ enum Op {
         node: usize,
         keep: u8,
         junk: u64,
+        /// Of the jobs not kept running, those reported ended by the node's fence.
+        fenced: u8,
+        /// The node's `fence_after_secs`: 0 (never) or some seconds.
+        fence: u32,
+        /// Which GPUs it reports (see [`inventory`]).
+        inventory: u8,
     },
+    /// The shell's tick with these nodes silent (a bit mask over [`NODES`]), `later` ms after
+    /// the previous event.
     Silent {
+        nodes: u8,
+        later: i64,
+    },
+    Resume {
         node: usize,
     },
     Hold {
@@ -85,41 +103,67 @@ fn agent_time() -> impl Strategy<Value = i64> {
     ]
 }
 
+/// A node's `fence_after_secs`: mostly some seconds, sometimes 0 (it never fences).
+fn fence_secs() -> impl Strategy<Value = u32> {
+    prop_oneof![1 => Just(0u32), 3 => 2u32..90]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u32..=8, 1u32..=2, 0u8..4).prop_map(|(gpus, nodes, tier)| Op::Submit {
+        3 => (0u32..=8, 1u32..=2, 0u8..4).prop_map(|(gpus, nodes, tier)| Op::Submit {
             gpus: gpus - gpus % nodes,
             nodes,
             tier
         }),
-        Just(Op::Pass),
-        Just(Op::Pass),
-        (1usize..6).prop_map(|back| Op::StalePass { back }),
-        any::<usize>().prop_map(|pick| Op::Started { pick }),
-        (any::<usize>(), any::<usize>()).prop_map(|(first, second)| Op::Reports { first, second }),
-        (
+        3 => Just(Op::Pass),
+        1 => (1usize..6).prop_map(|back| Op::StalePass { back }),
+        1 => any::<usize>().prop_map(|pick| Op::Started { pick }),
+        1 => (any::<usize>(), any::<usize>())
+            .prop_map(|(first, second)| Op::Reports { first, second }),
+        2 => (
             any::<usize>(),
             0usize..3,
             -1i32..3,
             any::<bool>(),
-            agent_time()
+            agent_time(),
+            prop::bool::weighted(0.3),
         )
-            .prop_map(|(pick, node, exit, stale, at)| Op::End {
+            .prop_map(|(pick, node, exit, stale, at, fenced)| Op::End {
                 pick,
                 node,
                 exit,
                 stale,
-                at
+                at,
+                fenced
             }),
-        (any::<usize>(), any::<bool>()).prop_map(|(pick, root)| Op::Cancel { pick, root }),
-        (0usize..3, any::<u8>(), any::<u64>()).prop_map(|(node, keep, junk)| Op::Register {
-            node,
-            keep,
-            junk
-        }),
-        (0usize..3).prop_map(|node| Op::Silent { node }),
-        (any::<usize>(), any::<bool>()).prop_map(|(pick, hold)| Op::Hold { pick, hold }),
-        (any::<usize>(), any::<bool>()).prop_map(|(pick, root)| Op::Requeue { pick, root }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, root)| Op::Cancel { pick, root }),
+        2 => (
+            0usize..3,
+            any::<u8>(),
+            any::<u64>(),
+            any::<u8>(),
+            fence_secs(),
+            any::<u8>()
+        )
+            .prop_map(
+                |(node, keep, junk, fenced, fence, inventory)| Op::Register {
+                    node,
+                    keep,
+                    junk,
+                    fenced,
+                    fence,
+                    inventory
+                }
+            ),
+        // Ticks at once, a little later, or long after.
+        3 => (
+            1u8..8,
+            prop_oneof![Just(0i64), 0i64..20_000, 0i64..200_000]
+        )
+            .prop_map(|(nodes, later)| Op::Silent { nodes, later }),
+        1 => (0usize..3).prop_map(|node| Op::Resume { node }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, hold)| Op::Hold { pick, hold }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, root)| Op::Requeue { pick, root }),
     ]
 }
 
@@ -146,33 +190,64 @@ fn pick(rec: &Records, n: usize) -> Option<JobId> {
     (!ids.is_empty()).then(|| ids[n % ids.len()])
 }
 
-fn registration(rec: &Records, node: &str, keep: u8, junk: u64) -> Registration {
-    let inventory = NodeBuilder::dgx(node, 4, A100).build();
-    // Some of the jobs schedd places here, plus an id it may never have heard of.
-    let mut running: Vec<u64> = rec
-        .jobs
-        .values()
-        .filter(|j| j.runs_on(node))
-        .enumerate()
-        .filter(|(i, _)| keep & (1 << (i % 8)) != 0)
-        .map(|(_, j)| j.id.0)
-        .collect();
-    running.push(junk % 50);
-    Registration {
-        name: node.into(),
-        address: "10.0.0.1".into(),
-        cpus: inventory.cpus,
-        mem_mib: inventory.mem_mib,
-        gpus: inventory.gpus.to_vec(),
-        features: vec![],
-        running_jobs: running,
-        finished: vec![],
-        login: false,
-        fence_after_secs: 0,
+/// The GPUs a node reports: mostly the four it started with; sometimes one fewer, another
+/// model, or a gap in the indices (GPU 3 gone, GPU 5 new).
+fn inventory(node: &str, which: u8) -> Vec<ysched_common::Gpu> {
+    match which % 6 {
+        3 => NodeBuilder::dgx(node, 3, A100).build().gpus.to_vec(),
+        4 => NodeBuilder::dgx(node, 4, H100).build().gpus.to_vec(),
+        5 => {
+            let mut gpus = NodeBuilder::dgx(node, 4, A100).build().gpus.to_vec();
+            gpus[3].index = 5;
+            gpus
+        }
+        _ => NodeBuilder::dgx(node, 4, A100).build().gpus.to_vec(),
     }
 }
 
-fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
+struct Reg {
+    keep: u8,
+    junk: u64,
+    fenced: u8,
+    fence: u32,
+    inventory: u8,
+}
+
+fn registration(rec: &Records, node: &str, r: &Reg) -> Registration {
+    let shape = NodeBuilder::dgx(node, 4, A100).build();
+    // Some of the jobs schedd places here, plus an id it may never have heard of; of the
+    // others, some ended by the fence while the node was away.
+    let mut running = Vec::new();
+    let mut finished = Vec::new();
+    for (i, job) in rec.jobs.values().filter(|j| j.runs_on(node)).enumerate() {
+        if r.keep & (1 << (i % 8)) != 0 {
+            running.push(job.id.0);
+        } else if r.fenced & (1 << (i % 8)) != 0 {
+            finished.push(PartEnd {
+                job_id: job.id.0,
+                signal: Some(15),
+                fenced: true,
+                restart_count: job.restart_count,
+                ..PartEnd::default()
+            });
+        }
+    }
+    running.push(r.junk % 50);
+    Registration {
+        name: node.into(),
+        address: "10.0.0.1".into(),
+        cpus: shape.cpus,
+        mem_mib: shape.mem_mib,
+        gpus: inventory(node, r.inventory),
+        features: vec![],
+        running_jobs: running,
+        finished,
+        login: false,
+        fence_after_secs: r.fence,
+    }
+}
+
+fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(), TestCaseError> {
     let tiers = default_tiers();
     let effects = match op {
         Op::StalePass { back } => {
@@ -191,6 +266,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             let dir = |id: JobId| format!("/ckpt/{id}");
             let new = NewJob {
                 owner: owner(false),
+                from_host: None,
                 spec: JobSpec {
                     tier: tier.into(),
                     gpus: *gpus,
@@ -206,7 +282,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             let (effects, job) = rec.submit(new, now);
             rec.commit(effects);
             rec.insert_job(job);
-            return;
+            return Ok(());
         }
         Op::Pass => {
             let snap = Snapshot {
@@ -218,9 +294,11 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             rec.apply_plan(&plan, &payload, now)
         }
         Op::Started { pick: n } => {
-            let Some(id) = pick(rec, *n) else { return };
+            let Some(id) = pick(rec, *n) else {
+                return Ok(());
+            };
             let Some(node) = rec.jobs[&id].alloc.first().map(|a| a.node.clone()) else {
-                return;
+                return Ok(());
             };
             rec.job_started(&node, id.0, 42, now)
         }
@@ -256,8 +334,11 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
             exit,
             stale,
             at,
+            fenced,
         } => {
-            let Some(id) = pick(rec, *n) else { return };
+            let Some(id) = pick(rec, *n) else {
+                return Ok(());
+            };
             let job = &rec.jobs[&id];
             // Mostly the part's own node; sometimes another, or a report of an earlier run.
             let node = job
@@ -272,46 +353,164 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) {
                 restart_count: job.restart_count + u32::from(*stale),
                 end_time_ms: *at,
                 term_time_ms: at.wrapping_mul(3),
+                fenced: *fenced,
                 ..PartEnd::default()
             };
             rec.job_finished(&node, &end, LIMITS, now)
         }
         Op::Cancel { pick: n, root } => {
-            let Some(id) = pick(rec, *n) else { return };
+            let Some(id) = pick(rec, *n) else {
+                return Ok(());
+            };
             let none = |_: JobId| Ok(None);
             match rec.cancel(&Caller::local(owner(*root)), &[id.0], "", &none, now) {
                 Ok((effects, _)) => effects,
-                Err(_) => return,
+                Err(_) => return Ok(()),
             }
         }
         Op::Requeue { pick: n, root } => {
-            let Some(id) = pick(rec, *n) else { return };
+            let Some(id) = pick(rec, *n) else {
+                return Ok(());
+            };
             let none = |_: JobId| Ok(None);
             match rec.requeue(&Caller::local(owner(*root)), id, &none, now) {
                 Ok(effects) => effects,
-                Err(_) => return,
+                Err(_) => return Ok(()),
             }
         }
-        Op::Register { node, keep, junk } => {
-            let reg = registration(rec, NODES[*node], *keep, *junk);
-            rec.register(&reg, LIMITS, now).0
+        Op::Register {
+            node,
+            keep,
+            junk,
+            fenced,
+            fence,
+            inventory,
+        } => {
+            let name = NODES[*node];
+            let r = Reg {
+                keep: *keep,
+                junk: *junk,
+                fenced: *fenced,
+                fence: *fence,
+                inventory: *inventory,
+            };
+            let reg = registration(rec, name, &r);
+            let busy = rec.jobs.values().any(|j| j.runs_on(name));
+            let changed = *rec.nodes[name].gpus != reg.gpus;
+            let effects = rec.register(&reg, LIMITS, now).0;
+            rec.commit(effects);
+            let node = &rec.nodes[name];
+            prop_assert_eq!(&*node.gpus, &reg.gpus, "the new inventory is taken");
+            if busy && changed {
+                prop_assert!(
+                    node.drain_reason
+                        .as_ref()
+                        .is_some_and(|r| r.contains("GPU inventory changed while jobs ran")),
+                    "node {} changed under jobs but is not drained: {:?}",
+                    name,
+                    node.drain_reason
+                );
+            }
+            return Ok(());
         }
-        Op::Silent { node } => {
-            let silent: BTreeSet<String> = [NODES[*node].to_string()].into();
-            rec.fail_silent(&silent, 0, LIMITS, now)
+        Op::Silent { nodes, .. } => {
+            let silent: BTreeSet<String> = NODES
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| nodes & (1 << i) != 0)
+                .map(|(_, n)| n.to_string())
+                .collect();
+            let before = rec.clone();
+            let effects = rec.fail_silent(&silent, SINCE, LIMITS, now);
+            rec.commit(effects);
+            // The shell ends a silent node's session.
+            for name in &silent {
+                rec.nodes.get_mut(name).unwrap().connected = false;
+            }
+            check_fences(&before, rec, &silent, now)?;
+            // A tick again at the same time changes nothing.
+            let again = rec.fail_silent(&silent, SINCE, LIMITS, now);
+            prop_assert!(
+                again.jobs.is_empty() && again.batch.is_empty(),
+                "a second tick rewrote {:?}",
+                again.changed
+            );
+            return Ok(());
+        }
+        Op::Resume { node } => {
+            match rec.drain(&Caller::local(owner(true)), NODES[*node], None, now) {
+                Ok(effects) => effects,
+                Err(_) => return Ok(()),
+            }
         }
         Op::Hold { pick: n, hold } => {
-            let Some(id) = pick(rec, *n) else { return };
+            let Some(id) = pick(rec, *n) else {
+                return Ok(());
+            };
             match rec.hold(&Caller::local(owner(false)), id, *hold, now) {
                 Ok(effects) => effects,
-                Err(_) => return,
+                Err(_) => return Ok(()),
             }
         }
     };
     rec.commit(effects);
+    Ok(())
+}
+
+/// When schedd started, for the silent ticks: after the first events, so that both a node's
+/// `last_seen` and this floor decide its contact time.
+const SINCE: i64 = T0 + 5_000;
+
+/// A job that held resources on a silent node and, after the tick, no longer does so while
+/// it lives on (requeued, or its part there counted as ended) may do so only because every
+/// such node fences and its fence and the job's grace are over: otherwise it could run twice.
+fn check_fences(
+    before: &Records,
+    after: &Records,
+    silent: &BTreeSet<String>,
+    now: i64,
+) -> Result<(), TestCaseError> {
+    for old in before.jobs.values().filter(|j| j.state.holds_resources()) {
+        let Some(new) = after.jobs.get(&old.id) else {
+            continue; // ended (NODE_FAIL, CANCELLED): it is not run again
+        };
+        for a in old.alloc.iter().filter(|a| silent.contains(&a.node)) {
+            if new.runs_on(&a.node) && new.restart_count == old.restart_count {
+                continue;
+            }
+            let node = &before.nodes[&a.node];
+            let grace = old
+                .grace_secs
+                .max(old.stop.as_ref().map_or(0, |s| s.grace_secs));
+            let done = node.last_seen.max(SINCE)
+                + i64::from(node.fence_after_secs) * 1000
+                + i64::from(grace) * 1000
+                + FENCE_SLACK_MS;
+            prop_assert!(
+                node.fence_after_secs > 0 && now >= done,
+                "job {} left silent node {} (fence {}s) at {} before its fence was done at {}",
+                old.id,
+                a.node,
+                node.fence_after_secs,
+                now,
+                done
+            );
+            prop_assert!(
+                !old.spec.no_requeue,
+                "job {} requeued despite --no-requeue",
+                old.id
+            );
+        }
+    }
+    Ok(())
 }
 
 fn check(rec: &Records) -> Result<(), TestCaseError> {
+    // The views of nodes whose GPUs changed under their jobs: whatever the allocations name.
+    for node in rec.nodes.values() {
+        let view = super::views::node_view(node, &rec.jobs);
+        prop_assert_eq!(view.gpu_holders.len(), node.gpus.len());
+    }
     let mut holder: BTreeMap<(String, u32), JobId> = BTreeMap::new();
     for job in rec.jobs.values() {
         prop_assert!(
@@ -350,15 +549,23 @@ fn check(rec: &Records) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn invariants_hold_after_every_event(ops in proptest::collection::vec(op(), 1..60)) {
+    fn invariants_hold_after_every_event(
+        ops in proptest::collection::vec(op(), 1..60),
+        fences in proptest::collection::vec(fence_secs(), 3),
+    ) {
         let mut rec = Records {
             jobs: BTreeMap::new(),
             nodes: NODES
                 .iter()
-                .map(|n| (n.to_string(), NodeBuilder::dgx(n, 4, A100).build()))
+                .zip(&fences)
+                .map(|(n, fence)| {
+                    let mut node = NodeBuilder::dgx(n, 4, A100).build();
+                    node.fence_after_secs = *fence;
+                    (n.to_string(), node)
+                })
                 .collect(),
             next_job_id: 1,
             ..Records::default()
@@ -366,8 +573,13 @@ proptest! {
         let mut history = vec![rec.clone()];
         // The scheduler's copy, refreshed now and then, must be what a full copy would be.
         let mut copy = super::SchedulerCopy::default();
+        let mut now = T0;
         for (i, op) in ops.iter().enumerate() {
-            step(&mut rec, &history, op, T0 + i as i64 * 1_000);
+            now += 1_000;
+            if let Op::Silent { later, .. } = op {
+                now += later;
+            }
+            step(&mut rec, &history, op, now)?;
             check(&rec)?;
             if i % 3 == 0 {
                 rec.refresh_copy(&mut copy);
