@@ -178,6 +178,13 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 print_json(&node_to_json(node))?;
             } else {
                 let mut out = format_nodes_table(std::slice::from_ref(node), false);
+                out.push_str(&match node.fence_after_secs {
+                    0 => "Fence: off (a silent node's jobs end NODE_FAIL)\n".to_string(),
+                    secs => format!(
+                        "Fence: stops its jobs after {secs} s without schedd (then they may be \
+                         requeued elsewhere)\n"
+                    ),
+                });
                 out.push_str(&format_gpu_lines(node));
                 print_stdout(&out)?;
             }

@@ -209,6 +209,8 @@ pub struct NodeJson<'a> {
     pub reason: &'a str,
     /// RFC 3339; null when never seen.
     pub last_seen: Option<String>,
+    /// The node stops its jobs after this long without schedd; 0: it never does.
+    pub fence_after_secs: u32,
     pub gpus: Vec<GpuJson<'a>>,
 }
 
@@ -224,6 +226,7 @@ pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
         features: &node.features,
         reason: &node.reason,
         last_seen: (node.last_seen_ms > 0).then(|| rfc3339(node.last_seen_ms)),
+        fence_after_secs: node.fence_after_secs,
         gpus: node
             .gpus
             .iter()
