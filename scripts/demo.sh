@@ -55,7 +55,9 @@ export YSCHED_CONF="$dir/ysched.toml"
 echo $! > "$dir/pids"
 for _ in $(seq 100); do [ -S "$dir/schedd.sock" ] && break; sleep 0.05; done
 for n in node1 node2; do
-  "$bin/noded" -v --name $n --cpus 64 --mem 512G --fake-gpus "$dir/$n-gpus.toml" --spool-dir "$dir/spool/$n" >"$dir/noded-$n.log" 2>&1 &
+  # Each agent serves the CLIs of "its host" on its own socket (one machine plays two hosts).
+  "$bin/noded" -v --name $n --cpus 64 --mem 512G --fake-gpus "$dir/$n-gpus.toml" --spool-dir "$dir/spool/$n" \
+    --client-socket "$dir/$n.sock" >"$dir/noded-$n.log" 2>&1 &
   echo $! >> "$dir/pids"
 done
 for _ in $(seq 100); do
@@ -116,5 +118,6 @@ The demo cluster runs in $dir (logs: *.log there). To use it:
   yq                          # the queue;  yq --all --json for scripts
   ysub -G 2 --wrap 'nvidia-smi || env | grep CUDA'
   yctl nodes; yctl show job 1; yctl release 5; ycancel 2
+  YSCHED_SOCKET=$dir/node1.sock yq   # as from node1: relayed by its agent
 Stop it with: scripts/demo.sh stop
 EOF2

@@ -438,6 +438,43 @@ mod tests {
     }
 
     #[test]
+    fn administrators_are_local_root_the_admin_group_and_root_of_admin_hosts() {
+        let c =
+            Config::parse("[scheduler]\nadmin_group = \"hpcadmin\"\nadmin_hosts = [\"login1\"]\n")
+                .unwrap();
+        let who = |uid, groups: &[&str]| crate::Owner {
+            uid,
+            gid: uid,
+            user: if uid == 0 {
+                "root".into()
+            } else {
+                "alice".into()
+            },
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        assert!(c.is_admin(&who(0, &["root"]), None));
+        assert!(c.is_admin(&who(0, &["root"]), Some("login1")));
+        assert!(!c.is_admin(&who(0, &["root"]), Some("n7")));
+        assert!(!c.is_admin(&who(1000, &["alice"]), None));
+        assert!(c.is_admin(&who(1000, &["alice", "hpcadmin"]), Some("n7")));
+        assert!(c.is_admin(&who(1000, &["hpcadmin"]), None));
+        // Without an admin group, no group makes an administrator.
+        let plain = Config::default();
+        assert!(!plain.is_admin(&who(1000, &[""]), None));
+        assert!(!plain.is_admin(&who(0, &["root"]), Some("login1")));
+    }
+
+    #[test]
+    fn node_role_and_fence_are_checked() {
+        assert!(Config::parse("[node]\nrole = \"login\"\n").is_ok());
+        let err = Config::parse("[node]\nrole = \"gpu\"\n").unwrap_err();
+        assert!(err.contains("node.role"), "{err}");
+        assert!(Config::parse("[node]\nfence_after_secs = 0\n").is_ok());
+        let err = Config::parse("[node]\nfence_after_secs = 10\n").unwrap_err();
+        assert!(err.contains("heartbeat_secs"), "{err}");
+    }
+
+    #[test]
     fn rejects_typos_and_bad_tiers() {
         assert!(Config::parse("[scheduler]\nlisten_addr = \"x\"\n").is_err());
         assert!(Config::parse("[tiers.a]\nvalue = 1\n").is_err()); // default tier missing

@@ -3,6 +3,10 @@
 //! see it.
 
 use crate::Owner;
+
+/// The gRPC metadata key (binary: its value is an encoded `RelayedCaller`) in which a node
+/// agent names the caller of a client request it relays to schedd.
+pub const RELAYED_CALLER_METADATA: &str = "ysched-caller-bin";
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -2,10 +2,25 @@
 //! and heartbeats out); reconnect with backoff whenever the stream fails. Jobs keep running
 //! while disconnected; their ends are kept in the spool and reported at the next
 //! registration.
+//!
+//! schedd answers the registration and every heartbeat (numbered from 1 in each session)
+//! with an acknowledgement; each one renews the node's fence lease from the time the agent
+//! *sent* what it acknowledges (see [`crate::launch::lease`]), so that the jobs stop on their
+//! own, under their shepherds, once schedd has not heard from this node for
+//! `node.fence_after_secs`.
+//!
+//! While registered, the session's channel is in a [`SessionSlot`], where the client socket's
+//! relay (see [`crate::relay`]) finds it: relayed requests go on the session's connection.
+//!
+//! The waits between attempts to reconnect are randomized (each between half and all of the
+//! backoff), so that the agents of a cluster do not all come back in the same instant after
+//! a schedd restart.
 
 use crate::launch::checkpoint_scan::{scan_jobs, Newest, HEARTBEAT_SCAN};
+use crate::launch::lease::{boottime_ms, LeaseKeeper};
 use crate::launch::{JobEvent, Launcher};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::relay::SessionSlot;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -19,6 +34,12 @@ use ysched_proto::scheduler_message::Msg as SchedulerMsg;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
+/// Heartbeats remembered until schedd acknowledges them; older ones are forgotten (an
+/// acknowledgement of a later one renews the lease further anyway).
+const UNACKED_BEATS: usize = 64;
+/// The HTTP/2 windows of the session's connection: requests relayed from the client socket
+/// (a listing of 10,000 jobs) come back on it in one go.
+const WINDOW: u32 = 16 * 1024 * 1024;
 
 /// Who this agent is and what its host has, as reported at registration.
 #[derive(Debug, Clone)]
@@ -41,6 +62,11 @@ pub struct AgentConfig {
     pub mem_mib: u64,
     pub gpus: Vec<pb::Gpu>,
     pub features: Vec<String>,
+    /// `compute` or `login` (`ysched_common::config::ROLE_*`), as registered.
+    pub role: String,
+    /// `node.fence_after_secs`: the lease this agent keeps for its jobs; 0: they are never
+    /// fenced (nor on a login node, which has none).
+    pub fence_after_secs: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +77,8 @@ pub enum AgentError {
     BadAddress(String, tonic::transport::Error),
     #[error("cannot use the cluster CA {0}: {1}")]
     BadCa(String, tonic::transport::Error),
+    #[error("cannot write the fence lease {0}: {1}")]
+    Lease(String, std::io::Error),
 }
 
 /// Why one session ended.
@@ -74,6 +102,48 @@ pub struct Agent {
     events: mpsc::UnboundedReceiver<JobEvent>,
     told_systemd: bool,
     checkpoints: CheckpointWatch,
+    lease: LeaseKeeper,
+    /// This session's heartbeats that schedd has not acknowledged yet.
+    beats: HeartbeatLog,
+    /// The registered session's channel, for the client socket's relay.
+    session_slot: SessionSlot,
+    /// State of the random numbers that spread reconnections.
+    jitter: u64,
+}
+
+/// The heartbeats of one session, numbered from 1, with when each was sent
+/// (`CLOCK_BOOTTIME`), until schedd acknowledges them.
+#[derive(Debug, Default)]
+struct HeartbeatLog {
+    last_seq: u64,
+    unacked: VecDeque<(u64, u64)>,
+}
+
+impl HeartbeatLog {
+    /// A heartbeat goes out at `sent_at_ms`: its number.
+    fn sent(&mut self, sent_at_ms: u64) -> u64 {
+        self.last_seq += 1;
+        if self.unacked.len() >= UNACKED_BEATS {
+            self.unacked.pop_front();
+        }
+        self.unacked.push_back((self.last_seq, sent_at_ms));
+        self.last_seq
+    }
+
+    /// schedd acknowledged heartbeat `seq`: when it was sent, if it is remembered. Earlier
+    /// ones are forgotten with it (schedd answers in order).
+    fn acked(&mut self, seq: u64) -> Option<u64> {
+        while let Some(&(oldest, sent_at_ms)) = self.unacked.front() {
+            if oldest > seq {
+                break;
+            }
+            self.unacked.pop_front();
+            if oldest == seq {
+                return Some(sent_at_ms);
+            }
+        }
+        None
+    }
 }
 
 /// What the heartbeats say of the running jobs' checkpoints: the newest modification time
@@ -183,7 +253,12 @@ impl Agent {
             // A schedd host that vanished (no RST) is noticed within about a heartbeat.
             .http2_keep_alive_interval(config.heartbeat.max(Duration::from_secs(1)))
             .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true);
+            .keep_alive_while_idle(true)
+            .initial_stream_window_size(Some(WINDOW))
+            .initial_connection_window_size(Some(WINDOW));
+        let lease_path = launcher.lease_path();
+        let lease = LeaseKeeper::new(lease_path.clone(), config.fence_after_secs)
+            .map_err(|e| AgentError::Lease(lease_path.display().to_string(), e))?;
         Ok(Agent {
             config,
             endpoint,
@@ -192,17 +267,28 @@ impl Agent {
             events,
             told_systemd: false,
             checkpoints: CheckpointWatch::default(),
+            lease,
+            beats: HeartbeatLog::default(),
+            session_slot: SessionSlot::default(),
+            jitter: jitter_seed(),
         })
     }
 
+    /// Where the registered session's channel is kept, for the client socket's relay.
+    pub fn session_slot(&self) -> SessionSlot {
+        self.session_slot.clone()
+    }
+
     /// Keeps a session with schedd forever, reconnecting with exponential backoff
-    /// (100 ms doubling up to 5 s, reset after each successful registration).
+    /// (100 ms doubling up to 5 s, reset after each successful registration), each wait
+    /// randomly between half and all of it.
     pub async fn run(mut self) {
         let mut retry = FIRST_RETRY;
         let mut was_connected = true;
         loop {
             let mut registered = false;
             let result = self.session(&mut registered).await;
+            self.session_slot.clear();
             if registered {
                 retry = FIRST_RETRY;
                 was_connected = true;
@@ -243,14 +329,14 @@ impl Agent {
                 Err(e) => tracing::debug!("session with schedd at {schedd}: {e}"),
             }
             was_connected = false;
-            tokio::time::sleep(retry).await;
+            tokio::time::sleep(jittered(retry, &mut self.jitter)).await;
             retry = (retry * 2).min(MAX_RETRY);
         }
     }
 
     async fn session(&mut self, registered: &mut bool) -> Result<(), SessionError> {
         let channel = self.endpoint.connect().await?;
-        let mut client = NodeAgentClient::new(channel)
+        let mut client = NodeAgentClient::new(channel.clone())
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes);
         let (outbox, outgoing) = mpsc::channel::<pb::AgentMessage>(256);
@@ -261,6 +347,9 @@ impl Agent {
         while self.events.try_recv().is_ok() {}
         let register = self.registration();
         let (running, finished) = (register.running_jobs.len(), register.finished.len());
+        self.beats = HeartbeatLog::default();
+        // Taken before it goes out: the lease counts from no later than the real sending.
+        let register_sent = boottime_ms();
         send(&outbox, AgentMsg::Register(register)).await?;
 
         let mut request = tonic::Request::new(ReceiverStream::new(outgoing));
@@ -272,6 +361,8 @@ impl Agent {
         match inbound.message().await?.and_then(|m| m.msg) {
             Some(SchedulerMsg::Registered(registered_reply)) => {
                 *registered = true;
+                self.lease.renew(register_sent);
+                self.session_slot.set(channel.clone());
                 tracing::info!(
                     "registered with schedd at {} ({running} running, {finished} ended jobs reported)",
                     self.config.schedd
@@ -313,7 +404,7 @@ impl Agent {
                     send(&outbox, message).await?;
                 }
                 _ = heartbeat.tick() => {
-                    let beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
+                    let beat = self.heartbeat();
                     send(&outbox, AgentMsg::Heartbeat(beat)).await?;
                     self.checkpoints.start_scan(&self.launcher, &mut scan);
                 }
@@ -332,12 +423,19 @@ impl Agent {
                         }
                     };
                     if news {
-                        let beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
+                        let beat = self.heartbeat();
                         send(&outbox, AgentMsg::Heartbeat(beat)).await?;
                     }
                 }
             }
         }
+    }
+
+    /// The next heartbeat of this session, numbered and remembered as sent now.
+    fn heartbeat(&mut self) -> pb::Heartbeat {
+        let mut beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
+        beat.seq = self.beats.sent(boottime_ms());
+        beat
     }
 
     fn registration(&self) -> pb::Register {
@@ -355,8 +453,8 @@ impl Agent {
             running_jobs,
             finished,
             version: crate::VERSION.to_string(),
-            role: String::new(),
-            fence_after_secs: 0,
+            role: self.config.role.clone(),
+            fence_after_secs: u32::try_from(self.config.fence_after_secs).unwrap_or(u32::MAX),
         }
     }
 
@@ -389,7 +487,10 @@ impl Agent {
                     tracing::warn!("job {}: cannot forget it: {e}", ack.job_id);
                 }
             }
-            Some(SchedulerMsg::HeartbeatAck(_)) => {}
+            Some(SchedulerMsg::HeartbeatAck(ack)) => match self.beats.acked(ack.seq) {
+                Some(sent_at_ms) => self.lease.renew(sent_at_ms),
+                None => tracing::debug!("acknowledgement of unknown heartbeat {}", ack.seq),
+            },
             Some(SchedulerMsg::Registered(_)) => {
                 tracing::warn!("unexpected second Registered from schedd, ignored")
             }
@@ -405,6 +506,29 @@ impl Agent {
             }
         }
     }
+}
+
+/// A seed for the reconnection jitter, different in every process and at every start.
+fn jitter_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    if let Ok(since) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(since.as_nanos());
+    }
+    hasher.finish() | 1
+}
+
+/// `wait` scaled by a random factor in [0.5, 1.0] (xorshift64* on `state`).
+fn jittered(wait: Duration, state: &mut u64) -> Duration {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    let random = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
+    let fraction = random as f64 / (1u64 << 53) as f64; // [0, 1)
+    wait.mul_f64(0.5 + fraction / 2.0)
 }
 
 /// Why a connection failed TLS verification, if it did: the peer is not a schedd holding a
@@ -451,4 +575,49 @@ async fn send(outbox: &mpsc::Sender<pb::AgentMessage>, msg: AgentMsg) -> Result<
         .send(pb::AgentMessage { msg: Some(msg) })
         .await
         .map_err(|_| SessionError::Closed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_spreads_waits_between_half_and_all() {
+        let mut state = jitter_seed();
+        let wait = Duration::from_millis(1000);
+        let waits: Vec<Duration> = (0..1000).map(|_| jittered(wait, &mut state)).collect();
+        assert!(
+            waits.iter().all(|w| *w >= wait / 2 && *w <= wait),
+            "{waits:?}"
+        );
+        let below = waits.iter().filter(|w| **w < wait * 3 / 4).count();
+        assert!(
+            (350..650).contains(&below),
+            "{below} of 1000 in the lower half"
+        );
+        // Two agents started together do not wait alike.
+        let (mut a, mut b) = (jitter_seed(), jitter_seed());
+        assert_ne!(jittered(wait, &mut a), jittered(wait, &mut b));
+    }
+
+    #[test]
+    fn heartbeats_are_numbered_and_remembered_until_acknowledged() {
+        let mut log = HeartbeatLog::default();
+        assert_eq!(log.sent(100), 1);
+        assert_eq!(log.sent(200), 2);
+        assert_eq!(log.sent(300), 3);
+        assert_eq!(log.acked(2), Some(200));
+        // 1 was forgotten with 2; a repeated or unknown acknowledgement renews nothing.
+        assert_eq!(log.acked(1), None);
+        assert_eq!(log.acked(2), None);
+        assert_eq!(log.acked(9), None);
+        assert!(log.unacked.is_empty());
+        // Bounded: the oldest are forgotten.
+        for i in 0..200 {
+            log.sent(i);
+        }
+        assert_eq!(log.unacked.len(), UNACKED_BEATS);
+        assert_eq!(log.acked(4), None);
+        assert_eq!(log.acked(203), Some(199));
+    }
 }

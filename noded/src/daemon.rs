@@ -1,15 +1,22 @@
-//! Starting the agent: configuration and flags, host facts, job recovery, then the session
-//! with schedd until noded is told to stop. Stopping noded leaves jobs running.
+//! Starting the agent: configuration and flags, host facts, job recovery, the client socket,
+//! then the session with schedd until noded is told to stop. Stopping noded leaves jobs
+//! running.
+//!
+//! A login node (`node.role = "login"`, or `noded --no-jobs`) offers nothing: no GPU is
+//! looked for, it registers no CPU, memory or feature, never fences (it has no job), and
+//! refuses every launch. It serves its client socket all the same.
 
 use crate::agent::{Agent, AgentConfig};
 use crate::gpu::inventory;
 use crate::host;
 use crate::inventory::Inventory;
 use crate::launch::{CgroupRoot, Launcher, LauncherOptions};
+use crate::relay::{Relay, RelayConfig};
 use anyhow::{bail, Context};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use ysched_common::config::{ROLE_COMPUTE, ROLE_LOGIN};
 use ysched_common::Config;
 use ysched_proto as pb;
 
@@ -28,6 +35,10 @@ pub struct Options {
     /// CPUs and memory offered to jobs; default: what the host has.
     pub cpus: Option<u32>,
     pub mem_mib: Option<u64>,
+    /// The client socket to serve instead of `node.client_socket`; empty: none.
+    pub client_socket: Option<PathBuf>,
+    /// A login node whatever `node.role` says: runs nothing, offers nothing.
+    pub no_jobs: bool,
 }
 
 /// Runs the agent until SIGTERM or SIGINT. Errors are fatal start-up problems.
@@ -55,7 +66,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         Some(address) => address.clone(),
         None => host::local_address_towards(&schedd).await.to_string(),
     };
-    let gpus = detect_gpus(options.fake_gpus.clone()).await?;
+    let login = options.no_jobs || config.node.role == ROLE_LOGIN;
     let Inventory {
         name,
         cpus,
@@ -63,15 +74,38 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         features,
         gpus,
         ..
-    } = Inventory::new(&options, &config, gpus);
+    } = if login {
+        Inventory {
+            name: options.name.clone().unwrap_or_else(host::hostname),
+            cpus: 0,
+            mem_mib: 0,
+            features: Vec::new(),
+            gpus: Vec::new(),
+            containment: None,
+        }
+    } else {
+        let gpus = detect_gpus(options.fake_gpus.clone()).await?;
+        Inventory::new(&options, &config, gpus)
+    };
+    let client_socket = client_socket_path(&options, &config)?;
+    // Bound before anything else starts: a second noded on this host stops here.
+    let clients = client_socket
+        .as_deref()
+        .map(crate::relay::bind_client_socket)
+        .transpose()?;
+    if client_socket.is_none() {
+        tracing::info!("node {name}: serving no client socket (node.client_socket is empty)");
+    }
 
-    if !config.node.allow_root_jobs {
+    if !login && !config.node.allow_root_jobs {
         tracing::info!("node {name}: jobs as root are refused (node.allow_root_jobs = false)");
     }
     let (launcher, events) = Launcher::with_options(LauncherOptions {
         allow_root_jobs: config.node.allow_root_jobs,
         cgroup_root: CgroupRoot::from_config(&config.node.cgroup_root),
         job_pids_max: config.node.job_pids_max,
+        client_socket: client_socket.clone(),
+        runs_jobs: !login,
         ..LauncherOptions::new(&spool_dir, &name)
     })
     .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;
@@ -79,12 +113,22 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         .recover()
         .await
         .context("cannot recover jobs from the spool")?;
-    tracing::info!(
-        "node {name} ({address}): {} GPUs; re-attached jobs {:?}, ended while away {:?}",
-        gpus.len(),
-        recovery.reattached,
-        recovery.ended
-    );
+    if login {
+        tracing::info!("node {name} ({address}): a login node, it runs no job");
+    } else {
+        tracing::info!(
+            "node {name} ({address}): {} GPUs; re-attached jobs {:?}, ended while away {:?}",
+            gpus.len(),
+            recovery.reattached,
+            recovery.ended
+        );
+    }
+    let relay_config = RelayConfig {
+        node: name.clone(),
+        schedd: schedd.clone(),
+        cluster_key: cluster_key.clone(),
+        max_message_bytes: config.max_message_bytes(),
+    };
 
     let agent_config = AgentConfig {
         name,
@@ -99,8 +143,26 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         mem_mib,
         gpus: gpus.iter().map(pb::Gpu::from).collect(),
         features,
+        role: if login { ROLE_LOGIN } else { ROLE_COMPUTE }.to_string(),
+        fence_after_secs: if login {
+            0
+        } else {
+            config.node.fence_after_secs
+        },
     };
     let agent = Agent::new(agent_config, launcher, events)?;
+    // The relay serves as long as noded runs, with or without a session (it then answers
+    // that schedd is not reachable).
+    if let (Some(listener), Some(path)) = (clients, &client_socket) {
+        let relay = Relay::new(relay_config, agent.session_slot())?;
+        tracing::info!("serving the client socket {}", path.display());
+        let path = path.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::relay::serve(listener, relay).await {
+                tracing::error!("the client socket {} failed: {e}", path.display());
+            }
+        });
+    }
     tokio::select! {
         () = agent.run() => Ok(()),
         signal = shutdown_signal() => {
@@ -108,6 +170,21 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The client socket to serve, absolute (jobs get it as `YSCHED_SOCKET`, whatever their
+/// working directory); `None`: none.
+fn client_socket_path(options: &Options, config: &Config) -> anyhow::Result<Option<PathBuf>> {
+    let path = options
+        .client_socket
+        .as_ref()
+        .unwrap_or(&config.node.client_socket);
+    if path.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let path = std::path::absolute(path)
+        .with_context(|| format!("bad client socket path {}", path.display()))?;
+    Ok(Some(path))
 }
 
 fn read_cluster_key(path: &Path) -> anyhow::Result<String> {

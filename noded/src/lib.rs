@@ -2,8 +2,11 @@
 //!
 //! It reports what the host has ([`gpu`], [`host`], gathered in [`inventory`]), keeps one
 //! session with schedd ([`agent`]), and runs jobs as real processes under a per-job shepherd
-//! so that they survive a restart of noded itself ([`launch`]). `noded --inventory` prints
-//! what it would report, with the GPU matrix of [`ysched_common::topo_matrix`].
+//! so that they survive a restart of noded itself ([`launch`]); its shepherds stop them on
+//! their own when the node has lost schedd for `node.fence_after_secs` ([`launch::lease`]).
+//! It serves the host's client socket and relays its requests to schedd over the agent's
+//! session ([`relay`]). `noded --inventory` prints what it would report, with the GPU matrix
+//! of [`ysched_common::topo_matrix`].
 //!
 //! The binary (`src/main.rs`) only parses flags and wires these modules together.
 
@@ -13,6 +16,7 @@ pub mod gpu;
 pub mod host;
 pub mod inventory;
 pub mod launch;
+pub mod relay;
 
 /// The agent's version, reported to schedd at registration.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -34,6 +34,14 @@ struct Cli {
     /// Memory offered to jobs, e.g. `500G` [default: MemTotal]
     #[arg(long, value_name = "SIZE", value_parser = parse_mem)]
     mem: Option<u64>,
+    /// Serve the client socket (the CLIs of this host and its jobs reach schedd through it)
+    /// here [default: node.client_socket]; empty: serve none
+    #[arg(long, value_name = "PATH", value_parser = parse_path)]
+    client_socket: Option<PathBuf>,
+    /// A login node (as node.role = "login"): offer no GPU, CPU or memory, run no job, only
+    /// serve the client socket
+    #[arg(long)]
+    no_jobs: bool,
     /// Print the inventory this agent would register (GPUs with their NVLink and PCIe
     /// topology, CPUs, memory, features) and exit, without contacting schedd
     #[arg(long)]
@@ -57,7 +65,8 @@ enum Internal {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Before anything else: the shepherd stays single-threaded and logs to its own stderr.
+    // Before anything else: the shepherd starts no async runtime (it forks the job; only
+    // then does its fence's watcher thread start) and logs to its own stderr.
     if let Some(Internal::Shepherd { job_dir }) = &cli.internal {
         return launch::shepherd::run(job_dir);
     }
@@ -70,6 +79,8 @@ fn main() -> ExitCode {
         address: cli.address,
         cpus: cli.cpus,
         mem_mib: cli.mem,
+        client_socket: cli.client_socket,
+        no_jobs: cli.no_jobs,
     };
     if cli.inventory {
         return match daemon::print_inventory(&options, cli.json) {
@@ -97,6 +108,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Any path, the empty one included (which means none).
+fn parse_path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
 }
 
 fn parse_mem(s: &str) -> Result<u64, String> {

@@ -1,157 +1,19 @@
 //! The agent's session against a fake schedd: registration, launch, events, reconnects,
-//! resending unacknowledged ends, acknowledgements, kills at registration.
+//! resending unacknowledged ends, acknowledgements, kills at registration, heartbeats and
+//! the fence lease they renew, login nodes.
 
-use nix::unistd::{Gid, Uid, User};
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
-use tonic::{Request, Response, Status};
+use support::fake_schedd::*;
 use ysched_noded::agent::{Agent, AgentConfig};
+use ysched_noded::launch::lease::{boottime_ms, Lease};
 use ysched_noded::launch::{Launcher, LauncherOptions};
 use ysched_proto as pb;
 use ysched_proto::agent_message::Msg as AgentMsg;
-use ysched_proto::node_agent_server::{NodeAgent, NodeAgentServer};
 use ysched_proto::scheduler_message::Msg as SchedulerMsg;
-
-/// A cluster CA and a fake schedd's TLS identity issued by it, as the real schedd has.
-fn fake_schedd_tls() -> (String, tonic::transport::ServerTlsConfig) {
-    let ca = ysched_common::tls::ClusterCa::generate().unwrap();
-    let issued = ca.issue_server(&[]).unwrap();
-    let identity = tonic::transport::Identity::from_pem(issued.cert_pem, issued.key_pem);
-    (
-        ca.cert_pem.clone(),
-        tonic::transport::ServerTlsConfig::new().identity(identity),
-    )
-}
-
-/// One agent session as the fake schedd sees it.
-struct Session {
-    authorization: Option<String>,
-    inbound: tonic::Streaming<pb::AgentMessage>,
-    outbound: mpsc::UnboundedSender<Result<pb::SchedulerMessage, Status>>,
-}
-
-impl Session {
-    /// The next message that is not a heartbeat.
-    async fn next(&mut self) -> AgentMsg {
-        loop {
-            let message = tokio::time::timeout(Duration::from_secs(30), self.inbound.message())
-                .await
-                .expect("agent said nothing")
-                .expect("stream error")
-                .expect("agent closed the stream");
-            match message.msg.expect("empty message") {
-                AgentMsg::Heartbeat(_) => continue,
-                other => return other,
-            }
-        }
-    }
-
-    async fn next_heartbeat(&mut self) -> pb::Heartbeat {
-        loop {
-            let message = tokio::time::timeout(Duration::from_secs(30), self.inbound.message())
-                .await
-                .expect("no heartbeat")
-                .unwrap()
-                .unwrap();
-            if let Some(AgentMsg::Heartbeat(heartbeat)) = message.msg {
-                return heartbeat;
-            }
-        }
-    }
-
-    async fn register(&mut self, kill_jobs: Vec<u64>) -> pb::Register {
-        let AgentMsg::Register(register) = self.next().await else {
-            panic!("Register must come first");
-        };
-        self.send(SchedulerMsg::Registered(pb::Registered { kill_jobs }));
-        register
-    }
-
-    fn send(&self, msg: SchedulerMsg) {
-        self.outbound
-            .send(Ok(pb::SchedulerMessage { msg: Some(msg) }))
-            .expect("session gone");
-    }
-}
-
-struct FakeSchedd {
-    sessions: mpsc::UnboundedSender<Session>,
-}
-
-/// A fake schedd serving TLS on a free loopback port: the port, its sessions as they come,
-/// the CA certificate agents must pin, and the server task.
-async fn serve_fake_schedd() -> (
-    u16,
-    mpsc::UnboundedReceiver<Session>,
-    String,
-    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (sessions_tx, sessions) = mpsc::unbounded_channel();
-    let (ca_cert_pem, tls) = fake_schedd_tls();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(NodeAgentServer::new(FakeSchedd {
-                sessions: sessions_tx,
-            }))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
-    (port, sessions, ca_cert_pem, server)
-}
-
-#[tonic::async_trait]
-impl NodeAgent for FakeSchedd {
-    type SessionStream = UnboundedReceiverStream<Result<pb::SchedulerMessage, Status>>;
-
-    async fn session(
-        &self,
-        request: Request<tonic::Streaming<pb::AgentMessage>>,
-    ) -> Result<Response<Self::SessionStream>, Status> {
-        let authorization = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
-        let (outbound, stream) = mpsc::unbounded_channel();
-        let session = Session {
-            authorization,
-            inbound: request.into_inner(),
-            outbound,
-        };
-        self.sessions
-            .send(session)
-            .map_err(|_| Status::unavailable("test over"))?;
-        Ok(Response::new(UnboundedReceiverStream::new(stream)))
-    }
-}
-
-async fn next_session(sessions: &mut mpsc::UnboundedReceiver<Session>) -> Session {
-    tokio::time::timeout(Duration::from_secs(30), sessions.recv())
-        .await
-        .expect("agent did not (re)connect")
-        .unwrap()
-}
-
-fn job(job_id: u64, workdir: &std::path::Path, script: &str) -> pb::LaunchJob {
-    let me = User::from_uid(Uid::effective()).unwrap().unwrap();
-    pb::LaunchJob {
-        job_id,
-        name: "t".into(),
-        user: me.name,
-        uid: me.uid.as_raw(),
-        gid: Gid::effective().as_raw(),
-        workdir: workdir.to_string_lossy().into_owned(),
-        script: script.into(),
-        grace_secs: 1,
-        ..Default::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_with_schedd_end_to_end() {
@@ -172,42 +34,24 @@ async fn session_with_schedd_end_to_end() {
     .unwrap();
     let (ca_cert_pem, tls) = fake_schedd_tls();
     let config = AgentConfig {
-        name: "n1".into(),
-        address: "127.0.0.1".into(),
-        schedd: format!("127.0.0.1:{port}"),
-        cluster_key: "sekrit".into(),
-        ca_cert_pem,
-        ca_cert_path: "test CA".into(),
-        max_message_bytes: 64 << 20,
-        heartbeat: Duration::from_secs(1),
-        cpus: 4,
-        mem_mib: 1024,
         gpus: vec![pb::Gpu {
             index: 0,
             uuid: "GPU-0".into(),
             ..Default::default()
         }],
         features: vec!["ib".into()],
+        ..agent_config(port, ca_cert_pem.clone())
     };
     let agent = tokio::spawn(Agent::new(config, launcher, events).unwrap().run());
     tokio::time::sleep(Duration::from_millis(400)).await;
 
-    let (sessions_tx, mut sessions) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(NodeAgentServer::new(FakeSchedd {
-                sessions: sessions_tx,
-            }))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let mut schedd = Schedd::serve(listener, ca_cert_pem, tls);
 
     // Session 1: registration, then a job runs; the session breaks while it runs.
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     assert_eq!(session.authorization.as_deref(), Some("Bearer sekrit"));
     let register = session.register(vec![]).await;
     assert_eq!(register.name, "n1");
@@ -215,6 +59,8 @@ async fn session_with_schedd_end_to_end() {
     assert_eq!(register.gpus.len(), 1);
     assert_eq!(register.features, vec!["ib"]);
     assert_eq!(register.version, ysched_noded::VERSION);
+    assert_eq!(register.role, "compute");
+    assert_eq!(register.fence_after_secs, 30);
     assert!(register.running_jobs.is_empty() && register.finished.is_empty());
     session.send(SchedulerMsg::Launch(job(
         1,
@@ -235,7 +81,7 @@ async fn session_with_schedd_end_to_end() {
     drop(session); // schedd "restarts"
 
     // Session 2: the job is still running; it ends and is reported, but not acknowledged.
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     let register = session.register(vec![]).await;
     assert_eq!(register.running_jobs, vec![1]);
     assert!(register.finished.is_empty());
@@ -250,7 +96,7 @@ async fn session_with_schedd_end_to_end() {
     drop(session);
 
     // Session 3: the unacknowledged end is resent at registration; the ack forgets it.
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     let register = session.register(vec![]).await;
     assert_eq!(register.finished, vec![finished]);
     session.send(SchedulerMsg::Ack(pb::AckFinished { job_id: 1 }));
@@ -270,7 +116,7 @@ async fn session_with_schedd_end_to_end() {
     drop(session);
 
     // Session 4: schedd no longer knows job 2 and has it killed at registration.
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     let register = session.register(vec![2]).await;
     assert_eq!(register.running_jobs, vec![2]);
     assert!(register.finished.is_empty());
@@ -282,7 +128,6 @@ async fn session_with_schedd_end_to_end() {
     assert!(finished.killed && finished.stop_requested);
 
     agent.abort();
-    server.abort();
 }
 
 /// The real binary: stopping noded (SIGTERM) leaves the job running; the next noded
@@ -292,7 +137,8 @@ async fn noded_process_restart_keeps_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (port, mut sessions, ca_cert_pem, server) = serve_fake_schedd().await;
+    let mut schedd = Schedd::start().await;
+    let (port, ca_cert_pem) = (schedd.port, schedd.ca_cert_pem.clone());
 
     let path = |name: &str| dir.path().join(name);
     std::fs::write(path("key"), "k3y\n").unwrap();
@@ -317,7 +163,9 @@ async fn noded_process_restart_keeps_jobs() {
     let start_noded = || {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_noded"))
             .env("YSCHED_CONF", path("ysched.toml"))
-            .args(["--name", "n9", "--address", "10.1.2.3", "--fake-gpus"])
+            .args(["--name", "n9", "--address", "10.1.2.3", "--client-socket"])
+            .arg(path("noded.sock"))
+            .arg("--fake-gpus")
             .arg(path("gpus.toml"))
             .kill_on_drop(true)
             .spawn()
@@ -325,7 +173,7 @@ async fn noded_process_restart_keeps_jobs() {
     };
 
     let mut noded = start_noded();
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     assert_eq!(session.authorization.as_deref(), Some("Bearer k3y"));
     let register = session.register(vec![]).await;
     assert_eq!(
@@ -359,7 +207,7 @@ async fn noded_process_restart_keeps_jobs() {
     drop(session);
 
     let _noded = start_noded();
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     let register = session.register(vec![]).await;
     assert_eq!(register.running_jobs, vec![7]);
     let AgentMsg::Finished(finished) = session.next().await else {
@@ -370,7 +218,6 @@ async fn noded_process_restart_keeps_jobs() {
         (7, Some(9)),
         "{finished:?}"
     );
-    server.abort();
 }
 
 /// Each heartbeat carries the newest modification time under each running job's checkpoint
@@ -381,28 +228,15 @@ async fn heartbeats_carry_checkpoint_times_but_not_of_huge_directories() {
     let work = tempfile::tempdir().unwrap();
     std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (port, mut sessions, ca_cert_pem, server) = serve_fake_schedd().await;
+    let mut schedd = Schedd::start().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
         shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();
-    let config = AgentConfig {
-        name: "n1".into(),
-        address: "127.0.0.1".into(),
-        schedd: format!("127.0.0.1:{port}"),
-        cluster_key: "sekrit".into(),
-        ca_cert_pem,
-        ca_cert_path: "test CA".into(),
-        max_message_bytes: 64 << 20,
-        heartbeat: Duration::from_secs(1),
-        cpus: 4,
-        mem_mib: 1024,
-        gpus: vec![],
-        features: vec![],
-    };
+    let config = schedd.agent_config();
     let agent = tokio::spawn(Agent::new(config, launcher, events).unwrap().run());
-    let mut session = next_session(&mut sessions).await;
+    let mut session = schedd.next_session().await;
     session.register(vec![]).await;
 
     // Job 1 saves a checkpoint once started; job 2's directory holds 5,000 files (past the
@@ -461,5 +295,268 @@ async fn heartbeats_carry_checkpoint_times_but_not_of_huge_directories() {
         }
     }
     agent.abort();
-    server.abort();
+}
+
+/// Waits (at most 10 s) until the lease file holds a deadline other than `old`.
+async fn lease_changed_from(path: &std::path::Path, old: Option<u64>) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(Lease::Until(ms)) = Lease::read(path).unwrap() {
+            if Some(ms) != old {
+                return ms;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease {} never changed from {old:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The registration and each acknowledged heartbeat renew the fence lease to the time the
+/// agent *sent* them plus `fence_after_secs`, never backwards; heartbeats are numbered from 1
+/// in each session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_renew_the_fence_lease_from_send_times() {
+    const F_MS: u64 = 30_000;
+    let spool = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut schedd = Schedd::start().await;
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        ..LauncherOptions::new(spool.path(), "n1")
+    })
+    .unwrap();
+    let lease = launcher.lease_path();
+    assert_eq!(lease, spool.path().canonicalize().unwrap().join("lease"));
+    let before_register = boottime_ms();
+    let agent = tokio::spawn(
+        Agent::new(schedd.agent_config(), launcher, events)
+            .unwrap()
+            .run(),
+    );
+
+    let mut session = schedd.next_session().await;
+    let register = session.take_register().await;
+    let register_received = boottime_ms();
+    assert_eq!(register.role, "compute");
+    assert_eq!(register.fence_after_secs, 30);
+    assert_eq!(
+        Lease::read(&lease).unwrap(),
+        None,
+        "no lease before schedd answers"
+    );
+    // A late answer: the lease still counts from when the Register was sent.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let answered = boottime_ms();
+    session.send(SchedulerMsg::Registered(pb::Registered {
+        kill_jobs: vec![],
+    }));
+    let registered_until = lease_changed_from(&lease, None).await;
+    assert!(
+        registered_until >= before_register + F_MS && registered_until <= register_received + F_MS,
+        "deadline {registered_until}: Register sent in [{before_register}, {register_received}]"
+    );
+    assert!(registered_until < answered + F_MS - 500);
+
+    let beat = session.next_heartbeat().await;
+    assert_eq!(beat.seq, 1);
+    let beat = session.next_heartbeat().await;
+    let beat_2_received = boottime_ms();
+    assert_eq!(beat.seq, 2);
+    // Acknowledged late too: the deadline is heartbeat 2's sending plus F.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let acked = boottime_ms();
+    session.send(SchedulerMsg::HeartbeatAck(pb::HeartbeatAck { seq: 2 }));
+    let renewed = lease_changed_from(&lease, Some(registered_until)).await;
+    assert!(
+        renewed > registered_until && renewed <= beat_2_received + F_MS,
+        "renewed to {renewed}; heartbeat 2 received at {beat_2_received}"
+    );
+    assert!(
+        renewed < acked + F_MS - 500,
+        "{renewed} counts from the ack at {acked}"
+    );
+
+    // Heartbeat 1 was acknowledged with 2 (an older send time would move the deadline
+    // back); 999 was never sent. Neither changes the lease.
+    session.send(SchedulerMsg::HeartbeatAck(pb::HeartbeatAck { seq: 1 }));
+    session.send(SchedulerMsg::HeartbeatAck(pb::HeartbeatAck { seq: 999 }));
+    let beat = session.next_heartbeat().await;
+    assert_eq!(beat.seq, 3);
+    assert_eq!(Lease::read(&lease).unwrap(), Some(Lease::Until(renewed)));
+
+    // A new session numbers its heartbeats from 1 again.
+    drop(session);
+    let mut session = schedd.next_session().await;
+    session.register(vec![]).await;
+    let reregistered = lease_changed_from(&lease, Some(renewed)).await;
+    assert!(reregistered > renewed);
+    assert_eq!(session.next_heartbeat().await.seq, 1);
+    agent.abort();
+}
+
+/// `noded --no-jobs`: a login node registers no resources and no fencing, says "off" in its
+/// lease (stopping any fence of an earlier run), refuses every launch, and serves its
+/// client socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_node_offers_nothing_runs_nothing_and_relays_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut schedd = Schedd::start().await;
+    let path = |name: &str| dir.path().join(name);
+    std::fs::write(path("key"), format!("{KEY}\n")).unwrap();
+    std::fs::write(path("cluster-ca.crt"), &schedd.ca_cert_pem).unwrap();
+    std::fs::write(
+        path("ysched.toml"),
+        format!(
+            "[scheduler]\ncluster_key_file = {:?}\nheartbeat_secs = 1\n\
+             [node]\nspool_dir = {:?}\nschedd = \"127.0.0.1:{}\"\nfeatures = [\"fast\"]\n\
+             fence_after_secs = 5\n",
+            path("key"),
+            path("spool"),
+            schedd.port,
+        ),
+    )
+    .unwrap();
+    // What an earlier compute agent of this host left.
+    std::fs::create_dir(path("spool")).unwrap();
+    Lease::Until(1).write(&path("spool/lease")).unwrap();
+    let socket = path("run/noded.sock");
+    let _noded = tokio::process::Command::new(env!("CARGO_BIN_EXE_noded"))
+        .env("YSCHED_CONF", path("ysched.toml"))
+        .args(["--name", "login1", "--address", "10.0.0.9", "--no-jobs"])
+        .arg("--client-socket")
+        .arg(&socket)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    let mut session = schedd.next_session().await;
+    let register = session.register(vec![]).await;
+    assert_eq!(register.name, "login1");
+    assert_eq!(register.role, "login");
+    assert_eq!(register.fence_after_secs, 0);
+    assert_eq!((register.cpus, register.mem_mib), (0, 0));
+    assert!(register.gpus.is_empty() && register.features.is_empty());
+    assert_eq!(Lease::read(&path("spool/lease")).unwrap(), Some(Lease::Off));
+
+    session.send(SchedulerMsg::Launch(job(
+        3,
+        work.path(),
+        "#!/bin/sh\necho ran > ran.txt\n",
+    )));
+    let AgentMsg::Finished(finished) = session.next().await else {
+        panic!("a launch on a login node must end at once, never start");
+    };
+    assert_eq!(finished.job_id, 3);
+    assert!(
+        finished.error.contains("login1 is a login node"),
+        "{finished:?}"
+    );
+    assert!(!work.path().join("ran.txt").exists());
+
+    let mut client = unix_client(&socket).await;
+    let reply = client
+        .submit(pb::SubmitRequest::default())
+        .await
+        .expect("relayed submit");
+    assert_eq!(reply.into_inner().job_id, 4242);
+    let call = schedd.next_call().await;
+    let caller = call.caller.expect("caller named");
+    assert_eq!(caller.node, "login1");
+    assert_eq!(caller.uid, nix::unistd::getuid().as_raw());
+    assert_eq!(call.remote, session.remote);
+}
+
+/// The real binary, frozen (SIGSTOP) while its job runs and schedd stays silent: the job's
+/// shepherd stops the job on its own once the lease runs out (`fence_after_secs = 2`), and
+/// noded, thawed, reports the end as fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_noded_still_fences_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut schedd = Schedd::start().await;
+    let path = |name: &str| dir.path().join(name);
+    std::fs::write(path("key"), format!("{KEY}\n")).unwrap();
+    std::fs::write(path("cluster-ca.crt"), &schedd.ca_cert_pem).unwrap();
+    std::fs::write(
+        path("ysched.toml"),
+        format!(
+            "[scheduler]\ncluster_key_file = {:?}\nheartbeat_secs = 1\n\
+             [node]\nspool_dir = {:?}\nschedd = \"127.0.0.1:{}\"\nfence_after_secs = 2\n\
+             cgroup_root = \"none\"\n",
+            path("key"),
+            path("spool"),
+            schedd.port,
+        ),
+    )
+    .unwrap();
+    let mut noded = tokio::process::Command::new(env!("CARGO_BIN_EXE_noded"))
+        .env("YSCHED_CONF", path("ysched.toml"))
+        .args([
+            "--name",
+            "n5",
+            "--address",
+            "127.0.0.1",
+            "--client-socket",
+            "",
+        ])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let noded_pid = nix::unistd::Pid::from_raw(noded.id().unwrap() as i32);
+
+    let mut session = schedd.next_session().await;
+    let session_seen = std::time::Instant::now();
+    let register = session.register(vec![]).await;
+    assert_eq!(register.fence_after_secs, 2);
+    session.send(SchedulerMsg::Launch(job(
+        11,
+        work.path(),
+        "#!/bin/sh\ntrap 'echo got-term; exit 3' TERM\necho ready\nsleep 100 & wait\n",
+    )));
+    let AgentMsg::Started(started) = session.next().await else {
+        panic!("expected JobStarted");
+    };
+    // Heartbeats are never acknowledged: the lease runs out 2 s after the Register went out.
+    nix::sys::signal::kill(noded_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let out = work.path().join("ysched-11.out");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{}", started.pid)).exists()
+        && !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("got-term")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job was not fenced while noded was stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        session_seen.elapsed() >= Duration::from_millis(1900),
+        "fenced before the lease ran out"
+    );
+    nix::sys::signal::kill(noded_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+
+    let finished = loop {
+        match session.next().await {
+            AgentMsg::Finished(finished) => break finished,
+            _ => continue,
+        }
+    };
+    assert_eq!(finished.job_id, 11);
+    assert!(finished.fenced && !finished.stop_requested, "{finished:?}");
+    assert_eq!(finished.exit_code, Some(3), "{finished:?}");
+    assert!(
+        finished.term_time_ms > 0 && !finished.killed,
+        "{finished:?}"
+    );
+    noded.kill().await.unwrap();
 }

@@ -618,3 +618,52 @@ async fn fallback_checkpoint_directory_is_made_for_the_job_user() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// A login node's launcher refuses every launch: reported as the job's end, never started.
+#[tokio::test]
+async fn a_login_node_runs_no_job() {
+    let fx = Fixture::new();
+    let (launcher, events) =
+        ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
+            shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            runs_jobs: false,
+            ..ysched_noded::launch::LauncherOptions::new(fx.spool.path(), NODE)
+        })
+        .unwrap();
+    let mut events = Events::new(events);
+    launcher
+        .launch(&fx.job(901, "#!/bin/sh\necho ran\n"))
+        .unwrap();
+    let outcome = events.wait_for_end(901).await;
+    assert!(outcome.started.is_none());
+    assert_eq!(
+        outcome.finished.error,
+        "node n1 is a login node: it runs no job"
+    );
+    assert!(!fx.workdir().join("ysched-901.out").exists());
+    // Kept until schedd acknowledges it, like any end.
+    assert_eq!(launcher.unacked_finished(), vec![outcome.finished]);
+}
+
+/// Jobs reach schedd through their node's client socket: `YSCHED_SOCKET` names it.
+#[tokio::test]
+async fn jobs_get_the_client_socket_of_their_node() {
+    let fx = Fixture::new();
+    let (launcher, events) =
+        ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
+            shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            client_socket: Some("/run/ysched/test-noded.sock".into()),
+            ..ysched_noded::launch::LauncherOptions::new(fx.spool.path(), NODE)
+        })
+        .unwrap();
+    let mut events = Events::new(events);
+    let mut job = fx.job(902, "#!/bin/sh\necho \"socket=$YSCHED_SOCKET\"\n");
+    job.env = HashMap::from([("YSCHED_SOCKET".to_string(), "/elsewhere".to_string())]);
+    launcher.launch(&job).unwrap();
+    let finished = events.wait_for_end(902).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    assert_eq!(
+        fx.output("ysched-902.out"),
+        "socket=/run/ysched/test-noded.sock\n"
+    );
+}

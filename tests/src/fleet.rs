@@ -238,10 +238,10 @@ async fn session_inner(
                             report_end(node, end).await;
                         }
                     }
-                    Some(SchedulerMsg::Ack(ack)) => {
-                        if node.lock().unwrap().unacked.remove(&ack.job_id).is_some() {
-                            stats.finished.fetch_add(1, Ordering::Relaxed);
-                        }
+                    Some(SchedulerMsg::Ack(ack))
+                        if node.lock().unwrap().unacked.remove(&ack.job_id).is_some() =>
+                    {
+                        stats.finished.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}
                 }

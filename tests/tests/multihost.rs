@@ -254,7 +254,14 @@ fn a_hung_agents_job_is_fenced_then_requeued_elsewhere_never_running_twice() {
         || run_log(&log).iter().any(|(what, _, _)| what == "stop"),
     );
     let fenced_after = hung_at.elapsed();
-    let j = c.wait_state(id, "RUNNING", SECS(30));
+    // Meanwhile schedd waits for the fence and the grace to be surely over.
+    let waiting = c.job(id);
+    assert_eq!(waiting["restart_count"], 0, "{waiting}");
+    wait_until(SECS(40), "the job requeued and running again", || {
+        let j = c.job(id);
+        j["restart_count"] == 1 && j["state"] == "RUNNING"
+    });
+    let j = c.job(id);
     assert_eq!(j["node"], other, "requeued elsewhere: {j}");
     assert_eq!(j["restart_count"], 1, "{j}");
     wait_until(SECS(10), "second start logged", || run_log(&log).len() == 3);

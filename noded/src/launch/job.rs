@@ -128,7 +128,13 @@ pub struct ExecPlan {
 }
 
 /// Resolves the user and paths of `job`. The error is the message for `JobFinished.error`.
-pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecPlan, String> {
+/// `client_socket` is the client socket of this node's agent, if it serves one.
+pub fn plan_job(
+    job: &JobParams,
+    node_name: &str,
+    script: &Path,
+    client_socket: Option<&Path>,
+) -> Result<ExecPlan, String> {
     if job.warn_signal != 0 && Signal::try_from(job.warn_signal).is_err() {
         return Err(format!(
             "warn_signal {} is not a signal on this node",
@@ -209,7 +215,7 @@ pub fn plan_job(job: &JobParams, node_name: &str, script: &Path) -> Result<ExecP
     };
 
     Ok(ExecPlan {
-        env: job_environment(job, node_name, checkpoint_dir.as_deref()),
+        env: job_environment(job, node_name, checkpoint_dir.as_deref(), client_socket),
         user: user.name,
         uid: user.uid.as_raw(),
         gid: job.gid,
@@ -319,13 +325,27 @@ fn expand_home(path: &str, home: &Path) -> PathBuf {
 }
 
 /// The job's environment: the submitter's exported environment with the ysched variables on
-/// top (they win over exported ones of the same name).
+/// top (they win over exported ones of the same name). `YSCHED_SOCKET` is this node's client
+/// socket, where the CLIs inside the job reach schedd through the node's agent; where the
+/// node serves none, an exported one (the submit host's socket, meaningless here) is removed.
 pub fn job_environment(
     job: &JobParams,
     node_name: &str,
     checkpoint_dir: Option<&Path>,
+    client_socket: Option<&Path>,
 ) -> BTreeMap<String, String> {
     let mut env = job.env.clone();
+    match client_socket {
+        Some(socket) => {
+            env.insert(
+                "YSCHED_SOCKET".into(),
+                socket.to_string_lossy().into_owned(),
+            );
+        }
+        None => {
+            env.remove("YSCHED_SOCKET");
+        }
+    }
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
     let join = |items: &[u32]| {
@@ -406,6 +426,7 @@ mod tests {
             env: BTreeMap::from([
                 ("HOME".into(), "/home/a".into()),
                 ("YS_JOB_ID".into(), "spoofed".into()),
+                ("YSCHED_SOCKET".into(), "/run/elsewhere.sock".into()),
             ]),
             gpus: vec![1, 3],
             nnodes: 2,
@@ -416,7 +437,13 @@ mod tests {
             restart_count: 2,
             ..Default::default()
         };
-        let env = job_environment(&job, "n2", Some(Path::new("/ck/7")));
+        let env = job_environment(
+            &job,
+            "n2",
+            Some(Path::new("/ck/7")),
+            Some(Path::new("/run/ysched/noded.sock")),
+        );
+        assert_eq!(env["YSCHED_SOCKET"], "/run/ysched/noded.sock");
         assert_eq!(env["YS_JOB_ID"], "7");
         assert_eq!(env["HOME"], "/home/a");
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1,3");
@@ -430,7 +457,11 @@ mod tests {
         assert_eq!(env["MASTER_PORT"], "29500");
         assert!(env.contains_key("PATH"));
 
-        let single = job_environment(&JobParams::default(), "n1", None);
+        // A node without a client socket gives none, not the submit host's.
+        let without = job_environment(&job, "n2", None, None);
+        assert!(!without.contains_key("YSCHED_SOCKET"));
+
+        let single = job_environment(&JobParams::default(), "n1", None, None);
         assert_eq!(single["CUDA_VISIBLE_DEVICES"], "");
         assert_eq!(single["YS_NNODES"], "1");
         assert_eq!(single["YS_NODELIST"], "n1");
@@ -450,14 +481,14 @@ mod tests {
             ..Default::default()
         };
         // Whether it exists is for the job user to find out (in the shepherd), not noded.
-        let plan = plan_job(&job, "n1", Path::new("/s")).unwrap();
+        let plan = plan_job(&job, "n1", Path::new("/s"), None).unwrap();
         assert_eq!(plan.workdir, PathBuf::from("/nonexistent/dir"));
 
         let relative = JobParams {
             workdir: "rel".into(),
             ..job.clone()
         };
-        assert!(plan_job(&relative, "n1", Path::new("/s"))
+        assert!(plan_job(&relative, "n1", Path::new("/s"), None)
             .unwrap_err()
             .contains("absolute"));
 
@@ -466,7 +497,7 @@ mod tests {
             user: "ghost".into(),
             ..job.clone()
         };
-        let err = plan_job(&ghost, "n1", Path::new("/s")).unwrap_err();
+        let err = plan_job(&ghost, "n1", Path::new("/s"), None).unwrap_err();
         assert!(
             err.contains("no such user") && err.contains("ghost"),
             "{err}"
@@ -476,14 +507,14 @@ mod tests {
             warn_signal: 99,
             ..job.clone()
         };
-        let err = plan_job(&bad_warning, "n1", Path::new("/s")).unwrap_err();
+        let err = plan_job(&bad_warning, "n1", Path::new("/s"), None).unwrap_err();
         assert_eq!(err, "warn_signal 99 is not a signal on this node");
 
         let wrong_name = JobParams {
             user: "not-me".into(),
             ..job
         };
-        let err = plan_job(&wrong_name, "n1", Path::new("/s")).unwrap_err();
+        let err = plan_job(&wrong_name, "n1", Path::new("/s"), None).unwrap_err();
         assert!(err.contains("not-me"), "{err}");
     }
 
@@ -504,7 +535,7 @@ mod tests {
             checkpoint_dir: "ck/%j".into(),
             ..Default::default()
         };
-        let plan = plan_job(&job, "n1", Path::new("/spool/script")).unwrap();
+        let plan = plan_job(&job, "n1", Path::new("/spool/script"), None).unwrap();
         assert_eq!(plan.stdout, PathBuf::from("/tmp/ysched-9.out"));
         assert_eq!(plan.stderr, Some(PathBuf::from("/tmp/err-9")));
         assert_eq!(plan.program, PathBuf::from("/bin/sh"));
@@ -519,7 +550,7 @@ mod tests {
             script: "#!/no/such/shell -e\n".into(),
             ..job.clone()
         };
-        let plan = plan_job(&missing, "n1", Path::new("/s")).unwrap();
+        let plan = plan_job(&missing, "n1", Path::new("/s"), None).unwrap();
         assert_eq!(plan.interpreter, Some(PathBuf::from("/no/such/shell")));
 
         let shebang = JobParams {
@@ -528,7 +559,7 @@ mod tests {
             restart_count: 1,
             ..job
         };
-        let plan = plan_job(&shebang, "n1", Path::new("/spool/script")).unwrap();
+        let plan = plan_job(&shebang, "n1", Path::new("/spool/script"), None).unwrap();
         assert_eq!(plan.program, PathBuf::from("/spool/script"));
         assert_eq!(plan.args, vec!["a"]);
         assert_eq!(plan.stderr, None, "same file as stdout");

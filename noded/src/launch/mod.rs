@@ -12,12 +12,16 @@
 //!
 //! After a restart, [`Launcher::recover`] scans the spool, re-attaches to live shepherds and
 //! resumes their timers from `state.json`, and reports jobs whose shepherd is gone.
+//!
+//! Shepherds also stop their jobs on their own when the node's fence lease runs out (see
+//! [`lease`]): the agent renews it while schedd answers.
 
 pub mod cgroup;
 mod checkpoint;
 pub mod checkpoint_scan;
 pub mod containment;
 mod job;
+pub mod lease;
 mod process;
 pub mod shepherd;
 pub mod spool;
@@ -69,6 +73,12 @@ pub struct LauncherOptions {
     pub cgroup_root: CgroupRoot,
     /// `node.job_pids_max`; 0: no limit.
     pub job_pids_max: u64,
+    /// The client socket this node's agent serves (absolute), given to jobs as
+    /// `YSCHED_SOCKET`; `None`: it serves none.
+    pub client_socket: Option<PathBuf>,
+    /// `false` on a login node: every launch is refused (reported as the job's end with an
+    /// error), and the host's cgroups are not looked at.
+    pub runs_jobs: bool,
 }
 
 impl LauncherOptions {
@@ -81,6 +91,8 @@ impl LauncherOptions {
             allow_root_jobs: true,
             cgroup_root: CgroupRoot::Detect,
             job_pids_max: 0,
+            client_socket: None,
+            runs_jobs: true,
         }
     }
 }
@@ -109,6 +121,8 @@ struct Shared {
     shepherd_program: PathBuf,
     allow_root_jobs: bool,
     containment: Containment,
+    client_socket: Option<PathBuf>,
+    runs_jobs: bool,
     jobs: Mutex<BTreeMap<u64, JobHandle>>,
     events: mpsc::UnboundedSender<JobEvent>,
 }
@@ -166,11 +180,20 @@ impl Launcher {
         options: LauncherOptions,
     ) -> io::Result<(Launcher, mpsc::UnboundedReceiver<JobEvent>)> {
         let spool = Spool::open(&options.spool_dir)?;
-        let containment = Containment::set_up(&options.cgroup_root, options.job_pids_max);
-        match &containment {
-            Containment::Cgroups(_) => tracing::info!("job containment: {containment}"),
-            Containment::ProcessGroups { .. } => tracing::warn!("job containment: {containment}"),
-        }
+        let containment = if options.runs_jobs {
+            let containment = Containment::set_up(&options.cgroup_root, options.job_pids_max);
+            match &containment {
+                Containment::Cgroups(_) => tracing::info!("job containment: {containment}"),
+                Containment::ProcessGroups { .. } => {
+                    tracing::warn!("job containment: {containment}")
+                }
+            }
+            containment
+        } else {
+            Containment::ProcessGroups {
+                reason: "a login node runs no job".into(),
+            }
+        };
         let (events, receiver) = mpsc::unbounded_channel();
         let cgroup_instance = containment::instance_tag(&options.node_name, &options.spool_dir);
         let shared = Arc::new(Shared {
@@ -180,6 +203,8 @@ impl Launcher {
             shepherd_program: options.shepherd_program,
             allow_root_jobs: options.allow_root_jobs,
             containment,
+            client_socket: options.client_socket,
+            runs_jobs: options.runs_jobs,
             jobs: Mutex::new(BTreeMap::new()),
             events,
         });
@@ -236,6 +261,11 @@ impl Launcher {
             },
         );
         Ok(())
+    }
+
+    /// The node's fence lease file in the spool (see [`lease`]).
+    pub fn lease_path(&self) -> PathBuf {
+        self.shared.spool.lease_path()
     }
 
     /// What this launcher contains jobs with (cgroups, or process groups and why).

@@ -13,9 +13,20 @@
 //! end when its last process is gone. It is the job's child subreaper: orphaned job
 //! processes become its children, and it reaps them.
 //!
-//! It is single-threaded and does no name-service lookups: noded resolved the user before
-//! starting it.
+//! It also fences: once the job has started, a watcher thread reads the node's fence lease
+//! (`<spool>/lease`, see [`super::lease`]) every second, and when `CLOCK_BOOTTIME` is past
+//! its deadline (the node has not heard from schedd for `node.fence_after_secs`), it stops
+//! the job itself: the `stopping` notice as noded writes it, SIGTERM to every process of the
+//! job, the job's grace, SIGKILL to what is left. That needs no noded, so a job is stopped
+//! even while noded is stopped, hung or gone, and schedd may run it elsewhere. `exit.json`
+//! then says `fenced`, with the time of that SIGTERM.
+//!
+//! It does no name-service lookups: noded resolved the user before starting it. Apart from
+//! the fence's watcher, which starts only once the job has been forked (no fork happens in
+//! a threaded process), it is single-threaded.
 
+use super::cgroup::JobCgroup;
+use super::lease::{boottime_ms, Lease};
 use super::spool::{ExitRecord, JobDir, JobRecord};
 use super::tracking::JobProcesses;
 use super::ExecPlan;
@@ -28,11 +39,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use ysched_common::time::{now_ms, rfc3339};
 
 /// After this long waiting for the job's last processes, the shepherd says so in its log.
 const SLOW_END: Duration = Duration::from_secs(60);
+/// How often the fence's watcher reads the lease.
+const LEASE_CHECK: Duration = Duration::from_secs(1);
 
 /// Runs the shepherd for the job in `job_dir`; the process's whole life.
 pub fn run(job_dir: &Path) -> ExitCode {
@@ -41,8 +55,10 @@ pub fn run(job_dir: &Path) -> ExitCode {
     let dir = JobDir::new(job_dir);
     let exit = match dir.read_record() {
         Ok(JobRecord {
-            plan: Some(plan), ..
-        }) => run_job(&dir, &plan),
+            plan: Some(plan),
+            job,
+            ..
+        }) => run_job(&dir, &plan, job.grace_secs),
         Ok(_) => launch_failed("the job has no execution plan".into()),
         Err(e) => launch_failed(format!("cannot read the job's state: {e}")),
     };
@@ -79,7 +95,7 @@ fn ignore_termination_signals() {
     }
 }
 
-fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
+fn run_job(dir: &JobDir, plan: &ExecPlan, grace_secs: u32) -> ExitRecord {
     // Orphans of the job (a daemon's parent exiting, a double fork) become this process's
     // children instead of init's, so their zombies are reaped even where init does not.
     // SAFETY: prctl with integer arguments only.
@@ -89,7 +105,7 @@ fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
             io::Error::last_os_error()
         ));
     }
-    let exit = start_and_wait(dir, plan);
+    let exit = start_and_wait(dir, plan, grace_secs);
     if let Some(cgroup) = &plan.cgroup {
         if let Err(e) = cgroup.remove() {
             log(&format!("cannot remove the job's cgroups: {e}"));
@@ -98,7 +114,7 @@ fn run_job(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
     exit
 }
 
-fn start_and_wait(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
+fn start_and_wait(dir: &JobDir, plan: &ExecPlan, grace_secs: u32) -> ExitRecord {
     let cgroup = plan.cgroup.as_ref();
     let (join, events) =
         match cgroup.map(|c| Ok::<_, io::Error>((c.open_procs_files()?, c.open_events()?))) {
@@ -116,6 +132,7 @@ fn start_and_wait(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
         log(&format!("cannot record the job pid: {e}"));
     }
     announce_start(pid);
+    let fence = Fence::watch(dir, plan.cgroup.clone(), pid, grace_secs);
 
     let status = job.wait();
     let processes = JobProcesses::of(cgroup, Some(pid)).unwrap_or(JobProcesses::Group(pid));
@@ -142,6 +159,7 @@ fn start_and_wait(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
         log(&format!("cannot wait for the job's other processes: {e}"));
     }
     reap_orphans();
+    let fenced = fence.end();
     let end_time_ms = now_ms();
     let out_of_memory = cgroup.is_some_and(|c| c.out_of_memory());
     if out_of_memory {
@@ -156,14 +174,192 @@ fn start_and_wait(dir: &JobDir, plan: &ExecPlan) -> ExitRecord {
                 end_time_ms,
                 error: None,
                 out_of_memory,
+                ..fenced
             }
         }
         Err(e) => ExitRecord {
             end_time_ms,
             error: Some(format!("lost track of the job: {e}")),
             out_of_memory,
-            ..Default::default()
+            ..fenced
         },
+    }
+}
+
+/// The fence's watcher thread and what it did, shared with the main thread.
+struct Fence {
+    state: Arc<Mutex<FenceState>>,
+}
+
+#[derive(Debug, Default)]
+struct FenceState {
+    /// The job is over: the watcher does nothing more.
+    over: bool,
+    fenced: bool,
+    /// When the fence's stop began, ms since the epoch.
+    term_time_ms: i64,
+    /// The fence's SIGKILL found processes alive.
+    killed: bool,
+}
+
+impl Fence {
+    /// Starts the watcher of the lease of the job in `dir` (started as `pid`, in `cgroup` if
+    /// it has one). Called after the fork: no fork follows in this process.
+    fn watch(dir: &JobDir, cgroup: Option<JobCgroup>, pid: u32, grace_secs: u32) -> Fence {
+        let state = Arc::new(Mutex::new(FenceState::default()));
+        let Some(lease) = dir.lease() else {
+            log("no lease file beside the job directory: this job is never fenced");
+            return Fence { state };
+        };
+        let watcher = FenceWatcher {
+            dir: dir.clone(),
+            lease,
+            cgroup,
+            pid,
+            grace_secs,
+            state: state.clone(),
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("fence".into())
+            .spawn(move || watcher.run())
+        {
+            log(&format!(
+                "cannot start the fence's watcher, this job is never fenced: {e}"
+            ));
+        }
+        Fence { state }
+    }
+
+    /// The job is over (every process gone): stops the watcher acting, and returns what the
+    /// fence did, as the fields of the exit record it owns.
+    fn end(&self) -> ExitRecord {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.over = true;
+        ExitRecord {
+            fenced: state.fenced,
+            term_time_ms: state.term_time_ms,
+            killed: state.killed,
+            ..Default::default()
+        }
+    }
+}
+
+struct FenceWatcher {
+    dir: JobDir,
+    lease: std::path::PathBuf,
+    cgroup: Option<JobCgroup>,
+    pid: u32,
+    grace_secs: u32,
+    state: Arc<Mutex<FenceState>>,
+}
+
+impl FenceWatcher {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FenceState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the lease every second until it runs out (then fences, once) or the job is
+    /// over.
+    fn run(self) {
+        let mut said_unreadable = false;
+        loop {
+            std::thread::sleep(LEASE_CHECK);
+            if self.lock().over {
+                return;
+            }
+            match Lease::read(&self.lease) {
+                Ok(Some(Lease::Until(deadline))) => {
+                    said_unreadable = false;
+                    let now = boottime_ms();
+                    if now > deadline {
+                        return self.fence(now - deadline);
+                    }
+                }
+                Ok(Some(Lease::Off) | None) => said_unreadable = false,
+                Err(e) => {
+                    if !said_unreadable {
+                        said_unreadable = true;
+                        log(&format!("cannot read the fence lease, not fencing: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The lease ran out `late_ms` ago: the node has lost schedd, which may run the job
+    /// elsewhere now. Stops the job as noded would: the `stopping` notice (so the main
+    /// process's end does not cut the others' grace), SIGTERM to every process, the grace,
+    /// then SIGKILL to whatever is left.
+    fn fence(self, late_ms: u64) {
+        let processes = JobProcesses::of(self.cgroup.as_ref(), Some(self.pid))
+            .unwrap_or(JobProcesses::Group(self.pid));
+        let begun = self.dir.read_stop_notice();
+        let now = now_ms();
+        {
+            let mut state = self.lock();
+            if state.over || !processes.any_alive().unwrap_or(true) {
+                return;
+            }
+            state.fenced = true;
+            state.term_time_ms = match begun {
+                Some(term) if term > 0 => term,
+                _ => now,
+            };
+        }
+        let grace_ms = i64::from(self.grace_secs) * 1000;
+        let term_time_ms = match begun {
+            // noded had begun stopping the job (and may be stopped itself since): that stop's
+            // SIGTERM went out already; the fence makes sure its SIGKILL does too.
+            Some(term) if term > 0 => {
+                log(&format!(
+                    "fence: the node's lease ran out {late_ms} ms ago, during a stop begun                      at {}: killing what is left at the end of its grace",
+                    rfc3339(term)
+                ));
+                term
+            }
+            Some(_) => {
+                log("fence: the node's lease ran out while noded was killing the job");
+                now - grace_ms
+            }
+            None => {
+                log(&format!(
+                    "fence: the node's lease ran out {late_ms} ms ago (no word from schedd):                      stopping the job, SIGTERM now, SIGKILL after {}s",
+                    self.grace_secs
+                ));
+                if let Err(e) = self.dir.write_stop_notice(now) {
+                    log(&format!(
+                        "cannot write the stop notice, so the main process's end will end                          the others' grace: {e}"
+                    ));
+                }
+                if let Err(e) = processes.signal(Signal::SIGTERM) {
+                    log(&format!("fence: cannot send SIGTERM to {processes}: {e}"));
+                }
+                now
+            }
+        };
+        let wait_ms = u64::try_from(term_time_ms + grace_ms - now_ms()).unwrap_or(0);
+        let until = Instant::now() + Duration::from_millis(wait_ms);
+        while Instant::now() < until {
+            if self.lock().over {
+                return;
+            }
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
+        }
+        {
+            let mut state = self.lock();
+            if state.over {
+                return;
+            }
+            if processes.any_alive().unwrap_or(true) {
+                state.killed = true;
+            } else {
+                return;
+            }
+        }
+        log("fence: grace over, killing what is left of the job");
+        if let Err(e) = processes.kill() {
+            log(&format!("fence: cannot kill {processes}: {e}"));
+        }
     }
 }
 

@@ -7,11 +7,15 @@
 //! |                 |            | resolved plan, pids, start time, stop/term state         |
 //! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
 //! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
-//! | `stopping`      | noded      | present once a stop began: the shepherd then waits for   |
-//! |                 |            | every process of the job, not only the main one          |
+//! | `stopping`      | noded,     | present once a stop began (noded's, or the shepherd's    |
+//! |                 | shepherd   | fence): the shepherd then waits for every process of the |
+//! |                 |            | job, not only the main one                               |
 //! | `exit.json`     | shepherd   | [`ExitRecord`]: how the job ended, or why it never began |
 //! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
 //! | `shepherd.log`  | shepherd   | the shepherd's own diagnostics                           |
+//!
+//! Beside `jobs/`, the spool's root holds `lease`, the node's fence lease (see
+//! [`super::lease`]), which the agent writes and every shepherd reads.
 //!
 //! Jobs' scripts and environments are private: `jobs/` and each `jobs/<id>/` are mode 0711,
 //! owned by noded's user (root), so other users can neither list them nor create anything in
@@ -110,6 +114,16 @@ impl JobDir {
     pub fn has_stop_notice(&self) -> bool {
         self.stop_notice().exists()
     }
+    /// When the stop began (the SIGTERM time, 0 for an immediate kill), if one has.
+    pub fn read_stop_notice(&self) -> Option<i64> {
+        let text = std::fs::read_to_string(self.stop_notice()).ok()?;
+        Some(text.trim().parse().unwrap_or(0))
+    }
+    /// The node's fence lease, in the spool root two levels up (`<spool>/jobs/<id>`).
+    pub fn lease(&self) -> Option<PathBuf> {
+        let root = self.path.parent()?.parent()?;
+        Some(root.join(super::lease::LEASE_FILE))
+    }
 }
 
 /// Mode of `jobs/` and of each job's directory: job users must pass through to run their
@@ -123,6 +137,7 @@ pub const SCRIPT_MODE: u32 = 0o700;
 /// The spool root; `<root>/jobs/<id>` are the [`JobDir`]s.
 #[derive(Debug, Clone)]
 pub struct Spool {
+    root: PathBuf,
     jobs: PathBuf,
 }
 
@@ -151,7 +166,7 @@ impl Spool {
                 );
             }
         }
-        let spool = Spool { jobs };
+        let spool = Spool { root, jobs };
         spool.tighten_job_dirs()?;
         Ok(spool)
     }
@@ -188,6 +203,11 @@ impl Spool {
             }
         }
         Ok(())
+    }
+
+    /// The node's fence lease file (see [`super::lease`]).
+    pub fn lease_path(&self) -> PathBuf {
+        self.root.join(super::lease::LEASE_FILE)
     }
 
     pub fn job_dir(&self, job_id: u64) -> JobDir {
@@ -286,6 +306,17 @@ pub struct ExitRecord {
     /// The kernel killed a process of the job for going over its memory limit.
     #[serde(default)]
     pub out_of_memory: bool,
+    /// The shepherd's fence stopped the job: the node's lease ran out (see
+    /// [`super::lease`]).
+    #[serde(default)]
+    pub fenced: bool,
+    /// When the fence's stop began (its SIGTERM, or the stop noded had begun already), ms
+    /// since the epoch; 0 without a fence.
+    #[serde(default)]
+    pub term_time_ms: i64,
+    /// The fence's SIGKILL at the end of the grace found processes of the job still alive.
+    #[serde(default)]
+    pub killed: bool,
 }
 
 /// A `JobFinished` as kept in the spool until schedd acknowledges it.
@@ -399,10 +430,12 @@ fn write_json_atomic<T: Serialize>(path: &Path, value: &T, mode: u32) -> io::Res
 }
 
 /// Writes `bytes` to `path` so that readers see either the old or the new content: a
-/// temporary file in the same directory, flushed to disk, renamed over the target.
+/// temporary file in the same directory, flushed to disk, renamed over the target. The
+/// temporary file is named after the writing process: noded and a shepherd's fence may write
+/// `stopping` at the same time.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -441,8 +474,23 @@ mod tests {
         dir.write_job_pid(1234).unwrap();
         assert_eq!(dir.read_job_pid(), Some(1234));
         assert!(!dir.has_stop_notice());
+        assert_eq!(dir.read_stop_notice(), None);
         dir.write_stop_notice(77).unwrap();
         assert!(dir.has_stop_notice());
+        assert_eq!(dir.read_stop_notice(), Some(77));
+        assert_eq!(dir.lease(), Some(spool.lease_path()));
+        assert_eq!(
+            spool.lease_path(),
+            root.path().canonicalize().unwrap().join("lease")
+        );
+        // An exit record of an older shepherd (without the fence's fields) still reads.
+        std::fs::write(
+            dir.exit(),
+            br#"{"exit_code":1,"signal":null,"end_time_ms":9,"error":null}"#,
+        )
+        .unwrap();
+        let old_exit = dir.read_exit().unwrap().unwrap();
+        assert!(!old_exit.fenced && !old_exit.killed && old_exit.term_time_ms == 0);
         // A state file of an older noded (without the newer fields) still reads.
         let mut old: serde_json::Value = serde_json::to_value(JobRecord::unreadable(42)).unwrap();
         for key in ["kill_found_processes", "warn_sent"] {

@@ -111,6 +111,13 @@ impl Supervisor {
                 .spool
                 .create_job_dir(job.job_id)
                 .map_err(|e| format!("cannot create the job's spool directory: {e}"))?;
+            // A login node runs nothing, whatever schedd sends.
+            if !shared.runs_jobs {
+                return Err(format!(
+                    "node {} is a login node: it runs no job",
+                    shared.node_name
+                ));
+            }
             // Before anything else is looked at: no message from schedd starts a root process
             // on a node that refuses them.
             if job.uid == 0 && !shared.allow_root_jobs {
@@ -120,7 +127,12 @@ impl Supervisor {
                     shared.node_name
                 ));
             }
-            let plan = plan_job(&job, &shared.node_name, &dir.script())?;
+            let plan = plan_job(
+                &job,
+                &shared.node_name,
+                &dir.script(),
+                shared.client_socket.as_deref(),
+            )?;
             if let Some(checkpoint_dir) = &plan.checkpoint_dir {
                 checkpoint::prepare(checkpoint_dir, job.job_id, plan.uid, plan.gid)?;
             }
@@ -483,8 +495,19 @@ impl Supervisor {
     /// tracking the job, and reports it.
     async fn finish(self, exit: ExitRecord) {
         let stop = &self.record.stop;
-        let killed =
-            stop.kill_sent && (stop.kill_found_processes || exit.signal == Some(libc::SIGKILL));
+        // A job whose shepherd fenced it (the node's lease ran out, see `lease`) was stopped
+        // as if asked to: its SIGTERM time, and a SIGKILL at the end of its grace.
+        let fenced = exit.fenced;
+        let term_time_ms = if stop.term_time_ms > 0 {
+            stop.term_time_ms
+        } else if fenced {
+            exit.term_time_ms
+        } else {
+            0
+        };
+        let killed = (stop.kill_sent
+            && (stop.kill_found_processes || exit.signal == Some(libc::SIGKILL)))
+            || (fenced && exit.killed);
         // The shepherd removes them; not when it could not run, or died.
         if let Some(cgroup) = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
             if let Err(e) = cgroup.remove() {
@@ -497,8 +520,7 @@ impl Supervisor {
             .as_ref()
             .and_then(|p| p.checkpoint_dir.clone());
         let saved_after_term = match checkpoint_dir {
-            Some(dir) if stop.stop_requested && stop.term_time_ms > 0 && !killed => {
-                let term_time_ms = stop.term_time_ms;
+            Some(dir) if (stop.stop_requested || fenced) && term_time_ms > 0 && !killed => {
                 tokio::task::spawn_blocking(move || newest_mtime_ms(&dir))
                     .await
                     .ok()
@@ -519,18 +541,23 @@ impl Supervisor {
             },
             timed_out: stop.timed_out,
             stop_requested: stop.stop_requested,
-            term_time_ms: stop.term_time_ms,
+            term_time_ms,
             killed,
             checkpoint_saved: saved_after_term && exit.error.is_none(),
             error: exit.error.unwrap_or_default(),
             out_of_memory: exit.out_of_memory,
-            fenced: false,
+            fenced,
         };
         tracing::info!(
-            "job {} finished: exit {:?}, signal {:?}{}{}",
+            "job {} finished: exit {:?}, signal {:?}{}{}{}",
             finished.job_id,
             finished.exit_code,
             finished.signal,
+            if finished.fenced {
+                ", fenced (no word from schedd)"
+            } else {
+                ""
+            },
             if finished.out_of_memory {
                 ", out of memory"
             } else {

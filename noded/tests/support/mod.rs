@@ -4,6 +4,8 @@
 // Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod fake_schedd;
+
 use nix::unistd::{Gid, Uid, User};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -14,8 +14,7 @@ use tonic::{Request, Status};
 use ysched_common::Owner;
 use ysched_proto as pb;
 
-/// The metadata key of a relayed request's caller (binary: the value is a `RelayedCaller`).
-pub const CALLER_METADATA: &str = "ysched-caller-bin";
+use ysched_common::identity::RELAYED_CALLER_METADATA as CALLER_METADATA;
 
 /// A relayed request's caller, as its agent named it.
 pub struct Relayed {

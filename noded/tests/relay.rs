@@ -1,0 +1,173 @@
+//! The client socket: requests relayed to schedd on the agent session's connection, with
+//! the caller the kernel names; refused without a session.
+
+mod support;
+
+use nix::unistd::{getgid, getuid, Group, User};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+use support::fake_schedd::*;
+use tokio_stream::StreamExt;
+use ysched_noded::agent::Agent;
+use ysched_noded::launch::{Launcher, LauncherOptions};
+use ysched_noded::relay::{bind_client_socket, serve, Relay, RelayConfig};
+use ysched_proto as pb;
+
+/// Waits (at most 10 s) until a request through the socket gets past the relay (anything
+/// but UNAVAILABLE), or until it is refused as UNAVAILABLE when `available` is false.
+async fn wait_for_relay(socket: &std::path::Path, available: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut client = unix_client(socket).await;
+        let result = client.hold(pb::JobRef { job_id: 1 }).await;
+        let unavailable = matches!(&result, Err(s) if s.code() == tonic::Code::Unavailable);
+        if unavailable != available {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "relay never became {}: {result:?}",
+            if available {
+                "available"
+            } else {
+                "unavailable"
+            }
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut schedd = Schedd::start().await;
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        ..LauncherOptions::new(dir.path().join("spool"), "n1")
+    })
+    .unwrap();
+    let agent = Agent::new(schedd.agent_config(), launcher, events).unwrap();
+    let socket = dir.path().join("run/noded.sock");
+    let listener = bind_client_socket(&socket).unwrap();
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o666);
+    let relay = Relay::new(
+        RelayConfig {
+            node: "n1".into(),
+            schedd: schedd.address(),
+            cluster_key: KEY.into(),
+            max_message_bytes: 64 << 20,
+        },
+        agent.session_slot(),
+    )
+    .unwrap();
+    let relay_task = tokio::spawn(serve(listener, relay));
+
+    // No session yet: refused, saying why.
+    let mut client = unix_client(&socket).await;
+    let status = client
+        .submit(pb::SubmitRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status.message(),
+        format!(
+            "node n1 is not connected to schedd at {}; retry shortly",
+            schedd.address()
+        )
+    );
+
+    let agent = tokio::spawn(agent.run());
+    let mut session = schedd.next_session().await;
+    session.register(vec![]).await;
+    wait_for_relay(&socket, true).await;
+    while schedd.calls.try_recv().is_ok() {}
+
+    // A client naming itself someone else in the metadata is not believed (nor passed on).
+    let mut request = tonic::Request::new(pb::SubmitRequest::default());
+    let forged = pb::RelayedCaller {
+        node: "n1".into(),
+        uid: 4321,
+        user: "mallory".into(),
+        ..Default::default()
+    };
+    request.metadata_mut().insert_bin(
+        "ysched-caller-bin",
+        tonic::metadata::MetadataValue::from_bytes(&prost::Message::encode_to_vec(&forged)),
+    );
+    request
+        .metadata_mut()
+        .insert("x-spoofed", "yes".parse().unwrap());
+    let reply = client.submit(request).await.expect("relayed submit");
+    assert_eq!(reply.into_inner().job_id, 4242);
+
+    let call = schedd.next_call().await;
+    assert_eq!(call.method, "submit");
+    assert_eq!(call.authorization.as_deref(), Some("Bearer sekrit"));
+    assert_eq!(call.caller_values, 1);
+    assert_eq!(call.spoofed, None);
+    assert_eq!(
+        call.remote, session.remote,
+        "relayed on the session's connection"
+    );
+    let caller = call.caller.expect("ysched-caller-bin");
+    let me = User::from_uid(getuid()).unwrap().unwrap();
+    let primary = Group::from_gid(getgid()).unwrap().unwrap();
+    assert_eq!(caller.node, "n1");
+    assert_eq!(
+        (caller.uid, caller.gid),
+        (getuid().as_raw(), getgid().as_raw())
+    );
+    assert_eq!(caller.user, me.name);
+    assert_eq!(caller.groups.first(), Some(&primary.name));
+    assert_eq!(caller.home, me.dir.to_string_lossy());
+
+    // schedd's refusals come back as they are.
+    let status = client.get_job(pb::JobRef { job_id: 5 }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert_eq!(status.message(), NOT_FOUND_MESSAGE);
+    // A stream is relayed as one.
+    let states: Vec<String> = client
+        .watch_job(pb::JobRef { job_id: 8 })
+        .await
+        .expect("relayed watch")
+        .into_inner()
+        .map(|info| info.expect("stream item").name)
+        .collect()
+        .await;
+    assert_eq!(states, ["RUNNING", "COMPLETED"]);
+
+    // The session ends: refused again until the next one is registered, which then carries
+    // the requests on its own connection.
+    drop(session);
+    let mut session = schedd.next_session().await;
+    wait_for_relay(&socket, false).await;
+    session.register(vec![]).await;
+    wait_for_relay(&socket, true).await;
+    while schedd.calls.try_recv().is_ok() {}
+    client
+        .submit(pb::SubmitRequest::default())
+        .await
+        .expect("relayed again");
+    assert_eq!(schedd.next_call().await.remote, session.remote);
+
+    agent.abort();
+    relay_task.abort();
+}
+
+#[tokio::test]
+async fn the_client_socket_is_not_taken_from_a_live_listener_but_replaces_a_stale_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("noded.sock");
+    // A socket file nobody listens on any more (a noded killed with -9).
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    assert!(socket.exists());
+    let listener = bind_client_socket(&socket).expect("a stale socket is replaced");
+    let err = bind_client_socket(&socket).unwrap_err().to_string();
+    assert!(err.contains("already listening"), "{err}");
+    assert!(err.contains(&socket.display().to_string()), "{err}");
+    drop(listener);
+}
