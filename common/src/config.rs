@@ -25,6 +25,35 @@ pub struct Config {
     pub node: NodeConfig,
     /// Priority tiers by name. Replaces the defaults as a whole when given.
     pub tiers: BTreeMap<String, TierConfig>,
+    /// Accounts (teams) jobs are charged to, by name. An account that is not listed still
+    /// exists (shares 1, no parent); listing one gives it shares, a parent and members.
+    pub accounts: BTreeMap<String, AccountConfig>,
+}
+
+/// `[accounts.NAME]`: a team that jobs are charged to (`ysub -A NAME`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccountConfig {
+    /// Its share of the cluster relative to its siblings (accounts with the same parent).
+    pub shares: u32,
+    /// The account above it (a department above teams); empty: at the top. Two levels at
+    /// most: a parent has no parent.
+    pub parent: String,
+    /// Users who may charge it besides the members of the Unix group of its name.
+    pub users: Vec<String>,
+    /// Unix groups whose members may charge it.
+    pub groups: Vec<String>,
+}
+
+impl Default for AccountConfig {
+    fn default() -> Self {
+        AccountConfig {
+            shares: 1,
+            parent: String::new(),
+            users: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -67,6 +96,14 @@ pub struct SchedulerConfig {
     /// Nodes whose agents' relayed root (uid 0) is an administrator, e.g. login nodes where
     /// only admins are root. Root relayed from any other node is an ordinary user.
     pub admin_hosts: Vec<String>,
+    /// Fair share's decay: past usage counts half after this long (`7d`, `36h`; as Slurm's
+    /// `PriorityDecayHalfLife`).
+    pub fair_share_half_life: String,
+    /// HTTP address of the Prometheus metrics (`/metrics`), e.g. `0.0.0.0:9717`; empty: off.
+    pub metrics_listen: String,
+    /// `yctl report` and `yctl shares` show every account to everyone; `false`: a user sees
+    /// only the accounts they may charge (administrators see all).
+    pub reports_public: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -124,6 +161,11 @@ pub struct TierConfig {
     /// Users allowed to submit to this tier; with `allow_groups`, empty means everyone.
     pub allow_users: Vec<String>,
     pub allow_groups: Vec<String>,
+    /// The most GPUs one account's jobs of this tier may hold at once; 0: no limit. A job
+    /// beyond it waits (`AccountLimit`); a job larger than it is refused at submit.
+    pub max_gpus_per_account: u32,
+    /// The same per user (`UserLimit`).
+    pub max_gpus_per_user: u32,
 }
 
 impl Default for TierConfig {
@@ -137,6 +179,8 @@ impl Default for TierConfig {
             min_runtime: 0,
             allow_users: Vec::new(),
             allow_groups: Vec::new(),
+            max_gpus_per_account: 0,
+            max_gpus_per_user: 0,
         }
     }
 }
@@ -159,6 +203,9 @@ impl Default for SchedulerConfig {
             state_reserve_mib: 64,
             admin_group: String::new(),
             admin_hosts: Vec::new(),
+            fair_share_half_life: "7d".into(),
+            metrics_listen: String::new(),
+            reports_public: true,
         }
     }
 }
@@ -203,6 +250,7 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             node: NodeConfig::default(),
             tiers: default_tiers(),
+            accounts: BTreeMap::new(),
         }
     }
 }
@@ -294,6 +342,32 @@ impl Config {
                 self.scheduler.heartbeat_secs
             ));
         }
+        self.fair_share_half_life_ms()?;
+        for (name, a) in &self.accounts {
+            crate::text::check_printable("account name", name)?;
+            if a.shares == 0 {
+                return Err(format!("account '{name}': shares must be at least 1"));
+            }
+            if a.parent.is_empty() {
+                continue;
+            }
+            match self.accounts.get(&a.parent) {
+                None => {
+                    return Err(format!(
+                        "account '{name}': parent '{}' is not an [accounts.*] entry",
+                        a.parent
+                    ))
+                }
+                Some(p) if !p.parent.is_empty() => {
+                    return Err(format!(
+                        "account '{name}': its parent '{}' has a parent itself (two levels \
+                         at most: department, then team)",
+                        a.parent
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
         for (name, t) in &self.tiers {
             if t.default_grace > t.max_grace {
                 return Err(format!("tier '{name}': default_grace exceeds max_grace"));
@@ -375,6 +449,36 @@ impl Config {
             && host.is_none_or(|h| self.scheduler.admin_hosts.iter().any(|a| a == h));
         let group = &self.scheduler.admin_group;
         root_here || (!group.is_empty() && owner.groups.iter().any(|g| g == group))
+    }
+
+    /// `scheduler.fair_share_half_life` in milliseconds (at least one minute).
+    pub fn fair_share_half_life_ms(&self) -> Result<i64, String> {
+        let text = &self.scheduler.fair_share_half_life;
+        let d = humantime::parse_duration(text).map_err(|e| {
+            format!("scheduler.fair_share_half_life = {text:?}: {e} (e.g. \"7d\", \"36h\")")
+        })?;
+        if d < std::time::Duration::from_secs(60) {
+            return Err(format!(
+                "scheduler.fair_share_half_life = {text:?} is under a minute"
+            ));
+        }
+        Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// The account `name`'s settings: its `[accounts.NAME]` entry, else the defaults.
+    pub fn account(&self, name: &str) -> AccountConfig {
+        self.accounts.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Whether `owner` may charge jobs to account `name`: a member of the Unix group of that
+    /// name, or listed in the account's `users`, or a member of one of its `groups`.
+    pub fn may_charge(&self, owner: &crate::Owner, name: &str) -> bool {
+        if owner.groups.iter().any(|g| g == name) {
+            return true;
+        }
+        self.accounts.get(name).is_some_and(|a| {
+            a.users.contains(&owner.user) || a.groups.iter().any(|g| owner.groups.contains(g))
+        })
     }
 
     pub fn tier(&self, name: &str) -> Option<&TierConfig> {

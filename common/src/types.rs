@@ -256,6 +256,60 @@ pub struct Job {
     /// at `scheduler.max_launch_attempts` the job ends FAILED instead of cycling.
     #[serde(default)]
     pub launch_attempts: u32,
+    /// When the current wait began: submit, release from hold, or requeue (the start of the
+    /// wait that `RunRecord::wait_ms` measures). `None` in records written before it existed:
+    /// the submit time stands in.
+    #[serde(default)]
+    pub queued_at: Option<Millis>,
+}
+
+/// The usage of one run of one job, recorded durably when the run ends (in the same batch as
+/// the job's change), whatever its end: completed, failed, cancelled, timed out, node lost,
+/// preempted (requeued or not), requeued on request or after a fence. The unit of accounting,
+/// fair share and reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub job_id: JobId,
+    /// Of the job, 0 for its first run.
+    pub restart_count: u32,
+    pub account: String,
+    pub user: String,
+    pub uid: u32,
+    pub tier: String,
+    /// GPUs and CPUs the run held (all its nodes).
+    pub gpus: u32,
+    pub cpus: u32,
+    /// When its wait began (`Job::queued_at`), when it started, when it ended.
+    pub queued_at: Millis,
+    pub start: Millis,
+    pub end: Millis,
+    /// How the run ended: the job's final state (`COMPLETED`, `FAILED`, `CANCELLED`,
+    /// `TIMEOUT`, `NODE_FAIL`, `OUT_OF_MEMORY`, `PREEMPTED`), or `REQUEUED` when it went back
+    /// to the queue (after a preemption, `yctl requeue`, or its node's fence).
+    pub outcome: String,
+    /// The job that preempted this run, if one did.
+    pub preempted_by: Option<JobId>,
+    /// That preemptor's account ("preemptions caused").
+    pub preemptor_account: Option<String>,
+    /// For a preempted run: a checkpoint was written during its grace.
+    pub checkpoint_saved: bool,
+    /// For a preempted run: GPU-seconds of work since its last known checkpoint (since its
+    /// start when none is known), i.e. work lost unless the grace saved it.
+    pub lost_gpu_secs: u64,
+}
+
+impl RunRecord {
+    pub fn gpu_secs(&self) -> u64 {
+        u64::from(self.gpus) * (self.end - self.start).max(0) as u64 / 1000
+    }
+
+    pub fn cpu_secs(&self) -> u64 {
+        u64::from(self.cpus) * (self.end - self.start).max(0) as u64 / 1000
+    }
+
+    pub fn wait_ms(&self) -> i64 {
+        (self.start - self.queued_at).max(0)
+    }
 }
 
 /// How far the parts of a multi-node run have got. A part's GPUs are released as soon as its

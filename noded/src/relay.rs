@@ -270,6 +270,30 @@ impl Ysched for Relay {
         self.forward(request, |mut c, r| async move { c.audit(r).await })
             .await
     }
+
+    async fn shares(
+        &self,
+        request: Request<pb::SharesRequest>,
+    ) -> Result<Response<pb::ShareList>, Status> {
+        self.forward(request, |mut c, r| async move { c.shares(r).await })
+            .await
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.report(r).await })
+            .await
+    }
+
+    async fn import_usage(
+        &self,
+        request: Request<pb::ImportUsageRequest>,
+    ) -> Result<Response<pb::ImportUsageReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.import_usage(r).await })
+            .await
+    }
 }
 
 /// Binds the client socket at `path`: creates its directory, refuses when something already

@@ -332,6 +332,7 @@ fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
         last_checkpoint: None,
         parts: Default::default(),
         launch_attempts: 0,
+        queued_at: None,
     }
 }
 

@@ -226,6 +226,27 @@ impl Ysched for MockSchedd {
         Ok(Response::new(Empty {}))
     }
 
+    async fn shares(
+        &self,
+        _request: Request<ysched_proto::SharesRequest>,
+    ) -> Result<Response<ysched_proto::ShareList>, Status> {
+        Err(Status::unimplemented("shares"))
+    }
+
+    async fn report(
+        &self,
+        _request: Request<ysched_proto::ReportRequest>,
+    ) -> Result<Response<ysched_proto::ReportReply>, Status> {
+        Err(Status::unimplemented("report"))
+    }
+
+    async fn import_usage(
+        &self,
+        _request: Request<ysched_proto::ImportUsageRequest>,
+    ) -> Result<Response<ysched_proto::ImportUsageReply>, Status> {
+        Err(Status::unimplemented("import_usage"))
+    }
+
     async fn audit(&self, request: Request<AuditRequest>) -> Result<Response<AuditList>, Status> {
         let entry = |job_id, action: &str| AuditEntry {
             time_ms: 1_767_225_600_000,

@@ -264,6 +264,27 @@ impl Ysched for FakeClients {
     ) -> Result<Response<pb::AuditList>, Status> {
         self.unimplemented("audit", &request)
     }
+
+    async fn shares(
+        &self,
+        request: Request<pb::SharesRequest>,
+    ) -> Result<Response<pb::ShareList>, Status> {
+        self.unimplemented("shares", &request)
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportReply>, Status> {
+        self.unimplemented("report", &request)
+    }
+
+    async fn import_usage(
+        &self,
+        request: Request<pb::ImportUsageRequest>,
+    ) -> Result<Response<pb::ImportUsageReply>, Status> {
+        self.unimplemented("import_usage", &request)
+    }
 }
 
 /// A fake schedd serving TLS.

@@ -204,6 +204,7 @@ impl JobBuilder {
             last_checkpoint: None,
             parts: Default::default(),
             launch_attempts: 0,
+            queued_at: None,
         };
         JobBuilder {
             job,

@@ -183,6 +183,27 @@ impl pb::ysched_server::Ysched for ClientApi {
         }))
     }
 
+    async fn shares(
+        &self,
+        _req: Request<pb::SharesRequest>,
+    ) -> Result<Response<pb::ShareList>, Status> {
+        Err(Status::unimplemented("yctl shares: not yet"))
+    }
+
+    async fn report(
+        &self,
+        _req: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportReply>, Status> {
+        Err(Status::unimplemented("yctl report: not yet"))
+    }
+
+    async fn import_usage(
+        &self,
+        _req: Request<pb::ImportUsageRequest>,
+    ) -> Result<Response<pb::ImportUsageReply>, Status> {
+        Err(Status::unimplemented("yctl usage import: not yet"))
+    }
+
     type WatchJobStream = WatchStream;
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {

@@ -386,6 +386,7 @@ impl Records {
             last_checkpoint: None,
             parts: Default::default(),
             launch_attempts: 0,
+            queued_at: (!held).then_some(now),
         };
         let mut fx = Effects {
             // A held job cannot start: no pass needed until it is released.

@@ -425,6 +425,7 @@ mod tests {
             last_checkpoint: None,
             parts: Default::default(),
             launch_attempts: 0,
+            queued_at: None,
         }
     }
 
