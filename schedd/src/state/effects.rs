@@ -26,6 +26,9 @@ pub struct Effects {
     pub changed: Vec<JobId>,
     /// The scheduler should look again (resources freed, a job queued, a node changed).
     pub wake: bool,
+    /// Runs that ended in this event (written in its batch): fair share takes them once
+    /// committed.
+    pub runs: Vec<ysched_common::RunRecord>,
 }
 
 impl Effects {

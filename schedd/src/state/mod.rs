@@ -84,6 +84,7 @@ impl Records {
             commands: effects.commands,
             changed,
             wake: effects.wake,
+            runs: effects.runs,
         }
     }
 
@@ -154,6 +155,8 @@ pub struct Committed {
     pub commands: Vec<(String, AgentCommand)>,
     pub changed: Vec<JobId>,
     pub wake: bool,
+    /// Runs that ended in the event, now durable.
+    pub runs: Vec<ysched_common::RunRecord>,
 }
 
 pub use commands::AgentCommand;

@@ -379,6 +379,13 @@ impl Store {
             .collect()
     }
 
+    /// The recorded runs that ended in `[from_ms, to_ms)`, oldest end first.
+    // TODO(usage): the `usage` tree; until then nothing is recorded.
+    pub fn runs_between(&self, from_ms: i64, to_ms: i64) -> Result<Vec<ysched_common::RunRecord>> {
+        let _ = (from_ms, to_ms);
+        Ok(Vec::new())
+    }
+
     pub fn events(&self, id: JobId) -> Result<Vec<JobEvent>> {
         self.events
             .scan_prefix(id.0.to_be_bytes())
