@@ -86,6 +86,34 @@ pub fn validate(
             who_may(tier)
         )));
     }
+    // The account charged: `-A`, else the submitter's primary group (always theirs).
+    if !wire.account.is_empty() && !caller.is_admin() && !config.may_charge(owner, &wire.account) {
+        return Err(ApiError::Denied(format!(
+            "user {} may not charge account '{}' ({})",
+            owner.user,
+            wire.account,
+            who_may_charge(config, &wire.account)
+        )));
+    }
+    // A job larger than its tier's quota could never start: refuse it now. One within it
+    // waits for the quota to free up (AccountLimit, UserLimit).
+    for (limit, key) in [
+        (tier.max_gpus_per_account, "max_gpus_per_account"),
+        (tier.max_gpus_per_user, "max_gpus_per_user"),
+    ] {
+        if limit > 0 && wire.gpus > limit {
+            let per = if key.ends_with("account") {
+                "account"
+            } else {
+                "user"
+            };
+            return Err(invalid(format!(
+                "the job asks for {} GPUs, more than tier '{tier_name}' lets one {per} hold \
+                 ({limit}, tiers.{tier_name}.{key})",
+                wire.gpus
+            )));
+        }
+    }
     let nodes_wanted = wire.nodes.max(1);
     if !wire.gpus.is_multiple_of(nodes_wanted) {
         return Err(invalid(format!(
@@ -258,6 +286,20 @@ pub fn tier_allows(tier: &ysched_common::TierConfig, caller: &Caller) -> bool {
         || tier.allow_groups.iter().any(|g| owner.groups.contains(g))
 }
 
+/// Who may charge account `name`, for a refusal's message.
+fn who_may_charge(config: &Config, name: &str) -> String {
+    let mut parts = vec![format!("members of the Unix group '{name}'")];
+    if let Some(a) = config.accounts.get(name) {
+        if !a.users.is_empty() {
+            parts.push(format!("users {}", a.users.join(", ")));
+        }
+        if !a.groups.is_empty() {
+            parts.push(format!("members of {}", a.groups.join(", ")));
+        }
+    }
+    format!("allowed: {}", parts.join("; "))
+}
+
 fn who_may(tier: &ysched_common::TierConfig) -> String {
     let mut parts = vec!["root".to_string()];
     parts.extend(tier.allow_users.iter().filter(|u| *u != "root").cloned());
@@ -356,6 +398,94 @@ mod warn_signal_tests {
         let err = submit(Some(pb::WarnSignal { secs: 65_536, ..w })).unwrap_err();
         assert!(
             matches!(&err, ApiError::Invalid(m) if m.contains("65536 seconds is out of range")),
+            "{err:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod account_tests {
+    use super::*;
+    use ysched_common::Owner;
+
+    fn alice() -> Owner {
+        Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into(), "ml".into()],
+        }
+    }
+
+    fn config() -> Config {
+        Config::parse(
+            "[tiers.high]\nvalue = 10\nmax_gpus_per_account = 16\n\
+             [tiers.medium]\nvalue = 5\nmax_gpus_per_user = 4\n\
+             [accounts.vision]\nusers = [\"alice\"]\n\
+             [accounts.nlp]\ngroups = [\"ml\"]\n\
+             [accounts.infra]\n",
+        )
+        .unwrap()
+    }
+
+    fn submit(
+        caller: Caller,
+        account: &str,
+        tier: &str,
+        gpus: u32,
+    ) -> Result<ValidSubmit, ApiError> {
+        let wire = pb::JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            workdir: "/tmp".into(),
+            account: account.into(),
+            tier: tier.into(),
+            gpus,
+            ..Default::default()
+        };
+        validate(wire, &caller, &config())
+    }
+
+    #[test]
+    fn a_user_charges_only_accounts_they_belong_to() {
+        let me = || Caller::local(alice());
+        // The primary group by default, a group of the same name, the account's users, groups.
+        assert_eq!(submit(me(), "", "high", 1).unwrap().spec.account, "alice");
+        for ok in ["alice", "ml", "vision", "nlp"] {
+            assert_eq!(submit(me(), ok, "high", 1).unwrap().spec.account, ok);
+        }
+        let err = submit(me(), "infra", "high", 1).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Denied(m) if m.contains("may not charge account 'infra'")
+                && m.contains("members of the Unix group 'infra'")),
+            "{err:?}"
+        );
+        // Administrators charge any account.
+        let root = Caller::local(Owner {
+            uid: 0,
+            gid: 0,
+            user: "root".into(),
+            groups: vec!["root".into()],
+        });
+        assert_eq!(
+            submit(root, "infra", "high", 1).unwrap().spec.account,
+            "infra"
+        );
+    }
+
+    #[test]
+    fn a_job_larger_than_its_tiers_quota_is_refused() {
+        let me = || Caller::local(alice());
+        assert!(submit(me(), "", "high", 16).is_ok());
+        let err = submit(me(), "", "high", 17).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid(m) if m.contains("17 GPUs")
+                && m.contains("tiers.high.max_gpus_per_account")),
+            "{err:?}"
+        );
+        assert!(submit(me(), "", "medium", 4).is_ok());
+        let err = submit(me(), "", "medium", 5).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid(m) if m.contains("tiers.medium.max_gpus_per_user")),
             "{err:?}"
         );
     }
