@@ -144,6 +144,9 @@ fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
         gpus_requested: j.spec.gpus,
         time_limit_secs: j.spec.time_limit_secs.unwrap_or(0),
         last_checkpoint_ms: j.last_checkpoint.unwrap_or(0),
+        // Known to schedd's scheduling loop only: its server fills them in.
+        fair_share: None,
+        queue_position: None,
     }
 }
 
@@ -157,6 +160,53 @@ impl From<&AuditRecord> for pb::AuditEntry {
             job_id: a.job_id.map(|j| j.0).unwrap_or(0),
             detail: a.detail.clone(),
             host: a.host.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl From<&crate::types::RunRecord> for pb::RunUsage {
+    fn from(r: &crate::types::RunRecord) -> Self {
+        pb::RunUsage {
+            job_id: r.job_id.0,
+            restart_count: r.restart_count,
+            account: r.account.clone(),
+            user: r.user.clone(),
+            uid: r.uid,
+            tier: r.tier.clone(),
+            gpus: r.gpus,
+            cpus: r.cpus,
+            queued_at_ms: r.queued_at,
+            start_ms: r.start,
+            end_ms: r.end,
+            outcome: r.outcome.clone(),
+            preempted_by: r.preempted_by.map_or(0, |j| j.0),
+            preemptor_account: r.preemptor_account.clone().unwrap_or_default(),
+            checkpoint_saved: r.checkpoint_saved,
+            lost_gpu_secs: r.lost_gpu_secs,
+        }
+    }
+}
+
+impl From<&pb::RunUsage> for crate::types::RunRecord {
+    fn from(r: &pb::RunUsage) -> Self {
+        crate::types::RunRecord {
+            job_id: crate::types::JobId(r.job_id),
+            restart_count: r.restart_count,
+            account: r.account.clone(),
+            user: r.user.clone(),
+            uid: r.uid,
+            tier: r.tier.clone(),
+            gpus: r.gpus,
+            cpus: r.cpus,
+            queued_at: r.queued_at_ms,
+            start: r.start_ms,
+            end: r.end_ms,
+            outcome: r.outcome.clone(),
+            preempted_by: (r.preempted_by != 0).then_some(crate::types::JobId(r.preempted_by)),
+            preemptor_account: (!r.preemptor_account.is_empty())
+                .then(|| r.preemptor_account.clone()),
+            checkpoint_saved: r.checkpoint_saved,
+            lost_gpu_secs: r.lost_gpu_secs,
         }
     }
 }

@@ -310,6 +310,77 @@ impl RunRecord {
     pub fn wait_ms(&self) -> i64 {
         (self.start - self.queued_at).max(0)
     }
+
+    /// The record borrowed, as a scan of many hands them out without copying strings.
+    pub fn view(&self) -> RunView<'_> {
+        RunView {
+            job_id: self.job_id,
+            restart_count: self.restart_count,
+            account: &self.account,
+            user: &self.user,
+            uid: self.uid,
+            tier: &self.tier,
+            gpus: self.gpus,
+            cpus: self.cpus,
+            queued_at: self.queued_at,
+            start: self.start,
+            end: self.end,
+            outcome: &self.outcome,
+            preempted_by: self.preempted_by,
+            preemptor_account: self.preemptor_account.as_deref(),
+            checkpoint_saved: self.checkpoint_saved,
+            lost_gpu_secs: self.lost_gpu_secs,
+        }
+    }
+}
+
+/// A [`RunRecord`] with borrowed strings: what a scan of a million recorded runs (a report)
+/// reads, without allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunView<'a> {
+    pub job_id: JobId,
+    pub restart_count: u32,
+    pub account: &'a str,
+    pub user: &'a str,
+    pub uid: u32,
+    pub tier: &'a str,
+    pub gpus: u32,
+    pub cpus: u32,
+    pub queued_at: Millis,
+    pub start: Millis,
+    pub end: Millis,
+    pub outcome: &'a str,
+    pub preempted_by: Option<JobId>,
+    pub preemptor_account: Option<&'a str>,
+    pub checkpoint_saved: bool,
+    pub lost_gpu_secs: u64,
+}
+
+impl RunView<'_> {
+    pub fn wait_ms(&self) -> i64 {
+        self.start.saturating_sub(self.queued_at).max(0)
+    }
+
+    pub fn to_record(&self) -> RunRecord {
+        RunRecord {
+            job_id: self.job_id,
+            restart_count: self.restart_count,
+            account: self.account.to_string(),
+            user: self.user.to_string(),
+            uid: self.uid,
+            tier: self.tier.to_string(),
+            gpus: self.gpus,
+            cpus: self.cpus,
+            queued_at: self.queued_at,
+            start: self.start,
+            end: self.end,
+            outcome: self.outcome.to_string(),
+            preempted_by: self.preempted_by,
+            preemptor_account: self.preemptor_account.map(str::to_string),
+            checkpoint_saved: self.checkpoint_saved,
+            lost_gpu_secs: self.lost_gpu_secs,
+        }
+    }
 }
 
 /// How far the parts of a multi-node run have got. A part's GPUs are released as soon as its

@@ -7,12 +7,19 @@
 //! - [`shell`]: the records, agent sessions and outbox behind one lock; runs each event
 //!   (store first, then memory and outbox), group commit, the scheduling loop.
 //! - [`error`]: `ApiError`, what a request can fail with.
+//! - [`fair_share`]: the usage book (decayed GPU usage per account) and the fair-share factors
+//!   the core orders each tier by (pure, like `core`).
 //! - [`store`]: durable state in sled (the only module that knows sled).
 //! - [`server`]: gRPC services (the only module that knows tonic).
 //! - [`submit`]: validation of submits.
+//! - [`metrics`]: Prometheus metrics (the only module that knows `prometheus-client`).
+//! - [`report`]: usage reports (`yctl report`) as a pure function of recorded runs.
 
 pub mod core;
 pub mod error;
+pub mod fair_share;
+pub mod metrics;
+pub mod report;
 pub mod server;
 pub mod shell;
 pub mod state;

@@ -99,11 +99,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
             anyhow::anyhow!("cannot listen on {}: {e}{hint}", config.scheduler.listen)
         })?;
     let clients = server::bind_client_socket(&config.scheduler.socket)?;
+    let metrics = match config.scheduler.metrics_listen.as_str() {
+        "" => None,
+        addr => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} for metrics (scheduler.metrics_listen): {e}")
+        })?),
+    };
     let socket_path = config.scheduler.socket.clone();
     let cluster = Cluster::start(config, store)?;
     tracing::info!("schedd ready");
     let _ = ysched_common::sdnotify::notify_ready();
-    server::serve(cluster, key, tls, clients, agents, shutdown_signal()).await?;
+    server::serve(
+        cluster,
+        key,
+        tls,
+        clients,
+        agents,
+        metrics,
+        shutdown_signal(),
+    )
+    .await?;
     let _ = std::fs::remove_file(socket_path);
     Ok(())
 }

@@ -13,10 +13,14 @@ use std::time::Instant;
 
 use ysched_common::config::default_tiers;
 use ysched_common::time::Millis;
+use ysched_common::RunRecord;
 use ysched_common::{
     Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation, TierConfig,
 };
-use ysched_schedd::core::{schedule, schedule_with, Policy, Snapshot, Topologies};
+use ysched_schedd::core::{
+    queue_order, schedule, schedule_with, FairShare, Policy, Snapshot, Topologies,
+};
+use ysched_schedd::fair_share::{share_table, QueueView, UsageBook};
 
 /// One measured figure: name, value, unit, target, whether higher is better.
 pub type CoreFigure = (&'static str, f64, &'static str, f64, bool);
@@ -25,6 +29,12 @@ const FULL_PASS: &str = "full scheduling pass, 1,000 nodes x 8 GPUs, 100,000 pen
 const PER_JOB: &str = "full scheduling pass, average per pending job";
 const ONE_DECISION: &str = "one incremental decision (1,000 nodes x 8 GPUs, 1 pending)";
 const ONE_DECISION_COLD: &str = "the same, node topologies read anew (no cache)";
+const FAIR_PASS: &str = "the full pass with fair share (50 accounts)";
+const FAIR_COST: &str = "fair share's cost: its queue order, share of the pass";
+const FAIR_INPUTS: &str = "its factors, from the book and running jobs";
+
+/// Pending and running jobs are charged to this many accounts (`team00`..`team49`).
+const N_ACCOUNTS: u64 = 50;
 
 /// Some fixed point in time.
 const NOW: Millis = 1_700_000_000_000;
@@ -39,9 +49,17 @@ pub fn run() -> Vec<CoreFigure> {
 /// `passes` times (the median counts).
 pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigure> {
     let cluster = BenchCluster::generate(n_nodes, n_pending);
-    let policy = Policy {
+    let policy = Policy::new(&cluster.tiers);
+    // Every account a different factor, spread over 0..1 as fair share would leave them.
+    let factors =
+        FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 0.5f64.powf(i as f64 / 10.0))));
+    let fair_policy = Policy {
         tiers: &cluster.tiers,
+        fair_share: &factors,
     };
+    // For the cost: every account listed, all with one factor, so that every job's account
+    // is looked up, yet the order is the same as without fair share.
+    let even = FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 0.5)));
 
     let snap = Snapshot {
         jobs: &cluster.jobs,
@@ -49,16 +67,35 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
     };
     // As schedd runs it: node topologies kept between passes.
     let mut kept = Topologies::default();
-    let mut full_ms: Vec<f64> = (0..passes.max(1))
-        .map(|_| {
+    // Passes without and with fair share take turns, so that drift of the machine's speed
+    // weighs on both alike.
+    let (mut full_ms, mut fair_ms) = (Vec::new(), Vec::new());
+    for _ in 0..passes.max(1) {
+        for (policy, times) in [(&policy, &mut full_ms), (&fair_policy, &mut fair_ms)] {
             let start = Instant::now();
-            let plan = schedule_with(&snap, &policy, NOW, &mut kept);
-            let ms = start.elapsed().as_secs_f64() * 1e3;
+            let plan = schedule_with(&snap, policy, NOW, &mut kept);
+            times.push(start.elapsed().as_secs_f64() * 1e3);
             std::hint::black_box(plan);
-            ms
-        })
-        .collect();
+        }
+    }
     let full_ms = median(&mut full_ms);
+    let fair_ms = median(&mut fair_ms);
+    // Fair share's cost is in the queue's order alone (the pass decides alike whatever the
+    // order), a small difference of two long timings: timed on its own, fastest of several
+    // runs in turns, as a share of the full pass.
+    let (mut plain_order, mut fair_order) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        for (fair_share, times) in [
+            (FairShare::none(), &mut plain_order),
+            (&even, &mut fair_order),
+        ] {
+            let start = Instant::now();
+            std::hint::black_box(queue_order(&cluster.jobs, fair_share));
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let fastest = |times: &[f64]| times.iter().copied().fold(f64::INFINITY, f64::min);
+    let cost = (fastest(&fair_order) - fastest(&plain_order)) / full_ms.max(1e-9) * 100.0;
 
     // One decision: the same loaded cluster with exactly one pending job, for several different
     // jobs of the queue, each alone; each is scheduled once untimed (so that the allocator has
@@ -87,6 +124,52 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
     let one_ms = median(&mut one_ms);
     let one_cold_ms = median(&mut one_cold_ms);
 
+    // What schedd does around the core for fair share in each pass: the share table from the
+    // book and every running job, the factors, and each pending job's place.
+    let mut book = UsageBook::new(7 * 24 * HOUR, NOW);
+    for (i, job) in cluster.running.values().enumerate() {
+        book.add_run(&RunRecord {
+            job_id: job.id,
+            restart_count: 0,
+            account: job.spec.account.clone(),
+            user: job.owner.user.clone(),
+            uid: job.owner.uid,
+            tier: job.spec.tier.clone(),
+            gpus: job.spec.gpus,
+            cpus: 1,
+            queued_at: NOW - 48 * HOUR,
+            start: NOW - 47 * HOUR,
+            end: NOW - (i as i64 % 40) * HOUR,
+            outcome: "COMPLETED".into(),
+            preempted_by: None,
+            preemptor_account: None,
+            checkpoint_saved: false,
+            lost_gpu_secs: 0,
+        });
+    }
+    let accounts = BTreeMap::new();
+    let mut inputs_ms: Vec<f64> = (0..passes.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            let table = share_table(&book, &accounts, &cluster.jobs, NOW);
+            let factors = table.factors();
+            let mut ms = start.elapsed().as_secs_f64() * 1e3;
+            // The queue comes from the pass itself: not timed.
+            let policy = Policy {
+                tiers: &cluster.tiers,
+                fair_share: &factors,
+            };
+            let queue = pending_queue(&cluster.jobs, &policy);
+            let start = Instant::now();
+            // The places are sorted at `yq`'s first question, not here.
+            let view = QueueView::new(table, factors.clone(), queue);
+            ms += start.elapsed().as_secs_f64() * 1e3;
+            std::hint::black_box(view);
+            ms
+        })
+        .collect();
+    let inputs_ms = median(&mut inputs_ms);
+
     vec![
         (FULL_PASS, full_ms, "ms", 1000.0, false),
         (
@@ -98,7 +181,23 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
         ),
         (ONE_DECISION, one_ms, "ms", 1.0, false),
         (ONE_DECISION_COLD, one_cold_ms, "ms", 1.0, false),
+        (FAIR_PASS, fair_ms, "ms", 1000.0, false),
+        (FAIR_COST, cost, "%", 10.0, false),
+        (FAIR_INPUTS, inputs_ms, "ms", 100.0, false),
     ]
+}
+
+/// No nodes at all.
+static NO_NODES: BTreeMap<String, Node> = BTreeMap::new();
+
+/// The pending jobs in the pass's order, as `schedule_with_queue` hands them to schedd, found
+/// cheaply: without nodes the pass decides nothing but walks the same queue.
+fn pending_queue(jobs: &BTreeMap<JobId, Job>, policy: &Policy<'_>) -> Vec<(JobId, i64)> {
+    let empty = Snapshot {
+        jobs,
+        nodes: &NO_NODES,
+    };
+    ysched_schedd::core::schedule_with_queue(&empty, policy, NOW, &mut Topologies::default()).1
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -297,6 +396,11 @@ fn alloc(node: &str, gpus: &[u32]) -> NodeAlloc {
     }
 }
 
+/// The `i`th account: `team07`.
+fn account(i: u64) -> String {
+    format!("team{i:02}")
+}
+
 fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
     let (tier_name, tier_value) = TIERS[tier];
     Job {
@@ -304,7 +408,7 @@ fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
         spec: std::sync::Arc::new(JobSpec {
             name: format!("job{id}"),
             tier: tier_name.to_string(),
-            account: "research".into(),
+            account: account(id % N_ACCOUNTS),
             workdir: "/home/alice".into(),
             script: "train.sh".into(),
             ..spec
@@ -422,14 +526,55 @@ mod tests {
     }
 
     #[test]
-    fn small_bench_reports_three_figures() {
+    fn small_bench_reports_its_figures() {
         let figures = run_with(40, 2_000, 1);
         let names: Vec<&str> = figures.iter().map(|f| f.0).collect();
-        assert_eq!(names, [FULL_PASS, PER_JOB, ONE_DECISION, ONE_DECISION_COLD]);
+        assert_eq!(
+            names,
+            [
+                FULL_PASS,
+                PER_JOB,
+                ONE_DECISION,
+                ONE_DECISION_COLD,
+                FAIR_PASS,
+                FAIR_COST,
+                FAIR_INPUTS
+            ]
+        );
         for (name, value, _, target, higher_is_better) in figures {
-            assert!(value.is_finite() && value >= 0.0, "{name}: {value}");
+            // The cost is a difference of two timings: it may come out below zero.
+            assert!(
+                value.is_finite() && (value >= 0.0 || name == FAIR_COST),
+                "{name}: {value}"
+            );
             assert!(target > 0.0 && !higher_is_better, "{name}");
         }
+    }
+
+    /// The cost figure compares like with like: one factor for all changes no decision;
+    /// spread factors do change them, deterministically.
+    #[test]
+    fn even_factors_change_no_plan() {
+        let cluster = BenchCluster::generate(40, 2_000);
+        let snap = Snapshot {
+            jobs: &cluster.jobs,
+            nodes: &cluster.nodes,
+        };
+        let plain = schedule(&snap, &Policy::new(&cluster.tiers), NOW);
+        let even = FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 0.5)));
+        let policy = Policy {
+            tiers: &cluster.tiers,
+            fair_share: &even,
+        };
+        assert_eq!(schedule(&snap, &policy, NOW), plain);
+        let spread = FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 1.0 / (1 + i) as f64)));
+        let policy = Policy {
+            tiers: &cluster.tiers,
+            fair_share: &spread,
+        };
+        let fair = schedule(&snap, &policy, NOW);
+        assert_ne!(fair, plain);
+        assert_eq!(fair, schedule(&snap, &policy, NOW));
     }
 
     #[test]
@@ -442,9 +587,7 @@ mod tests {
             .map(|a| a.gpus.len())
             .sum();
         assert!((100..=220).contains(&busy), "{busy} of 320 GPUs busy");
-        let policy = Policy {
-            tiers: &cluster.tiers,
-        };
+        let policy = Policy::new(&cluster.tiers);
         let snap = Snapshot {
             jobs: &cluster.jobs,
             nodes: &cluster.nodes,

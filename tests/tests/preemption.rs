@@ -232,4 +232,28 @@ fn a_permitted_and_a_refused_critical_submit() {
     let out = c.run("ysub", &["-p", "low", "--grace", "301", "--wrap", "true"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("300"), "{}", stderr(&out));
+    // A job is charged only to an account its submitter belongs to: nobody is in `nogroup`,
+    // not in `daemon`; the refusal is audited.
+    let out = c.run_as(
+        65534,
+        65534,
+        "ysub",
+        &["-A", "nogroup", "--hold", "--wrap", "true"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = c.run_as(65534, 65534, "ysub", &["-A", "daemon", "--wrap", "true"]);
+    assert!(!out.status.success(), "charged a foreign account");
+    assert!(
+        stderr(&out).contains("may not charge account 'daemon'"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.run("yctl", &["audit", "--json"]);
+    let audit: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        audit.iter().any(|a| a["action"] == "submit_refused"
+            && a["user"] == "nobody"
+            && a["detail"].as_str().unwrap().contains("account 'daemon'")),
+        "{audit:?}"
+    );
 }

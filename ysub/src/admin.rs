@@ -7,6 +7,7 @@ use crate::nodes::{
 };
 use crate::output::{print_json, print_stdout};
 use crate::output::{Column, Table};
+use crate::shares::{format_shares_table, shares_to_json};
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
@@ -17,6 +18,7 @@ use ysched_common::time::now_ms;
 use ysched_common::time::rfc3339;
 use ysched_proto::{
     AuditEntry, AuditRequest, DrainRequest, JobRef, ListNodesRequest, NodeInfo, NodeRef,
+    SharesRequest,
 };
 
 #[derive(Parser, Debug)]
@@ -76,6 +78,21 @@ pub enum Command {
     Requeue {
         #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
         job_ids: Vec<u64>,
+    },
+    /// Usage per account, user or tier over a window (default: the last 7 days): GPU-hours,
+    /// share of capacity, jobs, waits per tier, preemptions, checkpoints, work lost; the
+    /// cluster's capacity, daily utilization and start latency
+    Report(crate::report::ReportArgs),
+    /// Usage records: import runs recorded elsewhere
+    Usage {
+        #[command(subcommand)]
+        command: crate::report::UsageCommand,
+    },
+    /// Fair share per account (like sshare): shares, raw and decayed GPU usage, normalised
+    /// share, effective usage and the factor that orders jobs inside a tier
+    Shares {
+        #[arg(long)]
+        json: bool,
     },
     /// Show the audit log, newest first: refused submits, preemptions, cancels, holds,
     /// requeues, drains
@@ -202,6 +219,18 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         Command::Requeue { job_ids } => {
             for job_id in job_ids {
                 reply(client.requeue(JobRef { job_id }).await)?;
+            }
+        }
+        Command::Report(args) => crate::report::report(&mut client, &args).await?,
+        Command::Usage {
+            command: crate::report::UsageCommand::Import { file },
+        } => crate::report::import(&mut client, &file).await?,
+        Command::Shares { json } => {
+            let list = reply(client.shares(SharesRequest {}).await)?;
+            if json {
+                print_json(&shares_to_json(&list))?;
+            } else {
+                print_stdout(&format_shares_table(&list))?;
             }
         }
         Command::Audit { limit, json } => {
@@ -352,6 +381,10 @@ mod tests {
             matches!(parse(&["requeue", "7", "8,9"]).unwrap().command, Command::Requeue { job_ids } if job_ids == [7, 8, 9])
         );
         assert!(parse(&["requeue"]).is_err());
+        assert!(matches!(
+            parse(&["shares", "--json"]).unwrap().command,
+            Command::Shares { json: true }
+        ));
     }
 
     #[test]

@@ -78,6 +78,77 @@ pub fn format_job_table(jobs: &[JobInfo], now_ms: Millis, header: bool) -> Strin
     out
 }
 
+pub const LONG_JOB_COLUMNS: &[Column; 11] = &[
+    Column::right("JOBID"),
+    Column::left("NAME"),
+    Column::left("USER"),
+    Column::left("ACCOUNT"),
+    Column::left("TIER"),
+    Column::left("STATE"),
+    Column::right("TIME"),
+    Column::right("GPUS"),
+    Column::right("PLACE"),
+    Column::right("FAIRSHARE"),
+    Column::left("NODELIST(REASON)"),
+];
+
+/// `yq --long`: the table with the job's account and, for a pending job, its place in its
+/// tier's queue (1: next) and its account's fair-share factor at schedd's last pass (`-` for
+/// other jobs, and for a job submitted since).
+pub fn format_job_table_long(jobs: &[JobInfo], now_ms: Millis, header: bool) -> String {
+    let rows: Vec<LongJobRow> = jobs
+        .iter()
+        .map(|job| LongJobRow(JobRow::new(job, now_ms)))
+        .collect();
+    let mut out = String::new();
+    render_table(LONG_JOB_COLUMNS, &rows, header, &mut out);
+    out
+}
+
+/// A `yq --long` line: a [`JobRow`] with three more cells.
+struct LongJobRow<'a>(JobRow<'a>);
+
+impl LongJobRow<'_> {
+    /// The cell of the short row this column shows, or `None` for the three added ones.
+    fn short_column(column: usize) -> Option<usize> {
+        match column {
+            0..=2 => Some(column),
+            3 | 8 | 9 => None,
+            4..=7 => Some(column - 1),
+            _ => Some(7),
+        }
+    }
+
+    fn added_cell(&self, column: usize) -> Cow<'_, str> {
+        let job = self.0.job;
+        match column {
+            3 => escape_for_terminal(&job.account),
+            8 => job
+                .queue_position
+                .map_or(Cow::Borrowed("-"), |p| Cow::Owned(p.to_string())),
+            _ => job
+                .fair_share
+                .map_or(Cow::Borrowed("-"), |f| Cow::Owned(format!("{f:.3}"))),
+        }
+    }
+}
+
+impl Row for LongJobRow<'_> {
+    fn width(&self, column: usize) -> usize {
+        match Self::short_column(column) {
+            Some(short) => self.0.width(short),
+            None => display_width(&self.added_cell(column)),
+        }
+    }
+
+    fn write(&self, column: usize, out: &mut String) {
+        match Self::short_column(column) {
+            Some(short) => self.0.write(short, out),
+            None => out.push_str(&self.added_cell(column)),
+        }
+    }
+}
+
 /// A job as a `yq` line. Cells are written straight from the record: a queue of ten thousand
 /// jobs must list in milliseconds. Text cells go through [`escape_for_terminal`], which borrows
 /// unless there is something to escape.
@@ -167,6 +238,12 @@ pub struct JobJson<'a> {
     pub tier_value: i64,
     pub state: &'a str,
     pub reason: &'a str,
+    /// A pending job's place in its tier's queue (1: next) at schedd's last scheduling pass;
+    /// null for other jobs.
+    pub queue_position: Option<u32>,
+    /// A pending job's account's fair-share factor (0 to 1, 1: no recent usage) at that pass;
+    /// null for other jobs.
+    pub fair_share: Option<f64>,
     /// The nodes held, comma-joined; null when none.
     pub node: NodeNames<'a>,
     /// Per node: `{node, gpus, cpus, mem_mib}`.
@@ -198,6 +275,8 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         tier_value: job.tier_value,
         state: &job.state,
         reason: &job.reason,
+        queue_position: job.queue_position,
+        fair_share: job.fair_share,
         node: NodeNames(&job.alloc),
         nodes: NodeAllocs(&job.alloc),
         gpus: HeldGpus(&job.alloc),
@@ -598,6 +677,8 @@ pub(crate) mod tests {
             gpus_requested: 4,
             time_limit_secs: 3600,
             last_checkpoint_ms: T0 + 15_000,
+            fair_share: None,
+            queue_position: None,
         }
     }
 
@@ -781,6 +862,90 @@ pub(crate) mod tests {
         assert_eq!(value["time_limit"], serde_json::Value::Null);
         assert_eq!(value["last_checkpoint"], serde_json::Value::Null);
         assert_eq!(value["reason"], "Resources");
+        assert_eq!(value["queue_position"], serde_json::Value::Null);
+        assert_eq!(value["fair_share"], serde_json::Value::Null);
+        let value = serde_json::to_value(job_to_json(&placed_pending_job())).unwrap();
+        assert_eq!(value["queue_position"], 3);
+        assert_eq!(value["fair_share"], 0.25);
+    }
+
+    /// A pending job whose place the last pass gave.
+    fn placed_pending_job() -> JobInfo {
+        JobInfo {
+            account: "vision".into(),
+            reason: "AccountLimit".into(),
+            queue_position: Some(3),
+            fair_share: Some(0.25),
+            ..pending_job()
+        }
+    }
+
+    #[test]
+    fn long_table_shows_account_place_and_fair_share() {
+        let now = T0 + 10_000 + 3_725_000;
+        let jobs = [running_job(), placed_pending_job(), pending_job()];
+        let out = format_job_table_long(&jobs, now, true);
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            [
+                "JOBID",
+                "NAME",
+                "USER",
+                "ACCOUNT",
+                "TIER",
+                "STATE",
+                "TIME",
+                "GPUS",
+                "PLACE",
+                "FAIRSHARE",
+                "NODELIST(REASON)"
+            ]
+        );
+        assert_eq!(
+            lines[1],
+            [
+                "17",
+                "train",
+                "alice",
+                "ml",
+                "high",
+                "RUNNING",
+                "1:02:05",
+                "4",
+                "-",
+                "-",
+                "gpu01,gpu02"
+            ]
+        );
+        assert_eq!(
+            lines[2],
+            [
+                "18",
+                "eval",
+                "bob",
+                "vision",
+                "low",
+                "PENDING",
+                "0:00",
+                "1",
+                "3",
+                "0.250",
+                "(AccountLimit)"
+            ]
+        );
+        // A job the last pass has not seen, with no account: the cells still line up.
+        assert_eq!(lines[3].len(), 10, "{out}");
+        let place_at = out.lines().next().unwrap().find("PLACE").unwrap() + "PLACE".len();
+        for line in out.lines().skip(1) {
+            assert!(
+                line[..place_at].ends_with(['-', '3']),
+                "PLACE is right-aligned: {line}"
+            );
+        }
     }
 
     fn detail() -> JobDetail {

@@ -8,7 +8,9 @@
 //! * [`script`]: `#YSUB` directives and `--export` lists.
 //! * [`jobs`] / [`nodes`]: the text and JSON renderings of jobs and nodes, shared by the tools.
 //! * [`ysched_common::topo_matrix`]: a node's GPU matrix as `nvidia-smi topo -m` prints it.
-//! * [`submit`], [`queue`], [`cancel`], [`admin`]: the four tools.
+//! * [`shares`]: `yctl shares`, fair share per account.
+//! * [`submit`], [`queue`], [`cancel`], [`admin`]: the four tools; [`report`]: `yctl report`
+//!   and `yctl usage import`.
 
 pub mod admin;
 pub mod cancel;
@@ -17,5 +19,7 @@ pub mod jobs;
 pub mod nodes;
 pub mod output;
 pub mod queue;
+pub mod report;
 pub mod script;
+pub mod shares;
 pub mod submit;

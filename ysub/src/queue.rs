@@ -1,7 +1,7 @@
 //! `yq`: list jobs, like squeue.
 
 use crate::client::{self, reply};
-use crate::jobs::{format_job_table, job_to_json, JobJson};
+use crate::jobs::{format_job_table, format_job_table_long, job_to_json, JobJson};
 use crate::output::{print_json, print_stdout};
 use anyhow::{anyhow, Result};
 use clap::Parser;
@@ -35,6 +35,10 @@ pub struct YqCli {
     /// Print a JSON array of jobs instead of the table
     #[arg(long)]
     pub json: bool,
+    /// Also show each job's account and, for a pending job, its place in its tier's queue
+    /// (1: next) and its account's fair-share factor
+    #[arg(short = 'l', long, conflicts_with = "json")]
+    pub long: bool,
     /// Leave out the header line
     #[arg(long)]
     pub noheader: bool,
@@ -111,6 +115,8 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
     if cli.json {
         let objects: Vec<JobJson> = jobs.iter().map(job_to_json).collect();
         print_json(&objects)?;
+    } else if cli.long {
+        print_stdout(&format_job_table_long(&jobs, now_ms(), !cli.noheader))?;
     } else {
         print_stdout(&format_job_table(&jobs, now_ms(), !cli.noheader))?;
     }
@@ -157,5 +163,7 @@ mod tests {
         assert!(list_request(&cli(&["-t", "all"]), None).unwrap().all);
         assert!(list_request(&cli(&["-t", "nope"]), None).is_err());
         assert!(YqCli::try_parse_from(["yq", "-j", "x"]).is_err());
+        assert!(cli(&["-l"]).long && cli(&["--long"]).long);
+        assert!(YqCli::try_parse_from(["yq", "-l", "--json"]).is_err());
     }
 }

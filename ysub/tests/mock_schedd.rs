@@ -230,7 +230,26 @@ impl Ysched for MockSchedd {
         &self,
         _request: Request<ysched_proto::SharesRequest>,
     ) -> Result<Response<ysched_proto::ShareList>, Status> {
-        Err(Status::unimplemented("shares"))
+        let share = |account: &str, parent: &str, shares, norm, used: f64, factor| {
+            ysched_proto::AccountShare {
+                account: account.into(),
+                parent: parent.into(),
+                shares,
+                norm_shares: norm,
+                raw_gpu_secs: used * 2.0,
+                decayed_gpu_secs: used,
+                effective_usage: used / 7_200.0,
+                fair_share: factor,
+            }
+        };
+        Ok(Response::new(ysched_proto::ShareList {
+            accounts: vec![
+                share("ml", "", 2, 0.6667, 7_200.0, 0.354),
+                share("vision", "", 1, 0.3333, 0.0, 1.0),
+            ],
+            half_life_secs: 86_400,
+            as_of_ms: 1_767_225_600_000,
+        }))
     }
 
     async fn report(
@@ -653,6 +672,41 @@ fn yctl_audit() {
     assert_eq!(entries[0]["action"], "drain");
     assert_eq!(entries[0]["host"], serde_json::Value::Null);
     assert_eq!(entries[1]["host"], "login1");
+}
+
+#[test]
+fn yctl_shares() {
+    let output = run("yctl", &["shares"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "ACCOUNT",
+            "PARENT",
+            "SHARES",
+            "NORM_SHARES",
+            "RAW_GPU_H",
+            "DECAYED_GPU_H",
+            "EFF_USAGE",
+            "FAIRSHARE"
+        ]
+    );
+    assert_eq!(
+        rows[1],
+        ["ml", "-", "2", "0.6667", "4.0", "2.0", "1.0000", "0.354"]
+    );
+    assert_eq!(rows[2][0], "vision");
+    assert!(text.contains("half-life of 1d"), "{text}");
+    let value: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yctl", &["shares", "--json"]))).unwrap();
+    assert_eq!(value["half_life_secs"], 86_400);
+    assert_eq!(value["accounts"][0]["decayed_gpu_hours"], 2.0);
+    assert_eq!(value["accounts"][1]["fair_share"], 1.0);
 }
 
 fn command(tool: &str) -> Command {

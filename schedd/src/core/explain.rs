@@ -22,10 +22,10 @@ pub fn explain(
     now: Millis,
 ) -> Vec<(String, String)> {
     let mut pass = Pass::new(snap, policy, now, &mut Topologies::default());
-    let key = queue_key(job);
-    for ahead in pending_in_order(snap.jobs)
+    let key = queue_key(job, policy.fair_share);
+    for ahead in pending_in_order(snap.jobs, policy.fair_share)
         .into_iter()
-        .take_while(|j| queue_key(j) < key)
+        .take_while(|j| queue_key(j, policy.fair_share) < key)
     {
         pass.step(ahead);
     }

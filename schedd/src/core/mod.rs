@@ -2,14 +2,16 @@
 //! evict. The server builds a [`Snapshot`], calls [`schedule`] and applies the [`Plan`].
 //!
 //! # Layout
-//! - `order`: the queue order of pending jobs (tier, then submit time, then id).
+//! - `order`: the queue order of pending jobs (tier, then the account's fair-share factor,
+//!   then submit time, then id) and [`FairShare`], the factors the caller hands in.
 //! - `topo`: GPU topology inside a node (NVLink, PCIe) and `Topology::best_set`, the one place
 //!   that picks which GPUs of a node a job gets; [`Topologies`], the callers' cache of them.
 //! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), node ranking and
 //!   gang placement (`find_placement`), and [`check_satisfiable`].
 //! - `preempt`: the minimal victim set on a node, the cheapest nodes to evict on, and the
 //!   victims of a job spanning nodes.
-//! - `pass`: one pass over the queue, building the plan and keeping node views in step.
+//! - `pass`: one pass over the queue, building the plan and keeping node views in step, and
+//!   the tiers' GPU quotas per account and per user.
 //! - `explain`: per-node reasons for `yctl show job`.
 //!
 //! **Invariants.** This module is pure: no async runtime, RPC, storage, randomness, no clock
@@ -38,6 +40,7 @@ mod tests;
 
 pub use explain::explain;
 pub use fit::{check_satisfiable, check_satisfiable_with};
+pub use order::FairShare;
 pub use topo::Topologies;
 
 /// What the scheduler looks at: an immutable view of the store.
@@ -52,7 +55,20 @@ pub struct Snapshot<'a> {
 /// The configuration the scheduler obeys.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy<'a> {
+    /// Tiers by name, with their quotas (`max_gpus_per_account`, `max_gpus_per_user`).
     pub tiers: &'a BTreeMap<String, TierConfig>,
+    /// Fair-share factors by account: the order of jobs inside one tier.
+    pub fair_share: &'a FairShare,
+}
+
+impl<'a> Policy<'a> {
+    /// These tiers and no fair share: inside a tier, first come, first served.
+    pub fn new(tiers: &'a BTreeMap<String, TierConfig>) -> Self {
+        Policy {
+            tiers,
+            fair_share: FairShare::none(),
+        }
+    }
 }
 
 /// The outcome of one pass. A value: the server applies it (and may re-check it against a
@@ -91,7 +107,9 @@ pub struct Eviction {
 ///
 /// Each job that fits somewhere is placed (best-connected GPUs, then best fit); a job of a tier
 /// that may preempt and fits nowhere plans the cheapest minimal eviction (on as many nodes as it
-/// spans) and reserves what is free of its targets; every other pending job gets a reason.
+/// spans) and reserves what is free of its targets; a job that would take its account (user)
+/// over its tier's `max_gpus_per_account` (`max_gpus_per_user`) waits with `AccountLimit`
+/// (`UserLimit`) without holding up the jobs after it; every other pending job gets a reason.
 /// Deterministic and infallible.
 pub fn schedule(snap: &Snapshot<'_>, policy: &Policy<'_>, now: Millis) -> Plan {
     schedule_with(snap, policy, now, &mut Topologies::default())
@@ -107,8 +125,34 @@ pub fn schedule_with(
     topologies: &mut Topologies,
 ) -> Plan {
     let mut pass = pass::Pass::new(snap, policy, now, topologies);
-    for job in order::pending_in_order(snap.jobs) {
+    for (_, job) in order::pending_keyed(snap.jobs, policy.fair_share) {
         pass.step(job);
     }
     pass.into_plan()
+}
+
+/// [`schedule_with`], also returning the queue the pass walked: every PENDING job in queue
+/// order, with the tier value it is queued at (for `yq`'s place in the queue).
+pub fn schedule_with_queue(
+    snap: &Snapshot<'_>,
+    policy: &Policy<'_>,
+    now: Millis,
+    topologies: &mut Topologies,
+) -> (Plan, Vec<(JobId, i64)>) {
+    let keyed = order::pending_keyed(snap.jobs, policy.fair_share);
+    let mut pass = pass::Pass::new(snap, policy, now, topologies);
+    for (_, job) in &keyed {
+        pass.step(job);
+    }
+    let queue = keyed.iter().map(|(key, _)| key.job_and_tier()).collect();
+    (pass.into_plan(), queue)
+}
+
+/// The PENDING jobs in the order a pass walks them (tier, fair-share factor, submit time, id),
+/// without deciding anything: for benchmarks and tools.
+pub fn queue_order(jobs: &BTreeMap<JobId, Job>, fair_share: &FairShare) -> Vec<JobId> {
+    order::pending_keyed(jobs, fair_share)
+        .iter()
+        .map(|(key, _)| key.job_and_tier().0)
+        .collect()
 }

@@ -7,6 +7,11 @@
 //! room, a job shape that found no room, or no eviction at some tier, finds none later in the
 //! same pass either. The pass remembers those answers per [`Shape`], which is what lets it walk
 //! a queue of a hundred thousand jobs: once the cluster is full, most jobs cost a lookup.
+//!
+//! **Quotas.** A tier's `max_gpus_per_account` and `max_gpus_per_user` count the GPUs held by
+//! the account's (user's) running and stopping jobs of that tier, plus those of its jobs placed
+//! or preempting earlier in the pass. A job that would go over waits (`AccountLimit`,
+//! `UserLimit`), preempts nobody, and holds up no job after it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +41,8 @@ pub(crate) enum Decision {
     },
     /// `Resources` or `Priority`.
     Waiting(&'static str),
+    /// `AccountLimit` or `UserLimit`: over a tier quota; later jobs are not held up by it.
+    OverLimit(&'static str),
     Unsatisfiable(String),
 }
 
@@ -94,7 +101,73 @@ pub(crate) struct Pass<'a> {
     /// An earlier job in the queue is waiting: a later one that does not fit waits for
     /// `Priority`, not `Resources`.
     someone_waiting: bool,
+    quotas: Quotas<'a>,
     plan: Plan,
+}
+
+/// GPUs held per (tier, account) and per (tier, user), for the tiers with a quota: by running
+/// and stopping jobs, and by the jobs this pass placed or let preempt (they will hold them).
+#[derive(Debug, Default)]
+struct Quotas<'a> {
+    /// Some tier has a quota; without one, the pass looks nothing up.
+    any: bool,
+    accounts: BTreeMap<(&'a str, &'a str), u32>,
+    users: BTreeMap<(&'a str, &'a str), u32>,
+}
+
+impl<'a> Quotas<'a> {
+    fn new(tiers: &BTreeMap<String, TierConfig>) -> Self {
+        Quotas {
+            any: tiers
+                .values()
+                .any(|t| t.max_gpus_per_account > 0 || t.max_gpus_per_user > 0),
+            ..Quotas::default()
+        }
+    }
+
+    /// Counts `gpus` held by `job` against its tier's quotas.
+    fn charge(&mut self, job: &'a Job, tiers: &BTreeMap<String, TierConfig>, gpus: u32) {
+        if !self.any || gpus == 0 {
+            return;
+        }
+        let Some(tier) = tiers.get(&job.spec.tier) else {
+            return;
+        };
+        let name = job.spec.tier.as_str();
+        if tier.max_gpus_per_account > 0 {
+            *self
+                .accounts
+                .entry((name, job.spec.account.as_str()))
+                .or_default() += gpus;
+        }
+        if tier.max_gpus_per_user > 0 {
+            *self
+                .users
+                .entry((name, job.owner.user.as_str()))
+                .or_default() += gpus;
+        }
+    }
+
+    /// `AccountLimit` or `UserLimit` when starting `job` would take its account or its user
+    /// over its tier's quota.
+    fn exceeded(&self, job: &'a Job, tiers: &BTreeMap<String, TierConfig>) -> Option<&'static str> {
+        let gpus = job.spec.gpus;
+        if !self.any || gpus == 0 {
+            return None;
+        }
+        let tier = tiers.get(&job.spec.tier)?;
+        let name = job.spec.tier.as_str();
+        let over = |held: &BTreeMap<(&'a str, &'a str), u32>, who: &'a str, max: u32| {
+            max > 0 && held.get(&(name, who)).copied().unwrap_or(0) + gpus > max
+        };
+        if over(&self.accounts, &job.spec.account, tier.max_gpus_per_account) {
+            Some("AccountLimit")
+        } else if over(&self.users, &job.owner.user, tier.max_gpus_per_user) {
+            Some("UserLimit")
+        } else {
+            None
+        }
+    }
 }
 
 impl<'a> Pass<'a> {
@@ -111,6 +184,7 @@ impl<'a> Pass<'a> {
             .map(|(name, view)| (*name, view.clone()))
             .collect();
         let mut in_flight: BTreeMap<JobId, Vec<&Job>> = BTreeMap::new();
+        let mut quotas = Quotas::new(policy.tiers);
         // The allocation is the one truth of who holds a GPU: held until the agent reports the
         // process gone, whatever the job's stop request says.
         let mut allocs = Vec::new();
@@ -119,6 +193,8 @@ impl<'a> Pass<'a> {
                 continue;
             }
             let evictable = evictable(job, policy.tiers, now);
+            let held = job.alloc.iter().map(|a| a.gpus.len() as u32).sum();
+            quotas.charge(job, policy.tiers, held);
             allocs.extend(job.alloc.iter().map(|alloc| {
                 let node = NameKey::of(&alloc.node);
                 (node, job.id, alloc, evictable)
@@ -156,6 +232,7 @@ impl<'a> Pass<'a> {
             memoize: true,
             shapes: BTreeMap::new(),
             someone_waiting: false,
+            quotas,
             plan: Plan::default(),
         }
     }
@@ -197,6 +274,9 @@ impl<'a> Pass<'a> {
         let memo = &self.shapes[&shape];
         if let Err(why) = &memo.satisfiable {
             return Decision::Unsatisfiable(why.clone());
+        }
+        if let Some(limit) = self.quotas.exceeded(job, self.tiers) {
+            return Decision::OverLimit(limit);
         }
         if !memo.no_room {
             if let Some(allocs) = find_placement(&self.views, &job.spec) {
@@ -282,7 +362,12 @@ impl<'a> Pass<'a> {
             .is_some_and(|tier| tier.may_preempt)
     }
 
-    fn record(&mut self, job: &Job, decision: &Decision) {
+    fn record(&mut self, job: &'a Job, decision: &Decision) {
+        if let Decision::Placed(_) | Decision::Preempting(_) | Decision::AwaitingEviction { .. } =
+            decision
+        {
+            self.quotas.charge(job, self.tiers, job.spec.gpus);
+        }
         match decision {
             Decision::Placed(allocs) => {
                 for alloc in allocs {
@@ -331,6 +416,10 @@ impl<'a> Pass<'a> {
                 );
             }
             Decision::Waiting(reason) => self.wait(job, reason.to_string()),
+            Decision::OverLimit(limit) => {
+                // Not `someone_waiting`: it waits for its own account's jobs, not for room.
+                self.plan.pending_reasons.insert(job.id, limit.to_string());
+            }
             Decision::Unsatisfiable(why) => {
                 // Not `someone_waiting`: a job that can never run blocks nobody.
                 self.plan

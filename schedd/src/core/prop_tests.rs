@@ -252,7 +252,7 @@ fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
     prop_assert_eq!(&plan, &cluster.schedule(NOW), "same input, same plan");
     let (snap, policy) = (cluster.snapshot(), cluster.policy());
     let mut unmemoized = Pass::new(&snap, &policy, NOW, &mut Topologies::default()).without_memo();
-    for job in pending_in_order(&cluster.jobs) {
+    for job in pending_in_order(&cluster.jobs, policy.fair_share) {
         unmemoized.step(job);
     }
     prop_assert_eq!(
@@ -400,7 +400,7 @@ fn fully_nvlinked(node: &ysched_common::Node, gpus: &[u32]) -> bool {
 fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
     let (snap, policy) = (cluster.snapshot(), cluster.policy());
     let mut pass = Pass::new(&snap, &policy, NOW, &mut Topologies::default());
-    for job in pending_in_order(&cluster.jobs) {
+    for job in pending_in_order(&cluster.jobs, policy.fair_share) {
         let before = pass.views().clone();
         let demand = NodeDemand::of(&job.spec);
         match pass.step(job) {
@@ -460,6 +460,7 @@ fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
             }
             Decision::AwaitingEviction { .. }
             | Decision::Waiting(_)
+            | Decision::OverLimit(_)
             | Decision::Unsatisfiable(_) => {}
         }
     }
@@ -514,6 +515,95 @@ proptest! {
                 .collect();
             let plan = crate::core::schedule_with(&renamed.snapshot(), &policy, NOW, &mut kept);
             prop_assert_eq!(plan, renamed.schedule(NOW));
+        }
+    }
+}
+
+/// Fair share and quotas on a random cluster: accounts `a0`..`a2` (by job id) with random
+/// factors, random per-account and per-user quotas on `high` and `low`.
+fn with_fair_share(mut cluster: Cluster, factors: &[f64], quotas: &[u32]) -> Cluster {
+    for job in cluster.jobs.values_mut() {
+        let spec = std::sync::Arc::make_mut(&mut job.spec);
+        spec.account = format!("a{}", job.id.0 % 3);
+    }
+    let names = ["a0", "a1", "a2"];
+    cluster.fair_share = crate::core::FairShare::new(
+        names
+            .iter()
+            .zip(factors)
+            .map(|(name, f)| (name.to_string(), *f)),
+    );
+    for (tier, quota) in ["high", "low"].iter().zip(quotas.chunks(2)) {
+        let tier = cluster.tiers.get_mut(*tier).expect("default tier");
+        tier.max_gpus_per_account = quota[0];
+        tier.max_gpus_per_user = quota[1];
+    }
+    cluster
+}
+
+/// GPUs per (tier, account) that running jobs hold and that the plan adds (placements and
+/// preemptors, which will hold theirs).
+fn held_after(cluster: &Cluster, plan: &crate::core::Plan) -> BTreeMap<(String, String), u32> {
+    let mut held = BTreeMap::new();
+    let mut add = |id: &JobId, gpus: u32| {
+        let job = &cluster.jobs[id];
+        let key = (job.spec.tier.clone(), job.spec.account.clone());
+        *held.entry(key).or_default() += gpus;
+    };
+    for job in cluster.jobs.values().filter(|j| j.state.holds_resources()) {
+        add(&job.id, job.alloc.iter().map(|a| a.gpus.len() as u32).sum());
+    }
+    for placement in &plan.placements {
+        add(&placement.job, cluster.jobs[&placement.job].spec.gpus);
+    }
+    for (id, reason) in &plan.pending_reasons {
+        if reason.starts_with("Preempting") {
+            add(id, cluster.jobs[id].spec.gpus);
+        }
+    }
+    held
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Fair share reorders jobs inside a tier only; quotas are never exceeded by what a plan
+    /// adds; the plan's other invariants hold; same input, same plan.
+    #[test]
+    fn fair_share_and_quotas_keep_the_invariants(
+        cluster in cluster_gen(),
+        factors in proptest::collection::vec(0.0f64..=1.0, 3),
+        quotas in proptest::collection::vec(prop_oneof![Just(0u32), 1u32..12], 4),
+    ) {
+        let cluster = with_fair_share(cluster, &factors, &quotas);
+        check_plan(&cluster)?;
+        let queue = pending_in_order(&cluster.jobs, &cluster.fair_share);
+        for pair in queue.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            prop_assert!(a.tier_value >= b.tier_value, "tiers dominate");
+            if a.tier_value == b.tier_value {
+                let (fa, fb) = (
+                    cluster.fair_share.factor(&a.spec.account),
+                    cluster.fair_share.factor(&b.spec.account),
+                );
+                prop_assert!(fa >= fb);
+                prop_assert!(fa > fb || (a.submit_time, a.id) < (b.submit_time, b.id));
+            }
+        }
+        let plan = cluster.schedule(NOW);
+        let before = held_after(&cluster, &crate::core::Plan::default());
+        for ((tier, account), gpus) in held_after(&cluster, &plan) {
+            let max = cluster.tiers[&tier].max_gpus_per_account;
+            let was = before.get(&(tier.clone(), account.clone())).copied().unwrap_or(0);
+            prop_assert!(
+                max == 0 || gpus <= max.max(was),
+                "{} holds {} GPUs at {} (quota {})", account, gpus, tier, max
+            );
+        }
+        for (id, reason) in &plan.pending_reasons {
+            if reason == "AccountLimit" || reason == "UserLimit" {
+                prop_assert!(!plan.evictions.iter().any(|e| e.preemptor == *id));
+            }
         }
     }
 }

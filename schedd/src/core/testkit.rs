@@ -11,7 +11,7 @@ use ysched_common::{
     StopRequest, TierConfig,
 };
 
-use super::{explain, schedule, Plan, Policy, Snapshot};
+use super::{explain, schedule, FairShare, Plan, Policy, Snapshot};
 
 pub(crate) const A100: &str = "NVIDIA A100-SXM4-80GB";
 pub(crate) const H100: &str = "NVIDIA H100 80GB HBM3";
@@ -273,6 +273,20 @@ impl JobBuilder {
         self
     }
 
+    /// Charged to `account` (default `research`).
+    pub(crate) fn account(mut self, account: &str) -> Self {
+        self.spec().account = account.to_string();
+        self
+    }
+
+    /// Submitted by `user` (default `alice`).
+    pub(crate) fn user(mut self, user: &str) -> Self {
+        let owner = Arc::make_mut(&mut self.job.owner);
+        owner.user = user.to_string();
+        owner.groups = vec![user.to_string()];
+        self
+    }
+
     pub(crate) fn submitted(mut self, at: Millis) -> Self {
         self.job.submit_time = at;
         self
@@ -343,6 +357,7 @@ pub(crate) struct Cluster {
     pub(crate) nodes: BTreeMap<String, Node>,
     pub(crate) jobs: BTreeMap<JobId, Job>,
     pub(crate) tiers: BTreeMap<String, TierConfig>,
+    pub(crate) fair_share: FairShare,
 }
 
 impl Cluster {
@@ -352,7 +367,14 @@ impl Cluster {
             nodes: BTreeMap::new(),
             jobs: BTreeMap::new(),
             tiers: default_tiers(),
+            fair_share: FairShare::default(),
         }
+    }
+
+    /// Fair-share factors by account (unlisted accounts: 1).
+    pub(crate) fn fair_share(mut self, factors: &[(&str, f64)]) -> Self {
+        self.fair_share = FairShare::new(factors.iter().map(|(a, f)| (a.to_string(), *f)));
+        self
     }
 
     pub(crate) fn node(mut self, node: NodeBuilder) -> Self {
@@ -380,7 +402,10 @@ impl Cluster {
     }
 
     pub(crate) fn policy(&self) -> Policy<'_> {
-        Policy { tiers: &self.tiers }
+        Policy {
+            tiers: &self.tiers,
+            fair_share: &self.fair_share,
+        }
     }
 
     pub(crate) fn schedule(&self, now: Millis) -> Plan {

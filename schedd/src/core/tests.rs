@@ -25,7 +25,7 @@ fn queue_order_is_tier_then_submit_time_then_id() {
         .job(J::new(3).high().gpus(4).submitted(T0 + 5 * MINUTE))
         .job(J::new(4).high().gpus(4).submitted(T0 + 5 * MINUTE))
         .job(J::new(5).critical().gpus(4).held());
-    let order: Vec<u64> = pending_in_order(&cluster.jobs)
+    let order: Vec<u64> = pending_in_order(&cluster.jobs, &cluster.fair_share)
         .iter()
         .map(|j| j.id.0)
         .collect();
@@ -1242,6 +1242,269 @@ fn gang_takes_free_nodes_and_evicts_only_for_the_rest() {
          wait 9 Preempting 1 on n1\n\
          wait 10 Priority"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fair share and tier quotas
+
+#[test]
+fn fair_share_orders_a_tier_by_factor_then_submit_time() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(4, A100))
+        .job(J::new(1).account("heavy").gpus(4))
+        .job(
+            J::new(2)
+                .account("light")
+                .gpus(4)
+                .submitted(T0 + 10 * MINUTE),
+        )
+        .job(
+            J::new(3)
+                .account("light")
+                .gpus(4)
+                .submitted(T0 + 5 * MINUTE),
+        )
+        .job(J::new(4).account("new").gpus(4).submitted(T0 + 20 * MINUTE))
+        .job(J::new(5).account("heavy").gpus(4).submitted(T0 - MINUTE))
+        .fair_share(&[("heavy", 0.1), ("light", 0.6)]);
+    let order: Vec<u64> = pending_in_order(&cluster.jobs, &cluster.fair_share)
+        .iter()
+        .map(|j| j.id.0)
+        .collect();
+    // `new` has no usage (factor 1), then `light`, then `heavy`; each by submit time.
+    assert_eq!(order, [4, 3, 2, 5, 1]);
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "place 4 on n1[0,1,2,3]\n\
+         wait 1 Priority\n\
+         wait 2 Priority\n\
+         wait 3 Resources\n\
+         wait 5 Priority"
+    );
+    // Same snapshot, same factors: same plan; no factors: submit time alone.
+    assert_eq!(cluster.schedule(T0 + HOUR), cluster.schedule(T0 + HOUR));
+    let fifo = cluster.clone().fair_share(&[]);
+    assert_eq!(
+        pending_in_order(&fifo.jobs, &fifo.fair_share)
+            .iter()
+            .map(|j| j.id.0)
+            .collect::<Vec<_>>(),
+        [5, 1, 3, 2, 4]
+    );
+}
+
+#[test]
+fn fair_share_finds_every_account_whatever_its_name() {
+    let accounts = [
+        ("a", 0.2),
+        ("exactly-sixteen!", 0.3),
+        ("longer-than-sixteen-bytes", 0.4),
+        ("x", f64::NAN),
+        ("y", -0.0),
+        ("z", 7.0),
+    ];
+    let mut cluster = Cluster::new().fair_share(&accounts);
+    for (id, account) in (1..).zip(["y", "a", "longer-than-sixteen-bytes", "unlisted", "x"]) {
+        cluster = cluster.job(J::new(id).account(account));
+    }
+    cluster = cluster
+        .job(J::new(6).account("exactly-sixteen!"))
+        .job(J::new(7).account("z"));
+    let order: Vec<u64> = pending_in_order(&cluster.jobs, &cluster.fair_share)
+        .iter()
+        .map(|j| j.id.0)
+        .collect();
+    // 1 (unlisted, and `z` clamped), 0.4, 0.3, 0.2, then 0 (a NaN and -0.0 count as 0).
+    assert_eq!(order, [4, 7, 3, 6, 2, 1, 5]);
+    assert_eq!(cluster.fair_share.factor("z"), 1.0);
+    assert_eq!(cluster.fair_share.factor("unlisted"), 1.0);
+    assert_eq!(cluster.fair_share.factor("x"), 0.0);
+}
+
+#[test]
+fn fair_share_never_passes_a_higher_tier_nor_preempts_inside_one() {
+    let cluster = Cluster::new()
+        .node(N::new("n1").gpus(4, A100))
+        .node(N::new("n2").gpus(4, A100))
+        // A heavy account's high job runs; a fresh account's high job does not evict it.
+        .job(
+            J::new(1)
+                .high()
+                .account("heavy")
+                .gpus(4)
+                .running_on("n1", &[0, 1, 2, 3]),
+        )
+        .job(
+            J::new(2)
+                .high()
+                .account("fresh")
+                .gpus(4)
+                .submitted(T0 + MINUTE),
+        )
+        // The heavy account's medium job goes before the fresh account's low one.
+        .job(
+            J::new(3)
+                .medium()
+                .account("heavy")
+                .gpus(4)
+                .submitted(T0 + 2 * MINUTE),
+        )
+        .job(J::new(4).low().account("fresh").gpus(4))
+        .fair_share(&[("heavy", 0.01), ("fresh", 1.0)]);
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "place 2 on n2[0,1,2,3]\n\
+         wait 3 Resources\n\
+         wait 4 Priority"
+    );
+}
+
+/// `high` limited to 16 GPUs per account.
+fn high_quota(per_account: u32, per_user: u32) -> TierConfig {
+    TierConfig {
+        max_gpus_per_account: per_account,
+        max_gpus_per_user: per_user,
+        ..ysched_common::config::default_tiers()["high"].clone()
+    }
+}
+
+#[test]
+fn the_17th_gpu_of_a_team_at_high_waits_while_another_team_starts() {
+    let cluster = Cluster::new()
+        .tier("high", high_quota(16, 0))
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .node(node8("n3"))
+        .node(node8("n4"))
+        .job(
+            J::new(1)
+                .high()
+                .account("ml")
+                .gpus(8)
+                .running_on("n1", &[0, 1, 2, 3, 4, 5, 6, 7]),
+        )
+        .job(
+            J::new(2)
+                .high()
+                .account("ml")
+                .gpus(4)
+                .running_on("n2", &[0, 1, 2, 3]),
+        )
+        // `ml` holds 12 at high: 4 more fit the quota, the 17th does not.
+        .job(
+            J::new(3)
+                .high()
+                .account("ml")
+                .gpus(4)
+                .submitted(T0 + MINUTE),
+        )
+        .job(
+            J::new(4)
+                .high()
+                .account("ml")
+                .gpus(1)
+                .submitted(T0 + 2 * MINUTE),
+        )
+        // Another team's job starts, and `ml` may still use other tiers.
+        .job(
+            J::new(5)
+                .high()
+                .account("vision")
+                .gpus(8)
+                .submitted(T0 + 3 * MINUTE),
+        )
+        .job(
+            J::new(6)
+                .low()
+                .account("ml")
+                .gpus(4)
+                .submitted(T0 + 4 * MINUTE),
+        );
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "place 3 on n2[4,5,6,7]\n\
+         place 5 on n3[0,1,2,3,4,5,6,7]\n\
+         place 6 on n4[0,1,2,3]\n\
+         wait 4 AccountLimit"
+    );
+}
+
+#[test]
+fn a_job_over_its_quota_preempts_nobody_and_holds_up_nobody() {
+    let cluster = Cluster::new()
+        .tier("high", high_quota(8, 0))
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(
+            J::new(1)
+                .high()
+                .account("ml")
+                .gpus(8)
+                .running_on("n1", &[0, 1, 2, 3, 4, 5, 6, 7]),
+        )
+        .job(
+            J::new(2)
+                .low()
+                .account("ops")
+                .gpus(8)
+                .running_on("n2", &[0, 1, 2, 3, 4, 5, 6, 7]),
+        )
+        .job(
+            J::new(3)
+                .high()
+                .account("ml")
+                .gpus(8)
+                .submitted(T0 + MINUTE),
+        )
+        .job(
+            J::new(4)
+                .medium()
+                .account("ops")
+                .gpus(2)
+                .submitted(T0 + MINUTE),
+        );
+    // Job 3 would preempt the low job but is over its account's quota; job 4, after it,
+    // waits for resources, not for job 3 (`Priority`).
+    assert_eq!(
+        render(&cluster.schedule(T0 + HOUR)),
+        "wait 3 AccountLimit\n\
+         wait 4 Resources"
+    );
+}
+
+#[test]
+fn jobs_placed_in_the_same_pass_count_against_the_quota() {
+    let cluster = Cluster::new()
+        .tier("high", high_quota(0, 8))
+        .node(node8("n1"))
+        .node(node8("n2"))
+        .job(J::new(1).high().user("bob").gpus(4))
+        .job(J::new(2).high().user("bob").gpus(4))
+        .job(J::new(3).high().user("bob").gpus(1))
+        .job(J::new(4).high().user("carol").gpus(4))
+        .job(J::new(5).medium().user("bob").gpus(4));
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n1[0,1,2,3]\n\
+         place 2 on n1[4,5,6,7]\n\
+         place 4 on n2[0,1,2,3]\n\
+         place 5 on n2[4,5,6,7]\n\
+         wait 3 UserLimit"
+    );
+    // A stopping job still counts: its GPUs are held until it is gone.
+    let cluster = Cluster::new()
+        .tier("high", high_quota(0, 8))
+        .node(node8("n1"))
+        .job(
+            J::new(1)
+                .high()
+                .user("bob")
+                .gpus(8)
+                .running_on("n1", &[0, 1, 2, 3, 4, 5, 6, 7])
+                .preempted_by(99),
+        )
+        .job(J::new(2).high().user("bob").gpus(1));
+    assert_eq!(render(&cluster.schedule(T0)), "wait 2 UserLimit");
 }
 
 // ---------------------------------------------------------------------------------------------

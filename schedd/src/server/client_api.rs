@@ -87,17 +87,21 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
         let filter = super::convert::job_filter(req.get_ref())?;
-        let jobs = self
+        let mut jobs = self
             .cluster
             .list_jobs(&filter, ysched_common::convert::job_listing)?;
+        super::convert::add_queue_places(&mut jobs, &self.cluster.queue_view());
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
     }
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
-        Ok(Response::new(super::convert::job_detail(
+        let mut detail = super::convert::job_detail(
             &self.cluster.job_detail(JobId(req.get_ref().job_id)).await?,
-        )))
+        );
+        let view = self.cluster.queue_view();
+        super::convert::add_queue_places(detail.job.as_mut_slice(), &view);
+        Ok(Response::new(detail))
     }
 
     async fn cancel(
@@ -185,23 +189,42 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn shares(
         &self,
-        _req: Request<pb::SharesRequest>,
+        req: Request<pb::SharesRequest>,
     ) -> Result<Response<pb::ShareList>, Status> {
-        Err(Status::unimplemented("yctl shares: not yet"))
+        let (caller, _) = self.caller(&req)?;
+        Ok(Response::new(super::convert::share_list(
+            &self.cluster.shares(&caller),
+        )))
     }
 
     async fn report(
         &self,
-        _req: Request<pb::ReportRequest>,
+        req: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::ReportReply>, Status> {
-        Err(Status::unimplemented("yctl report: not yet"))
+        let (caller, _) = self.caller(&req)?;
+        let r = req.into_inner();
+        let t = std::time::Instant::now();
+        let report = self
+            .cluster
+            .usage_report(&caller, r.from_ms, r.to_ms, &r.by)
+            .await?;
+        tracing::debug!(took = ?t.elapsed(), "report");
+        Ok(Response::new(super::convert::report_reply(&report)))
     }
 
     async fn import_usage(
         &self,
-        _req: Request<pb::ImportUsageRequest>,
+        req: Request<pb::ImportUsageRequest>,
     ) -> Result<Response<pb::ImportUsageReply>, Status> {
-        Err(Status::unimplemented("yctl usage import: not yet"))
+        let (caller, _) = self.caller(&req)?;
+        let runs = req
+            .into_inner()
+            .runs
+            .iter()
+            .map(ysched_common::RunRecord::from)
+            .collect();
+        let imported = self.cluster.import_usage(&caller, runs).await?;
+        Ok(Response::new(pb::ImportUsageReply { imported }))
     }
 
     type WatchJobStream = WatchStream;

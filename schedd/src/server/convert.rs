@@ -138,6 +138,40 @@ pub(crate) fn job_detail(d: &crate::shell::JobDetail) -> pb::JobDetail {
     }
 }
 
+/// Fills in each PENDING job's fair-share factor and place in its tier's queue, as of the
+/// last scheduling pass (a job it has not seen yet gets neither).
+pub(crate) fn add_queue_places(jobs: &mut [pb::JobInfo], view: &crate::fair_share::QueueView) {
+    let pending = JobState::Pending.as_str();
+    for job in jobs.iter_mut().filter(|j| j.state == pending) {
+        if let Some(place) = view.place(JobId(job.id)) {
+            job.queue_position = Some(place);
+            job.fair_share = Some(view.factors.factor(&job.account));
+        }
+    }
+}
+
+/// Fair share per account (`yctl shares`).
+pub(crate) fn share_list(t: &crate::fair_share::ShareTable) -> pb::ShareList {
+    pb::ShareList {
+        accounts: t
+            .accounts
+            .iter()
+            .map(|a| pb::AccountShare {
+                account: a.account.clone(),
+                parent: a.parent.clone(),
+                shares: a.shares,
+                norm_shares: a.norm_shares,
+                raw_gpu_secs: a.raw_gpu_secs,
+                decayed_gpu_secs: a.decayed_gpu_secs,
+                effective_usage: a.effective_usage,
+                fair_share: a.factor,
+            })
+            .collect(),
+        half_life_secs: u64::try_from(t.half_life_ms / 1000).unwrap_or(0),
+        as_of_ms: t.as_of,
+    }
+}
+
 /// A listing request as a filter; an unknown state name is refused.
 pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
     let states = req
@@ -153,4 +187,85 @@ pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
         states,
         all: req.all,
     })
+}
+
+fn tier_waits(waits: &[crate::report::Waits]) -> Vec<pb::TierWait> {
+    waits
+        .iter()
+        .map(|w| pb::TierWait {
+            tier: w.tier.clone(),
+            starts: w.starts,
+            wait_p50_ms: w.p50_ms,
+            wait_p95_ms: w.p95_ms,
+            wait_max_ms: w.max_ms,
+        })
+        .collect()
+}
+
+/// A usage report (`yctl report`) on the wire.
+pub(crate) fn report_reply(r: &crate::report::Report) -> pb::ReportReply {
+    let c = &r.cluster;
+    pb::ReportReply {
+        from_ms: r.from,
+        to_ms: r.to,
+        by: r.by.as_str().to_string(),
+        generated_ms: r.generated,
+        all_accounts: r.all_accounts,
+        cluster: Some(pb::ReportCluster {
+            gpus: c.gpus,
+            capacity_gpu_ms: c.capacity_gpu_ms,
+            used_gpu_ms: c.used_gpu_ms,
+            jobs: c.jobs,
+            runs: c.runs,
+            running: c.running,
+            preemptions: c.preemptions,
+            checkpoints_saved: c.checkpoints_saved,
+            lost_gpu_ms: c.lost_gpu_ms,
+            restarts: c.restarts,
+            start_latency: tier_waits(&c.start_latency),
+        }),
+        groups: r
+            .groups
+            .iter()
+            .map(|g| pb::ReportGroup {
+                name: g.name.clone(),
+                gpu_ms: g.gpu_ms,
+                cpu_ms: g.cpu_ms,
+                jobs: g.jobs,
+                runs: g.runs,
+                running: g.running,
+                restarts: g.restarts,
+                preemptions_suffered: g.preemptions_suffered,
+                preemptions_caused: g.preemptions_caused,
+                checkpoints_saved: g.checkpoints_saved,
+                lost_gpu_ms: g.lost_gpu_ms,
+                waits: tier_waits(&g.waits),
+                outcomes: g
+                    .outcomes
+                    .iter()
+                    .map(|(outcome, runs)| pb::OutcomeCount {
+                        outcome: outcome.clone(),
+                        runs: *runs,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        days: r
+            .days
+            .iter()
+            .map(|d| pb::ReportDay {
+                start_ms: d.start_ms,
+                capacity_gpu_ms: d.capacity_gpu_ms,
+                used_gpu_ms: d.used_gpu_ms,
+                groups: d
+                    .groups
+                    .iter()
+                    .map(|(name, gpu_ms)| pb::GroupUsage {
+                        name: name.clone(),
+                        gpu_ms: *gpu_ms,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }

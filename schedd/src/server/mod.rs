@@ -7,6 +7,7 @@
 mod agent_api;
 mod client_api;
 pub(crate) mod convert;
+mod metrics_http;
 mod relay;
 mod tls;
 
@@ -86,13 +87,16 @@ pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
 
 const WINDOW: u32 = 16 * 1024 * 1024;
 
-/// Serves both listeners until `shutdown` completes. Agents get TLS with `tls`.
+/// Serves both listeners, and the metrics endpoint on `metrics` when given
+/// (`scheduler.metrics_listen`, see `metrics_http`), until `shutdown` completes. Agents get
+/// TLS with `tls`.
 pub async fn serve(
     cluster: Arc<Cluster>,
     key: String,
     tls: Arc<tokio_rustls::rustls::ServerConfig>,
     clients: UnixListener,
     agents: TcpListener,
+    metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // Every message limit is above what a submit may carry (script and environment at
@@ -101,6 +105,10 @@ pub async fn serve(
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let stop_a = stop_tx.subscribe();
     let stop_b = stop_tx.subscribe();
+    let metrics_task = metrics.map(|listener| {
+        let stop = wait(stop_tx.subscribe());
+        tokio::spawn(metrics_http::serve(listener, cluster.clone(), stop))
+    });
     // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
     // instead of waiting for WINDOW_UPDATEs every 64 KiB.
     let client_srv = tonic::transport::Server::builder()
@@ -149,6 +157,10 @@ pub async fn serve(
             Ok(res) => res??,
             Err(_) => abort.abort(),
         }
+    }
+    if let Some(task) = metrics_task {
+        // It stops accepting at once; a scrape in flight is not waited for.
+        task.abort();
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Agent sessions: registration (one agent per node name), heartbeats, starts and ends.
 
 use super::*;
+use crate::metrics::preempted_checkpoint_saves;
 use ysched_common::time::Millis;
 
 /// Two agents under one name would take turns replacing each other's inventory and failing
@@ -42,6 +43,7 @@ impl Cluster {
             let mut st = lock(&self.state);
             name_free(&st, &name, peer)?;
             let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
+            st.rec.account_runs(&mut effects, now_ms());
             self.store.check_room()?;
             self.store.apply(std::mem::take(&mut effects.batch))?;
             if !kill_jobs.is_empty() {
@@ -51,7 +53,9 @@ impl Cluster {
                      the node takes no new job until they are gone"
                 );
             }
+            self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
             let done = st.rec.commit(effects);
+            st.book_runs(&done.runs);
             // First on the new session; what the registration decided follows after the
             // flush, through the outbox.
             let _ = tx.send(AgentCommand::Registered { kill_jobs });
@@ -222,8 +226,15 @@ impl Cluster {
                 reports.push((node, report));
             }
             let limits = self.limits();
-            match self.run_event(|rec| Ok((rec.agent_reports(&reports, limits, now_ms()), ()))) {
-                Ok((changed, wake, ())) => self.settle_report(changed, wake),
+            match self.run_event(|rec| {
+                let effects = rec.agent_reports(&reports, limits, now_ms());
+                let saves = preempted_checkpoint_saves(&rec.jobs, &effects.jobs, &reports);
+                Ok((effects, saves))
+            }) {
+                Ok((changed, wake, saves)) => {
+                    self.metrics.checkpoints_saved(&saves);
+                    self.settle_report(changed, wake)
+                }
                 // The store cannot take the reports now: end the sessions they came on, so
                 // that their agents register again (resending what they have not had
                 // acknowledged) and are let in once the store takes writes again.

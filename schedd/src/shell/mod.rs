@@ -10,15 +10,19 @@
 //! - `queries`: listings and details (read-only).
 //! - `agents`: agent sessions and their reports.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
+//! - `usage`: usage reports (off the lock) and imports of usage.
 
 mod agents;
 mod queries;
 pub use queries::{JobDetail, JobFilter};
 mod requests;
 mod scheduling;
+mod scrape;
+mod usage;
 
 use crate::core::{self, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
+use crate::fair_share::{QueueView, UsageBook};
 use crate::state::agent_events::{AgentReport, Limits, Registration};
 use crate::state::client_events::{audit_record, NewJob};
 use crate::state::commands::AgentCommand;
@@ -67,6 +71,11 @@ pub struct State {
     outbox: Vec<(String, AgentCommand)>,
     /// Node topologies for the submit-time check (the scheduling loop keeps its own).
     topologies: core::Topologies,
+    /// Fair share's usage of ended runs, per account; each event's ended runs are added after
+    /// its commit. Shared with a pass that copied it (copied on write).
+    usage_book: Arc<UsageBook>,
+    /// What the last pass saw: the share table and each pending job's place.
+    queue_view: Arc<QueueView>,
 }
 
 /// What the scheduling loop keeps between passes.
@@ -94,6 +103,8 @@ pub struct Cluster {
     /// The scheduler's copy of the jobs and its node topologies, kept between passes; held by
     /// the pass while it runs.
     scheduler_view: Arc<tokio::sync::Mutex<SchedulerView>>,
+    /// Prometheus metrics: counters moved by events, gauges counted at scrape (`scrape`).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -107,7 +118,13 @@ impl Cluster {
         let rec = store.recover()?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        let usage_book = Arc::new(scheduling::usage_book(&config, &store, now_ms())?);
+        let metrics = Arc::new(crate::metrics::Metrics::new(
+            config.tiers.keys().map(String::as_str),
+        ));
+        metrics.recovered(rec.active_jobs.values());
         let cluster = Arc::new(Cluster {
+            metrics,
             started: now_ms(),
             config,
             store,
@@ -122,6 +139,8 @@ impl Cluster {
                 next_session_id: 1,
                 outbox: Vec::new(),
                 topologies: core::Topologies::default(),
+                usage_book,
+                queue_view: Default::default(),
             }),
             wake: Notify::new(),
             changes: broadcast::channel(4096).0,
@@ -204,12 +223,15 @@ impl Cluster {
     ) -> ApiResult<(Vec<JobId>, bool, T)> {
         let mut st = lock(&self.state);
         let (mut effects, out) = event(&st.rec)?;
+        st.rec.account_runs(&mut effects, now_ms());
         if !effects.batch.is_empty() {
             // After the request's own checks, so bad input is refused for what it is.
             self.store.check_room()?;
             self.store.apply(std::mem::take(&mut effects.batch))?;
         }
+        self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
         let done = st.rec.commit(effects);
+        st.book_runs(&done.runs);
         if !done.commands.is_empty() {
             st.outbox.extend(done.commands);
             let _ = self.flush_tx.send(None);

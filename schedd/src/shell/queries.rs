@@ -1,6 +1,7 @@
 //! Read-only requests: listings (one consistent view), a job in detail, nodes.
 
 use super::*;
+use crate::fair_share::ShareTable;
 use crate::state::views::{node_view, NodeView};
 
 impl Cluster {
@@ -97,14 +98,14 @@ impl Cluster {
             // Replaying the queue ahead of the job takes as long as a pass: on a copy of the
             // scheduler's copy of the records (brought up to date under the lock: only what
             // changed is copied), replayed without any lock.
-            let (jobs, nodes) = {
+            let (jobs, nodes, queue) = {
                 let mut view = self.scheduler_view.lock().await;
-                let nodes = {
+                let (nodes, queue) = {
                     let mut st = lock(&self.state);
                     st.rec.refresh_copy(&mut view.copy);
-                    st.rec.nodes.clone()
+                    (st.rec.nodes.clone(), Arc::clone(&st.queue_view))
                 };
-                (view.copy.jobs.clone(), nodes)
+                (view.copy.jobs.clone(), nodes, queue)
             };
             let tiers = self.config.tiers.clone();
             waits = tokio::task::spawn_blocking(move || {
@@ -112,7 +113,12 @@ impl Cluster {
                     jobs: &jobs,
                     nodes: &nodes,
                 };
-                core::explain(&job, &snap, &Policy { tiers: &tiers }, now_ms())
+                // In the order of the last pass: its fair-share factors.
+                let policy = Policy {
+                    tiers: &tiers,
+                    fair_share: &queue.factors,
+                };
+                core::explain(&job, &snap, &policy, now_ms())
             })
             .await
             .map_err(|e| ApiError::Internal(format!("explaining job {id} failed: {e}")))?;
@@ -123,6 +129,28 @@ impl Cluster {
             job,
             waits,
         })
+    }
+
+    /// What the last scheduling pass saw: fair share per account and each pending job's
+    /// place in its tier.
+    pub fn queue_view(&self) -> Arc<QueueView> {
+        Arc::clone(&lock(&self.state).queue_view)
+    }
+
+    /// Fair share per account at the last pass (`yctl shares`). With `reports_public = false`,
+    /// a caller who is not an administrator sees only the accounts they may charge.
+    pub fn shares(&self, caller: &Caller) -> ShareTable {
+        let mut table = self.queue_view().table.clone();
+        if table.as_of == 0 {
+            // No pass yet: no figures, but the half-life is known.
+            table.half_life_ms = lock(&self.state).usage_book.half_life_ms();
+        }
+        if !self.config.scheduler.reports_public && !caller.admin {
+            table
+                .accounts
+                .retain(|a| self.config.may_charge(&caller.owner, &a.account));
+        }
+        table
     }
 
     pub fn list_nodes(&self) -> Vec<NodeView> {

@@ -12,6 +12,7 @@ impl Cluster {
         home: Option<std::path::PathBuf>,
         submitted: ValidSubmit,
     ) -> ApiResult<JobId> {
+        let began = std::time::Instant::now();
         // Looked at before the lock: a home on a hanging automount must stall only this caller.
         let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
         let ValidSubmit {
@@ -52,6 +53,7 @@ impl Cluster {
         };
         self.commit().await?;
         let id = job.id;
+        self.metrics.submitted(&job, began.elapsed());
         lock(&self.state).rec.insert_job(job);
         if done.wake {
             self.wake.notify_one();

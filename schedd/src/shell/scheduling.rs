@@ -1,7 +1,29 @@
 //! The scheduling loop: node timeouts, then a pass of the core on a copy of the records,
-//! applied for what still holds.
+//! applied for what still holds. Each pass orders every tier by fair share: the factors come
+//! from the usage book (ended runs) and the running jobs, computed off the lock.
 
 use super::*;
+use crate::fair_share::share_table;
+
+/// The usage book at start: every run recorded so far, decayed to `now`.
+pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Result<UsageBook> {
+    // Validated with the config; the default only for a config built in code.
+    const WEEK_MS: i64 = 7 * 24 * 3_600_000;
+    let half_life = config.fair_share_half_life_ms().unwrap_or(WEEK_MS);
+    let mut book = UsageBook::new(half_life, now);
+    // One at a time: a million recorded runs need not be in memory at once.
+    store.scan_runs(0, i64::MAX, |run| book.add_run(&run))?;
+    Ok(book)
+}
+
+impl State {
+    /// Adds the runs an event ended to the usage book, once they are committed.
+    pub(super) fn book_runs(&mut self, runs: &[ysched_common::RunRecord]) {
+        if !runs.is_empty() {
+            Arc::make_mut(&mut self.usage_book).add_runs(runs);
+        }
+    }
+}
 
 impl Cluster {
     /// Passes run on events (submit, job end, node join). Conditions that change with time
@@ -27,6 +49,7 @@ impl Cluster {
             let started = std::time::Instant::now();
             let res = self.schedule_once().await;
             let took = started.elapsed();
+            self.metrics.pass(took);
             let full = match (&silent, &res) {
                 (Err(ApiError::Unavailable(m)), _) | (_, Err(ApiError::Unavailable(m))) => {
                     Some(m.clone())
@@ -111,22 +134,30 @@ impl Cluster {
         // making a second copy: `touched` can bring only one copy up to date.
         let mut view = Arc::clone(&self.scheduler_view).lock_owned().await;
         let under_lock = std::time::Instant::now();
-        let nodes = {
+        let (nodes, book) = {
             let mut st = lock(&self.state);
             st.rec.refresh_copy(&mut view.copy);
-            st.rec.nodes.clone()
+            (st.rec.nodes.clone(), Arc::clone(&st.usage_book))
         };
         let refresh_took = under_lock.elapsed();
         let n_jobs = view.copy.jobs.len();
-        let tiers = self.config.tiers.clone();
-        let plan = tokio::task::spawn_blocking(move || {
+        let cluster = Arc::clone(self);
+        let (plan, queue_view) = tokio::task::spawn_blocking(move || {
             let view = &mut *view;
             let snap = Snapshot {
                 jobs: &view.copy.jobs,
                 nodes: &nodes,
             };
-            let policy = Policy { tiers: &tiers };
-            let mut plan = core::schedule_with(&snap, &policy, now, &mut view.topologies);
+            let config = &cluster.config;
+            let table = share_table(&book, &config.accounts, &view.copy.jobs, now);
+            let factors = table.factors();
+            let policy = Policy {
+                tiers: &config.tiers,
+                fair_share: &factors,
+            };
+            let (mut plan, queue) =
+                core::schedule_with_queue(&snap, &policy, now, &mut view.topologies);
+            let queue_view = QueueView::new(table, factors, queue);
             // Most pending jobs wait for the reason they waited for before: apply only the
             // reasons that changed, so the applier does not compare them all under the lock.
             let jobs = &mut view.copy.jobs;
@@ -139,10 +170,13 @@ impl Cluster {
                     None => false,
                 }
             });
-            plan
+            (plan, queue_view)
         })
         .await
         .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
+        // The old view is dropped after the lock (a queue of 100,000 places).
+        let old = std::mem::replace(&mut lock(&self.state).queue_view, Arc::new(queue_view));
+        drop(old);
         let payload = |id: JobId| match self.store.payload(id) {
             Ok(p) => Some(Arc::new(p)),
             Err(e) => {

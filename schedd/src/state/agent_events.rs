@@ -102,6 +102,13 @@ fn apply_part_end(
         work.forget_if_unchanged(id);
         return;
     }
+    if let Some(at) = out.run_ended_at {
+        fx.run_ends.push(super::usage::RunEnd {
+            job: id,
+            at,
+            checkpoint_saved: end.checkpoint_saved,
+        });
+    }
     for (at, kind, detail) in out.events {
         fx.event(id, at, kind, detail);
     }

@@ -586,7 +586,7 @@ fn a_changed_inventory_drains_the_node_only_while_jobs_run_there() {
         jobs: &rec.jobs,
         nodes: &rec.nodes,
     };
-    let plan = schedule(&snap, &Policy { tiers: &tiers }, NOW);
+    let plan = schedule(&snap, &Policy::new(&tiers), NOW);
     assert_eq!(plan.placements.len(), 1);
     assert_eq!(plan.placements[0].alloc[0].node, "n2", "n1 has 6 GPUs free");
 

@@ -196,6 +196,8 @@ impl Records {
         let mut job = job.clone();
         job.state = to;
         job.reason = if hold { "Held".into() } else { String::new() };
+        // A held job is not waiting to run: its wait begins when it is released.
+        job.queued_at = (!hold).then_some(now);
         let action = if hold { "hold" } else { "release" };
         let mut fx = Effects {
             wake: true,

@@ -29,6 +29,9 @@ pub struct Effects {
     /// Runs that ended in this event (written in its batch): fair share takes them once
     /// committed.
     pub runs: Vec<ysched_common::RunRecord>,
+    /// How the runs that ended in this event ended, where an agent's report said (see
+    /// [`super::usage::RunEnd`]): read by [`Records::account_runs`](super::Records::account_runs).
+    pub run_ends: Vec<super::usage::RunEnd>,
 }
 
 impl Effects {
@@ -39,6 +42,13 @@ impl Effects {
             self.changed.push(job.id);
         }
         self.jobs.push(job);
+    }
+
+    /// Records a run's usage: written in this event's batch, and handed to fair share once
+    /// committed.
+    pub fn put_run(&mut self, run: ysched_common::RunRecord) {
+        self.batch.put_run(&run);
+        self.runs.push(run);
     }
 
     pub fn put_node(&mut self, node: Node) {

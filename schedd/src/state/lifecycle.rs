@@ -152,6 +152,8 @@ pub struct EndOutcome {
     pub stop_grace: u32,
     /// The job reached a final state: it leaves the active set.
     pub finished: bool,
+    /// The run is over (its last part ended: the job is final or back in the queue): when.
+    pub run_ended_at: Option<Millis>,
 }
 
 /// Applies the report that the part of `job` on `node` ended. `max_requeues` bounds requeues
@@ -256,6 +258,7 @@ pub fn part_ended(
         return out;
     }
     // The last (or only) part ended: the run is over. Keep the whole allocation on record.
+    out.run_ended_at = Some(at);
     if !job.parts.ended.is_empty() {
         let mut all = std::mem::take(&mut job.parts.ended);
         all.append(&mut job.alloc);
@@ -299,7 +302,7 @@ pub fn part_ended(
             job.last_checkpoint = Some(at);
         }
         if may_requeue(job, max_requeues) {
-            requeue(job);
+            requeue(job, at);
             job.restart_count += 1;
             out.events.push((
                 at,
@@ -336,7 +339,7 @@ pub fn part_ended(
         if end.checkpoint_saved {
             job.last_checkpoint = Some(at);
         }
-        requeue(job);
+        requeue(job, at);
         job.restart_count += 1;
         out.events.push((
             at,
@@ -381,7 +384,7 @@ pub fn part_ended(
             job.last_checkpoint = Some(at);
         }
         if may_requeue(job, max_requeues) {
-            requeue(job);
+            requeue(job, at);
             job.restart_count += 1;
             out.events.push((
                 at,
@@ -436,8 +439,10 @@ fn mem_flag(mib: u64) -> String {
     }
 }
 
-/// Back to the queue for a new run: no allocation, no start, no stop request.
-fn requeue(job: &mut Job) {
+/// Back to the queue for a new run, from `at`: no allocation, no start, no stop request; its
+/// wait begins again (`queued_at`).
+fn requeue(job: &mut Job, at: Millis) {
+    job.queued_at = Some(at);
     job.state = JobState::Pending;
     job.alloc.clear();
     job.parts = Default::default();
@@ -502,7 +507,7 @@ pub fn part_lost(
     }
     // The launch never reached the agent: the job never ran here; queue it again.
     job.launch_attempts += 1;
-    requeue(job);
+    requeue(job, now);
     let detail = format!(
         "launch on {node} was not confirmed (attempt {} of {max_launch_attempts})",
         job.launch_attempts
@@ -693,7 +698,7 @@ pub fn nodes_silent(
     // The fence has stopped the job on the silent nodes.
     let live = live_nodes(job);
     if live.is_empty() {
-        requeue(job);
+        requeue(job, now);
         job.restart_count += 1;
         let detail = format!(
             "restart {}: node {list} stopped responding and its fence stopped the job (by {})",

@@ -12,6 +12,7 @@
 //! - `views`: what read-only requests show (a node's derived state and GPU holders).
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
 //!   no longer knows).
+//! - `usage`: the usage record of every run that an event ends (`Records::account_runs`).
 
 pub mod agent_events;
 pub mod client_events;
@@ -19,6 +20,7 @@ pub mod commands;
 pub mod effects;
 pub mod lifecycle;
 pub mod plan;
+pub mod usage;
 pub mod views;
 
 #[cfg(test)]
@@ -31,6 +33,8 @@ mod lifecycle_tests;
 mod plan_tests;
 #[cfg(test)]
 mod prop_tests;
+#[cfg(test)]
+mod usage_tests;
 
 pub use effects::Effects;
 

@@ -5,12 +5,13 @@
 //! resources, no finished job stays in memory, no job waits holding GPUs, the node views
 //! hold whatever the allocations name, a job leaves a silent node alive (requeued, or its
 //! part there ended) only once the node's fence has surely stopped it, a tick repeated
-//! changes nothing, and a node whose GPUs changed under jobs is drained.
+//! changes nothing, and a node whose GPUs changed under jobs is drained. Every run that ends
+//! is recorded exactly once (`usage`), in the event that ends it.
 
 use super::agent_events::{AgentReport, Limits, Registration};
 use super::client_events::NewJob;
 use super::lifecycle::{PartEnd, FENCE_SLACK_MS};
-use super::Records;
+use super::{Effects, Records};
 use crate::core::testkit::{NodeBuilder, A100, H100, T0};
 use crate::core::{schedule, Policy, Snapshot};
 use crate::store::Payload;
@@ -256,7 +257,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
                 jobs: &old.jobs,
                 nodes: &old.nodes,
             };
-            let plan = schedule(&snap, &Policy { tiers: &tiers }, now);
+            let plan = schedule(&snap, &Policy::new(&tiers), now);
             let (plan, _) = rec.still_valid(plan);
             let payload = |_: JobId| Some(Arc::new(Payload::default()));
             rec.apply_plan(&plan, &payload, now)
@@ -280,7 +281,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
                 checkpoint_dir: &dir,
             };
             let (effects, job) = rec.submit(new, now);
-            rec.commit(effects);
+            commit(rec, effects, now)?;
             rec.insert_job(job);
             return Ok(());
         }
@@ -289,7 +290,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
                 jobs: &rec.jobs,
                 nodes: &rec.nodes,
             };
-            let plan = schedule(&snap, &Policy { tiers: &tiers }, now);
+            let plan = schedule(&snap, &Policy::new(&tiers), now);
             let payload = |_: JobId| Some(Arc::new(Payload::default()));
             rec.apply_plan(&plan, &payload, now)
         }
@@ -398,7 +399,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
             let busy = rec.jobs.values().any(|j| j.runs_on(name));
             let changed = *rec.nodes[name].gpus != reg.gpus;
             let effects = rec.register(&reg, LIMITS, now).0;
-            rec.commit(effects);
+            commit(rec, effects, now)?;
             let node = &rec.nodes[name];
             prop_assert_eq!(&*node.gpus, &reg.gpus, "the new inventory is taken");
             if busy && changed {
@@ -422,7 +423,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
                 .collect();
             let before = rec.clone();
             let effects = rec.fail_silent(&silent, SINCE, LIMITS, now);
-            rec.commit(effects);
+            commit(rec, effects, now)?;
             // The shell ends a silent node's session.
             for name in &silent {
                 rec.nodes.get_mut(name).unwrap().connected = false;
@@ -453,7 +454,31 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
             }
         }
     };
+    commit(rec, effects, now)
+}
+
+/// Commits an event as the shell does, its runs recorded first (`Records::account_runs`):
+/// each run that the event ends (a job that held resources from a start no longer does) is
+/// recorded exactly once, and no other.
+fn commit(rec: &mut Records, mut effects: Effects, now: i64) -> Result<(), TestCaseError> {
+    let ongoing = |rec: &Records| -> BTreeSet<(JobId, i64, u32)> {
+        rec.jobs
+            .values()
+            .filter(|j| j.state.holds_resources())
+            .filter_map(|j| Some((j.id, j.start_time?, j.restart_count)))
+            .collect()
+    };
+    let before = ongoing(rec);
+    rec.account_runs(&mut effects, now);
+    let mut recorded: Vec<(JobId, i64, u32)> = effects
+        .runs
+        .iter()
+        .map(|r| (r.job_id, r.start, r.restart_count))
+        .collect();
+    recorded.sort();
     rec.commit(effects);
+    let ended: Vec<(JobId, i64, u32)> = before.difference(&ongoing(rec)).copied().collect();
+    prop_assert_eq!(recorded, ended, "runs recorded, runs ended");
     Ok(())
 }
 

@@ -1,0 +1,19 @@
+//! The metrics scrape: the job counts are kept event by event (`metrics::ActiveJobs`); the
+//! nodes and sessions are counted under the lock (one pass over the nodes), then everything
+//! is set and encoded without it.
+
+use super::*;
+use crate::metrics::Format;
+
+impl Cluster {
+    /// Every metric, encoded in `format` (see `metrics`). Takes the state lock for one pass
+    /// over the nodes.
+    pub fn metrics_text(&self, format: Format) -> String {
+        let census = {
+            let st = lock(&self.state);
+            let live = st.sessions.values().filter(|s| !s.tx.is_closed());
+            self.metrics.census(&st.rec.nodes, live.map(|s| s.login))
+        };
+        self.metrics.render(&census, format)
+    }
+}

@@ -1,0 +1,97 @@
+//! Usage: reports (`yctl report`), built off the lock on a blocking thread from a scan of the
+//! store's recorded runs and a copy of the running jobs' usage so far, and imports of runs
+//! recorded elsewhere (`yctl usage import`), as one event.
+
+use super::*;
+use crate::report::{self, GroupBy, Report};
+use crate::state::usage;
+use ysched_common::RunRecord;
+
+/// The longest window a report may cover (ten years: a day line each).
+const MAX_REPORT_DAYS: i64 = 3660;
+
+impl Cluster {
+    /// The usage report for `[from_ms, to_ms)` (0: seven days before `to_ms`; 0: now) by
+    /// `by`, as `caller` may see it (see `scheduler.reports_public`).
+    pub async fn usage_report(
+        &self,
+        caller: &Caller,
+        from_ms: i64,
+        to_ms: i64,
+        by: &str,
+    ) -> ApiResult<Report> {
+        let by = GroupBy::parse(by).map_err(ApiError::Invalid)?;
+        let now = now_ms();
+        let to = if to_ms == 0 { now } else { to_ms };
+        let from = if from_ms == 0 {
+            to.saturating_sub(7 * report::DAY_MS)
+        } else {
+            from_ms
+        };
+        if from >= to {
+            return Err(ApiError::Invalid(format!(
+                "the report's start ({}) is not before its end ({})",
+                ysched_common::time::rfc3339(from),
+                ysched_common::time::rfc3339(to)
+            )));
+        }
+        if to.saturating_sub(from) > MAX_REPORT_DAYS * report::DAY_MS {
+            return Err(ApiError::Invalid(format!(
+                "a report covers at most {MAX_REPORT_DAYS} days"
+            )));
+        }
+        let (running, gpus) = {
+            let st = lock(&self.state);
+            let running: Vec<RunRecord> = st
+                .rec
+                .jobs
+                .values()
+                .filter_map(|j| usage::running_run(j, now))
+                .collect();
+            let gpus: usize = st.rec.nodes.values().map(|n| n.gpus.len()).sum();
+            (running, gpus as u32)
+        };
+        let mut tiers: Vec<(&String, i64)> = self
+            .config
+            .tiers
+            .iter()
+            .map(|(name, t)| (name, t.value))
+            .collect();
+        tiers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let params = report::Params {
+            from,
+            to,
+            now,
+            by,
+            gpus,
+            tier_order: tiers.into_iter().map(|(n, _)| n.clone()).collect(),
+            all_accounts: self.config.scheduler.reports_public || caller.is_admin(),
+        };
+        let store = self.store.clone();
+        let config = self.config.clone();
+        let owner = caller.owner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut b =
+                report::Builder::new(params, |account: &str| config.may_charge(&owner, account));
+            // Runs that ended from the window's start on: a run that ended after the window
+            // may have begun inside it.
+            store.scan_run_views(from, i64::MAX, |run| b.add_view(run, false))?;
+            for run in &running {
+                b.add(run, true);
+            }
+            Ok::<_, ApiError>(b.finish())
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("report failed: {e}")))?
+    }
+
+    /// Records `runs` from elsewhere (administrators only; see [`usage::import_runs`]) as one
+    /// event, durably, before answering with how many were new.
+    pub async fn import_usage(&self, caller: &Caller, runs: Vec<RunRecord>) -> ApiResult<u64> {
+        let known = |run: &RunRecord| self.store.has_run(run).map_err(ApiError::from);
+        let (changed, wake, imported) =
+            self.run_event(|_| usage::import_runs(caller, runs, &known, now_ms()))?;
+        self.settle(changed, wake).await?;
+        Ok(imported)
+    }
+}

@@ -1,0 +1,339 @@
+use super::*;
+use crate::admin::{Command, YctlCli};
+use clap::Parser;
+use ysched_proto::{GroupUsage, OutcomeCount, ReportCluster, ReportDay, ReportGroup};
+
+const H: u64 = 3_600_000;
+/// 2026-01-05T00:00:00Z.
+const MON: Millis = 1_767_571_200_000;
+
+fn reply() -> ReportReply {
+    let wait = |tier: &str, p50, p95| TierWait {
+        tier: tier.into(),
+        starts: 4,
+        wait_p50_ms: p50,
+        wait_p95_ms: p95,
+        wait_max_ms: p95,
+    };
+    ReportReply {
+        from_ms: MON,
+        to_ms: MON + 2 * DAY_MS,
+        by: "account".into(),
+        generated_ms: MON + 2 * DAY_MS,
+        all_accounts: true,
+        cluster: Some(ReportCluster {
+            gpus: 16,
+            capacity_gpu_ms: 16 * 48 * H,
+            used_gpu_ms: 96 * H + 1,
+            jobs: 5,
+            runs: 6,
+            running: 1,
+            preemptions: 2,
+            checkpoints_saved: 1,
+            lost_gpu_ms: 2 * H,
+            restarts: 2,
+            start_latency: vec![wait("critical", 1_000, 2_000), wait("low", 60_000, 600_000)],
+        }),
+        groups: vec![
+            ReportGroup {
+                name: "vision".into(),
+                gpu_ms: 64 * H + 1,
+                cpu_ms: 128 * H,
+                jobs: 3,
+                runs: 4,
+                running: 1,
+                restarts: 2,
+                preemptions_suffered: 2,
+                preemptions_caused: 0,
+                checkpoints_saved: 1,
+                lost_gpu_ms: 2 * H,
+                waits: vec![wait("low", 60_000, 600_000)],
+                outcomes: vec![
+                    OutcomeCount {
+                        outcome: "COMPLETED".into(),
+                        runs: 2,
+                    },
+                    OutcomeCount {
+                        outcome: "REQUEUED".into(),
+                        runs: 2,
+                    },
+                ],
+            },
+            ReportGroup {
+                name: "nlp, \"research\" <team>".into(),
+                gpu_ms: 32 * H,
+                jobs: 2,
+                runs: 2,
+                preemptions_caused: 2,
+                waits: vec![wait("critical", 1_000, 2_000)],
+                ..Default::default()
+            },
+        ],
+        days: vec![
+            ReportDay {
+                start_ms: MON,
+                capacity_gpu_ms: 16 * 24 * H,
+                used_gpu_ms: 40 * H,
+                groups: vec![GroupUsage {
+                    name: "vision".into(),
+                    gpu_ms: 40 * H,
+                }],
+            },
+            ReportDay {
+                start_ms: MON + DAY_MS,
+                capacity_gpu_ms: 16 * 24 * H,
+                used_gpu_ms: 56 * H + 1,
+                groups: vec![
+                    GroupUsage {
+                        name: "vision".into(),
+                        gpu_ms: 24 * H + 1,
+                    },
+                    GroupUsage {
+                        name: "nlp, \"research\" <team>".into(),
+                        gpu_ms: 32 * H,
+                    },
+                ],
+            },
+        ],
+    }
+}
+
+#[test]
+fn dates_are_rfc3339_or_plain_days_in_utc() {
+    assert_eq!(parse_date("2026-01-05").unwrap(), MON);
+    assert_eq!(parse_date("2026-01-05T00:00:00Z").unwrap(), MON);
+    assert_eq!(
+        parse_date("2026-01-05T08:30:00Z").unwrap(),
+        MON + 30_600_000
+    );
+    assert_eq!(parse_date("2026-01-05 08:30").unwrap(), MON + 30_600_000);
+    assert_eq!(
+        parse_date("2026-01-05T10:30:00+02:00").unwrap(),
+        MON + 30_600_000
+    );
+    assert_eq!(parse_date("2026-01-04T22:00:00-02:00").unwrap(), MON);
+    assert_eq!(parse_date("2026-01-05T00:00:01.5Z").unwrap(), MON + 1_500);
+    assert_eq!(parse_date("1970-01-01").unwrap(), 0);
+    assert_eq!(parse_date("2024-02-29").unwrap(), 1_709_164_800_000);
+    for bad in [
+        "2026-02-29",
+        "2026-13-01",
+        "26-01-05",
+        "2026-01-05T25:00Z",
+        "yesterday",
+        "",
+    ] {
+        let e = parse_date(bad).unwrap_err().to_string();
+        assert!(e.contains("YYYY-MM-DD or RFC 3339"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn spans_and_windows() {
+    assert_eq!(parse_span("7d").unwrap(), 7 * DAY_MS);
+    assert_eq!(parse_span("1d12h").unwrap(), 36 * 3_600_000);
+    assert_eq!(parse_span("2w").unwrap(), 14 * DAY_MS);
+    assert_eq!(parse_span("90m").unwrap(), 5_400_000);
+    for bad in ["7", "d", "0d", "7x", "-1d", ""] {
+        assert!(parse_span(bad).is_err(), "{bad}");
+    }
+    let args = |a: &[&str]| match YctlCli::try_parse_from(
+        ["yctl", "report"].iter().chain(a.iter()).copied(),
+    ) {
+        Ok(YctlCli {
+            command: Command::Report(r),
+        }) => Ok(r),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e),
+    };
+    let now = MON + 10 * DAY_MS;
+    assert_eq!(
+        window(&args(&[]).unwrap(), now).unwrap(),
+        (0, 0),
+        "schedd's default"
+    );
+    assert_eq!(
+        window(&args(&["--since", "2d"]).unwrap(), now).unwrap(),
+        (now - 2 * DAY_MS, now)
+    );
+    assert_eq!(
+        window(
+            &args(&["--from", "2026-01-05", "--to", "2026-01-12"]).unwrap(),
+            now
+        )
+        .unwrap(),
+        (MON, MON + 7 * DAY_MS)
+    );
+    assert!(window(
+        &args(&["--from", "2026-01-12", "--to", "2026-01-05"]).unwrap(),
+        now
+    )
+    .is_err());
+    assert!(args(&["--since", "7d", "--from", "2026-01-05"]).is_err());
+    assert!(args(&["--json", "--csv"]).is_err());
+    assert!(args(&["--csv", "--html", "x.html"]).is_err());
+    assert!(args(&["--by", "node"]).is_err());
+    assert_eq!(args(&["--by", "tier"]).unwrap().by, "tier");
+    assert_eq!(args(&[]).unwrap().by, "account");
+    assert!(matches!(
+        YctlCli::try_parse_from(["yctl", "usage", "import", "runs.json"]).unwrap().command,
+        Command::Usage { command: UsageCommand::Import { file } } if file == Path::new("runs.json")
+    ));
+}
+
+#[test]
+fn json_has_stable_names_hours_seconds_and_rates() {
+    let v = serde_json::to_value(report_json(&reply())).unwrap();
+    assert_eq!(v["from"], "2026-01-05T00:00:00Z");
+    assert_eq!(v["by"], "account");
+    let c = &v["cluster"];
+    assert_eq!(c["gpus"], 16);
+    assert_eq!(c["capacity_gpu_hours"], 768.0);
+    assert_eq!(c["used_gpu_seconds"], 345_600.001);
+    assert_eq!(
+        c["utilization"].as_f64().unwrap(),
+        (96.0 * H as f64 + 1.0) / (768.0 * H as f64)
+    );
+    assert_eq!(c["checkpoint_rate"], 0.5);
+    assert_eq!(c["start_latency"][1]["wait_p95_secs"], 600.0);
+    let g = &v["groups"][0];
+    assert_eq!(g["name"], "vision");
+    assert_eq!(g["gpu_seconds"], 230_400.001);
+    assert_eq!(
+        g["capacity_share"].as_f64().unwrap(),
+        (64.0 * H as f64 + 1.0) / (768.0 * H as f64)
+    );
+    assert_eq!(g["checkpoint_rate"], 0.5);
+    assert_eq!(g["lost_gpu_hours"], 2.0);
+    assert_eq!(g["outcomes"]["REQUEUED"], 2);
+    assert_eq!(v["groups"][1]["checkpoint_rate"], serde_json::Value::Null);
+    assert_eq!(v["days"][1]["date"], "2026-01-06");
+    assert_eq!(v["days"][0]["groups"]["vision"], 40.0);
+    // It reads back as what it is.
+    let back: ReportJson = serde_json::from_value(v).unwrap();
+    assert_eq!(back, report_json(&reply()));
+}
+
+#[test]
+fn the_table_shows_the_cluster_then_a_row_per_group() {
+    let out = format_report(&reply());
+    assert!(
+        out.starts_with("Usage from 2026-01-05T00:00:00Z to 2026-01-07T00:00:00Z, by account\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Cluster: 16 GPUs, capacity 768.0 GPU-hours, used 96.0 (12.5%)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Preemptions: 2, checkpoint saved in 1 (50.0%), 2.00 GPU-hours lost"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Start latency p50/p95 (starts): critical 0:01/0:02 (4), low 1:00/10:00 (4)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Daily GPU utilization: 01-05 10.4%, 01-06 14.6%"),
+        "{out}"
+    );
+    let rows: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("NAME")).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(
+        rows[1].starts_with("vision") && rows[1].contains("1/2 (50.0%)"),
+        "{out}"
+    );
+    let empty = ReportReply {
+        groups: vec![],
+        ..reply()
+    };
+    assert!(format_report(&empty).contains("(no usage in this window)"));
+}
+
+#[test]
+fn csv_quotes_names_and_ends_with_the_cluster() {
+    let out = report_csv(&reply());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[0].starts_with("by,name,gpu_hours,gpu_seconds,capacity_share,"));
+    assert!(lines[0].ends_with(",starts_critical,wait_p50_secs_critical,wait_p95_secs_critical,starts_low,wait_p50_secs_low,wait_p95_secs_low"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("account,vision,64.000000,230400.001,"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].ends_with(",0,,,4,60,600"), "{}", lines[1]);
+    assert!(
+        lines[2].starts_with("account,\"nlp, \"\"research\"\" <team>\",32.000000,"),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[3].starts_with("cluster,,96.000000,345600.001,0.125000,"),
+        "{}",
+        lines[3]
+    );
+    let columns = lines[0].split(',').count();
+    assert_eq!(lines[3].split(',').count(), columns);
+    assert_eq!(lines[1].split(',').count(), columns);
+}
+
+#[test]
+fn html_is_one_self_contained_file_with_three_charts() {
+    let html = report_html(&reply()).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(html.matches("<svg").count(), 3, "three charts");
+    assert!(html.contains("Daily GPU utilization (%)"));
+    assert!(html.contains("GPU-hours per account and day"));
+    assert!(html.contains("Wait to start by tier (minutes)"));
+    assert!(html.contains("2026-01-06"), "day labels");
+    assert!(
+        html.contains("nlp, &quot;research&quot; &lt;team&gt;"),
+        "names escaped"
+    );
+    assert!(!html.contains("<team>"));
+    for external in ["http:", "https:", "<script", "<link", "@import", "url("] {
+        assert!(!html.contains(external), "{external} in the HTML");
+    }
+    // An empty report still draws (empty) charts.
+    let empty = ReportReply {
+        cluster: None,
+        groups: vec![],
+        days: vec![],
+        ..reply()
+    };
+    assert_eq!(report_html(&empty).unwrap().matches("<svg").count(), 3);
+}
+
+#[test]
+fn usage_files_take_runs_with_defaults_and_refuse_unknown_fields() {
+    let runs = parse_usage_file(
+        r#"[{"job_id": 7, "account": "vision", "user": "bob", "tier": "high", "gpus": 8,
+             "start": 1000, "end": 5000},
+            {"job_id": 8, "restart_count": 1, "account": "nlp", "user": "eve", "uid": 1002,
+             "tier": "low", "gpus": 2, "cpus": 8, "queued_at": 10, "start": 20, "end": 30,
+             "outcome": "REQUEUED", "preempted_by": 7, "preemptor_account": "vision",
+             "checkpoint_saved": true, "lost_gpu_secs": 0}]"#,
+    )
+    .unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        (
+            runs[0].queued_at_ms,
+            runs[0].outcome.as_str(),
+            runs[0].preempted_by
+        ),
+        (1000, "COMPLETED", 0)
+    );
+    assert_eq!(
+        (
+            runs[1].preempted_by,
+            runs[1].preemptor_account.as_str(),
+            runs[1].checkpoint_saved
+        ),
+        (7, "vision", true)
+    );
+    let e = parse_usage_file(r#"[{"job_id": 1, "acount": "x"}]"#).unwrap_err();
+    assert!(format!("{e:#}").contains("unknown field `acount`"), "{e:#}");
+    assert!(parse_usage_file("{}").is_err());
+}
