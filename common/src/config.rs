@@ -104,6 +104,17 @@ pub struct SchedulerConfig {
     /// `yctl report` and `yctl shares` show every account to everyone; `false`: a user sees
     /// only the accounts they may charge (administrators see all).
     pub reports_public: bool,
+    /// Task indices of an array go from 0 to one less than this (Slurm's `MaxArraySize`).
+    pub max_array_size: u32,
+    /// Cancel a job whose dependency can never be met, rather than leave it waiting with
+    /// `DependencyNeverSatisfied` (Slurm's `kill_invalid_depend`).
+    pub kill_invalid_depend: bool,
+    /// Backfill: a job with a time limit may start on resources reserved for a higher job
+    /// that cannot start yet, if it ends before that job's expected start.
+    pub backfill: bool,
+    /// How many of each tier's first waiting jobs get a reservation (an expected start and
+    /// the resources it will use) that backfill must not delay.
+    pub backfill_reservations: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -206,6 +217,10 @@ impl Default for SchedulerConfig {
             fair_share_half_life: "7d".into(),
             metrics_listen: String::new(),
             reports_public: true,
+            max_array_size: crate::array::DEFAULT_MAX_ARRAY_SIZE,
+            kill_invalid_depend: false,
+            backfill: true,
+            backfill_reservations: 1,
         }
     }
 }
@@ -317,6 +332,12 @@ impl Config {
         }
         if self.scheduler.max_launch_attempts == 0 {
             return Err("scheduler.max_launch_attempts must be at least 1".into());
+        }
+        if self.scheduler.max_array_size == 0 || self.scheduler.max_array_size > 4_000_001 {
+            return Err(format!(
+                "scheduler.max_array_size = {} is out of range (1 to 4000001)",
+                self.scheduler.max_array_size
+            ));
         }
         let cgroup_root = &self.node.cgroup_root;
         if !cgroup_root.is_empty()

@@ -103,6 +103,12 @@ impl From<&JobSpec> for pb::JobSpec {
                 secs: w.secs,
                 batch_only: w.batch_only,
             }),
+            array: s.array.as_ref().map(|a| a.describe()).unwrap_or_default(),
+            dependency: s
+                .dependency
+                .as_ref()
+                .map(|d| d.text.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -147,6 +153,12 @@ fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
         // Known to schedd's scheduling loop only: its server fills them in.
         fair_share: None,
         queue_position: None,
+        expected_start_ms: 0,
+        expected_nodes: Vec::new(),
+        array_job_id: j.array.map(|a| a.array_id.0),
+        array_task_id: j.array.map(|a| a.task),
+        display_id: j.display_id(),
+        array_max_running: j.spec.array.as_ref().map_or(0, |a| a.max_running),
     }
 }
 

@@ -4,8 +4,10 @@
 //! Nothing here does I/O except [`config::Config::load`], which reads the config file, and
 //! [`identity`], which asks the name service who a uid is.
 
+pub mod array;
 pub mod config;
 pub mod convert;
+pub mod dependency;
 pub mod identity;
 pub mod parse;
 pub mod sdnotify;
@@ -16,6 +18,8 @@ pub mod tls;
 pub mod topo_matrix;
 pub mod types;
 
+pub use array::{ArraySpec, ArrayTask, JobTarget};
 pub use config::{Config, TierConfig};
+pub use dependency::{DepClause, DepKind, DepStatus, Dependency, DependencyRequest, TargetState};
 pub use signals::WarnSignal;
 pub use types::*;

@@ -186,6 +186,12 @@ pub struct JobSpec {
     /// `--signal`: a signal sent before the time limit.
     #[serde(default)]
     pub warn_signal: Option<crate::signals::WarnSignal>,
+    /// `--array`: this spec is shared by every task of an array (see [`crate::array`]).
+    #[serde(default)]
+    pub array: Option<crate::array::ArraySpec>,
+    /// `--dependency`, resolved into job ids at submit.
+    #[serde(default)]
+    pub dependency: Option<crate::dependency::Dependency>,
 }
 
 /// What one job holds on one node.
@@ -261,6 +267,9 @@ pub struct Job {
     /// the submit time stands in.
     #[serde(default)]
     pub queued_at: Option<Millis>,
+    /// The task of an array this job is (`12_7`); `None` for a plain job.
+    #[serde(default)]
+    pub array: Option<crate::array::ArrayTask>,
 }
 
 /// The usage of one run of one job, recorded durably when the run ends (in the same batch as
@@ -416,6 +425,16 @@ pub struct PartFailure {
 }
 
 impl Job {
+    /// `12_7` for an array task, `19` otherwise.
+    pub fn display_id(&self) -> String {
+        crate::array::display_id(self.id, self.array.as_ref())
+    }
+
+    /// Has started at least once (now running, or requeued after a run).
+    pub fn has_run(&self) -> bool {
+        self.start_time.is_some() || self.restart_count > 0
+    }
+
     /// Holds resources on `node`: a part of it runs (or is being stopped) there.
     pub fn runs_on(&self, node: &str) -> bool {
         self.state.holds_resources() && self.alloc.iter().any(|a| a.node == node)

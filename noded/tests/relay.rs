@@ -20,7 +20,12 @@ async fn wait_for_relay(socket: &std::path::Path, available: bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let mut client = unix_client(socket).await;
-        let result = client.hold(pb::JobRef { job_id: 1 }).await;
+        let result = client
+            .hold(pb::JobRef {
+                job_id: 1,
+                target: String::new(),
+            })
+            .await;
         let unavailable = matches!(&result, Err(s) if s.code() == tonic::Code::Unavailable);
         if unavailable != available {
             return;
@@ -126,12 +131,21 @@ async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() 
     assert_eq!(caller.home, me.dir.to_string_lossy());
 
     // schedd's refusals come back as they are.
-    let status = client.get_job(pb::JobRef { job_id: 5 }).await.unwrap_err();
+    let status = client
+        .get_job(pb::JobRef {
+            job_id: 5,
+            target: String::new(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::NotFound);
     assert_eq!(status.message(), NOT_FOUND_MESSAGE);
     // A stream is relayed as one.
     let states: Vec<String> = client
-        .watch_job(pb::JobRef { job_id: 8 })
+        .watch_job(pb::JobRef {
+            job_id: 8,
+            target: String::new(),
+        })
         .await
         .expect("relayed watch")
         .into_inner()

@@ -212,6 +212,8 @@ pub fn validate(
             .filter(|c| !c.is_empty())
             .collect(),
         warn_signal,
+        array: None,
+        dependency: None,
     };
     Ok(ValidSubmit {
         spec,

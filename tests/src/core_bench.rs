@@ -56,15 +56,13 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
     let fair_policy = Policy {
         tiers: &cluster.tiers,
         fair_share: &factors,
+        backfill: ysched_schedd::core::Backfill::OFF,
     };
     // For the cost: every account listed, all with one factor, so that every job's account
     // is looked up, yet the order is the same as without fair share.
     let even = FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 0.5)));
 
-    let snap = Snapshot {
-        jobs: &cluster.jobs,
-        nodes: &cluster.nodes,
-    };
+    let snap = Snapshot::new(&cluster.jobs, &cluster.nodes);
     // As schedd runs it: node topologies kept between passes.
     let mut kept = Topologies::default();
     // Passes without and with fair share take turns, so that drift of the machine's speed
@@ -104,10 +102,7 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
     for job in cluster.pending.iter().take(15) {
         let mut jobs = cluster.running.clone();
         jobs.insert(job.id, job.clone());
-        let snap = Snapshot {
-            jobs: &jobs,
-            nodes: &cluster.nodes,
-        };
+        let snap = Snapshot::new(&jobs, &cluster.nodes);
         std::hint::black_box(schedule_with(&snap, &policy, NOW, &mut kept));
         for _ in 0..3 {
             let start = Instant::now();
@@ -158,6 +153,7 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
             let policy = Policy {
                 tiers: &cluster.tiers,
                 fair_share: &factors,
+                backfill: ysched_schedd::core::Backfill::OFF,
             };
             let queue = pending_queue(&cluster.jobs, &policy);
             let start = Instant::now();
@@ -193,10 +189,7 @@ static NO_NODES: BTreeMap<String, Node> = BTreeMap::new();
 /// The pending jobs in the pass's order, as `schedule_with_queue` hands them to schedd, found
 /// cheaply: without nodes the pass decides nothing but walks the same queue.
 fn pending_queue(jobs: &BTreeMap<JobId, Job>, policy: &Policy<'_>) -> Vec<(JobId, i64)> {
-    let empty = Snapshot {
-        jobs,
-        nodes: &NO_NODES,
-    };
+    let empty = Snapshot::new(jobs, &NO_NODES);
     ysched_schedd::core::schedule_with_queue(&empty, policy, NOW, &mut Topologies::default()).1
 }
 
@@ -437,6 +430,7 @@ fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
         parts: Default::default(),
         launch_attempts: 0,
         queued_at: None,
+        array: None,
     }
 }
 
@@ -556,21 +550,20 @@ mod tests {
     #[test]
     fn even_factors_change_no_plan() {
         let cluster = BenchCluster::generate(40, 2_000);
-        let snap = Snapshot {
-            jobs: &cluster.jobs,
-            nodes: &cluster.nodes,
-        };
+        let snap = Snapshot::new(&cluster.jobs, &cluster.nodes);
         let plain = schedule(&snap, &Policy::new(&cluster.tiers), NOW);
         let even = FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 0.5)));
         let policy = Policy {
             tiers: &cluster.tiers,
             fair_share: &even,
+            backfill: ysched_schedd::core::Backfill::OFF,
         };
         assert_eq!(schedule(&snap, &policy, NOW), plain);
         let spread = FairShare::new((0..N_ACCOUNTS).map(|i| (account(i), 1.0 / (1 + i) as f64)));
         let policy = Policy {
             tiers: &cluster.tiers,
             fair_share: &spread,
+            backfill: ysched_schedd::core::Backfill::OFF,
         };
         let fair = schedule(&snap, &policy, NOW);
         assert_ne!(fair, plain);
@@ -588,10 +581,7 @@ mod tests {
             .sum();
         assert!((100..=220).contains(&busy), "{busy} of 320 GPUs busy");
         let policy = Policy::new(&cluster.tiers);
-        let snap = Snapshot {
-            jobs: &cluster.jobs,
-            nodes: &cluster.nodes,
-        };
+        let snap = Snapshot::new(&cluster.jobs, &cluster.nodes);
         let plan = schedule(&snap, &policy, NOW);
         let (placed, evicted, unsatisfiable, preempting) = summary(&plan);
         assert!(placed >= 20, "{placed} placed");

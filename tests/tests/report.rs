@@ -47,7 +47,10 @@ fn runs_of(rt: &tokio::runtime::Runtime, c: &TestCluster, id: u64, gpus: u64) ->
     let detail = rt.block_on(async {
         let mut client = ysub::client::connect(&c.socket()).await.unwrap();
         client
-            .get_job(ysched_proto::JobRef { job_id: id })
+            .get_job(ysched_proto::JobRef {
+                job_id: id,
+                target: String::new(),
+            })
             .await
             .unwrap()
             .into_inner()

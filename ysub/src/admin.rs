@@ -175,7 +175,14 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         Command::Show {
             what: ShowCommand::Job { job_id, json },
         } => {
-            let detail = reply(client.get_job(JobRef { job_id }).await)?;
+            let detail = reply(
+                client
+                    .get_job(JobRef {
+                        job_id,
+                        target: String::new(),
+                    })
+                    .await,
+            )?;
             let job = detail
                 .job
                 .as_ref()
@@ -208,17 +215,38 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         }
         Command::Hold { job_ids } => {
             for job_id in job_ids {
-                reply(client.hold(JobRef { job_id }).await)?;
+                reply(
+                    client
+                        .hold(JobRef {
+                            job_id,
+                            target: String::new(),
+                        })
+                        .await,
+                )?;
             }
         }
         Command::Release { job_ids } => {
             for job_id in job_ids {
-                reply(client.release(JobRef { job_id }).await)?;
+                reply(
+                    client
+                        .release(JobRef {
+                            job_id,
+                            target: String::new(),
+                        })
+                        .await,
+                )?;
             }
         }
         Command::Requeue { job_ids } => {
             for job_id in job_ids {
-                reply(client.requeue(JobRef { job_id }).await)?;
+                reply(
+                    client
+                        .requeue(JobRef {
+                            job_id,
+                            target: String::new(),
+                        })
+                        .await,
+                )?;
             }
         }
         Command::Report(args) => crate::report::report(&mut client, &args).await?,

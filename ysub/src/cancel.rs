@@ -32,6 +32,7 @@ pub fn cancel_request(cli: &YcancelCli) -> Result<CancelRequest> {
     Ok(CancelRequest {
         job_ids: cli.job_ids.clone(),
         user: cli.user.clone().unwrap_or_default(),
+        targets: Vec::new(),
     })
 }
 

@@ -679,6 +679,7 @@ pub(crate) mod tests {
             last_checkpoint_ms: T0 + 15_000,
             fair_share: None,
             queue_position: None,
+            ..Default::default()
         }
     }
 

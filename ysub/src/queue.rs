@@ -83,6 +83,7 @@ pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> 
         job_ids: cli.jobs.clone(),
         states,
         all,
+        targets: Vec::new(),
     })
 }
 

@@ -352,6 +352,8 @@ pub fn build_spec(
             secs: w.secs,
             batch_only: w.batch_only,
         }),
+        array: String::new(),
+        dependency: String::new(),
     })
 }
 
@@ -447,7 +449,13 @@ async fn watch_until_terminal(
     spinner: Option<&indicatif::ProgressBar>,
     failures: &mut u32,
 ) -> Result<Option<JobInfo>> {
-    let mut stream = match client.watch_job(JobRef { job_id }).await {
+    let mut stream = match client
+        .watch_job(JobRef {
+            job_id,
+            target: String::new(),
+        })
+        .await
+    {
         Ok(response) => response.into_inner(),
         Err(status) if is_transient(&status) => return Ok(None),
         Err(status) => return Err(status_error(status)),

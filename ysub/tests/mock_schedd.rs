@@ -83,7 +83,10 @@ impl Ysched for MockSchedd {
             _ => 7,
         };
         self.submitted.lock().unwrap().push(spec);
-        Ok(Response::new(SubmitReply { job_id }))
+        Ok(Response::new(SubmitReply {
+            job_id,
+            array_task_count: 0,
+        }))
     }
 
     async fn list_jobs(
@@ -163,6 +166,7 @@ impl Ysched for MockSchedd {
             return Err(Status::permission_denied("job 99 is not yours"));
         }
         Ok(Response::new(CancelReply {
+            cancelled_names: request.job_ids.iter().map(u64::to_string).collect(),
             cancelled: request.job_ids,
         }))
     }

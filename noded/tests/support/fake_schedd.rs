@@ -185,7 +185,10 @@ impl Ysched for FakeClients {
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         self.record("submit", &request);
-        Ok(Response::new(pb::SubmitReply { job_id: 4242 }))
+        Ok(Response::new(pb::SubmitReply {
+            job_id: 4242,
+            array_task_count: 0,
+        }))
     }
 
     async fn get_job(

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use ysched_common::time::Millis;
-use ysched_common::{Job, JobId, Node, NodeAlloc, TierConfig};
+use ysched_common::{Job, JobId, JobState, Node, NodeAlloc, TierConfig};
 
 mod explain;
 mod fit;
@@ -50,6 +50,21 @@ pub struct Snapshot<'a> {
     pub jobs: &'a BTreeMap<JobId, Job>,
     /// Every known node, schedulable or not.
     pub nodes: &'a BTreeMap<String, Node>,
+    /// How the finished jobs that pending jobs' dependencies name have ended (jobs that are
+    /// not finished are in `jobs`; one in neither is [`TargetState::Gone`]).
+    pub ended: &'a BTreeMap<JobId, JobState>,
+}
+
+impl<'a> Snapshot<'a> {
+    /// These jobs and nodes, with no finished dependency target known.
+    pub fn new(jobs: &'a BTreeMap<JobId, Job>, nodes: &'a BTreeMap<String, Node>) -> Self {
+        static NONE: BTreeMap<JobId, JobState> = BTreeMap::new();
+        Snapshot {
+            jobs,
+            nodes,
+            ended: &NONE,
+        }
+    }
 }
 
 /// The configuration the scheduler obeys.
@@ -59,6 +74,23 @@ pub struct Policy<'a> {
     pub tiers: &'a BTreeMap<String, TierConfig>,
     /// Fair-share factors by account: the order of jobs inside one tier.
     pub fair_share: &'a FairShare,
+    /// Backfill with reservations (`scheduler.backfill`, `scheduler.backfill_reservations`).
+    pub backfill: Backfill,
+}
+
+/// Backfill settings: reservations for each tier's first `reservations` waiting jobs (of a
+/// tier that may not preempt), which jobs after them may not delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backfill {
+    pub enabled: bool,
+    pub reservations: u32,
+}
+
+impl Backfill {
+    pub const OFF: Backfill = Backfill {
+        enabled: false,
+        reservations: 0,
+    };
 }
 
 impl<'a> Policy<'a> {
@@ -67,6 +99,7 @@ impl<'a> Policy<'a> {
         Policy {
             tiers,
             fair_share: FairShare::none(),
+            backfill: Backfill::OFF,
         }
     }
 }
@@ -81,6 +114,18 @@ pub struct Plan {
     pub evictions: Vec<Eviction>,
     /// Why each PENDING job that is not placed by this plan still waits.
     pub pending_reasons: BTreeMap<JobId, String>,
+    /// When and where PENDING jobs are expected to start, where the pass could tell (the
+    /// reserved jobs of backfill, at least).
+    pub expected_starts: BTreeMap<JobId, ExpectedStart>,
+}
+
+/// A pending job's expected start: the earliest time its resources free up, given the time
+/// limits of the jobs holding them and the reservations of the jobs before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedStart {
+    pub at: Millis,
+    /// The nodes it would get, by name.
+    pub nodes: Vec<String>,
 }
 
 /// Start `job` with this allocation.

@@ -205,6 +205,7 @@ impl JobBuilder {
             parts: Default::default(),
             launch_attempts: 0,
             queued_at: None,
+            array: None,
         };
         JobBuilder {
             job,
@@ -395,16 +396,14 @@ impl Cluster {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot<'_> {
-        Snapshot {
-            jobs: &self.jobs,
-            nodes: &self.nodes,
-        }
+        Snapshot::new(&self.jobs, &self.nodes)
     }
 
     pub(crate) fn policy(&self) -> Policy<'_> {
         Policy {
             tiers: &self.tiers,
             fair_share: &self.fair_share,
+            backfill: crate::core::Backfill::OFF,
         }
     }
 

@@ -115,6 +115,7 @@ fn simulate(submitters: &[Submitter<'_>], days: i64, half_life: Millis) -> GpuHo
         let again = Policy {
             tiers: &cluster.tiers,
             fair_share: &table.factors(),
+            backfill: crate::core::Backfill::OFF,
         };
         assert_eq!(
             plan,

@@ -78,7 +78,10 @@ impl pb::ysched_server::Ysched for ClientApi {
             Err(e) => return Err(e.into()),
         };
         let id = self.cluster.submit(caller, home, submitted).await?;
-        Ok(Response::new(pb::SubmitReply { job_id: id.0 }))
+        Ok(Response::new(pb::SubmitReply {
+            job_id: id.0,
+            array_task_count: 0,
+        }))
     }
 
     async fn list_jobs(
@@ -112,6 +115,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         let r = req.into_inner();
         let done = self.cluster.cancel(&caller, &r.job_ids, &r.user).await?;
         Ok(Response::new(pb::CancelReply {
+            cancelled_names: done.iter().map(|j| j.to_string()).collect(),
             cancelled: done.into_iter().map(|j| j.0).collect(),
         }))
     }

@@ -102,6 +102,12 @@ fn launch_job(order: &LaunchOrder) -> pb::LaunchJob {
         warn_signal: spec.warn_signal.map_or(0, |w| w.signal),
         warn_secs: spec.warn_signal.map_or(0, |w| w.secs),
         warn_batch_only: spec.warn_signal.is_some_and(|w| w.batch_only),
+        is_array_task: job.array.is_some(),
+        array_job_id: job.array.map_or(0, |a| a.array_id.0),
+        array_task_id: job.array.map_or(0, |a| a.task),
+        array_task_count: spec.array.as_ref().map_or(0, |a| a.count),
+        array_task_min: spec.array.as_ref().map_or(0, |a| a.min),
+        array_task_max: spec.array.as_ref().map_or(0, |a| a.max),
     }
 }
 

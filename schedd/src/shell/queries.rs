@@ -109,14 +109,12 @@ impl Cluster {
             };
             let tiers = self.config.tiers.clone();
             waits = tokio::task::spawn_blocking(move || {
-                let snap = Snapshot {
-                    jobs: &jobs,
-                    nodes: &nodes,
-                };
+                let snap = Snapshot::new(&jobs, &nodes);
                 // In the order of the last pass: its fair-share factors.
                 let policy = Policy {
                     tiers: &tiers,
                     fair_share: &queue.factors,
+                    backfill: crate::core::Backfill::OFF,
                 };
                 core::explain(&job, &snap, &policy, now_ms())
             })

@@ -144,16 +144,17 @@ impl Cluster {
         let cluster = Arc::clone(self);
         let (plan, queue_view) = tokio::task::spawn_blocking(move || {
             let view = &mut *view;
-            let snap = Snapshot {
-                jobs: &view.copy.jobs,
-                nodes: &nodes,
-            };
+            let snap = Snapshot::new(&view.copy.jobs, &nodes);
             let config = &cluster.config;
             let table = share_table(&book, &config.accounts, &view.copy.jobs, now);
             let factors = table.factors();
             let policy = Policy {
                 tiers: &config.tiers,
                 fair_share: &factors,
+                backfill: core::Backfill {
+                    enabled: config.scheduler.backfill,
+                    reservations: config.scheduler.backfill_reservations,
+                },
             };
             let (mut plan, queue) =
                 core::schedule_with_queue(&snap, &policy, now, &mut view.topologies);

@@ -582,10 +582,7 @@ fn a_changed_inventory_drains_the_node_only_while_jobs_run_there() {
     rec.nodes.get_mut("n1").unwrap().drain_reason = None;
     rec.insert_job(JobBuilder::new(2).gpus(7).build());
     let tiers = default_tiers();
-    let snap = Snapshot {
-        jobs: &rec.jobs,
-        nodes: &rec.nodes,
-    };
+    let snap = Snapshot::new(&rec.jobs, &rec.nodes);
     let plan = schedule(&snap, &Policy::new(&tiers), NOW);
     assert_eq!(plan.placements.len(), 1);
     assert_eq!(plan.placements[0].alloc[0].node, "n2", "n1 has 6 GPUs free");

@@ -389,6 +389,7 @@ impl Records {
             parts: Default::default(),
             launch_attempts: 0,
             queued_at: (!held).then_some(now),
+            array: None,
         };
         let mut fx = Effects {
             // A held job cannot start: no pass needed until it is released.

@@ -53,6 +53,7 @@ fn evictions_stop_victims_and_placements_launch_every_part() {
             },
         ],
         pending_reasons: [(JobId(5), "Resources".to_string())].into(),
+        expected_starts: Default::default(),
     };
     let fx = rec.apply_plan(&plan, &payload, NOW);
     let victim = &fx.jobs[0];
@@ -161,6 +162,7 @@ fn a_plan_from_an_older_copy_keeps_only_what_still_holds() {
             },
         ],
         pending_reasons: [(JobId(2), "Resources".into())].into(),
+        expected_starts: Default::default(),
     };
     // Meanwhile: job 2 was cancelled, another job took GPU 2 of n1, job 5 ended.
     let mut now = older.clone();

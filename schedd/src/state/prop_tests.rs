@@ -253,10 +253,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
     let effects = match op {
         Op::StalePass { back } => {
             let old = &history[history.len().saturating_sub(*back)];
-            let snap = Snapshot {
-                jobs: &old.jobs,
-                nodes: &old.nodes,
-            };
+            let snap = Snapshot::new(&old.jobs, &old.nodes);
             let plan = schedule(&snap, &Policy::new(&tiers), now);
             let (plan, _) = rec.still_valid(plan);
             let payload = |_: JobId| Some(Arc::new(Payload::default()));
@@ -286,10 +283,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
             return Ok(());
         }
         Op::Pass => {
-            let snap = Snapshot {
-                jobs: &rec.jobs,
-                nodes: &rec.nodes,
-            };
+            let snap = Snapshot::new(&rec.jobs, &rec.nodes);
             let plan = schedule(&snap, &Policy::new(&tiers), now);
             let payload = |_: JobId| Some(Arc::new(Payload::default()));
             rec.apply_plan(&plan, &payload, now)

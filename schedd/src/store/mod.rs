@@ -529,6 +529,7 @@ mod tests {
             parts: Default::default(),
             launch_attempts: 0,
             queued_at: None,
+            array: None,
         }
     }
 
