@@ -96,6 +96,40 @@ async fn script_without_interpreter_line_runs_under_sh_with_separate_stderr() {
 }
 
 #[tokio::test]
+async fn array_task_gets_its_variables_and_output_file() {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher();
+    let script = "#!/bin/sh\n\
+                  echo \"job=$YS_JOB_ID array=${YS_ARRAY_JOB_ID-unset} task=${YS_ARRAY_TASK_ID-unset}\"\n\
+                  echo \"count=${YS_ARRAY_TASK_COUNT-unset} min=${YS_ARRAY_TASK_MIN-unset} max=${YS_ARRAY_TASK_MAX-unset}\"\n";
+    let mut task = fx.job(119, script);
+    task.is_array_task = true;
+    task.array_job_id = 112;
+    task.array_task_id = 7;
+    task.array_task_count = 3;
+    task.array_task_min = 1;
+    task.array_task_max = 9;
+    task.env = HashMap::from([("YS_ARRAY_TASK_ID".to_string(), "99".to_string())]);
+    launcher.launch(&task).unwrap();
+    // A plain job that exports the variables itself does not get them.
+    let mut plain = fx.job(120, script);
+    plain.stdout_path = "plain-%A_%a.out".into();
+    plain.env = HashMap::from([("YS_ARRAY_JOB_ID".to_string(), "1".to_string())]);
+    launcher.launch(&plain).unwrap();
+    assert_eq!(events.wait_for_end(119).await.finished.exit_code, Some(0));
+    assert_eq!(events.wait_for_end(120).await.finished.exit_code, Some(0));
+
+    assert_eq!(
+        fx.output("ysched-112_7.out"),
+        "job=119 array=112 task=7\ncount=3 min=1 max=9\n"
+    );
+    assert_eq!(
+        fx.output("plain-120_0.out"),
+        "job=120 array=unset task=unset\ncount=unset min=unset max=unset\n"
+    );
+}
+
+#[tokio::test]
 async fn time_limit_terminates_and_reports_timed_out() {
     let fx = Fixture::new();
     let (launcher, mut events) = fx.launcher();

@@ -15,6 +15,17 @@ use ysched_proto as pb;
 
 /// Default output file, as sbatch's `slurm-%j.out`.
 pub const DEFAULT_STDOUT: &str = "ysched-%j.out";
+/// Default output file of an array task, as sbatch's `slurm-%A_%a.out`.
+pub const DEFAULT_ARRAY_STDOUT: &str = "ysched-%A_%a.out";
+/// The variables that describe an array task. noded alone sets them: the same names in a job's
+/// exported environment are dropped, for array tasks and plain jobs alike.
+pub const ARRAY_VARIABLES: [&str; 5] = [
+    "YS_ARRAY_JOB_ID",
+    "YS_ARRAY_TASK_ID",
+    "YS_ARRAY_TASK_COUNT",
+    "YS_ARRAY_TASK_MIN",
+    "YS_ARRAY_TASK_MAX",
+];
 /// PATH for jobs whose exported environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -58,6 +69,22 @@ pub struct JobParams {
     /// `warn_signal` goes to the batch shell only, not to every process of the job.
     #[serde(default)]
     pub warn_batch_only: bool,
+    /// Which task of which array this job is; `None`: not an array task.
+    #[serde(default)]
+    pub array: Option<ArrayTaskParams>,
+}
+
+/// An array task's place in its array (`LaunchJob.array_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTaskParams {
+    /// The array's id: its first task's job id.
+    pub array_job_id: u64,
+    /// This task's index.
+    pub task_id: u32,
+    /// How many tasks the array has, and its smallest and largest index.
+    pub task_count: u32,
+    pub task_min: u32,
+    pub task_max: u32,
 }
 
 impl From<&pb::LaunchJob> for JobParams {
@@ -89,6 +116,13 @@ impl From<&pb::LaunchJob> for JobParams {
             warn_signal: j.warn_signal,
             warn_secs: j.warn_secs,
             warn_batch_only: j.warn_batch_only,
+            array: j.is_array_task.then_some(ArrayTaskParams {
+                array_job_id: j.array_job_id,
+                task_id: j.array_task_id,
+                task_count: j.array_task_count,
+                task_min: j.array_task_min,
+                task_max: j.array_task_max,
+            }),
         }
     }
 }
@@ -189,8 +223,14 @@ pub fn plan_job(
         job_name: &job.name,
         user: &user.name,
         node: node_name,
+        array: job.array.map(|a| (a.array_job_id, a.task_id)),
     };
-    let stdout_pattern = non_empty_or(&job.stdout_path, DEFAULT_STDOUT);
+    let default_stdout = if job.array.is_some() {
+        DEFAULT_ARRAY_STDOUT
+    } else {
+        DEFAULT_STDOUT
+    };
+    let stdout_pattern = non_empty_or(&job.stdout_path, default_stdout);
     let stdout = workdir.join(expand_pattern(stdout_pattern, &vars));
     let stderr = (!job.stderr_path.is_empty())
         .then(|| workdir.join(expand_pattern(&job.stderr_path, &vars)))
@@ -285,9 +325,12 @@ pub struct PatternVars<'a> {
     pub job_name: &'a str,
     pub user: &'a str,
     pub node: &'a str,
+    /// An array task's array id and task index; `None`: not an array task.
+    pub array: Option<(u64, u32)>,
 }
 
-/// Expands sbatch-style patterns: `%j` job id, `%x` job name, `%u` user, `%N` node, `%%` a
+/// Expands sbatch-style patterns: `%j` job id, `%x` job name, `%u` user, `%N` node, `%A` the
+/// array's id (a plain job: its job id), `%a` the array task's index (a plain job: `0`), `%%` a
 /// percent sign. Unknown patterns are kept as written.
 pub fn expand_pattern(pattern: &str, vars: &PatternVars) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
@@ -302,6 +345,14 @@ pub fn expand_pattern(pattern: &str, vars: &PatternVars) -> String {
             Some('x') => out.push_str(vars.job_name),
             Some('u') => out.push_str(vars.user),
             Some('N') => out.push_str(vars.node),
+            Some('A') => {
+                let array_id = vars.array.map_or(vars.job_id, |(array_id, _)| array_id);
+                out.push_str(&array_id.to_string());
+            }
+            Some('a') => {
+                let task = vars.array.map_or(0, |(_, task)| task);
+                out.push_str(&task.to_string());
+            }
             Some('%') => out.push('%'),
             Some(other) => {
                 out.push('%');
@@ -325,7 +376,8 @@ fn expand_home(path: &str, home: &Path) -> PathBuf {
 }
 
 /// The job's environment: the submitter's exported environment with the ysched variables on
-/// top (they win over exported ones of the same name). `YSCHED_SOCKET` is this node's client
+/// top (they win over exported ones of the same name). The `YS_ARRAY_*` variables are an
+/// array task's only: exported ones are dropped, so a plain job never has them. `YSCHED_SOCKET` is this node's client
 /// socket, where the CLIs inside the job reach schedd through the node's agent; where the
 /// node serves none, an exported one (the submit host's socket, meaningless here) is removed.
 pub fn job_environment(
@@ -335,6 +387,9 @@ pub fn job_environment(
     client_socket: Option<&Path>,
 ) -> BTreeMap<String, String> {
     let mut env = job.env.clone();
+    for name in ARRAY_VARIABLES {
+        env.remove(name);
+    }
     match client_socket {
         Some(socket) => {
             env.insert(
@@ -384,6 +439,14 @@ pub fn job_environment(
     if job.master_port != 0 {
         set("MASTER_PORT", job.master_port.to_string());
     }
+    if let Some(array) = &job.array {
+        let [job_id, task_id, count, min, max] = ARRAY_VARIABLES;
+        set(job_id, array.array_job_id.to_string());
+        set(task_id, array.task_id.to_string());
+        set(count, array.task_count.to_string());
+        set(min, array.task_min.to_string());
+        set(max, array.task_max.to_string());
+    }
     env
 }
 
@@ -397,6 +460,7 @@ mod tests {
             job_name: "train",
             user: "alice",
             node: "n1",
+            array: None,
         }
     }
 
@@ -405,6 +469,103 @@ mod tests {
         assert_eq!(expand_pattern("ysched-%j.out", &vars()), "ysched-42.out");
         assert_eq!(expand_pattern("%x-%u-%N-%j", &vars()), "train-alice-n1-42");
         assert_eq!(expand_pattern("100%%-%q-%", &vars()), "100%-%q-%");
+    }
+
+    #[test]
+    fn array_patterns_expand() {
+        let task = PatternVars {
+            job_id: 19,
+            array: Some((12, 7)),
+            ..vars()
+        };
+        assert_eq!(
+            expand_pattern(DEFAULT_ARRAY_STDOUT, &task),
+            "ysched-12_7.out"
+        );
+        assert_eq!(expand_pattern("%x-%A_%a.%j", &task), "train-12_7.19");
+        assert_eq!(expand_pattern("%%A%%a", &task), "%A%a");
+        // A plain job: %A is its job id, %a is 0.
+        assert_eq!(expand_pattern("out-%A_%a.log", &vars()), "out-42_0.log");
+    }
+
+    /// The launch of task 7 of array 12 (job 19), as schedd sends it.
+    fn array_launch() -> pb::LaunchJob {
+        pb::LaunchJob {
+            job_id: 19,
+            name: "sweep".into(),
+            is_array_task: true,
+            array_job_id: 12,
+            array_task_id: 7,
+            array_task_count: 25,
+            array_task_min: 0,
+            array_task_max: 96,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn array_fields_come_from_the_launch() {
+        let params = JobParams::from(&array_launch());
+        assert_eq!(
+            params.array,
+            Some(ArrayTaskParams {
+                array_job_id: 12,
+                task_id: 7,
+                task_count: 25,
+                task_min: 0,
+                task_max: 96,
+            })
+        );
+        // Without is_array_task the fields mean nothing.
+        let plain = pb::LaunchJob {
+            is_array_task: false,
+            ..array_launch()
+        };
+        assert_eq!(JobParams::from(&plain).array, None);
+        // A record written before arrays existed reads as a plain job.
+        let mut old = serde_json::to_value(&JobParams::default()).unwrap();
+        old.as_object_mut().unwrap().remove("array");
+        let old: JobParams = serde_json::from_value(old).unwrap();
+        assert_eq!(old.array, None);
+        let round: JobParams =
+            serde_json::from_str(&serde_json::to_string(&params).unwrap()).unwrap();
+        assert_eq!(round.array, params.array);
+    }
+
+    #[test]
+    fn array_tasks_get_array_variables_that_jobs_cannot_spoof() {
+        let spoofed: BTreeMap<String, String> = ARRAY_VARIABLES
+            .iter()
+            .map(|name| (name.to_string(), "spoofed".to_string()))
+            .chain([("HOME".to_string(), "/home/a".to_string())])
+            .collect();
+        let mut task = JobParams::from(&array_launch());
+        task.env = spoofed.clone();
+        let env = job_environment(&task, "n1", None, None);
+        assert_eq!(env["YS_JOB_ID"], "19");
+        assert_eq!(env["YS_ARRAY_JOB_ID"], "12");
+        assert_eq!(env["YS_ARRAY_TASK_ID"], "7");
+        assert_eq!(env["YS_ARRAY_TASK_COUNT"], "25");
+        assert_eq!(env["YS_ARRAY_TASK_MIN"], "0");
+        assert_eq!(env["YS_ARRAY_TASK_MAX"], "96");
+        assert_eq!(env["HOME"], "/home/a");
+
+        // A plain job has none, not even ones it exported itself.
+        let plain = JobParams {
+            job_id: 20,
+            env: spoofed,
+            ..Default::default()
+        };
+        let env = job_environment(&plain, "n1", None, None);
+        for name in ARRAY_VARIABLES {
+            assert!(
+                !env.contains_key(name),
+                "{name} in a plain job's environment"
+            );
+        }
+        assert_eq!(env["HOME"], "/home/a");
+        let env = job_environment(&JobParams::default(), "n1", None, None);
+        assert!(!env.keys().any(|k| k.starts_with("YS_ARRAY_")), "{env:?}");
     }
 
     #[test]
@@ -564,5 +725,43 @@ mod tests {
         assert_eq!(plan.args, vec!["a"]);
         assert_eq!(plan.stderr, None, "same file as stdout");
         assert!(plan.append_output);
+    }
+
+    #[test]
+    fn array_tasks_write_to_their_own_files() {
+        let me = Uid::effective().as_raw();
+        let name = User::from_uid(Uid::effective()).unwrap().unwrap().name;
+        let task = JobParams {
+            uid: me,
+            gid: nix::unistd::Gid::effective().as_raw(),
+            user: name,
+            workdir: "/tmp".into(),
+            script: "echo hi\n".into(),
+            ..JobParams::from(&array_launch())
+        };
+        let plan = plan_job(&task, "n1", Path::new("/s"), None).unwrap();
+        assert_eq!(plan.stdout, PathBuf::from("/tmp/ysched-12_7.out"));
+        assert_eq!(plan.stderr, None);
+        assert_eq!(plan.env["YS_ARRAY_TASK_ID"], "7");
+
+        let named = JobParams {
+            stdout_path: "logs/%x-%A_%a.out".into(),
+            stderr_path: "logs/%A-%a-%j.err".into(),
+            ..task.clone()
+        };
+        let plan = plan_job(&named, "n1", Path::new("/s"), None).unwrap();
+        assert_eq!(plan.stdout, PathBuf::from("/tmp/logs/sweep-12_7.out"));
+        assert_eq!(plan.stderr, Some(PathBuf::from("/tmp/logs/12-7-19.err")));
+
+        // A plain job keeps ysched-%j.out, and %A_%a there is its id and 0.
+        let plain = JobParams {
+            array: None,
+            stderr_path: "e-%A_%a".into(),
+            ..task
+        };
+        let plan = plan_job(&plain, "n1", Path::new("/s"), None).unwrap();
+        assert_eq!(plan.stdout, PathBuf::from("/tmp/ysched-19.out"));
+        assert_eq!(plan.stderr, Some(PathBuf::from("/tmp/e-19_0")));
+        assert!(!plan.env.contains_key("YS_ARRAY_JOB_ID"));
     }
 }

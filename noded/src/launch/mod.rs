@@ -31,7 +31,9 @@ mod tracking;
 pub use cgroup::JobCgroup;
 pub use checkpoint::FALLBACK_CHECKPOINT_ROOT;
 pub use containment::{CgroupRoot, Containment, JobLimits, LimitSource};
-pub use job::{expand_pattern, job_environment, plan_job, ExecPlan, JobParams, PatternVars};
+pub use job::{
+    expand_pattern, job_environment, plan_job, ArrayTaskParams, ExecPlan, JobParams, PatternVars,
+};
 pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
 

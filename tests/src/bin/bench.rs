@@ -625,7 +625,45 @@ fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     }]
 }
 
-/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart]...`: the named groups of
+/// A 10,000-task array (`BENCH_ARRAY_TASKS`) submitted through the API to a real schedd: the
+/// time from the call to the reply, which comes once every task is durable (one batch, one
+/// flush). Held, so that no pass competes; the median of five arrays.
+fn array(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
+    let n = env_usize("BENCH_ARRAY_TASKS", 10_000);
+    let c = real_cluster(vec![FakeNode::uniform("n1", 8, A100)]);
+    let work = c.work.display().to_string();
+    let mut took = Vec::new();
+    rt.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        for _ in 0..5 {
+            let mut spec = held_spec(&work);
+            spec.array = format!("0-{}", n - 1);
+            let t = Instant::now();
+            let reply = client
+                .submit(pb::SubmitRequest { spec: Some(spec) })
+                .await
+                .unwrap()
+                .into_inner();
+            took.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(reply.array_task_count as usize, n);
+        }
+    });
+    println!(
+        "  (array submits: {:?} ms; schedd RSS with {} held tasks: {:.1} MiB)",
+        took.iter().map(|t| (t * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        5 * n,
+        rss_mib(c.schedd_pid().unwrap())
+    );
+    vec![Figure {
+        name: "10,000-task array: submit to durable reply (median)",
+        value: median(&mut took),
+        unit: "ms",
+        target: 100.0,
+        higher_is_better: false,
+    }]
+}
+
+/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|array]...`: the named groups of
 /// figures; `cluster`, `preempt` and `core` by default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -655,6 +693,9 @@ fn main() {
     }
     if groups.iter().any(|g| g == "report") {
         figures.extend(report());
+    }
+    if groups.iter().any(|g| g == "array") {
+        figures.extend(array(&rt));
     }
     if want("core") {
         for (name, value, unit, target, higher_is_better) in ysched_tests::core_bench::run() {
