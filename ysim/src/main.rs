@@ -1,0 +1,6 @@
+//! The `ysim` binary.
+
+fn main() {
+    eprintln!("ysim: not built yet");
+    std::process::exit(2);
+}
