@@ -145,7 +145,18 @@ impl DependencyRequest {
         if compact.is_empty() {
             return Err("empty --dependency".into());
         }
-        let (commas, questions) = (compact.contains(','), compact.contains('?'));
+        // A task list such as `12_[1,3]` has commas of its own: only those outside count.
+        let outside = split_outside_brackets(&compact, |c| c == ',' || c == '?');
+        let mut at = 0;
+        let (mut commas, mut questions) = (false, false);
+        for part in &outside[..outside.len() - 1] {
+            at += part.len();
+            match compact.as_bytes()[at] {
+                b',' => commas = true,
+                _ => questions = true,
+            }
+            at += 1;
+        }
         if commas && questions {
             return Err(format!(
                 "--dependency '{text}': use ',' (all) or '?' (any), not both"
@@ -298,6 +309,10 @@ mod tests {
         assert_eq!(r.clauses[1].targets[0].tasks, Some(vec![1, 2]));
         let r = DependencyRequest::parse("after:5?afternotok:6").unwrap();
         assert!(r.any);
+        let r = DependencyRequest::parse("afterany:12_7?afternotok:13_[1-3,5]").unwrap();
+        assert!(r.any);
+        assert_eq!(r.clauses[1].targets[0].tasks, Some(vec![1, 2, 3, 5]));
+        assert!(!DependencyRequest::parse("afterok:12_[1,2],after:3").unwrap().any);
         assert!(DependencyRequest::parse("singleton").unwrap().singleton);
         let r = DependencyRequest::parse("afterok:3,singleton").unwrap();
         assert!(r.singleton && r.clauses.len() == 1);

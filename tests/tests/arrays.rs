@@ -79,6 +79,7 @@ fn an_array_runs_at_most_n_tasks_at_once_with_its_environment_and_cancels_by_tas
              #YSUB -o {work}/out-%A_%a.txt\n\
              t=$YS_ARRAY_TASK_ID\n\
              echo \"start $t $(date +%s%N)\" >> {work}/intervals\n\
+             trap 'echo \"end $t $(date +%s%N)\" >> {work}/intervals; exit 0' TERM\n\
              env > {work}/env-$t.txt\n\
              gate={work}/gate1; [ \"$t\" -ge 20 ] && gate={work}/gate2\n\
              while [ ! -f \"$gate\" ]; do sleep 0.05; done\n\
