@@ -279,6 +279,22 @@ impl Metrics {
         self.active().add(job);
     }
 
+    /// One submit of `jobs` (one job, or the tasks of an array) took `took`: each job counts
+    /// as submitted, the submit's time is observed once.
+    pub fn submitted_jobs(&self, jobs: &[Job], took: Duration) {
+        let Some(first) = jobs.first() else {
+            return;
+        };
+        self.submitted
+            .get_or_create(&tier_label(&first.spec.tier))
+            .inc_by(jobs.len() as u64);
+        self.submit_duration.observe(took.as_secs_f64());
+        let mut active = self.active();
+        for job in jobs {
+            active.add(job);
+        }
+    }
+
     fn active(&self) -> std::sync::MutexGuard<'_, ActiveJobs> {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::store::Payload;
 use std::collections::BTreeMap;
 use std::path::Path;
-use ysched_common::{Caller, Config, JobSpec};
+use ysched_common::{ArraySpec, Caller, Config, DependencyRequest, JobSpec};
 use ysched_proto as pb;
 
 /// A submit as the client asked for it, checked and with defaults resolved: the spec
@@ -16,6 +16,9 @@ pub struct ValidSubmit {
     pub spec: JobSpec,
     pub payload: Payload,
     pub grace_secs: u32,
+    /// `--dependency` as parsed: its targets are resolved into job ids under the lock, at
+    /// submit (into `spec.dependency`).
+    pub dependency: Option<DependencyRequest>,
 }
 
 /// Checks a submit and resolves defaults, without looking at the cluster's state (so without
@@ -173,6 +176,18 @@ pub fn validate(
         }
         None => None,
     };
+    // `--array`: one job per task, all sharing this spec.
+    let array = if wire.array.trim().is_empty() {
+        None
+    } else {
+        Some(ArraySpec::parse(&wire.array, config.scheduler.max_array_size).map_err(invalid)?)
+    };
+    // `--dependency`: parsed now, its targets resolved at submit (under the lock).
+    let dependency = if wire.dependency.trim().is_empty() {
+        None
+    } else {
+        Some(DependencyRequest::parse(&wire.dependency).map_err(invalid)?)
+    };
     let opt = |s: String| (!s.trim().is_empty()).then_some(s);
     let spec = JobSpec {
         name: if wire.name.is_empty() {
@@ -212,7 +227,7 @@ pub fn validate(
             .filter(|c| !c.is_empty())
             .collect(),
         warn_signal,
-        array: None,
+        array,
         dependency: None,
     };
     Ok(ValidSubmit {
@@ -222,6 +237,7 @@ pub fn validate(
             env: wire.env.into_iter().collect(),
         },
         grace_secs: grace,
+        dependency,
     })
 }
 
@@ -488,6 +504,77 @@ mod account_tests {
         let err = submit(me(), "", "medium", 5).unwrap_err();
         assert!(
             matches!(&err, ApiError::Invalid(m) if m.contains("tiers.medium.max_gpus_per_user")),
+            "{err:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod array_tests {
+    use super::*;
+    use ysched_common::Owner;
+
+    fn submit(array: &str, dependency: &str, config: &Config) -> Result<ValidSubmit, ApiError> {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into()],
+        };
+        let wire = pb::JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            workdir: "/tmp".into(),
+            array: array.into(),
+            dependency: dependency.into(),
+            ..Default::default()
+        };
+        validate(wire, &Caller::local(owner), config)
+    }
+
+    #[test]
+    fn arrays_are_parsed_and_bad_ones_named() {
+        let config = Config::default();
+        let ok = submit("0-99:4%16", "", &config).unwrap();
+        let array = ok.spec.array.unwrap();
+        assert_eq!((array.count, array.max_running), (25, 16));
+        assert_eq!(submit("", "", &config).unwrap().spec.array, None);
+        for (bad, wanted) in [
+            ("5-1", "--array '5-1': range '5-1' goes backwards"),
+            ("x", "'x' is not a task index"),
+            ("0-9%0", "%0 would never run a task"),
+        ] {
+            let err = submit(bad, "", &config).unwrap_err();
+            assert!(
+                matches!(&err, ApiError::Invalid(m) if m.contains(wanted)),
+                "{bad}: {err:?}"
+            );
+        }
+        // scheduler.max_array_size bounds the indices.
+        let mut small = Config::default();
+        small.scheduler.max_array_size = 100;
+        assert!(submit("0-99", "", &small).is_ok());
+        let err = submit("0-100", "", &small).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid(m) if m.contains("scheduler.max_array_size = 100")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn dependencies_are_parsed_and_resolved_later() {
+        let config = Config::default();
+        let ok = submit("", "afterok:12:13_[1-2],afterany:14", &config).unwrap();
+        assert_eq!(
+            ok.spec.dependency, None,
+            "resolved at submit, under the lock"
+        );
+        let request = ok.dependency.unwrap();
+        assert_eq!(request.clauses.len(), 2);
+        assert_eq!(request.text, "afterok:12:13_[1-2],afterany:14");
+        assert!(submit("", "", &config).unwrap().dependency.is_none());
+        let err = submit("", "before:3", &config).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid(m) if m.contains("unknown type 'before'")),
             "{err:?}"
         );
     }

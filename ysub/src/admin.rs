@@ -1,7 +1,10 @@
 //! `yctl`: cluster administration and inspection, like scontrol/sinfo.
 
 use crate::client::{self, reply};
-use crate::jobs::{format_job_detail, job_detail_to_json};
+use crate::jobs::{
+    flatten_targets, format_job_detail, job_detail_to_json, job_ref, parse_single_target,
+    parse_target_list, TargetList,
+};
 use crate::nodes::{
     format_gpu_lines, format_node_topology, format_nodes_table, node_to_json, NodeJson,
 };
@@ -16,9 +19,9 @@ use std::process::ExitCode;
 use ysched_common::text::{check_printable, escape_for_terminal};
 use ysched_common::time::now_ms;
 use ysched_common::time::rfc3339;
+use ysched_common::JobTarget;
 use ysched_proto::{
-    AuditEntry, AuditRequest, DrainRequest, JobRef, ListNodesRequest, NodeInfo, NodeRef,
-    SharesRequest,
+    AuditEntry, AuditRequest, DrainRequest, ListNodesRequest, NodeInfo, NodeRef, SharesRequest,
 };
 
 #[derive(Parser, Debug)]
@@ -65,19 +68,25 @@ pub enum Command {
     },
     /// Keep pending jobs from starting
     Hold {
-        #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
-        job_ids: Vec<u64>,
+        /// Jobs (space- or comma-separated): `12` (a job, or every task of array 12), `12_7`
+        /// (one task), `12_[1-5,9]` (some tasks)
+        #[arg(value_name = "JOBID", required = true, value_parser = parse_target_list)]
+        jobs: Vec<TargetList>,
     },
     /// Let held jobs start again
     Release {
-        #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
-        job_ids: Vec<u64>,
+        /// Jobs (space- or comma-separated): `12` (a job, or every task of array 12), `12_7`
+        /// (one task), `12_[1-5,9]` (some tasks)
+        #[arg(value_name = "JOBID", required = true, value_parser = parse_target_list)]
+        jobs: Vec<TargetList>,
     },
     /// Stop running jobs (SIGTERM, SIGKILL after their grace) and queue them again, keeping
     /// their place in the queue; as `scontrol requeue`. Not for jobs submitted with --no-requeue
     Requeue {
-        #[arg(value_name = "JOBID", required = true, value_delimiter = ',')]
-        job_ids: Vec<u64>,
+        /// Jobs (space- or comma-separated): `12` (a job, or every task of array 12), `12_7`
+        /// (one task), `12_[1-5,9]` (some tasks)
+        #[arg(value_name = "JOBID", required = true, value_parser = parse_target_list)]
+        jobs: Vec<TargetList>,
     },
     /// Usage per account, user or tier over a window (default: the last 7 days): GPU-hours,
     /// share of capacity, jobs, waits per tier, preemptions, checkpoints, work lost; the
@@ -109,7 +118,9 @@ pub enum Command {
 pub enum ShowCommand {
     /// A job: its request, state, allocation and event history
     Job {
-        job_id: u64,
+        /// The job: `12`, or `12_7` for task 7 of array 12
+        #[arg(value_name = "JOBID", value_parser = parse_single_target)]
+        job: JobTarget,
         #[arg(long)]
         json: bool,
     },
@@ -173,20 +184,13 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
             }
         }
         Command::Show {
-            what: ShowCommand::Job { job_id, json },
+            what: ShowCommand::Job { job, json },
         } => {
-            let detail = reply(
-                client
-                    .get_job(JobRef {
-                        job_id,
-                        target: String::new(),
-                    })
-                    .await,
-            )?;
+            let detail = reply(client.get_job(job_ref(&job)).await)?;
             let job = detail
                 .job
                 .as_ref()
-                .ok_or_else(|| anyhow!("schedd sent no job for {job_id}"))?;
+                .ok_or_else(|| anyhow!("schedd sent no job for {job}"))?;
             if json {
                 print_json(&job_detail_to_json(job, &detail.events, now_ms()))?;
             } else {
@@ -213,40 +217,19 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 print_stdout(&out)?;
             }
         }
-        Command::Hold { job_ids } => {
-            for job_id in job_ids {
-                reply(
-                    client
-                        .hold(JobRef {
-                            job_id,
-                            target: String::new(),
-                        })
-                        .await,
-                )?;
+        Command::Hold { jobs } => {
+            for target in flatten_targets(&jobs) {
+                reply(client.hold(job_ref(&target)).await)?;
             }
         }
-        Command::Release { job_ids } => {
-            for job_id in job_ids {
-                reply(
-                    client
-                        .release(JobRef {
-                            job_id,
-                            target: String::new(),
-                        })
-                        .await,
-                )?;
+        Command::Release { jobs } => {
+            for target in flatten_targets(&jobs) {
+                reply(client.release(job_ref(&target)).await)?;
             }
         }
-        Command::Requeue { job_ids } => {
-            for job_id in job_ids {
-                reply(
-                    client
-                        .requeue(JobRef {
-                            job_id,
-                            target: String::new(),
-                        })
-                        .await,
-                )?;
+        Command::Requeue { jobs } => {
+            for target in flatten_targets(&jobs) {
+                reply(client.requeue(job_ref(&target)).await)?;
             }
         }
         Command::Report(args) => crate::report::report(&mut client, &args).await?,
@@ -383,15 +366,12 @@ mod tests {
             parse(&["nodes", "--topology", "gpu01"]).unwrap().command,
             Command::Nodes { topology: Some(name), .. } if name == "gpu01"
         ));
-        assert!(matches!(
-            parse(&["show", "job", "12", "--json"]).unwrap().command,
+        match parse(&["show", "job", "12", "--json"]).unwrap().command {
             Command::Show {
-                what: ShowCommand::Job {
-                    job_id: 12,
-                    json: true
-                }
-            }
-        ));
+                what: ShowCommand::Job { job, json: true },
+            } => assert_eq!(job_ref(&job), job_ref(&JobTarget::parse("12").unwrap())),
+            other => panic!("{other:?}"),
+        }
         match parse(&["drain", "gpu01", "--reason", "bad fan"])
             .unwrap()
             .command
@@ -402,11 +382,21 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
-        assert!(
-            matches!(parse(&["hold", "3,4"]).unwrap().command, Command::Hold { job_ids } if job_ids == [3, 4])
-        );
-        assert!(
-            matches!(parse(&["requeue", "7", "8,9"]).unwrap().command, Command::Requeue { job_ids } if job_ids == [7, 8, 9])
+        let names = |command: Command| -> Vec<String> {
+            match command {
+                Command::Hold { jobs } | Command::Release { jobs } | Command::Requeue { jobs } => {
+                    flatten_targets(&jobs)
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect()
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(names(parse(&["hold", "3,4"]).unwrap().command), ["3", "4"]);
+        assert_eq!(
+            names(parse(&["requeue", "7", "8,9"]).unwrap().command),
+            ["7", "8", "9"]
         );
         assert!(parse(&["requeue"]).is_err());
         assert!(matches!(
@@ -509,6 +499,52 @@ mod tests {
             find_node(&nodes, "gpu1").unwrap_err().to_string(),
             "unknown node 'gpu1'"
         );
+    }
+
+    #[test]
+    fn job_commands_take_array_targets() {
+        let refs = |args: &[&str]| -> Vec<(u64, String)> {
+            match parse(args).unwrap().command {
+                Command::Hold { jobs } | Command::Release { jobs } | Command::Requeue { jobs } => {
+                    flatten_targets(&jobs)
+                        .iter()
+                        .map(|t| {
+                            let r = job_ref(t);
+                            (r.job_id, r.target)
+                        })
+                        .collect()
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        // A task is never sent as its array's id, which an older server would act on.
+        assert_eq!(
+            refs(&["hold", "12_[100-199],13", "12_7"]),
+            [
+                (0, "12_[100-199]".to_string()),
+                (13, "13".to_string()),
+                (0, "12_7".to_string())
+            ]
+        );
+        assert_eq!(
+            refs(&["release", "12_[1-3,9]"]),
+            [(0, "12_[1-3,9]".to_string())]
+        );
+        assert_eq!(refs(&["requeue", "12_4"]), [(0, "12_4".to_string())]);
+        match parse(&["show", "job", "12_7"]).unwrap().command {
+            Command::Show {
+                what: ShowCommand::Job { job, json: false },
+            } => {
+                let r = job_ref(&job);
+                assert_eq!((r.job_id, r.target.as_str()), (0, "12_7"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // One job at a time.
+        let err = parse(&["show", "job", "12_[1-5]"]).unwrap_err().to_string();
+        assert!(err.contains("names 5 tasks"), "{err}");
+        assert!(parse(&["show", "job", "12_[5]"]).is_ok());
+        assert!(parse(&["hold", "12_"]).is_err());
     }
 
     #[test]

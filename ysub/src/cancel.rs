@@ -1,10 +1,12 @@
 //! `ycancel`: cancel jobs, like scancel.
 
 use crate::client::{self, reply};
+use crate::jobs::{flatten_targets, parse_target_list, TargetList};
 use anyhow::{bail, Result};
 use clap::Parser;
 use std::process::ExitCode;
-use ysched_proto::CancelRequest;
+use ysched_common::text::escape_for_terminal;
+use ysched_proto::{CancelReply, CancelRequest};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -14,26 +16,47 @@ use ysched_proto::CancelRequest;
     override_usage = "ycancel [-v] JOBID...\n       ycancel [-v] -u USER"
 )]
 pub struct YcancelCli {
-    /// Jobs to cancel (space- or comma-separated)
-    #[arg(value_name = "JOBID", value_delimiter = ',')]
-    pub job_ids: Vec<u64>,
+    /// Jobs to cancel (space- or comma-separated): `12` (a job, or every task of array 12 not
+    /// yet ended), `12_7` (one task of an array), `12_[1-5,9]` (some tasks)
+    #[arg(value_name = "JOBID", value_parser = parse_target_list)]
+    pub jobs: Vec<TargetList>,
     /// Cancel all active jobs of this user (with JOBIDs: only those of them that are the user's)
     #[arg(short = 'u', long, value_name = "USER")]
     pub user: Option<String>,
-    /// Print the ids of the jobs cancelled
+    /// Print the ids of the jobs cancelled (`12_7` for an array task)
     #[arg(short = 'v', long)]
     pub verbose: bool,
 }
 
+/// The request: every job as a target, which schedd resolves (`12` being a whole array).
 pub fn cancel_request(cli: &YcancelCli) -> Result<CancelRequest> {
-    if cli.job_ids.is_empty() && cli.user.is_none() {
+    if cli.jobs.is_empty() && cli.user.is_none() {
         bail!("no job id given (ycancel JOBID... or ycancel -u USER)");
     }
     Ok(CancelRequest {
-        job_ids: cli.job_ids.clone(),
+        job_ids: Vec::new(),
         user: cli.user.clone().unwrap_or_default(),
-        targets: Vec::new(),
+        targets: flatten_targets(&cli.jobs)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
     })
+}
+
+/// `ycancel -v`: one `Cancelled job 12_7` line per job, by the names schedd gave (its ids
+/// when it gave none, as servers older than arrays do).
+pub fn cancelled_lines(reply: &CancelReply) -> String {
+    let mut out = String::new();
+    if reply.cancelled_names.len() == reply.cancelled.len() {
+        for name in &reply.cancelled_names {
+            out.push_str(&format!("Cancelled job {}\n", escape_for_terminal(name)));
+        }
+    } else {
+        for id in &reply.cancelled {
+            out.push_str(&format!("Cancelled job {id}\n"));
+        }
+    }
+    out
 }
 
 /// The `ycancel` binary.
@@ -47,13 +70,9 @@ pub fn main() -> ExitCode {
 pub async fn run(cli: YcancelCli) -> Result<ExitCode> {
     let request = cancel_request(&cli)?;
     let (mut client, _) = client::connect_from_config().await?;
-    let cancelled = reply(client.cancel(request).await)?.cancelled;
+    let cancelled = reply(client.cancel(request).await)?;
     if cli.verbose {
-        let mut out = String::new();
-        for id in cancelled {
-            out.push_str(&format!("Cancelled job {id}\n"));
-        }
-        crate::output::print_stdout(&out)?;
+        crate::output::print_stdout(&cancelled_lines(&cancelled))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -69,18 +88,55 @@ mod tests {
     #[test]
     fn ids_and_user() {
         let request = cancel_request(&parse(&["3", "4,5"]).unwrap()).unwrap();
-        assert_eq!(request.job_ids, [3, 4, 5]);
+        assert_eq!(request.targets, ["3", "4", "5"]);
+        assert!(request.job_ids.is_empty());
         assert!(request.user.is_empty());
         let request = cancel_request(&parse(&["-u", "bob"]).unwrap()).unwrap();
         assert_eq!(request.user, "bob");
-        assert!(request.job_ids.is_empty());
+        assert!(request.targets.is_empty());
         assert!(cancel_request(&parse(&[]).unwrap()).is_err());
     }
 
     #[test]
+    fn array_targets() {
+        let request =
+            cancel_request(&parse(&["12", "12_7", "12_[1-5,9],13_[2]", " 14_3 "]).unwrap())
+                .unwrap();
+        assert_eq!(
+            request.targets,
+            ["12", "12_7", "12_[1-5,9]", "13_2", "14_3"]
+        );
+        // Pasted from yq's folded line.
+        let request = cancel_request(&parse(&["12_[40-199%16]"]).unwrap()).unwrap();
+        assert_eq!(request.targets, ["12_[40-199]"]);
+    }
+
+    #[test]
     fn invalid_ids_are_refused() {
-        for bad in ["abc", "-1", "1.5", "7x"] {
+        for bad in [
+            "abc", "-1", "1.5", "7x", "12_", "12_[a]", "12_[1-3", "0", "12_7,x",
+        ] {
             assert!(parse(&[bad]).is_err(), "{bad} accepted");
         }
+        let err = parse(&["12_x"]).unwrap_err().to_string();
+        assert!(err.contains("invalid value '12_x'"), "{err}");
+        assert!(err.contains("expected 12, 12_7 or 12_[1-5]"), "{err}");
+    }
+
+    #[test]
+    fn cancelled_jobs_are_printed_by_name() {
+        let reply = CancelReply {
+            cancelled: vec![19, 20, 30],
+            cancelled_names: vec!["12_7".into(), "12_8".into(), "30".into()],
+        };
+        assert_eq!(
+            cancelled_lines(&reply),
+            "Cancelled job 12_7\nCancelled job 12_8\nCancelled job 30\n"
+        );
+        let old = CancelReply {
+            cancelled: vec![3, 4],
+            cancelled_names: vec![],
+        };
+        assert_eq!(cancelled_lines(&old), "Cancelled job 3\nCancelled job 4\n");
     }
 }

@@ -6,12 +6,90 @@ use crate::output::{
 };
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::LazyLock;
+use ysched_common::array::{fold_tasks, JobTarget};
 use ysched_common::text::escape_for_terminal;
 use ysched_common::time::{format_elapsed, rfc3339, Millis};
 use ysched_common::JobState;
-use ysched_proto::{JobDetail, JobEvent, JobInfo, JobSpec, NodeAlloc};
+use ysched_proto::{JobDetail, JobEvent, JobInfo, JobRef, JobSpec, NodeAlloc};
+
+/// Job ids as users type them on a command line: `12`, `12_7`, `12_[1-5,9]`, several joined by
+/// commas (the commas inside brackets belong to the task list). What `ycancel`, `yq -j` and
+/// `yctl hold|release|requeue` take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetList(pub Vec<JobTarget>);
+
+/// The value parser of a job list: every id is checked, so a typo sends nothing.
+pub fn parse_target_list(text: &str) -> Result<TargetList, String> {
+    split_job_list(text)
+        .into_iter()
+        .map(JobTarget::parse)
+        .collect::<Result<Vec<_>, _>>()
+        .map(TargetList)
+}
+
+/// The value parser of one job (`yctl show job`): `12` or `12_7`, not a range of tasks.
+pub fn parse_single_target(text: &str) -> Result<JobTarget, String> {
+    let target = JobTarget::parse(text)?;
+    match &target.tasks {
+        Some(tasks) if tasks.len() != 1 => Err(format!(
+            "'{}' names {} tasks; give one job (12) or one task (12_7)",
+            text.trim(),
+            tasks.len()
+        )),
+        _ => Ok(target),
+    }
+}
+
+/// `text` split at the commas that are not inside `[...]`.
+fn split_job_list(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// The targets of several command-line words, in order.
+pub fn flatten_targets(lists: &[TargetList]) -> Vec<JobTarget> {
+    lists.iter().flat_map(|l| l.0.iter().cloned()).collect()
+}
+
+/// The request naming `target`. schedd reads `target`; `job_id` is set for a plain id only, so
+/// that a server older than arrays, which reads `job_id` alone, never acts on a task's array
+/// (`12_7` is not job 12) but refuses job 0.
+pub fn job_ref(target: &JobTarget) -> JobRef {
+    JobRef {
+        job_id: if target.tasks.is_none() {
+            target.id.0
+        } else {
+            0
+        },
+        target: target.to_string(),
+    }
+}
+
+/// How the job is named: `12_7` for an array task, else its id (servers older than arrays
+/// send no `display_id`).
+pub fn display_id(job: &JobInfo) -> Cow<'_, str> {
+    if job.display_id.is_empty() {
+        Cow::Owned(job.id.to_string())
+    } else {
+        Cow::Borrowed(&job.display_id)
+    }
+}
 
 /// Seconds the job has run in its current (or last) run: 0 while it waits, up to now while it
 /// runs, up to its end once finished.
@@ -71,10 +149,172 @@ pub const JOB_COLUMNS: &[Column; 8] = &[
 
 /// The `yq` table: `JOBID NAME USER TIER STATE TIME GPUS NODELIST(REASON)`, in the order given.
 /// The last column is the node list of a job holding nodes, else `(reason)` (`(None)` if none).
+/// One line per job; see [`format_queue`] for the folded form.
 pub fn format_job_table(jobs: &[JobInfo], now_ms: Millis, header: bool) -> String {
-    let rows: Vec<JobRow> = jobs.iter().map(|job| JobRow::new(job, now_ms)).collect();
+    format_queue(&job_lines(jobs, Fold::Never), now_ms, header, false)
+}
+
+/// One line of a `yq` listing: a job, or the waiting tasks of an array folded into one.
+#[derive(Debug, Clone)]
+pub struct JobLine<'a> {
+    /// The job shown (for a folded line, its first task): every cell but JOBID is its.
+    pub job: &'a JobInfo,
+    /// The JOBID cell of a folded line, `12_[40-199%16]`; `None`: the job's own.
+    pub label: Option<String>,
+}
+
+/// Which array tasks [`job_lines`] folds into one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fold {
+    /// One line per job (`yq --array`, `--json`).
+    Never,
+    /// The waiting (PENDING or HELD) tasks of an array with the same state and reason, as
+    /// squeue shows them.
+    Waiting,
+    /// As `Waiting`, and only tasks expected to start at the same time on the same nodes
+    /// (`yq --start`).
+    WaitingAndExpected,
+}
+
+/// What makes the waiting tasks of an array one line.
+#[derive(PartialEq, Eq, Hash)]
+struct FoldKey<'a> {
+    array: u64,
+    state: &'a str,
+    reason: &'a str,
+    expected_start_ms: i64,
+    expected_nodes: &'a [String],
+}
+
+/// The lines of a listing, in the order of `jobs`: a folded line stands where its first task
+/// was. A waiting task alone in its group keeps its own line (`12_49`); running and finished
+/// tasks always do, as squeue shows them.
+pub fn job_lines<'a>(jobs: impl IntoIterator<Item = &'a JobInfo>, fold: Fold) -> Vec<JobLine<'a>> {
+    let jobs = jobs.into_iter();
+    let mut lines: Vec<JobLine> = Vec::with_capacity(jobs.size_hint().0);
+    if fold == Fold::Never {
+        lines.extend(jobs.map(|job| JobLine { job, label: None }));
+        return lines;
+    }
+    let mut groups: HashMap<FoldKey, usize> = HashMap::new();
+    // Per folded line (by its index in `lines`): the task indices it holds.
+    let mut tasks: HashMap<usize, Vec<u32>> = HashMap::new();
+    for job in jobs {
+        let waiting = matches!(
+            JobState::parse(&job.state),
+            Some(JobState::Pending | JobState::Held)
+        );
+        let (Some(array), Some(task), true) = (job.array_job_id, job.array_task_id, waiting) else {
+            lines.push(JobLine { job, label: None });
+            continue;
+        };
+        let expected = fold == Fold::WaitingAndExpected;
+        let key = FoldKey {
+            array,
+            state: &job.state,
+            reason: &job.reason,
+            expected_start_ms: if expected { job.expected_start_ms } else { 0 },
+            expected_nodes: if expected { &job.expected_nodes } else { &[] },
+        };
+        let line = *groups.entry(key).or_insert_with(|| {
+            lines.push(JobLine { job, label: None });
+            lines.len() - 1
+        });
+        tasks.entry(line).or_default().push(task);
+    }
+    for (line, mut tasks) in tasks {
+        if tasks.len() < 2 {
+            continue;
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        let job = lines[line].job;
+        let array = job.array_job_id.unwrap_or(job.id);
+        let mut label = format!("{array}_[{}", fold_tasks(&tasks));
+        if job.array_max_running > 0 {
+            let _ = write!(label, "%{}", job.array_max_running);
+        }
+        label.push(']');
+        lines[line].label = Some(label);
+    }
+    lines
+}
+
+/// The `yq` table of `lines` ([`job_lines`]), in the long form (`--long`) when `long` is set.
+pub fn format_queue(lines: &[JobLine], now_ms: Millis, header: bool, long: bool) -> String {
     let mut out = String::new();
-    render_table(JOB_COLUMNS, &rows, header, &mut out);
+    if long {
+        let rows: Vec<LongJobRow> = lines
+            .iter()
+            .map(|line| LongJobRow(JobRow::new(line, now_ms)))
+            .collect();
+        render_table(LONG_JOB_COLUMNS, &rows, header, &mut out);
+    } else {
+        let rows: Vec<JobRow> = lines.iter().map(|line| JobRow::new(line, now_ms)).collect();
+        render_table(JOB_COLUMNS, &rows, header, &mut out);
+    }
+    out
+}
+
+pub const START_COLUMNS: &[Column; 8] = &[
+    Column::right("JOBID"),
+    Column::left("TIER"),
+    Column::left("NAME"),
+    Column::left("USER"),
+    Column::left("ST"),
+    Column::left("START_TIME"),
+    Column::left("SCHEDNODES"),
+    Column::left("REASON"),
+];
+
+/// `yq --start`, as `squeue --start`: the pending jobs with when and where schedd's last pass
+/// expects them to start (`N/A`: it cannot tell), soonest first, those it cannot tell last
+/// in the order given. Array tasks fold as in the queue unless `fold` is [`Fold::Never`].
+pub fn format_start_table(jobs: &[JobInfo], header: bool, fold: Fold) -> String {
+    let fold = match fold {
+        Fold::Never => Fold::Never,
+        _ => Fold::WaitingAndExpected,
+    };
+    let pending = jobs
+        .iter()
+        .filter(|j| JobState::parse(&j.state) == Some(JobState::Pending));
+    let mut lines = job_lines(pending, fold);
+    // Stable: equal times (and every unknown one) keep their order.
+    lines.sort_by_key(|line| match line.job.expected_start_ms {
+        ms if ms > 0 => (0, ms),
+        _ => (1, 0),
+    });
+    let mut table = Table::with_capacity(START_COLUMNS, lines.len());
+    for line in &lines {
+        let job = line.job;
+        table.push_row([
+            match &line.label {
+                Some(label) => Cow::Owned(label.clone()),
+                None if job.display_id.is_empty() => Cow::Owned(job.id.to_string()),
+                None => escape_for_terminal(&job.display_id),
+            },
+            escape_for_terminal(&job.tier),
+            escape_for_terminal(&job.name),
+            escape_for_terminal(&job.user),
+            Cow::Borrowed("PD"),
+            match job.expected_start_ms {
+                ms if ms > 0 => Cow::Owned(rfc3339(ms)),
+                _ => Cow::Borrowed("N/A"),
+            },
+            if job.expected_nodes.is_empty() {
+                Cow::Borrowed("N/A")
+            } else {
+                Cow::Owned(escape_for_terminal(&job.expected_nodes.join(",")).into_owned())
+            },
+            if job.reason.is_empty() {
+                Cow::Borrowed("None")
+            } else {
+                escape_for_terminal(&job.reason)
+            },
+        ]);
+    }
+    let mut out = String::new();
+    table.render(&mut out, header);
     out
 }
 
@@ -95,14 +335,9 @@ pub const LONG_JOB_COLUMNS: &[Column; 11] = &[
 /// `yq --long`: the table with the job's account and, for a pending job, its place in its
 /// tier's queue (1: next) and its account's fair-share factor at schedd's last pass (`-` for
 /// other jobs, and for a job submitted since).
+/// One line per job; see [`format_queue`] for the folded form.
 pub fn format_job_table_long(jobs: &[JobInfo], now_ms: Millis, header: bool) -> String {
-    let rows: Vec<LongJobRow> = jobs
-        .iter()
-        .map(|job| LongJobRow(JobRow::new(job, now_ms)))
-        .collect();
-    let mut out = String::new();
-    render_table(LONG_JOB_COLUMNS, &rows, header, &mut out);
-    out
+    format_queue(&job_lines(jobs, Fold::Never), now_ms, header, true)
 }
 
 /// A `yq --long` line: a [`JobRow`] with three more cells.
@@ -154,19 +389,23 @@ impl Row for LongJobRow<'_> {
 /// unless there is something to escape.
 struct JobRow<'a> {
     job: &'a JobInfo,
+    /// The JOBID cell of a folded line; `None`: the job's display id, or its id.
+    label: Option<&'a str>,
     /// Only running or finished jobs need a formatted time; waiting ones share "0:00".
     time: Cow<'static, str>,
     gpus: u32,
 }
 
 impl<'a> JobRow<'a> {
-    fn new(job: &'a JobInfo, now_ms: Millis) -> Self {
+    fn new(line: &'a JobLine<'a>, now_ms: Millis) -> Self {
+        let job = line.job;
         let time = match elapsed_secs(job, now_ms) {
             0 => Cow::Borrowed("0:00"),
             secs => Cow::Owned(format_elapsed(secs)),
         };
         JobRow {
             job,
+            label: line.label.as_deref(),
             time,
             gpus: gpus_requested(job),
         }
@@ -177,7 +416,11 @@ impl Row for JobRow<'_> {
     fn width(&self, column: usize) -> usize {
         let job = self.job;
         match column {
-            0 => decimal_width(job.id),
+            0 => match self.label {
+                Some(label) => display_width(label),
+                None if job.display_id.is_empty() => decimal_width(job.id),
+                None => display_width(&escape_for_terminal(&job.display_id)),
+            },
             1 => display_width(&escape_for_terminal(&job.name)),
             2 => display_width(&escape_for_terminal(&job.user)),
             3 => display_width(&escape_for_terminal(&job.tier)),
@@ -200,7 +443,11 @@ impl Row for JobRow<'_> {
     fn write(&self, column: usize, out: &mut String) {
         let job = self.job;
         match column {
-            0 => push_decimal(out, job.id),
+            0 => match self.label {
+                Some(label) => out.push_str(label),
+                None if job.display_id.is_empty() => push_decimal(out, job.id),
+                None => out.push_str(&escape_for_terminal(&job.display_id)),
+            },
             1 => out.push_str(&escape_for_terminal(&job.name)),
             2 => out.push_str(&escape_for_terminal(&job.user)),
             3 => out.push_str(&escape_for_terminal(&job.tier)),
@@ -230,6 +477,11 @@ impl Row for JobRow<'_> {
 #[derive(Debug, Serialize)]
 pub struct JobJson<'a> {
     pub id: u64,
+    /// `12_7` for an array task, else the id.
+    pub display_id: Cow<'a, str>,
+    /// An array task's array id (its first task's job id) and index; null for other jobs.
+    pub array_job_id: Option<u64>,
+    pub array_task_id: Option<u32>,
     pub name: &'a str,
     pub user: &'a str,
     pub uid: u32,
@@ -262,11 +514,18 @@ pub struct JobJson<'a> {
     pub checkpoint_dir: &'a str,
     /// The newest file in the checkpoint directory that schedd has heard of; null when none.
     pub last_checkpoint: Timestamp,
+    /// A pending job: when schedd's last pass expects it to start; null when it cannot tell.
+    pub expected_start: Timestamp,
+    /// A pending job: the nodes it is expected to start on; empty when unknown.
+    pub expected_nodes: &'a [String],
 }
 
 pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
     JobJson {
         id: job.id,
+        display_id: display_id(job),
+        array_job_id: job.array_job_id,
+        array_task_id: job.array_task_id,
         name: &job.name,
         user: &job.user,
         uid: job.uid,
@@ -290,6 +549,8 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         time_limit: Some(job.time_limit_secs).filter(|&t| t > 0),
         checkpoint_dir: &job.checkpoint_dir,
         last_checkpoint: Timestamp(job.last_checkpoint_ms),
+        expected_start: Timestamp(job.expected_start_ms),
+        expected_nodes: &job.expected_nodes,
     }
 }
 
@@ -396,6 +657,12 @@ pub struct JobDetailJson<'a> {
     pub constraints: &'a [String],
     /// `--signal` as given: `USR1@60`, `B:TERM@120`; null when none.
     pub warn_signal: Option<String>,
+    /// `--array` as given (`0-199%16`), on every task of the array; empty for other jobs.
+    pub array: &'a str,
+    /// An array task: the most tasks of its array that run at once (`%N`); 0: no limit.
+    pub array_max_running: u32,
+    /// `--dependency` as given (`afterok:12:13`); empty when none.
+    pub dependency: &'a str,
     pub events: Vec<EventJson<'a>>,
 }
 
@@ -426,6 +693,9 @@ pub fn job_detail_to_json<'a>(
         interconnect: &spec.interconnect,
         constraints: &spec.constraints,
         warn_signal: warn_signal(spec),
+        array: &spec.array,
+        array_max_running: job.array_max_running,
+        dependency: &spec.dependency,
         events: events
             .iter()
             .map(|e| EventJson {
@@ -481,25 +751,11 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    // As scontrol does, show the paths with the job's own patterns filled in (%N stays: it
-    // differs per node).
-    let expand = |pattern: &str| {
-        pattern
-            .replace("%%", "\u{0}")
-            .replace("%j", &job.id.to_string())
-            .replace("%x", &job.name)
-            .replace("%u", &job.user)
-            .replace('\u{0}', "%")
-    };
-    let stdout = if spec.stdout_path.is_empty() {
-        expand("ysched-%j.out")
-    } else {
-        expand(&spec.stdout_path)
-    };
+    let stdout = expand_output_path(job, &spec.stdout_path);
     let stderr = if spec.stderr_path.is_empty() {
         stdout.clone()
     } else {
-        expand(&spec.stderr_path)
+        expand_output_path(job, &spec.stderr_path)
     };
     let args = spec
         .args
@@ -508,8 +764,26 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         .collect::<Vec<_>>()
         .join(" ");
 
-    let lines: [&[(&str, String)]; 12] = [
-        &[("JobId", job.id.to_string()), ("JobName", job.name.clone())],
+    let mut first = vec![("JobId", job.id.to_string())];
+    if let (Some(array), Some(task)) = (job.array_job_id, job.array_task_id) {
+        first.push(("ArrayJobId", array.to_string()));
+        first.push(("ArrayTaskId", task.to_string()));
+        if job.array_max_running > 0 {
+            first.push(("ArrayTaskThrottle", job.array_max_running.to_string()));
+        }
+    }
+    first.push(("JobName", job.name.clone()));
+    // Where and when the last pass expects a pending job to start, if it could tell.
+    let expected_start = (job.expected_start_ms > 0).then(|| {
+        let mut when = rfc3339(job.expected_start_ms);
+        if !job.expected_nodes.is_empty() {
+            let _ = write!(when, " on {}", job.expected_nodes.join(","));
+        }
+        [("ExpectedStart", when)]
+    });
+
+    let lines: [&[(&str, String)]; 14] = [
+        &first,
         &[
             ("UserId", format!("{}({})", job.user, job.uid)),
             ("GroupId", job.gid.to_string()),
@@ -521,6 +795,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             ("JobState", job.state.clone()),
             ("Reason", or(&job.reason, "None")),
         ],
+        &[("Dependency", or(&spec.dependency, "None"))],
         &[
             ("Restarts", job.restart_count.to_string()),
             ("Requeue", u8::from(!spec.no_requeue).to_string()),
@@ -537,6 +812,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             ("StartTime", time(job.start_time_ms)),
             ("EndTime", time(job.end_time_ms)),
         ],
+        expected_start.as_ref().map_or(&[], |line| line.as_slice()),
         &[
             ("NumNodes", spec.nodes.max(1).to_string()),
             ("GPUs", gpus_requested(job).to_string()),
@@ -572,7 +848,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
     ];
 
     let mut out = String::new();
-    for (i, line) in lines.iter().enumerate() {
+    for (i, line) in lines.iter().filter(|l| !l.is_empty()).enumerate() {
         out.push_str(if i == 0 { "" } else { "   " });
         for (j, (key, value)) in line.iter().enumerate() {
             if j > 0 {
@@ -599,6 +875,42 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
     table.render(&mut events, false);
     for line in events.lines() {
         let _ = writeln!(out, "   {line}");
+    }
+    out
+}
+
+/// An output path of the job as scontrol shows it: its patterns filled in (`%N` stays: it
+/// differs per node); empty: the default, `ysched-%j.out`, or `ysched-%A_%a.out` for an array
+/// task. `%A` is the array's id (a plain job: its own id), `%a` the task index (a plain job: 0),
+/// as noded expands them.
+pub fn expand_output_path(job: &JobInfo, pattern: &str) -> String {
+    let array_task = job.array_job_id.zip(job.array_task_id);
+    let pattern = match (pattern.is_empty(), array_task) {
+        (false, _) => pattern,
+        (true, Some(_)) => "ysched-%A_%a.out",
+        (true, None) => "ysched-%j.out",
+    };
+    let (array_id, task) = array_task.unwrap_or((job.id, 0));
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => push_decimal(&mut out, job.id),
+            Some('x') => out.push_str(&job.name),
+            Some('u') => out.push_str(&job.user),
+            Some('A') => push_decimal(&mut out, array_id),
+            Some('a') => push_decimal(&mut out, task.into()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
     }
     out
 }
@@ -947,6 +1259,320 @@ pub(crate) mod tests {
                 "PLACE is right-aligned: {line}"
             );
         }
+    }
+
+    /// Task `task` of array 12 (`12_[0-199%16]`, job ids 12 to 211) in `state`.
+    fn task(task: u32, state: &str, reason: &str) -> JobInfo {
+        let mut job = if state == "RUNNING" {
+            running_job()
+        } else {
+            pending_job()
+        };
+        job.id = 12 + u64::from(task);
+        job.name = "sweep".into();
+        job.state = state.into();
+        job.reason = reason.into();
+        job.display_id = format!("12_{task}");
+        job.array_job_id = Some(12);
+        job.array_task_id = Some(task);
+        job.array_max_running = 16;
+        job
+    }
+
+    fn first_cells(out: &str) -> Vec<&str> {
+        out.lines()
+            .map(|l| l.split_whitespace().next().unwrap_or(""))
+            .collect()
+    }
+
+    #[test]
+    fn pending_tasks_fold_into_one_line_running_ones_do_not() {
+        let mut jobs: Vec<JobInfo> = (0..16).map(|t| task(t, "RUNNING", "")).collect();
+        jobs.push(pending_job());
+        jobs.extend((16..200).map(|t| task(t, "PENDING", "JobArrayTaskLimit")));
+        let now = T0 + 20_000;
+        let out = format_queue(&job_lines(&jobs, Fold::Waiting), now, true, false);
+        let ids = first_cells(&out);
+        assert_eq!(ids.len(), 1 + 16 + 1 + 1, "{out}");
+        assert_eq!(ids[0], "JOBID");
+        assert_eq!(ids[1], "12_0");
+        assert_eq!(ids[16], "12_15");
+        assert_eq!(ids[17], "18", "a plain job keeps its place");
+        assert_eq!(ids[18], "12_[16-199%16]");
+        let folded: Vec<&str> = out.lines().last().unwrap().split_whitespace().collect();
+        assert_eq!(
+            folded,
+            [
+                "12_[16-199%16]",
+                "sweep",
+                "bob",
+                "low",
+                "PENDING",
+                "0:00",
+                "1",
+                "(JobArrayTaskLimit)"
+            ]
+        );
+        // Right-aligned JOBID column: every line as wide up to the NAME column.
+        let name_at = out.lines().next().unwrap().find("NAME").unwrap();
+        for line in out.lines().skip(1) {
+            assert_eq!(&line[name_at - 2..name_at], "  ", "{line}");
+        }
+
+        // --array: one line per task, as the JSON has them.
+        let out = format_queue(&job_lines(&jobs, Fold::Never), now, false, false);
+        let ids = first_cells(&out);
+        assert_eq!(ids.len(), 201);
+        assert_eq!(ids[200], "12_199");
+        assert!(!out.contains("12_["), "{out}");
+        assert_eq!(
+            format_job_table(&jobs, now, false),
+            out,
+            "the plain table never folds"
+        );
+    }
+
+    #[test]
+    fn tasks_fold_by_state_and_reason() {
+        let mut jobs = vec![
+            task(40, "PENDING", "Priority"),
+            task(41, "PENDING", "Dependency"),
+            task(42, "PENDING", "Priority"),
+            task(43, "HELD", "JobHeldUser"),
+            task(45, "PENDING", "Priority"),
+            task(44, "HELD", "JobHeldUser"),
+            task(46, "COMPLETED", ""),
+            task(47, "COMPLETED", ""),
+            task(3, "RUNNING", ""),
+        ];
+        // An array without %N, and another array.
+        let mut other = task(1, "PENDING", "Priority");
+        other.id = 300;
+        other.array_job_id = Some(299);
+        other.display_id = "299_1".into();
+        let mut other2 = other.clone();
+        other2.id = 301;
+        other2.array_task_id = Some(2);
+        other2.display_id = "299_2".into();
+        other.array_max_running = 0;
+        other2.array_max_running = 0;
+        jobs.extend([other, other2]);
+        let lines = job_lines(&jobs, Fold::Waiting);
+        let labels: Vec<String> = lines
+            .iter()
+            .map(|l| {
+                l.label
+                    .clone()
+                    .unwrap_or_else(|| display_id(l.job).into_owned())
+            })
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "12_[40,42,45%16]",
+                "12_41",
+                "12_[43-44%16]",
+                "12_46",
+                "12_47",
+                "12_3",
+                "299_[1-2]"
+            ]
+        );
+        // Finished and running tasks are never folded, and a folded line shows its state.
+        assert_eq!(lines[2].job.state, "HELD");
+    }
+
+    #[test]
+    fn jobs_from_servers_without_display_ids_show_their_ids() {
+        let mut job = task(7, "PENDING", "Priority");
+        job.display_id.clear();
+        let out = format_job_table(&[job.clone()], T0, false);
+        assert!(out.starts_with("19  sweep"), "{out}");
+        assert_eq!(display_id(&job), "19");
+        let value = serde_json::to_value(job_to_json(&job)).unwrap();
+        assert_eq!(value["display_id"], "19");
+        // Long form too.
+        let out = format_job_table_long(&[task(7, "RUNNING", "")], T0, true);
+        assert_eq!(first_cells(&out), ["JOBID", "12_7"]);
+        let pair = [
+            task(1, "PENDING", "Priority"),
+            task(2, "PENDING", "Priority"),
+        ];
+        let lines = job_lines(&pair, Fold::Waiting);
+        let out = format_queue(&lines, T0, false, true);
+        assert!(out.starts_with("12_[1-2%16]  sweep  bob"), "{out}");
+    }
+
+    #[test]
+    fn start_lists_pending_jobs_with_expected_times_and_nodes() {
+        let mut reserved = pending_job();
+        reserved.id = 30;
+        reserved.display_id = "30".into();
+        reserved.expected_start_ms = T0 + 1_800_000;
+        reserved.expected_nodes = vec!["n1".into(), "n2".into()];
+        let mut sooner = pending_job();
+        sooner.id = 31;
+        sooner.expected_start_ms = T0 + 600_000;
+        sooner.expected_nodes = vec!["n3".into()];
+        let unknown = pending_job();
+        let mut tasks: Vec<JobInfo> = (0..4).map(|t| task(t, "PENDING", "Priority")).collect();
+        tasks[0].expected_start_ms = T0 + 900_000;
+        tasks[0].expected_nodes = vec!["n1".into()];
+        let jobs: Vec<JobInfo> = [running_job(), unknown, reserved, sooner]
+            .into_iter()
+            .chain(tasks)
+            .collect();
+        let out = format_start_table(&jobs, true, Fold::Waiting);
+        let rows: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0],
+            [
+                "JOBID",
+                "TIER",
+                "NAME",
+                "USER",
+                "ST",
+                "START_TIME",
+                "SCHEDNODES",
+                "REASON"
+            ]
+        );
+        assert_eq!(
+            rows[1],
+            [
+                "31",
+                "low",
+                "eval",
+                "bob",
+                "PD",
+                "2026-01-01T00:10:00Z",
+                "n3",
+                "Resources"
+            ]
+        );
+        assert_eq!(rows[2][0], "12_0");
+        assert_eq!(rows[2][5..7], ["2026-01-01T00:15:00Z", "n1"]);
+        assert_eq!(rows[3][0], "30");
+        assert_eq!(rows[3][6], "n1,n2");
+        // Unknown: N/A, last, in the order given; the running job is not listed.
+        assert_eq!(
+            rows[4],
+            ["18", "low", "eval", "bob", "PD", "N/A", "N/A", "Resources"]
+        );
+        assert_eq!(rows[5][0], "12_[1-3%16]");
+        assert_eq!(rows[5][5..], ["N/A", "N/A", "Priority"]);
+        assert_eq!(rows.len(), 6, "{out}");
+        // --array: every task on its own line.
+        let out = format_start_table(&jobs, false, Fold::Never);
+        assert_eq!(out.lines().count(), 7, "{out}");
+        assert!(!out.contains("12_["), "{out}");
+    }
+
+    #[test]
+    fn json_has_array_and_expected_start_fields() {
+        let mut job = task(7, "PENDING", "JobArrayTaskLimit");
+        job.expected_start_ms = T0 + 60_000;
+        job.expected_nodes = vec!["n1".into()];
+        let value = serde_json::to_value(job_to_json(&job)).unwrap();
+        assert_eq!(value["id"], 19);
+        assert_eq!(value["display_id"], "12_7");
+        assert_eq!(value["array_job_id"], 12);
+        assert_eq!(value["array_task_id"], 7);
+        assert_eq!(value["expected_start"], "2026-01-01T00:01:00Z");
+        assert_eq!(value["expected_nodes"], serde_json::json!(["n1"]));
+        assert_eq!(value["reason"], "JobArrayTaskLimit");
+        let value = serde_json::to_value(job_to_json(&running_job())).unwrap();
+        assert_eq!(value["array_job_id"], serde_json::Value::Null);
+        assert_eq!(value["array_task_id"], serde_json::Value::Null);
+        assert_eq!(value["expected_start"], serde_json::Value::Null);
+        assert_eq!(value["expected_nodes"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn detail_of_an_array_task_with_a_dependency_and_an_expected_start() {
+        let mut job = task(7, "PENDING", "Dependency");
+        job.expected_start_ms = T0 + 3_600_000;
+        job.expected_nodes = vec!["n1".into()];
+        let spec = job.spec.as_mut().unwrap();
+        spec.array = "0-199%16".into();
+        spec.dependency = "afterok:5".into();
+        spec.stderr_path = "logs/%x-%A_%a.err".into();
+        let detail = JobDetail {
+            job: Some(job),
+            events: vec![],
+        };
+        let out = format_job_detail(&detail, T0);
+        assert!(
+            out.starts_with(
+                "JobId=19 ArrayJobId=12 ArrayTaskId=7 ArrayTaskThrottle=16 JobName=sweep\n"
+            ),
+            "{out}"
+        );
+        for expected in [
+            "   Dependency=afterok:5\n",
+            "   ExpectedStart=2026-01-01T01:00:00Z on n1\n",
+            "StdOut=ysched-12_7.out",
+            "StdErr=logs/sweep-12_7.err",
+        ] {
+            assert!(out.contains(expected), "missing {expected} in\n{out}");
+        }
+        let value = serde_json::to_value(job_detail_to_json(detail.job.as_ref().unwrap(), &[], T0))
+            .unwrap();
+        assert_eq!(value["array"], "0-199%16");
+        assert_eq!(value["array_max_running"], 16);
+        assert_eq!(value["dependency"], "afterok:5");
+        assert_eq!(value["display_id"], "12_7");
+        assert_eq!(value["expected_start"], "2026-01-01T01:00:00Z");
+
+        // A plain job: no array keys, Dependency=None, no ExpectedStart line.
+        let out = format_job_detail(&super::tests::detail(), T0 + 20_000);
+        assert!(out.contains("   Dependency=None\n"), "{out}");
+        assert!(
+            !out.contains("ExpectedStart") && !out.contains("Array"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn output_paths_expand_like_noded_does() {
+        let mut job = task(7, "RUNNING", "");
+        job.user = "alice".into();
+        assert_eq!(expand_output_path(&job, ""), "ysched-12_7.out");
+        assert_eq!(
+            expand_output_path(&job, "%x/%A_%a-%j-%u-%N-%%a-%"),
+            "sweep/12_7-19-alice-%N-%a-%"
+        );
+        let plain = running_job();
+        assert_eq!(expand_output_path(&plain, ""), "ysched-17.out");
+        assert_eq!(expand_output_path(&plain, "o-%A_%a"), "o-17_0");
+    }
+
+    #[test]
+    fn job_lists_split_outside_brackets() {
+        let names = |text: &str| -> Vec<String> {
+            parse_target_list(text)
+                .unwrap()
+                .0
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(names("12"), ["12"]);
+        assert_eq!(names("12,13_7"), ["12", "13_7"]);
+        assert_eq!(names("12_[1-5,9],14"), ["12_[1-5,9]", "14"]);
+        assert_eq!(names("12_[3]"), ["12_3"]);
+        for bad in ["", "12,", ",12", "12_[1-5", "12_1-5]", "x", "12_[1-5],y"] {
+            assert!(parse_target_list(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_single_target("12_[1,2]").is_err());
+        assert_eq!(parse_single_target("12_[2]").unwrap().to_string(), "12_2");
+        let r = job_ref(&parse_single_target("12").unwrap());
+        assert_eq!((r.job_id, r.target.as_str()), (12, "12"));
+        let r = job_ref(&parse_single_target("12_2").unwrap());
+        assert_eq!((r.job_id, r.target.as_str()), (0, "12_2"));
     }
 
     fn detail() -> JobDetail {

@@ -1,14 +1,18 @@
 //! `yq`: list jobs, like squeue.
 
 use crate::client::{self, reply};
-use crate::jobs::{format_job_table, format_job_table_long, job_to_json, JobJson};
+use crate::jobs::{
+    flatten_targets, format_queue, format_start_table, job_lines, job_to_json, parse_target_list,
+    Fold, JobJson, TargetList,
+};
 use crate::output::{print_json, print_stdout};
 use anyhow::{anyhow, Result};
 use clap::Parser;
+use std::collections::HashSet;
 use std::process::ExitCode;
 use ysched_common::time::now_ms;
 use ysched_common::JobState;
-use ysched_proto::ListJobsRequest;
+use ysched_proto::{JobInfo, ListJobsRequest};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,22 +27,32 @@ pub struct YqCli {
     /// Only your own jobs
     #[arg(long)]
     pub me: bool,
-    /// Only these jobs (comma list, or repeat)
-    #[arg(short = 'j', long, value_name = "ID[,ID]", value_delimiter = ',')]
-    pub jobs: Vec<u64>,
+    /// Only these jobs (comma list, or repeat): `12` (a job, or every task of array 12),
+    /// `12_7` (one task), `12_[1-5,9]` (some tasks)
+    #[arg(short = 'j', long, value_name = "ID[,ID]", value_parser = parse_target_list)]
+    pub jobs: Vec<TargetList>,
     /// Only jobs in these states: full names or short codes (PD, R, CD, F, CA, TO, NF, PR, OOM), or `all`
     #[arg(short = 't', long, value_name = "STATES")]
     pub states: Option<String>,
     /// Include finished jobs
     #[arg(short = 'a', long)]
     pub all: bool,
-    /// Print a JSON array of jobs instead of the table
+    /// Print a JSON array of jobs instead of the table (one object per job: array tasks are
+    /// never folded)
     #[arg(long)]
     pub json: bool,
     /// Also show each job's account and, for a pending job, its place in its tier's queue
     /// (1: next) and its account's fair-share factor
     #[arg(short = 'l', long, conflicts_with = "json")]
     pub long: bool,
+    /// One line per array task: without it, the waiting tasks of an array with the same state
+    /// and reason share one line, `12_[40-199%16]` (%N: at most N run at once)
+    #[arg(short = 'r', long)]
+    pub array: bool,
+    /// List pending jobs with when and on which nodes they are expected to start, as
+    /// `squeue --start` (N/A: not known), soonest first
+    #[arg(long, conflicts_with_all = ["json", "long"])]
+    pub start: bool,
     /// Leave out the header line
     #[arg(long)]
     pub noheader: bool,
@@ -70,21 +84,39 @@ pub fn parse_states(list: &str) -> Result<Option<Vec<String>>> {
     ))
 }
 
-/// The request for the filters given. `--states all` is `--all`. schedd itself looks at
-/// finished jobs when asked for ids or finished states, so `yq -t PD` stays cheap.
+/// The request for the filters given. `--states all` is `--all`; `--start` asks for pending
+/// jobs unless `--states` says otherwise. schedd itself looks at finished jobs when asked for
+/// ids or finished states, so `yq -t PD` stays cheap.
+///
+/// Every `-j` id goes in `targets`, which schedd resolves (`12`: the job, or every task of
+/// array 12). A plain id also goes in `job_ids`, which servers older than arrays read.
 pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> {
     let (states, all) = match cli.states.as_deref().map(parse_states).transpose()? {
+        None if cli.start => (vec![JobState::Pending.as_str().to_string()], cli.all),
         None => (Vec::new(), cli.all),
         Some(None) => (Vec::new(), true),
         Some(Some(states)) => (states, cli.all),
     };
+    let targets = flatten_targets(&cli.jobs);
     Ok(ListJobsRequest {
         user: cli.user.clone().or(me).unwrap_or_default(),
-        job_ids: cli.jobs.clone(),
+        job_ids: targets
+            .iter()
+            .filter(|t| t.tasks.is_none())
+            .map(|t| t.id.0)
+            .collect(),
         states,
         all,
-        targets: Vec::new(),
+        targets: targets.iter().map(ToString::to_string).collect(),
     })
+}
+
+/// The jobs of a reply without repeats, in their order: a job named both by id and by target
+/// may come twice.
+pub fn without_repeats(mut jobs: Vec<JobInfo>) -> Vec<JobInfo> {
+    let mut seen = HashSet::with_capacity(jobs.len());
+    jobs.retain(|job| seen.insert(job.id));
+    jobs
 }
 
 /// The name of the user running this process, for `--me`.
@@ -111,15 +143,25 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
         None
     };
     let request = list_request(&cli, me)?;
+    let named = !request.targets.is_empty();
     let (mut client, _) = client::connect_from_config().await?;
-    let jobs = reply(client.list_jobs(request).await)?.jobs;
+    let mut jobs = reply(client.list_jobs(request).await)?.jobs;
+    if named {
+        jobs = without_repeats(jobs);
+    }
+    let fold = if cli.array {
+        Fold::Never
+    } else {
+        Fold::Waiting
+    };
     if cli.json {
         let objects: Vec<JobJson> = jobs.iter().map(job_to_json).collect();
         print_json(&objects)?;
-    } else if cli.long {
-        print_stdout(&format_job_table_long(&jobs, now_ms(), !cli.noheader))?;
+    } else if cli.start {
+        print_stdout(&format_start_table(&jobs, !cli.noheader, fold))?;
     } else {
-        print_stdout(&format_job_table(&jobs, now_ms(), !cli.noheader))?;
+        let lines = job_lines(&jobs, fold);
+        print_stdout(&format_queue(&lines, now_ms(), !cli.noheader, cli.long))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -156,6 +198,7 @@ mod tests {
             list_request(&cli(&["-u", "bob", "-j", "5,7", "-j", "9", "--all"]), None).unwrap();
         assert_eq!(request.user, "bob");
         assert_eq!(request.job_ids, [5, 7, 9]);
+        assert_eq!(request.targets, ["5", "7", "9"]);
         assert!(request.all);
         let request = list_request(&cli(&["-t", "CD,F"]), Some("alice".into())).unwrap();
         assert_eq!(request.states, ["COMPLETED", "FAILED"]);
@@ -166,5 +209,46 @@ mod tests {
         assert!(YqCli::try_parse_from(["yq", "-j", "x"]).is_err());
         assert!(cli(&["-l"]).long && cli(&["--long"]).long);
         assert!(YqCli::try_parse_from(["yq", "-l", "--json"]).is_err());
+    }
+
+    #[test]
+    fn array_targets_go_to_schedd_as_typed() {
+        let request = list_request(&cli(&["-j", "12_7,12_[1-3,9],14", "-j", "15"]), None).unwrap();
+        assert_eq!(request.targets, ["12_7", "12_[1-3,9]", "14", "15"]);
+        // Plain ids also as ids, for servers older than arrays; tasks never.
+        assert_eq!(request.job_ids, [14, 15]);
+        // A pasted folded line: the %N means nothing here.
+        let request = list_request(&cli(&["-j", "12_[40-199%16]"]), None).unwrap();
+        assert_eq!(request.targets, ["12_[40-199]"]);
+        assert!(request.job_ids.is_empty());
+        for bad in ["12_", "12_[a]", "x", "0", "12_[1-3"] {
+            let err = YqCli::try_parse_from(["yq", "-j", bad]).unwrap_err();
+            assert!(err.to_string().contains("is not a job id"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn start_and_array_flags() {
+        let parsed = cli(&["--start"]);
+        assert!(parsed.start);
+        let request = list_request(&parsed, None).unwrap();
+        assert_eq!(request.states, ["PENDING"]);
+        let request = list_request(&cli(&["--start", "-t", "PD,HELD"]), None).unwrap();
+        assert_eq!(request.states, ["PENDING", "HELD"]);
+        assert!(cli(&["-r"]).array && cli(&["--array"]).array);
+        assert!(!cli(&[]).array);
+        assert!(YqCli::try_parse_from(["yq", "--start", "--json"]).is_err());
+        assert!(YqCli::try_parse_from(["yq", "--start", "-l"]).is_err());
+    }
+
+    #[test]
+    fn repeated_jobs_are_listed_once() {
+        let job = |id| JobInfo {
+            id,
+            ..Default::default()
+        };
+        let jobs = without_repeats(vec![job(12), job(13), job(12), job(14), job(13)]);
+        let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [12, 13, 14]);
     }
 }

@@ -20,6 +20,7 @@ use ysched_common::text::{check_printable, escape_for_terminal};
 use ysched_common::Config;
 use ysched_common::JobState;
 use ysched_common::WarnSignal;
+use ysched_common::{ArraySpec, DependencyRequest};
 use ysched_proto::{JobInfo, JobRef, JobSpec, SubmitRequest};
 
 /// The job options, accepted both on the command line and in `#YSUB` lines.
@@ -64,7 +65,9 @@ pub struct JobOptions {
     /// Account to charge [default: your primary group]
     #[arg(short = 'A', long, value_name = "NAME")]
     pub account: Option<String>,
-    /// Standard output file, relative to the working directory [default: ysched-%j.out]
+    /// Standard output file, relative to the working directory; `%j` is the job id, `%x` its
+    /// name, `%u` the user, `%N` the node, `%A` the array id and `%a` the task index
+    /// [default: ysched-%j.out, for an array task ysched-%A_%a.out]
     #[arg(short = 'o', long, value_name = "PATH")]
     pub output: Option<String>,
     /// Standard error file [default: the output file]
@@ -79,7 +82,8 @@ pub struct JobOptions {
     /// Submit the job held: it does not start until `yctl release`
     #[arg(long)]
     pub hold: bool,
-    /// Wait for the job to end and exit with its exit code
+    /// Wait for the job to end and exit with its exit code; for an array, for every task, and
+    /// exit with the highest of their codes
     #[arg(short = 'W', long)]
     pub wait: bool,
     /// Nodes to spread the job over (1 to 10000)
@@ -98,6 +102,17 @@ pub struct JobOptions {
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
+    /// Submit a job array: one task per index, each a job of its own (`12_7`, with
+    /// YS_ARRAY_TASK_ID=7): `0-99`, `0-99:4` (every 4th), `1,5,9-12`, each with an optional
+    /// `%N` (at most N tasks run at once). Indices go up to scheduler.max_array_size - 1
+    #[arg(short = 'a', long, value_name = "SPEC", value_parser = array_spec)]
+    pub array: Option<String>,
+    /// Start only once other jobs got somewhere: `after:ID` (started), `afterany:ID` (ended),
+    /// `afterok:ID` (completed), `afternotok:ID` (ended otherwise), each with `:ID:ID...`;
+    /// clauses joined by `,` (all) or `?` (any); or `singleton` (no other job of this name and
+    /// user runs). An ID is a job, an array (all its tasks) or a task (`12_7`)
+    #[arg(short = 'd', long, value_name = "TYPE:ID[:ID...][,...]", value_parser = dependency)]
+    pub dependency: Option<String>,
 }
 
 /// The value parser of a whole-number option that must lie in `min..=max`; its errors name
@@ -113,6 +128,28 @@ fn bounded(
 /// The value parser of `--signal`.
 fn warn_signal(value: &str) -> Result<WarnSignal, OptionError> {
     WarnSignal::parse(value).map_err(OptionError)
+}
+
+/// The largest `scheduler.max_array_size` a configuration may set: any index at or above it
+/// is refused whatever the configuration says.
+const MAX_ARRAY_SIZE_CEILING: u32 = 4_000_001;
+
+/// The value parser of `--array`: its form. Whether its indices are within the cluster's
+/// `scheduler.max_array_size` is checked by [`build_spec`], which knows that limit.
+fn array_spec(value: &str) -> Result<String, OptionError> {
+    match ArraySpec::parse(value, MAX_ARRAY_SIZE_CEILING) {
+        Ok(_) => Ok(value.trim().to_string()),
+        // Too large an index: [`build_spec`] says so, naming the limit that applies.
+        Err(e) if e.contains("max_array_size") => Ok(value.trim().to_string()),
+        Err(e) => Err(OptionError(e)),
+    }
+}
+
+/// The value parser of `--dependency`: its form (schedd checks that the jobs exist).
+fn dependency(value: &str) -> Result<String, OptionError> {
+    DependencyRequest::parse(value)
+        .map(|_| value.trim().to_string())
+        .map_err(OptionError)
 }
 
 impl JobOptions {
@@ -146,6 +183,8 @@ impl JobOptions {
                 later.constraint
             },
             parsable: later.parsable || self.parsable,
+            array: later.array.or(self.array),
+            dependency: later.dependency.or(self.dependency),
         }
     }
 }
@@ -266,14 +305,17 @@ pub struct SubmitContext {
     /// The environment as the OS gives it: a variable that is not UTF-8 is refused only if it
     /// would be exported.
     pub env: Vec<(OsString, OsString)>,
+    /// `scheduler.max_array_size`: `--array` indices must be below it (schedd checks it too).
+    pub max_array_size: u32,
 }
 
 impl SubmitContext {
-    pub fn from_process() -> Result<SubmitContext> {
+    pub fn from_process(config: &Config) -> Result<SubmitContext> {
         let cwd = std::env::current_dir().context("cannot determine the current directory")?;
         Ok(SubmitContext {
             cwd,
             env: current_environment().collect(),
+            max_array_size: config.scheduler.max_array_size,
         })
     }
 }
@@ -323,6 +365,9 @@ pub fn build_spec(
     // schedd refuses these too; checking here names the problem before anything is sent.
     check_printable("job name", &name).map_err(|e| anyhow!(e))?;
     check_printable("account", &text(&options.account)).map_err(|e| anyhow!(e))?;
+    if let Some(array) = &options.array {
+        ArraySpec::parse(array, context.max_array_size).map_err(|e| anyhow!(e))?;
+    }
 
     Ok(JobSpec {
         name,
@@ -352,8 +397,8 @@ pub fn build_spec(
             secs: w.secs,
             batch_only: w.batch_only,
         }),
-        array: String::new(),
-        dependency: String::new(),
+        array: text(&options.array),
+        dependency: text(&options.dependency),
     })
 }
 
@@ -385,16 +430,17 @@ pub fn main() -> ExitCode {
 
 pub async fn run(cli: YsubCli) -> Result<ExitCode> {
     let (options, script) = resolve(cli)?;
-    let spec = build_spec(&options, script, &SubmitContext::from_process()?)?;
     let config = Config::load()?;
+    let spec = build_spec(&options, script, &SubmitContext::from_process(&config)?)?;
     check_payload_size(&spec, &config)?;
     let socket = client::socket_path(&config);
     let mut client = client::connect(&socket).await?;
-    let job_id = reply_to(
+    let submitted = reply_to(
         "submit",
         client.submit(SubmitRequest { spec: Some(spec) }).await,
-    )?
-    .job_id;
+    )?;
+    let job_id = submitted.job_id;
+    // An array prints its id, as sbatch does: its tasks are `<id>_<index>`.
     if options.parsable {
         println!("{job_id}");
     } else {
@@ -403,9 +449,25 @@ pub async fn run(cli: YsubCli) -> Result<ExitCode> {
     if !options.wait {
         return Ok(ExitCode::SUCCESS);
     }
-    let job = wait_for_job(client, &socket, job_id).await?;
-    let code = wait_exit_code(&job);
-    eprintln!("{}", final_line(&job, code));
+    if submitted.array_task_count == 0 {
+        let mut jobs = wait_for_jobs(client, &socket, job_id, 1, false).await?;
+        let job = jobs
+            .pop()
+            .ok_or_else(|| anyhow!("job {job_id} was not seen to end"))?;
+        let code = wait_exit_code(&job);
+        eprintln!("{}", final_line(&job, code));
+        return Ok(ExitCode::from(code));
+    }
+    let count = submitted.array_task_count;
+    let tasks = wait_for_jobs(client, &socket, job_id, count, true).await?;
+    let code = array_exit_code(&tasks);
+    for task in &tasks {
+        let task_code = wait_exit_code(task);
+        if task_code != 0 {
+            eprintln!("{}", final_line(task, task_code));
+        }
+    }
+    eprintln!("{}", array_summary(job_id, &tasks, code));
     Ok(ExitCode::from(code))
 }
 
@@ -413,32 +475,69 @@ pub async fn run(cli: YsubCli) -> Result<ExitCode> {
 /// giving up, e.g. while schedd restarts.
 const WATCH_RETRIES: u32 = 60;
 
-/// Follows the job's `WatchJob` stream until it reports a terminal state, showing a spinner on
-/// a terminal. If the stream breaks (schedd restarting) it reconnects and watches again.
-async fn wait_for_job(mut client: Client, socket: &Path, job_id: u64) -> Result<JobInfo> {
-    let spinner = std::io::stderr().is_terminal().then(|| new_spinner(job_id));
+/// `--wait`: follows jobs `first`, `first + 1`, ... (`count` of them: an array's tasks have
+/// consecutive job ids, the first being the array's id) one after another until each has
+/// ended, and returns them as they ended, without their specs. Shows a spinner on a terminal.
+async fn wait_for_jobs(
+    mut client: Client,
+    socket: &Path,
+    first: u64,
+    count: u32,
+    is_array: bool,
+) -> Result<Vec<JobInfo>> {
+    let array = is_array.then_some(count);
+    let spinner = std::io::stderr()
+        .is_terminal()
+        .then(|| new_spinner(first, array));
+    let mut ended = Vec::with_capacity(count as usize);
+    let mut outcome = Ok(());
+    for job_id in (first..).take(count as usize) {
+        let progress = array.map(|total| (ended.len(), total));
+        match wait_for_job(&mut client, socket, job_id, spinner.as_ref(), progress).await {
+            Ok(mut job) => {
+                // Kept for the summary only: a spec carries the whole script.
+                job.spec = None;
+                ended.push(job);
+            }
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    if let Some(spinner) = spinner {
+        spinner.finish_and_clear();
+    }
+    outcome.map(|()| ended)
+}
+
+/// Follows one job's `WatchJob` stream until it reports a terminal state. If the stream
+/// breaks (schedd restarting) it reconnects and watches again.
+async fn wait_for_job(
+    client: &mut Client,
+    socket: &Path,
+    job_id: u64,
+    spinner: Option<&indicatif::ProgressBar>,
+    progress: Option<(usize, u32)>,
+) -> Result<JobInfo> {
     let mut failures = 0u32;
-    let outcome = loop {
-        match watch_until_terminal(&mut client, job_id, spinner.as_ref(), &mut failures).await {
-            Ok(Some(job)) => break Ok(job),
+    loop {
+        match watch_until_terminal(client, job_id, spinner, progress, &mut failures).await {
+            Ok(Some(job)) => return Ok(job),
             Ok(None) => {}
-            Err(e) => break Err(e),
+            Err(e) => return Err(e),
         }
         failures += 1;
         if failures > WATCH_RETRIES {
-            break Err(anyhow!(
+            return Err(anyhow!(
                 "lost contact with schedd while waiting for job {job_id}"
             ));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         if let Ok(reconnected) = client::connect(socket).await {
-            client = reconnected;
+            *client = reconnected;
         }
-    };
-    if let Some(spinner) = spinner {
-        spinner.finish_and_clear();
     }
-    outcome
 }
 
 /// One watch: `Ok(Some(job))` once the job is finished, `Ok(None)` when the stream broke off
@@ -447,6 +546,7 @@ async fn watch_until_terminal(
     client: &mut Client,
     job_id: u64,
     spinner: Option<&indicatif::ProgressBar>,
+    progress: Option<(usize, u32)>,
     failures: &mut u32,
 ) -> Result<Option<JobInfo>> {
     let mut stream = match client
@@ -465,7 +565,7 @@ async fn watch_until_terminal(
             Ok(Some(job)) => {
                 *failures = 0;
                 if let Some(spinner) = spinner {
-                    spinner.set_message(spinner_message(&job));
+                    spinner.set_message(spinner_message(&job, progress));
                 }
                 if is_finished(&job) {
                     return Ok(Some(job));
@@ -492,27 +592,63 @@ fn is_finished(job: &JobInfo) -> bool {
     JobState::parse(&job.state).is_some_and(JobState::is_terminal)
 }
 
-fn new_spinner(job_id: u64) -> indicatif::ProgressBar {
+/// `array`: the number of tasks when `job_id` is an array's id.
+fn new_spinner(job_id: u64, array: Option<u32>) -> indicatif::ProgressBar {
     let spinner = indicatif::ProgressBar::new_spinner();
     if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]") {
         spinner.set_style(style);
     }
-    spinner.set_message(format!("Job {job_id} submitted"));
+    spinner.set_message(match array {
+        Some(tasks) => format!("Array {job_id} submitted ({tasks} tasks)"),
+        None => format!("Job {job_id} submitted"),
+    });
     spinner.enable_steady_tick(Duration::from_millis(120));
     spinner
 }
 
-fn spinner_message(job: &JobInfo) -> String {
+/// `progress`: for an array's task, how many of how many tasks have ended.
+fn spinner_message(job: &JobInfo, progress: Option<(usize, u32)>) -> String {
     let state = escape_for_terminal(&job.state);
-    if job.reason.is_empty() {
-        format!("Job {} {state}", job.id)
-    } else {
-        format!(
-            "Job {} {state} ({})",
-            job.id,
-            escape_for_terminal(&job.reason)
-        )
+    let mut message = format!("Job {} {state}", job_name(job));
+    if !job.reason.is_empty() {
+        message.push_str(&format!(" ({})", escape_for_terminal(&job.reason)));
     }
+    if let Some((ended, total)) = progress {
+        message.push_str(&format!(", {ended} of {total} tasks ended"));
+    }
+    message
+}
+
+/// The job as users name it: `12_7` for an array task.
+fn job_name(job: &JobInfo) -> String {
+    escape_for_terminal(&crate::jobs::display_id(job)).into_owned()
+}
+
+/// The exit code of `ysub --wait` for an array, as sbatch's: the highest of its tasks' (see
+/// [`wait_exit_code`]), so 0 only when every task COMPLETED.
+pub fn array_exit_code(tasks: &[JobInfo]) -> u8 {
+    tasks.iter().map(wait_exit_code).max().unwrap_or(0)
+}
+
+/// The line `ysub --wait` ends with for an array: `Array 12: 3 tasks ended, 2 COMPLETED,
+/// 1 FAILED (exit 3)`, states in the order first seen.
+pub fn array_summary(array_id: u64, tasks: &[JobInfo], exit_code: u8) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for task in tasks {
+        match counts.iter_mut().find(|(state, _)| *state == task.state) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&task.state, 1)),
+        }
+    }
+    let states: Vec<String> = counts
+        .iter()
+        .map(|(state, n)| format!("{n} {}", escape_for_terminal(state)))
+        .collect();
+    format!(
+        "Array {array_id}: {} tasks ended, {} (exit {exit_code})",
+        tasks.len(),
+        states.join(", ")
+    )
 }
 
 /// The exit code `ysub --wait` returns for a finished job: 0 when it COMPLETED; otherwise never
@@ -532,11 +668,12 @@ pub fn wait_exit_code(job: &JobInfo) -> u8 {
     }
 }
 
-/// The line `ysub --wait` ends with on stderr, e.g. `Job 7 COMPLETED (exit 0)`.
+/// The line `ysub --wait` ends with on stderr, e.g. `Job 7 COMPLETED (exit 0)` (`Job 12_7 ...`
+/// for an array task).
 pub fn final_line(job: &JobInfo, exit_code: u8) -> String {
     let mut line = format!(
         "Job {} {} (exit {exit_code}",
-        job.id,
+        job_name(job),
         escape_for_terminal(&job.state)
     );
     if let Some(signal) = job.signal {
@@ -553,6 +690,7 @@ pub fn final_line(job: &JobInfo, exit_code: u8) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ysched_common::array::DEFAULT_MAX_ARRAY_SIZE;
 
     fn cli(args: &[&str]) -> YsubCli {
         YsubCli::try_parse_from(std::iter::once("ysub").chain(args.iter().copied())).unwrap()
@@ -565,6 +703,7 @@ mod tests {
                 ("PATH".into(), "/bin".into()),
                 ("HOME".into(), "/home/alice".into()),
             ],
+            max_array_size: DEFAULT_MAX_ARRAY_SIZE,
         }
     }
 
@@ -871,6 +1010,141 @@ mod tests {
         );
         assert_eq!(spec.constraints, ["x"]);
         assert_eq!(spec.time_limit_secs, 7200, "untouched by the command line");
+    }
+
+    #[test]
+    fn array_and_dependency_from_directives_and_the_command_line() {
+        let contents =
+            "#!/bin/sh\n#YSUB --array 0-99%4\n#YSUB -d afterok:12\necho $YS_ARRAY_TASK_ID\n";
+        let spec = spec_for(contents, &[]).unwrap();
+        assert_eq!(spec.array, "0-99%4");
+        assert_eq!(spec.dependency, "afterok:12");
+        // Short forms, `=` forms, and the command line winning.
+        let spec = spec_for("#YSUB -a 1,5,9-12\n#YSUB --dependency=singleton\n", &[]).unwrap();
+        assert_eq!(
+            (spec.array.as_str(), spec.dependency.as_str()),
+            ("1,5,9-12", "singleton")
+        );
+        let spec = spec_for(
+            contents,
+            &[
+                "-a",
+                "0-199:2%16",
+                "--dependency",
+                "afterany:12_7?afternotok:13_[1-3]",
+            ],
+        )
+        .unwrap();
+        assert_eq!(spec.array, "0-199:2%16");
+        assert_eq!(spec.dependency, "afterany:12_7?afternotok:13_[1-3]");
+        // A later line overrides an earlier one.
+        let spec = spec_for("#YSUB --array 0-9\n#YSUB --array=3-4\n", &[]).unwrap();
+        assert_eq!(spec.array, "3-4");
+        // Neither: not an array, no dependency.
+        let spec = spec_for("#!/bin/sh\n", &[]).unwrap();
+        assert!(spec.array.is_empty() && spec.dependency.is_empty());
+        let parsed = cli(&["-a", "0-3", "-d", "after:5", "s.sh"]);
+        assert_eq!(parsed.options.array.as_deref(), Some("0-3"));
+        assert_eq!(parsed.options.dependency.as_deref(), Some("after:5"));
+    }
+
+    #[test]
+    fn bad_arrays_and_dependencies_are_refused_before_submitting() {
+        assert_eq!(
+            parse_error(&["--array", "5-1", "s.sh"]),
+            "--array '5-1': range '5-1' goes backwards"
+        );
+        assert!(parse_error(&["-a", "0-9%0", "s.sh"]).contains("%0 would never run a task"));
+        assert!(parse_error(&["-a", "x", "s.sh"]).contains("'x' is not a task index"));
+        assert!(parse_error(&["-d", "afterwards:12", "s.sh"]).contains("unknown type 'afterwards'"));
+        assert!(parse_error(&["-d", "afterok:12,afterany:3?after:4", "s.sh"]).contains("not both"));
+        assert!(parse_error(&["-d", "afterok:x", "s.sh"]).contains("is not a job id"));
+        // In a directive, the line is named.
+        let err = spec_for("#!/bin/sh\n#YSUB --array 0-9:0\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "train.sh: line 2: invalid #YSUB directive: --array '0-9:0': a step of 0"
+        );
+        let err = spec_for("#YSUB -d afterok\n", &[]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("train.sh: line 1: invalid #YSUB directive: --dependency 'afterok'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn array_indices_must_be_below_the_configured_limit() {
+        let options = |args: &[&str]| cli(args).options;
+        let mut context = context();
+        context.max_array_size = 100;
+        assert!(build_spec(&options(&["-a", "0-99"]), script("#!/bin/sh\n"), &context).is_ok());
+        let err = build_spec(&options(&["-a", "0-100"]), script("#!/bin/sh\n"), &context)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--array '0-100': index 100 is above the largest allowed, 99 \
+             (scheduler.max_array_size = 100)"
+        );
+        // Past any configuration's limit, the parser leaves the message to the check that
+        // knows the cluster's limit.
+        let parsed = options(&["-a", "0-4000000000%2"]);
+        let err = build_spec(&parsed, script("#!/bin/sh\n"), &self::context())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(scheduler.max_array_size = 10001)"), "{err}");
+    }
+
+    #[test]
+    fn an_array_waits_for_every_task_and_exits_with_the_highest_code() {
+        let task = |id: u64, task: u32, state: &str, exit: Option<i32>| {
+            JobInfo {
+                display_id: format!("12_{task}"),
+                array_job_id: Some(12),
+                array_task_id: Some(task),
+                ..finished(state, exit, None)
+            }
+            .with_id(id)
+        };
+        let all_ok = [
+            task(12, 0, "COMPLETED", Some(0)),
+            task(13, 1, "COMPLETED", Some(0)),
+        ];
+        assert_eq!(array_exit_code(&all_ok), 0);
+        assert_eq!(
+            array_summary(12, &all_ok, 0),
+            "Array 12: 2 tasks ended, 2 COMPLETED (exit 0)"
+        );
+        let mixed = [
+            task(12, 0, "COMPLETED", Some(0)),
+            task(13, 1, "FAILED", Some(3)),
+            task(14, 2, "FAILED", Some(2)),
+            task(15, 3, "CANCELLED", None),
+        ];
+        assert_eq!(array_exit_code(&mixed), 3);
+        assert_eq!(
+            array_summary(12, &mixed, 3),
+            "Array 12: 4 tasks ended, 1 COMPLETED, 2 FAILED, 1 CANCELLED (exit 3)"
+        );
+        assert_eq!(final_line(&mixed[1], 3), "Job 12_1 FAILED (exit 3)");
+        assert_eq!(array_exit_code(&[]), 0);
+        assert_eq!(
+            spinner_message(&mixed[1], Some((1, 4))),
+            "Job 12_1 FAILED, 1 of 4 tasks ended"
+        );
+    }
+
+    trait WithId {
+        fn with_id(self, id: u64) -> Self;
+    }
+
+    impl WithId for JobInfo {
+        fn with_id(mut self, id: u64) -> Self {
+            self.id = id;
+            self
+        }
     }
 
     #[test]

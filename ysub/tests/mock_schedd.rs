@@ -15,6 +15,52 @@ struct MockSchedd {
     submitted: Mutex<Vec<JobSpec>>,
     list_requests: Mutex<Vec<ListJobsRequest>>,
     drains: Mutex<Vec<DrainRequest>>,
+    cancels: Mutex<Vec<CancelRequest>>,
+    /// `(rpc, request)` of Hold, Release, Requeue and GetJob.
+    job_refs: Mutex<Vec<(&'static str, JobRef)>>,
+}
+
+/// Array 12 (`0-49%4`, job ids 12 to 61) as schedd would list it: tasks 0 to 3 running, the
+/// others waiting for the `%4`, task 49 held.
+fn array_task(task: u32) -> JobInfo {
+    let state = match task {
+        0..=3 => "RUNNING",
+        49 => "HELD",
+        _ => "PENDING",
+    };
+    let mut job = if state == "RUNNING" {
+        running(12 + u64::from(task))
+    } else {
+        job(12 + u64::from(task), state)
+    };
+    job.name = "sweep".into();
+    job.reason = match state {
+        "PENDING" => "JobArrayTaskLimit",
+        "HELD" => "JobHeldUser",
+        _ => "",
+    }
+    .into();
+    job.display_id = format!("12_{task}");
+    job.array_job_id = Some(12);
+    job.array_task_id = Some(task);
+    job.array_max_running = 4;
+    if let Some(spec) = job.spec.as_mut() {
+        spec.array = "0-49%4".into();
+    }
+    job
+}
+
+/// What a target names here: `12_7` is job 19 (array 12 has consecutive ids); a plain id is
+/// that job.
+fn resolve(target: &str) -> Vec<(u64, String)> {
+    let target = ysched_common::JobTarget::parse(target).expect("ycancel sent a bad target");
+    match &target.tasks {
+        None => vec![(target.id.0, target.id.to_string())],
+        Some(tasks) => tasks
+            .iter()
+            .map(|t| (target.id.0 + u64::from(*t), format!("{}_{t}", target.id)))
+            .collect(),
+    }
 }
 
 fn job(id: u64, state: &str) -> JobInfo {
@@ -80,12 +126,20 @@ impl Ysched for MockSchedd {
         let job_id = match spec.name.as_str() {
             "fail" => 3,
             "killed" => 9,
+            _ if !spec.array.is_empty() => 40,
             _ => 7,
+        };
+        let array_task_count = if spec.array.is_empty() {
+            0
+        } else {
+            ysched_common::ArraySpec::parse(&spec.array, 10_001)
+                .map_err(Status::invalid_argument)?
+                .count
         };
         self.submitted.lock().unwrap().push(spec);
         Ok(Response::new(SubmitReply {
             job_id,
-            array_task_count: 0,
+            array_task_count,
         }))
     }
 
@@ -94,6 +148,18 @@ impl Ysched for MockSchedd {
         request: Request<ListJobsRequest>,
     ) -> Result<Response<JobList>, Status> {
         let request = request.into_inner();
+        if request.user == "arrays" {
+            self.list_requests.lock().unwrap().push(request);
+            let mut jobs: Vec<JobInfo> = (0..50).map(array_task).collect();
+            // A plain job among them, expected to start in an hour on gpu02.
+            let mut plain = job(70, "PENDING");
+            plain.display_id = "70".into();
+            plain.reason = "Resources".into();
+            plain.expected_start_ms = 1_767_229_200_000;
+            plain.expected_nodes = vec!["gpu02".into()];
+            jobs.insert(4, plain);
+            return Ok(Response::new(JobList { jobs }));
+        }
         if request.user == "many" {
             let jobs = (0..10_000)
                 .map(|i| {
@@ -127,7 +193,25 @@ impl Ysched for MockSchedd {
     }
 
     async fn get_job(&self, request: Request<JobRef>) -> Result<Response<JobDetail>, Status> {
-        match request.into_inner().job_id {
+        let request = request.into_inner();
+        self.job_refs
+            .lock()
+            .unwrap()
+            .push(("get_job", request.clone()));
+        if let Some(task) = request.target.strip_prefix("12_") {
+            let task: u32 = task
+                .parse()
+                .map_err(|_| Status::invalid_argument("one task"))?;
+            let mut job = array_task(task);
+            if let Some(spec) = job.spec.as_mut() {
+                spec.dependency = "afterok:5".into();
+            }
+            return Ok(Response::new(JobDetail {
+                job: Some(job),
+                events: vec![],
+            }));
+        }
+        match request.job_id {
             7 => Ok(Response::new(JobDetail {
                 job: Some(running(7)),
                 events: vec![JobEvent {
@@ -162,24 +246,47 @@ impl Ysched for MockSchedd {
         request: Request<CancelRequest>,
     ) -> Result<Response<CancelReply>, Status> {
         let request = request.into_inner();
-        if request.job_ids.contains(&99) {
+        self.cancels.lock().unwrap().push(request.clone());
+        if request.job_ids.contains(&99) || request.targets.iter().any(|t| t == "99") {
             return Err(Status::permission_denied("job 99 is not yours"));
         }
+        let resolved: Vec<(u64, String)> = request
+            .job_ids
+            .iter()
+            .map(|id| (*id, id.to_string()))
+            .chain(request.targets.iter().flat_map(|t| resolve(t)))
+            .collect();
         Ok(Response::new(CancelReply {
-            cancelled_names: request.job_ids.iter().map(u64::to_string).collect(),
-            cancelled: request.job_ids,
+            cancelled: resolved.iter().map(|(id, _)| *id).collect(),
+            cancelled_names: resolved.into_iter().map(|(_, name)| name).collect(),
         }))
     }
 
-    async fn hold(&self, _: Request<JobRef>) -> Result<Response<Empty>, Status> {
+    async fn hold(&self, request: Request<JobRef>) -> Result<Response<Empty>, Status> {
+        self.job_refs
+            .lock()
+            .unwrap()
+            .push(("hold", request.into_inner()));
         Ok(Response::new(Empty {}))
     }
 
-    async fn release(&self, _: Request<JobRef>) -> Result<Response<Empty>, Status> {
+    async fn release(&self, request: Request<JobRef>) -> Result<Response<Empty>, Status> {
+        let request = request.into_inner();
+        self.job_refs
+            .lock()
+            .unwrap()
+            .push(("release", request.clone()));
+        if request.target.starts_with("12_") {
+            return Ok(Response::new(Empty {}));
+        }
         Err(Status::failed_precondition("job 5 is not held"))
     }
 
     async fn requeue(&self, request: Request<JobRef>) -> Result<Response<Empty>, Status> {
+        self.job_refs
+            .lock()
+            .unwrap()
+            .push(("requeue", request.get_ref().clone()));
         match request.get_ref().job_id {
             5 => Err(Status::failed_precondition(
                 "job 5 is PENDING: only a RUNNING job can be requeued",
@@ -301,6 +408,21 @@ impl Ysched for MockSchedd {
                 ended(3, "FAILED", Some(3), None),
             ],
             9 => vec![running(9), ended(9, "CANCELLED", None, Some(15))],
+            // The three tasks of the array `ysub --array` gets, 40_0 to 40_2.
+            id @ 40..=42 => {
+                let task = |mut job: JobInfo| {
+                    job.display_id = format!("40_{}", id - 40);
+                    job.array_job_id = Some(40);
+                    job.array_task_id = Some((id - 40) as u32);
+                    job
+                };
+                let end = if id == 41 {
+                    ended(id, "FAILED", Some(3), None)
+                } else {
+                    ended(id, "COMPLETED", Some(0), None)
+                };
+                vec![task(job(id, "PENDING")), task(running(id)), task(end)]
+            }
             id => return Err(Status::not_found(format!("no job {id}"))),
         };
         Ok(Response::new(Box::pin(tokio_stream::iter(
@@ -970,4 +1092,283 @@ fn yctl_drain_refuses_an_unprintable_reason() {
     );
     let drains = harness().schedd.drains.lock().unwrap();
     assert!(drains.iter().all(|d| !d.reason.starts_with("fan")));
+}
+
+#[test]
+fn ysub_sends_array_and_dependency_from_directives_and_options() {
+    let script = write_script(
+        "sweep.sh",
+        "#!/bin/sh\n#YSUB -J sweep-directives --array 0-9%2\n#YSUB -d afterok:3\necho $YS_ARRAY_TASK_ID\n",
+    );
+    let output = run("ysub", &[path_str(&script)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    // An array prints its id, as a job does (sbatch's way).
+    assert_eq!(stdout(&output), "Submitted job 40\n");
+    let spec = submitted_named("sweep-directives");
+    assert_eq!(spec.array, "0-9%2");
+    assert_eq!(spec.dependency, "afterok:3");
+
+    let output = run(
+        "ysub",
+        &[
+            "--parsable",
+            "-J",
+            "sweep-cli",
+            "-a",
+            "1,5,9-12",
+            "--dependency",
+            "afterany:12_7",
+            path_str(&script),
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "40\n");
+    let spec = submitted_named("sweep-cli");
+    assert_eq!(spec.array, "1,5,9-12");
+    assert_eq!(spec.dependency, "afterany:12_7");
+}
+
+#[test]
+fn ysub_refuses_bad_arrays_and_dependencies_before_sending() {
+    let before = submitted_count();
+    for (args, message) in [
+        (
+            &["-J", "bad-array", "--array", "0-10001", "--wrap", "true"][..],
+            "ysub: error: --array '0-10001': index 10001 is above the largest allowed, 10000 \
+             (scheduler.max_array_size = 10001)\n",
+        ),
+        (
+            &["-J", "bad-array", "-a", "3-1", "--wrap", "true"],
+            "ysub: error: --array '3-1': range '3-1' goes backwards\n",
+        ),
+        (
+            &["-J", "bad-dep", "-d", "afterok", "--wrap", "true"],
+            "ysub: error: --dependency 'afterok': 'afterok' names no job (expected e.g. \
+             afterok:12)\n",
+        ),
+    ] {
+        let output = run("ysub", args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&output).starts_with(message), "{}", stderr(&output));
+    }
+    let submitted = harness().schedd.submitted.lock().unwrap();
+    assert!(submitted[before..]
+        .iter()
+        .all(|s| s.name != "bad-array" && s.name != "bad-dep"));
+}
+
+#[test]
+fn ysub_wait_on_an_array_waits_for_every_task() {
+    let output = run(
+        "ysub",
+        &["--wait", "-J", "wait-array", "-a", "0-2", "--wrap", "true"],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(3), "{err}");
+    assert_eq!(stdout(&output), "Submitted job 40\n");
+    assert_eq!(
+        err,
+        "Job 40_1 FAILED (exit 3)\nArray 40: 3 tasks ended, 2 COMPLETED, 1 FAILED (exit 3)\n"
+    );
+}
+
+fn list_request_of(user: &str) -> ListJobsRequest {
+    harness()
+        .schedd
+        .list_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|r| r.user == user)
+        .cloned()
+        .unwrap_or_else(|| panic!("no listing for {user}"))
+}
+
+#[test]
+fn yq_folds_waiting_array_tasks_and_expands_them_with_array() {
+    let output = run("yq", &["-u", "arrays"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let ids: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "JOBID",
+            "12_0",
+            "12_1",
+            "12_2",
+            "12_3",
+            "70",
+            "12_[4-48%4]",
+            "12_49"
+        ],
+        "{text}"
+    );
+    assert!(text.contains("12_[4-48%4]  sweep  alice"), "{text}");
+    assert!(text
+        .lines()
+        .nth(6)
+        .unwrap()
+        .ends_with("(JobArrayTaskLimit)"));
+    assert!(text.lines().nth(7).unwrap().contains(" HELD "), "{text}");
+
+    for flag in ["--array", "-r"] {
+        let text = stdout(&run("yq", &["-u", "arrays", flag, "--noheader"]));
+        assert_eq!(text.lines().count(), 51, "{text}");
+        assert!(!text.contains("12_["), "{text}");
+        assert!(text.contains("\n12_48  sweep"), "{text}");
+    }
+
+    let jobs: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yq", &["-u", "arrays", "--json"]))).unwrap();
+    let jobs = jobs.as_array().unwrap();
+    assert_eq!(jobs.len(), 51, "JSON is never folded");
+    assert_eq!(jobs[0]["display_id"], "12_0");
+    assert_eq!(jobs[0]["array_job_id"], 12);
+    assert_eq!(jobs[0]["array_task_id"], 0);
+    assert_eq!(jobs[0]["expected_start"], serde_json::Value::Null);
+    assert_eq!(jobs[4]["display_id"], "70");
+    assert_eq!(jobs[4]["array_job_id"], serde_json::Value::Null);
+    assert_eq!(jobs[4]["expected_start"], "2026-01-01T01:00:00Z");
+    assert_eq!(jobs[4]["expected_nodes"], serde_json::json!(["gpu02"]));
+
+    let text = stdout(&run("yq", &["-u", "arrays", "-l"]));
+    assert!(text.contains("\n12_[4-48%4]  sweep"), "{text}");
+}
+
+#[test]
+fn yq_start_lists_expected_starts() {
+    let output = run("yq", &["-u", "arrays", "--start"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let rows: Vec<Vec<String>> = stdout(&output)
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "JOBID",
+            "TIER",
+            "NAME",
+            "USER",
+            "ST",
+            "START_TIME",
+            "SCHEDNODES",
+            "REASON"
+        ]
+    );
+    assert_eq!(
+        rows[1],
+        [
+            "70",
+            "high",
+            "train",
+            "alice",
+            "PD",
+            "2026-01-01T01:00:00Z",
+            "gpu02",
+            "Resources"
+        ]
+    );
+    assert_eq!(
+        rows[2],
+        [
+            "12_[4-48%4]",
+            "high",
+            "sweep",
+            "alice",
+            "PD",
+            "N/A",
+            "N/A",
+            "JobArrayTaskLimit"
+        ]
+    );
+    assert_eq!(
+        rows.len(),
+        3,
+        "running and held jobs are not listed: {rows:?}"
+    );
+    assert_eq!(list_request_of("arrays").states, ["PENDING"]);
+}
+
+#[test]
+fn yq_passes_job_targets() {
+    let output = run(
+        "yq",
+        &["-u", "targets", "-j", "12_7,12_[1-3,9]", "-j", "14"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let request = list_request_of("targets");
+    assert_eq!(request.targets, ["12_7", "12_[1-3,9]", "14"]);
+    assert_eq!(request.job_ids, [14]);
+    let output = run("yq", &["-j", "12_x"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("'12_x' is not a job id (expected 12, 12_7 or 12_[1-5])"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn ycancel_sends_targets_and_prints_task_names() {
+    let output = run("ycancel", &["-v", "12_7", "12_[1-2],30"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "Cancelled job 12_7\nCancelled job 12_1\nCancelled job 12_2\nCancelled job 30\n"
+    );
+    let cancels = harness().schedd.cancels.lock().unwrap();
+    let request = cancels
+        .iter()
+        .find(|r| r.targets.first().map(String::as_str) == Some("12_7"))
+        .unwrap();
+    assert_eq!(request.targets, ["12_7", "12_[1-2]", "30"]);
+    assert!(request.job_ids.is_empty());
+}
+
+#[test]
+fn yctl_job_commands_take_array_targets() {
+    assert!(run("yctl", &["hold", "12_[100-199],13"]).status.success());
+    let output = run("yctl", &["release", "12_4"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = run("yctl", &["show", "job", "12_7"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with(
+            "JobId=19 ArrayJobId=12 ArrayTaskId=7 ArrayTaskThrottle=4 JobName=sweep\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("   Dependency=afterok:5\n"), "{text}");
+    assert!(text.contains("StdOut=ysched-12_7.out"), "{text}");
+    let detail: serde_json::Value =
+        serde_json::from_str(&stdout(&run("yctl", &["show", "job", "12_7", "--json"]))).unwrap();
+    assert_eq!(detail["display_id"], "12_7");
+    assert_eq!(detail["array_task_id"], 7);
+    assert_eq!(detail["dependency"], "afterok:5");
+    assert_eq!(detail["array"], "0-49%4");
+    let output = run("yctl", &["show", "job", "12_[1-2]"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("names 2 tasks"),
+        "{}",
+        stderr(&output)
+    );
+
+    let refs = harness().schedd.job_refs.lock().unwrap();
+    let sent = |rpc: &str, target: &str| {
+        refs.iter()
+            .find(|(r, j)| *r == rpc && j.target == target)
+            .map(|(_, j)| j.job_id)
+    };
+    assert_eq!(sent("hold", "12_[100-199]"), Some(0));
+    assert_eq!(sent("hold", "13"), Some(13));
+    assert_eq!(sent("release", "12_4"), Some(0));
+    assert_eq!(sent("get_job", "12_7"), Some(0));
 }

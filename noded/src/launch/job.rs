@@ -523,7 +523,7 @@ mod tests {
         };
         assert_eq!(JobParams::from(&plain).array, None);
         // A record written before arrays existed reads as a plain job.
-        let mut old = serde_json::to_value(&JobParams::default()).unwrap();
+        let mut old = serde_json::to_value(JobParams::default()).unwrap();
         old.as_object_mut().unwrap().remove("array");
         let old: JobParams = serde_json::from_value(old).unwrap();
         assert_eq!(old.array, None);

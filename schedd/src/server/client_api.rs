@@ -1,7 +1,7 @@
 //! The `Ysched` service for local clients.
 
 use crate::error::ApiError;
-use crate::shell::Cluster;
+use crate::shell::{Cluster, Named};
 use crate::submit;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -10,7 +10,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 use ysched_common::identity::owner_from_cred;
-use ysched_common::{Caller, JobId, JobState};
+use ysched_common::{Caller, JobState};
 use ysched_proto as pb;
 
 pub struct ClientApi {
@@ -53,6 +53,11 @@ impl ClientApi {
     }
 }
 
+/// The job a `JobRef` names: its `target` as typed when set, else its `job_id`.
+fn named(r: &pb::JobRef) -> Result<Named, ApiError> {
+    Named::from_ref(r.job_id, &r.target)
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -77,10 +82,10 @@ impl pb::ysched_server::Ysched for ClientApi {
             }
             Err(e) => return Err(e.into()),
         };
-        let id = self.cluster.submit(caller, home, submitted).await?;
+        let done = self.cluster.submit_jobs(caller, home, submitted).await?;
         Ok(Response::new(pb::SubmitReply {
-            job_id: id.0,
-            array_task_count: 0,
+            job_id: done.id.0,
+            array_task_count: done.array_tasks,
         }))
     }
 
@@ -89,21 +94,32 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
-        let filter = super::convert::job_filter(req.get_ref())?;
+        let mut filter = super::convert::job_filter(req.get_ref())?;
+        if !req.get_ref().targets.is_empty() {
+            let named = self.cluster.resolve_targets(&req.get_ref().targets)?;
+            filter.ids.extend(named);
+        }
         let mut jobs = self
             .cluster
             .list_jobs(&filter, ysched_common::convert::job_listing)?;
         super::convert::add_queue_places(&mut jobs, &self.cluster.queue_view());
+        super::convert::add_expected_starts(&mut jobs, &self.cluster.expected_starts());
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
     }
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
-        let mut detail = super::convert::job_detail(
-            &self.cluster.job_detail(JobId(req.get_ref().job_id)).await?,
-        );
+        let r = req.get_ref();
+        let id = self
+            .cluster
+            .resolve_one(&Named::from_ref(r.job_id, &r.target)?, "show")?;
+        let mut detail = super::convert::job_detail(&self.cluster.job_detail(id).await?);
         let view = self.cluster.queue_view();
         super::convert::add_queue_places(detail.job.as_mut_slice(), &view);
+        super::convert::add_expected_starts(
+            detail.job.as_mut_slice(),
+            &self.cluster.expected_starts(),
+        );
         Ok(Response::new(detail))
     }
 
@@ -113,34 +129,34 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::CancelReply>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
-        let done = self.cluster.cancel(&caller, &r.job_ids, &r.user).await?;
+        let done = self
+            .cluster
+            .cancel_named(&caller, &r.job_ids, &r.targets, &r.user)
+            .await?;
         Ok(Response::new(pb::CancelReply {
-            cancelled_names: done.iter().map(|j| j.to_string()).collect(),
-            cancelled: done.into_iter().map(|j| j.0).collect(),
+            cancelled: done.iter().map(|(id, _)| id.0).collect(),
+            cancelled_names: done.into_iter().map(|(_, name)| name).collect(),
         }))
     }
 
     async fn hold(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
-        self.cluster
-            .hold(&caller, JobId(req.get_ref().job_id), true)
-            .await?;
+        let name = named(req.get_ref())?;
+        self.cluster.hold_named(&caller, &name, true).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn release(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
-        self.cluster
-            .hold(&caller, JobId(req.get_ref().job_id), false)
-            .await?;
+        let name = named(req.get_ref())?;
+        self.cluster.hold_named(&caller, &name, false).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn requeue(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
-        self.cluster
-            .requeue(&caller, JobId(req.get_ref().job_id))
-            .await?;
+        let name = named(req.get_ref())?;
+        self.cluster.requeue_named(&caller, &name).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
@@ -234,7 +250,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     type WatchJobStream = WatchStream;
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
-        let id = JobId(req.get_ref().job_id);
+        let id = self.cluster.resolve_one(&named(req.get_ref())?, "watch")?;
         // Subscribe before the first read so no change slips between them.
         let mut changes = self.cluster.subscribe();
         let first = pb::JobInfo::from(&self.cluster.job(id)?);

@@ -156,6 +156,24 @@ pub(crate) fn add_queue_places(jobs: &mut [pb::JobInfo], view: &crate::fair_shar
     }
 }
 
+/// Fills in when and where each PENDING job is expected to start, as the last scheduling
+/// pass saw it (unknown: left at 0 and empty).
+pub(crate) fn add_expected_starts(
+    jobs: &mut [pb::JobInfo],
+    expected: &std::collections::BTreeMap<JobId, crate::core::ExpectedStart>,
+) {
+    if expected.is_empty() {
+        return;
+    }
+    let pending = JobState::Pending.as_str();
+    for job in jobs.iter_mut().filter(|j| j.state == pending) {
+        if let Some(e) = expected.get(&JobId(job.id)) {
+            job.expected_start_ms = e.at;
+            job.expected_nodes = e.nodes.clone();
+        }
+    }
+}
+
 /// Fair share per account (`yctl shares`).
 pub(crate) fn share_list(t: &crate::fair_share::ShareTable) -> pb::ShareList {
     pb::ShareList {

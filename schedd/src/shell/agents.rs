@@ -54,6 +54,7 @@ impl Cluster {
                 );
             }
             self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
+            st.deps.observe(&effects, None);
             let done = st.rec.commit(effects);
             st.book_runs(&done.runs);
             // First on the new session; what the registration decided follows after the

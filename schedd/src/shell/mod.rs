@@ -14,10 +14,13 @@
 
 mod agents;
 mod queries;
-pub use queries::{JobDetail, JobFilter};
+pub use queries::{JobDetail, JobFilter, Named};
+pub use requests::Submitted;
 mod requests;
 mod scheduling;
 mod scrape;
+#[cfg(test)]
+mod tests;
 mod usage;
 
 use crate::core::{self, Policy, Snapshot};
@@ -26,6 +29,7 @@ use crate::fair_share::{QueueView, UsageBook};
 use crate::state::agent_events::{AgentReport, Limits, Registration};
 use crate::state::client_events::{audit_record, NewJob};
 use crate::state::commands::AgentCommand;
+use crate::state::dependencies::EndedTargets;
 use crate::state::{Effects, Records, SchedulerCopy};
 use crate::store::{self, Store};
 use crate::submit::{self, ValidSubmit};
@@ -76,6 +80,14 @@ pub struct State {
     usage_book: Arc<UsageBook>,
     /// What the last pass saw: the share table and each pending job's place.
     queue_view: Arc<QueueView>,
+    /// When and where the last pass expects pending jobs to start (memory only: each pass
+    /// replaces it).
+    expected: Arc<BTreeMap<JobId, core::ExpectedStart>>,
+    /// How the finished jobs that live dependencies name have ended (the core's
+    /// `Snapshot::ended`), kept up to date before each commit.
+    deps: EndedTargets,
+    /// When `deps` last forgot the jobs no dependency names any more.
+    deps_collected: std::time::Instant,
 }
 
 /// What the scheduling loop keeps between passes.
@@ -123,6 +135,7 @@ impl Cluster {
             config.tiers.keys().map(String::as_str),
         ));
         metrics.recovered(rec.active_jobs.values());
+        let deps = EndedTargets::rebuild(&rec.active_jobs, |id| store.job_state(id))?;
         let cluster = Arc::new(Cluster {
             metrics,
             started: now_ms(),
@@ -141,6 +154,9 @@ impl Cluster {
                 topologies: core::Topologies::default(),
                 usage_book,
                 queue_view: Default::default(),
+                expected: Default::default(),
+                deps,
+                deps_collected: std::time::Instant::now(),
             }),
             wake: Notify::new(),
             changes: broadcast::channel(4096).0,
@@ -230,6 +246,7 @@ impl Cluster {
             self.store.apply(std::mem::take(&mut effects.batch))?;
         }
         self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
+        st.deps.observe(&effects, None);
         let done = st.rec.commit(effects);
         st.book_runs(&done.runs);
         if !done.commands.is_empty() {
@@ -260,6 +277,14 @@ impl Cluster {
             self.wake.notify_one();
         }
         self.changed(changed);
+    }
+
+    /// Backfill as configured (`scheduler.backfill`, `scheduler.backfill_reservations`).
+    fn backfill(&self) -> core::Backfill {
+        core::Backfill {
+            enabled: self.config.scheduler.backfill,
+            reservations: self.config.scheduler.backfill_reservations,
+        }
     }
 
     fn limits(&self) -> Limits {

@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::fair_share::ShareTable;
+use crate::state::client_events::FinishedLookup;
+use crate::state::targets::{parse_target, plain_target, Resolved};
 use crate::state::views::{node_view, NodeView};
 
 impl Cluster {
@@ -35,16 +37,15 @@ impl Cluster {
             }
         };
         let finished: Vec<(JobId, T)> = if !ids.is_empty() {
-            // Asked by id: look each one up, never scan the history.
-            let mut found = Vec::new();
-            for id in ids {
-                if let Some(j) = self.store.job(*id)? {
-                    if j.state.is_terminal() && want(&j) {
-                        found.push(listing(&j));
-                    }
-                }
-            }
-            found
+            // Asked by id: look each one up, never scan the history; those found active are
+            // not looked for again (an array's 10,000 tasks).
+            let found: BTreeSet<JobId> = active.iter().map(|(id, _)| *id).collect();
+            self.store
+                .jobs_by_id(ids.iter().copied().filter(|id| !found.contains(id)))?
+                .iter()
+                .filter(|j| j.state.is_terminal() && want(j))
+                .map(listing)
+                .collect()
         } else if filter.all || filter.states.iter().any(|s| s.is_terminal()) {
             self.store
                 .finished_jobs()?
@@ -76,6 +77,43 @@ impl Cluster {
         Ok(merged)
     }
 
+    /// The one job `name` names; a name of several (an array, a range of tasks) is refused,
+    /// naming the syntax for one task (`what`: what the caller wants to do with it).
+    pub fn resolve_one(&self, name: &Named, what: &str) -> ApiResult<JobId> {
+        match name {
+            Named::Id(id) => Ok(*id),
+            Named::Target(_) => self.resolve(name)?.single(what),
+        }
+    }
+
+    /// What `name` names (see [`crate::state::targets`]).
+    pub fn resolve(&self, name: &Named) -> ApiResult<Resolved> {
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let st = lock(&self.state);
+        name.resolve(&st.rec, &finished)
+    }
+
+    /// The jobs `targets` name (as users type them: `12`, `12_7`, `12_[1-5]`), for a listing;
+    /// an unknown one is refused.
+    pub fn resolve_targets(&self, targets: &[String]) -> ApiResult<BTreeSet<JobId>> {
+        let parsed = targets
+            .iter()
+            .map(|t| parse_target(t))
+            .collect::<ApiResult<Vec<_>>>()?;
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let st = lock(&self.state);
+        let mut ids = BTreeSet::new();
+        for target in &parsed {
+            ids.extend(st.rec.resolve(target, &finished)?.ids);
+        }
+        Ok(ids)
+    }
+
+    /// When and where the last pass expects each pending job to start, where it could tell.
+    pub fn expected_starts(&self) -> Arc<BTreeMap<JobId, core::ExpectedStart>> {
+        Arc::clone(&lock(&self.state).expected)
+    }
+
     fn find_job(&self, id: JobId) -> ApiResult<Job> {
         if let Some(j) = lock(&self.state).rec.jobs.get(&id) {
             return Ok(j.clone());
@@ -98,23 +136,32 @@ impl Cluster {
             // Replaying the queue ahead of the job takes as long as a pass: on a copy of the
             // scheduler's copy of the records (brought up to date under the lock: only what
             // changed is copied), replayed without any lock.
-            let (jobs, nodes, queue) = {
+            let (jobs, nodes, queue, ended) = {
                 let mut view = self.scheduler_view.lock().await;
-                let (nodes, queue) = {
+                let (nodes, queue, ended) = {
                     let mut st = lock(&self.state);
                     st.rec.refresh_copy(&mut view.copy);
-                    (st.rec.nodes.clone(), Arc::clone(&st.queue_view))
+                    (
+                        st.rec.nodes.clone(),
+                        Arc::clone(&st.queue_view),
+                        st.deps.ended(),
+                    )
                 };
-                (view.copy.jobs.clone(), nodes, queue)
+                (view.copy.jobs.clone(), nodes, queue, ended)
             };
             let tiers = self.config.tiers.clone();
+            let backfill = self.backfill();
             waits = tokio::task::spawn_blocking(move || {
-                let snap = Snapshot::new(&jobs, &nodes);
+                let snap = Snapshot {
+                    jobs: &jobs,
+                    nodes: &nodes,
+                    ended: &ended,
+                };
                 // In the order of the last pass: its fair-share factors.
                 let policy = Policy {
                     tiers: &tiers,
                     fair_share: &queue.factors,
-                    backfill: crate::core::Backfill::OFF,
+                    backfill,
                 };
                 core::explain(&job, &snap, &policy, now_ms())
             })
@@ -123,7 +170,7 @@ impl Cluster {
         }
         let job = self.find_job(id)?;
         Ok(JobDetail {
-            events: self.store.events(id)?,
+            events: self.store.job_events(&job)?,
             job,
             waits,
         })
@@ -158,6 +205,37 @@ impl Cluster {
             .values()
             .map(|n| node_view(n, &st.rec.jobs))
             .collect()
+    }
+}
+
+/// A job as a request names it: by its id (`JobRef.job_id`: exactly that job's record), or
+/// as the user typed it (`JobRef.target`: `12` is every task when 12 is an array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named {
+    Id(JobId),
+    Target(ysched_common::JobTarget),
+}
+
+impl Named {
+    /// From a wire `JobRef`'s parts: `target` when set (refused when malformed), else `job_id`.
+    pub fn from_ref(job_id: u64, target: &str) -> ApiResult<Named> {
+        if target.trim().is_empty() {
+            Ok(Named::Id(JobId(job_id)))
+        } else {
+            Ok(Named::Target(parse_target(target)?))
+        }
+    }
+
+    /// What it names among `rec` and the finished jobs.
+    pub fn resolve(&self, rec: &Records, finished: FinishedLookup<'_>) -> ApiResult<Resolved> {
+        match self {
+            Named::Id(id) => Ok(Resolved {
+                target: plain_target(id.0),
+                ids: vec![*id],
+                array: None,
+            }),
+            Named::Target(target) => rec.resolve(target, finished),
+        }
     }
 }
 

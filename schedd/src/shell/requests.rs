@@ -2,30 +2,83 @@
 
 use super::*;
 use crate::state::client_events::refusal;
+use crate::state::targets::{parse_target, plain_target};
+use ysched_common::JobTarget;
 
 impl Cluster {
-    /// Persists and acknowledges a checked submit (see `submit::validate`) if some node could
-    /// ever run it. The id is returned only once the job is durable.
+    /// [`Cluster::submit_jobs`], returning the id (an array's: its first task's).
     pub async fn submit(
         &self,
         caller: Caller,
         home: Option<std::path::PathBuf>,
         submitted: ValidSubmit,
     ) -> ApiResult<JobId> {
+        Ok(self.submit_jobs(caller, home, submitted).await?.id)
+    }
+
+    /// Cancels the jobs `ids` name (an array's id: all its tasks) and, with `user`, all of
+    /// that user's (see [`Cluster::cancel_named`]).
+    pub async fn cancel(&self, caller: &Caller, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+        let done = self.cancel_named(caller, ids, &[], user).await?;
+        Ok(done.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// Holds (`hold`) or releases job `id` (see [`Cluster::hold_named`]).
+    pub async fn hold(&self, caller: &Caller, id: JobId, hold: bool) -> ApiResult<()> {
+        self.hold_named(caller, &Named::Id(id), hold).await
+    }
+
+    /// Requeues running job `id` (see [`Cluster::requeue_named`]).
+    pub async fn requeue(&self, caller: &Caller, id: JobId) -> ApiResult<()> {
+        self.requeue_named(caller, &Named::Id(id)).await
+    }
+}
+
+/// What a submit queued: the job's id (an array's: its first task's) and, for an array, how
+/// many tasks it has (0: a plain job).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: JobId,
+    pub array_tasks: u32,
+}
+
+impl Cluster {
+    /// Persists and acknowledges a checked submit (see `submit::validate`) if some node could
+    /// ever run it: one job, or every task of an array, in one write. Its dependency is
+    /// resolved against the jobs known now (an unknown one is refused). The id is returned
+    /// only once the jobs are durable.
+    pub async fn submit_jobs(
+        &self,
+        caller: Caller,
+        home: Option<std::path::PathBuf>,
+        submitted: ValidSubmit,
+    ) -> ApiResult<Submitted> {
         let began = std::time::Instant::now();
         // Looked at before the lock: a home on a hanging automount must stall only this caller.
         let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
         let ValidSubmit {
-            spec,
+            mut spec,
             payload,
             grace_secs,
+            dependency,
         } = submitted;
         let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-        let (job, done) = {
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let state_of = |id: JobId| self.store.job_state(id).map_err(ApiError::from);
+        let (jobs, done) = {
             let mut st = lock(&self.state);
             let st = &mut *st;
             core::check_satisfiable_with(&spec, &st.rec.nodes, &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
+            // Resolved under the lock, with the submit: a target that ends meanwhile is seen
+            // ending (its end is recorded for this job's dependency).
+            let mut targets = Vec::new();
+            if let Some(request) = &dependency {
+                let (resolved, states) =
+                    st.rec.resolve_dependency(request, &finished, &state_of)?;
+                spec.dependency = Some(resolved);
+                targets = states;
+            }
             let checkpoint_dir = |id: JobId| {
                 submit::checkpoint_dir_with(
                     &spec,
@@ -44,22 +97,39 @@ impl Cluster {
                 grace_secs,
                 checkpoint_dir: &checkpoint_dir,
             };
-            let (mut effects, job) = st.rec.submit(new, now_ms());
+            let (mut effects, jobs) = st.rec.submit(new, now_ms());
+            effects.dependency_targets = targets;
             self.store.check_room()?;
             self.store.apply(std::mem::take(&mut effects.batch))?;
-            // The id is taken now; the job enters memory once it is durable.
+            // The ids are taken now; the jobs enter memory once they are durable.
+            st.deps.observe(&effects, Some(jobs[0].id));
             let done = st.rec.commit(effects);
-            (job, done)
+            (jobs, done)
         };
-        self.commit().await?;
-        let id = job.id;
-        self.metrics.submitted(&job, began.elapsed());
-        lock(&self.state).rec.insert_job(job);
+        let first = jobs[0].id;
+        if let Err(e) = self.commit().await {
+            lock(&self.state).deps.settled(first);
+            return Err(e);
+        }
+        let submitted = Submitted {
+            id: first,
+            array_tasks: if spec.array.is_some() {
+                jobs.len() as u32
+            } else {
+                0
+            },
+        };
+        self.metrics.submitted_jobs(&jobs, began.elapsed());
+        {
+            let mut st = lock(&self.state);
+            st.rec.insert_jobs(jobs);
+            st.deps.settled(first);
+        }
         if done.wake {
             self.wake.notify_one();
         }
         self.changed(done.changed);
-        Ok(id)
+        Ok(submitted)
     }
 
     /// Records, durably, a submit refused for want of permission (a tier's allow-list), before
@@ -80,24 +150,43 @@ impl Cluster {
         self.commit().await
     }
 
-    /// Cancels jobs (see [`Records::cancel`]).
-    pub async fn cancel(&self, caller: &Caller, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+    /// Cancels the jobs `ids` and `targets` name (an array's id: all its tasks) and, with
+    /// `user`, all of that user's (see [`Records::cancel_targets`]). Returns each cancelled
+    /// job with its display id (`12_7` for a task).
+    pub async fn cancel_named(
+        &self,
+        caller: &Caller,
+        ids: &[u64],
+        targets: &[String],
+        user: &str,
+    ) -> ApiResult<Vec<(JobId, String)>> {
+        let mut all: Vec<JobTarget> = ids.iter().map(|&id| plain_target(id)).collect();
+        for t in targets {
+            all.push(parse_target(t)?);
+        }
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
         let (changed, wake, cancelled) =
-            self.run_event(|rec| rec.cancel(caller, ids, user, &finished, now_ms()))?;
+            self.run_event(|rec| rec.cancel_targets(caller, &all, user, &finished, now_ms()))?;
         self.settle(changed, wake).await?;
         Ok(cancelled)
     }
 
-    pub async fn hold(&self, caller: &Caller, id: JobId, hold: bool) -> ApiResult<()> {
-        let (changed, wake, ()) =
-            self.run_event(|rec| Ok((rec.hold(caller, id, hold, now_ms())?, ())))?;
+    /// Holds (`hold`) or releases what `name` names: one job, or tasks of an array (every
+    /// one in the right state; see [`Records::hold_targets`]).
+    pub async fn hold_named(&self, caller: &Caller, name: &Named, hold: bool) -> ApiResult<()> {
+        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let (changed, wake, ()) = self.run_event(|rec| {
+            let resolved = name.resolve(rec, &finished)?;
+            Ok((rec.hold_targets(caller, &resolved, hold, now_ms())?, ()))
+        })?;
         self.settle(changed, wake).await
     }
 
-    /// Requeues a running job (see [`Records::requeue`]). A refusal for want of permission is
-    /// recorded in the audit log, durably, before it is reported.
-    pub async fn requeue(&self, caller: &Caller, id: JobId) -> ApiResult<()> {
+    /// Requeues a running job (see [`Records::requeue`]); a name of several tasks is refused.
+    /// A refusal for want of permission is recorded in the audit log, durably, before it is
+    /// reported.
+    pub async fn requeue_named(&self, caller: &Caller, name: &Named) -> ApiResult<()> {
+        let id = self.resolve_one(name, "requeue")?;
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
         match self.run_event(|rec| Ok((rec.requeue(caller, id, &finished, now_ms())?, ()))) {
             Ok((changed, wake, ())) => self.settle(changed, wake).await,

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::fair_share::share_table;
+use crate::state::plan::NEVER_SATISFIED;
 
 /// The usage book at start: every run recorded so far, decayed to `now`.
 pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Result<UsageBook> {
@@ -16,7 +17,25 @@ pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Res
     Ok(book)
 }
 
+/// Whether a pending job's reason says that its dependency can never be met.
+pub(super) fn never_satisfied(reason: &str) -> bool {
+    reason.starts_with(NEVER_SATISFIED)
+}
+
+/// How often, at most, the end states kept for dependencies are trimmed (a walk over every
+/// job in memory, under the lock).
+const COLLECT_ENDED_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl State {
+    /// Forgets the end states no live dependency needs any more, when jobs with dependencies
+    /// have ended and the last time is long enough ago.
+    pub(super) fn collect_ended_targets(&mut self) {
+        if self.deps.garbage_due() && self.deps_collected.elapsed() >= COLLECT_ENDED_EVERY {
+            self.deps.collect_garbage(&self.rec.jobs);
+            self.deps_collected = std::time::Instant::now();
+        }
+    }
+
     /// Adds the runs an event ended to the usage book, once they are committed.
     pub(super) fn book_runs(&mut self, runs: &[ysched_common::RunRecord]) {
         if !runs.is_empty() {
@@ -134,31 +153,51 @@ impl Cluster {
         // making a second copy: `touched` can bring only one copy up to date.
         let mut view = Arc::clone(&self.scheduler_view).lock_owned().await;
         let under_lock = std::time::Instant::now();
-        let (nodes, book) = {
+        let (nodes, book, ended) = {
             let mut st = lock(&self.state);
             st.rec.refresh_copy(&mut view.copy);
-            (st.rec.nodes.clone(), Arc::clone(&st.usage_book))
+            st.collect_ended_targets();
+            (
+                st.rec.nodes.clone(),
+                Arc::clone(&st.usage_book),
+                st.deps.ended(),
+            )
         };
         let refresh_took = under_lock.elapsed();
         let n_jobs = view.copy.jobs.len();
         let cluster = Arc::clone(self);
-        let (plan, queue_view) = tokio::task::spawn_blocking(move || {
+        let kill_invalid = self.config.scheduler.kill_invalid_depend;
+        let (plan, queue_view, expected, never) = tokio::task::spawn_blocking(move || {
             let view = &mut *view;
-            let snap = Snapshot::new(&view.copy.jobs, &nodes);
+            let snap = Snapshot {
+                jobs: &view.copy.jobs,
+                nodes: &nodes,
+                ended: &ended,
+            };
             let config = &cluster.config;
             let table = share_table(&book, &config.accounts, &view.copy.jobs, now);
             let factors = table.factors();
             let policy = Policy {
                 tiers: &config.tiers,
                 fair_share: &factors,
-                backfill: core::Backfill {
-                    enabled: config.scheduler.backfill,
-                    reservations: config.scheduler.backfill_reservations,
-                },
+                backfill: cluster.backfill(),
             };
             let (mut plan, queue) =
                 core::schedule_with_queue(&snap, &policy, now, &mut view.topologies);
             let queue_view = QueueView::new(table, factors, queue);
+            let expected = std::mem::take(&mut plan.expected_starts);
+            // With `kill_invalid_depend`, every job whose dependency can never be met is
+            // cancelled: looked for among all reasons, not only the changed ones (a cancel
+            // that failed is tried again by the next pass).
+            let never: Vec<JobId> = if kill_invalid {
+                plan.pending_reasons
+                    .iter()
+                    .filter(|(_, reason)| never_satisfied(reason))
+                    .map(|(id, _)| *id)
+                    .collect()
+            } else {
+                Vec::new()
+            };
             // Most pending jobs wait for the reason they waited for before: apply only the
             // reasons that changed, so the applier does not compare them all under the lock.
             let jobs = &mut view.copy.jobs;
@@ -171,12 +210,18 @@ impl Cluster {
                     None => false,
                 }
             });
-            (plan, queue_view)
+            (plan, queue_view, expected, never)
         })
         .await
         .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
-        // The old view is dropped after the lock (a queue of 100,000 places).
-        let old = std::mem::replace(&mut lock(&self.state).queue_view, Arc::new(queue_view));
+        // The old views are dropped after the lock (a queue of 100,000 places).
+        let old = {
+            let mut st = lock(&self.state);
+            (
+                std::mem::replace(&mut st.queue_view, Arc::new(queue_view)),
+                std::mem::replace(&mut st.expected, Arc::new(expected)),
+            )
+        };
         drop(old);
         let payload = |id: JobId| match self.store.payload(id) {
             Ok(p) => Some(Arc::new(p)),
@@ -196,7 +241,30 @@ impl Cluster {
             // The copy took this plan's reasons already: copy everything afresh next time.
             self.scheduler_view.lock().await.copy = SchedulerCopy::default();
         }
-        let (changed, _, ()) = applied?;
+        let (mut changed, _, ()) = applied?;
+        if !never.is_empty() {
+            // A separate event after the plan's: refused (a full store), the jobs stay
+            // pending with their reason, and the next pass tries again.
+            match self.run_event(|rec| Ok((rec.cancel_never_satisfied(&never, now_ms()), ()))) {
+                Ok((killed, wake, ())) => {
+                    if !killed.is_empty() {
+                        tracing::info!(
+                            jobs = killed.len(),
+                            "cancelled jobs whose dependency can never be satisfied \
+                             (scheduler.kill_invalid_depend)"
+                        );
+                    }
+                    if wake {
+                        // Their dependents may be decided now (afternotok, afterany).
+                        self.wake.notify_one();
+                    }
+                    changed.extend(killed);
+                }
+                Err(e) => tracing::warn!(
+                    "cancelling jobs whose dependency can never be satisfied failed: {e}"
+                ),
+            }
+        }
         tracing::debug!(
             refresh = ?refresh_took,
             apply = ?apply_started.elapsed(),

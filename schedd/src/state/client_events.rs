@@ -2,9 +2,12 @@
 //! resume. Each checks everything first (a refused request changes nothing but, where it is
 //! audited, the audit log: see [`refusal`]), then returns its effects.
 
+use super::targets::{not_found, plain_target, Resolved};
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use ysched_common::array::{fold_tasks, ArrayTask, JobTarget};
 use ysched_common::time::Millis;
 use ysched_common::{AuditRecord, Caller, Job, JobId, JobState, Owner, StopReason, StopRequest};
 
@@ -34,7 +37,9 @@ pub fn check_owner(job: &Job, caller: &Caller) -> ApiResult<()> {
     } else {
         Err(ApiError::Denied(format!(
             "job {} belongs to {}: you ({}) may only act on your own jobs",
-            job.id, job.owner.user, caller.owner.user
+            job.display_id(),
+            job.owner.user,
+            caller.owner.user
         )))
     }
 }
@@ -51,10 +56,8 @@ pub fn refusal(who: &Caller, action: &str, job: Option<JobId>, why: &str, now: M
 pub type FinishedLookup<'a> = &'a dyn Fn(JobId) -> ApiResult<Option<Job>>;
 
 impl Records {
-    /// Cancels `ids` and, with `user`, all of that user's jobs. All ids are checked first:
-    /// one bad id cancels nothing. Queued jobs end at once; running ones get SIGTERM and their
-    /// grace, and end CANCELLED when their agent reports them gone. Returns the cancelled
-    /// ids (a job already being cancelled counts, and is not signalled again).
+    /// Cancels `ids` (each as [`Records::cancel_targets`] reads a plain id: an array's id
+    /// stands for the whole array) and, with `user`, all of that user's jobs.
     pub fn cancel(
         &self,
         caller: &Caller,
@@ -63,25 +66,53 @@ impl Records {
         finished: FinishedLookup<'_>,
         now: Millis,
     ) -> ApiResult<(Effects, Vec<JobId>)> {
-        if ids.is_empty() && user.is_empty() {
+        let targets: Vec<JobTarget> = ids.iter().map(|&id| plain_target(id)).collect();
+        let (fx, done) = self.cancel_targets(caller, &targets, user, finished, now)?;
+        Ok((fx, done.into_iter().map(|(id, _)| id).collect()))
+    }
+
+    /// Cancels the jobs `targets` name (`12`, `12_7`, `12_[1-5]`: see [`super::targets`])
+    /// and, with `user`, all of that user's jobs. Everything is checked first: one bad name
+    /// cancels nothing. Queued jobs end at once; running ones get SIGTERM and their grace,
+    /// and end CANCELLED when their agent reports them gone. An array's tasks that have
+    /// finished already are passed over (a name all of whose jobs have finished is refused).
+    /// Returns the cancelled jobs with their display ids (a job already being cancelled
+    /// counts, and is not signalled again). The audit log gets one entry per plain job and
+    /// one per array, however many of its tasks were cancelled.
+    pub fn cancel_targets(
+        &self,
+        caller: &Caller,
+        targets: &[JobTarget],
+        user: &str,
+        finished: FinishedLookup<'_>,
+        now: Millis,
+    ) -> ApiResult<(Effects, Vec<(JobId, String)>)> {
+        if targets.is_empty() && user.is_empty() {
             return Err(ApiError::Invalid("no job ids or user given".into()));
         }
-        let mut targets = Vec::new();
-        for &id in ids {
-            let id = JobId(id);
-            match self.jobs.get(&id) {
-                Some(j) => {
+        let mut ids = Vec::new();
+        for target in targets {
+            let resolved = self.resolve(target, finished)?;
+            let before = ids.len();
+            for id in &resolved.ids {
+                if let Some(j) = self.jobs.get(id) {
                     check_owner(j, caller)?;
-                    targets.push(id);
+                    ids.push(*id);
                 }
-                None => {
-                    return Err(match finished(id)? {
-                        Some(j) => {
-                            ApiError::Conflict(format!("job {id} already finished ({})", j.state))
-                        }
-                        None => ApiError::NotFound(format!("invalid job id {id}: no such job")),
-                    })
-                }
+            }
+            if ids.len() == before {
+                return Err(match resolved.array {
+                    None => match finished(target.id)? {
+                        Some(j) => ApiError::Conflict(format!(
+                            "job {} already finished ({})",
+                            target.id, j.state
+                        )),
+                        None => not_found(target, ""),
+                    },
+                    Some(_) => {
+                        ApiError::Conflict(format!("job {target}: every task has finished already"))
+                    }
+                });
             }
         }
         if !user.is_empty() {
@@ -91,40 +122,55 @@ impl Records {
                     caller.owner.user
                 )));
             }
-            targets.extend(
+            ids.extend(
                 self.jobs
                     .values()
                     .filter(|j| j.owner.user == user)
                     .map(|j| j.id),
             );
         }
-        targets.sort();
-        targets.dedup();
+        ids.sort();
+        ids.dedup();
         let mut fx = Effects {
             wake: true,
             ..Effects::default()
         };
-        let mut done = Vec::new();
-        for id in targets {
+        let by = &caller.owner.user;
+        // Per array: the tasks cancelled while queued, and while running.
+        let mut arrays: BTreeMap<JobId, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
+        let mut done = Vec::with_capacity(ids.len());
+        for id in ids {
             let mut job = self.jobs[&id].clone();
+            let task = job.array;
+            let mut audit = |fx: &mut Effects, queued: bool| match task {
+                Some(a) => {
+                    let entry = arrays.entry(a.array_id).or_default();
+                    if queued {
+                        entry.0.push(a.task)
+                    } else {
+                        entry.1.push(a.task)
+                    }
+                }
+                None => fx.audit(audit_record(
+                    caller,
+                    "cancel",
+                    Some(id),
+                    if queued {
+                        "while queued"
+                    } else {
+                        "while running"
+                    }
+                    .into(),
+                    now,
+                )),
+            };
             match job.state {
                 JobState::Pending | JobState::Held => {
                     job.state = JobState::Cancelled;
-                    job.reason = format!("cancelled by {}", caller.owner.user);
+                    job.reason = format!("cancelled by {by}");
                     job.end_time = Some(now);
-                    fx.audit(audit_record(
-                        caller,
-                        "cancel",
-                        Some(id),
-                        "while queued".into(),
-                        now,
-                    ));
-                    fx.event(
-                        id,
-                        now,
-                        "cancelled",
-                        format!("by {} while queued", caller.owner.user),
-                    );
+                    audit(&mut fx, true);
+                    fx.event(id, now, "cancelled", format!("by {by} while queued"));
                     fx.put_job(job);
                 }
                 JobState::Running | JobState::Preempting => {
@@ -138,25 +184,17 @@ impl Records {
                     if !already {
                         let grace = job.grace_secs;
                         job.stop = Some(StopRequest {
-                            reason: StopReason::Cancel {
-                                by: caller.owner.user.clone(),
-                            },
+                            reason: StopReason::Cancel { by: by.clone() },
                             at: now,
                             grace_secs: grace,
                         });
-                        job.reason = format!("cancelling (by {})", caller.owner.user);
-                        fx.audit(audit_record(
-                            caller,
-                            "cancel",
-                            Some(id),
-                            "while running".into(),
-                            now,
-                        ));
+                        job.reason = format!("cancelling (by {by})");
+                        audit(&mut fx, false);
                         fx.event(
                             id,
                             now,
                             "cancel",
-                            format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.owner.user),
+                            format!("by {by}: SIGTERM, SIGKILL after {grace}s"),
                         );
                         let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
                         fx.stop_parts(id, &nodes, grace, "cancel");
@@ -165,7 +203,19 @@ impl Records {
                 }
                 _ => {}
             }
-            done.push(id);
+            done.push((id, self.jobs[&id].display_id()));
+        }
+        for (array_id, (queued, running)) in arrays {
+            let mut tasks: Vec<u32> = queued.iter().chain(&running).copied().collect();
+            tasks.sort_unstable();
+            let detail = format!(
+                "{} tasks of array {array_id} ({array_id}_[{}]): {} while queued, {} while running",
+                tasks.len(),
+                fold_tasks(&tasks),
+                queued.len(),
+                running.len()
+            );
+            fx.audit(audit_record(caller, "cancel", Some(array_id), detail, now));
         }
         Ok((fx, done))
     }
@@ -187,7 +237,8 @@ impl Records {
         }
         if job.state != from {
             return Err(ApiError::Conflict(format!(
-                "job {id} is {}: only {} jobs can be {}",
+                "job {} is {}: only {} jobs can be {}",
+                job.display_id(),
                 job.state,
                 from,
                 if hold { "held" } else { "released" }
@@ -214,6 +265,80 @@ impl Records {
         Ok(fx)
     }
 
+    /// Holds (`hold`) or releases what `target` names. One job: as [`Records::hold`]. Tasks
+    /// of an array (all, or a range): every one PENDING (HELD) is held (released), the
+    /// others are passed over; refused only when none is in either state. One audit entry
+    /// for the whole request.
+    pub fn hold_targets(
+        &self,
+        caller: &Caller,
+        target: &Resolved,
+        hold: bool,
+        now: Millis,
+    ) -> ApiResult<Effects> {
+        let Some(array_id) = target.array else {
+            return match target.ids.as_slice() {
+                [id] => self.hold(caller, *id, hold, now),
+                _ => Err(ApiError::Invalid(format!("{} names no job", target.target))),
+            };
+        };
+        let (from, to) = if hold {
+            (JobState::Pending, JobState::Held)
+        } else {
+            (JobState::Held, JobState::Pending)
+        };
+        let mut fx = Effects {
+            wake: true,
+            ..Effects::default()
+        };
+        let (mut tasks, mut already) = (Vec::new(), 0usize);
+        let by = &caller.owner.user;
+        for id in &target.ids {
+            let Some(job) = self.jobs.get(id) else {
+                continue;
+            };
+            check_owner(job, caller)?;
+            if job.state == to {
+                already += 1;
+                continue;
+            }
+            if job.state != from {
+                continue;
+            }
+            let mut job = job.clone();
+            job.state = to;
+            job.reason = if hold { "Held".into() } else { String::new() };
+            job.queued_at = (!hold).then_some(now);
+            tasks.extend(job.array.map(|a| a.task));
+            fx.event(
+                *id,
+                now,
+                if hold { "held" } else { "released" },
+                format!("by {by}"),
+            );
+            fx.put_job(job);
+        }
+        if tasks.is_empty() {
+            if already > 0 {
+                return Ok(Effects::default());
+            }
+            return Err(ApiError::Conflict(format!(
+                "no task of {} is {from}: only {from} jobs can be {}",
+                target.target,
+                if hold { "held" } else { "released" }
+            )));
+        }
+        tasks.sort_unstable();
+        let detail = format!(
+            "{} tasks of array {array_id} ({array_id}_[{}])",
+            tasks.len(),
+            fold_tasks(&tasks)
+        );
+        let action = if hold { "hold" } else { "release" };
+        fx.audit(audit_record(caller, action, Some(array_id), detail, now));
+        Ok(fx)
+    }
+
     /// Requeues a running job on its owner's (or root's) request, as `scontrol requeue` does:
     /// SIGTERM to every process now, SIGKILL after its grace (the stop a cancel sends), and
     /// when its agents report it gone it goes back to PENDING with its submit time (so its
@@ -232,17 +357,19 @@ impl Records {
         let Some(job) = self.jobs.get(&id) else {
             return Err(match finished(id)? {
                 Some(j) => ApiError::Conflict(format!(
-                    "job {id} already finished ({}): only a running job can be requeued; \
+                    "job {} already finished ({}): only a running job can be requeued; \
                      submit it again instead",
+                    j.display_id(),
                     j.state
                 )),
                 None => ApiError::NotFound(format!("invalid job id {id}: no such job")),
             });
         };
         check_owner(job, caller)?;
+        let id_shown = job.display_id();
         if job.spec.no_requeue {
             return Err(ApiError::Conflict(format!(
-                "job {id} was submitted with --no-requeue: it is never requeued"
+                "job {id_shown} was submitted with --no-requeue: it is never requeued"
             )));
         }
         let stopping = matches!(job.state, JobState::Running | JobState::Preempting);
@@ -251,24 +378,24 @@ impl Records {
             (JobState::Running, Some(StopReason::Requeue { .. })) => return Ok(Effects::default()),
             (_, Some(StopReason::Cancel { by })) if stopping => {
                 return Err(ApiError::Conflict(format!(
-                    "job {id} is being cancelled (by {by}): it cannot be requeued"
+                    "job {id_shown} is being cancelled (by {by}): it cannot be requeued"
                 )))
             }
             (_, Some(StopReason::Preempt { by })) if stopping => {
                 return Err(ApiError::Conflict(format!(
-                    "job {id} is being preempted (by job {by}): it is requeued once it has \
+                    "job {id_shown} is being preempted (by job {by}): it is requeued once it has \
                      stopped"
                 )))
             }
             (_, Some(_)) if stopping => {
                 return Err(ApiError::Conflict(format!(
-                    "job {id} is being stopped ({}): it cannot be requeued",
+                    "job {id_shown} is being stopped ({}): it cannot be requeued",
                     job.reason
                 )))
             }
             (state, _) => {
                 return Err(ApiError::Conflict(format!(
-                    "job {id} is {state}: only a RUNNING job can be requeued"
+                    "job {id_shown} is {state}: only a RUNNING job can be requeued"
                 )))
             }
         }
@@ -356,14 +483,21 @@ pub struct NewJob<'a> {
 }
 
 impl Records {
-    /// Queues a job under the next id: its record, payload, first history entry and the
-    /// counter, in one batch. Returns the effects (without the job itself: the shell takes it
-    /// into memory only once the batch is flushed) and the job.
-    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> (Effects, Job) {
-        let id = JobId(self.next_job_id);
+    /// Queues a job under the next id, or, for an array (`spec.array`), one job per task
+    /// under consecutive ids from the next one (the array's id is the first task's): the
+    /// records (for an array, one record of all its tasks), the payload (stored once, under
+    /// the array's id: the tasks share it), the first history entry (for an array, one under
+    /// its id) and the counter, in one batch. The tasks share one spec and one
+    /// owner. `--hold` holds every task. Returns the effects (without the jobs themselves:
+    /// the shell takes them into memory only once the batch is flushed) and the jobs.
+    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> (Effects, Vec<Job>) {
+        let first = JobId(self.next_job_id);
         let held = new.spec.hold;
-        let new_from = new.from_host;
-        let job = Job {
+        let tasks = new.spec.array.as_ref().map(|a| a.tasks());
+        let count = tasks.as_ref().map_or(1, |t| t.len().max(1)) as u64;
+        let spec = Arc::new(new.spec);
+        let owner = Arc::new(new.owner);
+        let job = |id: JobId, array: Option<ArrayTask>| Job {
             id,
             state: if held {
                 JobState::Held
@@ -372,8 +506,8 @@ impl Records {
             },
             reason: if held { "Held".into() } else { String::new() },
             checkpoint_dir: (new.checkpoint_dir)(id),
-            spec: Arc::new(new.spec),
-            owner: Arc::new(new.owner),
+            spec: Arc::clone(&spec),
+            owner: Arc::clone(&owner),
             tier_value: new.tier_value,
             alloc: vec![],
             restart_count: 0,
@@ -389,30 +523,72 @@ impl Records {
             parts: Default::default(),
             launch_attempts: 0,
             queued_at: (!held).then_some(now),
-            array: None,
+            array,
         };
+        let jobs: Vec<Job> = match &tasks {
+            Some(tasks) => tasks
+                .iter()
+                .enumerate()
+                .map(|(i, task)| {
+                    let array = ArrayTask {
+                        array_id: first,
+                        task: *task,
+                    };
+                    job(JobId(first.0 + i as u64), Some(array))
+                })
+                .collect(),
+            None => vec![job(first, None)],
+        };
+        let next = first.0 + count;
         let mut fx = Effects {
             // A held job cannot start: no pass needed until it is released.
             wake: !held,
-            next_job_id: Some(id.0 + 1),
+            next_job_id: Some(next),
             ..Effects::default()
         };
-        fx.batch.put_job(&job);
-        fx.batch.put_payload(id, &new.payload);
-        fx.batch.set_next_job_id(id.0 + 1);
-        fx.event(
-            id,
-            now,
-            "submitted",
-            match &new_from {
-                Some(host) => format!(
-                    "by {} from {host} to tier {}",
-                    job.owner.user, job.spec.tier
+        if let Some(array) = &spec.array {
+            // The tasks as one record and one history entry (see `store::Batch::put_array`
+            // and `Store::job_events`): 10,000 tasks are a handful of writes.
+            fx.batch.put_array(&jobs);
+            fx.event(
+                first,
+                now,
+                "submitted",
+                format!(
+                    "{} to tier {}: array {first}_[{}] of {} tasks",
+                    who(&owner, new.from_host.as_deref()),
+                    spec.tier,
+                    array.describe(),
+                    jobs.len()
                 ),
-                None => format!("by {} to tier {}", job.owner.user, job.spec.tier),
-            },
-        );
-        fx.changed.push(id);
-        (fx, job)
+            );
+            for job in &jobs {
+                fx.mark_changed(job.id);
+            }
+        } else {
+            fx.batch.put_job(&jobs[0]);
+            fx.event(
+                first,
+                now,
+                "submitted",
+                format!(
+                    "{} to tier {}",
+                    who(&owner, new.from_host.as_deref()),
+                    spec.tier
+                ),
+            );
+            fx.mark_changed(first);
+        }
+        fx.batch.put_payload(first, &new.payload);
+        fx.batch.set_next_job_id(next);
+        (fx, jobs)
+    }
+}
+
+/// `by alice`, or `by alice from login1` for a relayed submit.
+fn who(owner: &Owner, from_host: Option<&str>) -> String {
+    match from_host {
+        Some(host) => format!("by {} from {host}", owner.user),
+        None => format!("by {}", owner.user),
     }
 }

@@ -5,7 +5,8 @@
 
 use super::commands::AgentCommand;
 use crate::store::Batch;
-use ysched_common::{AuditRecord, Job, JobId, Node};
+use std::collections::BTreeSet;
+use ysched_common::{AuditRecord, Job, JobId, JobState, Node};
 
 #[derive(Default)]
 pub struct Effects {
@@ -32,16 +33,40 @@ pub struct Effects {
     /// How the runs that ended in this event ended, where an agent's report said (see
     /// [`super::usage::RunEnd`]): read by [`Records::account_runs`](super::Records::account_runs).
     pub run_ends: Vec<super::usage::RunEnd>,
+    /// A submit's dependency targets: every job its dependency names, with how it ended when
+    /// it had already finished (see [`super::dependencies::EndedTargets`]).
+    pub dependency_targets: Vec<(JobId, Option<JobState>)>,
+    /// Membership of `changed`, kept once it is long (a cancel of a 10,000-task array would
+    /// otherwise search it once per job).
+    pub(super) changed_index: Option<BTreeSet<JobId>>,
 }
+
+/// Past this many changed jobs, [`Effects::mark_changed`] keeps an index.
+const INDEX_CHANGED_FROM: usize = 32;
 
 impl Effects {
     /// Records the new version of `job` (written, then taken into memory).
     pub fn put_job(&mut self, job: Job) {
         self.batch.put_job(&job);
-        if !self.changed.contains(&job.id) {
-            self.changed.push(job.id);
-        }
+        self.mark_changed(job.id);
         self.jobs.push(job);
+    }
+
+    /// Adds `id` to the jobs whose watchers to wake, once.
+    pub fn mark_changed(&mut self, id: JobId) {
+        if let Some(index) = &mut self.changed_index {
+            if index.insert(id) {
+                self.changed.push(id);
+            }
+            return;
+        }
+        if self.changed.contains(&id) {
+            return;
+        }
+        self.changed.push(id);
+        if self.changed.len() > INDEX_CHANGED_FROM {
+            self.changed_index = Some(self.changed.iter().copied().collect());
+        }
     }
 
     /// Records a run's usage: written in this event's batch, and handed to fair share once

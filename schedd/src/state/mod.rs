@@ -7,7 +7,12 @@
 //! - `effects`: what an event does, as data.
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
 //!   nodes.
-//! - `client_events`: cancel, hold and release, requeue, drain and resume.
+//! - `client_events`: submit (a job, or every task of an array), cancel, hold and release,
+//!   requeue, drain and resume.
+//! - `targets`: jobs as users name them (`12`, `12_7`, `12_[1-5]`) resolved into job ids.
+//! - `dependencies`: `--dependency` resolved at submit, and the end states of finished jobs
+//!   that live jobs' dependencies name ([`dependencies::EndedTargets`], the core's
+//!   `Snapshot::ended`).
 //! - `plan`: applying a plan of the scheduling core (evictions, placements, reasons).
 //! - `views`: what read-only requests show (a node's derived state and GPU holders).
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
@@ -17,14 +22,18 @@
 pub mod agent_events;
 pub mod client_events;
 pub mod commands;
+pub mod dependencies;
 pub mod effects;
 pub mod lifecycle;
 pub mod plan;
+pub mod targets;
 pub mod usage;
 pub mod views;
 
 #[cfg(test)]
 mod agent_events_tests;
+#[cfg(test)]
+mod array_tests;
 #[cfg(test)]
 mod client_events_tests;
 #[cfg(test)]
@@ -39,7 +48,7 @@ mod usage_tests;
 pub use effects::Effects;
 
 use std::collections::{BTreeMap, BTreeSet};
-use ysched_common::{Job, JobId, JobState, Node};
+use ysched_common::{Job, JobId, Node};
 
 /// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
 /// the store), the nodes, and the next job id.
@@ -60,6 +69,14 @@ impl Records {
     /// commands, the changed jobs and whether to wake the scheduler.
     pub fn commit(&mut self, effects: Effects) -> Committed {
         let mut changed_reasons = Vec::new();
+        // Looked up once per reason: a set when both are long (a pass after a large submit).
+        let changed_set: Option<BTreeSet<JobId>> = (effects.reasons.len() > 32
+            && effects.changed.len() > 32)
+            .then(|| effects.changed.iter().copied().collect());
+        let was_changed = |id: &JobId| match &changed_set {
+            Some(set) => set.contains(id),
+            None => effects.changed.contains(id),
+        };
         for job in effects.jobs {
             self.touched.insert(job.id);
             if job.state.is_terminal() {
@@ -71,7 +88,7 @@ impl Records {
         for (id, reason) in effects.reasons {
             if let Some(job) = self.jobs.get_mut(&id) {
                 job.reason = reason;
-                if !effects.changed.contains(&id) {
+                if !was_changed(&id) {
                     changed_reasons.push(id);
                 }
             }
@@ -98,12 +115,20 @@ impl Records {
         self.jobs.insert(job.id, job);
     }
 
-    /// Brings `copy` (the jobs the scheduler looks at: pending and holding resources, as of
-    /// its last refresh) up to date with the records, copying only the jobs touched since.
-    /// A fresh (empty) copy is filled in full. Reasons are not the scheduler's concern and
-    /// may lag in the copy.
+    /// Takes the jobs of a durable submit (one job, or every task of an array) into memory.
+    pub fn insert_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
+        for job in jobs {
+            self.insert_job(job);
+        }
+    }
+
+    /// Brings `copy` (the jobs the scheduler looks at, as of its last refresh: every job not
+    /// finished, as the core's `Snapshot::jobs` wants them; a held job is no candidate, but
+    /// dependencies on it must see that it has not started) up to date with the records,
+    /// copying only the jobs touched since. A fresh (empty) copy is filled in full. Reasons
+    /// are not the scheduler's concern and may lag in the copy.
     pub fn refresh_copy(&mut self, copy: &mut SchedulerCopy) {
-        let wanted = |j: &Job| j.state == JobState::Pending || j.state.holds_resources();
+        let wanted = |j: &Job| !j.state.is_terminal();
         if !copy.filled {
             copy.jobs = self
                 .jobs

@@ -13,7 +13,8 @@ use ysched_common::{AuditRecord, JobId, JobState, NodeAlloc, PartsProgress};
 use ysched_common::{StopReason, StopRequest};
 
 /// A job's script and environment, read when it is placed (`None`: unreadable; the job stays
-/// queued and the error is logged by the caller).
+/// queued and the error is logged by the caller). Asked for by the id it is stored under:
+/// the job's, or for an array's task the array's.
 pub type PayloadLookup<'a> = &'a dyn Fn(JobId) -> Option<Arc<Payload>>;
 
 impl Records {
@@ -86,11 +87,18 @@ impl Records {
                 }
             }
         }
+        // The tasks of an array share one payload, stored under the array's id: read once.
+        let mut payloads: BTreeMap<JobId, Option<Arc<Payload>>> = BTreeMap::new();
         for p in &plan.placements {
             let Some(job) = self.jobs.get(&p.job) else {
                 continue;
             };
-            let Some(payload) = payload(p.job) else {
+            let owner_of_payload = job.array.map_or(p.job, |a| a.array_id);
+            let Some(payload) = payloads
+                .entry(owner_of_payload)
+                .or_insert_with(|| payload(owner_of_payload))
+                .clone()
+            else {
                 continue;
             };
             let nodelist: Vec<String> = p.alloc.iter().map(|a| a.node.clone()).collect();
@@ -137,6 +145,77 @@ impl Records {
         fx
     }
 }
+
+impl Records {
+    /// Cancels the jobs `ids` whose dependency a pass found can never be met, as
+    /// `scheduler.kill_invalid_depend` asks: those still PENDING with a dependency end
+    /// CANCELLED with the reason `DependencyNeverSatisfied`, recorded as done by `schedd`
+    /// (one audit entry per plain job, one per array however many of its tasks).
+    pub fn cancel_never_satisfied(&self, ids: &[JobId], now: Millis) -> Effects {
+        let mut fx = Effects::default();
+        let mut arrays: BTreeMap<JobId, Vec<u32>> = BTreeMap::new();
+        let audit = |job: Option<JobId>, detail: String| AuditRecord {
+            time: now,
+            user: "schedd".into(),
+            uid: 0,
+            action: "cancel".into(),
+            host: None,
+            job_id: job,
+            detail,
+        };
+        for id in ids {
+            let Some(job) = self.jobs.get(id) else {
+                continue;
+            };
+            let Some(dep) = job.spec.dependency.as_ref() else {
+                continue;
+            };
+            if job.state != JobState::Pending {
+                continue;
+            }
+            let mut job = job.clone();
+            job.state = JobState::Cancelled;
+            job.reason = NEVER_SATISFIED.into();
+            job.end_time = Some(now);
+            fx.event(
+                *id,
+                now,
+                "cancelled",
+                format!(
+                    "by schedd: its dependency ({}) can never be satisfied \
+                     (scheduler.kill_invalid_depend)",
+                    dep.text
+                ),
+            );
+            match job.array {
+                Some(a) => arrays.entry(a.array_id).or_default().push(a.task),
+                None => fx.audit(audit(
+                    Some(*id),
+                    format!("dependency never satisfied ({})", dep.text),
+                )),
+            }
+            fx.put_job(job);
+        }
+        for (array_id, mut tasks) in arrays {
+            tasks.sort_unstable();
+            fx.audit(audit(
+                Some(array_id),
+                format!(
+                    "dependency never satisfied: {} tasks of array {array_id} ({array_id}_[{}])",
+                    tasks.len(),
+                    ysched_common::array::fold_tasks(&tasks)
+                ),
+            ));
+        }
+        // Their dependents may be decided now.
+        fx.wake = !fx.jobs.is_empty();
+        fx
+    }
+}
+
+/// The reason of a job whose dependency can never be met (given by the core; a job
+/// cancelled for it with `scheduler.kill_invalid_depend` keeps it).
+pub const NEVER_SATISFIED: &str = "DependencyNeverSatisfied";
 
 /// `MASTER_PORT` for a job whose rank 0 runs on a node where the jobs holding resources (and
 /// those placed by the same plan) use the ports `taken`: from 20000–32767, below Linux's

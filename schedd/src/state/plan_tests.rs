@@ -111,7 +111,10 @@ fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (fx, job) = rec.submit(new, NOW);
+    let (fx, jobs) = rec.submit(new, NOW);
+    let [job] = jobs.as_slice() else {
+        panic!("one job: {jobs:?}")
+    };
     assert_eq!(job.id, JobId(10));
     assert_eq!(job.state, JobState::Held);
     assert_eq!(job.checkpoint_dir, "/ckpt/10");

@@ -277,9 +277,9 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
                 tier_value: tiers[tier].value,
                 checkpoint_dir: &dir,
             };
-            let (effects, job) = rec.submit(new, now);
+            let (effects, jobs) = rec.submit(new, now);
             commit(rec, effects, now)?;
-            rec.insert_job(job);
+            rec.insert_jobs(jobs);
             return Ok(());
         }
         Op::Pass => {
@@ -605,7 +605,7 @@ proptest! {
                 let full: BTreeMap<JobId, Job> = rec
                     .jobs
                     .iter()
-                    .filter(|(_, j)| j.state == JobState::Pending || j.state.holds_resources())
+                    .filter(|(_, j)| !j.state.is_terminal())
                     .map(|(id, j)| (*id, Job { reason: String::new(), ..j.clone() }))
                     .collect();
                 let refreshed: BTreeMap<JobId, Job> = copy

@@ -1,9 +1,19 @@
 //! Durable state in sled. The only module that knows sled or the key layout.
 //!
 //! Trees and keys:
-//! - `jobs`:     job id (u64 big-endian) → `Job` as JSON, with `spec.script`/`spec.env` emptied
-//! - `payloads`: job id → `Payload` (script and environment: large, only needed at launch)
-//! - `events`:   job id ++ sequence (u64 BE each) → `JobEvent` as JSON, append-only
+//! - `jobs`:     job id (u64 big-endian) → `Job` as JSON, with `spec.script`/`spec.env` emptied.
+//!   The task of an array is stored without its spec (which all tasks share: a default spec
+//!   stands in, recognisable as such since its `array` is `None` while the job's is set).
+//! - `array_specs`: array id → the `JobSpec` its tasks share, as JSON, written once with them.
+//! - `arrays`:   array id → its tasks as submitted, as JSON ([`ArrayRecord`]: the first task's
+//!   record and how the others differ from it), so that submitting 10,000 tasks is a handful
+//!   of writes, not 10,000 records. A task gets its own record in `jobs` the first time it
+//!   changes, which then stands for it; a task without one is as it was submitted.
+//! - `payloads`: job id → `Payload` (script and environment: large, only needed at launch);
+//!   an array's tasks share one, under the array's id
+//! - `events`:   job id ++ sequence (u64 BE each) → `JobEvent` as JSON, append-only. An
+//!   array's submit is one event, under the array's id ([`Store::job_events`] shows it in
+//!   each task's history).
 //! - `nodes`:    node name → `Node` as JSON
 //! - `audit`:    a sled-generated increasing id (u64 BE) → `AuditRecord` as JSON, append-only
 //! - `meta`:     `next_job_id` → u64 BE. Written in the same transaction as each new job, so an
@@ -21,9 +31,12 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 use std::collections::BTreeMap;
 use std::path::Path;
-use ysched_common::{AuditRecord, Job, JobEvent, JobId, Node, RunRecord, RunView};
+use ysched_common::{AuditRecord, Job, JobEvent, JobId, JobSpec, Node, RunRecord, RunView};
 
 mod usage;
+
+#[cfg(test)]
+mod array_tests;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -34,6 +47,8 @@ pub enum Error {
         key: String,
         source: serde_json::Error,
     },
+    #[error("state store: job {id} is a task of array {array_id}, whose spec is missing")]
+    MissingArraySpec { id: u64, array_id: u64 },
     #[error("state store: corrupt usage record {key}: {why}")]
     CorruptRun { key: String, why: String },
     #[error("state store: cannot open {path}: {source}")]
@@ -95,13 +110,121 @@ pub struct Batch {
     audit: Vec<Vec<u8>>,
     next_job_id: Option<u64>,
     runs: Vec<(usage::RunKey, Vec<u8>)>,
+    array_specs: Vec<(JobId, Vec<u8>)>,
+    arrays: Vec<(JobId, Vec<u8>)>,
+}
+
+/// Whether two tasks of one array are the same but for their id, index and checkpoint
+/// directory (what an [`ArrayRecord`] keeps once for all). Every other field is named, so
+/// that a field added to `Job` must be considered here.
+fn same_but_place(a: &Job, b: &Job) -> bool {
+    let Job {
+        id: _,
+        array: _,
+        checkpoint_dir: _,
+        spec,
+        owner,
+        tier_value,
+        state,
+        reason,
+        alloc,
+        restart_count,
+        exit_code,
+        signal,
+        submit_time,
+        start_time,
+        end_time,
+        launched,
+        grace_secs,
+        stop,
+        last_checkpoint,
+        parts,
+        launch_attempts,
+        queued_at,
+    } = a;
+    (std::sync::Arc::ptr_eq(spec, &b.spec) || **spec == *b.spec)
+        && (std::sync::Arc::ptr_eq(owner, &b.owner) || **owner == *b.owner)
+        && *tier_value == b.tier_value
+        && *state == b.state
+        && *reason == b.reason
+        && *alloc == b.alloc
+        && *restart_count == b.restart_count
+        && *exit_code == b.exit_code
+        && *signal == b.signal
+        && *submit_time == b.submit_time
+        && *start_time == b.start_time
+        && *end_time == b.end_time
+        && *launched == b.launched
+        && *grace_secs == b.grace_secs
+        && *stop == b.stop
+        && *last_checkpoint == b.last_checkpoint
+        && *parts == b.parts
+        && *launch_attempts == b.launch_attempts
+        && *queued_at == b.queued_at
+}
+
+/// An array's tasks as submitted: every task is its first one (`first`, stored slim, like
+/// any task record) but for its id (`first.id` plus its place), its index (from the spec's
+/// task list) and its checkpoint directory (the same for all, or `checkpoint_prefix` and the
+/// job id).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ArrayRecord {
+    first: Job,
+    count: u32,
+    checkpoint_prefix: Option<String>,
+}
+
+impl ArrayRecord {
+    /// Task `i` (by place) as submitted; `first` complete (with its spec), `tasks` its
+    /// indices.
+    fn task(&self, first: &Job, tasks: &[u32], i: usize) -> Job {
+        let id = JobId(first.id.0 + i as u64);
+        let mut job = first.clone();
+        job.id = id;
+        job.array = Some(ysched_common::ArrayTask {
+            array_id: first.id,
+            task: tasks.get(i).copied().unwrap_or(i as u32),
+        });
+        if let Some(prefix) = &self.checkpoint_prefix {
+            job.checkpoint_dir = format!("{prefix}{id}");
+        }
+        job
+    }
+}
+
+/// What an array task's record carries in place of the spec its tasks share.
+fn spec_placeholder() -> &'static std::sync::Arc<JobSpec> {
+    static PLACEHOLDER: std::sync::OnceLock<std::sync::Arc<JobSpec>> = std::sync::OnceLock::new();
+    PLACEHOLDER.get_or_init(Default::default)
+}
+
+/// Whether a job's stored record leaves its spec to `array_specs`.
+fn spec_shared(job: &Job) -> bool {
+    job.array.is_some() && job.spec.array.is_some()
+}
+
+/// The spec and owner a recovery or a scan shares between the tasks of each array.
+#[derive(Default)]
+struct Shared {
+    arrays: BTreeMap<
+        JobId,
+        (
+            std::sync::Arc<JobSpec>,
+            Option<std::sync::Arc<ysched_common::Owner>>,
+        ),
+    >,
 }
 
 impl Batch {
     pub fn put_job(&mut self, job: &Job) {
         self.jobs.push(job.id.0.to_be_bytes().to_vec());
-        // Script and environment live in `payloads`; a job record never repeats them.
-        let value = if job.spec.script.is_empty() && job.spec.env.is_empty() {
+        // Script and environment live in `payloads`; a job record never repeats them. An
+        // array's task leaves its whole spec to `array_specs` (see `put_array_spec`).
+        let value = if spec_shared(job) {
+            let mut slim = job.clone();
+            slim.spec = std::sync::Arc::clone(spec_placeholder());
+            serde_json::to_vec(&slim)
+        } else if job.spec.script.is_empty() && job.spec.env.is_empty() {
             serde_json::to_vec(job)
         } else {
             let mut slim = job.clone();
@@ -111,6 +234,87 @@ impl Batch {
             serde_json::to_vec(&slim)
         };
         self.job_values.push(value.expect("job serializes"));
+    }
+
+    /// Every task of an array, as just submitted (`tasks`: consecutive ids from the array's,
+    /// in task order, sharing one spec): their spec and one record of them all (see
+    /// [`ArrayRecord`]), instead of a record each. Tasks that do not follow the pattern (none
+    /// do, as the state machine makes them) are written one by one.
+    pub fn put_array(&mut self, tasks: &[Job]) {
+        let Some(first) = tasks.first() else {
+            return;
+        };
+        let Some(spec) = first.spec.array.as_ref().filter(|_| spec_shared(first)) else {
+            for job in tasks {
+                self.put_job(job);
+            }
+            return;
+        };
+        let indices = spec.tasks();
+        let same_dir = tasks
+            .iter()
+            .all(|j| j.checkpoint_dir == first.checkpoint_dir);
+        let prefix = if same_dir {
+            None
+        } else {
+            first
+                .checkpoint_dir
+                .strip_suffix(&first.id.to_string())
+                .map(str::to_string)
+        };
+        let record = ArrayRecord {
+            first: first.clone(),
+            count: tasks.len() as u32,
+            checkpoint_prefix: prefix,
+        };
+        let mut dir = String::new();
+        let follows = indices.len() == tasks.len()
+            && (same_dir || record.checkpoint_prefix.is_some())
+            && tasks.iter().enumerate().all(|(i, j)| {
+                let id = JobId(first.id.0 + i as u64);
+                let task = ysched_common::ArrayTask {
+                    array_id: first.id,
+                    task: indices[i],
+                };
+                let dir_ok = match &record.checkpoint_prefix {
+                    None => j.checkpoint_dir == first.checkpoint_dir,
+                    Some(prefix) => {
+                        use std::fmt::Write;
+                        dir.clear();
+                        let _ = write!(dir, "{prefix}{id}");
+                        j.checkpoint_dir == dir
+                    }
+                };
+                j.id == id && j.array == Some(task) && dir_ok && same_but_place(j, first)
+            });
+        if !follows {
+            for job in tasks {
+                self.put_job(job);
+            }
+            self.put_array_spec(first.id, &first.spec);
+            return;
+        }
+        let mut slim = record;
+        slim.first.spec = std::sync::Arc::clone(spec_placeholder());
+        self.arrays.push((
+            first.id,
+            serde_json::to_vec(&slim).expect("array record serializes"),
+        ));
+        self.put_array_spec(first.id, &first.spec);
+    }
+
+    /// The spec the tasks of array `array_id` share (written once, with the tasks).
+    pub fn put_array_spec(&mut self, array_id: JobId, spec: &JobSpec) {
+        let value = if spec.script.is_empty() && spec.env.is_empty() {
+            serde_json::to_vec(spec)
+        } else {
+            let mut slim = spec.clone();
+            slim.script.clear();
+            slim.env.clear();
+            serde_json::to_vec(&slim)
+        };
+        self.array_specs
+            .push((array_id, value.expect("spec serializes")));
     }
 
     pub fn put_payload(&mut self, id: JobId, payload: &Payload) {
@@ -158,6 +362,49 @@ impl Batch {
             && self.audit.is_empty()
             && self.next_job_id.is_none()
             && self.runs.is_empty()
+            && self.array_specs.is_empty()
+            && self.arrays.is_empty()
+    }
+}
+
+/// How many of each kind of write a batch holds (for tests).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct BatchCounts {
+    pub jobs: usize,
+    pub events: usize,
+    pub payloads: usize,
+    pub audit: usize,
+    pub array_specs: usize,
+    pub arrays: usize,
+    pub next_job_id: Option<u64>,
+}
+
+#[cfg(test)]
+impl Batch {
+    pub(crate) fn counts(&self) -> BatchCounts {
+        BatchCounts {
+            jobs: self.jobs.len(),
+            events: self.events.len(),
+            payloads: self.payloads.len(),
+            audit: self.audit.len(),
+            array_specs: self.array_specs.len(),
+            arrays: self.arrays.len(),
+            next_job_id: self.next_job_id,
+        }
+    }
+
+    /// The payloads' ids.
+    pub(crate) fn payload_ids(&self) -> Vec<JobId> {
+        self.payloads.iter().map(|(id, _)| *id).collect()
+    }
+
+    /// The audit records, decoded.
+    pub(crate) fn audit_records(&self) -> Vec<AuditRecord> {
+        self.audit
+            .iter()
+            .map(|v| serde_json::from_slice(v).expect("audit record"))
+            .collect()
     }
 }
 
@@ -176,6 +423,8 @@ pub struct Store {
     audit: sled::Tree,
     meta: sled::Tree,
     usage: sled::Tree,
+    array_specs: sled::Tree,
+    arrays: sled::Tree,
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
@@ -190,6 +439,9 @@ fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T>
 /// Event keys are the job id, then an increasing number: this bit and a store-wide id (from
 /// `sled::Db::generate_id`), or a per-job sequence number in stores written before.
 const EVENT_ID_BASE: u64 = 1 << 63;
+
+/// Bits of an event's sequence for its place in its batch (see [`Store::apply`]).
+const EVENT_SEQ_BITS: u32 = 24;
 
 fn event_key(id: JobId, seq: u64) -> [u8; 16] {
     let mut k = [0u8; 16];
@@ -232,6 +484,8 @@ impl Store {
             audit: db.open_tree("audit")?,
             meta: db.open_tree("meta")?,
             usage: db.open_tree("usage")?,
+            array_specs: db.open_tree("array_specs")?,
+            arrays: db.open_tree("arrays")?,
             db,
         })
     }
@@ -239,12 +493,40 @@ impl Store {
     pub fn recover(&self) -> Result<Recovered> {
         let mut active_jobs = BTreeMap::new();
         let mut max_id = 0;
+        let mut shared = Shared::default();
         for kv in self.jobs.iter() {
             let (k, v) = kv?;
             let job: Job = decode(&k, &v)?;
             max_id = max_id.max(job.id.0);
             if !job.state.is_terminal() {
+                let job = self.complete(job, &mut shared)?;
                 active_jobs.insert(job.id, job);
+            }
+        }
+        // Tasks still as submitted: every task of an array without a record of its own.
+        for kv in self.arrays.iter() {
+            let (k, v) = kv?;
+            let record: ArrayRecord = decode(&k, &v)?;
+            let array_id = record.first.id;
+            max_id = max_id.max(array_id.0 + u64::from(record.count).saturating_sub(1));
+            let mut first: Option<(Job, Vec<u32>)> = None;
+            for i in 0..record.count as usize {
+                let id = JobId(array_id.0 + i as u64);
+                if active_jobs.contains_key(&id) || self.jobs.contains_key(id.0.to_be_bytes())? {
+                    continue;
+                }
+                if first.is_none() {
+                    let job = self.complete(record.first.clone(), &mut shared)?;
+                    let tasks = job
+                        .spec
+                        .array
+                        .as_ref()
+                        .map(|a| a.tasks())
+                        .unwrap_or_default();
+                    first = Some((job, tasks));
+                }
+                let (job, tasks) = first.as_ref().expect("set above");
+                active_jobs.insert(id, record.task(job, tasks, i));
             }
         }
         let mut nodes = BTreeMap::new();
@@ -280,12 +562,18 @@ impl Store {
             audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
         }
         let mut events = Vec::with_capacity(batch.events.len());
-        for (id, ev) in &batch.events {
+        if !batch.events.is_empty() {
             // The store's own increasing ids order a job's events without reading its last
-            // one first. The top bit puts them after the per-job sequence numbers that
-            // stores written by earlier versions hold.
-            let seq = EVENT_ID_BASE | self.db.generate_id()?;
-            events.push((event_key(*id, seq), serde_json::to_vec(ev).expect("event")));
+            // one first: one per batch, shifted, plus the event's place in the batch (a
+            // batch may hold thousands: an array's cancel). Sequences after those of earlier
+            // batches (a generated id is larger than every earlier one, shifted or not), and
+            // the top bit puts them after the per-job sequence numbers that stores written
+            // by earlier versions hold.
+            let base = EVENT_ID_BASE + (self.db.generate_id()? << EVENT_SEQ_BITS);
+            for (i, (id, ev)) in batch.events.iter().enumerate() {
+                let seq = base + i as u64;
+                events.push((event_key(*id, seq), serde_json::to_vec(ev).expect("event")));
+            }
         }
         let res: std::result::Result<(), TransactionError<()>> = (
             &self.jobs,
@@ -295,31 +583,41 @@ impl Store {
             &self.audit,
             &self.meta,
             &self.usage,
+            &self.array_specs,
+            &self.arrays,
         )
-            .transaction(|(jobs, payloads, ev, nodes, au, meta, usage)| {
-                for (k, v) in batch.jobs.iter().zip(&batch.job_values) {
-                    jobs.insert(k.as_slice(), v.as_slice())?;
-                }
-                for (id, v) in &batch.payloads {
-                    payloads.insert(&id.0.to_be_bytes(), v.as_slice())?;
-                }
-                for (k, v) in &events {
-                    ev.insert(k, v.as_slice())?;
-                }
-                for (name, v) in &batch.nodes {
-                    nodes.insert(name.as_bytes(), v.as_slice())?;
-                }
-                for (k, v) in &audit {
-                    au.insert(k, *v)?;
-                }
-                if let Some(next) = batch.next_job_id {
-                    meta.insert(NEXT_JOB_ID, &next.to_be_bytes())?;
-                }
-                for (k, v) in &batch.runs {
-                    usage.insert(k, v.as_slice())?;
-                }
-                Ok::<(), ConflictableTransactionError<()>>(())
-            });
+            .transaction(
+                |(jobs, payloads, ev, nodes, au, meta, usage, specs, arrays)| {
+                    for (k, v) in batch.jobs.iter().zip(&batch.job_values) {
+                        jobs.insert(k.as_slice(), v.as_slice())?;
+                    }
+                    for (id, v) in &batch.payloads {
+                        payloads.insert(&id.0.to_be_bytes(), v.as_slice())?;
+                    }
+                    for (k, v) in &events {
+                        ev.insert(k, v.as_slice())?;
+                    }
+                    for (name, v) in &batch.nodes {
+                        nodes.insert(name.as_bytes(), v.as_slice())?;
+                    }
+                    for (k, v) in &audit {
+                        au.insert(k, *v)?;
+                    }
+                    if let Some(next) = batch.next_job_id {
+                        meta.insert(NEXT_JOB_ID, &next.to_be_bytes())?;
+                    }
+                    for (k, v) in &batch.runs {
+                        usage.insert(k, v.as_slice())?;
+                    }
+                    for (id, v) in &batch.array_specs {
+                        specs.insert(&id.0.to_be_bytes(), v.as_slice())?;
+                    }
+                    for (id, v) in &batch.arrays {
+                        arrays.insert(&id.0.to_be_bytes(), v.as_slice())?;
+                    }
+                    Ok::<(), ConflictableTransactionError<()>>(())
+                },
+            );
         match res {
             Ok(()) => Ok(()),
             Err(TransactionError::Storage(e)) => Err(e.into()),
@@ -371,23 +669,118 @@ impl Store {
     }
 
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.job_shared(id, &mut Shared::default())
+    }
+
+    fn job_shared(&self, id: JobId, shared: &mut Shared) -> Result<Option<Job>> {
         match self.jobs.get(id.0.to_be_bytes())? {
-            Some(v) => Ok(Some(decode(&id.0.to_be_bytes(), &v)?)),
-            None => Ok(None),
+            Some(v) => {
+                let job = decode(&id.0.to_be_bytes(), &v)?;
+                Ok(Some(self.complete(job, shared)?))
+            }
+            None => match self.submitted_task(id)? {
+                Some((record, i)) => {
+                    let first = self.complete(record.first.clone(), shared)?;
+                    let tasks = first
+                        .spec
+                        .array
+                        .as_ref()
+                        .map(|a| a.tasks())
+                        .unwrap_or_default();
+                    Ok(Some(record.task(&first, &tasks, i)))
+                }
+                None => Ok(None),
+            },
         }
+    }
+
+    /// The array record that holds job `id` as submitted, and its place there, when `id` is
+    /// a task without a record of its own.
+    fn submitted_task(&self, id: JobId) -> Result<Option<(ArrayRecord, usize)>> {
+        let Some((k, v)) = self
+            .arrays
+            .range(..=id.0.to_be_bytes())
+            .next_back()
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        let record: ArrayRecord = decode(&k, &v)?;
+        let place = id.0 - record.first.id.0;
+        Ok((place < u64::from(record.count)).then_some((record, place as usize)))
+    }
+
+    /// How job `id` is as far as its record says, without its spec (cheaper than
+    /// [`Store::job`] for an array's task): its state.
+    pub fn job_state(&self, id: JobId) -> Result<Option<ysched_common::JobState>> {
+        match self.jobs.get(id.0.to_be_bytes())? {
+            Some(v) => Ok(Some(decode::<Job>(&id.0.to_be_bytes(), &v)?.state)),
+            None => Ok(self
+                .submitted_task(id)?
+                .map(|(record, _)| record.first.state)),
+        }
+    }
+
+    /// The jobs of `ids` that exist, in the order asked (the tasks of an array share one
+    /// read of their spec).
+    pub fn jobs_by_id(&self, ids: impl IntoIterator<Item = JobId>) -> Result<Vec<Job>> {
+        let mut shared = Shared::default();
+        let mut found = Vec::new();
+        for id in ids {
+            if let Some(job) = self.job_shared(id, &mut shared)? {
+                found.push(job);
+            }
+        }
+        Ok(found)
     }
 
     /// Finished jobs, oldest id first, for listings that include history.
     pub fn finished_jobs(&self) -> Result<Vec<Job>> {
         let mut res = Vec::new();
+        let mut shared = Shared::default();
         for kv in self.jobs.iter() {
             let (k, v) = kv?;
             let job: Job = decode(&k, &v)?;
             if job.state.is_terminal() {
-                res.push(job);
+                res.push(self.complete(job, &mut shared)?);
             }
         }
         Ok(res)
+    }
+
+    /// A decoded job record made whole: an array task gets the spec its array shares (read
+    /// once per array and shared through `shared`, as is its owner). Records written before
+    /// arrays existed carry their own spec and are returned as they are.
+    fn complete(&self, mut job: Job, shared: &mut Shared) -> Result<Job> {
+        let Some(task) = job.array else {
+            return Ok(job);
+        };
+        let array_id = task.array_id;
+        let entry = match shared.arrays.entry(array_id) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) if job.spec.array.is_none() => {
+                let key = array_id.0.to_be_bytes();
+                let v = self.array_specs.get(key)?.ok_or(Error::MissingArraySpec {
+                    id: job.id.0,
+                    array_id: array_id.0,
+                })?;
+                let spec: JobSpec = decode(&key, &v)?;
+                e.insert((std::sync::Arc::new(spec), None))
+            }
+            // A record that carries its own spec (written before arrays had `array_specs`).
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert((std::sync::Arc::clone(&job.spec), None))
+            }
+        };
+        if job.spec.array.is_none() || *entry.0 == *job.spec {
+            job.spec = std::sync::Arc::clone(&entry.0);
+        }
+        match &entry.1 {
+            Some(owner) if **owner == *job.owner => job.owner = std::sync::Arc::clone(owner),
+            Some(_) => {}
+            None => entry.1 = Some(std::sync::Arc::clone(&job.owner)),
+        }
+        Ok(job)
     }
 
     /// The newest `limit` audit records (all when 0), newest first.
@@ -480,6 +873,22 @@ impl Store {
     /// How many runs are recorded (counts them: for tests and benchmarks).
     pub fn run_count(&self) -> usize {
         self.usage.len()
+    }
+
+    /// A job's history: for an array's task, the array's submit first (one event for all
+    /// its tasks, under the array's id), then its own.
+    pub fn job_events(&self, job: &Job) -> Result<Vec<JobEvent>> {
+        let mut events = self.events(job.id)?;
+        if let Some(task) = job.array.filter(|a| a.array_id != job.id) {
+            let submitted = self
+                .events(task.array_id)?
+                .into_iter()
+                .find(|e| e.kind == "submitted");
+            if let Some(e) = submitted {
+                events.insert(0, e);
+            }
+        }
+        Ok(events)
     }
 
     pub fn events(&self, id: JobId) -> Result<Vec<JobEvent>> {

@@ -1,0 +1,235 @@
+//! The shell with a real store and no network: an array's submit end to end (timed), names
+//! of tasks in requests, dependencies at submit, and `kill_invalid_depend`.
+
+use super::*;
+use crate::state::agent_events::Registration;
+use std::time::{Duration, Instant};
+use ysched_common::Owner;
+use ysched_proto as pb;
+
+fn alice() -> Caller {
+    Caller::local(Owner {
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        groups: vec!["alice".into()],
+    })
+}
+
+fn spec(array: &str, dependency: &str, hold: bool) -> pb::JobSpec {
+    pb::JobSpec {
+        script: "#!/bin/sh\ntrue\n".into(),
+        workdir: "/tmp".into(),
+        cpus: 1,
+        hold,
+        array: array.into(),
+        dependency: dependency.into(),
+        ..Default::default()
+    }
+}
+
+/// A cluster on a fresh store with one 4-CPU node; the agent's messages are dropped.
+async fn cluster(config: Config) -> (Arc<Cluster>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let cluster = Cluster::start(config, store).unwrap();
+    let (tx, mut agent) = mpsc::unbounded_channel();
+    tokio::spawn(async move { while agent.recv().await.is_some() {} });
+    let node = Registration {
+        name: "n1".into(),
+        cpus: 4,
+        mem_mib: 1024,
+        ..Default::default()
+    };
+    cluster.register_node(node, "test", tx).await.unwrap();
+    (cluster, dir)
+}
+
+async fn submit(c: &Cluster, array: &str, dependency: &str, hold: bool) -> ApiResult<Submitted> {
+    let valid = submit::validate(spec(array, dependency, hold), &alice(), c.config())?;
+    c.submit_jobs(alice(), None, valid).await
+}
+
+fn named(text: &str) -> Named {
+    Named::from_ref(0, text).unwrap()
+}
+
+/// Waits until `check` holds of job `id` (a pass or two).
+async fn wait_for(c: &Cluster, id: JobId, check: impl Fn(&Job) -> bool) -> Job {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let job = c.job(id).unwrap();
+        if check(&job) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "job {id} is still {job:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_of_ten_thousand_is_submitted_named_and_cancelled() {
+    let (c, _dir) = cluster(Config::default()).await;
+    // Warm the store up.
+    submit(&c, "", "", true).await.unwrap();
+    let began = Instant::now();
+    let done = submit(&c, "0-9999", "", true).await.unwrap();
+    let took = began.elapsed();
+    println!("10,000-task array: submit to durable reply in {took:?}");
+    assert_eq!(
+        done,
+        Submitted {
+            id: JobId(2),
+            array_tasks: 10_000
+        }
+    );
+    let task = c.job(JobId(2 + 7)).unwrap();
+    assert_eq!(
+        (task.display_id(), task.state),
+        ("2_7".to_string(), JobState::Held)
+    );
+
+    // Names: one task, a range, the whole array, and mistakes.
+    assert_eq!(c.resolve_one(&named("2_7"), "show").unwrap(), JobId(9));
+    assert!(matches!(
+        c.resolve_one(&named("2"), "show"),
+        Err(ApiError::Invalid(m)) if m.contains("array of 10000 tasks")
+    ));
+    assert_eq!(
+        c.resolve_targets(&["2_[1-3]".into(), "1".into()]).unwrap(),
+        [1, 3, 4, 5].map(JobId).into_iter().collect()
+    );
+    assert!(matches!(
+        c.resolve_targets(&["2_10000".into()]),
+        Err(ApiError::NotFound(m)) if m.contains("job 2_10000 not found")
+    ));
+    assert!(matches!(
+        c.resolve_targets(&["2_x".into()]),
+        Err(ApiError::Invalid(_))
+    ));
+    let detail = c.job_detail(JobId(9)).await.unwrap();
+    assert_eq!(detail.events[0].kind, "submitted", "{:?}", detail.events);
+
+    // Release a range; it is scheduled as any job is.
+    c.hold_named(&alice(), &named("2_[0-1]"), false)
+        .await
+        .unwrap();
+    wait_for(&c, JobId(2), |j| j.state != JobState::Held).await;
+    assert_eq!(c.job(JobId(4)).unwrap().state, JobState::Held);
+
+    // Cancel the whole array: one request, every task.
+    let began = Instant::now();
+    let cancelled = c
+        .cancel_named(&alice(), &[], &["2".into()], "")
+        .await
+        .unwrap();
+    println!("10,000-task array: cancelled in {:?}", began.elapsed());
+    assert_eq!(cancelled.len(), 10_000);
+    assert_eq!(cancelled[7], (JobId(9), "2_7".to_string()));
+    assert_eq!(c.job(JobId(9)).unwrap().state, JobState::Cancelled);
+    let audit = c.store.audit_log(0).unwrap();
+    assert_eq!(
+        audit.iter().filter(|a| a.action == "cancel").count(),
+        1,
+        "one audit entry for the array: {audit:?}"
+    );
+    assert!(matches!(
+        c.cancel_named(&alice(), &[], &["2_5".into()], "").await,
+        Err(ApiError::Conflict(m)) if m.contains("every task has finished")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_that_can_never_be_met_is_cancelled_with_kill_invalid_depend() {
+    let mut config = Config::default();
+    config.scheduler.kill_invalid_depend = true;
+    let (c, _dir) = cluster(config).await;
+    let target = submit(&c, "", "", true).await.unwrap().id;
+    assert!(matches!(
+        submit(&c, "", "afterok:999", false).await,
+        Err(ApiError::Invalid(m)) if m.contains("dependency on unknown job 999")
+    ));
+    let dependent = submit(&c, "0-2", &format!("afterok:{target}"), false)
+        .await
+        .unwrap();
+    let job = wait_for(&c, dependent.id, |j| j.reason == "Dependency").await;
+    assert_eq!(job.state, JobState::Pending);
+    let dep = job.spec.dependency.as_ref().unwrap();
+    assert_eq!(dep.clauses[0].jobs, [target]);
+    // The target is cancelled: afterok can never be met, and schedd cancels the dependents.
+    c.cancel(&alice(), &[target.0], "").await.unwrap();
+    for i in 0..3 {
+        let job = wait_for(&c, JobId(dependent.id.0 + i), |j| j.state.is_terminal()).await;
+        assert_eq!(job.state, JobState::Cancelled);
+        assert_eq!(job.reason, "DependencyNeverSatisfied");
+    }
+    let audit = c.store.audit_log(0).unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.user == "schedd" && a.job_id == Some(dependent.id)),
+        "{audit:?}"
+    );
+    // A dependency on a finished job is known at submit.
+    let late = submit(&c, "", &format!("afterok:{target}"), false)
+        .await
+        .unwrap();
+    let job = wait_for(&c, late.id, |j| j.state.is_terminal()).await;
+    assert_eq!(job.reason, "DependencyNeverSatisfied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_kill_invalid_depend_the_job_waits() {
+    let (c, _dir) = cluster(Config::default()).await;
+    let target = submit(&c, "", "", true).await.unwrap().id;
+    c.cancel(&alice(), &[target.0], "").await.unwrap();
+    let dependent = submit(&c, "", &format!("afterok:{target}"), false)
+        .await
+        .unwrap();
+    let job = wait_for(&c, dependent.id, |j| j.reason == "DependencyNeverSatisfied").await;
+    assert_eq!(job.state, JobState::Pending);
+    // afternotok on the same job is met: it runs.
+    let other = submit(&c, "", &format!("afternotok:{target}"), false)
+        .await
+        .unwrap();
+    wait_for(&c, other.id, |j| j.state == JobState::Running).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.job(dependent.id).unwrap().state, JobState::Pending);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_pass_s_expected_starts_are_kept_for_pending_jobs() {
+    let (c, _dir) = cluster(Config::default()).await;
+    let whole = |hold| pb::JobSpec {
+        cpus: 4,
+        time_limit_secs: 3600,
+        ..spec("", "", hold)
+    };
+    let submit_spec = |s: pb::JobSpec| async {
+        let valid = submit::validate(s, &alice(), c.config()).unwrap();
+        c.submit(alice(), None, valid).await.unwrap()
+    };
+    let running = submit_spec(whole(false)).await;
+    let started = wait_for(&c, running, |j| j.state == JobState::Running).await;
+    let waiting = submit_spec(whole(false)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expected = loop {
+        if let Some(e) = c.expected_starts().get(&waiting).cloned() {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "no expected start for {waiting}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(expected.nodes, ["n1"]);
+    assert_eq!(expected.at, started.start_time.unwrap() + 3_600_000);
+    // In listings, for the pending job only.
+    let filter = JobFilter::default();
+    let mut infos = c
+        .list_jobs(&filter, ysched_common::convert::job_listing)
+        .unwrap();
+    crate::server::convert::add_expected_starts(&mut infos, &c.expected_starts());
+    let info = |id: JobId| infos.iter().find(|j| j.id == id.0).unwrap();
+    assert_eq!(info(waiting).expected_start_ms, expected.at);
+    assert_eq!(info(waiting).expected_nodes, ["n1"]);
+    assert_eq!(info(running).expected_start_ms, 0);
+}

@@ -1,0 +1,668 @@
+//! Arrays, names of jobs (`12`, `12_7`, `12_[1-3]`) and dependencies as pure events: an
+//! array's submit, cancel, hold and release of its tasks, dependencies resolved at submit,
+//! the end states kept for them, and `kill_invalid_depend`'s cancel.
+
+use super::client_events::NewJob;
+use super::dependencies::EndedTargets;
+use super::targets::plain_target;
+use super::{AgentCommand, Records};
+use crate::core::testkit::{JobBuilder, T0};
+use crate::error::{ApiError, ApiResult};
+use crate::store::Payload;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use ysched_common::{
+    ArraySpec, Caller, DepKind, DependencyRequest, Job, JobId, JobSpec, JobState, JobTarget, Owner,
+};
+
+const NOW: i64 = T0 + 1_000;
+
+fn alice() -> Caller {
+    Caller::local(Owner {
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        groups: vec!["alice".into()],
+    })
+}
+
+fn bob() -> Caller {
+    Caller::local(Owner {
+        uid: 1001,
+        gid: 1001,
+        user: "bob".into(),
+        groups: vec![],
+    })
+}
+
+fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
+    Ok(None)
+}
+
+fn no_state(_: JobId) -> ApiResult<Option<JobState>> {
+    Ok(None)
+}
+
+fn target(text: &str) -> JobTarget {
+    JobTarget::parse(text).unwrap()
+}
+
+/// A spec for `--array indices` (held with `hold`).
+fn array_spec(indices: &str, hold: bool) -> JobSpec {
+    JobSpec {
+        name: "sweep".into(),
+        tier: "low".into(),
+        account: "research".into(),
+        workdir: "/home/alice".into(),
+        cpus: 1,
+        hold,
+        array: Some(ArraySpec::parse(indices, 10_001).unwrap()),
+        ..JobSpec::default()
+    }
+}
+
+/// Submits `spec` as alice, commits it and takes its jobs into memory.
+fn submit(rec: &mut Records, spec: JobSpec) -> Vec<Job> {
+    let dir = |id: JobId| format!("/ckpt/{id}");
+    let new = NewJob {
+        owner: alice().owner,
+        from_host: None,
+        spec,
+        payload: Payload {
+            script: "#!/bin/sh\necho $YSCHED_ARRAY_TASK_ID\n".into(),
+            env: Default::default(),
+        },
+        grace_secs: 30,
+        tier_value: 100,
+        checkpoint_dir: &dir,
+    };
+    let (fx, jobs) = rec.submit(new, NOW);
+    rec.commit(fx);
+    rec.insert_jobs(jobs.clone());
+    jobs
+}
+
+#[test]
+fn an_array_is_one_batch_of_jobs_with_consecutive_ids_and_one_payload() {
+    let rec = Records::with_jobs(vec![]);
+    let dir = |id: JobId| format!("/ckpt/{id}");
+    let new = NewJob {
+        owner: alice().owner,
+        from_host: Some("login1".into()),
+        spec: array_spec("0-99:4%16", false),
+        payload: Payload {
+            script: "s".into(),
+            env: Default::default(),
+        },
+        grace_secs: 30,
+        tier_value: 100,
+        checkpoint_dir: &dir,
+    };
+    let (fx, jobs) = rec.submit(new, NOW);
+    assert_eq!(jobs.len(), 25);
+    for (i, job) in jobs.iter().enumerate() {
+        assert_eq!(
+            job.id,
+            JobId(10 + i as u64),
+            "consecutive ids from the next one"
+        );
+        let task = job.array.unwrap();
+        assert_eq!((task.array_id, task.task), (JobId(10), 4 * i as u32));
+        assert_eq!(job.checkpoint_dir, format!("/ckpt/{}", job.id), "its own");
+        assert_eq!(job.state, JobState::Pending);
+        assert!(Arc::ptr_eq(&job.spec, &jobs[0].spec), "one shared spec");
+        assert!(Arc::ptr_eq(&job.owner, &jobs[0].owner), "one shared owner");
+    }
+    assert_eq!(jobs[3].display_id(), "10_12");
+    let counts = fx.batch.counts();
+    assert_eq!(counts.jobs, 0, "one record of all tasks");
+    assert_eq!(counts.arrays, 1);
+    assert_eq!(
+        counts.events, 1,
+        "one submitted entry, under the array's id"
+    );
+    assert_eq!(counts.payloads, 1);
+    assert_eq!(fx.batch.payload_ids(), [JobId(10)], "under the array's id");
+    assert_eq!(counts.array_specs, 1);
+    assert_eq!(counts.next_job_id, Some(35));
+    assert_eq!(counts.audit, 0);
+    assert_eq!(fx.changed.len(), 25);
+    assert!(fx.wake);
+    let mut rec = rec;
+    rec.commit(fx);
+    assert_eq!(rec.next_job_id, 35);
+
+    // --hold holds every task.
+    let held = submit(&mut rec, array_spec("1-3", true));
+    assert_eq!(
+        held.iter().map(|j| j.id.0).collect::<Vec<_>>(),
+        [35, 36, 37]
+    );
+    assert!(held
+        .iter()
+        .all(|j| j.state == JobState::Held && j.reason == "Held"));
+    assert_eq!(rec.next_job_id, 38);
+}
+
+#[test]
+fn a_plain_submit_is_still_one_job() {
+    let mut rec = Records::with_jobs(vec![]);
+    let mut spec = array_spec("0", false);
+    spec.array = None;
+    let jobs = submit(&mut rec, spec);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!((jobs[0].id, jobs[0].array), (JobId(10), None));
+    assert_eq!(rec.next_job_id, 11);
+}
+
+/// Records with a plain job 1 and array 10 (tasks 0-4, ids 10-14), and array 15 (tasks 1,
+/// 5, 9: ids 15-17).
+fn with_arrays() -> Records {
+    let mut rec = Records::with_jobs(vec![JobBuilder::new(1).build()]);
+    submit(&mut rec, array_spec("0-4", false));
+    submit(&mut rec, array_spec("1,5,9", false));
+    rec
+}
+
+#[test]
+fn names_resolve_to_jobs() {
+    let rec = with_arrays();
+    let ids = |text: &str| -> ApiResult<Vec<u64>> {
+        Ok(rec
+            .resolve(&target(text), &none_finished)?
+            .ids
+            .iter()
+            .map(|j| j.0)
+            .collect())
+    };
+    assert_eq!(ids("1").unwrap(), [1], "a plain job");
+    assert_eq!(
+        ids("10").unwrap(),
+        [10, 11, 12, 13, 14],
+        "an array: every task"
+    );
+    assert_eq!(ids("12").unwrap(), [12], "a task by its own job id");
+    assert_eq!(ids("10_3").unwrap(), [13]);
+    assert_eq!(ids("10_[1-3]").unwrap(), [11, 12, 13]);
+    assert_eq!(
+        ids("15_9").unwrap(),
+        [17],
+        "the place in the sorted task list"
+    );
+    assert_eq!(ids("15_[9,1]").unwrap(), [15, 17]);
+    assert_eq!(
+        ids("10_7").unwrap_err(),
+        ApiError::NotFound("job 10_7 not found (array 10 has tasks 0-4)".into())
+    );
+    assert_eq!(
+        ids("99").unwrap_err(),
+        ApiError::NotFound("invalid job id 99: no such job".into())
+    );
+    assert_eq!(
+        ids("99_1").unwrap_err(),
+        ApiError::NotFound("job 99_1 not found".into())
+    );
+    assert!(
+        matches!(ids("1_0").unwrap_err(), ApiError::NotFound(m) if m.contains("job 1 is not an array"))
+    );
+    assert!(
+        matches!(ids("12_0").unwrap_err(), ApiError::NotFound(m) if m.contains("task 10_2 of array 10"))
+    );
+    // One job wanted: a whole array is refused, naming the syntax for one task.
+    let whole = rec.resolve(&target("10"), &none_finished).unwrap();
+    assert!(whole.is_whole_array());
+    let err = whole.single("requeue").unwrap_err();
+    assert!(
+        matches!(&err, ApiError::Invalid(m) if m.contains("job 10 is an array of 5 tasks") && m.contains("10_<task>")),
+        "{err:?}"
+    );
+    let one = rec.resolve(&target("10_2"), &none_finished).unwrap();
+    assert_eq!(one.single("requeue"), Ok(JobId(12)));
+    assert_eq!(
+        rec.resolve(&target("1"), &none_finished)
+            .unwrap()
+            .single("show"),
+        Ok(JobId(1))
+    );
+    // A finished job is found in the store: its array too.
+    let mut gone = rec.clone();
+    let head = gone.jobs.remove(&JobId(10)).unwrap();
+    let finished = |id: JobId| -> ApiResult<Option<Job>> {
+        Ok((id == JobId(10)).then(|| {
+            let mut j = head.clone();
+            j.state = JobState::Completed;
+            j
+        }))
+    };
+    let r = gone.resolve(&target("10"), &finished).unwrap();
+    assert_eq!(r.ids.len(), 5);
+}
+
+#[test]
+fn cancel_of_an_array_a_task_and_a_range() {
+    let mut rec = with_arrays();
+    // Task 10_1 runs.
+    let mut running = rec.jobs[&JobId(11)].clone();
+    running.state = JobState::Running;
+    running.alloc = JobBuilder::new(11).running_on("n1", &[0]).build().alloc;
+    rec.jobs.insert(running.id, running);
+
+    // One task.
+    let (fx, done) = rec
+        .cancel_targets(&alice(), &[target("10_3")], "", &none_finished, NOW)
+        .unwrap();
+    assert_eq!(done, [(JobId(13), "10_3".to_string())]);
+    assert_eq!(fx.jobs[0].state, JobState::Cancelled);
+
+    // A range: queued ones end, the running one is stopped; one audit entry.
+    let (fx, done) = rec
+        .cancel_targets(&alice(), &[target("10_[0-2]")], "", &none_finished, NOW)
+        .unwrap();
+    let names: Vec<&str> = done.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names, ["10_0", "10_1", "10_2"]);
+    assert!(matches!(
+        &fx.commands[..],
+        [(node, AgentCommand::Stop { job_id: 11, .. })] if node == "n1"
+    ));
+    let audit = fx.batch.audit_records();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].job_id, Some(JobId(10)));
+    assert_eq!(
+        audit[0].detail,
+        "3 tasks of array 10 (10_[0-2]): 2 while queued, 1 while running"
+    );
+
+    // The whole array, by its id (as `job_ids` or as a target): every unfinished task.
+    let (fx, done) = rec
+        .cancel_targets(&alice(), &[plain_target(10)], "", &none_finished, NOW)
+        .unwrap();
+    assert_eq!(done.len(), 5);
+    assert_eq!(fx.batch.counts().audit, 1);
+    assert_eq!(fx.batch.counts().events, 5);
+    let (_, ids) = rec
+        .cancel(&alice(), &[10], "", &none_finished, NOW)
+        .unwrap();
+    assert_eq!(ids, (10..15).map(JobId).collect::<Vec<_>>());
+    let mut after = rec.clone();
+    after.commit(fx);
+    assert_eq!(
+        after.jobs.keys().map(|j| j.0).collect::<Vec<_>>(),
+        [1, 11, 15, 16, 17],
+        "queued tasks gone, the running one stopping"
+    );
+    // Tasks that finished are passed over (the array's first task is found in the store);
+    // an array all finished is refused.
+    let head = rec.jobs[&JobId(10)].clone();
+    let finished = |id: JobId| -> ApiResult<Option<Job>> {
+        Ok((id == JobId(10)).then(|| {
+            let mut j = head.clone();
+            j.state = JobState::Cancelled;
+            j
+        }))
+    };
+    let (_, done) = after
+        .cancel_targets(&alice(), &[target("10")], "", &finished, NOW)
+        .unwrap();
+    assert_eq!(done, [(JobId(11), "10_1".to_string())]);
+    after.jobs.remove(&JobId(11));
+    let err = after
+        .cancel_targets(&alice(), &[target("10")], "", &finished, NOW)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ApiError::Conflict(m) if m.contains("every task has finished")),
+        "{err:?}"
+    );
+    // Names are checked first: one bad name cancels nothing; others' tasks are refused.
+    assert!(matches!(
+        rec.cancel_targets(&alice(), &[target("15"), target("10_9")], "", &none_finished, NOW),
+        Err(ApiError::NotFound(m)) if m.contains("10_9")
+    ));
+    assert!(matches!(
+        rec.cancel_targets(&bob(), &[target("15_5")], "", &none_finished, NOW),
+        Err(ApiError::Denied(_))
+    ));
+    // A user's jobs: one audit entry per array, one per plain job.
+    let (fx, done) = rec
+        .cancel_targets(&alice(), &[], "alice", &none_finished, NOW)
+        .unwrap();
+    assert_eq!(done.len(), 9);
+    assert_eq!(fx.batch.counts().audit, 3);
+}
+
+#[test]
+fn hold_and_release_of_a_range_apply_to_every_task_in_the_right_state() {
+    let mut rec = with_arrays();
+    let mut running = rec.jobs[&JobId(12)].clone();
+    running.state = JobState::Running;
+    rec.jobs.insert(running.id, running);
+    let range = rec.resolve(&target("10_[1-3]"), &none_finished).unwrap();
+    let fx = rec.hold_targets(&alice(), &range, true, NOW).unwrap();
+    let held: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();
+    assert_eq!(held, [11, 13], "the running task is passed over");
+    assert!(fx.jobs.iter().all(|j| j.state == JobState::Held));
+    let audit = fx.batch.audit_records();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].action, "hold");
+    assert_eq!(audit[0].detail, "2 tasks of array 10 (10_[1,3])");
+    rec.commit(fx);
+    // Holding again changes nothing; releasing the whole array releases the held ones.
+    let again = rec.hold_targets(&alice(), &range, true, NOW).unwrap();
+    assert!(again.jobs.is_empty() && again.batch.is_empty());
+    let whole = rec.resolve(&target("10"), &none_finished).unwrap();
+    let fx = rec.hold_targets(&alice(), &whole, false, NOW).unwrap();
+    let released: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();
+    assert_eq!(released, [11, 13]);
+    assert!(fx
+        .jobs
+        .iter()
+        .all(|j| j.state == JobState::Pending && j.queued_at == Some(NOW)));
+    // None in either state: refused, naming it.
+    let one = rec.resolve(&target("10_2"), &none_finished).unwrap();
+    let err = rec.hold_targets(&alice(), &one, true, NOW).err().unwrap();
+    assert!(
+        matches!(&err, ApiError::Conflict(m) if m.contains("no task of 10_2 is PENDING")),
+        "{err:?}"
+    );
+    assert!(matches!(
+        rec.hold_targets(&bob(), &whole, true, NOW),
+        Err(ApiError::Denied(_))
+    ));
+    // A plain job: as before.
+    let plain = rec.resolve(&target("1"), &none_finished).unwrap();
+    let fx = rec.hold_targets(&alice(), &plain, true, NOW).unwrap();
+    assert_eq!(fx.jobs[0].state, JobState::Held);
+}
+
+#[test]
+fn dependencies_resolve_at_submit() {
+    let rec = with_arrays();
+    let request = |text: &str| DependencyRequest::parse(text).unwrap();
+    let (dep, states) = rec
+        .resolve_dependency(
+            &request("afterok:10:1,afterany:15_5"),
+            &none_finished,
+            &no_state,
+        )
+        .unwrap();
+    assert_eq!(dep.clauses.len(), 2);
+    assert_eq!(dep.clauses[0].kind, DepKind::AfterOk);
+    assert_eq!(
+        dep.clauses[0].jobs.iter().map(|j| j.0).collect::<Vec<_>>(),
+        [1, 10, 11, 12, 13, 14],
+        "an array's id: all its tasks"
+    );
+    assert_eq!(dep.clauses[1].jobs, [JobId(16)]);
+    assert_eq!(dep.text, "afterok:10:1,afterany:15_5");
+    assert!(states.iter().all(|(_, s)| s.is_none()), "all live");
+    assert_eq!(states.len(), 7);
+    let err = rec
+        .resolve_dependency(&request("afterok:999"), &none_finished, &no_state)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ApiError::Invalid("--dependency 'afterok:999': dependency on unknown job 999".into())
+    );
+    let err = rec
+        .resolve_dependency(&request("afterok:10_8"), &none_finished, &no_state)
+        .unwrap_err();
+    assert!(
+        matches!(&err, ApiError::Invalid(m) if m.contains("unknown job 10_8 (array 10 has tasks 0-4)")),
+        "{err:?}"
+    );
+    // A finished target is known, with how it ended.
+    let finished = |id: JobId| -> ApiResult<Option<Job>> {
+        Ok((id == JobId(7)).then(|| {
+            let mut j = JobBuilder::new(7).user("bob").build();
+            j.state = JobState::Failed;
+            j
+        }))
+    };
+    let state_of = |id: JobId| -> ApiResult<Option<JobState>> {
+        Ok((id == JobId(7)).then_some(JobState::Failed))
+    };
+    let (dep, states) = rec
+        .resolve_dependency(&request("afternotok:7"), &finished, &state_of)
+        .unwrap();
+    assert_eq!(dep.clauses[0].jobs, [JobId(7)]);
+    assert_eq!(states, [(JobId(7), Some(JobState::Failed))]);
+    let (dep, states) = rec
+        .resolve_dependency(&request("singleton"), &none_finished, &no_state)
+        .unwrap();
+    assert!(dep.singleton && dep.clauses.is_empty() && states.is_empty());
+}
+
+/// Submits a job depending (afterok) on `on`, as the shell does: resolved, observed, and
+/// settled once in memory.
+fn submit_dependent(
+    rec: &mut Records,
+    deps: &mut EndedTargets,
+    on: &str,
+    finished: &dyn Fn(JobId) -> ApiResult<Option<Job>>,
+    state_of: &dyn Fn(JobId) -> ApiResult<Option<JobState>>,
+) -> Vec<Job> {
+    let request = DependencyRequest::parse(&format!("afterok:{on}")).unwrap();
+    let (dep, states) = rec
+        .resolve_dependency(&request, finished, state_of)
+        .unwrap();
+    let mut spec = array_spec("0-2", false);
+    spec.dependency = Some(dep);
+    let dir = |id: JobId| format!("/ckpt/{id}");
+    let new = NewJob {
+        owner: alice().owner,
+        from_host: None,
+        spec,
+        payload: Payload::default(),
+        grace_secs: 30,
+        tier_value: 100,
+        checkpoint_dir: &dir,
+    };
+    let (mut fx, jobs) = rec.submit(new, NOW);
+    fx.dependency_targets = states;
+    deps.observe(&fx, Some(jobs[0].id));
+    rec.commit(fx);
+    rec.insert_jobs(jobs.clone());
+    deps.settled(jobs[0].id);
+    jobs
+}
+
+/// Ends `id` in `state` as an event would, telling `deps` first.
+fn end(rec: &mut Records, deps: &mut EndedTargets, id: u64, state: JobState) {
+    let mut job = rec.jobs[&JobId(id)].clone();
+    job.state = state;
+    let mut fx = super::Effects::default();
+    fx.put_job(job);
+    deps.observe(&fx, None);
+    rec.commit(fx);
+}
+
+#[test]
+fn the_end_states_of_named_jobs_are_kept_while_named() {
+    let mut rec = with_arrays();
+    let mut deps = EndedTargets::default();
+    // Job 1 ended before: its state comes with the submit.
+    let head = rec.jobs.remove(&JobId(1)).unwrap();
+    let finished = move |id: JobId| -> ApiResult<Option<Job>> {
+        Ok((id == JobId(1)).then(|| {
+            let mut j = head.clone();
+            j.state = JobState::Completed;
+            j
+        }))
+    };
+    let state_of = |id: JobId| -> ApiResult<Option<JobState>> {
+        Ok((id == JobId(1)).then_some(JobState::Completed))
+    };
+    let dependents = submit_dependent(&mut rec, &mut deps, "1:10_2", &finished, &state_of);
+    assert_eq!(dependents.len(), 3);
+    assert_eq!(
+        *deps.ended(),
+        BTreeMap::from([(JobId(1), JobState::Completed)])
+    );
+    // A named job that ends is recorded; one nobody names is not.
+    end(&mut rec, &mut deps, 12, JobState::Failed);
+    end(&mut rec, &mut deps, 13, JobState::Completed);
+    assert_eq!(
+        *deps.ended(),
+        BTreeMap::from([
+            (JobId(1), JobState::Completed),
+            (JobId(12), JobState::Failed)
+        ])
+    );
+    assert!(!deps.garbage_due());
+    // A pass holds the map: later changes copy it, the pass's stays as it was.
+    let held_by_pass = deps.ended();
+    // The dependents end (a 3-task array sharing one spec): collected, nothing is named.
+    for id in [18, 19, 20] {
+        end(&mut rec, &mut deps, id, JobState::Cancelled);
+    }
+    assert!(deps.garbage_due());
+    deps.collect_garbage(&rec.jobs);
+    assert!(deps.is_empty() && !deps.garbage_due());
+    assert!(!deps.is_named(JobId(1)));
+    assert_eq!(held_by_pass.len(), 2);
+    // A job ending after the collection is not recorded any more.
+    end(&mut rec, &mut deps, 14, JobState::Failed);
+    assert!(deps.is_empty());
+}
+
+#[test]
+fn a_submit_in_flight_keeps_its_targets_through_a_collection() {
+    let mut rec = with_arrays();
+    let mut deps = EndedTargets::default();
+    let request = DependencyRequest::parse("afterok:1").unwrap();
+    let (dep, states) = rec
+        .resolve_dependency(&request, &none_finished, &no_state)
+        .unwrap();
+    let mut spec = array_spec("0", false);
+    spec.array = None;
+    spec.dependency = Some(dep);
+    let dir = |id: JobId| format!("/ckpt/{id}");
+    let new = NewJob {
+        owner: alice().owner,
+        from_host: None,
+        spec,
+        payload: Payload::default(),
+        grace_secs: 30,
+        tier_value: 100,
+        checkpoint_dir: &dir,
+    };
+    let (mut fx, jobs) = rec.submit(new, NOW);
+    fx.dependency_targets = states;
+    deps.observe(&fx, Some(jobs[0].id));
+    rec.commit(fx);
+    // Written, not yet in memory (the flush is under way): a collection keeps job 1 named.
+    deps.collect_garbage(&rec.jobs);
+    end(&mut rec, &mut deps, 1, JobState::Failed);
+    assert_eq!(deps.ended().get(&JobId(1)), Some(&JobState::Failed));
+    rec.insert_jobs(jobs.clone());
+    deps.settled(jobs[0].id);
+    deps.collect_garbage(&rec.jobs);
+    assert_eq!(
+        deps.ended().get(&JobId(1)),
+        Some(&JobState::Failed),
+        "still named"
+    );
+}
+
+#[test]
+fn the_end_states_are_rebuilt_at_start() {
+    let mut rec = with_arrays();
+    let mut deps = EndedTargets::default();
+    submit_dependent(&mut rec, &mut deps, "10", &none_finished, &no_state);
+    end(&mut rec, &mut deps, 10, JobState::Completed);
+    end(&mut rec, &mut deps, 11, JobState::Failed);
+    let store: BTreeMap<JobId, JobState> = [
+        (JobId(10), JobState::Completed),
+        (JobId(11), JobState::Failed),
+    ]
+    .into();
+    let rebuilt =
+        EndedTargets::rebuild(&rec.jobs, |id| Ok::<_, ApiError>(store.get(&id).copied())).unwrap();
+    assert_eq!(*rebuilt.ended(), *deps.ended());
+    assert_eq!(rebuilt.len(), 2);
+    assert!(rebuilt.is_named(JobId(14)) && !rebuilt.is_named(JobId(15)));
+}
+
+#[test]
+fn kill_invalid_depend_cancels_pending_jobs_as_schedd() {
+    let mut rec = with_arrays();
+    let mut deps = EndedTargets::default();
+    let dependents = submit_dependent(&mut rec, &mut deps, "1", &none_finished, &no_state);
+    let mut plain = JobBuilder::new(30).build();
+    Arc::make_mut(&mut plain.spec).dependency = dependents[0].spec.dependency.clone();
+    rec.jobs.insert(plain.id, plain);
+    let held = dependents[2].id;
+    rec.jobs.get_mut(&held).unwrap().state = JobState::Held;
+    // Job 1 fails: afterok can never be met.
+    end(&mut rec, &mut deps, 1, JobState::Failed);
+    let ids: Vec<JobId> = dependents
+        .iter()
+        .map(|j| j.id)
+        .chain([JobId(30), JobId(10)])
+        .collect();
+    let fx = rec.cancel_never_satisfied(&ids, NOW);
+    let cancelled: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();
+    assert_eq!(
+        cancelled,
+        [18, 19, 30],
+        "pending jobs with a dependency: not the held one, not one without"
+    );
+    assert!(fx.jobs.iter().all(|j| j.state == JobState::Cancelled
+        && j.reason == "DependencyNeverSatisfied"
+        && j.end_time == Some(NOW)));
+    let audit = fx.batch.audit_records();
+    assert_eq!(
+        audit.len(),
+        2,
+        "one per plain job, one per array: {audit:?}"
+    );
+    assert!(audit
+        .iter()
+        .all(|a| a.user == "schedd" && a.action == "cancel"));
+    assert!(audit.iter().any(
+        |a| a.job_id == Some(JobId(18)) && a.detail.contains("2 tasks of array 18 (18_[0-1])")
+    ));
+    assert!(fx.wake);
+    rec.commit(fx);
+    assert!(!rec.jobs.contains_key(&JobId(18)));
+    assert_eq!(rec.jobs[&held].state, JobState::Held);
+    // Nothing to do: no effects.
+    let fx = rec.cancel_never_satisfied(&[JobId(10)], NOW);
+    assert!(fx.batch.is_empty() && !fx.wake);
+}
+
+#[test]
+fn array_tasks_are_launched_with_the_arrays_payload() {
+    use crate::core::{Placement, Plan};
+    let rec = with_arrays();
+    let asked = std::cell::RefCell::new(Vec::new());
+    let payload = |id: JobId| {
+        asked.borrow_mut().push(id);
+        Some(Arc::new(Payload::default()))
+    };
+    let alloc = |gpu: u32| JobBuilder::new(0).running_on("n1", &[gpu]).build().alloc;
+    let plan = Plan {
+        placements: vec![
+            Placement {
+                job: JobId(11),
+                alloc: alloc(0),
+            },
+            Placement {
+                job: JobId(13),
+                alloc: alloc(1),
+            },
+            Placement {
+                job: JobId(1),
+                alloc: alloc(2),
+            },
+        ],
+        ..Plan::default()
+    };
+    let fx = rec.apply_plan(&plan, &payload, NOW);
+    assert_eq!(fx.commands.len(), 3);
+    assert_eq!(
+        *asked.borrow(),
+        [JobId(10), JobId(1)],
+        "once per array, under its id"
+    );
+}
