@@ -93,8 +93,9 @@ bash -c '
 SH
 "$bin/ysub" -J train-llm -G 8 -p low -t 10 "$dir/train.sh"
 "$bin/ysub" -J finetune -G 4 -p medium --wrap 'sleep 60'
-"$bin/ysub" -J eval -G 2 --wrap 'sleep 30'
-"$bin/ysub" -J sweep -G 4 -p low --wrap 'sleep 90'
+# Evaluation waits for the fine-tuning to succeed; a sweep of 8 tasks runs 2 at a time.
+"$bin/ysub" -J eval -G 2 -d afterok:2 --wrap 'sleep 30'
+"$bin/ysub" -J sweep -G 1 -p low --array 0-7%2 --wrap 'echo "point $YS_ARRAY_TASK_ID"; sleep 30'
 "$bin/ysub" -J later -G 1 --hold --wrap 'echo released'
 sleep 0.5
 echo
@@ -117,7 +118,8 @@ The demo cluster runs in $dir (logs: *.log there). To use it:
   export YSCHED_CONF=$dir/ysched.toml PATH=$bin:\$PATH
   yq                          # the queue;  yq --all --json for scripts
   ysub -G 2 --wrap 'nvidia-smi || env | grep CUDA'
-  yctl nodes; yctl show job 1; yctl release 5; ycancel 2
+  yctl nodes; yctl show job 1; yctl release 12; ycancel 4_[6-7]
+  yq --array; yq --start      # every array task; expected start times
   YSCHED_SOCKET=$dir/node1.sock yq   # as from node1: relayed by its agent
 Stop it with: scripts/demo.sh stop
 EOF2
