@@ -312,7 +312,11 @@ mod tests {
         let r = DependencyRequest::parse("afterany:12_7?afternotok:13_[1-3,5]").unwrap();
         assert!(r.any);
         assert_eq!(r.clauses[1].targets[0].tasks, Some(vec![1, 2, 3, 5]));
-        assert!(!DependencyRequest::parse("afterok:12_[1,2],after:3").unwrap().any);
+        assert!(
+            !DependencyRequest::parse("afterok:12_[1,2],after:3")
+                .unwrap()
+                .any
+        );
         assert!(DependencyRequest::parse("singleton").unwrap().singleton);
         let r = DependencyRequest::parse("afterok:3,singleton").unwrap();
         assert!(r.singleton && r.clauses.len() == 1);

@@ -7,6 +7,13 @@
 //! pending jobs: mixed tiers, 1/2/4/8 GPUs, some spanning nodes, some asking for a GPU type,
 //! NVLink or InfiniBand. Everything is generated from a fixed seed, so every run schedules the
 //! same cluster.
+//!
+//! A second scenario schedules the same cluster as a real queue looks with arrays and
+//! dependencies, backfill on: most running jobs have a time limit (so that reservations are
+//! computed from their ends), a fifth of the pending jobs are array tasks (one array of a tenth
+//! of the queue, one of a twentieth waiting `afterok` on every task of it, and arrays of 50 with
+//! a `%4` limit), a tenth have a dependency (that second array, plus jobs waiting on running or
+//! pending jobs, some `singleton`), and most pending jobs have a time limit.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -15,10 +22,11 @@ use ysched_common::config::default_tiers;
 use ysched_common::time::Millis;
 use ysched_common::RunRecord;
 use ysched_common::{
-    Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation, TierConfig,
+    ArraySpec, ArrayTask, DepClause, DepKind, Dependency, Gpu, GpuLink, Job, JobId, JobSpec,
+    JobState, Node, NodeAlloc, Owner, PcieRelation, TierConfig,
 };
 use ysched_schedd::core::{
-    queue_order, schedule, schedule_with, FairShare, Policy, Snapshot, Topologies,
+    queue_order, schedule, schedule_with, Backfill, FairShare, Policy, Snapshot, Topologies,
 };
 use ysched_schedd::fair_share::{share_table, QueueView, UsageBook};
 
@@ -32,6 +40,15 @@ const ONE_DECISION_COLD: &str = "the same, node topologies read anew (no cache)"
 const FAIR_PASS: &str = "the full pass with fair share (50 accounts)";
 const FAIR_COST: &str = "fair share's cost: its queue order, share of the pass";
 const FAIR_INPUTS: &str = "its factors, from the book and running jobs";
+const BACKFILL_PASS: &str = "core: pass, 100k pending, arrays+deps+backfill";
+const BACKFILL_OFF_PASS: &str = "core: pass, 100k pending, arrays+deps, backfill off";
+const BACKFILL_RESERVED: &str = "core: jobs given a reservation in that pass";
+
+/// Backfill as schedd's defaults have it.
+const BACKFILL_ON: Backfill = Backfill {
+    enabled: true,
+    reservations: 1,
+};
 
 /// Pending and running jobs are charged to this many accounts (`team00`..`team49`).
 const N_ACCOUNTS: u64 = 50;
@@ -166,6 +183,28 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
         .collect();
     let inputs_ms = median(&mut inputs_ms);
 
+    // Arrays, dependencies and backfill: the same nodes and queue shapes, with limits.
+    let queue = QueueCluster::generate(n_nodes, n_pending);
+    let snap = queue.snapshot();
+    let (mut on_ms, mut off_ms, mut reserved) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..passes.max(1) {
+        for (backfill, times) in [(BACKFILL_ON, &mut on_ms), (Backfill::OFF, &mut off_ms)] {
+            let policy = Policy {
+                backfill,
+                ..Policy::new(&queue.cluster.tiers)
+            };
+            let start = Instant::now();
+            let plan = schedule_with(&snap, &policy, NOW, &mut kept);
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            if backfill.enabled {
+                reserved = plan.expected_starts.len();
+            }
+            std::hint::black_box(plan);
+        }
+    }
+    let on_ms = median(&mut on_ms);
+    let off_ms = median(&mut off_ms);
+
     vec![
         (FULL_PASS, full_ms, "ms", 1000.0, false),
         (
@@ -180,7 +219,185 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
         (FAIR_PASS, fair_ms, "ms", 1000.0, false),
         (FAIR_COST, cost, "%", 10.0, false),
         (FAIR_INPUTS, inputs_ms, "ms", 100.0, false),
+        (BACKFILL_PASS, on_ms, "ms", 1000.0, false),
+        (BACKFILL_OFF_PASS, off_ms, "ms", 1000.0, false),
+        // Low and medium may not preempt: one reservation each, at least.
+        (BACKFILL_RESERVED, reserved as f64, "", 2.0, true),
     ]
+}
+
+/// The generated cluster with arrays, dependencies and time limits (see the module doc), and
+/// how the finished targets of dependencies ended.
+struct QueueCluster {
+    cluster: BenchCluster,
+    ended: BTreeMap<JobId, JobState>,
+}
+
+impl QueueCluster {
+    fn generate(n_nodes: usize, n_pending: usize) -> Self {
+        let mut cluster = BenchCluster::generate(n_nodes, n_pending);
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        // Most running jobs end by a limit, between 10 minutes and 12 hours from now; a few
+        // are past it.
+        for job in cluster.running.values_mut() {
+            let started = job.start_time.unwrap_or(NOW);
+            let left: Option<Millis> = rng.pick(&[
+                (25, None),
+                (5, Some(0)),
+                (20, Some(10 * MINUTE)),
+                (20, Some(HOUR)),
+                (15, Some(4 * HOUR)),
+                (15, Some(12 * HOUR)),
+            ]);
+            let jitter = rng.below(10 * MINUTE as u64) as Millis;
+            spec_mut(job).time_limit_secs =
+                left.map(|left| ((NOW - started + left + jitter) / 1000) as u64);
+        }
+
+        let n = cluster.pending.len();
+        let (big, dependent, small) = (n / 10, n / 20, n / 20);
+        let deps_alone = n / 20;
+        let mut next = 0;
+        // A big array; an array waiting for every task of it to complete; arrays of 50 with %4.
+        let big_ids = make_array(&mut cluster.pending[next..next + big], 0, None);
+        next += big;
+        let after_big = Dependency {
+            any: false,
+            clauses: vec![DepClause {
+                kind: DepKind::AfterOk,
+                jobs: big_ids,
+            }],
+            singleton: false,
+            text: format!("afterok:{}", cluster.pending[0].id),
+        };
+        make_array(
+            &mut cluster.pending[next..next + dependent],
+            0,
+            Some(after_big),
+        );
+        next += dependent;
+        for chunk in cluster.pending[next..next + small].chunks_mut(50) {
+            // Small high jobs submitted long ago: near the head of the queue, where the limit
+            // binds before room runs out.
+            for job in chunk.iter_mut() {
+                let spec = spec_mut(job);
+                spec.tier = TIERS[1].0.to_string();
+                (spec.gpus, spec.nodes, spec.cpus, spec.mem_mib) = (1, 1, 4, 16_000);
+                spec.gpu_types.clear();
+                spec.interconnect = None;
+                spec.constraints.clear();
+                job.tier_value = TIERS[1].1;
+                job.submit_time = NOW - 72 * HOUR;
+            }
+            make_array(chunk, 4, None);
+        }
+        next += small;
+        // Jobs waiting on running jobs and on pending ones (earlier in the queue), some
+        // singletons among a few names.
+        let running_ids: Vec<JobId> = cluster.running.keys().copied().collect();
+        for i in next..next + deps_alone {
+            let kind = rng.pick(&[
+                (40, DepKind::AfterOk),
+                (30, DepKind::AfterAny),
+                (10, DepKind::AfterNotOk),
+                (20, DepKind::After),
+            ]);
+            // A running job, one that ended (the first tenth of them end below), or a job
+            // earlier in the queue.
+            let n_running = running_ids.len() as u64;
+            let target = match rng.below(4) {
+                0 if n_running > 0 => running_ids[rng.below(n_running) as usize],
+                1 if n_running >= 10 => running_ids[rng.below(n_running / 10) as usize],
+                _ => cluster.pending[rng.below(i as u64) as usize].id,
+            };
+            let singleton = rng.below(10) == 0;
+            let spec = spec_mut(&mut cluster.pending[i]);
+            if singleton {
+                spec.name = format!("sweep{}", i % 7);
+            }
+            spec.dependency = Some(Dependency {
+                any: false,
+                clauses: vec![DepClause {
+                    kind,
+                    jobs: vec![target],
+                }],
+                singleton,
+                text: format!("{}:{target}", kind.as_str()),
+            });
+        }
+        // Every other pending job: a limit, most of the time.
+        for job in &mut cluster.pending[big + dependent + small..] {
+            let limit: Option<u64> = rng.pick(&[
+                (35, None),
+                (10, Some(600)),
+                (10, Some(1800)),
+                (15, Some(3600)),
+                (10, Some(2 * 3600)),
+                (10, Some(4 * 3600)),
+                (5, Some(12 * 3600)),
+                (5, Some(24 * 3600)),
+            ]);
+            spec_mut(job).time_limit_secs = limit;
+        }
+        // Some targets have finished: of the first running jobs' ids, as if they had ended.
+        let mut ended = BTreeMap::new();
+        for (i, id) in running_ids.iter().take(running_ids.len() / 10).enumerate() {
+            let state = if i % 3 == 0 {
+                JobState::Failed
+            } else {
+                JobState::Completed
+            };
+            ended.insert(*id, state);
+            cluster.running.remove(id);
+        }
+        cluster.jobs = cluster.running.clone();
+        cluster
+            .jobs
+            .extend(cluster.pending.iter().map(|j| (j.id, j.clone())));
+        QueueCluster { cluster, ended }
+    }
+
+    fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            jobs: &self.cluster.jobs,
+            nodes: &self.cluster.nodes,
+            ended: &self.ended,
+        }
+    }
+}
+
+fn spec_mut(job: &mut Job) -> &mut JobSpec {
+    std::sync::Arc::make_mut(&mut job.spec)
+}
+
+/// Makes these consecutive pending jobs one array, sharing the first one's spec (with an hour's
+/// limit and the dependency) and submit time; returns their ids.
+fn make_array(jobs: &mut [Job], max_running: u32, dependency: Option<Dependency>) -> Vec<JobId> {
+    let Some(first) = jobs.first() else {
+        return Vec::new();
+    };
+    let (array_id, submit_time) = (first.id, first.submit_time);
+    let count = jobs.len() as u32;
+    let mut spec = (*first.spec).clone();
+    spec.array = Some(ArraySpec {
+        indices: format!("0-{}", count - 1),
+        max_running,
+        count,
+        min: 0,
+        max: count - 1,
+    });
+    spec.time_limit_secs = Some(3600);
+    spec.dependency = dependency;
+    let spec = std::sync::Arc::new(spec);
+    for (task, job) in jobs.iter_mut().enumerate() {
+        job.spec = std::sync::Arc::clone(&spec);
+        job.submit_time = submit_time;
+        job.array = Some(ArrayTask {
+            array_id,
+            task: task as u32,
+        });
+    }
+    jobs.iter().map(|j| j.id).collect()
 }
 
 /// No nodes at all.
@@ -532,7 +749,10 @@ mod tests {
                 ONE_DECISION_COLD,
                 FAIR_PASS,
                 FAIR_COST,
-                FAIR_INPUTS
+                FAIR_INPUTS,
+                BACKFILL_PASS,
+                BACKFILL_OFF_PASS,
+                BACKFILL_RESERVED,
             ]
         );
         for (name, value, _, target, higher_is_better) in figures {
@@ -541,8 +761,86 @@ mod tests {
                 value.is_finite() && (value >= 0.0 || name == FAIR_COST),
                 "{name}: {value}"
             );
-            assert!(target > 0.0 && !higher_is_better, "{name}");
+            assert!(
+                target > 0.0 && higher_is_better == (name == BACKFILL_RESERVED),
+                "{name}"
+            );
         }
+    }
+
+    /// The queue scenario has what it says: arrays sharing one spec, dependencies met and not,
+    /// limits, and a pass that reserves and holds jobs back for each reason.
+    #[test]
+    fn queue_scenario_exercises_arrays_dependencies_and_backfill() {
+        let queue = QueueCluster::generate(40, 2_000);
+        let jobs = &queue.cluster.jobs;
+        let tasks = jobs.values().filter(|j| j.array.is_some()).count();
+        assert_eq!(tasks, 400, "a fifth of the queue");
+        let with_deps = jobs
+            .values()
+            .filter(|j| j.spec.dependency.is_some())
+            .count();
+        assert_eq!(with_deps, 200, "a tenth of the queue");
+        let big = jobs
+            .values()
+            .find(|j| j.spec.array.is_some())
+            .expect("an array");
+        let shared = jobs
+            .values()
+            .filter(|j| std::sync::Arc::ptr_eq(&j.spec, &big.spec))
+            .count();
+        assert_eq!(shared, 200);
+        let limited = jobs
+            .values()
+            .filter(|j| j.spec.time_limit_secs.is_some())
+            .count();
+        assert!(
+            limited * 2 > jobs.len(),
+            "{limited} of {} limited",
+            jobs.len()
+        );
+
+        let snap = queue.snapshot();
+        let tiers = &queue.cluster.tiers;
+        let on = schedule(
+            &snap,
+            &Policy {
+                backfill: BACKFILL_ON,
+                ..Policy::new(tiers)
+            },
+            NOW,
+        );
+        let off = schedule(&snap, &Policy::new(tiers), NOW);
+        let count = |plan: &Plan, reason: &str| {
+            plan.pending_reasons
+                .values()
+                .filter(|r| *r == reason)
+                .count()
+        };
+        assert!(on.expected_starts.len() >= 2, "{:?}", on.expected_starts);
+        for reason in [
+            "Dependency",
+            "DependencyNeverSatisfied",
+            "JobArrayTaskLimit",
+        ] {
+            assert!(count(&on, reason) >= 5, "{reason}: {}", count(&on, reason));
+            assert_eq!(count(&on, reason), count(&off, reason), "{reason}");
+        }
+        // Reserved jobs wait as they would without backfill.
+        for id in on.expected_starts.keys() {
+            assert_eq!(on.pending_reasons.get(id), off.pending_reasons.get(id));
+        }
+        assert_eq!(
+            on,
+            schedule(
+                &snap,
+                &Policy {
+                    backfill: BACKFILL_ON,
+                    ..Policy::new(tiers)
+                },
+                NOW
+            )
+        );
     }
 
     /// The cost figure compares like with like: one factor for all changes no decision;

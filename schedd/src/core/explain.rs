@@ -5,16 +5,19 @@ use std::collections::BTreeSet;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId};
 
-use super::fit::{fit_on_node, Claim, NodeDemand};
+use super::fit::{fit_on_node, plural, Claim, NodeDemand};
 use super::order::{pending_in_order, queue_key};
-use super::pass::Pass;
+use super::pass::{HeldBack, Pass};
 use super::{Policy, Snapshot, Topologies};
 
 /// For every known node, in name order: why `job` does not fit there right now, or "fits".
 ///
 /// "Right now" means as the scheduler sees it when the job's turn comes: the pass is replayed
 /// for every pending job ahead of it in the queue, so room taken or reserved by those shows up
-/// here too. For a gang, each line speaks of the job's per-node share.
+/// here too (with backfill, a job that ends before a reservation starts may use its room, as in
+/// the pass). For a gang, each line speaks of the job's per-node share. A job that the pass
+/// does not consider for room at all (its dependency, `singleton`, its array's `%N`) says so
+/// on every line, after the node's own answer.
 pub fn explain(
     job: &Job,
     snap: &Snapshot<'_>,
@@ -29,7 +32,8 @@ pub fn explain(
     {
         pass.step(ahead);
     }
-    let demand = NodeDemand::of(&job.spec);
+    let held_back = pass.held_back(job).map(|held| held_back_why(job, held));
+    let demand = NodeDemand::of(&job.spec).ending(pass.ends_by(job));
     snap.nodes
         .values()
         .map(|node| {
@@ -64,7 +68,34 @@ pub fn explain(
                 // Unreachable: the pass has a view of every schedulable node.
                 "not schedulable".to_string()
             };
-            (node.name.clone(), why)
+            match &held_back {
+                Some(held) => (node.name.clone(), format!("{why}; {held}")),
+                None => (node.name.clone(), why),
+            }
         })
         .collect()
+}
+
+/// What holds `job` back before any fit, in words.
+fn held_back_why(job: &Job, held: HeldBack) -> String {
+    let text = job.spec.dependency.as_ref().map_or("", |d| d.text.as_str());
+    let reason = held.reason();
+    match held {
+        HeldBack::Dependency => format!("the job waits for its dependency {text} ({reason})"),
+        HeldBack::NeverSatisfied => {
+            format!("the job's dependency {text} can never be satisfied ({reason})")
+        }
+        HeldBack::Singleton => format!(
+            "the job waits until no other job named {} of {} runs (singleton, {reason})",
+            job.spec.name, job.owner.user
+        ),
+        HeldBack::ArrayLimit => {
+            let max = job.spec.array.as_ref().map_or(0, |a| a.max_running);
+            let array = job.array.map_or(job.id, |a| a.array_id);
+            format!(
+                "array {array} already runs {} (its limit %{max}, {reason})",
+                plural(max, "task")
+            )
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
+use ysched_common::time::Millis;
 #[cfg(test)]
 use ysched_common::Gpu;
 use ysched_common::{gpu_type_matches, JobId, JobSpec, Node, NodeAlloc};
@@ -85,6 +86,12 @@ pub(crate) struct NodeDemand<'a> {
     /// `--interconnect nvlink`, [`Path::ANY`] otherwise. Preemption tightens it to what evicting
     /// everything eligible would give, so that a smaller eviction may not buy a worse set.
     pub(crate) worst_path: Path,
+    /// When the job would end if it started now (`now` plus its time limit), where backfill
+    /// lets it use room reserved for a later start: it may use the room of every reservation
+    /// that starts at or after this ([`NodeView::free_for`]). `None`: it uses no reserved room
+    /// (no time limit, backfill off, or a purpose that reservations must bind, such as
+    /// preemption).
+    pub(crate) ends_by: Option<Millis>,
     /// Which positions `gpu_kind` accepts, per topology met so far: matching model names is
     /// string work, and a pass meets few topologies but asks about many nodes. Holding the
     /// `Rc` keeps each topology alive, so its address identifies it.
@@ -107,8 +114,14 @@ impl<'a> NodeDemand<'a> {
             },
             constraints: &spec.constraints,
             worst_path: required_path(spec),
+            ends_by: None,
             accepted: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The same demand for a job that would end by `ends_by` (see the field).
+    pub(crate) fn ending(self, ends_by: Option<Millis>) -> Self {
+        NodeDemand { ends_by, ..self }
     }
 
     /// The same demand, restricted to one GPU model.
@@ -157,6 +170,9 @@ pub(crate) enum Claim {
     Placed,
     /// Kept for a preemptor while its victims exit, so that no lower job takes it meanwhile.
     Reserved,
+    /// Kept by backfill for a job expected to start here at this time: only a job that ends
+    /// by then may use it (see [`NodeView::free_for`]).
+    Backfill(Millis),
 }
 
 /// Resources one job takes on one node.
@@ -181,6 +197,9 @@ pub(crate) struct NodeView<'a> {
     node: &'a Node,
     topo: Arc<Topology>,
     holds: Vec<Hold>,
+    /// How many of the holds are [`Claim::Backfill`]: without any, [`NodeView::free_for`] is
+    /// the plain free room at no cost.
+    n_backfill: u32,
     /// Positions.
     free_gpus: u64,
     free_cpus: u32,
@@ -195,6 +214,7 @@ impl<'a> NodeView<'a> {
             free_gpus: topo.all(),
             topo,
             holds: Vec::new(),
+            n_backfill: 0,
             free_cpus: node.cpus,
             free_mem_mib: node.mem_mib,
         }
@@ -231,6 +251,31 @@ impl<'a> NodeView<'a> {
         self.free_mem_mib
     }
 
+    /// The room a job that ends by `ends_by` may use: what is free, plus what backfill keeps
+    /// here for reservations that start at or after `ends_by` (the job is gone by then), less
+    /// what other jobs took of that. As (GPU positions, CPUs, MiB).
+    ///
+    /// Monotone like the free room itself: a later `ends_by` crosses fewer reservations, and
+    /// every hold added later only takes room, except a reservation this job may cross, which
+    /// it ignores.
+    pub(crate) fn free_for(&self, ends_by: Option<Millis>) -> (u64, u32, u64) {
+        let crossable = |claim: Claim| match (claim, ends_by) {
+            (Claim::Backfill(at), Some(end)) => end <= at,
+            _ => false,
+        };
+        if self.n_backfill == 0 || !self.holds.iter().any(|h| crossable(h.claim)) {
+            return (self.free_gpus, self.free_cpus, self.free_mem_mib);
+        }
+        // Recounted from the holds, as `add_hold` counts them: exact whatever was lent.
+        let (mut gpus, mut cpus, mut mem) = (self.topo.all(), self.node.cpus, self.node.mem_mib);
+        for hold in self.holds.iter().filter(|h| !crossable(h.claim)) {
+            gpus &= !hold.gpus;
+            cpus = cpus.saturating_sub(hold.cpus);
+            mem = mem.saturating_sub(hold.mem_mib);
+        }
+        (gpus, cpus, mem)
+    }
+
     /// `job` takes what `alloc` names on this node.
     pub(crate) fn add_alloc(
         &mut self,
@@ -250,6 +295,9 @@ impl<'a> NodeView<'a> {
     }
 
     pub(crate) fn add_hold(&mut self, hold: Hold) {
+        if matches!(hold.claim, Claim::Backfill(_)) {
+            self.n_backfill += 1;
+        }
         self.free_gpus &= !hold.gpus;
         // Saturating: a node that re-registered smaller may be over-committed until jobs end.
         self.free_cpus = self.free_cpus.saturating_sub(hold.cpus);
@@ -416,7 +464,8 @@ pub(crate) struct Fit {
     pub(crate) mem_mib: u64,
 }
 
-/// Whether `demand` fits in what is free on `view`, and if so where.
+/// Whether `demand` fits in what is free on `view` (for a job that ends by a backfill
+/// reservation's start, also in the room kept for it: [`NodeView::free_for`]), and if so where.
 ///
 /// The one fit check: placement, preemption (on a copy of the view with the candidate victims
 /// removed), satisfiability (on an empty view) and `explain` all call it. It is monotone in the
@@ -474,7 +523,8 @@ pub(crate) fn fit_on_node<'d>(
         });
     }
 
-    let n_free = (view.free_gpus() & accepted).count_ones();
+    let (free_gpus, free_cpus, free_mem_mib) = view.free_for(demand.ends_by);
+    let n_free = (free_gpus & accepted).count_ones();
     if n_free < demand.gpus {
         return Err(Misfit::GpusBusy {
             kind: demand.gpu_kind,
@@ -482,25 +532,24 @@ pub(crate) fn fit_on_node<'d>(
             free: n_free,
         });
     }
-    if view.free_cpus() < demand.cpus {
+    if free_cpus < demand.cpus {
         return Err(Misfit::CpusBusy {
             needed: demand.cpus,
-            free: view.free_cpus(),
+            free: free_cpus,
         });
     }
-    if view.free_mem_mib() < demand.mem_mib {
+    if free_mem_mib < demand.mem_mib {
         return Err(Misfit::MemBusy {
             needed: demand.mem_mib,
-            free: view.free_mem_mib(),
+            free: free_mem_mib,
         });
     }
-    let Some(choice) = topo.best_set(view.free_gpus(), accepted, demand.gpus, demand.worst_path)
-    else {
+    let Some(choice) = topo.best_set(free_gpus, accepted, demand.gpus, demand.worst_path) else {
         return Err(Misfit::GpusScattered {
             kind: demand.gpu_kind,
             needed: demand.gpus,
             worst: demand.worst_path,
-            most: topo.most_connected(view.free_gpus(), accepted, demand.worst_path),
+            most: topo.most_connected(free_gpus, accepted, demand.worst_path),
         });
     };
     Ok(Fit {
@@ -557,7 +606,17 @@ struct GangRank {
 /// name. A gang (`nodes` > 1) gets that many distinct nodes, all with one GPU model (the best
 /// model by [`GangRank`], then by name), or nothing.
 pub(crate) fn find_placement(views: &Views<'_>, spec: &JobSpec) -> Option<Vec<NodeAlloc>> {
-    let demand = NodeDemand::of(spec);
+    find_placement_ending(views, spec, None)
+}
+
+/// [`find_placement`] for a job that would end by `ends_by`: it may also use the room that
+/// backfill keeps for reservations starting at or after then ([`NodeView::free_for`]).
+pub(crate) fn find_placement_ending(
+    views: &Views<'_>,
+    spec: &JobSpec,
+    ends_by: Option<Millis>,
+) -> Option<Vec<NodeAlloc>> {
+    let demand = NodeDemand::of(spec).ending(ends_by);
     let n_nodes = n_nodes(spec) as usize;
     if n_nodes == 1 || demand.gpus == 0 {
         return best_nodes(views, &demand, n_nodes).map(|(allocs, _)| allocs);

@@ -10,8 +10,11 @@
 //!   gang placement (`find_placement`), and [`check_satisfiable`].
 //! - `preempt`: the minimal victim set on a node, the cheapest nodes to evict on, and the
 //!   victims of a job spanning nodes.
-//! - `pass`: one pass over the queue, building the plan and keeping node views in step, and
-//!   the tiers' GPU quotas per account and per user.
+//! - `pass`: one pass over the queue, building the plan and keeping node views in step; the
+//!   tiers' GPU quotas per account and per user; what holds a job back before any fit
+//!   (dependencies, `singleton`, an array's `%N`).
+//! - `backfill`: expected ends of running jobs, the earliest start of a waiting job
+//!   (`earliest_start`), and the reservations that jobs ending in time may use meanwhile.
 //! - `explain`: per-node reasons for `yctl show job`.
 //!
 //! **Invariants.** This module is pure: no async runtime, RPC, storage, randomness, no clock
@@ -24,6 +27,7 @@ use std::collections::BTreeMap;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, Node, NodeAlloc, TierConfig};
 
+mod backfill;
 mod explain;
 mod fit;
 mod order;
@@ -31,6 +35,10 @@ mod pass;
 mod preempt;
 mod topo;
 
+#[cfg(test)]
+mod backfill_tests;
+#[cfg(test)]
+mod dependency_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
@@ -154,8 +162,11 @@ pub struct Eviction {
 /// that may preempt and fits nowhere plans the cheapest minimal eviction (on as many nodes as it
 /// spans) and reserves what is free of its targets; a job that would take its account (user)
 /// over its tier's `max_gpus_per_account` (`max_gpus_per_user`) waits with `AccountLimit`
-/// (`UserLimit`) without holding up the jobs after it; every other pending job gets a reason.
-/// Deterministic and infallible.
+/// (`UserLimit`) without holding up the jobs after it, as does a job whose dependency is not
+/// met (`Dependency`, `DependencyNeverSatisfied`) and an array task over its array's `%N`
+/// (`JobArrayTaskLimit`); with backfill, the first waiting jobs of each tier that may not
+/// preempt get a reservation at their earliest start, which only jobs ending by then may use;
+/// every other pending job gets a reason. Deterministic and infallible.
 pub fn schedule(snap: &Snapshot<'_>, policy: &Policy<'_>, now: Millis) -> Plan {
     schedule_with(snap, policy, now, &mut Topologies::default())
 }

@@ -8,22 +8,53 @@
 //! same pass either. The pass remembers those answers per [`Shape`], which is what lets it walk
 //! a queue of a hundred thousand jobs: once the cluster is full, most jobs cost a lookup.
 //!
+//! **Backfill keeps it monotone.** With backfill, a job that would end by `E` (now plus its time
+//! limit) may also use the room kept for every reservation starting at or after `E` (see
+//! [`super::backfill`]). For a fixed `E` that room still only shrinks: every hold added later
+//! takes room, except a reservation `E` may cross, which that job ignores. So "no room" is
+//! remembered per shape together with the set of reservations the failing job could cross,
+//! as the earliest end it covers ([`ShapeMemo::no_room_from`]): a later job of that shape that
+//! ends no earlier than the latest reservation start before the failed job's end crosses
+//! none of the reservations of that time that the failed job could not, and reservations
+//! made since only take room from it (or are crossed, and change nothing). Reservations sorted
+//! by start make "which ones a job may cross" a prefix, which is why one bound per shape says
+//! it all. Without a limit (or without backfill) a job crosses nothing: the memo is the plain
+//! "no room" of before.
+//!
+//! **Held back before any fit.** A job whose dependency is not met (`Dependency`,
+//! `DependencyNeverSatisfied`), a `singleton` while a job of its name and user holds resources
+//! or was placed earlier in the pass (`Dependency`), and an array task whose array has `%N`
+//! tasks running or placed (`JobArrayTaskLimit`) are not considered for placement or
+//! preemption, and hold up no job after them. A dependency is evaluated once per pass per
+//! spec: every task of an array shares one, and may name every task of another array.
+//!
 //! **Quotas.** A tier's `max_gpus_per_account` and `max_gpus_per_user` count the GPUs held by
 //! the account's (user's) running and stopping jobs of that tier, plus those of its jobs placed
 //! or preempting earlier in the pass. A job that would go over waits (`AccountLimit`,
 //! `UserLimit`), preempts nobody, and holds up no job after it.
+//!
+//! **Reservations.** With backfill on, each tier's first `reservations` jobs that wait for room
+//! (`Resources`, `Priority`) in a tier that may not preempt (one that may preempt gets in by
+//! eviction) get their earliest start computed ([`super::backfill::earliest_start`]); when
+//! there is one, its allocation is reserved from then on and the start goes into
+//! [`super::Plan::expected_starts`]. A job whose start cannot be foreseen (what it needs is
+//! held by jobs without a limit) still counts among those first jobs: a pass computes at most
+//! `reservations` starts per tier, each a walk over the releases to come, whatever the queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ysched_common::dependency::{DepStatus, Dependency, TargetState};
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, NodeAlloc, StopReason, StopRequest, TierConfig};
 
+use super::backfill::{earliest_start, end_if_started, Reservation};
 use super::fit::{
-    capacity_views, find_placement, required_path, satisfiable_on, Claim, Hold, Views,
+    capacity_views, find_placement, find_placement_ending, required_path, satisfiable_on, Claim,
+    Hold, Views,
 };
 use super::preempt::{evictable, plan_preemption, Preemption};
 use super::topo::{Path, Topologies};
-use super::{Eviction, Placement, Plan, Policy, Snapshot};
+use super::{Eviction, ExpectedStart, Placement, Plan, Policy, Snapshot};
 
 /// What the pass decided for one pending job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,9 +72,41 @@ pub(crate) enum Decision {
     },
     /// `Resources` or `Priority`.
     Waiting(&'static str),
-    /// `AccountLimit` or `UserLimit`: over a tier quota; later jobs are not held up by it.
+    /// Waiting (`Resources` or `Priority`), with backfill's reservation: the job is expected
+    /// to start then and there, and later jobs may use that room only if they end by then.
+    Reserved(&'static str, Reservation),
+    /// `Dependency` or `DependencyNeverSatisfied`: its dependency is not met, or it is a
+    /// `singleton` and a job of its name and user runs. Not considered for room, and later
+    /// jobs are not held up by it.
+    Dependency(&'static str),
+    /// `AccountLimit` or `UserLimit` (over a tier quota), or `JobArrayTaskLimit` (its array's
+    /// `%N` tasks run): later jobs are not held up by it.
     OverLimit(&'static str),
     Unsatisfiable(String),
+}
+
+/// Why a job is not considered for room at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeldBack {
+    /// Its dependency may still be met.
+    Dependency,
+    /// Its dependency can never be met.
+    NeverSatisfied,
+    /// A `singleton` while a job of its name and user runs or was placed in the pass.
+    Singleton,
+    /// Its array's `%N` tasks run or were placed in the pass.
+    ArrayLimit,
+}
+
+impl HeldBack {
+    /// The pending reason, as Slurm names it.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            HeldBack::Dependency | HeldBack::Singleton => "Dependency",
+            HeldBack::NeverSatisfied => "DependencyNeverSatisfied",
+            HeldBack::ArrayLimit => "JobArrayTaskLimit",
+        }
+    }
 }
 
 /// Everything about a job that placement and preemption look at, except its tier: jobs of one
@@ -79,8 +142,11 @@ impl<'a> Shape<'a> {
 struct ShapeMemo {
     /// The submit-time check against empty nodes: fixed for the whole pass.
     satisfiable: Result<(), String>,
-    /// Placement failed: it fails for the rest of the pass.
-    no_room: bool,
+    /// Placement failed for a job that, with backfill, could cross the reservations starting
+    /// at or after its end: it fails for the rest of the pass for every job of the shape that
+    /// ends at or after this time, or never (see the module doc). `Millis::MIN` without
+    /// reservations to cross: it fails for every job of the shape.
+    no_room_from: Option<Millis>,
     /// Preemption failed for a preemptor of this tier value: it fails for the rest of the
     /// pass for this value and every lower one (they may evict fewer jobs).
     no_eviction_at: Option<i64>,
@@ -102,7 +168,51 @@ pub(crate) struct Pass<'a> {
     /// `Priority`, not `Resources`.
     someone_waiting: bool,
     quotas: Quotas<'a>,
+    now: Millis,
+    /// How finished dependency targets ended.
+    ended: &'a BTreeMap<JobId, JobState>,
+    /// Each dependency's status, by the address of the spec holding it: all tasks of an array
+    /// share one spec, so it is evaluated once per pass, not once per task.
+    dependencies: BTreeMap<usize, DepStatus>,
+    /// (user, job name) of the jobs holding resources or placed, preempting or awaiting an
+    /// eviction in this pass; built at the first `singleton` met (most passes meet none).
+    singletons: Option<BTreeSet<(&'a str, &'a str)>>,
+    /// The jobs this pass placed or let preempt, while `singletons` is not built yet.
+    claimed: Vec<&'a Job>,
+    /// Tasks holding resources (or placed or preempting in this pass), per array with a `%N`
+    /// limit.
+    array_tasks: BTreeMap<JobId, u32>,
+    backfill: BackfillState<'a>,
     plan: Plan,
+}
+
+/// Backfill's part of the pass.
+#[derive(Debug, Default)]
+struct BackfillState<'a> {
+    enabled: bool,
+    /// Reservations per tier.
+    per_tier: u32,
+    /// Jobs whose earliest start the pass computed, per tier name.
+    tried: BTreeMap<&'a str, u32>,
+    /// The starts of the reservations made so far, sorted.
+    starts: Vec<Millis>,
+    /// Allocations promised for good: preemptors' targets and reservations, by job.
+    promised: Vec<(JobId, NodeAlloc)>,
+    /// The reservations made, in queue order.
+    reservations: Vec<(JobId, Reservation)>,
+}
+
+impl BackfillState<'_> {
+    /// The earliest end from which jobs of a shape are known to fail, given that one ending
+    /// at `end` failed: one after the latest reservation start before `end`, since jobs ending
+    /// after it cross no reservation `end` could not. `Millis::MIN` when none starts before.
+    fn no_room_from(&self, end: Millis) -> Millis {
+        let before = self.starts.partition_point(|start| *start < end);
+        match before {
+            0 => Millis::MIN,
+            n => self.starts[n - 1].saturating_add(1),
+        }
+    }
 }
 
 /// GPUs held per (tier, account) and per (tier, user), for the tiers with a quota: by running
@@ -185,6 +295,7 @@ impl<'a> Pass<'a> {
             .collect();
         let mut in_flight: BTreeMap<JobId, Vec<&Job>> = BTreeMap::new();
         let mut quotas = Quotas::new(policy.tiers);
+        let mut array_tasks: BTreeMap<JobId, u32> = BTreeMap::new();
         // The allocation is the one truth of who holds a GPU: held until the agent reports the
         // process gone, whatever the job's stop request says.
         let mut allocs = Vec::new();
@@ -195,6 +306,9 @@ impl<'a> Pass<'a> {
             let evictable = evictable(job, policy.tiers, now);
             let held = job.alloc.iter().map(|a| a.gpus.len() as u32).sum();
             quotas.charge(job, policy.tiers, held);
+            if let Some(array) = limited_array(job) {
+                *array_tasks.entry(array).or_default() += 1;
+            }
             allocs.extend(job.alloc.iter().map(|alloc| {
                 let node = NameKey::of(&alloc.node);
                 (node, job.id, alloc, evictable)
@@ -233,6 +347,17 @@ impl<'a> Pass<'a> {
             shapes: BTreeMap::new(),
             someone_waiting: false,
             quotas,
+            now,
+            ended: snap.ended,
+            dependencies: BTreeMap::new(),
+            singletons: None,
+            claimed: Vec::new(),
+            array_tasks,
+            backfill: BackfillState {
+                enabled: policy.backfill.enabled,
+                per_tier: policy.backfill.reservations,
+                ..BackfillState::default()
+            },
             plan: Plan::default(),
         }
     }
@@ -249,6 +374,28 @@ impl<'a> Pass<'a> {
         &self.views
     }
 
+    /// How many dependencies the pass evaluated: one per spec, however many jobs share it.
+    #[cfg(test)]
+    pub(crate) fn dependencies_evaluated(&self) -> usize {
+        self.dependencies.len()
+    }
+
+    /// The reservations made so far, in queue order.
+    #[cfg(test)]
+    pub(crate) fn reservations(&self) -> &[(JobId, Reservation)] {
+        &self.backfill.reservations
+    }
+
+    /// When `job` would end if it started now, where backfill lets it use room reserved from
+    /// then on; `None`: it may use no reserved room.
+    pub(crate) fn ends_by(&self, job: &Job) -> Option<Millis> {
+        if self.backfill.enabled {
+            end_if_started(&job.spec, self.now)
+        } else {
+            None
+        }
+    }
+
     /// Decides for the next pending job in queue order, records the decision in the plan and
     /// applies it to the node views.
     pub(crate) fn step(&mut self, job: &'a Job) -> Decision {
@@ -262,11 +409,17 @@ impl<'a> Pass<'a> {
     }
 
     fn decide(&mut self, job: &'a Job) -> Decision {
+        if let Some(held) = self.held_back(job) {
+            return match held {
+                HeldBack::ArrayLimit => Decision::OverLimit(held.reason()),
+                _ => Decision::Dependency(held.reason()),
+            };
+        }
         let shape = Shape::of(job);
         if !self.memoize || !self.shapes.contains_key(&shape) {
             let memo = ShapeMemo {
                 satisfiable: satisfiable_on(&self.capacity, &job.spec),
-                no_room: false,
+                no_room_from: None,
                 no_eviction_at: None,
             };
             self.shapes.insert(shape, memo);
@@ -278,11 +431,17 @@ impl<'a> Pass<'a> {
         if let Some(limit) = self.quotas.exceeded(job, self.tiers) {
             return Decision::OverLimit(limit);
         }
-        if !memo.no_room {
-            if let Some(allocs) = find_placement(&self.views, &job.spec) {
+        let ends_by = self.ends_by(job);
+        // Never ending crosses no reservation: it is the latest end of all.
+        let end = ends_by.unwrap_or(Millis::MAX);
+        if memo.no_room_from.is_none_or(|from| end < from) {
+            if let Some(allocs) = find_placement_ending(&self.views, &job.spec, ends_by) {
                 return Decision::Placed(allocs);
             }
-            self.remember(shape, |memo| memo.no_room = true);
+            let from = self.backfill.no_room_from(end);
+            self.remember(shape, |memo| {
+                memo.no_room_from = Some(memo.no_room_from.map_or(from, |f| f.min(from)));
+            });
         }
         // Evicting for this shape failed earlier in the pass at this tier value or above.
         let known_to_fail = self.shapes[&shape]
@@ -304,11 +463,88 @@ impl<'a> Pass<'a> {
                 memo.no_eviction_at = Some(memo.no_eviction_at.map_or(value, |v| v.max(value)));
             });
         }
-        Decision::Waiting(if self.someone_waiting {
+        let reason = if self.someone_waiting {
             "Priority"
         } else {
             "Resources"
-        })
+        };
+        match self.reserve_start(job) {
+            Some(reservation) => Decision::Reserved(reason, reservation),
+            None => Decision::Waiting(reason),
+        }
+    }
+
+    /// Why `job` is not considered for room at all, if it is not: its dependency, `singleton`,
+    /// or its array's `%N` limit (see the module doc).
+    pub(crate) fn held_back(&mut self, job: &'a Job) -> Option<HeldBack> {
+        if let Some(dependency) = &job.spec.dependency {
+            match self.dependency_status(job, dependency) {
+                DepStatus::Satisfied => {}
+                DepStatus::Waiting => return Some(HeldBack::Dependency),
+                DepStatus::Never => return Some(HeldBack::NeverSatisfied),
+            }
+            if dependency.singleton && self.singleton_taken(job) {
+                return Some(HeldBack::Singleton);
+            }
+        }
+        let over = limited_array(job).is_some_and(|array| {
+            let max = job.spec.array.as_ref().map_or(0, |a| a.max_running);
+            self.array_tasks.get(&array).copied().unwrap_or(0) >= max
+        });
+        over.then_some(HeldBack::ArrayLimit)
+    }
+
+    /// The status of `job`'s dependency, evaluated once per pass per spec.
+    fn dependency_status(&mut self, job: &Job, dependency: &Dependency) -> DepStatus {
+        if dependency.clauses.is_empty() {
+            return DepStatus::Satisfied;
+        }
+        let key = std::sync::Arc::as_ptr(&job.spec) as usize;
+        if let Some(status) = self.dependencies.get(&key) {
+            return *status;
+        }
+        let (jobs, ended) = (self.jobs, self.ended);
+        let status = dependency.status(|id| target_state(jobs, ended, id));
+        self.dependencies.insert(key, status);
+        status
+    }
+
+    /// Another job of `job`'s name and user holds resources, or was placed (or let preempt)
+    /// earlier in this pass.
+    fn singleton_taken(&mut self, job: &'a Job) -> bool {
+        let (jobs, claimed) = (self.jobs, &self.claimed);
+        let taken = self.singletons.get_or_insert_with(|| {
+            jobs.values()
+                .filter(|j| j.state.holds_resources())
+                .chain(claimed.iter().copied())
+                .map(singleton_key)
+                .collect()
+        });
+        taken.contains(&singleton_key(job))
+    }
+
+    /// Backfill's reservation for a job that waits for room, if it is one of its tier's first
+    /// `reservations` waiting jobs, its tier may not preempt, and it could start some time.
+    fn reserve_start(&mut self, job: &'a Job) -> Option<Reservation> {
+        if !self.backfill.enabled || self.may_preempt(job) {
+            return None;
+        }
+        let tried = self
+            .backfill
+            .tried
+            .entry(job.spec.tier.as_str())
+            .or_default();
+        if *tried >= self.backfill.per_tier {
+            return None;
+        }
+        *tried += 1;
+        earliest_start(
+            &self.views,
+            &self.backfill.promised,
+            self.jobs,
+            &job.spec,
+            self.now,
+        )
     }
 
     fn remember(&mut self, shape: Shape<'a>, learn: impl FnOnce(&mut ShapeMemo)) {
@@ -366,7 +602,7 @@ impl<'a> Pass<'a> {
         if let Decision::Placed(_) | Decision::Preempting(_) | Decision::AwaitingEviction { .. } =
             decision
         {
-            self.quotas.charge(job, self.tiers, job.spec.gpus);
+            self.claim(job);
         }
         match decision {
             Decision::Placed(allocs) => {
@@ -398,6 +634,7 @@ impl<'a> Pass<'a> {
                 for target in &preemption.targets {
                     self.reserve(job.id, target);
                 }
+                self.promise(job.id, &preemption.targets);
                 let ids: Vec<JobId> = preemption.victims.iter().map(|(id, _)| *id).collect();
                 let nodes = preemption.nodes.iter().map(String::as_str);
                 self.wait(job, preempting_reason(&ids, nodes));
@@ -410,14 +647,24 @@ impl<'a> Pass<'a> {
                 for target in targets {
                     self.reserve(job.id, target);
                 }
+                self.promise(job.id, targets);
                 self.wait(
                     job,
                     preempting_reason(victims, nodes.iter().map(String::as_str)),
                 );
             }
             Decision::Waiting(reason) => self.wait(job, reason.to_string()),
+            Decision::Reserved(reason, reservation) => {
+                self.keep_for(job.id, reservation);
+                self.wait(job, reason.to_string());
+            }
+            Decision::Dependency(reason) => {
+                // Not `someone_waiting`: it waits for other jobs to end, not for room.
+                self.plan.pending_reasons.insert(job.id, reason.to_string());
+            }
             Decision::OverLimit(limit) => {
-                // Not `someone_waiting`: it waits for its own account's jobs, not for room.
+                // Not `someone_waiting`: it waits for its own account's (array's) jobs, not
+                // for room.
                 self.plan.pending_reasons.insert(job.id, limit.to_string());
             }
             Decision::Unsatisfiable(why) => {
@@ -427,6 +674,62 @@ impl<'a> Pass<'a> {
                     .insert(job.id, format!("Unsatisfiable: {why}"));
             }
         }
+    }
+
+    /// `job` will hold its resources: count them against its quotas, its array's limit and
+    /// its name's `singleton`.
+    fn claim(&mut self, job: &'a Job) {
+        self.quotas.charge(job, self.tiers, job.spec.gpus);
+        if let Some(array) = limited_array(job) {
+            *self.array_tasks.entry(array).or_default() += 1;
+        }
+        match &mut self.singletons {
+            Some(taken) => {
+                taken.insert(singleton_key(job));
+            }
+            None => self.claimed.push(job),
+        }
+    }
+
+    /// These allocations are promised to `job` for good: later reservations keep off them.
+    fn promise(&mut self, job: JobId, allocs: &[NodeAlloc]) {
+        if self.backfill.enabled {
+            let promised = allocs.iter().map(|alloc| (job, alloc.clone()));
+            self.backfill.promised.extend(promised);
+        }
+    }
+
+    /// Keeps the room of `reservation` that is free now for `job` (the rest is held by jobs
+    /// that end by its start): only jobs that end by then may use it.
+    fn keep_for(&mut self, job: JobId, reservation: &Reservation) {
+        for alloc in &reservation.allocs {
+            let Some(view) = self.views.get_mut(alloc.node.as_str()) else {
+                continue;
+            };
+            let hold = Hold {
+                job,
+                claim: Claim::Backfill(reservation.at),
+                gpus: view.topology().mask_of(&alloc.gpus) & view.free_gpus(),
+                cpus: alloc.cpus.min(view.free_cpus()),
+                mem_mib: alloc.mem_mib.min(view.free_mem_mib()),
+                evictable: None,
+            };
+            view.add_hold(hold);
+        }
+        self.promise(job, &reservation.allocs);
+        let at = self
+            .backfill
+            .starts
+            .partition_point(|s| *s <= reservation.at);
+        self.backfill.starts.insert(at, reservation.at);
+        self.plan.expected_starts.insert(
+            job,
+            ExpectedStart {
+                at: reservation.at,
+                nodes: reservation.allocs.iter().map(|a| a.node.clone()).collect(),
+            },
+        );
+        self.backfill.reservations.push((job, reservation.clone()));
     }
 
     fn wait(&mut self, job: &Job, reason: String) {
@@ -498,6 +801,34 @@ impl<'n> NameKey<'n> {
             prefix: u128::from_be_bytes(bytes),
             name,
         }
+    }
+}
+
+/// The array whose `%N` limit applies to `job`, if it is a task of one with a limit.
+fn limited_array(job: &Job) -> Option<JobId> {
+    let task = job.array.as_ref()?;
+    let limited = job.spec.array.as_ref().is_some_and(|a| a.max_running > 0);
+    limited.then_some(task.array_id)
+}
+
+/// What `singleton` compares: the user and the job name.
+fn singleton_key(job: &Job) -> (&str, &str) {
+    (job.owner.user.as_str(), job.spec.name.as_str())
+}
+
+/// How a dependency sees job `id`: from its record while it is not finished, from how it
+/// ended once it is; a job known to neither is gone.
+fn target_state(
+    jobs: &BTreeMap<JobId, Job>,
+    ended: &BTreeMap<JobId, JobState>,
+    id: JobId,
+) -> TargetState {
+    if let Some(job) = jobs.get(&id) {
+        TargetState::of(job.state, job.has_run())
+    } else if let Some(state) = ended.get(&id) {
+        TargetState::Ended(*state)
+    } else {
+        TargetState::Gone
     }
 }
 

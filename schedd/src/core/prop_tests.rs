@@ -14,7 +14,7 @@ use super::pass::{Decision, Pass};
 use super::testkit::{Cluster, JobBuilder, NodeBuilder, A10, A100, H100, HOUR, MINUTE, T0};
 use super::topo::Topologies;
 
-const NOW: Millis = T0 + 3 * HOUR;
+pub(super) const NOW: Millis = T0 + 3 * HOUR;
 const TIERS: [(&str, i64); 4] = [
     ("critical", 1_000_000),
     ("high", 10_000),
@@ -142,7 +142,7 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
 
 /// A cluster whose running jobs were packed by the core's own placement (so their allocations
 /// never overlap and stay within capacity), with `low` sometimes protected by a min_runtime.
-fn cluster_gen() -> impl Strategy<Value = Cluster> {
+pub(super) fn cluster_gen() -> impl Strategy<Value = Cluster> {
     (
         prop::collection::vec(node_gen(), 1..7),
         prop::collection::vec(job_gen(), 1..28),
@@ -247,7 +247,7 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
 }
 
 /// Invariants of the plan as the server sees it.
-fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
+pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
     let plan = cluster.schedule(NOW);
     prop_assert_eq!(&plan, &cluster.schedule(NOW), "same input, same plan");
     let (snap, policy) = (cluster.snapshot(), cluster.policy());
@@ -460,6 +460,8 @@ fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
             }
             Decision::AwaitingEviction { .. }
             | Decision::Waiting(_)
+            | Decision::Reserved(..)
+            | Decision::Dependency(_)
             | Decision::OverLimit(_)
             | Decision::Unsatisfiable(_) => {}
         }

@@ -4,14 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use ysched_common::array::{ArraySpec, ArrayTask};
 use ysched_common::config::default_tiers;
+use ysched_common::dependency::{DepClause, DepKind, Dependency};
 use ysched_common::time::Millis;
 use ysched_common::{
     Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation, StopReason,
     StopRequest, TierConfig,
 };
 
-use super::{explain, schedule, FairShare, Plan, Policy, Snapshot};
+use super::{explain, schedule, Backfill, FairShare, Plan, Policy, Snapshot};
 
 pub(crate) const A100: &str = "NVIDIA A100-SXM4-80GB";
 pub(crate) const H100: &str = "NVIDIA H100 80GB HBM3";
@@ -303,6 +305,77 @@ impl JobBuilder {
         self
     }
 
+    /// `--time`: the job's time limit, in seconds.
+    pub(crate) fn time_limit(mut self, secs: u64) -> Self {
+        self.spec().time_limit_secs = Some(secs);
+        self
+    }
+
+    /// `--job-name` (default `job<id>`).
+    pub(crate) fn name(mut self, name: &str) -> Self {
+        self.spec().name = name.to_string();
+        self
+    }
+
+    /// Task `task` of the array `array_id`, with `%max_running` (0: no limit). Each task
+    /// built this way has its own spec; [`Cluster::array`] builds tasks sharing one.
+    pub(crate) fn array(mut self, array_id: u64, task: u32, max_running: u32) -> Self {
+        self.spec().array = Some(ArraySpec {
+            indices: format!("0-{task}"),
+            max_running,
+            count: task + 1,
+            min: 0,
+            max: task,
+        });
+        self.job.array = Some(ArrayTask {
+            array_id: JobId(array_id),
+            task,
+        });
+        self
+    }
+
+    /// Adds the clause `kind:jobs` to the job's dependency (all clauses must hold).
+    pub(crate) fn depends(mut self, kind: DepKind, jobs: &[u64]) -> Self {
+        let dependency = self
+            .spec()
+            .dependency
+            .get_or_insert_with(Dependency::default);
+        dependency.clauses.push(DepClause {
+            kind,
+            jobs: jobs.iter().map(|id| JobId(*id)).collect(),
+        });
+        dependency.text = describe_dependency(dependency);
+        self
+    }
+
+    /// Clauses joined by `?`: any one must hold.
+    pub(crate) fn depends_on_any(mut self) -> Self {
+        let dependency = self
+            .spec()
+            .dependency
+            .get_or_insert_with(Dependency::default);
+        dependency.any = true;
+        dependency.text = describe_dependency(dependency);
+        self
+    }
+
+    /// `--dependency singleton`
+    pub(crate) fn singleton(mut self) -> Self {
+        let dependency = self
+            .spec()
+            .dependency
+            .get_or_insert_with(Dependency::default);
+        dependency.singleton = true;
+        dependency.text = describe_dependency(dependency);
+        self
+    }
+
+    /// Ran before and was requeued: pending again, with a restart.
+    pub(crate) fn requeued(mut self) -> Self {
+        self.job.restart_count += 1;
+        self
+    }
+
     /// RUNNING with these GPUs on `node` (call again for each node of a gang); started at `T0`
     /// unless `started` says otherwise.
     pub(crate) fn running_on(mut self, node: &str, gpus: &[u32]) -> Self {
@@ -352,6 +425,22 @@ impl JobBuilder {
     }
 }
 
+/// `afterok:1:2,singleton`, as a user would write the dependency.
+fn describe_dependency(dependency: &Dependency) -> String {
+    let mut clauses: Vec<String> = dependency
+        .clauses
+        .iter()
+        .map(|clause| {
+            let ids: Vec<String> = clause.jobs.iter().map(JobId::to_string).collect();
+            format!("{}:{}", clause.kind.as_str(), ids.join(":"))
+        })
+        .collect();
+    if dependency.singleton {
+        clauses.push("singleton".into());
+    }
+    clauses.join(if dependency.any { "?" } else { "," })
+}
+
 /// Nodes, jobs and tiers, as the store would hand them to the core.
 #[derive(Debug, Clone)]
 pub(crate) struct Cluster {
@@ -359,6 +448,9 @@ pub(crate) struct Cluster {
     pub(crate) jobs: BTreeMap<JobId, Job>,
     pub(crate) tiers: BTreeMap<String, TierConfig>,
     pub(crate) fair_share: FairShare,
+    /// How finished dependency targets ended.
+    pub(crate) ended: BTreeMap<JobId, JobState>,
+    pub(crate) backfill: Backfill,
 }
 
 impl Cluster {
@@ -369,7 +461,49 @@ impl Cluster {
             jobs: BTreeMap::new(),
             tiers: default_tiers(),
             fair_share: FairShare::default(),
+            ended: BTreeMap::new(),
+            backfill: Backfill::OFF,
         }
+    }
+
+    /// Backfill on, with this many reservations per tier.
+    pub(crate) fn backfill(mut self, reservations: u32) -> Self {
+        self.backfill = Backfill {
+            enabled: true,
+            reservations,
+        };
+        self
+    }
+
+    /// Job `id` has finished in `state` (and left the jobs).
+    pub(crate) fn ended(mut self, id: u64, state: JobState) -> Self {
+        self.ended.insert(JobId(id), state);
+        self
+    }
+
+    /// An array of `n` tasks sharing one spec (the first task's, as `template` builds it):
+    /// job ids `first`, `first + 1`, ..., tasks 0, 1, ... with `%max_running`.
+    pub(crate) fn array(mut self, template: JobBuilder, n: u32, max_running: u32) -> Self {
+        let first = template.job.id.0;
+        let template = template.array(first, 0, max_running);
+        let mut job = template.build();
+        Arc::make_mut(&mut job.spec)
+            .array
+            .as_mut()
+            .expect("an array task")
+            .max = n.saturating_sub(1);
+        for task in 0..n {
+            let id = JobId(first + u64::from(task));
+            let mut task_job = job.clone();
+            task_job.id = id;
+            task_job.checkpoint_dir = format!("/ckpt/{id}");
+            task_job.array = Some(ArrayTask {
+                array_id: JobId(first),
+                task,
+            });
+            self.jobs.insert(id, task_job);
+        }
+        self
     }
 
     /// Fair-share factors by account (unlisted accounts: 1).
@@ -396,14 +530,18 @@ impl Cluster {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot<'_> {
-        Snapshot::new(&self.jobs, &self.nodes)
+        Snapshot {
+            jobs: &self.jobs,
+            nodes: &self.nodes,
+            ended: &self.ended,
+        }
     }
 
     pub(crate) fn policy(&self) -> Policy<'_> {
         Policy {
             tiers: &self.tiers,
             fair_share: &self.fair_share,
-            backfill: crate::core::Backfill::OFF,
+            backfill: self.backfill,
         }
     }
 
@@ -448,6 +586,7 @@ impl Cluster {
 /// place 3 on n1[0,1]+n2[0,1]
 /// evict 17 for 5 on n1 grace 30
 /// wait 4 Priority
+/// expect 4 at T0+90m on n2
 /// ```
 pub(crate) fn render(plan: &Plan) -> String {
     let mut lines = Vec::new();
@@ -467,6 +606,13 @@ pub(crate) fn render(plan: &Plan) -> String {
     }
     for (id, reason) in &plan.pending_reasons {
         lines.push(format!("wait {id} {reason}"));
+    }
+    for (id, start) in &plan.expected_starts {
+        let minutes = (start.at - T0) / MINUTE;
+        lines.push(format!(
+            "expect {id} at T0+{minutes}m on {}",
+            start.nodes.join("+")
+        ));
     }
     lines.join("\n")
 }
