@@ -1,0 +1,474 @@
+//! The comparison as text (a table per question), as JSON, and as one self-contained HTML
+//! file with SVG charts drawn with `plotters` the way `yctl report --html` draws its own: no
+//! script, no font file, no link.
+
+use crate::metrics::{Results, SERIES_POINTS};
+use crate::Report;
+use anyhow::{anyhow, Result};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// `45s`, `12.5m`, `3.4h`, `2.1d`; `-` for nothing.
+pub fn duration(secs: Option<f64>) -> String {
+    match secs {
+        None => "-".into(),
+        Some(s) if s < 120.0 => format!("{s:.0}s"),
+        Some(s) if s < 7200.0 => format!("{:.1}m", s / 60.0),
+        Some(s) if s < 172_800.0 => format!("{:.1}h", s / 3600.0),
+        Some(s) => format!("{:.1}d", s / 86400.0),
+    }
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+/// Columns padded to their widest cell: the first left-aligned, the others right-aligned.
+fn render(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c == 0 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str("  ");
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Every tier any policy reports, in the first policy's order, then the others'.
+fn tier_names(r: &Report) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut names = Vec::new();
+    for p in &r.policies {
+        for t in &p.tiers {
+            if seen.insert(t.tier.clone()) {
+                names.push(t.tier.clone());
+            }
+        }
+    }
+    names
+}
+
+fn team_names(r: &Report) -> Vec<String> {
+    let set: BTreeSet<String> = r
+        .policies
+        .iter()
+        .flat_map(|p| p.teams.iter().map(|t| t.account.clone()))
+        .collect();
+    set.into_iter().collect()
+}
+
+fn summary_rows(r: &Report) -> Vec<Vec<String>> {
+    let mut rows = vec![[
+        "policy",
+        "GPU util",
+        "preemptions",
+        "ckpt saved",
+        "GPU-h lost",
+        "restarts/wk",
+        "completed",
+        "other end",
+        "never ran",
+        "refused",
+        "makespan",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for p in &r.policies {
+        rows.push(vec![
+            p.policy.clone(),
+            percent(Some(p.utilization)),
+            p.preemptions.to_string(),
+            percent(p.checkpoint_success),
+            format!("{:.1}", p.lost_gpu_hours),
+            format!("{:.1}", p.restarts_per_week),
+            p.completed.to_string(),
+            p.other_ends.values().sum::<u64>().to_string(),
+            p.never_started.to_string(),
+            p.refused.to_string(),
+            duration(Some(p.makespan_hours * 3600.0)),
+        ]);
+    }
+    rows
+}
+
+fn latency_rows(r: &Report) -> Vec<Vec<String>> {
+    let mut head = vec!["tier".to_string(), "jobs".to_string()];
+    head.extend(r.policies.iter().map(|p| p.policy.clone()));
+    let mut rows = vec![head];
+    for tier in tier_names(r) {
+        let jobs = r
+            .policies
+            .iter()
+            .find_map(|p| p.tiers.iter().find(|t| t.tier == tier))
+            .map_or(0, |t| t.jobs);
+        let mut row = vec![tier.clone(), jobs.to_string()];
+        for p in &r.policies {
+            row.push(match p.tiers.iter().find(|t| t.tier == tier) {
+                Some(t) if t.started > 0 => format!(
+                    "{} / {} / {}",
+                    duration(t.latency_mean_s),
+                    duration(t.latency_p50_s),
+                    duration(t.latency_p95_s)
+                ),
+                _ => "-".into(),
+            });
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+fn preemption_rows(r: &Report) -> Vec<Vec<String>> {
+    let mut head = vec!["victim tier".to_string()];
+    head.extend(r.policies.iter().map(|p| p.policy.clone()));
+    let mut rows = vec![head];
+    for tier in tier_names(r) {
+        let mut row = vec![tier.clone()];
+        for p in &r.policies {
+            row.push(match p.tiers.iter().find(|t| t.tier == tier) {
+                Some(t) if t.preempted > 0 => format!(
+                    "{} ({} saved, {:.1} GPU-h)",
+                    t.preempted,
+                    percent(t.checkpoint_success),
+                    t.lost_gpu_hours
+                ),
+                _ => "0".into(),
+            });
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+fn team_rows(r: &Report) -> Vec<Vec<String>> {
+    let mut head = vec!["team".to_string()];
+    head.extend(r.policies.iter().map(|p| p.policy.clone()));
+    let mut rows = vec![head];
+    for team in team_names(r) {
+        let mut row = vec![team.clone()];
+        for p in &r.policies {
+            let share = p.teams.iter().find(|t| t.account == team).map(|t| t.share);
+            row.push(percent(share));
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// The report as text: the workload, then one table per question.
+pub fn table(r: &Report) -> String {
+    let w = &r.workload;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "ysim: {}: {} nodes, {} GPUs, {} jobs, window {} (seed {})",
+        w.name,
+        w.nodes,
+        w.gpus,
+        w.jobs,
+        duration(Some(w.window_hours * 3600.0)),
+        r.seed
+    );
+    for note in &w.notes {
+        let _ = writeln!(s, "  - {note}");
+    }
+    s.push('\n');
+    s.push_str(&render(&summary_rows(r)));
+    s.push_str("\nstart latency (first start - submit) by tier: mean / p50 / p95\n");
+    s.push_str(&render(&latency_rows(r)));
+    s.push_str("\npreempted runs by tier (checkpoint saved within the grace, work lost)\n");
+    s.push_str(&render(&preemption_rows(r)));
+    s.push_str("\nteam share of the GPU-hours used in the window\n");
+    s.push_str(&render(&team_rows(r)));
+    let refusals = refusals(r);
+    if !refusals.is_empty() {
+        s.push_str("\nrefused at submit\n");
+        for line in refusals {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    s
+}
+
+/// `policy: N x reason`, for each policy and reason a job was refused for.
+fn refusals(r: &Report) -> Vec<String> {
+    r.policies
+        .iter()
+        .flat_map(|p| {
+            p.refused_reasons
+                .iter()
+                .map(move |(why, n)| format!("{}: {n} x {why}", p.policy))
+        })
+        .collect()
+}
+
+/// The report as pretty JSON, with a final newline.
+pub fn json(r: &Report) -> String {
+    let mut s = serde_json::to_string_pretty(r).expect("a report serializes");
+    s.push('\n');
+    s
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn html_table(rows: &[Vec<String>]) -> String {
+    let mut h = String::from("<table>\n");
+    for (i, row) in rows.iter().enumerate() {
+        h.push_str("<tr>");
+        for (c, cell) in row.iter().enumerate() {
+            let (open, close) = match (i, c) {
+                (0, _) => ("<th>", "</th>"),
+                (_, 0) => ("<td>", "</td>"),
+                _ => ("<td class=\"n\">", "</td>"),
+            };
+            let _ = write!(h, "{open}{}{close}", html_escape(cell));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n");
+    h
+}
+
+mod charts {
+    //! SVG charts, in the style of `yctl report --html` (`ysub/src/report.rs`): plotters'
+    //! SVG backend, the browser's sans-serif, the Okabe–Ito colours.
+
+    use super::{Report, Results, SERIES_POINTS};
+    use plotters::prelude::*;
+
+    const W: u32 = 900;
+    const H: u32 = 340;
+    /// Colour-blind-safe (Okabe–Ito), then some more.
+    const COLOURS: [RGBColor; 8] = [
+        RGBColor(0, 114, 178),
+        RGBColor(230, 159, 0),
+        RGBColor(0, 158, 115),
+        RGBColor(204, 121, 167),
+        RGBColor(86, 180, 233),
+        RGBColor(213, 94, 0),
+        RGBColor(0, 0, 0),
+        RGBColor(136, 34, 85),
+    ];
+
+    type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+    fn finish(svg: String) -> String {
+        // Inline in HTML5 an SVG needs no namespace: leave no URL in the file.
+        svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1)
+    }
+
+    /// GPU utilization over the window, one line per policy.
+    pub fn utilization(r: &Report) -> DrawResult<String> {
+        let days = r.workload.window_hours / 24.0;
+        let (unit, span) = if days >= 2.0 {
+            ("days", days)
+        } else {
+            ("hours", r.workload.window_hours)
+        };
+        let step = span / SERIES_POINTS as f64;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+            root.fill(&WHITE)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption("GPU utilization over time (%)", ("sans-serif", 18))
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d(0f64..span.max(1e-9), 0f64..110f64)?;
+            chart
+                .configure_mesh()
+                .light_line_style(WHITE)
+                .label_style(("sans-serif", 13))
+                .x_desc(unit)
+                .y_desc("% of capacity")
+                .draw()?;
+            for (i, p) in r.policies.iter().enumerate() {
+                let colour = COLOURS[i % COLOURS.len()];
+                let points = p
+                    .utilization_series
+                    .iter()
+                    .enumerate()
+                    .map(|(k, u)| ((k as f64 + 0.5) * step, 100.0 * u));
+                chart
+                    .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                    .label(p.policy.clone())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .label_font(("sans-serif", 13))
+                .draw()?;
+            root.present()?;
+        }
+        Ok(finish(svg))
+    }
+
+    /// The start-latency distribution of one tier, one line per policy: the share of the
+    /// tier's jobs started within each latency (log scale, from one second).
+    pub fn latency(r: &Report, tier: &str) -> DrawResult<String> {
+        let curves: Vec<(&Results, Vec<f64>)> = r
+            .policies
+            .iter()
+            .filter_map(|p| {
+                let t = p.tiers.iter().find(|t| t.tier == tier)?;
+                (!t.latency_percentiles_s.is_empty()).then(|| (p, t.latency_percentiles_s.clone()))
+            })
+            .collect();
+        let max_s = curves
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .fold(1.0f64, f64::max);
+        let (unit, per) = if max_s < 120.0 {
+            ("seconds", 1.0)
+        } else if max_s < 7200.0 {
+            ("minutes", 60.0)
+        } else {
+            ("hours", 3600.0)
+        };
+        let lo = 1.0 / per;
+        let hi = (max_s / per * 1.5).max(lo * 10.0);
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+            root.fill(&WHITE)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(
+                    format!("Start latency, tier {tier}: share of jobs started within ({unit}, log scale)"),
+                    ("sans-serif", 16),
+                )
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d((lo..hi).log_scale(), 0f64..100f64)?;
+            chart
+                .configure_mesh()
+                .light_line_style(WHITE)
+                .label_style(("sans-serif", 13))
+                .x_desc(format!("latency ({unit})"))
+                .y_desc("% of jobs")
+                .draw()?;
+            for (i, p) in r.policies.iter().enumerate() {
+                let Some((_, pct)) = curves.iter().find(|(c, _)| c.policy == p.policy) else {
+                    continue;
+                };
+                let colour = COLOURS[i % COLOURS.len()];
+                let points: Vec<(f64, f64)> = pct
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| ((s / per).max(lo), k as f64 * 5.0))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                    .label(p.policy.clone())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .label_font(("sans-serif", 13))
+                .draw()?;
+            root.present()?;
+        }
+        Ok(finish(svg))
+    }
+}
+
+/// The report as one HTML file: the tables of [`table`] and the charts (utilization over
+/// time, the latency distribution of each tier).
+pub fn html(r: &Report) -> Result<String> {
+    let chart = |name: &str, svg: Result<String, Box<dyn std::error::Error>>| {
+        svg.map_err(|e| anyhow!("cannot draw the {name} chart: {e}"))
+    };
+    let e = html_escape;
+    let w = &r.workload;
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>ysim: {}</title>\n<style>\n\
+         body {{ font-family: sans-serif; margin: 2em; color: #222; }}\n\
+         table {{ border-collapse: collapse; margin: 1em 0; }}\n\
+         th, td {{ border: 1px solid #ccc; padding: 4px 8px; }}\n\
+         td.n {{ text-align: right; }}\n th {{ background: #f0f0f0; }}\n\
+         figure {{ margin: 1.5em 0; }}\n</style>\n</head>\n<body>\n\
+         <h1>ysim: {}</h1>\n<p>{} nodes, {} GPUs, {} jobs, window {}, seed {}.</p>\n<ul>\n",
+        e(&w.name),
+        e(&w.name),
+        w.nodes,
+        w.gpus,
+        w.jobs,
+        e(&duration(Some(w.window_hours * 3600.0))),
+        r.seed
+    );
+    for note in &w.notes {
+        let _ = writeln!(h, "<li>{}</li>", e(note));
+    }
+    h.push_str("</ul>\n<h2>Policies</h2>\n");
+    h.push_str(&html_table(&summary_rows(r)));
+    h.push_str("<h2>Start latency by tier (mean / p50 / p95)</h2>\n");
+    h.push_str(&html_table(&latency_rows(r)));
+    h.push_str("<h2>Preempted runs by tier</h2>\n");
+    h.push_str(&html_table(&preemption_rows(r)));
+    h.push_str("<h2>Team share of the GPU-hours used</h2>\n");
+    h.push_str(&html_table(&team_rows(r)));
+    let refusals = refusals(r);
+    if !refusals.is_empty() {
+        h.push_str("<h2>Refused at submit</h2>\n<ul>\n");
+        for line in refusals {
+            let _ = writeln!(h, "<li>{}</li>", e(&line));
+        }
+        h.push_str("</ul>\n");
+    }
+    let util = chart("utilization", charts::utilization(r))?;
+    let _ = write!(h, "<figure>\n{util}\n</figure>\n");
+    for tier in tier_names(r) {
+        let svg = chart("latency", charts::latency(r, &tier))?;
+        let _ = write!(h, "<figure>\n{svg}\n</figure>\n");
+    }
+    h.push_str("</body>\n</html>\n");
+    Ok(h)
+}
