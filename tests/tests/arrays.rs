@@ -149,7 +149,10 @@ fn an_array_runs_at_most_n_tasks_at_once_with_its_environment_and_cancels_by_tas
         if !completed {
             continue;
         }
-        let env = env_map(&read_when_exists(&c.path(&format!("env-{task}.txt")), SECS(5)));
+        let env = env_map(&read_when_exists(
+            &c.path(&format!("env-{task}.txt")),
+            SECS(5),
+        ));
         assert_eq!(env["YS_ARRAY_JOB_ID"], id.to_string());
         assert_eq!(env["YS_ARRAY_TASK_ID"], task.to_string());
         assert_eq!(env["YS_ARRAY_TASK_COUNT"], "50");

@@ -650,7 +650,9 @@ fn array(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     });
     println!(
         "  (array submits: {:?} ms; schedd RSS with {} held tasks: {:.1} MiB)",
-        took.iter().map(|t| (t * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        took.iter()
+            .map(|t| (t * 10.0).round() / 10.0)
+            .collect::<Vec<_>>(),
         5 * n,
         rss_mib(c.schedd_pid().unwrap())
     );
