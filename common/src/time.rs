@@ -23,6 +23,13 @@ pub fn rfc3339(ms: Millis) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-30T05:50:38.120Z` (clamped as
+/// [`rfc3339`]).
+pub fn rfc3339_millis(ms: Millis) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, LAST_RFC3339_MS) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 /// `D-HH:MM:SS` / `HH:MM:SS` / `MM:SS`, as squeue prints elapsed time.
 pub fn format_elapsed(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
@@ -47,6 +54,7 @@ mod tests {
     #[test]
     fn formats() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_millis(1_500), "1970-01-01T00:00:01.500Z");
         assert_eq!(format_elapsed(65), "1:05");
         assert_eq!(format_elapsed(3600 * 25 + 61), "1-01:01:01");
     }

@@ -287,6 +287,14 @@ impl Ysched for Relay {
             .await
     }
 
+    async fn export_trace(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::TraceReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.export_trace(r).await })
+            .await
+    }
+
     async fn import_usage(
         &self,
         request: Request<pb::ImportUsageRequest>,

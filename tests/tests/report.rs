@@ -7,6 +7,8 @@
 //! Usage survives `kill -9` of schedd, a job ending across the restart is charged once, and
 //! nothing is charged twice after it. Imports are for administrators and idempotent, and with
 //! `reports_public = false` a user sees only the accounts they may charge.
+//! `--export-trace` writes the jobs as a CSV trace that ysim's own reader parses and replays:
+//! one row per finished job, a job between runs at the window's end left out.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -433,4 +435,192 @@ fn a_scripted_week_in_minutes_is_reported_exactly_and_survives_kill_9() {
 /// Seconds since the epoch of an RFC 3339 time as `yq --json` prints it (`...Z`).
 fn humantime_secs(text: &str) -> i64 {
     ysub::report::parse_date(text).unwrap() / 1000
+}
+
+/// Runs the trace export (`yctl report --since 1d --export-trace FILE`) and returns its rows
+/// as ysim reads them, and the raw records (with the columns ysim ignores), by `job_id`.
+fn export_trace(
+    c: &TestCluster,
+    file: &str,
+) -> (
+    ysim::Workload,
+    BTreeMap<String, BTreeMap<String, String>>,
+    String,
+) {
+    let out = c.run("yctl", &["report", "--since", "1d", "--export-trace", file]);
+    assert!(
+        out.status.success(),
+        "yctl report --export-trace: {}",
+        stderr(&out)
+    );
+    let path = c.work.join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let nodes = ysim::workload::csv::uniform_cluster(1, 8, A100);
+    let workload = ysim::workload::csv::read_jobs(&path, nodes)
+        .unwrap_or_else(|e| panic!("ysim cannot read the trace: {e:#}\n{text}"));
+    let records = ysim::workload::csv::records(&text)
+        .unwrap()
+        .into_iter()
+        .map(|(_, r)| (r["job_id"].clone(), r))
+        .collect();
+    (workload, records, stdout(&out))
+}
+
+#[test]
+fn an_exported_trace_is_read_and_replayed_by_ysim() {
+    let c = TestCluster::start_with_config(vec![FakeNode::uniform("n1", 4, A100)], ACCOUNTS);
+    // Two short jobs and a two-task array, side by side.
+    let a = c.submit(&["-A", "vision", "-p", "low", "-G", "2", "--wrap", "sleep 2"]);
+    let b = c.submit(&["-A", "nlp", "-p", "medium", "-G", "1", "--wrap", "sleep 1"]);
+    let arr = c.submit(&[
+        "-A", "nlp", "-p", "medium", "--array", "0-1", "--wrap", "sleep 1",
+    ]);
+    for id in [a, b] {
+        c.wait_state(id, "COMPLETED", SECS(30));
+    }
+    wait_until(SECS(30), "the array's tasks to complete", || {
+        let done = c
+            .jobs()
+            .into_iter()
+            .filter(|j| j["array_job_id"] == arr && j["state"] == "COMPLETED")
+            .count();
+        done == 2
+    });
+    // One that ignores SIGTERM is preempted by a critical job: killed after its grace with
+    // no checkpoint (its first run's work is lost), requeued, and runs its 4 s again.
+    let v = c.submit(&[
+        "-A",
+        "vision",
+        "-p",
+        "low",
+        "-G",
+        "4",
+        "--grace",
+        "1",
+        "--wrap",
+        "trap '' TERM; sleep 4",
+    ]);
+    c.wait_state(v, "RUNNING", SECS(15));
+    std::thread::sleep(Duration::from_millis(1500));
+    let crit = c.submit(&[
+        "-A", "nlp", "-p", "critical", "-G", "4", "--wrap", "sleep 1",
+    ]);
+    c.wait_state(crit, "COMPLETED", SECS(30));
+    let again = c.wait_state(v, "RUNNING", SECS(20));
+    assert_eq!(again["restart_count"], 1);
+
+    // While it runs again, it is left out: it was not over at the window's end.
+    let (during, records, said) = export_trace(&c, "during.csv");
+    assert!(
+        c.job(v)["state"] == "RUNNING",
+        "the export must run while job {v} runs its second time; too slow a machine?"
+    );
+    assert!(!records.contains_key(&v.to_string()), "{records:#?}");
+    assert_eq!(during.jobs.len(), 5, "{records:#?}");
+    assert!(
+        said.contains("1 job requeued and not over at the window's end left out"),
+        "{said}"
+    );
+
+    c.wait_state(v, "COMPLETED", SECS(30));
+    let (trace, records, said) = export_trace(&c, "out.csv");
+    assert!(said.contains("exported 6 jobs"), "{said}");
+    let text = std::fs::read_to_string(c.work.join("out.csv")).unwrap();
+    println!("{text}");
+    assert!(
+        text.starts_with(
+            "job_id,submit_time,tier,account,user,gpus,gpu_type,nodes,cpus,mem,duration,\
+             time_limit,checkpoint_interval,checkpoint_write,grace,outcome,restarts\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(trace.jobs.len(), 6, "{text}");
+    let job = |id: &str| {
+        trace
+            .jobs
+            .iter()
+            .find(|j| j.name == id)
+            .unwrap_or_else(|| panic!("no job {id} in\n{text}"))
+    };
+    // (id, tier, account, GPUs, seconds it slept)
+    let expected = [
+        (a.to_string(), "low", "vision", 2, 2),
+        (b.to_string(), "medium", "nlp", 1, 1),
+        (format!("{arr}_0"), "medium", "nlp", 0, 1),
+        (format!("{arr}_1"), "medium", "nlp", 0, 1),
+        (v.to_string(), "low", "vision", 4, 4),
+        (crit.to_string(), "critical", "nlp", 4, 1),
+    ];
+    for (id, tier, account, gpus, secs) in &expected {
+        let j = job(id);
+        assert_eq!(
+            (j.tier.as_str(), j.account.as_str(), j.user.as_str(), j.gpus),
+            (*tier, *account, "root", *gpus),
+            "{id}: {j:?}"
+        );
+        // Its sleep, and the little it takes to start and stop a process; for the preempted
+        // one, its first run's work counts as lost (at most a quarter second is left of it:
+        // the work lost is whole GPU-seconds).
+        let secs_ms = *secs as i64 * 1000;
+        assert!(
+            j.duration_ms >= secs_ms && j.duration_ms < secs_ms + 1500,
+            "{id}: duration {} ms for a sleep of {secs} s\n{text}",
+            j.duration_ms
+        );
+        assert_eq!(j.nodes, 1);
+        assert!(j.time_limit_secs.is_none() && j.gpu_types.is_empty());
+    }
+    assert_eq!(job(&v.to_string()).grace_secs, Some(1));
+    assert_eq!(job(&a.to_string()).grace_secs, None, "the tier's default");
+    let vr = &records[&v.to_string()];
+    assert_eq!(
+        (vr["outcome"].as_str(), vr["restarts"].as_str()),
+        ("COMPLETED", "1")
+    );
+    // Submit times keep their order: the preemptor came last.
+    assert_eq!(trace.jobs.last().unwrap().name, crit.to_string());
+
+    // `-` writes it to stdout, the same.
+    let out = c.run("yctl", &["report", "--since", "1d", "--export-trace", "-"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), text);
+    assert!(stderr(&out).contains("exported 6 jobs"), "{}", stderr(&out));
+
+    // ysim replays it, here under the cluster's own config, on one node of 8 GPUs: every job
+    // completes, and the one that needed 4 GPUs for 4 s ran that long.
+    let policy = ysim::policy::from_file(&c.conf, &BTreeMap::new()).unwrap();
+    let (results, outcome) = ysim::run_simulation(&trace, &policy);
+    assert_eq!(outcome.jobs.len(), 6);
+    for (i, o) in outcome.jobs.iter().enumerate() {
+        assert_eq!(
+            o.final_state.as_deref(),
+            Some("COMPLETED"),
+            "{}: {o:?}",
+            trace.jobs[i].name
+        );
+    }
+    assert_eq!((results.jobs, results.completed), (6, 6));
+    // And so does the binary, as the admin guide's pipeline runs it.
+    let ysim_bin = bin_dir().join("ysim");
+    if ysim_bin.exists() {
+        let out = std::process::Command::new(&ysim_bin)
+            .args([
+                "--trace",
+                "out.csv",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "8",
+                "-q",
+            ])
+            .current_dir(&c.work)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ysim: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains("out.csv: 1 nodes, 8 GPUs, 6 jobs"),
+            "{}",
+            stdout(&out)
+        );
+    }
 }

@@ -90,7 +90,8 @@ pub enum Command {
     },
     /// Usage per account, user or tier over a window (default: the last 7 days): GPU-hours,
     /// share of capacity, jobs, waits per tier, preemptions, checkpoints, work lost; the
-    /// cluster's capacity, daily utilization and start latency
+    /// cluster's capacity, daily utilization and start latency. With --export-trace, the
+    /// window's finished jobs as a CSV trace that `ysim --trace FILE` replays
     Report(crate::report::ReportArgs),
     /// Usage records: import runs recorded elsewhere
     Usage {

@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use ysched_common::text::escape_for_terminal;
-use ysched_common::time::{format_elapsed, rfc3339, Millis};
-use ysched_proto::{ImportUsageRequest, ReportReply, ReportRequest, RunUsage, TierWait};
+use ysched_common::time::{format_elapsed, rfc3339, rfc3339_millis, Millis};
+use ysched_proto::{
+    ImportUsageRequest, ReportReply, ReportRequest, RunUsage, TierWait, TraceReply,
+};
 
 const DAY_MS: Millis = 86_400_000;
 const HOUR_MS: f64 = 3_600_000.0;
@@ -44,6 +46,11 @@ pub struct ReportArgs {
     /// Write one self-contained HTML file with charts to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Write the jobs that ended in the window as a CSV trace `ysim --trace FILE` replays
+    /// (`-`: stdout): one row per job, from its runs and its spec; jobs still running or
+    /// back in the queue at the window's end are left out
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "csv", "html", "by"])]
+    pub export_trace: Option<PathBuf>,
 }
 
 /// `yctl usage` subcommands.
@@ -607,6 +614,98 @@ pub fn report_csv(r: &ReportReply) -> String {
     out
 }
 
+// ------------------------------------------------------------------ trace export
+
+/// The columns of `--export-trace`: the CSV trace format of `docs/simulation.md`, then
+/// `outcome` and `restarts`, which `ysim` ignores.
+pub const TRACE_COLUMNS: &str = "job_id,submit_time,tier,account,user,gpus,gpu_type,nodes,\
+    cpus,mem,duration,time_limit,checkpoint_interval,checkpoint_write,grace,outcome,restarts";
+
+/// Milliseconds as seconds: `12`, `12.5`, `0.001`.
+fn trace_secs(ms: Millis) -> String {
+    let ms = ms.max(0);
+    if ms % 1000 == 0 {
+        (ms / 1000).to_string()
+    } else {
+        let s = format!("{}.{:03}", ms / 1000, ms % 1000);
+        s.trim_end_matches('0').to_string()
+    }
+}
+
+/// `yctl report --export-trace`: a header, then one row per job (RFC 4180 quoting). Times
+/// are RFC 3339 in UTC with milliseconds, durations seconds; `mem` is MiB; empty fields take
+/// `ysim`'s default (`checkpoint_interval` and `checkpoint_write` are not recorded, and are
+/// always empty).
+pub fn trace_csv(r: &TraceReply) -> String {
+    let mut out = String::with_capacity(64 * (r.jobs.len() + 1));
+    out.push_str(TRACE_COLUMNS);
+    out.push('\n');
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    for j in &r.jobs {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},,,{},{},{}",
+            csv_field(&j.job_id),
+            rfc3339_millis(j.submit_ms),
+            csv_field(&j.tier),
+            csv_field(&j.account),
+            csv_field(&j.user),
+            j.gpus,
+            csv_field(&j.gpu_types.join("|")),
+            opt(j.nodes.map(|n| n.to_string())),
+            if j.cpus > 0 {
+                j.cpus.to_string()
+            } else {
+                String::new()
+            },
+            if j.mem_mib > 0 {
+                j.mem_mib.to_string()
+            } else {
+                String::new()
+            },
+            trace_secs(j.duration_ms),
+            opt(j.time_limit_secs.map(|t| t.to_string())),
+            opt(j.grace_secs.map(|g| g.to_string())),
+            csv_field(&j.outcome),
+            j.restarts
+        );
+    }
+    out
+}
+
+/// What `--export-trace` tells on stderr: how many jobs, the window, what was left out.
+pub fn trace_summary(r: &TraceReply, to: &str) -> String {
+    let mut s = format!(
+        "exported {} job{} that ended from {} to {} to {to}",
+        r.jobs.len(),
+        if r.jobs.len() == 1 { "" } else { "s" },
+        rfc3339(r.from_ms),
+        rfc3339(r.to_ms)
+    );
+    if r.unfinished > 0 {
+        let _ = write!(
+            s,
+            "; {} job{} requeued and not over at the window's end left out",
+            r.unfinished,
+            if r.unfinished == 1 { "" } else { "s" }
+        );
+    }
+    if !r.all_accounts {
+        s.push_str(" (only the accounts you may charge)");
+    }
+    s
+}
+
+/// Writes `text` to `path` whole or not at all (a temporary file renamed): a reader never
+/// sees half of it.
+fn write_whole(path: &Path, suffix: &str, text: &str) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(suffix);
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
 // ------------------------------------------------------------------ HTML
 
 fn html_escape(s: &str) -> String {
@@ -1071,6 +1170,27 @@ pub async fn import(client: &mut Client, file: &Path) -> Result<()> {
 /// `yctl report`.
 pub async fn report(client: &mut Client, args: &ReportArgs) -> Result<()> {
     let (from_ms, to_ms) = window(args, ysched_common::time::now_ms())?;
+    if let Some(path) = &args.export_trace {
+        let r = reply(
+            client
+                .export_trace(ReportRequest {
+                    from_ms,
+                    to_ms,
+                    by: String::new(),
+                })
+                .await,
+        )?;
+        let csv = trace_csv(&r);
+        if path.as_os_str() == "-" {
+            print_stdout(&csv)?;
+            eprintln!("{}", escape_for_terminal(&trace_summary(&r, "stdout")));
+        } else {
+            write_whole(path, ".tmp", &csv)?;
+            let summary = trace_summary(&r, &path.display().to_string());
+            print_stdout(&format!("{}\n", escape_for_terminal(&summary)))?;
+        }
+        return Ok(());
+    }
     let r = reply(
         client
             .report(ReportRequest {

@@ -370,6 +370,13 @@ impl Ysched for MockSchedd {
         Err(Status::unimplemented("report"))
     }
 
+    async fn export_trace(
+        &self,
+        _request: Request<ysched_proto::ReportRequest>,
+    ) -> Result<Response<ysched_proto::TraceReply>, Status> {
+        Err(Status::unimplemented("export_trace"))
+    }
+
     async fn import_usage(
         &self,
         _request: Request<ysched_proto::ImportUsageRequest>,

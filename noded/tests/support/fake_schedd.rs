@@ -282,6 +282,13 @@ impl Ysched for FakeClients {
         self.unimplemented("report", &request)
     }
 
+    async fn export_trace(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::TraceReply>, Status> {
+        self.unimplemented("export_trace", &request)
+    }
+
     async fn import_usage(
         &self,
         request: Request<pb::ImportUsageRequest>,

@@ -232,6 +232,21 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(super::convert::report_reply(&report)))
     }
 
+    async fn export_trace(
+        &self,
+        req: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::TraceReply>, Status> {
+        let (caller, _) = self.caller(&req)?;
+        let r = req.into_inner();
+        let t = std::time::Instant::now();
+        let export = self
+            .cluster
+            .export_trace(&caller, r.from_ms, r.to_ms)
+            .await?;
+        tracing::debug!(took = ?t.elapsed(), jobs = export.trace.rows.len(), "export_trace");
+        Ok(Response::new(super::convert::trace_reply(&export)))
+    }
+
     async fn import_usage(
         &self,
         req: Request<pb::ImportUsageRequest>,

@@ -293,3 +293,40 @@ pub(crate) fn report_reply(r: &crate::report::Report) -> pb::ReportReply {
             .collect(),
     }
 }
+
+/// A trace export (`yctl report --export-trace`) on the wire.
+pub(crate) fn trace_reply(e: &crate::shell::TraceExport) -> pb::TraceReply {
+    pb::TraceReply {
+        from_ms: e.from,
+        to_ms: e.to,
+        generated_ms: e.generated,
+        all_accounts: e.all_accounts,
+        unfinished: e.trace.unfinished,
+        jobs: e
+            .trace
+            .rows
+            .iter()
+            .map(|r| {
+                let spec = r.spec.as_ref();
+                pb::TraceJob {
+                    job_id: r.display_id.clone(),
+                    submit_ms: r.submit_ms,
+                    tier: r.tier.clone(),
+                    account: r.account.clone(),
+                    user: r.user.clone(),
+                    gpus: r.gpus,
+                    duration_ms: r.duration_ms,
+                    outcome: r.outcome.clone(),
+                    restarts: r.restarts,
+                    spec_known: spec.is_some(),
+                    gpu_types: spec.map(|s| s.gpu_types.clone()).unwrap_or_default(),
+                    nodes: spec.map(|s| s.nodes),
+                    cpus: spec.map_or(r.run_cpus, |s| s.cpus),
+                    mem_mib: spec.map_or(0, |s| s.mem_mib),
+                    time_limit_secs: spec.and_then(|s| s.time_limit_secs),
+                    grace_secs: spec.and_then(|s| s.grace_secs),
+                }
+            })
+            .collect(),
+    }
+}

@@ -22,6 +22,7 @@ mod scrape;
 #[cfg(test)]
 mod tests;
 mod usage;
+pub use usage::TraceExport;
 
 use crate::core::{self, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};

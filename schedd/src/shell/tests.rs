@@ -1,10 +1,11 @@
 //! The shell with a real store and no network: an array's submit end to end (timed), names
-//! of tasks in requests, dependencies at submit, and `kill_invalid_depend`.
+//! of tasks in requests, dependencies at submit, `kill_invalid_depend`, and the trace export
+//! (`yctl report --export-trace`) with specs from the store and private reports.
 
 use super::*;
 use crate::state::agent_events::Registration;
 use std::time::{Duration, Instant};
-use ysched_common::Owner;
+use ysched_common::{Owner, RunRecord};
 use ysched_proto as pb;
 
 fn alice() -> Caller {
@@ -232,4 +233,101 @@ async fn the_last_pass_s_expected_starts_are_kept_for_pending_jobs() {
     assert_eq!(info(waiting).expected_start_ms, expected.at);
     assert_eq!(info(waiting).expected_nodes, ["n1"]);
     assert_eq!(info(running).expected_start_ms, 0);
+}
+
+fn user(name: &str, uid: u32) -> Caller {
+    Caller::local(Owner {
+        uid,
+        gid: uid,
+        user: name.into(),
+        groups: vec![name.into()],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_s_trace_export_takes_specs_from_the_store_and_keeps_to_visible_accounts() {
+    let mut config = Config::default();
+    config.scheduler.reports_public = false;
+    let (c, _dir) = cluster(config).await;
+    // An array of alice's, held: task 0 gets a record of its own (cancelled), task 2 stays
+    // as submitted (only the array's record holds it).
+    let mut wire = spec("0-2", "", true);
+    wire.mem_mib = 512;
+    wire.time_limit_secs = 5400;
+    let valid = submit::validate(wire, &alice(), c.config()).unwrap();
+    let array = c.submit_jobs(alice(), None, valid).await.unwrap().id;
+    c.cancel_named(&alice(), &[], &[format!("{array}_0")], "")
+        .await
+        .unwrap();
+    wait_for(&c, array, |j| j.state.is_terminal()).await;
+    assert_eq!(c.job(JobId(array.0 + 2)).unwrap().state, JobState::Held);
+    // Their runs, and one of bob's in an account alice may not charge, as if recorded.
+    let now = now_ms();
+    let run = |job: u64, account: &str, user: &str, outcome: &str| RunRecord {
+        job_id: JobId(job),
+        restart_count: 0,
+        account: account.into(),
+        user: user.into(),
+        uid: 1000,
+        tier: "low".into(),
+        gpus: 0,
+        cpus: 3,
+        queued_at: now - 60_000,
+        start: now - 50_000,
+        end: now - 20_000,
+        outcome: outcome.into(),
+        preempted_by: None,
+        preemptor_account: None,
+        checkpoint_saved: false,
+        lost_gpu_secs: 0,
+    };
+    let root = user("root", 0);
+    let runs = vec![
+        run(array.0, "alice", "alice", "COMPLETED"),
+        run(array.0 + 2, "alice", "alice", "TIMEOUT"),
+        run(900_000, "vision", "bob", "FAILED"),
+        run(900_001, "vision", "bob", "REQUEUED"),
+    ];
+    assert_eq!(c.import_usage(&root, runs).await.unwrap(), 4);
+
+    // root sees every account.
+    let all = c.export_trace(&root, 0, 0).await.unwrap();
+    assert!(all.all_accounts);
+    assert_eq!(all.trace.unfinished, 1);
+    let ids: Vec<&str> = all
+        .trace
+        .rows
+        .iter()
+        .map(|r| r.display_id.as_str())
+        .collect();
+    let (t0, t2) = (format!("{array}_0"), format!("{array}_2"));
+    assert_eq!(ids, [t0.as_str(), t2.as_str(), "900000"]);
+    for r in &all.trace.rows[..2] {
+        let s = r.spec.as_ref().expect("the array's spec");
+        assert_eq!((s.mem_mib, s.time_limit_secs, s.cpus), (512, Some(5400), 1));
+    }
+    assert_eq!(all.trace.rows[0].duration_ms, 30_000);
+    assert_eq!(
+        all.trace.rows[1].duration_ms, 5_400_000,
+        "a TIMEOUT needed its limit"
+    );
+    assert_eq!(all.trace.rows[2].spec, None, "imported: no record");
+    assert_eq!(all.trace.rows[2].run_cpus, 3);
+
+    // alice sees her account only; carol, who charges none of them, is refused.
+    let mine = c.export_trace(&alice(), 0, 0).await.unwrap();
+    assert!(!mine.all_accounts);
+    assert_eq!(mine.trace.rows.len(), 2);
+    assert!(mine.trace.rows.iter().all(|r| r.account == "alice"));
+    let refused = c.export_trace(&user("carol", 1002), 0, 0).await;
+    assert!(
+        matches!(&refused, Err(ApiError::Denied(m)) if m.contains("reports_public = false")),
+        "{refused:?}"
+    );
+    // A window with nothing in it is an empty trace, not a refusal.
+    let empty = c
+        .export_trace(&user("carol", 1002), now - 7_200_000, now - 3_600_000)
+        .await
+        .unwrap();
+    assert!(empty.trace.rows.is_empty());
 }

@@ -10,6 +10,41 @@ use ysched_common::RunRecord;
 /// The longest window a report may cover (ten years: a day line each).
 const MAX_REPORT_DAYS: i64 = 3660;
 
+/// The window `[from, to)` a request names (0: seven days before `to_ms`; 0: now), checked.
+fn window(from_ms: i64, to_ms: i64, now: i64) -> ApiResult<(i64, i64)> {
+    let to = if to_ms == 0 { now } else { to_ms };
+    let from = if from_ms == 0 {
+        to.saturating_sub(7 * report::DAY_MS)
+    } else {
+        from_ms
+    };
+    if from >= to {
+        return Err(ApiError::Invalid(format!(
+            "the report's start ({}) is not before its end ({})",
+            ysched_common::time::rfc3339(from),
+            ysched_common::time::rfc3339(to)
+        )));
+    }
+    if to.saturating_sub(from) > MAX_REPORT_DAYS * report::DAY_MS {
+        return Err(ApiError::Invalid(format!(
+            "a report covers at most {MAX_REPORT_DAYS} days"
+        )));
+    }
+    Ok((from, to))
+}
+
+/// A trace export (`yctl report --export-trace`) and what it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceExport {
+    pub trace: report::Trace,
+    pub from: i64,
+    pub to: i64,
+    /// schedd's clock when it was made.
+    pub generated: i64,
+    /// false: only jobs of the accounts the caller may charge.
+    pub all_accounts: bool,
+}
+
 impl Cluster {
     /// The usage report for `[from_ms, to_ms)` (0: seven days before `to_ms`; 0: now) by
     /// `by`, as `caller` may see it (see `scheduler.reports_public`).
@@ -22,24 +57,7 @@ impl Cluster {
     ) -> ApiResult<Report> {
         let by = GroupBy::parse(by).map_err(ApiError::Invalid)?;
         let now = now_ms();
-        let to = if to_ms == 0 { now } else { to_ms };
-        let from = if from_ms == 0 {
-            to.saturating_sub(7 * report::DAY_MS)
-        } else {
-            from_ms
-        };
-        if from >= to {
-            return Err(ApiError::Invalid(format!(
-                "the report's start ({}) is not before its end ({})",
-                ysched_common::time::rfc3339(from),
-                ysched_common::time::rfc3339(to)
-            )));
-        }
-        if to.saturating_sub(from) > MAX_REPORT_DAYS * report::DAY_MS {
-            return Err(ApiError::Invalid(format!(
-                "a report covers at most {MAX_REPORT_DAYS} days"
-            )));
-        }
+        let (from, to) = window(from_ms, to_ms, now)?;
         let (running, gpus) = {
             let st = lock(&self.state);
             let running: Vec<RunRecord> = st
@@ -83,6 +101,76 @@ impl Cluster {
         })
         .await
         .map_err(|e| ApiError::Internal(format!("report failed: {e}")))?
+    }
+
+    /// The jobs whose runs ended in `[from_ms, to_ms)` (the window as [`Cluster::usage_report`]
+    /// takes it) as a trace `ysim` replays (`yctl report --export-trace`, see
+    /// [`report::TraceBuilder`]), with the window, the time and whether every account is in
+    /// it. With `scheduler.reports_public = false`, a caller who is no administrator gets only
+    /// the jobs of accounts they may charge, and is refused when there are jobs but none of
+    /// theirs.
+    pub async fn export_trace(
+        &self,
+        caller: &Caller,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> ApiResult<TraceExport> {
+        let now = now_ms();
+        let (from, to) = window(from_ms, to_ms, now)?;
+        let all_accounts = self.config.scheduler.reports_public || caller.is_admin();
+        let store = self.store.clone();
+        let config = self.config.clone();
+        let owner = caller.owner.clone();
+        let trace = tokio::task::spawn_blocking(move || {
+            let mut b = report::TraceBuilder::new();
+            let mut memo: std::collections::HashMap<String, bool> = Default::default();
+            let mut hidden = false;
+            store.scan_run_views(from, to, |run| {
+                let visible = all_accounts
+                    || match memo.get(run.account) {
+                        Some(v) => *v,
+                        None => {
+                            let v = config.may_charge(&owner, run.account);
+                            memo.insert(run.account.to_string(), v);
+                            v
+                        }
+                    };
+                if visible {
+                    b.add_view(run);
+                } else {
+                    hidden = true;
+                }
+            })?;
+            if hidden && b.is_empty() {
+                return Err(ApiError::Denied(format!(
+                    "reports are not public here (scheduler.reports_public = false) and no job \
+                     whose runs ended from {} to {} is of an account you may charge; ask an \
+                     administrator for the trace",
+                    ysched_common::time::rfc3339(from),
+                    ysched_common::time::rfc3339(to)
+                )));
+            }
+            // Every job has a record in the store (unfinished ones too; an array's task with
+            // the spec its array shares). Imported runs may name jobs it never had. Read in
+            // batches: a month's jobs whole would be a lot of memory, and the tasks of an
+            // array (consecutive ids) share one read of their spec within a batch.
+            let mut specs: std::collections::HashMap<JobId, report::TraceSpec> = Default::default();
+            for ids in b.ended_jobs().chunks(1024) {
+                for job in store.jobs_by_id(ids.iter().copied())? {
+                    specs.insert(job.id, report::TraceSpec::of(&job));
+                }
+            }
+            Ok::<_, ApiError>(b.finish(|id| specs.remove(&id)))
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("trace export failed: {e}")))??;
+        Ok(TraceExport {
+            trace,
+            from,
+            to,
+            generated: now,
+            all_accounts,
+        })
     }
 
     /// Records `runs` from elsewhere (administrators only; see [`usage::import_runs`]) as one

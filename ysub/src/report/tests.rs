@@ -337,3 +337,159 @@ fn usage_files_take_runs_with_defaults_and_refuse_unknown_fields() {
     assert!(format!("{e:#}").contains("unknown field `acount`"), "{e:#}");
     assert!(parse_usage_file("{}").is_err());
 }
+
+fn trace_reply() -> TraceReply {
+    let job = |id: &str| ysched_proto::TraceJob {
+        job_id: id.into(),
+        submit_ms: MON + 1_500,
+        tier: "low".into(),
+        account: "vision".into(),
+        user: "ana".into(),
+        gpus: 8,
+        duration_ms: 5_400_000,
+        outcome: "COMPLETED".into(),
+        restarts: 0,
+        spec_known: true,
+        gpu_types: vec!["A100".into(), "H100".into()],
+        nodes: Some(2),
+        cpus: 16,
+        mem_mib: 65_536,
+        time_limit_secs: Some(86_400),
+        grace_secs: Some(120),
+    };
+    TraceReply {
+        from_ms: MON,
+        to_ms: MON + 7 * DAY_MS,
+        generated_ms: MON + 7 * DAY_MS,
+        all_accounts: true,
+        jobs: vec![
+            job("41"),
+            ysched_proto::TraceJob {
+                // Names a CSV must quote: commas, quotes.
+                account: "r&d, \"core\"".into(),
+                user: "o,brien".into(),
+                duration_ms: 2_250,
+                outcome: "TIMEOUT".into(),
+                restarts: 2,
+                ..job("12_7")
+            },
+            ysched_proto::TraceJob {
+                // Imported runs: no spec.
+                spec_known: false,
+                gpu_types: vec![],
+                nodes: None,
+                cpus: 4,
+                mem_mib: 0,
+                time_limit_secs: None,
+                grace_secs: None,
+                duration_ms: 1,
+                ..job("900001")
+            },
+        ],
+        unfinished: 3,
+    }
+}
+
+/// Splits one RFC 4180 record (no newline inside): the reference the writer must agree with.
+fn split_rfc4180(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let (mut quoted, mut chars) = (false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            (true, '"') => quoted = false,
+            (false, '"') => quoted = true,
+            (false, ',') => fields.push(String::new()),
+            (_, c) => fields.last_mut().unwrap().push(c),
+        }
+    }
+    assert!(!quoted, "unterminated quote in {line}");
+    fields
+}
+
+#[test]
+fn the_trace_csv_has_ysims_columns_and_quotes_as_rfc_4180() {
+    let csv = trace_csv(&trace_reply());
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 4, "{csv}");
+    assert_eq!(
+        lines[0],
+        "job_id,submit_time,tier,account,user,gpus,gpu_type,nodes,cpus,mem,duration,\
+         time_limit,checkpoint_interval,checkpoint_write,grace,outcome,restarts"
+    );
+    assert_eq!(
+        lines[1],
+        "41,2026-01-05T00:00:01.500Z,low,vision,ana,8,A100|H100,2,16,65536,5400,86400,,,120,\
+         COMPLETED,0"
+    );
+    // Quoted where it must be, and only there.
+    assert_eq!(
+        lines[2],
+        "12_7,2026-01-05T00:00:01.500Z,low,\"r&d, \"\"core\"\"\",\"o,brien\",8,A100|H100,2,16,\
+         65536,2.25,86400,,,120,TIMEOUT,2"
+    );
+    let header = split_rfc4180(lines[0]);
+    for line in &lines[1..] {
+        assert_eq!(split_rfc4180(line).len(), header.len(), "{line}");
+    }
+    let row = split_rfc4180(lines[2]);
+    assert_eq!(row[3], "r&d, \"core\"");
+    assert_eq!(row[4], "o,brien");
+    // No spec: its columns empty, the runs' CPUs.
+    assert_eq!(
+        lines[3],
+        "900001,2026-01-05T00:00:01.500Z,low,vision,ana,8,,,4,,0.001,,,,,COMPLETED,0"
+    );
+    assert_eq!(csv_field("a\nb"), "\"a\nb\"");
+    assert_eq!(trace_secs(61_010), "61.01");
+    assert_eq!(trace_secs(0), "0");
+}
+
+#[test]
+fn the_trace_summary_says_what_was_left_out() {
+    let mut r = trace_reply();
+    let s = trace_summary(&r, "out.csv");
+    assert_eq!(
+        s,
+        "exported 3 jobs that ended from 2026-01-05T00:00:00Z to 2026-01-12T00:00:00Z to \
+         out.csv; 3 jobs requeued and not over at the window's end left out"
+    );
+    r.jobs.truncate(1);
+    r.unfinished = 0;
+    r.all_accounts = false;
+    assert_eq!(
+        trace_summary(&r, "-"),
+        "exported 1 job that ended from 2026-01-05T00:00:00Z to 2026-01-12T00:00:00Z to - \
+         (only the accounts you may charge)"
+    );
+}
+
+#[test]
+fn export_trace_takes_the_window_and_no_other_output() {
+    let args = |a: &[&str]| {
+        YctlCli::try_parse_from(["yctl", "report"].iter().chain(a.iter()).copied()).map(|c| match c
+            .command
+        {
+            Command::Report(r) => r,
+            other => panic!("{other:?}"),
+        })
+    };
+    let r = args(&["--since", "30d", "--export-trace", "last-month.csv"]).unwrap();
+    assert_eq!(r.export_trace.as_deref(), Some(Path::new("last-month.csv")));
+    assert_eq!(window(&r, MON).unwrap(), (MON - 30 * DAY_MS, MON));
+    let r = args(&["--from", "2026-01-05", "--export-trace", "-"]).unwrap();
+    assert_eq!(r.export_trace.as_deref(), Some(Path::new("-")));
+    for other in [
+        &["--json"][..],
+        &["--csv"],
+        &["--html", "x.html"],
+        &["--by", "user"],
+    ] {
+        let mut a = vec!["--export-trace", "t.csv"];
+        a.extend_from_slice(other);
+        assert!(args(&a).is_err(), "{a:?}");
+    }
+}
