@@ -890,29 +890,16 @@ pub fn expand_output_path(job: &JobInfo, pattern: &str) -> String {
         (true, Some(_)) => "ysched-%A_%a.out",
         (true, None) => "ysched-%j.out",
     };
-    let (array_id, task) = array_task.unwrap_or((job.id, 0));
-    let mut out = String::with_capacity(pattern.len() + 16);
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('j') => push_decimal(&mut out, job.id),
-            Some('x') => out.push_str(&job.name),
-            Some('u') => out.push_str(&job.user),
-            Some('A') => push_decimal(&mut out, array_id),
-            Some('a') => push_decimal(&mut out, task.into()),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    ysched_common::text::expand_output_pattern(
+        pattern,
+        &ysched_common::text::PatternVars {
+            job_id: job.id,
+            job_name: &job.name,
+            user: &job.user,
+            node: None,
+            array: array_task,
+        },
+    )
 }
 
 const EVENT_COLUMNS: &[Column; 3] = &[

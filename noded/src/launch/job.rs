@@ -222,7 +222,7 @@ pub fn plan_job(
         job_id: job.job_id,
         job_name: &job.name,
         user: &user.name,
-        node: node_name,
+        node: Some(node_name),
         array: job.array.map(|a| (a.array_job_id, a.task_id)),
     };
     let default_stdout = if job.array.is_some() {
@@ -319,49 +319,12 @@ fn non_empty_or<'a>(value: &'a str, default: &'a str) -> &'a str {
     }
 }
 
-/// Values for the `%` patterns of output file names.
-pub struct PatternVars<'a> {
-    pub job_id: u64,
-    pub job_name: &'a str,
-    pub user: &'a str,
-    pub node: &'a str,
-    /// An array task's array id and task index; `None`: not an array task.
-    pub array: Option<(u64, u32)>,
-}
+pub use ysched_common::text::PatternVars;
 
-/// Expands sbatch-style patterns: `%j` job id, `%x` job name, `%u` user, `%N` node, `%A` the
-/// array's id (a plain job: its job id), `%a` the array task's index (a plain job: `0`), `%%` a
-/// percent sign. Unknown patterns are kept as written.
+/// Expands sbatch-style patterns in an output path (see
+/// [`ysched_common::text::expand_output_pattern`]).
 pub fn expand_pattern(pattern: &str, vars: &PatternVars) -> String {
-    let mut out = String::with_capacity(pattern.len() + 16);
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('j') => out.push_str(&vars.job_id.to_string()),
-            Some('x') => out.push_str(vars.job_name),
-            Some('u') => out.push_str(vars.user),
-            Some('N') => out.push_str(vars.node),
-            Some('A') => {
-                let array_id = vars.array.map_or(vars.job_id, |(array_id, _)| array_id);
-                out.push_str(&array_id.to_string());
-            }
-            Some('a') => {
-                let task = vars.array.map_or(0, |(_, task)| task);
-                out.push_str(&task.to_string());
-            }
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    ysched_common::text::expand_output_pattern(pattern, vars)
 }
 
 /// A leading `~` is the job user's home directory.
@@ -459,7 +422,7 @@ mod tests {
             job_id: 42,
             job_name: "train",
             user: "alice",
-            node: "n1",
+            node: Some("n1"),
             array: None,
         }
     }
