@@ -452,23 +452,11 @@ impl Sim<'_> {
         let policy = Policy {
             tiers: &config.tiers,
             fair_share: &factors,
-            backfill: Backfill {
-                enabled: config.scheduler.backfill,
-                reservations: config.scheduler.backfill_reservations,
-            },
+            backfill: Backfill::configured(&config.scheduler),
         };
         let snap = Snapshot::new(&self.copy.jobs, &self.rec.nodes);
         let mut plan = core::schedule_with(&snap, &policy, now, &mut self.topologies);
-        let jobs = &mut self.copy.jobs;
-        plan.pending_reasons.retain(|id, reason| {
-            match jobs.get_mut(id).filter(|j| j.reason != *reason) {
-                Some(job) => {
-                    job.reason = reason.clone();
-                    true
-                }
-                None => false,
-            }
-        });
+        plan.keep_changed_reasons(&mut self.copy.jobs);
         // The plan was made from the records as they are (no request can come between the
         // pass and its apply here), so `still_valid` could only keep all of it: checked in
         // debug builds, skipped in release ones, where it is an eighth of a large pass.

@@ -99,6 +99,14 @@ impl Backfill {
         enabled: false,
         reservations: 0,
     };
+
+    /// As configured: `scheduler.backfill` and `scheduler.backfill_reservations`.
+    pub fn configured(scheduler: &ysched_common::config::SchedulerConfig) -> Backfill {
+        Backfill {
+            enabled: scheduler.backfill,
+            reservations: scheduler.backfill_reservations,
+        }
+    }
 }
 
 impl<'a> Policy<'a> {
@@ -125,6 +133,23 @@ pub struct Plan {
     /// When and where PENDING jobs are expected to start, where the pass could tell (the
     /// reserved jobs of backfill, at least).
     pub expected_starts: BTreeMap<JobId, ExpectedStart>,
+}
+
+impl Plan {
+    /// Keeps only the pending reasons that differ from the jobs' current ones, and writes
+    /// those into `jobs` (the caller's copy): most pending jobs wait for the reason they waited
+    /// for before, and the applier then need not compare them all.
+    pub fn keep_changed_reasons(&mut self, jobs: &mut BTreeMap<JobId, Job>) {
+        self.pending_reasons.retain(|id, reason| {
+            match jobs.get_mut(id).filter(|j| j.reason != *reason) {
+                Some(job) => {
+                    job.reason = reason.clone();
+                    true
+                }
+                None => false,
+            }
+        });
+    }
 }
 
 /// A pending job's expected start: the earliest time its resources free up, given the time

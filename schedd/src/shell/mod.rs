@@ -282,10 +282,7 @@ impl Cluster {
 
     /// Backfill as configured (`scheduler.backfill`, `scheduler.backfill_reservations`).
     fn backfill(&self) -> core::Backfill {
-        core::Backfill {
-            enabled: self.config.scheduler.backfill,
-            reservations: self.config.scheduler.backfill_reservations,
-        }
+        core::Backfill::configured(&self.config.scheduler)
     }
 
     fn limits(&self) -> Limits {

@@ -248,18 +248,8 @@ impl Cluster {
             } else {
                 Vec::new()
             };
-            // Most pending jobs wait for the reason they waited for before: apply only the
-            // reasons that changed, so the applier does not compare them all under the lock.
-            let jobs = &mut view.copy.jobs;
-            plan.pending_reasons.retain(|id, reason| {
-                match jobs.get_mut(id).filter(|j| j.reason != *reason) {
-                    Some(job) => {
-                        job.reason = reason.clone();
-                        true
-                    }
-                    None => false,
-                }
-            });
+            // Only the reasons that changed go to the applier, which runs under the lock.
+            plan.keep_changed_reasons(&mut view.copy.jobs);
             (plan, queue_view, expected, never)
         })
         .await
