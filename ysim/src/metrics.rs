@@ -72,6 +72,10 @@ pub struct TierResults {
     pub checkpoints_saved: u64,
     pub checkpoint_success: Option<f64>,
     pub lost_gpu_hours: f64,
+    /// Preempted runs of this tier that went back to the queue inside the window, and per
+    /// week of the window.
+    pub restarts: u64,
+    pub restarts_per_week: f64,
     /// Latency percentiles 0, 5, ..., 100 (seconds), for the distribution chart.
     pub latency_percentiles_s: Vec<f64>,
 }
@@ -150,6 +154,7 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         preempted: u64,
         saved: u64,
         lost_gpu_ms: i64,
+        restarts: u64,
     }
     let mut tiers: BTreeMap<String, TierAcc> = BTreeMap::new();
     let (mut preemptions, mut saved, mut lost_ms, mut estimate_secs) = (0u64, 0u64, 0i64, 0u64);
@@ -171,6 +176,7 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         estimate_secs += run.lost_gpu_secs;
         if run.outcome == REQUEUED && run.end <= window {
             restarts += 1;
+            t.restarts += 1;
         }
     }
     let (mut completed, mut refused, mut never_started) = (0u64, 0u64, 0u64);
@@ -228,6 +234,8 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
                 checkpoints_saved: acc.saved,
                 checkpoint_success: ratio(acc.saved, acc.preempted),
                 lost_gpu_hours: acc.lost_gpu_ms as f64 / HOUR as f64,
+                restarts: acc.restarts,
+                restarts_per_week: acc.restarts as f64 * WEEK as f64 / window as f64,
                 latency_percentiles_s: if l.is_empty() {
                     Vec::new()
                 } else {

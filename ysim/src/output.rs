@@ -148,10 +148,11 @@ fn preemption_rows(r: &Report) -> Vec<Vec<String>> {
         for p in &r.policies {
             row.push(match p.tiers.iter().find(|t| t.tier == tier) {
                 Some(t) if t.preempted > 0 => format!(
-                    "{} ({} saved, {:.1} GPU-h)",
+                    "{} ({} saved, {:.1} GPU-h, {:.1} restarts/wk)",
                     t.preempted,
                     percent(t.checkpoint_success),
-                    t.lost_gpu_hours
+                    t.lost_gpu_hours,
+                    t.restarts_per_week
                 ),
                 _ => "0".into(),
             });
@@ -197,7 +198,9 @@ pub fn table(r: &Report) -> String {
     s.push_str(&render(&summary_rows(r)));
     s.push_str("\nstart latency (first start - submit) by tier: mean / p50 / p95\n");
     s.push_str(&render(&latency_rows(r)));
-    s.push_str("\npreempted runs by tier (checkpoint saved within the grace, work lost)\n");
+    s.push_str(
+        "\npreempted runs by tier (checkpoint saved within the grace, work lost, restarts)\n",
+    );
     s.push_str(&render(&preemption_rows(r)));
     s.push_str("\nteam share of the GPU-hours used in the window\n");
     s.push_str(&render(&team_rows(r)));

@@ -160,6 +160,8 @@ fn hand_computed_scenario() {
     );
     assert_eq!((low.preempted, low.checkpoints_saved), (1, 1));
     assert_eq!(high.preempted + medium.preempted, 0);
+    assert_eq!((low.restarts, high.restarts + medium.restarts), (1, 0));
+    assert!((low.restarts_per_week - r.restarts_per_week).abs() < 1e-9);
 }
 
 /// The same scenario when a's checkpoint does not fit in its grace: it is killed at the end
