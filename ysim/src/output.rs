@@ -289,6 +289,23 @@ mod charts {
 
     type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+    /// The policies' legend, in the lower right corner.
+    fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> DrawResult<()>
+    where
+        DB: DrawingBackend + 'a,
+        DB::ErrorType: 'static,
+        CT: CoordTranslate,
+    {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 13))
+            .draw()?;
+        Ok(())
+    }
+
     fn finish(svg: String) -> String {
         // Inline in HTML5 an SVG needs no namespace: leave no URL in the file.
         svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1)
@@ -334,13 +351,7 @@ mod charts {
                         Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
                     });
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .label_font(("sans-serif", 13))
-                .draw()?;
+            legend(&mut chart)?;
             root.present()?;
         }
         Ok(finish(svg))
@@ -407,13 +418,7 @@ mod charts {
                         Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
                     });
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .label_font(("sans-serif", 13))
-                .draw()?;
+            legend(&mut chart)?;
             root.present()?;
         }
         Ok(finish(svg))
