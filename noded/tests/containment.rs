@@ -266,6 +266,65 @@ async fn stop_reaches_every_process(mode: Mode, offset: u64) {
     assert!(!launcher.stop(999, 5), "unknown job");
 }
 
+in_both_modes!(what_a_trap_starts_in_answer_to_the_stop_is_not_signalled);
+/// The commonest way to save a checkpoint from a job script: a TERM trap that runs a command.
+/// The stop's SIGTERM reaches every process of the job as of one instant, so the command the
+/// trap starts in answer (here `sleep 1`, standing for `python save.py`) runs its course.
+/// Many processes make the signalling take a while, time in which the trap starts its command.
+async fn what_a_trap_starts_in_answer_to_the_stop_is_not_signalled(mode: Mode, offset: u64) {
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher_in(mode);
+    check_containment(&launcher, mode);
+    let job_id = 2800 + offset;
+    let saved = file_for(job_id, "saved");
+    launcher
+        .launch(&fx.job(
+            job_id,
+            &format!(
+                "#!/bin/sh
+                 trap 'sleep 1 && echo saved > {saved}; exit 0' TERM
+                 for i in $(seq 300); do sleep 1000 & done
+                 echo ready
+                 wait
+"
+            ),
+        ))
+        .unwrap();
+    let started = events.wait_for_start(job_id).await;
+    fx.wait_for_output(&format!("ysched-{job_id}.out"), "ready")
+        .await;
+    // Every `sleep` has replaced its forked shell: a shell between fork and exec still has
+    // the trap, and a SIGTERM caught there is lost at the exec.
+    let sleeping = || {
+        live_members(started.pid)
+            .iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == "sleep\n")
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleeping() < 300 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sleeping(), 300);
+    assert!(launcher.stop(job_id, 10));
+    let finished = events.wait_for_end(job_id).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+    assert!(finished.stop_requested && !finished.killed, "{finished:?}");
+    assert_eq!(
+        fx.output(&saved),
+        "saved\n",
+        "the trap's command was killed by the stop's SIGTERM"
+    );
+    if let Some(cgroup) = fx.job_cgroup(job_id) {
+        assert!(
+            !cgroup.dir.exists(),
+            "the job's cgroup is removed at its end"
+        );
+    }
+}
+
 in_both_modes!(job_ignoring_sigterm_is_killed_after_the_grace);
 async fn job_ignoring_sigterm_is_killed_after_the_grace(mode: Mode, offset: u64) {
     let fx = Fixture::new();
@@ -318,9 +377,13 @@ async fn a_stop_keeps_its_grace_across_a_noded_restart(mode: Mode, offset: u64) 
     assert!(launcher.stop(job_id, 5));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    // noded restarts in the middle of the grace, after the main process is gone.
+    // noded restarts in the middle of the grace, after the main process is gone; as if it
+    // had stopped while signalling the job, the job's cgroup is left frozen.
     drop(launcher);
     drop(events);
+    if let Some(cgroup) = fx.job_cgroup(job_id) {
+        std::fs::write(cgroup.dir.join("cgroup.freeze"), "1").unwrap();
+    }
     let (launcher, mut events) = fx.launcher_in(mode);
     let recovery = launcher.recover().await.unwrap();
     assert_eq!(recovery.reattached, vec![job_id]);

@@ -79,7 +79,7 @@ fn an_array_runs_at_most_n_tasks_at_once_with_its_environment_and_cancels_by_tas
              #YSUB -o {work}/out-%A_%a.txt\n\
              t=$YS_ARRAY_TASK_ID\n\
              echo \"start $t $(date +%s%N)\" >> {work}/intervals\n\
-             trap 'trap \"\" TERM; echo \"end $t $(date +%s%N)\" >> {work}/intervals; exit 0' TERM\n\
+             trap 'echo \"end $t $(date +%s%N)\" >> {work}/intervals; exit 0' TERM\n\
              env > {work}/env-$t.txt\n\
              gate={work}/gate1; [ \"$t\" -ge 20 ] && gate={work}/gate2\n\
              while [ ! -f \"$gate\" ]; do sleep 0.05; done\n\
@@ -164,9 +164,8 @@ fn an_array_runs_at_most_n_tasks_at_once_with_its_environment_and_cancels_by_tas
         assert_eq!(out.trim(), format!("task {task} of {id}"));
     }
     // Never more than 4 at once, from the tasks' own clocks: a task logs its end before it
-    // exits, and the next starts only after schedd heard of that exit. (A cancelled task's
-    // trap ignores further SIGTERMs, which its `date` inherits: the stop signals every
-    // process of the job, and a killed `date` would log no time.)
+    // exits, and the next starts only after schedd heard of that exit. (The `date` a
+    // cancelled task's trap runs is started after the stop's SIGTERM and must not get it.)
     let log = std::fs::read_to_string(c.path("intervals")).unwrap();
     let mut edges: Vec<(u128, i32)> = log
         .lines()

@@ -17,9 +17,13 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Rounds of "list the cgroup, signal who is new" before giving up on a job that keeps
-/// forking: a process forked after its parent was listed is caught by the next round.
-const SIGNAL_ROUNDS: usize = 8;
+/// Rounds of "list the cgroup, kill who is new" for SIGKILL without `cgroup.kill`: a
+/// process forked after its parent was listed is caught by the next round.
+const KILL_ROUNDS: usize = 8;
+
+/// How long a signal waits for the job's cgroup to freeze (`frozen 1`). A process in
+/// uninterruptible sleep holds the freeze up until it wakes; the signal is sent then anyway.
+const FREEZE_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobCgroup {
@@ -58,17 +62,25 @@ impl JobCgroup {
         }
     }
 
-    /// Sends `signal` to every process in the job's cgroup, including those forked while it
-    /// is being sent (a stop must reach them all). Returns how many were signalled.
+    /// Sends `signal` once to every process of the job as of one instant, as `kill(2)` does
+    /// to a process group: the cgroup is frozen while it is listed and signalled (as Slurm's
+    /// proctrack/cgroup does), so no process forks in between and escapes, and it is thawed
+    /// before any signal is handled. A process the job starts *in answer* to the signal (a
+    /// bash trap saving a checkpoint, `python save.py`) is started after the thaw and is
+    /// not signalled: it must be free to do its work in the grace. Returns how many
+    /// processes were signalled.
     pub fn signal_all(&self, signal: Signal) -> io::Result<usize> {
-        self.signal_rounds(signal, SIGNAL_ROUNDS)
+        let _frozen = Freeze::begin(self);
+        self.signal_rounds(signal, 1)
     }
 
-    /// Sends `signal` once to each process in the cgroup now, not to those started after:
-    /// a warning that a job handles by running a command (a bash trap calling `yctl`) must not
-    /// reach that command too.
-    pub fn signal_present(&self, signal: Signal) -> io::Result<usize> {
-        self.signal_rounds(signal, 1)
+    /// Thaws the job's cgroup if it is frozen: a noded that stopped between freezing the job
+    /// to signal it and thawing it left it frozen (ysched freezes jobs for nothing else).
+    pub fn thaw(&self) -> io::Result<()> {
+        match std::fs::read_to_string(self.file("cgroup.freeze")) {
+            Ok(text) if text.trim() == "1" => write_setting(&self.dir, "cgroup.freeze", "0"),
+            _ => Ok(()),
+        }
     }
 
     fn signal_rounds(&self, signal: Signal, rounds: usize) -> io::Result<usize> {
@@ -101,8 +113,9 @@ impl JobCgroup {
         match std::fs::write(self.file("cgroup.kill"), b"1") {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound && !self.dir.exists() => Ok(()),
+            // Before Linux 5.14: kill who is there, and who they fork meanwhile.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.signal_all(Signal::SIGKILL).map(drop)
+                self.signal_rounds(Signal::SIGKILL, KILL_ROUNDS).map(drop)
             }
             Err(e) => Err(e),
         }
@@ -169,6 +182,46 @@ impl JobCgroup {
     /// `cgroup.events`, for [`wait_until_empty`].
     pub fn open_events(&self) -> io::Result<File> {
         File::open(self.file("cgroup.events"))
+    }
+}
+
+/// A job's cgroup frozen for as long as this lives (`cgroup.freeze`, Linux 5.2+). Best
+/// effort: where the cgroup cannot be frozen (an older kernel, a cgroup frozen by someone
+/// else, which is left as it is) nothing happens, and a signal reaches the processes listed
+/// at one moment, without the guarantee that none forked meanwhile.
+struct Freeze<'a> {
+    cgroup: Option<&'a JobCgroup>,
+}
+
+impl<'a> Freeze<'a> {
+    fn begin(cgroup: &'a JobCgroup) -> Freeze<'a> {
+        let not_frozen = std::fs::read_to_string(cgroup.file("cgroup.freeze"))
+            .is_ok_and(|text| text.trim() == "0");
+        if !not_frozen || write_setting(&cgroup.dir, "cgroup.freeze", "1").is_err() {
+            return Freeze { cgroup: None };
+        }
+        let deadline = std::time::Instant::now() + FREEZE_WAIT;
+        while std::time::Instant::now() < deadline {
+            let frozen = std::fs::read_to_string(cgroup.file("cgroup.events"))
+                .map(|text| keyed_value(&text, "frozen") == Some(1))
+                .unwrap_or(true);
+            if frozen {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Freeze {
+            cgroup: Some(cgroup),
+        }
+    }
+}
+
+impl Drop for Freeze<'_> {
+    fn drop(&mut self) {
+        if let Some(cgroup) = self.cgroup {
+            // A cgroup removed meanwhile needs no thaw.
+            let _ = write_setting(&cgroup.dir, "cgroup.freeze", "0");
+        }
     }
 }
 

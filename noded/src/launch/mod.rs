@@ -370,6 +370,15 @@ impl Launcher {
             let (controls, receiver) = mpsc::unbounded_channel();
             let restart_count = record.job.restart_count;
             let checkpoint_dir = record.plan.as_ref().and_then(|p| p.checkpoint_dir.clone());
+            if let (Some(_), Some(cgroup)) = (
+                &shepherd,
+                record.plan.as_ref().and_then(|p| p.cgroup.as_ref()),
+            ) {
+                // noded may have stopped while it had the job frozen to signal it.
+                if let Err(e) = cgroup.thaw() {
+                    tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
+                }
+            }
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             match shepherd {
                 Some(shepherd) => {

@@ -390,7 +390,7 @@ impl Supervisor {
         if !self.record.job.warn_batch_only {
             match self.processes() {
                 Some(processes) => {
-                    if let Err(e) = processes.signal_present(signal) {
+                    if let Err(e) = processes.signal(signal) {
                         tracing::warn!("job {job_id}: cannot send {signal} to {processes}: {e}");
                     }
                 }

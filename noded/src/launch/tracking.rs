@@ -33,19 +33,13 @@ impl<'a> JobProcesses<'a> {
         }
     }
 
-    /// Sends `signal` to every process of the job. `Ok(false)`: none was left to signal.
+    /// Sends `signal` once to every process of the job as of one instant (a process the job
+    /// starts in answer, a trap's checkpoint command, is not signalled: see
+    /// [`JobCgroup::signal_all`]; `kill(2)` on a process group is atomic in the same way).
+    /// `Ok(false)`: none was left to signal.
     pub fn signal(&self, signal: Signal) -> io::Result<bool> {
         match self {
             JobProcesses::Cgroup(cgroup) => Ok(cgroup.signal_all(signal)? > 0),
-            JobProcesses::Group(pgid) => signal_group(*pgid, signal),
-        }
-    }
-
-    /// Sends `signal` once to the processes of the job that exist now (see
-    /// [`JobCgroup::signal_present`]). `Ok(false)`: there were none.
-    pub fn signal_present(&self, signal: Signal) -> io::Result<bool> {
-        match self {
-            JobProcesses::Cgroup(cgroup) => Ok(cgroup.signal_present(signal)? > 0),
             JobProcesses::Group(pgid) => signal_group(*pgid, signal),
         }
     }
