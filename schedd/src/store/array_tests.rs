@@ -287,3 +287,124 @@ async fn the_end_states_dependencies_need_are_rebuilt_from_the_store() {
     );
     assert!(ended.is_named(JobId(3)));
 }
+
+/// Cancels `targets` on `rec` as alice and writes it; returns how long it took.
+async fn cancel(
+    store: &Store,
+    rec: &mut Records,
+    targets: &[&str],
+    now: i64,
+) -> std::time::Duration {
+    let began = std::time::Instant::now();
+    let caller = ysched_common::Caller::local(owner());
+    let targets: Vec<ysched_common::JobTarget> = targets
+        .iter()
+        .map(|t| ysched_common::JobTarget::parse(t).unwrap())
+        .collect();
+    let (mut fx, _) = rec
+        .cancel_targets(
+            &caller,
+            &targets,
+            "",
+            &|id| store.job(id).map_err(crate::error::ApiError::from),
+            now,
+        )
+        .unwrap();
+    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    store.flush().await.unwrap();
+    rec.commit(fx);
+    began.elapsed()
+}
+
+#[tokio::test]
+async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = Records {
+        next_job_id: 1,
+        ..Records::default()
+    };
+    let tasks;
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let (submitted, _) = submit(&store, &mut rec, spec("0-9")).await;
+        tasks = submitted;
+        // Task 1_2 changed once (held): it has a record of its own from then on.
+        let mut held = tasks[2].clone();
+        held.state = JobState::Held;
+        let mut b = Batch::default();
+        b.put_job(&held);
+        store.apply(b).unwrap();
+        rec.jobs.insert(held.id, held);
+
+        // Two cancels: tasks 0-4 at 5,000, then the rest at 6,000.
+        cancel(&store, &mut rec, &["1_[0-4]"], 5_000).await;
+        cancel(&store, &mut rec, &["1"], 6_000).await;
+        assert!(rec.jobs.is_empty());
+        // Only the task that had changed before has a record; no task has events of its own.
+        let own: Vec<u64> = store
+            .jobs
+            .iter()
+            .keys()
+            .map(|k| u64::from_be_bytes(k.unwrap().as_ref().try_into().unwrap()))
+            .collect();
+        assert_eq!(own, [3]);
+        let kinds = |id| -> Vec<String> {
+            let events = store.events(JobId(id)).unwrap();
+            events.into_iter().map(|e| e.kind).collect()
+        };
+        assert_eq!(kinds(1), ["submitted"], "the array's submit only");
+        for id in (2..=10).filter(|&id| id != 3) {
+            assert!(kinds(id).is_empty(), "job {id}");
+        }
+    }
+    let store = reopen(dir.path());
+    assert!(store.recover().unwrap().active_jobs.is_empty());
+    for (i, task) in tasks.iter().enumerate() {
+        let read = store.job(task.id).unwrap().unwrap();
+        let at = if i < 5 { 5_000 } else { 6_000 };
+        let mut expected = task.clone();
+        expected.state = JobState::Cancelled;
+        expected.reason = "cancelled by alice".into();
+        expected.end_time = Some(at);
+        if i == 2 {
+            assert_eq!(read.state, JobState::Cancelled);
+            assert_eq!(read.end_time, Some(at));
+        } else {
+            assert_eq!(read, expected, "task {i}");
+        }
+        assert_eq!(store.job_state(task.id).unwrap(), Some(JobState::Cancelled));
+        let history = store.job_events(&read).unwrap();
+        let kinds: Vec<&str> = history.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["submitted", "cancelled"], "task {i}: {history:?}");
+        assert_eq!(history[1].time, at);
+        assert_eq!(history[1].detail, "by alice while queued");
+    }
+    let finished = store.finished_jobs().unwrap();
+    let ids: Vec<u64> = finished.iter().map(|j| j.id.0).collect();
+    assert_eq!(ids, (1..=10).collect::<Vec<_>>());
+    assert!(finished.iter().all(|j| j.state == JobState::Cancelled));
+    assert!(Arc::ptr_eq(&finished[0].spec, &finished[9].spec));
+}
+
+/// Cancelling a queued 10,000-task array is a write of its record, not 20,000 inserts.
+/// Printed; asserted loosely (debug builds and busy machines are slower).
+#[tokio::test]
+async fn cancelling_ten_thousand_queued_tasks_is_one_quick_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut rec = Records {
+        next_job_id: 1,
+        ..Records::default()
+    };
+    let (jobs, _) = submit(&store, &mut rec, spec("0-9999")).await;
+    let took = cancel(&store, &mut rec, &["1"], 9_000).await;
+    println!("10,000 queued tasks cancelled in {took:?} (state machine + one write + flush)");
+    assert!(rec.jobs.is_empty());
+    assert_eq!(store.jobs.len(), 0);
+    assert_eq!(store.events.len(), 1, "the array's submit only");
+    assert_eq!(
+        store.job_state(jobs[9_999].id).unwrap(),
+        Some(JobState::Cancelled)
+    );
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}

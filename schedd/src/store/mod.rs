@@ -8,7 +8,9 @@
 //! - `arrays`:   array id → its tasks as submitted, as JSON ([`ArrayRecord`]: the first task's
 //!   record and how the others differ from it), so that submitting 10,000 tasks is a handful
 //!   of writes, not 10,000 records. A task gets its own record in `jobs` the first time it
-//!   changes, which then stands for it; a task without one is as it was submitted.
+//!   changes, which then stands for it; a task without one is as it was submitted, or as it
+//!   ended when it ended without changing before (see [`ended`]: cancelling a queued array
+//!   writes its record again, not a record per task).
 //! - `payloads`: job id → `Payload` (script and environment: large, only needed at launch);
 //!   an array's tasks share one, under the array's id
 //! - `events`:   job id ++ sequence (u64 BE each) → `JobEvent` as JSON, append-only. An
@@ -33,6 +35,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use ysched_common::{AuditRecord, Job, JobEvent, JobId, JobSpec, Node, RunRecord, RunView};
 
+mod ended;
 mod usage;
 
 #[cfg(test)]
@@ -102,8 +105,7 @@ pub struct Recovered {
 /// One atomic change: job records, events and nodes written together.
 #[derive(Default)]
 pub struct Batch {
-    jobs: Vec<Vec<u8>>,
-    job_values: Vec<Vec<u8>>,
+    jobs: Vec<(JobId, JobWrite)>,
     events: Vec<(JobId, JobEvent)>,
     payloads: Vec<(JobId, Vec<u8>)>,
     nodes: Vec<(String, Vec<u8>)>,
@@ -112,6 +114,13 @@ pub struct Batch {
     runs: Vec<(usage::RunKey, Vec<u8>)>,
     array_specs: Vec<(JobId, Vec<u8>)>,
     arrays: Vec<(JobId, Vec<u8>)>,
+}
+
+/// A job's write: its record, or an array task that ended without running, which
+/// [`Store::apply`] keeps in its array's record when it can (see [`ended`]).
+enum JobWrite {
+    Record(Vec<u8>),
+    EndedTask(Box<Job>),
 }
 
 /// Whether two tasks of one array are the same but for their id, index and checkpoint
@@ -172,6 +181,9 @@ struct ArrayRecord {
     first: Job,
     count: u32,
     checkpoint_prefix: Option<String>,
+    /// Tasks that ended without changing before, as they ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ended: Vec<ended::EndedTasks>,
 }
 
 impl ArrayRecord {
@@ -188,8 +200,30 @@ impl ArrayRecord {
         if let Some(prefix) = &self.checkpoint_prefix {
             job.checkpoint_dir = format!("{prefix}{id}");
         }
+        if let Some(ended) = self.ended_at(i) {
+            ended.apply_to(&mut job);
+        }
         job
     }
+}
+
+/// A job's record. Script and environment live in `payloads`; a job record never repeats
+/// them. An array's task leaves its whole spec to `array_specs` (see `put_array_spec`).
+fn encode_job(job: &Job) -> Vec<u8> {
+    let value = if spec_shared(job) {
+        let mut slim = job.clone();
+        slim.spec = std::sync::Arc::clone(spec_placeholder());
+        serde_json::to_vec(&slim)
+    } else if job.spec.script.is_empty() && job.spec.env.is_empty() {
+        serde_json::to_vec(job)
+    } else {
+        let mut slim = job.clone();
+        let spec = std::sync::Arc::make_mut(&mut slim.spec);
+        spec.script.clear();
+        spec.env.clear();
+        serde_json::to_vec(&slim)
+    };
+    value.expect("job serializes")
 }
 
 /// What an array task's record carries in place of the spec its tasks share.
@@ -217,23 +251,12 @@ struct Shared {
 
 impl Batch {
     pub fn put_job(&mut self, job: &Job) {
-        self.jobs.push(job.id.0.to_be_bytes().to_vec());
-        // Script and environment live in `payloads`; a job record never repeats them. An
-        // array's task leaves its whole spec to `array_specs` (see `put_array_spec`).
-        let value = if spec_shared(job) {
-            let mut slim = job.clone();
-            slim.spec = std::sync::Arc::clone(spec_placeholder());
-            serde_json::to_vec(&slim)
-        } else if job.spec.script.is_empty() && job.spec.env.is_empty() {
-            serde_json::to_vec(job)
+        let write = if ended::candidate(job) {
+            JobWrite::EndedTask(Box::new(job.clone()))
         } else {
-            let mut slim = job.clone();
-            let spec = std::sync::Arc::make_mut(&mut slim.spec);
-            spec.script.clear();
-            spec.env.clear();
-            serde_json::to_vec(&slim)
+            JobWrite::Record(encode_job(job))
         };
-        self.job_values.push(value.expect("job serializes"));
+        self.jobs.push((job.id, write));
     }
 
     /// Every task of an array, as just submitted (`tasks`: consecutive ids from the array's,
@@ -266,6 +289,7 @@ impl Batch {
             first: first.clone(),
             count: tasks.len() as u32,
             checkpoint_prefix: prefix,
+            ended: Vec::new(),
         };
         let mut dir = String::new();
         let follows = indices.len() == tasks.len()
@@ -512,7 +536,10 @@ impl Store {
             let mut first: Option<(Job, Vec<u32>)> = None;
             for i in 0..record.count as usize {
                 let id = JobId(array_id.0 + i as u64);
-                if active_jobs.contains_key(&id) || self.jobs.contains_key(id.0.to_be_bytes())? {
+                if record.ended_at(i).is_some()
+                    || active_jobs.contains_key(&id)
+                    || self.jobs.contains_key(id.0.to_be_bytes())?
+                {
                     continue;
                 }
                 if first.is_none() {
@@ -561,6 +588,7 @@ impl Store {
         for rec in &batch.audit {
             audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
         }
+        // Keyed here, and written in the transaction unless their task was compacted.
         let mut events = Vec::with_capacity(batch.events.len());
         if !batch.events.is_empty() {
             // The store's own increasing ids order a job's events without reading its last
@@ -572,7 +600,11 @@ impl Store {
             let base = EVENT_ID_BASE + (self.db.generate_id()? << EVENT_SEQ_BITS);
             for (i, (id, ev)) in batch.events.iter().enumerate() {
                 let seq = base + i as u64;
-                events.push((event_key(*id, seq), serde_json::to_vec(ev).expect("event")));
+                events.push((
+                    *id,
+                    event_key(*id, seq),
+                    serde_json::to_vec(ev).expect("event"),
+                ));
             }
         }
         let res: std::result::Result<(), TransactionError<()>> = (
@@ -588,14 +620,35 @@ impl Store {
         )
             .transaction(
                 |(jobs, payloads, ev, nodes, au, meta, usage, specs, arrays)| {
-                    for (k, v) in batch.jobs.iter().zip(&batch.job_values) {
-                        jobs.insert(k.as_slice(), v.as_slice())?;
+                    // Arrays first: a task may end in the batch that submits it.
+                    for (id, v) in &batch.array_specs {
+                        specs.insert(&id.0.to_be_bytes(), v.as_slice())?;
+                    }
+                    for (id, v) in &batch.arrays {
+                        arrays.insert(&id.0.to_be_bytes(), v.as_slice())?;
+                    }
+                    let mut compactor = ended::Compactor::default();
+                    for (id, write) in &batch.jobs {
+                        let key = id.0.to_be_bytes();
+                        match write {
+                            JobWrite::Record(v) => {
+                                jobs.insert(&key, v.as_slice())?;
+                            }
+                            JobWrite::EndedTask(job) => {
+                                if !compactor.take(job, jobs, arrays, specs)? {
+                                    jobs.insert(&key, encode_job(job))?;
+                                }
+                            }
+                        }
+                    }
+                    let compacted = compactor.finish(&batch.events, arrays)?;
+                    for (id, k, v) in &events {
+                        if !compacted.contains(id) {
+                            ev.insert(k, v.as_slice())?;
+                        }
                     }
                     for (id, v) in &batch.payloads {
                         payloads.insert(&id.0.to_be_bytes(), v.as_slice())?;
-                    }
-                    for (k, v) in &events {
-                        ev.insert(k, v.as_slice())?;
                     }
                     for (name, v) in &batch.nodes {
                         nodes.insert(name.as_bytes(), v.as_slice())?;
@@ -608,12 +661,6 @@ impl Store {
                     }
                     for (k, v) in &batch.runs {
                         usage.insert(k, v.as_slice())?;
-                    }
-                    for (id, v) in &batch.array_specs {
-                        specs.insert(&id.0.to_be_bytes(), v.as_slice())?;
-                    }
-                    for (id, v) in &batch.arrays {
-                        arrays.insert(&id.0.to_be_bytes(), v.as_slice())?;
                     }
                     Ok::<(), ConflictableTransactionError<()>>(())
                 },
@@ -715,9 +762,11 @@ impl Store {
     pub fn job_state(&self, id: JobId) -> Result<Option<ysched_common::JobState>> {
         match self.jobs.get(id.0.to_be_bytes())? {
             Some(v) => Ok(Some(decode::<Job>(&id.0.to_be_bytes(), &v)?.state)),
-            None => Ok(self
-                .submitted_task(id)?
-                .map(|(record, _)| record.first.state)),
+            None => Ok(self.submitted_task(id)?.map(|(record, i)| {
+                record
+                    .ended_at(i)
+                    .map_or(record.first.state, |ended| ended.state)
+            })),
         }
     }
 
@@ -744,6 +793,31 @@ impl Store {
             if job.state.is_terminal() {
                 res.push(self.complete(job, &mut shared)?);
             }
+        }
+        // Tasks that ended without a record of their own.
+        let before = res.len();
+        for kv in self.arrays.iter() {
+            let (k, v) = kv?;
+            let record: ArrayRecord = decode(&k, &v)?;
+            if record.ended.is_empty() {
+                continue;
+            }
+            let first = self.complete(record.first.clone(), &mut shared)?;
+            let tasks = first
+                .spec
+                .array
+                .as_ref()
+                .map(|a| a.tasks())
+                .unwrap_or_default();
+            for place in record.ended.iter().flat_map(|e| e.iter()) {
+                let id = first.id.0 + u64::from(place);
+                if !self.jobs.contains_key(id.to_be_bytes())? {
+                    res.push(record.task(&first, &tasks, place as usize));
+                }
+            }
+        }
+        if res.len() > before {
+            res.sort_by_key(|j| j.id);
         }
         Ok(res)
     }
@@ -886,6 +960,15 @@ impl Store {
                 .find(|e| e.kind == "submitted");
             if let Some(e) = submitted {
                 events.insert(0, e);
+            }
+        }
+        // A task that ended without a record of its own: its end's events are kept with the
+        // array.
+        if job.array.is_some() && !self.jobs.contains_key(job.id.0.to_be_bytes())? {
+            if let Some((record, i)) = self.submitted_task(job.id)? {
+                if let Some(ended) = record.ended_at(i) {
+                    events.extend(ended.events.iter().cloned());
+                }
             }
         }
         Ok(events)

@@ -633,7 +633,9 @@ fn array(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     let c = real_cluster(vec![FakeNode::uniform("n1", 8, A100)]);
     let work = c.work.display().to_string();
     let mut took = Vec::new();
-    rt.block_on(async {
+    let mut cancels = Vec::new();
+    let mut array_ids = Vec::new();
+    let rss = rt.block_on(async {
         let mut client = ysub::client::connect(&c.socket()).await.unwrap();
         for _ in 0..5 {
             let mut spec = held_spec(&work);
@@ -646,23 +648,52 @@ fn array(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
                 .into_inner();
             took.push(t.elapsed().as_secs_f64() * 1e3);
             assert_eq!(reply.array_task_count as usize, n);
+            array_ids.push(reply.job_id);
         }
+        let rss = rss_mib(c.schedd_pid().unwrap());
+        // Each whole array cancelled while queued (`ycancel ID`).
+        for id in array_ids {
+            let t = Instant::now();
+            let reply = client
+                .cancel(pb::CancelRequest {
+                    targets: vec![id.to_string()],
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            cancels.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(reply.cancelled.len(), n);
+        }
+        rss
     });
-    println!(
-        "  (array submits: {:?} ms; schedd RSS with {} held tasks: {:.1} MiB)",
-        took.iter()
+    let rounded = |v: &[f64]| {
+        v.iter()
             .map(|t| (t * 10.0).round() / 10.0)
-            .collect::<Vec<_>>(),
+            .collect::<Vec<_>>()
+    };
+    println!(
+        "  (array submits: {:?} ms; cancels: {:?} ms; schedd RSS with {} held tasks: {rss:.1} MiB)",
+        rounded(&took),
+        rounded(&cancels),
         5 * n,
-        rss_mib(c.schedd_pid().unwrap())
     );
-    vec![Figure {
-        name: "10,000-task array: submit to durable reply (median)",
-        value: median(&mut took),
-        unit: "ms",
-        target: 100.0,
-        higher_is_better: false,
-    }]
+    vec![
+        Figure {
+            name: "10,000-task array: submit to durable reply (median)",
+            value: median(&mut took),
+            unit: "ms",
+            target: 100.0,
+            higher_is_better: false,
+        },
+        Figure {
+            name: "10,000 queued tasks cancelled: to durable reply (median)",
+            value: median(&mut cancels),
+            unit: "ms",
+            target: 100.0,
+            higher_is_better: false,
+        },
+    ]
 }
 
 /// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|array]...`: the named groups of
