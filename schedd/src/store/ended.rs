@@ -109,11 +109,13 @@ impl<'a> Compactor<'a> {
         if self.ids.contains(&job.id) || jobs.get(job.id.0.to_be_bytes())?.is_some() {
             return Ok(false);
         }
-        if !self.views.contains_key(&task.array_id) {
-            let view = load(task.array_id, arrays, specs)?;
-            self.views.insert(task.array_id, view);
-        }
-        let Some(Some(view)) = self.views.get_mut(&task.array_id) else {
+        let view = match self.views.entry(task.array_id) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(load(task.array_id, arrays, specs)?)
+            }
+        };
+        let Some(view) = view else {
             return Ok(false);
         };
         let Some(place) = job
