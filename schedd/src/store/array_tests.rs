@@ -408,3 +408,44 @@ async fn cancelling_ten_thousand_queued_tasks_is_one_quick_write() {
     );
     assert!(took < std::time::Duration::from_secs(5), "{took:?}");
 }
+
+#[tokio::test]
+async fn a_task_written_earlier_in_the_same_batch_keeps_a_record_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut rec = Records {
+        next_job_id: 1,
+        ..Records::default()
+    };
+    let (tasks, _) = submit(&store, &mut rec, spec("0-3")).await;
+    let mut b = Batch::default();
+    let mut held = tasks[1].clone();
+    held.state = JobState::Held;
+    b.put_job(&held);
+    for task in &tasks[..3] {
+        let mut cancelled = task.clone();
+        cancelled.state = JobState::Cancelled;
+        cancelled.end_time = Some(7_000);
+        b.put_job(&cancelled);
+    }
+    // A task that differs from its array's record in more than its end is not compacted.
+    let mut other = tasks[3].clone();
+    other.state = JobState::Cancelled;
+    other.grace_secs = 1;
+    b.put_job(&other);
+    store.apply(b).unwrap();
+    let own: Vec<u64> = store
+        .jobs
+        .iter()
+        .keys()
+        .map(|k| u64::from_be_bytes(k.unwrap().as_ref().try_into().unwrap()))
+        .collect();
+    assert_eq!(own, [2, 4], "the task held first, and the one that differs");
+    for task in &tasks {
+        let read = store.job(task.id).unwrap().unwrap();
+        assert_eq!(read.state, JobState::Cancelled, "{}", task.id);
+    }
+    assert_eq!(store.job(JobId(4)).unwrap().unwrap().grace_secs, 1);
+    assert_eq!(store.job(JobId(1)).unwrap().unwrap().end_time, Some(7_000));
+    assert_eq!(store.finished_jobs().unwrap().len(), 4);
+}

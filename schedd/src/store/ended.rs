@@ -8,7 +8,7 @@
 //! never compacted (its record stands for it), and one compacted is never written again
 //! (it has ended).
 
-use super::{spec_shared, ArrayRecord};
+use super::{same_but_place, spec_shared, ArrayRecord};
 use serde::{Deserialize, Serialize};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,11 +81,20 @@ struct ArrayView {
     tasks: Vec<u32>,
     /// A spec (by address) already found equal to the array's.
     equal_spec: Option<*const JobSpec>,
+    /// The first task as the last task taken ended, with that task's spec: what every task
+    /// that ended so is but for its id, index and checkpoint directory.
+    ended_first: Option<Job>,
+    /// Scratch space for a task's checkpoint directory.
+    dir: String,
 }
 
 /// Collects, within one transaction, the ended tasks that can live in their array's record.
-#[derive(Default)]
 pub(super) struct Compactor<'a> {
+    /// The candidates that have a record of their own in `jobs` (looked up before the
+    /// transaction: every write to the store is made under schedd's one lock).
+    own_records: HashSet<JobId>,
+    /// Jobs written as records in this transaction so far.
+    written: HashSet<JobId>,
     views: BTreeMap<JobId, Option<ArrayView>>,
     taken: BTreeMap<JobId, Vec<(u32, &'a Job)>>,
     ids: HashSet<JobId>,
@@ -94,19 +103,36 @@ pub(super) struct Compactor<'a> {
 type TxResult<T> = std::result::Result<T, UnabortableTransactionError>;
 
 impl<'a> Compactor<'a> {
+    pub fn new(own_records: HashSet<JobId>) -> Compactor<'a> {
+        Compactor {
+            own_records,
+            written: HashSet::new(),
+            views: BTreeMap::new(),
+            taken: BTreeMap::new(),
+            ids: HashSet::new(),
+        }
+    }
+
+    /// Notes that `id` was written as a record in this transaction.
+    pub fn written(&mut self, id: JobId) {
+        self.written.insert(id);
+    }
+
     /// Takes `job` (a [`candidate`]) into its array's record if it is a task without a record
     /// of its own, as submitted but for its end. `false`: write it as any job.
     pub fn take(
         &mut self,
         job: &'a Job,
-        jobs: &TransactionalTree,
         arrays: &TransactionalTree,
         specs: &TransactionalTree,
     ) -> TxResult<bool> {
         let Some(task) = job.array else {
             return Ok(false);
         };
-        if self.ids.contains(&job.id) || jobs.get(job.id.0.to_be_bytes())?.is_some() {
+        if self.ids.contains(&job.id)
+            || self.own_records.contains(&job.id)
+            || self.written.contains(&job.id)
+        {
             return Ok(false);
         }
         let view = match self.views.entry(task.array_id) {
@@ -130,18 +156,43 @@ impl<'a> Compactor<'a> {
         if view.record.ended_at(place).is_some() {
             return Ok(false);
         }
-        let spec_equal =
-            view.equal_spec == Some(Arc::as_ptr(&job.spec)) || *job.spec == *view.first.spec;
-        if !spec_equal {
-            return Ok(false);
+        if view.equal_spec != Some(Arc::as_ptr(&job.spec)) {
+            if *job.spec != *view.first.spec {
+                return Ok(false);
+            }
+            view.equal_spec = Some(Arc::as_ptr(&job.spec));
         }
-        view.equal_spec = Some(Arc::as_ptr(&job.spec));
-        let mut expected = view.record.task(&view.first, &view.tasks, place);
-        expected.spec = Arc::clone(&job.spec);
-        expected.state = job.state;
-        expected.reason.clone_from(&job.reason);
-        expected.end_time = job.end_time;
-        if expected != *job {
+        let same_end = |t: &Job| {
+            t.state == job.state
+                && t.reason == job.reason
+                && t.end_time == job.end_time
+                && Arc::ptr_eq(&t.spec, &job.spec)
+        };
+        if !view.ended_first.as_ref().is_some_and(same_end) {
+            let mut ended = view.first.clone();
+            ended.spec = Arc::clone(&job.spec);
+            ended.state = job.state;
+            ended.reason.clone_from(&job.reason);
+            ended.end_time = job.end_time;
+            view.ended_first = Some(ended);
+        }
+        let ended_first = view.ended_first.as_ref().expect("set above");
+        // What `ArrayRecord::task` makes of the first task, checked without making it.
+        let index = view.tasks.get(place).copied().unwrap_or(place as u32);
+        let dir_ok = match &view.record.checkpoint_prefix {
+            None => job.checkpoint_dir == view.first.checkpoint_dir,
+            Some(prefix) => {
+                use std::fmt::Write;
+                view.dir.clear();
+                let _ = write!(view.dir, "{prefix}{}", job.id);
+                job.checkpoint_dir == view.dir
+            }
+        };
+        let as_submitted = task.task == index
+            && task.array_id == view.first.id
+            && dir_ok
+            && same_but_place(job, ended_first);
+        if !as_submitted {
             return Ok(false);
         }
         self.ids.insert(job.id);
@@ -162,10 +213,10 @@ impl<'a> Compactor<'a> {
         if self.taken.is_empty() {
             return Ok(self.ids);
         }
-        let mut events_of: HashMap<JobId, Vec<JobEvent>> = HashMap::new();
+        let mut events_of: HashMap<JobId, Vec<&JobEvent>> = HashMap::new();
         for (id, event) in events {
             if self.ids.contains(id) {
-                events_of.entry(*id).or_default().push(event.clone());
+                events_of.entry(*id).or_default().push(event);
             }
         }
         let mut views = self.views;
@@ -182,7 +233,7 @@ impl<'a> Compactor<'a> {
                     g.state == job.state
                         && g.reason == job.reason
                         && g.end_time == job.end_time
-                        && g.events == events
+                        && g.events.iter().eq(events.iter().copied())
                 };
                 match groups.iter_mut().find(|g| same(g)) {
                     Some(group) => group.push(place),
@@ -191,7 +242,7 @@ impl<'a> Compactor<'a> {
                         state: job.state,
                         reason: job.reason.clone(),
                         end_time: job.end_time,
-                        events,
+                        events: events.into_iter().cloned().collect(),
                     }),
                 }
             }
@@ -232,5 +283,7 @@ fn load(
         first,
         tasks,
         equal_spec: None,
+        ended_first: None,
+        dir: String::new(),
     }))
 }

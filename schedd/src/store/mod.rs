@@ -600,13 +600,10 @@ impl Store {
             let base = EVENT_ID_BASE + (self.db.generate_id()? << EVENT_SEQ_BITS);
             for (i, (id, ev)) in batch.events.iter().enumerate() {
                 let seq = base + i as u64;
-                events.push((
-                    *id,
-                    event_key(*id, seq),
-                    serde_json::to_vec(ev).expect("event"),
-                ));
+                events.push((*id, event_key(*id, seq), ev));
             }
         }
+        let own_records = self.own_records_of_ended_tasks(&batch)?;
         let res: std::result::Result<(), TransactionError<()>> = (
             &self.jobs,
             &self.payloads,
@@ -627,24 +624,26 @@ impl Store {
                     for (id, v) in &batch.arrays {
                         arrays.insert(&id.0.to_be_bytes(), v.as_slice())?;
                     }
-                    let mut compactor = ended::Compactor::default();
+                    let mut compactor = ended::Compactor::new(own_records.clone());
                     for (id, write) in &batch.jobs {
                         let key = id.0.to_be_bytes();
                         match write {
                             JobWrite::Record(v) => {
                                 jobs.insert(&key, v.as_slice())?;
+                                compactor.written(*id);
                             }
                             JobWrite::EndedTask(job) => {
-                                if !compactor.take(job, jobs, arrays, specs)? {
+                                if !compactor.take(job, arrays, specs)? {
                                     jobs.insert(&key, encode_job(job))?;
+                                    compactor.written(*id);
                                 }
                             }
                         }
                     }
                     let compacted = compactor.finish(&batch.events, arrays)?;
-                    for (id, k, v) in &events {
+                    for (id, k, event) in &events {
                         if !compacted.contains(id) {
-                            ev.insert(k, v.as_slice())?;
+                            ev.insert(k, serde_json::to_vec(event).expect("event"))?;
                         }
                     }
                     for (id, v) in &batch.payloads {
@@ -672,7 +671,37 @@ impl Store {
         }
     }
 
-    /// Makes everything applied so far durable against a process crash.
+    /// Which of the array tasks `batch` ends without their having run have a record of their
+    /// own in `jobs` (those are written as any job): one range scan per array.
+    fn own_records_of_ended_tasks(
+        &self,
+        batch: &Batch,
+    ) -> Result<std::collections::HashSet<JobId>> {
+        let mut spans: BTreeMap<JobId, (u64, u64)> = BTreeMap::new();
+        for (id, write) in &batch.jobs {
+            if let JobWrite::EndedTask(job) = write {
+                let Some(task) = job.array else { continue };
+                let span = spans.entry(task.array_id).or_insert((id.0, id.0));
+                span.0 = span.0.min(id.0);
+                span.1 = span.1.max(id.0);
+            }
+        }
+        let mut own = std::collections::HashSet::new();
+        for (from, to) in spans.into_values() {
+            for key in self
+                .jobs
+                .range(from.to_be_bytes()..=to.to_be_bytes())
+                .keys()
+            {
+                let key = key?;
+                if let Ok(bytes) = <[u8; 8]>::try_from(key.as_ref()) {
+                    own.insert(JobId(u64::from_be_bytes(bytes)));
+                }
+            }
+        }
+        Ok(own)
+    }
+
     /// For tests: refuse every write from now on (`true`), as a failing disk would, or stop.
     pub fn fail_writes(&self, fail: bool) {
         self.fail_writes
@@ -703,6 +732,7 @@ impl Store {
         Ok(())
     }
 
+    /// Makes everything applied so far durable against a process crash.
     pub async fn flush(&self) -> Result<()> {
         self.db.flush_async().await?;
         Ok(())
