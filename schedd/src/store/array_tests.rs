@@ -288,6 +288,16 @@ async fn the_end_states_dependencies_need_are_rebuilt_from_the_store() {
     assert!(ended.is_named(JobId(3)));
 }
 
+/// The ids of the jobs with a record of their own in `jobs`.
+fn own_records(store: &Store) -> Vec<u64> {
+    store
+        .jobs
+        .iter()
+        .keys()
+        .map(|k| u64::from_be_bytes(k.unwrap().as_ref().try_into().unwrap()))
+        .collect()
+}
+
 /// Cancels `targets` on `rec` as alice and writes it; returns how long it took.
 async fn cancel(
     store: &Store,
@@ -341,13 +351,7 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
         cancel(&store, &mut rec, &["1"], 6_000).await;
         assert!(rec.jobs.is_empty());
         // Only the task that had changed before has a record; no task has events of its own.
-        let own: Vec<u64> = store
-            .jobs
-            .iter()
-            .keys()
-            .map(|k| u64::from_be_bytes(k.unwrap().as_ref().try_into().unwrap()))
-            .collect();
-        assert_eq!(own, [3]);
+        assert_eq!(own_records(&store), [3]);
         let kinds = |id| -> Vec<String> {
             let events = store.events(JobId(id)).unwrap();
             events.into_iter().map(|e| e.kind).collect()
@@ -434,13 +438,11 @@ async fn a_task_written_earlier_in_the_same_batch_keeps_a_record_of_its_own() {
     other.grace_secs = 1;
     b.put_job(&other);
     store.apply(b).unwrap();
-    let own: Vec<u64> = store
-        .jobs
-        .iter()
-        .keys()
-        .map(|k| u64::from_be_bytes(k.unwrap().as_ref().try_into().unwrap()))
-        .collect();
-    assert_eq!(own, [2, 4], "the task held first, and the one that differs");
+    assert_eq!(
+        own_records(&store),
+        [2, 4],
+        "the task held first, and the one that differs"
+    );
     for task in &tasks {
         let read = store.job(task.id).unwrap().unwrap();
         assert_eq!(read.state, JobState::Cancelled, "{}", task.id);

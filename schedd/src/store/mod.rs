@@ -543,14 +543,7 @@ impl Store {
                     continue;
                 }
                 if first.is_none() {
-                    let job = self.complete(record.first.clone(), &mut shared)?;
-                    let tasks = job
-                        .spec
-                        .array
-                        .as_ref()
-                        .map(|a| a.tasks())
-                        .unwrap_or_default();
-                    first = Some((job, tasks));
+                    first = Some(self.first_task(&record, &mut shared)?);
                 }
                 let (job, tasks) = first.as_ref().expect("set above");
                 active_jobs.insert(id, record.task(job, tasks, i));
@@ -757,18 +750,25 @@ impl Store {
             }
             None => match self.submitted_task(id)? {
                 Some((record, i)) => {
-                    let first = self.complete(record.first.clone(), shared)?;
-                    let tasks = first
-                        .spec
-                        .array
-                        .as_ref()
-                        .map(|a| a.tasks())
-                        .unwrap_or_default();
+                    let (first, tasks) = self.first_task(&record, shared)?;
                     Ok(Some(record.task(&first, &tasks, i)))
                 }
                 None => Ok(None),
             },
         }
+    }
+
+    /// An array's first task made whole, and its tasks' indices: what
+    /// [`ArrayRecord::task`] makes every task from.
+    fn first_task(&self, record: &ArrayRecord, shared: &mut Shared) -> Result<(Job, Vec<u32>)> {
+        let first = self.complete(record.first.clone(), shared)?;
+        let tasks = first
+            .spec
+            .array
+            .as_ref()
+            .map(|a| a.tasks())
+            .unwrap_or_default();
+        Ok((first, tasks))
     }
 
     /// The array record that holds job `id` as submitted, and its place there, when `id` is
@@ -832,13 +832,7 @@ impl Store {
             if record.ended.is_empty() {
                 continue;
             }
-            let first = self.complete(record.first.clone(), &mut shared)?;
-            let tasks = first
-                .spec
-                .array
-                .as_ref()
-                .map(|a| a.tasks())
-                .unwrap_or_default();
+            let (first, tasks) = self.first_task(&record, &mut shared)?;
             for place in record.ended.iter().flat_map(|e| e.iter()) {
                 let id = first.id.0 + u64::from(place);
                 if !self.jobs.contains_key(id.to_be_bytes())? {
