@@ -336,7 +336,7 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
     let tasks;
     {
         let store = Store::open(dir.path()).unwrap();
-        let (submitted, _) = submit(&store, &mut rec, spec("0-9")).await;
+        let (submitted, _) = submit(&store, &mut rec, spec("0-39")).await;
         tasks = submitted;
         // Task 1_2 changed once (held): it has a record of its own from then on.
         let mut held = tasks[2].clone();
@@ -346,8 +346,8 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
         store.apply(b).unwrap();
         rec.jobs.insert(held.id, held);
 
-        // Two cancels: tasks 0-4 at 5,000, then the rest at 6,000.
-        cancel(&store, &mut rec, &["1_[0-4]"], 5_000).await;
+        // Two cancels: tasks 0-19 at 5,000, then the rest at 6,000.
+        cancel(&store, &mut rec, &["1_[0-19]"], 5_000).await;
         cancel(&store, &mut rec, &["1"], 6_000).await;
         assert!(rec.jobs.is_empty());
         // Only the task that had changed before has a record; no task has events of its own.
@@ -357,7 +357,7 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
             events.into_iter().map(|e| e.kind).collect()
         };
         assert_eq!(kinds(1), ["submitted"], "the array's submit only");
-        for id in (2..=10).filter(|&id| id != 3) {
+        for id in (2..=40).filter(|&id| id != 3) {
             assert!(kinds(id).is_empty(), "job {id}");
         }
     }
@@ -365,7 +365,7 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
     assert!(store.recover().unwrap().active_jobs.is_empty());
     for (i, task) in tasks.iter().enumerate() {
         let read = store.job(task.id).unwrap().unwrap();
-        let at = if i < 5 { 5_000 } else { 6_000 };
+        let at = if i < 20 { 5_000 } else { 6_000 };
         let mut expected = task.clone();
         expected.state = JobState::Cancelled;
         expected.reason = "cancelled by alice".into();
@@ -385,9 +385,9 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
     }
     let finished = store.finished_jobs().unwrap();
     let ids: Vec<u64> = finished.iter().map(|j| j.id.0).collect();
-    assert_eq!(ids, (1..=10).collect::<Vec<_>>());
+    assert_eq!(ids, (1..=40).collect::<Vec<_>>());
     assert!(finished.iter().all(|j| j.state == JobState::Cancelled));
-    assert!(Arc::ptr_eq(&finished[0].spec, &finished[9].spec));
+    assert!(Arc::ptr_eq(&finished[0].spec, &finished[39].spec));
 }
 
 /// Cancelling a queued 10,000-task array is a write of its record, not 20,000 inserts.
@@ -421,33 +421,68 @@ async fn a_task_written_earlier_in_the_same_batch_keeps_a_record_of_its_own() {
         next_job_id: 1,
         ..Records::default()
     };
-    let (tasks, _) = submit(&store, &mut rec, spec("0-3")).await;
+    let (tasks, _) = submit(&store, &mut rec, spec("0-19")).await;
     let mut b = Batch::default();
     let mut held = tasks[1].clone();
     held.state = JobState::Held;
     b.put_job(&held);
-    for task in &tasks[..3] {
+    for task in &tasks[..19] {
         let mut cancelled = task.clone();
         cancelled.state = JobState::Cancelled;
         cancelled.end_time = Some(7_000);
         b.put_job(&cancelled);
     }
     // A task that differs from its array's record in more than its end is not compacted.
-    let mut other = tasks[3].clone();
+    let mut other = tasks[19].clone();
     other.state = JobState::Cancelled;
     other.grace_secs = 1;
     b.put_job(&other);
     store.apply(b).unwrap();
     assert_eq!(
         own_records(&store),
-        [2, 4],
+        [2, 20],
         "the task held first, and the one that differs"
     );
     for task in &tasks {
         let read = store.job(task.id).unwrap().unwrap();
         assert_eq!(read.state, JobState::Cancelled, "{}", task.id);
     }
-    assert_eq!(store.job(JobId(4)).unwrap().unwrap().grace_secs, 1);
+    assert_eq!(store.job(JobId(20)).unwrap().unwrap().grace_secs, 1);
     assert_eq!(store.job(JobId(1)).unwrap().unwrap().end_time, Some(7_000));
-    assert_eq!(store.finished_jobs().unwrap().len(), 4);
+    assert_eq!(store.finished_jobs().unwrap().len(), 20);
+}
+
+#[tokio::test]
+async fn tasks_cancelled_one_by_one_are_written_as_any_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut rec = Records {
+        next_job_id: 1,
+        ..Records::default()
+    };
+    submit(&store, &mut rec, spec("0-39")).await;
+    for (i, target) in ["1_3", "1_[5-7]", "1_9"].iter().enumerate() {
+        cancel(&store, &mut rec, &[target], 1_000 * i as i64).await;
+    }
+    // Too few ending alike to be worth keeping in the array's record, which stays small.
+    assert_eq!(own_records(&store), [4, 6, 7, 8, 10]);
+    // And a task taken for the record but written again in the same batch keeps that record.
+    let mut b = Batch::default();
+    let mut tasks: Vec<Job> = (11..=40).map(|id| rec.jobs[&JobId(id)].clone()).collect();
+    for task in &mut tasks {
+        task.state = JobState::Cancelled;
+        b.put_job(task);
+    }
+    tasks[0].reason = "written again".into();
+    b.put_job(&tasks[0]);
+    store.apply(b).unwrap();
+    assert_eq!(own_records(&store), [4, 6, 7, 8, 10, 11]);
+    assert_eq!(
+        store.job(JobId(11)).unwrap().unwrap().reason,
+        "written again"
+    );
+    assert_eq!(
+        store.job_state(JobId(40)).unwrap(),
+        Some(JobState::Cancelled)
+    );
 }

@@ -633,9 +633,12 @@ impl Store {
                             }
                         }
                     }
-                    let compacted = compactor.finish(&batch.events, arrays)?;
+                    let finished = compactor.finish(&batch.events, arrays)?;
+                    for job in finished.apart {
+                        jobs.insert(&job.id.0.to_be_bytes(), encode_job(job))?;
+                    }
                     for (id, k, event) in &events {
-                        if !compacted.contains(id) {
+                        if !finished.compacted.contains(id) {
                             ev.insert(k, serde_json::to_vec(event).expect("event"))?;
                         }
                     }
