@@ -2,7 +2,7 @@
 //! file with SVG charts drawn with `plotters` the way `yctl report --html` draws its own: no
 //! script, no font file, no link.
 
-use crate::metrics::{Results, SERIES_POINTS};
+use crate::metrics::{Results, TierResults, SERIES_POINTS};
 use crate::Report;
 use anyhow::{anyhow, Result};
 use std::collections::BTreeSet;
@@ -112,54 +112,66 @@ fn summary_rows(r: &Report) -> Vec<Vec<String>> {
     rows
 }
 
-fn latency_rows(r: &Report) -> Vec<Vec<String>> {
-    let mut head = vec!["tier".to_string(), "jobs".to_string()];
-    head.extend(r.policies.iter().map(|p| p.policy.clone()));
-    let mut rows = vec![head];
+/// A table with a row per tier: `leading` columns, then one per policy, whose cell `cell`
+/// makes from what that policy did for the tier (`None`: nothing of that tier).
+fn per_tier_rows(
+    r: &Report,
+    head: &[&str],
+    leading: impl Fn(&str) -> Vec<String>,
+    cell: impl Fn(Option<&TierResults>) -> String,
+) -> Vec<Vec<String>> {
+    let mut first: Vec<String> = head.iter().map(|h| h.to_string()).collect();
+    first.extend(r.policies.iter().map(|p| p.policy.clone()));
+    let mut rows = vec![first];
     for tier in tier_names(r) {
-        let jobs = r
-            .policies
-            .iter()
-            .find_map(|p| p.tiers.iter().find(|t| t.tier == tier))
-            .map_or(0, |t| t.jobs);
-        let mut row = vec![tier.clone(), jobs.to_string()];
+        let mut row = leading(&tier);
         for p in &r.policies {
-            row.push(match p.tiers.iter().find(|t| t.tier == tier) {
-                Some(t) if t.started > 0 => format!(
-                    "{} / {} / {}",
-                    duration(t.latency_mean_s),
-                    duration(t.latency_p50_s),
-                    duration(t.latency_p95_s)
-                ),
-                _ => "-".into(),
-            });
+            row.push(cell(p.tiers.iter().find(|t| t.tier == tier)));
         }
         rows.push(row);
     }
     rows
 }
 
+fn latency_rows(r: &Report) -> Vec<Vec<String>> {
+    let jobs_of = |tier: &str| {
+        r.policies
+            .iter()
+            .find_map(|p| p.tiers.iter().find(|t| t.tier == tier))
+            .map_or(0, |t| t.jobs)
+    };
+    per_tier_rows(
+        r,
+        &["tier", "jobs"],
+        |tier| vec![tier.to_string(), jobs_of(tier).to_string()],
+        |t| match t {
+            Some(t) if t.started > 0 => format!(
+                "{} / {} / {}",
+                duration(t.latency_mean_s),
+                duration(t.latency_p50_s),
+                duration(t.latency_p95_s)
+            ),
+            _ => "-".into(),
+        },
+    )
+}
+
 fn preemption_rows(r: &Report) -> Vec<Vec<String>> {
-    let mut head = vec!["victim tier".to_string()];
-    head.extend(r.policies.iter().map(|p| p.policy.clone()));
-    let mut rows = vec![head];
-    for tier in tier_names(r) {
-        let mut row = vec![tier.clone()];
-        for p in &r.policies {
-            row.push(match p.tiers.iter().find(|t| t.tier == tier) {
-                Some(t) if t.preempted > 0 => format!(
-                    "{} ({} saved, {:.1} GPU-h, {:.1} restarts/wk)",
-                    t.preempted,
-                    percent(t.checkpoint_success),
-                    t.lost_gpu_hours,
-                    t.restarts_per_week
-                ),
-                _ => "0".into(),
-            });
-        }
-        rows.push(row);
-    }
-    rows
+    per_tier_rows(
+        r,
+        &["victim tier"],
+        |tier| vec![tier.to_string()],
+        |t| match t {
+            Some(t) if t.preempted > 0 => format!(
+                "{} ({} saved, {:.1} GPU-h, {:.1} restarts/wk)",
+                t.preempted,
+                percent(t.checkpoint_success),
+                t.lost_gpu_hours,
+                t.restarts_per_week
+            ),
+            _ => "0".into(),
+        },
+    )
 }
 
 fn team_rows(r: &Report) -> Vec<Vec<String>> {
