@@ -7,6 +7,7 @@
 
 pub mod core_bench;
 pub mod fleet;
+pub mod neighbour;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
