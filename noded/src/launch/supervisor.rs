@@ -329,10 +329,12 @@ impl Supervisor {
         (limit_secs > 0 && since > 0).then(|| since.saturating_add(limit_secs.saturating_mul(1000)))
     }
 
-    /// When the warning signal is due, if the job asked for one and it was not sent yet.
+    /// When the warning signal is due, if the job asked for one, has started (a signal to a
+    /// launch not yet exec'd would end it with the signal's default action) and was not sent
+    /// it yet.
     fn warn_at_ms(&self, limit_at: i64) -> Option<i64> {
         let job = &self.record.job;
-        (job.warn_signal != 0 && !self.record.stop.warn_sent)
+        (job.warn_signal != 0 && !self.record.stop.warn_sent && self.record.start_time_ms > 0)
             .then(|| limit_at - i64::from(job.warn_secs) * 1000)
     }
 
