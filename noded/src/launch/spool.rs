@@ -7,9 +7,9 @@
 //! |                 |            | resolved plan, pids, start time, stop/term state         |
 //! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
 //! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
-//! | `group`         | the job's  | without cgroups: the job's process group, recorded by its |
-//! |                 | first      | first process before anything that can block, so that a  |
-//! |                 | process    | stop reaches a job that has not exec'd yet               |
+//! | `group`         | the job's  | without cgroups: its process group, recorded before      |
+//! |                 | first      | anything that can block, so that a stop reaches a job    |
+//! |                 | process    | that has not exec'd yet                                  |
 //! | `stopping`      | noded,     | present once a stop began (noded's, or the shepherd's    |
 //! |                 | shepherd   | fence): the shepherd then waits for every process of the |
 //! |                 |            | job, not only the main one                               |
