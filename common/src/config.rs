@@ -101,8 +101,10 @@ pub struct SchedulerConfig {
     pub fair_share_half_life: String,
     /// HTTP address of the Prometheus metrics (`/metrics`), e.g. `0.0.0.0:9717`; empty: off.
     pub metrics_listen: String,
-    /// `yctl report` and `yctl shares` show every account to everyone; `false`: a user sees
-    /// only the accounts they may charge (administrators see all).
+    /// Every account's usage is visible to everyone; `false`: a user who is no administrator
+    /// sees the usage (reports, fair share, and the GPUs, run times and history of jobs) of
+    /// the accounts they may charge and of their own jobs only (see
+    /// [`Config::sees_usage_of`]).
     pub reports_public: bool,
     /// Task indices of an array go from 0 to one less than this (Slurm's `MaxArraySize`).
     pub max_array_size: u32,
@@ -466,10 +468,16 @@ impl Config {
     /// administrator: root on the schedd host or on an `admin_hosts` node, or a member of
     /// `admin_group`.
     pub fn is_admin(&self, owner: &crate::Owner, host: Option<&str>) -> bool {
-        let root_here = owner.uid == 0
-            && host.is_none_or(|h| self.scheduler.admin_hosts.iter().any(|a| a == h));
+        let root_here = owner.uid == 0 && self.trusts_root_of(host);
         let group = &self.scheduler.admin_group;
         root_here || (!group.is_empty() && owner.groups.iter().any(|g| g == group))
+    }
+
+    /// Whether root on `host` (`None`: the schedd host, on schedd's own socket) is the
+    /// cluster's root: the schedd host and the nodes of `scheduler.admin_hosts`. Root relayed
+    /// from any other node is an ordinary user named root, whose jobs may not run as uid 0.
+    pub fn trusts_root_of(&self, host: Option<&str>) -> bool {
+        host.is_none_or(|h| self.scheduler.admin_hosts.iter().any(|a| a == h))
     }
 
     /// `scheduler.fair_share_half_life` in milliseconds (at least one minute).
@@ -489,6 +497,26 @@ impl Config {
     /// The account `name`'s settings: its `[accounts.NAME]` entry, else the defaults.
     pub fn account(&self, name: &str) -> AccountConfig {
         self.accounts.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Whether `caller` sees every account's usage: `scheduler.reports_public`, or an
+    /// administrator.
+    pub fn sees_all_usage(&self, caller: &crate::Caller) -> bool {
+        self.scheduler.reports_public || caller.is_admin()
+    }
+
+    /// Whether `caller` sees the usage of account `account`: reports' and fair share's
+    /// figures, and of its jobs the GPUs and nodes they hold, their run times, restarts,
+    /// checkpoints and history (Slurm's `PrivateData=usage`). Everyone when reports are
+    /// public; otherwise administrators, and users for the accounts they may charge.
+    pub fn sees_usage_of(&self, caller: &crate::Caller, account: &str) -> bool {
+        self.sees_all_usage(caller) || self.may_charge(&caller.owner, account)
+    }
+
+    /// Whether `caller` sees the usage of a job of `account` owned by `uid`: as
+    /// [`Config::sees_usage_of`] says, and always of their own jobs.
+    pub fn sees_job_usage(&self, caller: &crate::Caller, account: &str, uid: u32) -> bool {
+        caller.owner.uid == uid || self.sees_usage_of(caller, account)
     }
 
     /// Whether `owner` may charge jobs to account `name`: a member of the Unix group of that

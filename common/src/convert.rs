@@ -159,6 +159,8 @@ fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
         array_task_id: j.array.map(|a| a.task),
         display_id: j.display_id(),
         array_max_running: j.spec.array.as_ref().map_or(0, |a| a.max_running),
+        // Decided per caller by schedd's server.
+        usage_private: false,
     }
 }
 

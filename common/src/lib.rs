@@ -1,8 +1,9 @@
 //! Domain types every ysched crate shares: ids, job and node records, tiers and config,
 //! parsers for the Slurm-style option formats, and conversions to and from the wire format.
 //!
-//! Nothing here does I/O except [`config::Config::load`], which reads the config file, and
-//! [`identity`], which asks the name service who a uid is.
+//! Nothing here does I/O except [`config::Config::load`], which reads the config file,
+//! [`identity`], which asks the name service who a uid is, and [`secret`], which reads the
+//! cluster's secret files.
 
 pub mod array;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod dependency;
 pub mod identity;
 pub mod parse;
 pub mod sdnotify;
+pub mod secret;
 pub mod signals;
 pub mod text;
 pub mod time;

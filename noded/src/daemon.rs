@@ -187,9 +187,16 @@ fn client_socket_path(options: &Options, config: &Config) -> anyhow::Result<Opti
     Ok(Some(path))
 }
 
+/// The cluster key; refused when others may read or write it, or it belongs to another user
+/// (see [`ysched_common::secret`]).
 fn read_cluster_key(path: &Path) -> anyhow::Result<String> {
-    let key = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the cluster key {}", path.display()))?;
+    let key = ysched_common::secret::read_private_file(path, "cluster key")?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "cannot read the cluster key {}: it does not exist (copy it from the schedd \
+                 host, mode 0600)",
+            path.display()
+        )
+    })?;
     let key = key.trim();
     if key.is_empty() {
         bail!("the cluster key file {} is empty", path.display());

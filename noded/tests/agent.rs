@@ -15,6 +15,13 @@ use ysched_proto as pb;
 use ysched_proto::agent_message::Msg as AgentMsg;
 use ysched_proto::scheduler_message::Msg as SchedulerMsg;
 
+/// Writes a cluster key as an administrator installs one: readable by its owner only (noded
+/// refuses any other).
+fn write_key(path: &std::path::Path, key: &str) {
+    std::fs::write(path, key).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_with_schedd_end_to_end() {
     let spool = tempfile::tempdir().unwrap();
@@ -141,7 +148,7 @@ async fn noded_process_restart_keeps_jobs() {
     let (port, ca_cert_pem) = (schedd.port, schedd.ca_cert_pem.clone());
 
     let path = |name: &str| dir.path().join(name);
-    std::fs::write(path("key"), "k3y\n").unwrap();
+    write_key(&path("key"), "k3y\n");
     // The agent pins the CA found beside the cluster key.
     std::fs::write(path("cluster-ca.crt"), ca_cert_pem).unwrap();
     std::fs::write(
@@ -408,7 +415,7 @@ async fn a_login_node_offers_nothing_runs_nothing_and_relays_clients() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut schedd = Schedd::start().await;
     let path = |name: &str| dir.path().join(name);
-    std::fs::write(path("key"), format!("{KEY}\n")).unwrap();
+    write_key(&path("key"), &format!("{KEY}\n"));
     std::fs::write(path("cluster-ca.crt"), &schedd.ca_cert_pem).unwrap();
     std::fs::write(
         path("ysched.toml"),
@@ -483,7 +490,7 @@ async fn a_frozen_noded_still_fences_its_jobs() {
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let mut schedd = Schedd::start().await;
     let path = |name: &str| dir.path().join(name);
-    std::fs::write(path("key"), format!("{KEY}\n")).unwrap();
+    write_key(&path("key"), &format!("{KEY}\n"));
     std::fs::write(path("cluster-ca.crt"), &schedd.ca_cert_pem).unwrap();
     std::fs::write(
         path("ysched.toml"),

@@ -29,6 +29,16 @@ pub fn validate(
     config: &Config,
 ) -> Result<ValidSubmit, ApiError> {
     let owner = &caller.owner;
+    // A job runs as its submitter's uid on whichever node it is placed: root relayed from a
+    // node the cluster does not trust with root (outside `scheduler.admin_hosts`) would run
+    // root processes on every other node. Refused (and audited, as any denied submit).
+    if owner.is_root() && !config.trusts_root_of(caller.host.as_deref()) {
+        return Err(ApiError::Denied(format!(
+            "root relayed from node {} may not submit jobs: jobs run as root only when \
+             submitted on the schedd host or on a node of scheduler.admin_hosts",
+            caller.host.as_deref().unwrap_or_default()
+        )));
+    }
     use ysched_common::parse;
     use ysched_common::text::check_printable;
     let invalid = ApiError::Invalid;
@@ -488,6 +498,51 @@ mod account_tests {
             submit(root, "infra", "high", 1).unwrap().spec.account,
             "infra"
         );
+    }
+
+    #[test]
+    fn root_relayed_from_an_untrusted_node_may_not_submit() {
+        let root = Owner {
+            uid: 0,
+            gid: 0,
+            user: "root".into(),
+            groups: vec!["root".into(), "hpcadmin".into()],
+        };
+        let mut config = config();
+        config.scheduler.admin_hosts = vec!["login1".into()];
+        config.scheduler.admin_group = "hpcadmin".into();
+        let relayed = |host: &str| {
+            let caller = Caller {
+                owner: root.clone(),
+                host: Some(host.into()),
+                admin: config.is_admin(&root, Some(host)),
+            };
+            let wire = pb::JobSpec {
+                script: "#!/bin/sh\ntrue\n".into(),
+                workdir: "/tmp".into(),
+                ..Default::default()
+            };
+            validate(wire, &caller, &config)
+        };
+        // From a compute node, even when its root claims the admin group there.
+        let err = relayed("n7").unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Denied(m) if m == "root relayed from node n7 may not \
+                submit jobs: jobs run as root only when submitted on the schedd host or on a \
+                node of scheduler.admin_hosts"),
+            "{err:?}"
+        );
+        // From an admin host, and on schedd's own socket, root submits as before.
+        assert!(relayed("login1").is_ok());
+        let local = Caller::local(root.clone());
+        assert!(submit(local, "", "high", 1).is_ok());
+        // Other users relayed from that node are not concerned.
+        let alice = Caller {
+            owner: alice(),
+            host: Some("n7".into()),
+            admin: false,
+        };
+        assert!(submit(alice, "", "high", 1).is_ok());
     }
 
     #[test]

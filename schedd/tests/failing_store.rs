@@ -105,7 +105,7 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
     ));
     tokio::time::sleep(Duration::from_millis(1200)).await; // a scheduling pass or two
     assert_eq!(states(&cluster), before, "a refused write changed memory");
-    assert_eq!(cluster.list_nodes()[0].node.drain_reason, None);
+    assert_eq!(cluster.list_nodes(&root())[0].node.drain_reason, None);
     assert!(
         agent.try_recv().is_err(),
         "an agent was told about a refused change"
@@ -128,7 +128,7 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
     assert_eq!(after[0], (held.0, "CANCELLED".to_string()));
     assert_ne!(after[1].1, "HELD");
     assert_eq!(
-        cluster.list_nodes()[0].node.drain_reason.as_deref(),
+        cluster.list_nodes(&root())[0].node.drain_reason.as_deref(),
         Some("maintenance")
     );
 }

@@ -357,13 +357,17 @@ fn show_job_lists_the_event_history() {
 
 #[test]
 fn an_agent_with_a_wrong_key_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
     let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
     let bad_conf = c.dir.path().join("bad.toml");
     let text = std::fs::read_to_string(&c.conf)
         .unwrap()
         .replace("cluster.key", "wrong.key");
     std::fs::write(&bad_conf, text).unwrap();
-    std::fs::write(c.dir.path().join("wrong.key"), "not-the-key\n").unwrap();
+    let wrong_key = c.dir.path().join("wrong.key");
+    std::fs::write(&wrong_key, "not-the-key\n").unwrap();
+    // Private, as noded demands: refused for being wrong, not for its mode.
+    std::fs::set_permissions(&wrong_key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let gpus = c.dir.path().join("n1-gpus.toml");
     let mut child = std::process::Command::new(bin_dir().join("noded"))
         .args(["--name", "intruder", "--fake-gpus"])

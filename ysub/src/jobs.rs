@@ -384,6 +384,9 @@ impl Row for LongJobRow<'_> {
     }
 }
 
+/// The NODELIST(REASON) cell of a job whose usage (its nodes among it) the caller may not see.
+const PRIVATE_NODES: &str = "(private)";
+
 /// A job as a `yq` line. Cells are written straight from the record: a queue of ten thousand
 /// jobs must list in milliseconds. Text cells go through [`escape_for_terminal`], which borrows
 /// unless there is something to escape.
@@ -400,6 +403,8 @@ impl<'a> JobRow<'a> {
     fn new(line: &'a JobLine<'a>, now_ms: Millis) -> Self {
         let job = line.job;
         let time = match elapsed_secs(job, now_ms) {
+            // Its run time is not the caller's to see (`scheduler.reports_public = false`).
+            _ if job.usage_private => Cow::Borrowed("-"),
             0 => Cow::Borrowed("0:00"),
             secs => Cow::Owned(format_elapsed(secs)),
         };
@@ -435,6 +440,7 @@ impl Row for JobRow<'_> {
                     + job.alloc.len()
                     - 1
             }
+            _ if job.reason.is_empty() && job.usage_private => PRIVATE_NODES.len(),
             _ if job.reason.is_empty() => "(None)".len(),
             _ => display_width(&escape_for_terminal(&job.reason)) + 2,
         }
@@ -462,6 +468,7 @@ impl Row for JobRow<'_> {
                     out.push_str(&escape_for_terminal(&alloc.node));
                 }
             }
+            _ if job.reason.is_empty() && job.usage_private => out.push_str(PRIVATE_NODES),
             _ if job.reason.is_empty() => out.push_str("(None)"),
             _ => {
                 out.push('(');
@@ -518,6 +525,10 @@ pub struct JobJson<'a> {
     pub expected_start: Timestamp,
     /// A pending job: the nodes it is expected to start on; empty when unknown.
     pub expected_nodes: &'a [String],
+    /// The job's usage is not the caller's to see (`scheduler.reports_public = false`):
+    /// `node`, `nodes`, `gpus`, `start_time`, `end_time`, `restart_count`, `last_checkpoint`
+    /// and `fair_share` are empty.
+    pub usage_private: bool,
 }
 
 pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
@@ -551,6 +562,7 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         last_checkpoint: Timestamp(job.last_checkpoint_ms),
         expected_start: Timestamp(job.expected_start_ms),
         expected_nodes: &job.expected_nodes,
+        usage_private: job.usage_private,
     }
 }
 
@@ -733,6 +745,14 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         }
     };
     let time = |ms: Millis| time_or_none(ms).unwrap_or_else(|| "None".into());
+    // What the job used, when it is not the caller's to see (`scheduler.reports_public`).
+    let usage = |value: String| -> String {
+        if job.usage_private {
+            "private".into()
+        } else {
+            value
+        }
+    };
     let limit = match spec.time_limit_secs {
         0 => "UNLIMITED".to_string(),
         secs => format_elapsed(secs),
@@ -797,20 +817,20 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         ],
         &[("Dependency", or(&spec.dependency, "None"))],
         &[
-            ("Restarts", job.restart_count.to_string()),
+            ("Restarts", usage(job.restart_count.to_string())),
             ("Requeue", u8::from(!spec.no_requeue).to_string()),
             ("ExitCode", exit),
         ],
         &[
-            ("RunTime", format_elapsed(elapsed_secs(job, now_ms))),
+            ("RunTime", usage(format_elapsed(elapsed_secs(job, now_ms)))),
             ("TimeLimit", limit),
             ("Grace", job.grace_secs.to_string()),
             ("Signal", warn_signal(spec).unwrap_or_else(|| "None".into())),
         ],
         &[
             ("SubmitTime", time(job.submit_time_ms)),
-            ("StartTime", time(job.start_time_ms)),
-            ("EndTime", time(job.end_time_ms)),
+            ("StartTime", usage(time(job.start_time_ms))),
+            ("EndTime", usage(time(job.end_time_ms))),
         ],
         expected_start.as_ref().map_or(&[], |line| line.as_slice()),
         &[
@@ -828,8 +848,11 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             ),
         ],
         &[
-            ("NodeList", node_list(job).unwrap_or_else(|| "None".into())),
-            ("GpuIndices", or(&gpu_indices, "None")),
+            (
+                "NodeList",
+                usage(node_list(job).unwrap_or_else(|| "None".into())),
+            ),
+            ("GpuIndices", usage(or(&gpu_indices, "None"))),
         ],
         &[
             ("Interconnect", or(&spec.interconnect, "any")),
@@ -837,7 +860,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         ],
         &[
             ("CheckpointDir", or(&job.checkpoint_dir, "None")),
-            ("LastCheckpoint", time(job.last_checkpoint_ms)),
+            ("LastCheckpoint", usage(time(job.last_checkpoint_ms))),
         ],
         &[
             ("WorkDir", spec.workdir.clone()),
@@ -860,7 +883,9 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         out.push('\n');
     }
     out.push_str("Events:\n");
-    if detail.events.is_empty() {
+    if job.usage_private {
+        out.push_str("   (private: reports are not public here)\n");
+    } else if detail.events.is_empty() {
         out.push_str("   (none)\n");
     }
     let mut table = Table::with_capacity(EVENT_COLUMNS, detail.events.len());
@@ -1626,6 +1651,68 @@ pub(crate) mod tests {
         assert_eq!(events.lines().count(), 2);
         assert!(events.lines().nth(1).unwrap().contains("STARTED"));
         assert!(out.contains("Grace=30 Signal=None\n"), "{out}");
+    }
+
+    /// `running_job` as schedd sends it to a user who may not see its usage.
+    fn private_running_job() -> JobInfo {
+        JobInfo {
+            alloc: Vec::new(),
+            start_time_ms: 0,
+            restart_count: 0,
+            last_checkpoint_ms: 0,
+            usage_private: true,
+            ..running_job()
+        }
+    }
+
+    #[test]
+    fn a_job_whose_usage_is_private_says_so_instead_of_showing_zeros() {
+        let now = T0 + 20_000;
+        let out = format_job_table_long(&[private_running_job()], now, false);
+        let cells: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "17",
+                "train",
+                "alice",
+                "ml",
+                "high",
+                "RUNNING",
+                "-",
+                "4",
+                "-",
+                "-",
+                "(private)"
+            ]
+        );
+        let value = serde_json::to_value(job_to_json(&private_running_job())).unwrap();
+        assert_eq!(value["usage_private"], true);
+        assert_eq!(value["node"], serde_json::Value::Null);
+        assert_eq!(value["start_time"], serde_json::Value::Null);
+        let plain = serde_json::to_value(job_to_json(&running_job())).unwrap();
+        assert_eq!(plain["usage_private"], false);
+
+        let detail = JobDetail {
+            job: Some(private_running_job()),
+            events: Vec::new(),
+        };
+        let out = format_job_detail(&detail, now);
+        for expected in [
+            "Restarts=private",
+            "RunTime=private",
+            "StartTime=private EndTime=private",
+            "NodeList=private GpuIndices=private",
+            "LastCheckpoint=private",
+            "JobState=RUNNING",
+            "GPUs=4",
+        ] {
+            assert!(out.contains(expected), "missing {expected} in\n{out}");
+        }
+        assert!(
+            out.ends_with("Events:\n   (private: reports are not public here)\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -52,12 +52,21 @@ pub fn gpu_summary(node: &NodeInfo) -> String {
     out
 }
 
-/// The job holding GPU `position` of the node (by position in `gpus`), if any.
-fn gpu_holder(node: &NodeInfo, position: usize) -> Option<u64> {
-    node.gpu_holders
-        .get(position)
-        .copied()
-        .filter(|&job| job != 0)
+/// Who holds a GPU that is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    Job(u64),
+    /// A job whose usage is not the caller's to see (`scheduler.reports_public = false`).
+    Private,
+}
+
+/// Who holds GPU `position` of the node (by position in `gpus`); `None`: it is idle.
+fn gpu_holder(node: &NodeInfo, position: usize) -> Option<Holder> {
+    match node.gpu_holders.get(position).copied() {
+        None | Some(0) => None,
+        Some(ysched_proto::PRIVATE_HOLDER) => Some(Holder::Private),
+        Some(job) => Some(Holder::Job(job)),
+    }
 }
 
 pub fn free_gpus(node: &NodeInfo) -> usize {
@@ -145,7 +154,8 @@ pub fn format_gpu_lines(node: &NodeInfo) -> String {
             Cow::Owned(format!("gpu{}", gpu.index)),
             escape_for_terminal(short_model(&gpu.model)),
             match gpu_holder(node, position) {
-                Some(job) => Cow::Owned(format!("job {job}")),
+                Some(Holder::Job(job)) => Cow::Owned(format!("job {job}")),
+                Some(Holder::Private) => Cow::Borrowed("in use"),
                 None => Cow::Borrowed("idle"),
             },
         ]);
@@ -183,8 +193,11 @@ pub struct GpuJson<'a> {
     pub nvlink: &'a [u32],
     /// How it reaches each other GPU of the node; empty when the agent did not say.
     pub links: Vec<GpuLinkJson<'a>>,
-    /// The job holding it; null when idle.
+    /// The job holding it; null when idle, or when that job's usage is not the caller's to
+    /// see (`scheduler.reports_public = false`).
     pub job: Option<u64>,
+    /// Held by a job (`job` may still be null, see there).
+    pub in_use: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -248,7 +261,11 @@ pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
                         nvlinks: l.nvlinks,
                     })
                     .collect(),
-                job: gpu_holder(node, position),
+                job: match gpu_holder(node, position) {
+                    Some(Holder::Job(job)) => Some(job),
+                    _ => None,
+                },
+                in_use: gpu_holder(node, position).is_some(),
             })
             .collect(),
     }
@@ -352,6 +369,24 @@ mod tests {
         assert_eq!(free_gpus(&busy_node()), 6);
         // No holders reported: all free.
         assert_eq!(free_gpus(&drained_node()), 2);
+    }
+
+    #[test]
+    fn a_gpu_held_by_a_private_job_is_in_use_by_nobody_named() {
+        let mut node = busy_node();
+        node.gpu_holders[2] = ysched_proto::PRIVATE_HOLDER;
+        assert_eq!(free_gpus(&node), 5);
+        let lines = format_gpu_lines(&node);
+        let lines: Vec<&str> = lines.lines().map(str::trim).collect();
+        assert!(lines[0].ends_with("job 17"), "{lines:?}");
+        assert!(lines[2].ends_with("in use"), "{lines:?}");
+        assert!(lines[3].ends_with("idle"), "{lines:?}");
+        let value = serde_json::to_value(node_to_json(&node)).unwrap();
+        assert_eq!(value["gpus"][0]["job"], 17);
+        assert_eq!(value["gpus"][0]["in_use"], true);
+        assert_eq!(value["gpus"][2]["job"], serde_json::Value::Null);
+        assert_eq!(value["gpus"][2]["in_use"], true);
+        assert_eq!(value["gpus"][3]["in_use"], false);
     }
 
     #[test]

@@ -696,14 +696,61 @@ pub fn trace_summary(r: &TraceReply, to: &str) -> String {
     s
 }
 
-/// Writes `text` to `path` whole or not at all (a temporary file renamed): a reader never
-/// sees half of it.
-fn write_whole(path: &Path, suffix: &str, text: &str) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(suffix);
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+/// Writes `text` to `path` whole or not at all, safely in a directory other users may write
+/// (`yctl report` often runs as root): a reader never sees half of it, and nothing another user
+/// planted there is followed, written through, or left able to read the text.
+///
+/// The text goes to a new file in the same directory under a random name
+/// (`.NAME.XXXXXX.tmp`), created exclusively (`O_CREAT|O_EXCL`: a file or symlink planted under
+/// that name makes it pick another, it never opens one), then synced and renamed over `path`.
+/// A rename replaces a symlink at `path` itself, never what it points to. The file gets the
+/// mode of the regular file it replaces (set before the rename), or else a new file's mode
+/// (0666 less the umask).
+fn write_whole(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("cannot write {}: not a file name", path.display()))?
+        .to_string_lossy();
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    // Only a regular file's mode is kept: a symlink's target is not looked at.
+    let replaced_mode = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|meta| meta.file_type().is_file())
+        .map(|meta| meta.mode() & 0o777);
+    // Short enough that the random part and the suffix fit a file name's 255 bytes.
+    let stem: String = name.chars().take(64).collect();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{stem}."))
+        .suffix(".tmp")
+        // Private until the text is whole; a new file's mode is what the umask leaves of 0666.
+        .permissions(std::fs::Permissions::from_mode(
+            if replaced_mode.is_some() {
+                0o600
+            } else {
+                0o666
+            },
+        ))
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    let written = tmp
+        .write_all(text.as_bytes())
+        .and_then(|()| match replaced_mode {
+            Some(mode) => tmp
+                .as_file()
+                .set_permissions(std::fs::Permissions::from_mode(mode)),
+            None => Ok(()),
+        })
+        .and_then(|()| tmp.as_file().sync_all());
+    // On error the temporary file is removed when `tmp` is dropped.
+    written.with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    tmp.persist(path)
+        .map_err(|e| anyhow!("cannot write {}: {}", path.display(), e.error))?;
+    Ok(())
 }
 
 // ------------------------------------------------------------------ HTML
@@ -1185,7 +1232,7 @@ pub async fn report(client: &mut Client, args: &ReportArgs) -> Result<()> {
             print_stdout(&csv)?;
             eprintln!("{}", escape_for_terminal(&trace_summary(&r, "stdout")));
         } else {
-            write_whole(path, ".tmp", &csv)?;
+            write_whole(path, &csv)?;
             let summary = trace_summary(&r, &path.display().to_string());
             print_stdout(&format!("{}\n", escape_for_terminal(&summary)))?;
         }
@@ -1205,12 +1252,8 @@ pub async fn report(client: &mut Client, args: &ReportArgs) -> Result<()> {
     } else if args.csv {
         print_stdout(&report_csv(&r))
     } else if let Some(path) = &args.html {
-        let html = report_html(&r)?;
         // Written whole or not at all: a timer's reader never sees half a report.
-        let tmp = path.with_extension("html.tmp");
-        std::fs::write(&tmp, html).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(())
+        write_whole(path, &report_html(&r)?)
     } else {
         print_stdout(&format_report(&r))
     }

@@ -3,11 +3,16 @@
 //! checkpoint, not since the start), and what tells whether a stopped job saved one.
 //!
 //! noded runs as root and the directory belongs to the job's user, who may put anything in
-//! it. So the walk is bounded (entries visited, depth), never follows a symlink (each
-//! directory is opened relative to its parent with `O_NOFOLLOW`, so one swapped for a link
-//! mid-walk is not entered), stays on the directory's own filesystem, opens nothing but
-//! directories, keeps at most one descriptor open per level, and turns every error into "not
-//! seen". It blocks on the filesystem: call it off the async runtime's worker threads.
+//! it, and whose path they chose: they may replace it with a symlink to a directory only
+//! another user may read, whose newest time root would then report (`LastCheckpoint=`). So a
+//! job's scan runs with the job user's rights ([`newest_as`]): on a thread of its own that
+//! takes their uid, gid and groups (Linux credentials are per thread; the raw system calls
+//! change only that thread, which ends with the scan), it sees what the user could see and
+//! nothing more. The walk is bounded (entries visited, depth), never follows a symlink below
+//! the top (each directory is opened relative to its parent with `O_NOFOLLOW`, so one swapped
+//! for a link mid-walk is not entered), stays on the directory's own filesystem, opens nothing
+//! but directories, keeps at most one descriptor open per level, and turns every error into
+//! "not seen". It blocks on the filesystem: call it off the async runtime's worker threads.
 
 use nix::dir::Dir;
 use nix::fcntl::{AtFlags, OFlag};
@@ -124,10 +129,94 @@ fn mtime_ms(st: &FileStat) -> Option<i64> {
         .checked_add(st.st_mtime_nsec / 1_000_000)
 }
 
-/// One heartbeat's scan of the running jobs' checkpoint directories, job by job.
-pub fn scan_jobs(dirs: Vec<(u64, PathBuf)>, limits: ScanLimits) -> Vec<(u64, Newest)> {
+/// Whose rights a scan has: the job user's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanAs {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// A job's checkpoint directory, and whose rights it is scanned with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointDir {
+    pub path: PathBuf,
+    /// The job user, when noded (root) runs jobs as other users; `None`: noded runs as the
+    /// job's user itself.
+    pub scan_as: Option<ScanAs>,
+}
+
+/// [`newest_under`] the job's directory, with the job user's rights (see the module docs).
+/// A thread that cannot be started or cannot become the user sees nothing.
+pub fn newest_as(dir: &CheckpointDir, limits: ScanLimits) -> Newest {
+    let Some(user) = &dir.scan_as else {
+        return newest_under(&dir.path, limits);
+    };
+    std::thread::scope(|scope| {
+        let scan = std::thread::Builder::new()
+            .name("checkpoint-scan".into())
+            .spawn_scoped(scope, || match become_on_this_thread(user) {
+                Ok(()) => newest_under(&dir.path, limits),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot scan {} as uid {}: {e}",
+                        dir.path.display(),
+                        user.uid
+                    );
+                    Newest::Complete(None)
+                }
+            });
+        match scan {
+            Ok(scan) => scan.join().unwrap_or(Newest::Complete(None)),
+            Err(e) => {
+                tracing::warn!("cannot start a thread to scan {}: {e}", dir.path.display());
+                Newest::Complete(None)
+            }
+        }
+    })
+}
+
+/// Gives the calling thread, and only it, `user`'s groups, gid and uid, for good (it keeps
+/// no capability): the raw system calls, since glibc's wrappers change every thread of the
+/// process. Only for a thread that ends afterwards.
+fn become_on_this_thread(user: &ScanAs) -> std::io::Result<()> {
+    let check = |ret: libc::c_long| {
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    let groups: Vec<libc::gid_t> = user.groups.clone();
+    // SAFETY: system calls with integer arguments and a pointer to a live vector of
+    // `groups.len()` gids.
+    unsafe {
+        check(libc::syscall(
+            libc::SYS_setgroups,
+            groups.len(),
+            groups.as_ptr(),
+        ))?;
+        check(libc::syscall(
+            libc::SYS_setresgid,
+            user.gid,
+            user.gid,
+            user.gid,
+        ))?;
+        check(libc::syscall(
+            libc::SYS_setresuid,
+            user.uid,
+            user.uid,
+            user.uid,
+        ))
+    }
+}
+
+/// One heartbeat's scan of the running jobs' checkpoint directories, job by job, each with
+/// its user's rights.
+pub fn scan_jobs(dirs: Vec<(u64, CheckpointDir)>, limits: ScanLimits) -> Vec<(u64, Newest)> {
     dirs.into_iter()
-        .map(|(job_id, dir)| (job_id, newest_under(&dir, limits)))
+        .map(|(job_id, dir)| (job_id, newest_as(&dir, limits)))
         .collect()
 }
 
@@ -228,6 +317,51 @@ mod tests {
             newest_under(&dir.path().join("link"), SMALL),
             Newest::TooLarge(_)
         ));
+    }
+
+    #[test]
+    fn a_scan_as_the_job_user_sees_only_what_they_may() {
+        use std::os::unix::fs::PermissionsExt;
+        // Needs root, as noded: a directory only root may read, and a user's scan of it.
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "run as root (noded's user)"
+        );
+        let private = tempfile::tempdir().unwrap();
+        std::fs::write(private.path().join("secret"), b"x").unwrap();
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let nobody = ScanAs {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+        };
+        let as_nobody = |path: &Path| CheckpointDir {
+            path: path.to_owned(),
+            scan_as: Some(nobody.clone()),
+        };
+        // Root sees the file; nobody, even through a symlink of theirs, sees nothing.
+        assert!(matches!(
+            newest_under(private.path(), SMALL),
+            Newest::Complete(Some(_))
+        ));
+        assert_eq!(
+            newest_as(&as_nobody(private.path()), SMALL),
+            Newest::Complete(None)
+        );
+        let mine = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(mine.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let link = mine.path().join("ckpt");
+        std::os::unix::fs::symlink(private.path(), &link).unwrap();
+        assert_eq!(newest_as(&as_nobody(&link), SMALL), Newest::Complete(None));
+        // What nobody may read is seen, through their symlink too.
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(matches!(
+            newest_as(&as_nobody(&link), SMALL),
+            Newest::Complete(Some(_))
+        ));
+        // The scan changed nothing of this thread's (or the process's) identity.
+        assert!(nix::unistd::geteuid().is_root());
+        assert!(nix::unistd::getuid().is_root());
     }
 
     #[test]

@@ -161,6 +161,21 @@ pub struct ExecPlan {
     pub cgroup: Option<JobCgroup>,
 }
 
+impl ExecPlan {
+    /// The job's checkpoint directory as scanned: with the job user's rights (see
+    /// [`super::checkpoint_scan`]).
+    pub fn checkpoint(&self) -> Option<super::checkpoint_scan::CheckpointDir> {
+        Some(super::checkpoint_scan::CheckpointDir {
+            path: self.checkpoint_dir.clone()?,
+            scan_as: self.switch_user.then(|| super::checkpoint_scan::ScanAs {
+                uid: self.uid,
+                gid: self.gid,
+                groups: self.groups.clone(),
+            }),
+        })
+    }
+}
+
 /// Resolves the user and paths of `job`. The error is the message for `JobFinished.error`.
 /// `client_socket` is the client socket of this node's agent, if it serves one.
 pub fn plan_job(

@@ -135,7 +135,7 @@ struct JobHandle {
     controls: mpsc::UnboundedSender<Control>,
     task: AbortHandle,
     /// The job's checkpoint directory on this host, once its plan is made.
-    checkpoint_dir: Option<PathBuf>,
+    checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
 }
 
 /// Requests to a job's supervisor task.
@@ -302,7 +302,7 @@ impl Launcher {
 
     /// The checkpoint directories of the jobs being supervised, where known (see
     /// [`checkpoint_scan`]).
-    pub fn checkpoint_dirs(&self) -> Vec<(u64, PathBuf)> {
+    pub fn checkpoint_dirs(&self) -> Vec<(u64, checkpoint_scan::CheckpointDir)> {
         self.shared
             .jobs()
             .iter()
@@ -369,7 +369,7 @@ impl Launcher {
             });
             let (controls, receiver) = mpsc::unbounded_channel();
             let restart_count = record.job.restart_count;
-            let checkpoint_dir = record.plan.as_ref().and_then(|p| p.checkpoint_dir.clone());
+            let checkpoint_dir = record.plan.as_ref().and_then(ExecPlan::checkpoint);
             if let (Some(_), Some(cgroup)) = (
                 &shepherd,
                 record.plan.as_ref().and_then(|p| p.cgroup.as_ref()),

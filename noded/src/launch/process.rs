@@ -1,6 +1,7 @@
 //! Process plumbing for noded: signalling a job's process group, recognising shepherds, and
 //! learning of a shepherd's exit as an event (child wait or pidfd).
 
+use super::checkpoint_scan::CheckpointDir;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::io;
@@ -87,16 +88,17 @@ impl Shepherd {
     }
 }
 
-/// The latest modification time under `dir` (recursively, not following symlinks below it),
-/// in ms since the epoch; `None` when there is nothing. Bounded so a huge tree cannot stall
-/// noded: past the bound, the newest of what was seen.
-pub fn newest_mtime_ms(dir: &Path) -> Option<i64> {
-    use super::checkpoint_scan::{newest_under, Newest, ScanLimits};
+/// The latest modification time under a job's checkpoint directory (recursively, not
+/// following symlinks below it, with the job user's rights), in ms since the epoch; `None`
+/// when there is nothing. Bounded so a huge tree cannot stall noded: past the bound, the
+/// newest of what was seen.
+pub fn newest_mtime_ms(dir: &CheckpointDir) -> Option<i64> {
+    use super::checkpoint_scan::{newest_as, Newest, ScanLimits};
     const LIMITS: ScanLimits = ScanLimits {
         max_entries: 100_000,
         max_depth: 64,
     };
-    match newest_under(dir, LIMITS) {
+    match newest_as(dir, LIMITS) {
         Newest::Complete(newest) | Newest::TooLarge(newest) => newest,
     }
 }
@@ -120,10 +122,14 @@ mod tests {
     #[test]
     fn newest_mtime_finds_nested_files() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(newest_mtime_ms(dir.path()), None);
+        let ckpt = CheckpointDir {
+            path: dir.path().to_owned(),
+            scan_as: None,
+        };
+        assert_eq!(newest_mtime_ms(&ckpt), None);
         std::fs::create_dir(dir.path().join("a")).unwrap();
         std::fs::write(dir.path().join("a/f"), b"x").unwrap();
-        let newest = newest_mtime_ms(dir.path()).unwrap();
+        let newest = newest_mtime_ms(&ckpt).unwrap();
         assert!(newest > ysched_common::time::now_ms() - 60_000);
     }
 }

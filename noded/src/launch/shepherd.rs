@@ -5,7 +5,11 @@
 //! It reads the plan from `state.json`, forks the job (into the job's cgroups, new session,
 //! job user, working directory, output files), records the job's pid in `pid`, tells noded
 //! the pid on its stdout (a pipe noded may no longer be reading), and waits for the job's main
-//! process. Then it waits until *every* process of the job is gone (its cgroup is empty, or
+//! process. Everything the child does before exec may block (a hung network filesystem, an
+//! automount): its first act is to join the job's cgroup and, without cgroups, to record its
+//! process group in `group`, so that noded can stop it (a cancel, the time limit, a
+//! preemption) and the fence can fence it at any moment, not only once it runs. Output files
+//! are opened so that they cannot block: only regular files and `/dev/null` are accepted. Then it waits until *every* process of the job is gone (its cgroup is empty, or
 //! without cgroups its process group): at once, by killing them, when the job ended by
 //! itself; when noded is stopping the job (the `stopping` notice in the job directory), the
 //! others keep their grace and noded kills what is left at its end. Only then does it remove
@@ -22,8 +26,10 @@
 //! then says `fenced`, with the time of that SIGTERM.
 //!
 //! It does no name-service lookups: noded resolved the user before starting it. Apart from
-//! the fence's watcher, which starts only once the job has been forked (no fork happens in
-//! a threaded process), it is single-threaded.
+//! the fence's watcher, it is single-threaded. The watcher starts before the job is forked
+//! (a job stuck before its exec must be fenced too); the forked child makes only
+//! async-signal-safe system calls on data prepared before the fork (no allocation, no lock),
+//! so forking beside that thread is safe.
 
 use super::cgroup::JobCgroup;
 use super::lease::{boottime_ms, Lease};
@@ -122,17 +128,26 @@ fn start_and_wait(dir: &JobDir, plan: &ExecPlan, grace_secs: u32) -> ExitRecord 
             Some(Err(e)) => return launch_failed(format!("cannot use the job's cgroup: {e}")),
             None => (Vec::new(), None),
         };
-    let mut job = match start_job(plan, join) {
+    // Watching from before the fork: the job can block before its exec.
+    let fence = Fence::watch(dir, plan.cgroup.clone(), grace_secs);
+    let mut job = match start_job(dir, plan, join) {
         Ok(job) => job,
-        Err(error) => return launch_failed(error),
+        Err(error) => {
+            // Whatever the fence did stays known: a job it stopped may be requeued.
+            return ExitRecord {
+                error: Some(error),
+                end_time_ms: now_ms(),
+                ..fence.end()
+            };
+        }
     };
     let pid = job.id();
+    fence.job_started(pid);
     log(&format!("job started as pid {pid}"));
     if let Err(e) = dir.write_job_pid(pid) {
         log(&format!("cannot record the job pid: {e}"));
     }
     announce_start(pid);
-    let fence = Fence::watch(dir, plan.cgroup.clone(), pid, grace_secs);
 
     let status = job.wait();
     let processes = JobProcesses::of(cgroup, Some(pid)).unwrap_or(JobProcesses::Group(pid));
@@ -195,6 +210,9 @@ struct Fence {
 struct FenceState {
     /// The job is over: the watcher does nothing more.
     over: bool,
+    /// The job's pid, once its exec is done (before, its cgroup or the process group its
+    /// first process recorded in `group` stand for it).
+    job_pid: Option<u32>,
     fenced: bool,
     /// When the fence's stop began, ms since the epoch.
     term_time_ms: i64,
@@ -203,9 +221,9 @@ struct FenceState {
 }
 
 impl Fence {
-    /// Starts the watcher of the lease of the job in `dir` (started as `pid`, in `cgroup` if
-    /// it has one). Called after the fork: no fork follows in this process.
-    fn watch(dir: &JobDir, cgroup: Option<JobCgroup>, pid: u32, grace_secs: u32) -> Fence {
+    /// Starts the watcher of the lease of the job in `dir` (in `cgroup` if it has one), just
+    /// before the job is forked.
+    fn watch(dir: &JobDir, cgroup: Option<JobCgroup>, grace_secs: u32) -> Fence {
         let state = Arc::new(Mutex::new(FenceState::default()));
         let Some(lease) = dir.lease() else {
             log("no lease file beside the job directory: this job is never fenced");
@@ -215,7 +233,6 @@ impl Fence {
             dir: dir.clone(),
             lease,
             cgroup,
-            pid,
             grace_secs,
             state: state.clone(),
         };
@@ -228,6 +245,14 @@ impl Fence {
             ));
         }
         Fence { state }
+    }
+
+    /// The job's exec is done: it is `pid`, and its process group.
+    fn job_started(&self, pid: u32) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .job_pid = Some(pid);
     }
 
     /// The job is over (every process gone): stops the watcher acting, and returns what the
@@ -248,7 +273,6 @@ struct FenceWatcher {
     dir: JobDir,
     lease: std::path::PathBuf,
     cgroup: Option<JobCgroup>,
-    pid: u32,
     grace_secs: u32,
     state: Arc<Mutex<FenceState>>,
 }
@@ -271,7 +295,9 @@ impl FenceWatcher {
                 Ok(Some(Lease::Until(deadline))) => {
                     said_unreadable = false;
                     let now = boottime_ms();
-                    if now > deadline {
+                    // Without cgroups, a job not yet in its own process group cannot be
+                    // fenced yet: looked at again a second later.
+                    if now > deadline && self.processes().is_some() {
                         return self.fence(now - deadline);
                     }
                 }
@@ -290,9 +316,17 @@ impl FenceWatcher {
     /// elsewhere now. Stops the job as noded would: the `stopping` notice (so the main
     /// process's end does not cut the others' grace), SIGTERM to every process, the grace,
     /// then SIGKILL to whatever is left.
+    /// The job's processes: its cgroup, else its process group (its pid, or before its exec
+    /// the group its first process recorded); `None` before that process has.
+    fn processes(&self) -> Option<JobProcesses<'_>> {
+        let pid = self.lock().job_pid.or_else(|| self.dir.read_job_group());
+        JobProcesses::of(self.cgroup.as_ref(), pid)
+    }
+
     fn fence(self, late_ms: u64) {
-        let processes = JobProcesses::of(self.cgroup.as_ref(), Some(self.pid))
-            .unwrap_or(JobProcesses::Group(self.pid));
+        let Some(processes) = self.processes() else {
+            return;
+        };
         let begun = self.dir.read_stop_notice();
         let now = now_ms();
         {
@@ -396,7 +430,8 @@ fn announce_start(pid: u32) {
 }
 
 /// Setup steps done in the forked child; on failure the child reports which one on a pipe
-/// (std's own pipe carries only the errno).
+/// (std's own pipe carries only the errno), with what it refused (a [`Refused`], 0: nothing,
+/// the system call failed).
 #[derive(Clone, Copy)]
 #[repr(u8)]
 enum Step {
@@ -472,7 +507,73 @@ impl Step {
             ),
         }
     }
+
+    /// The refusal of an output file that is no regular file (nor `/dev/null`).
+    fn refusal(self, plan: &ExecPlan, refused: Refused) -> String {
+        let (what, path) = match self {
+            Step::Stderr => ("error", plan.stderr.as_deref().unwrap_or(Path::new(""))),
+            _ => ("output", plan.stdout.as_path()),
+        };
+        format!(
+            "{what} file {} is {}: -o and -e must name a regular file (or /dev/null)",
+            path.display(),
+            refused.describe()
+        )
+    }
 }
+
+/// What kind of file an output path named, when it was refused: anything but a regular file
+/// and `/dev/null` could block the job before it starts (a FIFO nobody reads), hand its
+/// output to another process, or write to a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Refused {
+    Fifo = 1,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    Other,
+}
+
+impl Refused {
+    fn from_byte(byte: u8) -> Option<Refused> {
+        [
+            Refused::Fifo,
+            Refused::Socket,
+            Refused::CharDevice,
+            Refused::BlockDevice,
+            Refused::Other,
+        ]
+        .into_iter()
+        .find(|r| *r as u8 == byte)
+    }
+
+    /// The kind of file `mode` (`st_mode`) is, unless it is one output may go to.
+    fn of_mode(mode: libc::mode_t, rdev: libc::dev_t) -> Option<Refused> {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => None,
+            libc::S_IFCHR if rdev == DEV_NULL => None,
+            libc::S_IFIFO => Some(Refused::Fifo),
+            libc::S_IFSOCK => Some(Refused::Socket),
+            libc::S_IFCHR => Some(Refused::CharDevice),
+            libc::S_IFBLK => Some(Refused::BlockDevice),
+            _ => Some(Refused::Other),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Refused::Fifo => "a FIFO",
+            Refused::Socket => "a socket",
+            Refused::CharDevice => "a character device",
+            Refused::BlockDevice => "a block device",
+            Refused::Other => "not a regular file",
+        }
+    }
+}
+
+/// `/dev/null`'s device number (1:3 on every Linux).
+const DEV_NULL: libc::dev_t = libc::makedev(1, 3);
 
 /// Everything the child needs, prepared before the fork so the child only makes syscalls.
 struct ChildSetup {
@@ -491,6 +592,9 @@ struct ChildSetup {
     stderr: Option<CString>,
     output_flags: libc::c_int,
     step_report: OwnedFd,
+    /// The job directory's `group` file, where the child writes its pid (its process group)
+    /// first thing; `None` with cgroups, which hold the job from its first instruction.
+    group_file: Option<OwnedFd>,
 }
 
 fn c_path(path: &Path) -> Result<CString, String> {
@@ -499,7 +603,11 @@ fn c_path(path: &Path) -> Result<CString, String> {
 }
 
 /// Forks and execs the job. The error is the message for `JobFinished.error`.
-fn start_job(plan: &ExecPlan, join_cgroups: Vec<OwnedFd>) -> Result<std::process::Child, String> {
+fn start_job(
+    dir: &JobDir,
+    plan: &ExecPlan,
+    join_cgroups: Vec<OwnedFd>,
+) -> Result<std::process::Child, String> {
     let (step_read, step_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| format!("cannot create a pipe: {e}"))?;
     let checkpoint_dirs = match &plan.checkpoint_dir {
@@ -521,6 +629,13 @@ fn start_job(plan: &ExecPlan, join_cgroups: Vec<OwnedFd>) -> Result<std::process
     } else {
         libc::O_TRUNC
     };
+    let group_file = match plan.cgroup {
+        Some(_) => None,
+        None => Some(
+            dir.create_group_file()
+                .map_err(|e| format!("cannot create {}: {e}", dir.group().display()))?,
+        ),
+    };
     let setup = ChildSetup {
         join_cgroups,
         switch_user: plan.switch_user,
@@ -532,8 +647,17 @@ fn start_job(plan: &ExecPlan, join_cgroups: Vec<OwnedFd>) -> Result<std::process
         checkpoint_dirs,
         stdout: c_path(&plan.stdout)?,
         stderr: plan.stderr.as_deref().map(c_path).transpose()?,
-        output_flags: libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | output_mode,
+        // Non-blocking: a FIFO nobody reads fails at once (ENXIO) instead of blocking the
+        // job until someone does; cleared once the file is known to be a regular one. No
+        // controlling terminal from a terminal device either (refused anyway).
+        output_flags: libc::O_WRONLY
+            | libc::O_CREAT
+            | libc::O_CLOEXEC
+            | libc::O_NONBLOCK
+            | libc::O_NOCTTY
+            | output_mode,
         step_report: step_write,
+        group_file,
     };
 
     let mut command = Command::new(&plan.program);
@@ -550,13 +674,16 @@ fn start_job(plan: &ExecPlan, join_cgroups: Vec<OwnedFd>) -> Result<std::process
     // The closure (and its copy of the pipe's write end) lives in `command`: drop it, so that
     // reading sees end-of-file once the child has exec'd or died.
     drop(command);
-    let mut failed_step = [0u8; 1];
+    let mut failed_step = [0u8; 2];
     let reported = std::fs::File::from(step_read)
         .read(&mut failed_step)
         .unwrap_or(0);
 
     spawned.map_err(|e| {
-        let step = Step::from_byte(failed_step[0]).filter(|_| reported == 1);
+        let step = Step::from_byte(failed_step[0]).filter(|_| reported == 2);
+        if let (Some(step), Some(refused)) = (step, Refused::from_byte(failed_step[1])) {
+            return step.refusal(plan, refused);
+        }
         if let (Some(Step::Interpreter), Some(interpreter)) = (step, &plan.interpreter) {
             if e.kind() == io::ErrorKind::NotFound {
                 return format!(
@@ -575,10 +702,14 @@ fn start_job(plan: &ExecPlan, join_cgroups: Vec<OwnedFd>) -> Result<std::process
 
 /// Runs in the forked child, before exec: new session, user switch, directories, output.
 fn setup_child(s: &ChildSetup) -> io::Result<()> {
+    let report = |step: Step, refused: Option<Refused>| {
+        let bytes = [step as u8, refused.map_or(0, |r| r as u8)];
+        // SAFETY: write(2) of two bytes from a live local to a pipe fd we own; one write of
+        // less than PIPE_BUF bytes arrives whole.
+        unsafe { libc::write(s.step_report.as_raw_fd(), bytes.as_ptr().cast(), 2) };
+    };
     let fail = |step: Step, error: io::Error| -> io::Error {
-        let byte = step as u8;
-        // SAFETY: write(2) of one byte from a live local to a pipe fd we own.
-        unsafe { libc::write(s.step_report.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+        report(step, None);
         error
     };
     let check = |step: Step, ret: libc::c_int| -> io::Result<()> {
@@ -589,14 +720,9 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
         }
     };
 
-    // Before anything else, while still root: from here on every process the job starts is
-    // in its cgroups, and cannot leave them.
-    for procs in &s.join_cgroups {
-        // SAFETY: write(2) of one byte from a static to a descriptor opened before the fork.
-        let written = unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) };
-        check(Step::Cgroup, if written == 1 { 0 } else { -1 })?;
-    }
     // The shepherd ignores these; ignored dispositions survive exec, the job needs defaults.
+    // Reset before the child joins the job's cgroup: a stop that reaches it there before its
+    // exec ends it (its SIGTERM is not lost on an ignored disposition).
     for sig in [
         libc::SIGTERM,
         libc::SIGHUP,
@@ -607,8 +733,23 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
         // SAFETY: resetting a disposition to SIG_DFL is async-signal-safe.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
+    // Before anything that can block, while still root: from here on every process the job
+    // starts is in its cgroups, and cannot leave them, and noded can stop it.
+    for procs in &s.join_cgroups {
+        // SAFETY: write(2) of one byte from a static to a descriptor opened before the fork.
+        let written = unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) };
+        check(Step::Cgroup, if written == 1 { 0 } else { -1 })?;
+    }
     // Own session and process group: killpg(job pid) reaches the whole job, not the shepherd.
     nix::unistd::setsid().map_err(|e| fail(Step::Session, e.into()))?;
+    if let Some(group) = &s.group_file {
+        // Without cgroups, the process group is what noded stops: recorded before anything
+        // that can block. Best effort: if it cannot be written, stops wait for the exec.
+        let mut digits = [0u8; 20];
+        let text = decimal(std::process::id(), &mut digits);
+        // SAFETY: write(2) from a live local to a descriptor opened before the fork.
+        unsafe { libc::write(group.as_raw_fd(), text.as_ptr().cast(), text.len()) };
+    }
     if s.switch_user {
         // Groups first: after setuid the process may no longer change them.
         nix::unistd::setgroups(&s.groups).map_err(|e| fail(Step::Groups, e.into()))?;
@@ -633,14 +774,14 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
                 }
             }
         }
-        let out = libc::open(s.stdout.as_ptr(), s.output_flags, 0o644);
-        check(Step::Stdout, out)?;
+        let out = open_output(&s.stdout, s.output_flags)
+            .map_err(|(refused, e)| fail_output(Step::Stdout, refused, e, &report))?;
         check(Step::Stdout, libc::dup2(out, 1))?;
         libc::close(out);
         match &s.stderr {
             Some(path) => {
-                let err = libc::open(path.as_ptr(), s.output_flags, 0o644);
-                check(Step::Stderr, err)?;
+                let err = open_output(path, s.output_flags)
+                    .map_err(|(refused, e)| fail_output(Step::Stderr, refused, e, &report))?;
                 check(Step::Stderr, libc::dup2(err, 2))?;
                 libc::close(err);
             }
@@ -648,6 +789,69 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+fn fail_output(
+    step: Step,
+    refused: Option<Refused>,
+    error: io::Error,
+    report: &impl Fn(Step, Option<Refused>),
+) -> io::Error {
+    report(step, refused);
+    error
+}
+
+/// Opens an output file of the job (in the child, as the job user) so that it cannot block:
+/// non-blocking (a FIFO without a reader fails at once), then checked to be a regular file or
+/// `/dev/null`, then made blocking again. Symlinks are followed: they are the user's own, and
+/// the path is opened with the user's rights. The error says what was refused, if anything.
+///
+/// # Safety
+/// Async-signal-safe: open, fstat, stat, fcntl and close only.
+unsafe fn open_output(
+    path: &CString,
+    flags: libc::c_int,
+) -> Result<libc::c_int, (Option<Refused>, io::Error)> {
+    let fd = libc::open(path.as_ptr(), flags, 0o644);
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        // ENXIO: a FIFO nobody has open for reading, or a socket; say which.
+        let mut st: libc::stat = std::mem::zeroed();
+        let refused = (error.raw_os_error() == Some(libc::ENXIO)
+            && libc::stat(path.as_ptr(), &mut st) == 0)
+            .then(|| Refused::of_mode(st.st_mode, st.st_rdev).unwrap_or(Refused::Other));
+        return Err((refused, error));
+    }
+    let mut st: libc::stat = std::mem::zeroed();
+    if libc::fstat(fd, &mut st) < 0 {
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        return Err((None, error));
+    }
+    if let Some(refused) = Refused::of_mode(st.st_mode, st.st_rdev) {
+        libc::close(fd);
+        return Err((Some(refused), io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    let status = libc::fcntl(fd, libc::F_GETFL);
+    if status < 0 || libc::fcntl(fd, libc::F_SETFL, status & !libc::O_NONBLOCK) < 0 {
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        return Err((None, error));
+    }
+    Ok(fd)
+}
+
+/// `n` in decimal, in `buf` (async-signal-safe: no allocation).
+fn decimal(mut n: u32, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
 }
 
 /// One line on the shepherd's stderr (its `shepherd.log`).

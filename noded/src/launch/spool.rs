@@ -7,6 +7,9 @@
 //! |                 |            | resolved plan, pids, start time, stop/term state         |
 //! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
 //! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
+//! | `group`         | the job's  | without cgroups: its process group, recorded before      |
+//! |                 | first      | anything that can block, so that a stop reaches a job    |
+//! |                 | process    | that has not exec'd yet                                  |
 //! | `stopping`      | noded,     | present once a stop began (noded's, or the shepherd's    |
 //! |                 | shepherd   | fence): the shepherd then waits for every process of the |
 //! |                 |            | job, not only the main one                               |
@@ -56,6 +59,9 @@ impl JobDir {
     pub fn pid(&self) -> PathBuf {
         self.path.join("pid")
     }
+    pub fn group(&self) -> PathBuf {
+        self.path.join("group")
+    }
     pub fn exit(&self) -> PathBuf {
         self.path.join("exit.json")
     }
@@ -99,6 +105,26 @@ impl JobDir {
     }
     pub fn write_job_pid(&self, pid: u32) -> io::Result<()> {
         write_atomic(&self.pid(), format!("{pid}\n").as_bytes(), FILE_MODE)
+    }
+    /// Creates `group` empty (root only) for the job's first process to write its pid to.
+    pub fn create_group_file(&self) -> io::Result<std::os::fd::OwnedFd> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(self.group())
+            .map(Into::into)
+    }
+    /// The process group the job's first process recorded (without cgroups), once it has.
+    pub fn read_job_group(&self) -> Option<u32> {
+        std::fs::read_to_string(self.group())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&pgid| pgid > 1)
     }
     /// Tells the shepherd that the job is being stopped (SIGTERM at `term_time_ms`, 0 for an
     /// immediate kill): when the main process exits, the others keep their grace. Written
@@ -254,6 +280,10 @@ pub struct JobRecord {
     /// The job's pid, which is also its process group id (it runs in its own session).
     pub job_pid: Option<u32>,
     pub start_time_ms: i64,
+    /// When noded began to launch the job: its time limit counts from here until it has
+    /// started (a launch stuck before its exec times out too); 0 in older records.
+    #[serde(default)]
+    pub launch_time_ms: i64,
     pub stop: StopState,
 }
 
@@ -269,6 +299,7 @@ impl JobRecord {
             shepherd_pid: None,
             job_pid: None,
             start_time_ms: 0,
+            launch_time_ms: 0,
             stop: StopState::default(),
         }
     }

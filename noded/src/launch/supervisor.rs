@@ -33,6 +33,9 @@ pub(super) struct Supervisor {
     dir: JobDir,
     record: JobRecord,
     controls: mpsc::UnboundedReceiver<Control>,
+    /// The stop's SIGTERM reached a process of the job (maybe before its exec, which it then
+    /// ended): it is not sent again when the job's start is announced.
+    term_delivered: bool,
 }
 
 impl Supervisor {
@@ -47,6 +50,7 @@ impl Supervisor {
             shepherd_pid: None,
             job_pid: None,
             start_time_ms: 0,
+            launch_time_ms: now_ms(),
             stop: StopState::default(),
         };
         Self::for_recovered_job(shared, record, controls)
@@ -63,6 +67,7 @@ impl Supervisor {
             dir,
             record,
             controls,
+            term_delivered: false,
         };
         // noded may have stopped between the shepherd writing `pid` and noded recording it.
         if supervisor.record.plan.is_some() && supervisor.record.job_pid.is_none() {
@@ -158,7 +163,7 @@ impl Supervisor {
         // From now on the heartbeat's scan watches it.
         if let Some(handle) = self.shared.jobs().get_mut(&self.job_id()) {
             if handle.restart_count == self.record.job.restart_count {
-                handle.checkpoint_dir = plan.checkpoint_dir.clone();
+                handle.checkpoint_dir = plan.checkpoint();
             }
         }
         self.record.plan = Some(plan);
@@ -253,12 +258,14 @@ impl Supervisor {
             pid,
             time_ms,
         }));
-        // A stop that arrived while the job was starting could not be delivered yet.
+        // A stop that arrived while the job was starting may have found none of its
+        // processes yet (its SIGKILL is sent again: it is harmless; its SIGTERM only if it
+        // reached nobody, since a signal reaches a job once).
         if self.record.stop.kill_sent {
             self.kill_job();
             self.persist();
-        } else if self.record.stop.term_time_ms > 0 {
-            self.signal_job(Signal::SIGTERM);
+        } else if self.record.stop.term_time_ms > 0 && !self.term_delivered {
+            self.term_delivered = self.signal_job(Signal::SIGTERM);
         }
     }
 
@@ -297,7 +304,7 @@ impl Supervisor {
         self.record.stop.kill_at_ms = Some(now + i64::from(grace_secs) * 1000);
         self.announce_stop();
         self.persist();
-        self.signal_job(Signal::SIGTERM);
+        self.term_delivered = self.signal_job(Signal::SIGTERM);
     }
 
     fn announce_stop(&self) {
@@ -310,20 +317,24 @@ impl Supervisor {
         }
     }
 
-    /// When the time limit runs out, if the job has one and has started.
+    /// When the time limit runs out, if the job has one: counted from its start, or, until
+    /// it has started, from its launch (a launch stuck before its exec, on a hung filesystem,
+    /// times out like a job).
     fn limit_at_ms(&self) -> Option<i64> {
         let limit_secs = i64::try_from(self.record.job.time_limit_secs).unwrap_or(i64::MAX);
-        (limit_secs > 0 && self.record.start_time_ms > 0).then(|| {
-            self.record
-                .start_time_ms
-                .saturating_add(limit_secs.saturating_mul(1000))
-        })
+        let since = match self.record.start_time_ms {
+            0 => self.record.launch_time_ms,
+            start => start,
+        };
+        (limit_secs > 0 && since > 0).then(|| since.saturating_add(limit_secs.saturating_mul(1000)))
     }
 
-    /// When the warning signal is due, if the job asked for one and it was not sent yet.
+    /// When the warning signal is due, if the job asked for one, has started (a signal to a
+    /// launch not yet exec'd would end it with the signal's default action) and was not sent
+    /// it yet.
     fn warn_at_ms(&self, limit_at: i64) -> Option<i64> {
         let job = &self.record.job;
-        (job.warn_signal != 0 && !self.record.stop.warn_sent)
+        (job.warn_signal != 0 && !self.record.stop.warn_sent && self.record.start_time_ms > 0)
             .then(|| limit_at - i64::from(job.warn_secs) * 1000)
     }
 
@@ -408,28 +419,43 @@ impl Supervisor {
         }
     }
 
-    /// The job's processes, once it has started (signals before that wait for `on_started`).
+    /// The job's processes at any moment of its launch: its cgroup, which its first process
+    /// joins before anything that can block (a hung filesystem, an automount), so a stop
+    /// reaches a job that has not exec'd yet; without cgroups its process group, once known
+    /// (its pid, or before its exec the group its first process recorded). `None` before
+    /// that: signals then wait for `on_started`.
     fn processes(&mut self) -> Option<JobProcesses<'_>> {
         if self.record.job_pid.is_none() {
             self.record.job_pid = self.dir.read_job_pid();
         }
-        let cgroup = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref());
-        self.record.job_pid?;
-        JobProcesses::of(cgroup, self.record.job_pid)
+        let plan = self.record.plan.as_ref()?;
+        let group = self.record.job_pid.or_else(|| self.dir.read_job_group());
+        JobProcesses::of(plan.cgroup.as_ref(), group)
     }
 
-    fn signal_job(&mut self, signal: Signal) {
+    /// Sends `signal` to every process of the job; whether it reached any.
+    fn signal_job(&mut self, signal: Signal) -> bool {
         let job_id = self.job_id();
         match self.processes() {
             Some(processes) => match processes.signal(signal) {
-                Ok(true) => tracing::debug!("job {job_id}: sent {signal} to {processes}"),
-                Ok(false) => tracing::debug!("job {job_id}: {processes} already empty"),
+                Ok(true) => {
+                    tracing::debug!("job {job_id}: sent {signal} to {processes}");
+                    true
+                }
+                Ok(false) => {
+                    tracing::debug!("job {job_id}: {processes} empty");
+                    false
+                }
                 Err(e) => {
-                    tracing::warn!("job {job_id}: cannot send {signal} to {processes}: {e}")
+                    tracing::warn!("job {job_id}: cannot send {signal} to {processes}: {e}");
+                    false
                 }
             },
             // Delivered by on_started once the job's pid is known.
-            None => tracing::debug!("job {job_id}: not started yet, {signal} deferred"),
+            None => {
+                tracing::debug!("job {job_id}: no process yet, {signal} deferred");
+                false
+            }
         }
     }
 
@@ -438,7 +464,7 @@ impl Supervisor {
     fn kill_job(&mut self) {
         let job_id = self.job_id();
         let Some(processes) = self.processes() else {
-            return tracing::debug!("job {job_id}: not started yet, SIGKILL deferred");
+            return tracing::debug!("job {job_id}: no process yet, SIGKILL deferred");
         };
         let alive = processes.any_alive().unwrap_or(true);
         let result = processes.kill();
@@ -514,11 +540,7 @@ impl Supervisor {
                 tracing::warn!("job {}: {e}", self.job_id());
             }
         }
-        let checkpoint_dir = self
-            .record
-            .plan
-            .as_ref()
-            .and_then(|p| p.checkpoint_dir.clone());
+        let checkpoint_dir = self.record.plan.as_ref().and_then(|p| p.checkpoint());
         let saved_after_term = match checkpoint_dir {
             Some(dir) if (stop.stop_requested || fenced) && term_time_ms > 0 && !killed => {
                 tokio::task::spawn_blocking(move || newest_mtime_ms(&dir))

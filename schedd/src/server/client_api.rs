@@ -94,6 +94,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
+        let (caller, _) = self.caller(&req)?;
         let mut filter = super::convert::job_filter(req.get_ref())?;
         if !req.get_ref().targets.is_empty() {
             let named = self.cluster.resolve_targets(&req.get_ref().targets)?;
@@ -104,11 +105,13 @@ impl pb::ysched_server::Ysched for ClientApi {
             .list_jobs(&filter, ysched_common::convert::job_listing)?;
         super::convert::add_queue_places(&mut jobs, &self.cluster.queue_view());
         super::convert::add_expected_starts(&mut jobs, &self.cluster.expected_starts());
+        super::convert::hide_others_usage(&mut jobs, &caller, self.cluster.config());
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
     }
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
+        let (caller, _) = self.caller(&req)?;
         let r = req.get_ref();
         let id = self
             .cluster
@@ -120,6 +123,15 @@ impl pb::ysched_server::Ysched for ClientApi {
             detail.job.as_mut_slice(),
             &self.cluster.expected_starts(),
         );
+        super::convert::hide_others_usage(
+            detail.job.as_mut_slice(),
+            &caller,
+            self.cluster.config(),
+        );
+        if detail.job.as_ref().is_some_and(|j| j.usage_private) {
+            // Its history is its usage: where and when it ran, was preempted, requeued.
+            detail.events.clear();
+        }
         Ok(Response::new(detail))
     }
 
@@ -162,12 +174,13 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn list_nodes(
         &self,
-        _req: Request<pb::ListNodesRequest>,
+        req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::NodeList>, Status> {
+        let (caller, _) = self.caller(&req)?;
         Ok(Response::new(pb::NodeList {
             nodes: self
                 .cluster
-                .list_nodes()
+                .list_nodes(&caller)
                 .iter()
                 .map(super::convert::node_info)
                 .collect(),
@@ -265,10 +278,21 @@ impl pb::ysched_server::Ysched for ClientApi {
     type WatchJobStream = WatchStream;
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
+        let (caller, _) = self.caller(&req)?;
         let id = self.cluster.resolve_one(&named(req.get_ref())?, "watch")?;
         // Subscribe before the first read so no change slips between them.
         let mut changes = self.cluster.subscribe();
-        let first = pb::JobInfo::from(&self.cluster.job(id)?);
+        let cluster = self.cluster.clone();
+        let seen_by_caller = move |job: &ysched_common::Job| {
+            let mut info = pb::JobInfo::from(job);
+            super::convert::hide_others_usage(
+                std::slice::from_mut(&mut info),
+                &caller,
+                cluster.config(),
+            );
+            info
+        };
+        let first = seen_by_caller(&self.cluster.job(id)?);
         let cluster = self.cluster.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
@@ -287,7 +311,7 @@ impl pb::ysched_server::Ysched for ClientApi {
                 let Ok(job) = cluster.job(id) else {
                     return;
                 };
-                let info = pb::JobInfo::from(&job);
+                let info = seen_by_caller(&job);
                 if info != last {
                     last = info;
                     if tx.send(Ok(last.clone())).await.is_err() || terminal(&last) {

@@ -144,6 +144,36 @@ pub(crate) fn job_detail(d: &crate::shell::JobDetail) -> pb::JobDetail {
     }
 }
 
+/// Leaves out, of each job whose usage `caller` may not see (`scheduler.reports_public =
+/// false`: a job of another user, of an account they may not charge; see
+/// [`ysched_common::Config::sees_job_usage`]), what it used: the nodes, GPUs, CPUs and
+/// memory it holds or held, its start and end (its run time), its restarts, its last
+/// checkpoint and its account's fair-share factor, and marks it `usage_private`. What it asks
+/// for, its state and its place in the queue stay. Every view of a job goes through here, as
+/// the last step of making it: listings, `yctl show job` (whose history the caller then does
+/// not get either) and watches.
+pub(crate) fn hide_others_usage(
+    jobs: &mut [pb::JobInfo],
+    caller: &ysched_common::Caller,
+    config: &ysched_common::Config,
+) {
+    if config.sees_all_usage(caller) {
+        return;
+    }
+    for job in jobs
+        .iter_mut()
+        .filter(|j| !config.sees_job_usage(caller, &j.account, j.uid))
+    {
+        job.alloc.clear();
+        job.start_time_ms = 0;
+        job.end_time_ms = 0;
+        job.restart_count = 0;
+        job.last_checkpoint_ms = 0;
+        job.fair_share = None;
+        job.usage_private = true;
+    }
+}
+
 /// Fills in each PENDING job's fair-share factor and place in its tier's queue, as of the
 /// last scheduling pass (a job it has not seen yet gets neither).
 pub(crate) fn add_queue_places(jobs: &mut [pb::JobInfo], view: &crate::fair_share::QueueView) {

@@ -38,15 +38,15 @@ impl From<ApiError> for tonic::Status {
     }
 }
 
-/// Reads the cluster key, creating it (0600, random) at first start.
+/// Reads the cluster key, creating it (0600, random) at first start. A key others may read
+/// or write, or that belongs to another user, is refused (see [`ysched_common::secret`]).
 pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::read_to_string(path) {
-        Ok(k) if !k.trim().is_empty() => return Ok(k.trim().to_string()),
-        Ok(_) => anyhow::bail!("cluster key file {} is empty", path.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => anyhow::bail!("cannot read cluster key file {}: {e}", path.display()),
+    match ysched_common::secret::read_private_file(path, "cluster key")? {
+        Some(k) if !k.trim().is_empty() => return Ok(k.trim().to_string()),
+        Some(_) => anyhow::bail!("cluster key file {} is empty", path.display()),
+        None => {}
     }
     let mut raw = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;

@@ -19,7 +19,9 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads the cluster CA, or creates it (certificate 0644, key 0600) when neither file exists.
-/// One file without the other is an error: a new CA would lock out every agent.
+/// One file without the other is an error: a new CA would lock out every agent. A key others
+/// may read or write, or that belongs to another user, is refused (see
+/// [`ysched_common::secret`]).
 pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<ClusterCa> {
     use std::os::unix::fs::OpenOptionsExt;
     let read = |p: &Path| match std::fs::read_to_string(p) {
@@ -27,7 +29,9 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", p.display())),
     };
-    match (read(cert_path)?, read(key_path)?) {
+    // The key signs the certificate agents trust: refused when others may read or write it.
+    let key = ysched_common::secret::read_private_file(key_path, "cluster CA key")?;
+    match (read(cert_path)?, key) {
         (Some(cert), Some(key)) => ClusterCa::from_pem(&cert, &key).map_err(|e| {
             anyhow::anyhow!(
                 "cluster CA {} / {}: {e}",

@@ -190,20 +190,37 @@ impl Cluster {
             // No pass yet: no figures, but the half-life is known.
             table.half_life_ms = lock(&self.state).usage_book.half_life_ms();
         }
-        if !self.config.scheduler.reports_public && !caller.admin {
+        if !self.config.sees_all_usage(caller) {
             table
                 .accounts
-                .retain(|a| self.config.may_charge(&caller.owner, &a.account));
+                .retain(|a| self.config.sees_usage_of(caller, &a.account));
         }
         table
     }
 
-    pub fn list_nodes(&self) -> Vec<NodeView> {
+    /// The nodes as `caller` may see them: a GPU held by a job whose usage is not theirs to
+    /// see (`scheduler.reports_public = false`) is in use by [`ysched_proto::PRIVATE_HOLDER`].
+    pub fn list_nodes(&self, caller: &Caller) -> Vec<NodeView> {
         let st = lock(&self.state);
+        let all = self.config.sees_all_usage(caller);
         st.rec
             .nodes
             .values()
-            .map(|n| node_view(n, &st.rec.jobs))
+            .map(|n| {
+                let mut view = node_view(n, &st.rec.jobs);
+                if !all {
+                    for holder in view.gpu_holders.iter_mut().filter(|h| **h != 0) {
+                        let visible = st.rec.jobs.get(&JobId(*holder)).is_some_and(|j| {
+                            self.config
+                                .sees_job_usage(caller, &j.spec.account, j.owner.uid)
+                        });
+                        if !visible {
+                            *holder = ysched_proto::PRIVATE_HOLDER;
+                        }
+                    }
+                }
+                view
+            })
             .collect()
     }
 }

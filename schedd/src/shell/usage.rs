@@ -83,7 +83,7 @@ impl Cluster {
             by,
             gpus,
             tier_order: tiers.into_iter().map(|(n, _)| n.clone()).collect(),
-            all_accounts: self.config.scheduler.reports_public || caller.is_admin(),
+            all_accounts: self.config.sees_all_usage(caller),
         };
         let store = self.store.clone();
         let config = self.config.clone();
@@ -117,7 +117,7 @@ impl Cluster {
     ) -> ApiResult<TraceExport> {
         let now = now_ms();
         let (from, to) = window(from_ms, to_ms, now)?;
-        let all_accounts = self.config.scheduler.reports_public || caller.is_admin();
+        let all_accounts = self.config.sees_all_usage(caller);
         let store = self.store.clone();
         let config = self.config.clone();
         let owner = caller.owner.clone();

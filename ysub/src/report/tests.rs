@@ -493,3 +493,89 @@ fn export_trace_takes_the_window_and_no_other_output() {
         assert!(args(&a).is_err(), "{a:?}");
     }
 }
+
+/// The process's umask, from `/proc/self/status` (reading it with umask(2) would change it).
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).unwrap()
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+/// Every name in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_report_file_is_written_whole_through_no_planted_file_or_symlink() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let report = dir.path().join("report.html");
+    // What another user could plant in a shared directory: the old fixed temporary names as
+    // a symlink to a file of the report's writer and as a world-writable file of their own.
+    std::os::unix::fs::symlink(&victim, dir.path().join("report.html.tmp")).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join(".report.html.tmp")).unwrap();
+    let planted = dir.path().join("report.tmp");
+    std::fs::write(&planted, "").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    write_whole(&report, "<html>the report</html>").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&report).unwrap(),
+        "<html>the report</html>"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(std::fs::read_to_string(&planted).unwrap(), "");
+    // A new file's mode: what the umask leaves of 0666.
+    assert_eq!(mode_of(&report), 0o666 & !umask());
+    // Nothing else was left behind.
+    assert_eq!(
+        names_in(dir.path()),
+        [
+            ".report.html.tmp",
+            "report.html",
+            "report.html.tmp",
+            "report.tmp",
+            "victim"
+        ]
+    );
+
+    // A report written again keeps the mode its file was given.
+    std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o640)).unwrap();
+    write_whole(&report, "second").unwrap();
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), "second");
+    assert_eq!(mode_of(&report), 0o640);
+
+    // A symlink at the report's own name is replaced, not followed.
+    let linked = dir.path().join("linked.csv");
+    std::os::unix::fs::symlink(&victim, &linked).unwrap();
+    write_whole(&linked, "a,b\n").unwrap();
+    assert!(std::fs::symlink_metadata(&linked).unwrap().is_file());
+    assert_eq!(std::fs::read_to_string(&linked).unwrap(), "a,b\n");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(mode_of(&victim), 0o600);
+
+    // A directory in the way is an error, and leaves no temporary file.
+    let taken = dir.path().join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    let before = names_in(dir.path());
+    let err = write_whole(&taken, "x").unwrap_err().to_string();
+    assert!(
+        err.contains("cannot write") && err.contains("taken"),
+        "{err}"
+    );
+    assert_eq!(names_in(dir.path()), before);
+}
