@@ -1,13 +1,15 @@
 //! Domain types every ysched crate shares: ids, job and node records, tiers and config,
 //! parsers for the Slurm-style option formats, and conversions to and from the wire format.
 //!
-//! Nothing here does I/O except [`config::Config::load`], which reads the config file, and
-//! [`identity`], which asks the name service who a uid is.
+//! Nothing here does I/O except [`config::Config::load`], which reads the config file,
+//! [`identity`], which asks the name service who a uid is, and [`edge`], what both daemons
+//! enforce at their sockets (connection limits, rate-limited peer logs).
 
 pub mod array;
 pub mod config;
 pub mod convert;
 pub mod dependency;
+pub mod edge;
 pub mod identity;
 pub mod parse;
 pub mod sdnotify;
