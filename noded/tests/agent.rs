@@ -351,9 +351,7 @@ async fn acknowledgements_renew_the_fence_lease_from_send_times() {
     // A late answer: the lease still counts from when the Register was sent.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let answered = boottime_ms();
-    session.send(SchedulerMsg::Registered(pb::Registered {
-        kill_jobs: vec![],
-    }));
+    session.send(SchedulerMsg::Registered(pb::Registered::default()));
     let registered_until = lease_changed_from(&lease, None).await;
     assert!(
         registered_until >= before_register + F_MS && registered_until <= register_received + F_MS,
