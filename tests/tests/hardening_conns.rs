@@ -522,3 +522,128 @@ fn a_refusal_echoing_a_huge_input_through_a_node_does_not_end_its_session() {
 
     session_never_dropped(&c, job);
 }
+
+/// A client request on the agent port (`yctl shares`, which looks at who asks) that names
+/// `node`'s caller (root, as its agent would name it) with `token`, and the cluster key.
+fn relayed_shares(key: &str, node: &str, token: &[u8]) -> tonic::Request<pb::SharesRequest> {
+    use prost::Message as _;
+    let caller = pb::RelayedCaller {
+        node: node.into(),
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        groups: vec!["root".into()],
+        home: "/root".into(),
+        relay_token: token.to_vec(),
+    };
+    let mut request = tonic::Request::new(pb::SharesRequest::default());
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    request.metadata_mut().insert_bin(
+        ysched_common::identity::RELAYED_CALLER_METADATA,
+        tonic::metadata::MetadataValue::from_bytes(&caller.encode_to_vec()),
+    );
+    request
+}
+
+/// Relayed requests travel on connections of their own, so schedd believes a relayed caller
+/// only with the relay token of the named node's live session: a holder of the cluster key
+/// (here a login agent of the test's own) speaks for its own node, never for another, and not
+/// with a guessed token or once its session is over.
+#[test]
+fn a_relayed_caller_is_believed_only_with_its_own_sessions_token() {
+    use tokio_stream::StreamExt as _;
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
+    let key = std::fs::read_to_string(c.dir.path().join("cluster.key"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let ca = std::fs::read_to_string(c.dir.path().join("cluster-ca.crt")).unwrap();
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{}", c.port))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+                .domain_name(ysched_common::tls::SCHEDD_TLS_NAME),
+        )
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // A login agent's session, "spy": its Registered carries its token.
+        let (out, outgoing) = tokio::sync::mpsc::channel(4);
+        out.send(pb::AgentMessage {
+            msg: Some(pb::agent_message::Msg::Register(pb::Register {
+                name: "spy".into(),
+                role: ysched_common::config::ROLE_LOGIN.into(),
+                version: "test".into(),
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+        let mut request =
+            tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(outgoing));
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {key}").parse().unwrap());
+        let session_channel = endpoint.connect().await.unwrap();
+        let mut inbound = pb::node_agent_client::NodeAgentClient::new(session_channel)
+            .session(request)
+            .await
+            .expect("session")
+            .into_inner();
+        let token = match inbound.next().await.unwrap().unwrap().msg {
+            Some(pb::scheduler_message::Msg::Registered(r)) => r.relay_token,
+            other => panic!("expected Registered, got {other:?}"),
+        };
+        assert_eq!(token.len(), 32, "a 32-byte random token");
+
+        // On a connection of its own: its own node with its token is believed...
+        let mut relay = pb::ysched_client::YschedClient::new(endpoint.connect().await.unwrap());
+        relay
+            .shares(relayed_shares(&key, "spy", &token))
+            .await
+            .expect("spy's own relayed request");
+        // ...another node's name is not, with spy's token, none, or a guessed one.
+        for (node, token) in [
+            ("n1", token.clone()),
+            ("n1", Vec::new()),
+            ("n1", vec![0u8; 32]),
+            ("spy", vec![7u8; 32]),
+        ] {
+            let status = relay
+                .shares(relayed_shares(&key, node, &token))
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+            assert!(
+                status.message().contains("relay token"),
+                "{}",
+                status.message()
+            );
+        }
+        // The session ends: its token is worth nothing any more.
+        drop(out);
+        drop(inbound);
+        let deadline = Instant::now() + SECS(10);
+        loop {
+            match relay.shares(relayed_shares(&key, "spy", &token)).await {
+                Err(s) if s.code() == tonic::Code::PermissionDenied => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "the ended session's token still works: {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let refused = lines_with(
+        &log(&c, "schedd"),
+        &["refused a client request relayed from 127.0.0.1"],
+    );
+    assert!((1..=5).contains(&refused), "{refused} lines");
+}
