@@ -164,16 +164,7 @@ impl Relay {
                 .unwrap_or_default(),
             relay_token: link.token.clone(),
         };
-        let groups = caller.groups.len();
-        let caller = caller.encode_to_vec();
-        if caller.len() > MAX_CALLER_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "cannot relay a request of uid {uid} to schedd: its identity (user name, \
-                 {groups} groups, home) takes {} bytes, more than the {MAX_CALLER_BYTES} a relayed \
-                 request may carry; run the command on the schedd host",
-                caller.len()
-            )));
-        }
+        let caller = encode_caller(&caller)?;
         let mut outgoing = Request::new(request.into_inner());
         let metadata = outgoing.metadata_mut();
         metadata.insert("authorization", self.authorization.clone());
@@ -219,6 +210,22 @@ impl Relay {
             .map_err(schedd_status)?;
         Ok(Response::new(reply.into_inner()))
     }
+}
+
+/// `caller` as the relayed request carries it, or a refusal when it is too large to.
+fn encode_caller(caller: &pb::RelayedCaller) -> Result<Vec<u8>, Status> {
+    let encoded = caller.encode_to_vec();
+    if encoded.len() > MAX_CALLER_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "cannot relay a request of uid {} to schedd: its identity (user name, {} groups, \
+             home) takes {} bytes, more than the {MAX_CALLER_BYTES} a relayed request may \
+             carry; run the command on the schedd host",
+            caller.uid,
+            caller.groups.len(),
+            encoded.len()
+        )));
+    }
+    Ok(encoded)
 }
 
 /// The longest error details passed back (schedd sends none today).
@@ -425,4 +432,44 @@ pub async fn serve(listener: UnixListener, relay: Relay) -> Result<(), tonic::tr
         )
         .serve_with_incoming(incoming)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_too_large_for_a_header_is_refused_with_its_size() {
+        let mut caller = pb::RelayedCaller {
+            node: "login1".into(),
+            uid: 1234,
+            gid: 1234,
+            user: "alice".into(),
+            groups: (0..100).map(|i| format!("group-{i}")).collect(),
+            home: "/home/alice".into(),
+            relay_token: vec![7; 32],
+        };
+        assert!(encode_caller(&caller).is_ok());
+        caller.groups = (0..2000).map(|i| format!("research-group-{i}")).collect();
+        let status = encode_caller(&caller).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().starts_with(
+                "cannot relay a request of uid 1234 to schedd: its identity (user \
+                              name, 2000 groups, home) takes "
+            ),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn schedds_errors_are_passed_on_capped() {
+        let status = schedd_status(Status::permission_denied("z".repeat(100_000)));
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status.message().ends_with("… (100000 bytes in all)"));
+        let short = schedd_status(Status::not_found("job 5 is not known"));
+        assert_eq!(short.message(), "job 5 is not known");
+    }
 }

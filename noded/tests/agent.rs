@@ -468,7 +468,10 @@ async fn a_login_node_offers_nothing_runs_nothing_and_relays_clients() {
     assert_eq!(caller.node, "login1");
     assert_eq!(caller.uid, nix::unistd::getuid().as_raw());
     assert_eq!(caller.relay_token, RELAY_TOKEN);
-    assert_ne!(call.remote, session.remote, "relayed on a connection of its own");
+    assert_ne!(
+        call.remote, session.remote,
+        "relayed on a connection of its own"
+    );
 }
 
 /// The real binary, frozen (SIGSTOP) while its job runs and schedd stays silent: the job's

@@ -197,3 +197,27 @@ pub async fn serve(
 async fn wait(mut rx: tokio::sync::broadcast::Receiver<()>) {
     let _ = rx.recv().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_statuses_are_capped_whatever_they_echo() {
+        let account = "z".repeat(60_000);
+        let status = tonic::Status::from(ApiError::Denied(format!(
+            "user nobody may not charge account '{account}' (allowed: members of the Unix \
+             group '{account}')"
+        )));
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status
+            .message()
+            .starts_with("user nobody may not charge account 'zzz"));
+        let status = tonic::Status::from(ApiError::NotFound("job 5 is not known".into()));
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::NotFound, "job 5 is not known")
+        );
+    }
+}
