@@ -63,6 +63,11 @@ pub struct SchedulerConfig {
     pub listen: String,
     /// Unix socket for local clients.
     pub socket: PathBuf,
+    /// Live connections one uid may hold on `socket` (root: no limit); more are closed at
+    /// once, with a log line.
+    pub max_connections_per_user: u32,
+    /// Live connections all uids together may hold on `socket` (root's not counted).
+    pub max_client_connections: u32,
     pub state_dir: PathBuf,
     pub cluster_key_file: PathBuf,
     /// Tier used when a submit names none.
@@ -141,6 +146,10 @@ pub struct NodeConfig {
     /// here) reach schedd through it, their requests relayed over the agent's session.
     /// Empty: none.
     pub client_socket: PathBuf,
+    /// Live connections one uid may hold on `client_socket` (root: no limit).
+    pub max_connections_per_user: u32,
+    /// Live connections all uids together may hold on `client_socket` (root's not counted).
+    pub max_client_connections: u32,
     /// `compute` (registers its GPUs, runs jobs) or `login` (registers no resource and runs
     /// nothing: it only relays the CLIs of its users). `noded --no-jobs` is `login`.
     pub role: String,
@@ -150,6 +159,11 @@ pub struct NodeConfig {
     /// `scheduler.node_timeout_secs` by default; must be above `scheduler.heartbeat_secs`.
     pub fence_after_secs: u64,
 }
+
+/// Default of `scheduler.max_connections_per_user` and `node.max_connections_per_user`.
+pub const DEFAULT_CONNECTIONS_PER_USER: u32 = 64;
+/// Default of `scheduler.max_client_connections` and `node.max_client_connections`.
+pub const DEFAULT_CLIENT_CONNECTIONS: u32 = 1024;
 
 /// `node.role` of a GPU host.
 pub const ROLE_COMPUTE: &str = "compute";
@@ -203,6 +217,8 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             listen: "127.0.0.1:7117".into(),
             socket: "/run/ysched/schedd.sock".into(),
+            max_connections_per_user: DEFAULT_CONNECTIONS_PER_USER,
+            max_client_connections: DEFAULT_CLIENT_CONNECTIONS,
             state_dir: "/var/lib/ysched".into(),
             cluster_key_file: "/etc/ysched/cluster.key".into(),
             default_tier: "medium".into(),
@@ -237,6 +253,8 @@ impl Default for NodeConfig {
             cgroup_root: String::new(),
             job_pids_max: 0,
             client_socket: "/run/ysched/noded.sock".into(),
+            max_connections_per_user: DEFAULT_CONNECTIONS_PER_USER,
+            max_client_connections: DEFAULT_CLIENT_CONNECTIONS,
             role: ROLE_COMPUTE.into(),
             fence_after_secs: 50,
         }
@@ -340,6 +358,28 @@ impl Config {
                 "scheduler.max_array_size = {} is out of range (1 to 4000001)",
                 self.scheduler.max_array_size
             ));
+        }
+        for (key, value) in [
+            (
+                "scheduler.max_connections_per_user",
+                self.scheduler.max_connections_per_user,
+            ),
+            (
+                "scheduler.max_client_connections",
+                self.scheduler.max_client_connections,
+            ),
+            (
+                "node.max_connections_per_user",
+                self.node.max_connections_per_user,
+            ),
+            (
+                "node.max_client_connections",
+                self.node.max_client_connections,
+            ),
+        ] {
+            if value == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
         }
         let cgroup_root = &self.node.cgroup_root;
         if !cgroup_root.is_empty()
@@ -625,6 +665,17 @@ mod tests {
         assert!(Config::parse("[node]\nfence_after_secs = 0\n").is_ok());
         let err = Config::parse("[node]\nfence_after_secs = 10\n").unwrap_err();
         assert!(err.contains("heartbeat_secs"), "{err}");
+    }
+
+    #[test]
+    fn connection_limits_are_at_least_one() {
+        let c = Config::default();
+        assert_eq!(c.scheduler.max_connections_per_user, 64);
+        assert_eq!(c.node.max_client_connections, 1024);
+        let err = Config::parse("[scheduler]\nmax_connections_per_user = 0\n").unwrap_err();
+        assert!(err.contains("scheduler.max_connections_per_user"), "{err}");
+        let err = Config::parse("[node]\nmax_client_connections = 0\n").unwrap_err();
+        assert!(err.contains("node.max_client_connections"), "{err}");
     }
 
     #[test]

@@ -2,13 +2,15 @@
 //! parsers for the Slurm-style option formats, and conversions to and from the wire format.
 //!
 //! Nothing here does I/O except [`config::Config::load`], which reads the config file,
-//! [`identity`], which asks the name service who a uid is, and [`secret`], which reads the
-//! cluster's secret files.
+//! [`identity`], which asks the name service who a uid is, [`secret`], which reads the
+//! cluster's secret files, and [`edge`], what both daemons enforce at their sockets
+//! (connection limits, rate-limited peer logs).
 
 pub mod array;
 pub mod config;
 pub mod convert;
 pub mod dependency;
+pub mod edge;
 pub mod identity;
 pub mod parse;
 pub mod sdnotify;

@@ -9,8 +9,9 @@
 //! own, under their shepherds, once schedd has not heard from this node for
 //! `node.fence_after_secs`.
 //!
-//! While registered, the session's channel is in a [`SessionSlot`], where the client socket's
-//! relay (see [`crate::relay`]) finds it: relayed requests go on the session's connection.
+//! While registered, the session's [`RelayLink`] is in a [`SessionSlot`], where the client
+//! socket's relay (see [`crate::relay`]) finds it: relayed requests go on a connection of
+//! their own, with the session's relay token.
 //!
 //! The waits between attempts to reconnect are randomized (each between half and all of the
 //! backoff), so that the agents of a cluster do not all come back in the same instant after
@@ -19,7 +20,7 @@
 use crate::launch::checkpoint_scan::{scan_jobs, Newest, HEARTBEAT_SCAN};
 use crate::launch::lease::{boottime_ms, LeaseKeeper};
 use crate::launch::{JobEvent, Launcher};
-use crate::relay::SessionSlot;
+use crate::relay::{RelayLink, SessionSlot};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -37,8 +38,8 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 /// Heartbeats remembered until schedd acknowledges them; older ones are forgotten (an
 /// acknowledgement of a later one renews the lease further anyway).
 const UNACKED_BEATS: usize = 64;
-/// The HTTP/2 windows of the session's connection: requests relayed from the client socket
-/// (a listing of 10,000 jobs) come back on it in one go.
+/// The HTTP/2 windows of the connections to schedd (the session's, and the one relayed
+/// requests take): a listing of 10,000 jobs comes back in one go.
 const WINDOW: u32 = 16 * 1024 * 1024;
 
 /// Who this agent is and what its host has, as reported at registration.
@@ -105,7 +106,7 @@ pub struct Agent {
     lease: LeaseKeeper,
     /// This session's heartbeats that schedd has not acknowledged yet.
     beats: HeartbeatLog,
-    /// The registered session's channel, for the client socket's relay.
+    /// The registered session's relay link, for the client socket's relay.
     session_slot: SessionSlot,
     /// State of the random numbers that spread reconnections.
     jitter: u64,
@@ -274,7 +275,7 @@ impl Agent {
         })
     }
 
-    /// Where the registered session's channel is kept, for the client socket's relay.
+    /// Where the registered session's relay link is kept, for the client socket's relay.
     pub fn session_slot(&self) -> SessionSlot {
         self.session_slot.clone()
     }
@@ -362,7 +363,19 @@ impl Agent {
             Some(SchedulerMsg::Registered(registered_reply)) => {
                 *registered = true;
                 self.lease.renew(register_sent);
-                self.session_slot.set(channel.clone());
+                // Relayed requests get a connection of their own (opened at the first one),
+                // so that none of them can stall or break the session's; a schedd without
+                // relay tokens believes them only on the session's connection.
+                let token = registered_reply.relay_token;
+                let relay_channel = if token.is_empty() {
+                    channel.clone()
+                } else {
+                    self.endpoint.connect_lazy()
+                };
+                self.session_slot.set(RelayLink {
+                    channel: relay_channel,
+                    token,
+                });
                 tracing::info!(
                     "registered with schedd at {} ({running} running, {finished} ended jobs reported)",
                     self.config.schedd

@@ -45,6 +45,20 @@ pub struct Options {
 pub async fn run(options: Options) -> anyhow::Result<()> {
     // Its message already names the cause; as an error source it would be printed twice.
     let config = Config::load().map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Client connections are file descriptors: the connection limits, not EMFILE, must be
+    // what refuses them.
+    match ysched_common::edge::raise_open_files_limit() {
+        Ok(limit) if limit < u64::from(config.node.max_client_connections) + 1024 => {
+            tracing::warn!(
+                "noded may open only {limit} files (RLIMIT_NOFILE), not much more than \
+                 node.max_client_connections = {}: raise LimitNOFILE= in its unit",
+                config.node.max_client_connections
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the limit of open files: {e}"),
+    }
+    ysched_common::edge::peer_log::spawn_summaries();
     let cluster_key = read_cluster_key(&config.scheduler.cluster_key_file)?;
     let ca_cert_path = config.ca_cert_path();
     let ca_cert_pem = std::fs::read_to_string(&ca_cert_path).with_context(|| {
@@ -128,6 +142,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         schedd: schedd.clone(),
         cluster_key: cluster_key.clone(),
         max_message_bytes: config.max_message_bytes(),
+        max_connections_per_user: config.node.max_connections_per_user as usize,
+        max_client_connections: config.node.max_client_connections as usize,
     };
 
     let agent_config = AgentConfig {

@@ -4,15 +4,24 @@
 //! noded serves the `Ysched` client service on a Unix socket (`node.client_socket`, or
 //! `noded --client-socket`), identifies each caller by the kernel's peer credentials
 //! (`SO_PEERCRED`, as schedd does on its own socket), and forwards every request to schedd
-//! on the connection of its agent session, with the cluster key and the caller named in the
-//! binary metadata `ysched-caller-bin` (a `RelayedCaller`: this node, uid, gid, user and group
-//! names, home). schedd believes that caller only on the connection where this node's agent
-//! session is registered, so the relay must use that very connection: the agent puts its
-//! session's channel in a [`SessionSlot`] once registered and takes it out when the session
-//! ends. Nothing the client sends as metadata is passed on.
+//! with the cluster key and the caller named in the binary metadata `ysched-caller-bin` (a
+//! `RelayedCaller`: this node, uid, gid, user and group names, home, and the relay token of
+//! the agent's session). schedd believes that caller only with the token it gave this node's
+//! live session. The agent puts the session's [`RelayLink`] in a [`SessionSlot`] once
+//! registered and takes it out when the session ends. Nothing the client sends as metadata is
+//! passed on.
 //!
-//! schedd's answers, errors included, come back unchanged. While the agent has no session,
-//! requests fail with `UNAVAILABLE`, naming the node and schedd's address.
+//! Relayed requests go on a connection of their own, not the session's: HTTP/2 shares flow
+//! control and connection errors between the streams of a connection, so a relayed request
+//! on the session's connection (a huge answer, an answer too large for a header, a client
+//! that stops reading) could stall or end the session, and with it the node's heartbeats.
+//!
+//! The client socket admits at most `node.max_connections_per_user` live connections per uid
+//! and `node.max_client_connections` in all (`ysched_common::edge::unix_listener`).
+//!
+//! schedd's answers come back as they are, except that an error message is capped at
+//! [`MAX_STATUS_MESSAGE_BYTES`]. While the agent has no session, requests fail with
+//! `UNAVAILABLE`, naming the node and schedd's address.
 
 use anyhow::Context as _;
 use prost::Message as _;
@@ -20,12 +29,13 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_stream::{Stream, StreamExt as _};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
+use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_common::identity::owner_from_cred;
 use ysched_proto as pb;
 use ysched_proto::ysched_client::YschedClient;
@@ -37,14 +47,28 @@ pub use ysched_common::identity::RELAYED_CALLER_METADATA as CALLER_METADATA;
 /// from schedd's own socket.
 const WINDOW: u32 = 16 * 1024 * 1024;
 
-/// The channel of the agent's live, registered session with schedd, if there is one.
+/// The largest caller identity (the encoded `RelayedCaller`: names, groups, home) a relayed
+/// request carries. It travels base64-encoded in a header, and schedd takes header lists of
+/// at most 16 KiB; a user in so many groups is refused here, with a message, instead.
+pub const MAX_CALLER_BYTES: usize = 8 * 1024;
+
+/// How this agent's session relays requests: on `channel`, naming `token` (the session's
+/// relay token from schedd; empty from a schedd that has none, which then believes relayed
+/// requests only on the session's own connection, the channel given then).
+#[derive(Debug, Clone)]
+pub struct RelayLink {
+    pub channel: Channel,
+    pub token: Vec<u8>,
+}
+
+/// The relay link of the agent's live, registered session with schedd, if there is one.
 #[derive(Debug, Clone, Default)]
-pub struct SessionSlot(Arc<Mutex<Option<Channel>>>);
+pub struct SessionSlot(Arc<Mutex<Option<RelayLink>>>);
 
 impl SessionSlot {
-    /// The session is registered: relayed requests go on its connection from now on.
-    pub fn set(&self, channel: Channel) {
-        *self.lock() = Some(channel);
+    /// The session is registered: relayed requests go by `link` from now on.
+    pub fn set(&self, link: RelayLink) {
+        *self.lock() = Some(link);
     }
 
     /// The session ended: requests are refused until the next one is registered.
@@ -52,11 +76,11 @@ impl SessionSlot {
         *self.lock() = None;
     }
 
-    pub fn get(&self) -> Option<Channel> {
+    pub fn get(&self) -> Option<RelayLink> {
         self.lock().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Channel>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<RelayLink>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -71,6 +95,9 @@ pub struct RelayConfig {
     pub cluster_key: String,
     /// Largest request passed to schedd (`Config::max_message_bytes`).
     pub max_message_bytes: usize,
+    /// `node.max_connections_per_user` and `node.max_client_connections`.
+    pub max_connections_per_user: usize,
+    pub max_client_connections: usize,
 }
 
 /// The `Ysched` service of the client socket: forwards every request to schedd.
@@ -79,6 +106,7 @@ pub struct Relay {
     schedd: String,
     authorization: MetadataValue<Ascii>,
     max_message_bytes: usize,
+    limits: ConnectionLimits,
     session: SessionSlot,
 }
 
@@ -96,13 +124,25 @@ impl Relay {
             schedd: config.schedd,
             authorization,
             max_message_bytes: config.max_message_bytes,
+            limits: ConnectionLimits {
+                per_user: config.max_connections_per_user,
+                per_user_key: "node.max_connections_per_user",
+                total: config.max_client_connections,
+                total_key: "node.max_client_connections",
+                exempt_uid: Some(0),
+            },
             session,
         })
     }
 
-    /// The request to send to schedd: the client's message, the cluster key, and the caller
-    /// as the kernel named it. Refused without peer credentials.
-    async fn outgoing<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
+    /// The request to send to schedd by `link`: the client's message, the cluster key, and
+    /// the caller as the kernel named it, with the session's relay token. Refused without
+    /// peer credentials.
+    async fn outgoing<T>(
+        &self,
+        request: Request<T>,
+        link: &RelayLink,
+    ) -> Result<Request<T>, Status> {
         let cred = request
             .extensions()
             .get::<UdsConnectInfo>()
@@ -122,29 +162,35 @@ impl Relay {
             home: home
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
+            relay_token: link.token.clone(),
         };
+        let caller = encode_caller(&caller)?;
         let mut outgoing = Request::new(request.into_inner());
         let metadata = outgoing.metadata_mut();
         metadata.insert("authorization", self.authorization.clone());
         metadata.insert_bin(
             CALLER_METADATA,
-            tonic::metadata::MetadataValue::from_bytes(&caller.encode_to_vec()),
+            tonic::metadata::MetadataValue::from_bytes(&caller),
         );
         Ok(outgoing)
     }
 
-    /// A client on the agent session's connection, or `UNAVAILABLE` without a session.
-    fn client(&self) -> Result<YschedClient<Channel>, Status> {
-        let channel = self.session.get().ok_or_else(|| {
+    /// The session's relay link, or `UNAVAILABLE` without a session.
+    fn link(&self) -> Result<RelayLink, Status> {
+        self.session.get().ok_or_else(|| {
             Status::unavailable(format!(
                 "node {} is not connected to schedd at {}; retry shortly",
                 self.node, self.schedd
             ))
-        })?;
-        Ok(YschedClient::new(channel)
+        })
+    }
+
+    /// A client of schedd by `link`.
+    fn client(&self, link: RelayLink) -> YschedClient<Channel> {
+        YschedClient::new(link.channel)
             .max_encoding_message_size(self.max_message_bytes)
             // What schedd sends a client (a listing of every job) has no limit there either.
-            .max_decoding_message_size(usize::MAX))
+            .max_decoding_message_size(usize::MAX)
     }
 
     /// Forwards one unary request with `call` and returns schedd's answer.
@@ -157,20 +203,46 @@ impl Relay {
         F: FnOnce(YschedClient<Channel>, Request<T>) -> Fut,
         Fut: std::future::Future<Output = Result<Response<R>, Status>>,
     {
-        let outgoing = self.outgoing(request).await?;
-        let client = self.client()?;
-        let reply = call(client, outgoing).await.map_err(schedd_status)?;
+        let link = self.link()?;
+        let outgoing = self.outgoing(request, &link).await?;
+        let reply = call(self.client(link), outgoing)
+            .await
+            .map_err(schedd_status)?;
         Ok(Response::new(reply.into_inner()))
     }
 }
 
-/// schedd's status as the client gets it: code, message and details, without the HTTP
-/// headers of the hop.
+/// `caller` as the relayed request carries it, or a refusal when it is too large to.
+fn encode_caller(caller: &pb::RelayedCaller) -> Result<Vec<u8>, Status> {
+    let encoded = caller.encode_to_vec();
+    if encoded.len() > MAX_CALLER_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "cannot relay a request of uid {} to schedd: its identity (user name, {} groups, \
+             home) takes {} bytes, more than the {MAX_CALLER_BYTES} a relayed request may \
+             carry; run the command on the schedd host",
+            caller.uid,
+            caller.groups.len(),
+            encoded.len()
+        )));
+    }
+    Ok(encoded)
+}
+
+/// The longest error details passed back (schedd sends none today).
+const MAX_STATUS_DETAILS_BYTES: usize = 1024;
+
+/// schedd's status as the client gets it: code, message (capped, as schedd caps its own) and
+/// details, without the HTTP headers of the hop.
 fn schedd_status(status: Status) -> Status {
+    let details = if status.details().len() <= MAX_STATUS_DETAILS_BYTES {
+        status.details().to_vec()
+    } else {
+        Vec::new()
+    };
     Status::with_details(
         status.code(),
-        status.message(),
-        status.details().to_vec().into(),
+        cap_message(status.message(), MAX_STATUS_MESSAGE_BYTES),
+        details.into(),
     )
 }
 
@@ -252,8 +324,9 @@ impl Ysched for Relay {
         &self,
         request: Request<pb::JobRef>,
     ) -> Result<Response<Self::WatchJobStream>, Status> {
-        let outgoing = self.outgoing(request).await?;
-        let mut client = self.client()?;
+        let link = self.link()?;
+        let outgoing = self.outgoing(request, &link).await?;
+        let mut client = self.client(link);
         let stream = client
             .watch_job(outgoing)
             .await
@@ -334,17 +407,69 @@ pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Requests one client connection may have in flight at once (the CLIs make one at a time).
+const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
+
 /// Serves the relay on `listener` until the listener fails.
 pub async fn serve(listener: UnixListener, relay: Relay) -> Result<(), tonic::transport::Error> {
     let max_message_bytes = relay.max_message_bytes;
+    let name = match listener.local_addr() {
+        Ok(addr) => match addr.as_pathname() {
+            Some(path) => format!("client socket {}", path.display()),
+            None => "client socket".to_string(),
+        },
+        Err(_) => "client socket".to_string(),
+    };
+    let incoming = LimitedIncoming::new(listener, name, relay.limits.clone());
     tonic::transport::Server::builder()
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
+        .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
         .add_service(
             YschedServer::new(relay)
                 .max_decoding_message_size(max_message_bytes)
                 .max_encoding_message_size(usize::MAX),
         )
-        .serve_with_incoming(UnixListenerStream::new(listener))
+        .serve_with_incoming(incoming)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_too_large_for_a_header_is_refused_with_its_size() {
+        let mut caller = pb::RelayedCaller {
+            node: "login1".into(),
+            uid: 1234,
+            gid: 1234,
+            user: "alice".into(),
+            groups: (0..100).map(|i| format!("group-{i}")).collect(),
+            home: "/home/alice".into(),
+            relay_token: vec![7; 32],
+        };
+        assert!(encode_caller(&caller).is_ok());
+        caller.groups = (0..2000).map(|i| format!("research-group-{i}")).collect();
+        let status = encode_caller(&caller).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().starts_with(
+                "cannot relay a request of uid 1234 to schedd: its identity (user \
+                              name, 2000 groups, home) takes "
+            ),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn schedds_errors_are_passed_on_capped() {
+        let status = schedd_status(Status::permission_denied("z".repeat(100_000)));
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status.message().ends_with("… (100000 bytes in all)"));
+        let short = schedd_status(Status::not_found("job 5 is not known"));
+        assert_eq!(short.message(), "job 5 is not known");
+    }
 }

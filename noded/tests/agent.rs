@@ -358,9 +358,7 @@ async fn acknowledgements_renew_the_fence_lease_from_send_times() {
     // A late answer: the lease still counts from when the Register was sent.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let answered = boottime_ms();
-    session.send(SchedulerMsg::Registered(pb::Registered {
-        kill_jobs: vec![],
-    }));
+    session.send(SchedulerMsg::Registered(pb::Registered::default()));
     let registered_until = lease_changed_from(&lease, None).await;
     assert!(
         registered_until >= before_register + F_MS && registered_until <= register_received + F_MS,
@@ -476,7 +474,11 @@ async fn a_login_node_offers_nothing_runs_nothing_and_relays_clients() {
     let caller = call.caller.expect("caller named");
     assert_eq!(caller.node, "login1");
     assert_eq!(caller.uid, nix::unistd::getuid().as_raw());
-    assert_eq!(call.remote, session.remote);
+    assert_eq!(caller.relay_token, RELAY_TOKEN);
+    assert_ne!(
+        call.remote, session.remote,
+        "relayed on a connection of its own"
+    );
 }
 
 /// The real binary, frozen (SIGSTOP) while its job runs and schedd stays silent: the job's

@@ -1,5 +1,6 @@
-//! The client socket: requests relayed to schedd on the agent session's connection, with
-//! the caller the kernel names; refused without a session.
+//! The client socket: requests relayed to schedd on a connection of their own with the
+//! session's relay token, with the caller the kernel names; refused without a session; and
+//! nothing a relayed request does ends the session.
 
 mod support;
 
@@ -44,7 +45,7 @@ async fn wait_for_relay(socket: &std::path::Path, available: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() {
+async fn client_requests_reach_schedd_with_the_session_token_as_the_caller() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut schedd = Schedd::start().await;
@@ -64,6 +65,8 @@ async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() 
             schedd: schedd.address(),
             cluster_key: KEY.into(),
             max_message_bytes: 64 << 20,
+            max_connections_per_user: 64,
+            max_client_connections: 1024,
         },
         agent.session_slot(),
     )
@@ -114,11 +117,13 @@ async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() 
     assert_eq!(call.authorization.as_deref(), Some("Bearer sekrit"));
     assert_eq!(call.caller_values, 1);
     assert_eq!(call.spoofed, None);
-    assert_eq!(
+    assert!(call.remote.is_some());
+    assert_ne!(
         call.remote, session.remote,
-        "relayed on the session's connection"
+        "relayed on a connection of its own, not the session's"
     );
     let caller = call.caller.expect("ysched-caller-bin");
+    assert_eq!(caller.relay_token, RELAY_TOKEN);
     let me = User::from_uid(getuid()).unwrap().unwrap();
     let primary = Group::from_gid(getgid()).unwrap().unwrap();
     assert_eq!(caller.node, "n1");
@@ -154,8 +159,8 @@ async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() 
         .await;
     assert_eq!(states, ["RUNNING", "COMPLETED"]);
 
-    // The session ends: refused again until the next one is registered, which then carries
-    // the requests on its own connection.
+    // The session ends: refused again until the next one is registered, whose token the
+    // requests then carry, on a new connection.
     drop(session);
     let mut session = schedd.next_session().await;
     wait_for_relay(&socket, false).await;
@@ -166,8 +171,74 @@ async fn client_requests_reach_schedd_on_the_session_connection_as_the_caller() 
         .submit(pb::SubmitRequest::default())
         .await
         .expect("relayed again");
-    assert_eq!(schedd.next_call().await.remote, session.remote);
+    let call = schedd.next_call().await;
+    assert_ne!(call.remote, session.remote);
+    assert_eq!(call.caller.unwrap().relay_token, RELAY_TOKEN);
 
+    agent.abort();
+    relay_task.abort();
+}
+
+/// An answer that breaks HTTP/2's limits (an error message of 120,000 bytes, over four times
+/// the 16 KiB a header list may have, which h2 answers by closing the whole connection) fails
+/// its own connection only: the relayed request gets an error, the session carries on (same
+/// session, heartbeats flowing) and the next request is relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_answer_too_large_for_http2_does_not_end_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut schedd = Schedd::start().await;
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        ..LauncherOptions::new(dir.path().join("spool"), "n1")
+    })
+    .unwrap();
+    let agent = Agent::new(schedd.agent_config(), launcher, events).unwrap();
+    let socket = dir.path().join("noded.sock");
+    let relay = Relay::new(
+        RelayConfig {
+            node: "n1".into(),
+            schedd: schedd.address(),
+            cluster_key: KEY.into(),
+            max_message_bytes: 64 << 20,
+            max_connections_per_user: 64,
+            max_client_connections: 1024,
+        },
+        agent.session_slot(),
+    )
+    .unwrap();
+    let relay_task = tokio::spawn(serve(bind_client_socket(&socket).unwrap(), relay));
+    let agent = tokio::spawn(agent.run());
+    let mut session = schedd.next_session().await;
+    session.register(vec![]).await;
+    wait_for_relay(&socket, true).await;
+
+    for _ in 0..3 {
+        let mut client = unix_client(&socket).await;
+        let status = client
+            .get_job(pb::JobRef {
+                job_id: HUGE_ERROR_JOB,
+                target: String::new(),
+            })
+            .await
+            .unwrap_err();
+        // Whatever the hop made of it, the client gets a short message.
+        assert!(status.message().len() <= 1024, "{}", status.message().len());
+        // The session is the same one, and alive: heartbeats keep coming on it.
+        session.next_heartbeat().await;
+        let status = client
+            .get_job(pb::JobRef {
+                job_id: 5,
+                target: String::new(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.message(), NOT_FOUND_MESSAGE);
+    }
+    assert!(
+        schedd.sessions.try_recv().is_err(),
+        "the agent opened a new session"
+    );
     agent.abort();
     relay_task.abort();
 }

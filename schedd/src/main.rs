@@ -79,6 +79,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = args.socket {
         config.scheduler.socket = s;
     }
+    raise_open_files_limit(&config);
+    ysched_common::edge::peer_log::spawn_summaries();
     std::fs::create_dir_all(&config.scheduler.state_dir)?;
     let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
     let ca = server::load_or_create_ca(&config.ca_cert_path(), &config.ca_key_path())?;
@@ -121,6 +123,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
     .await?;
     let _ = std::fs::remove_file(socket_path);
     Ok(())
+}
+
+/// Every client connection, agent connection and store file is a file descriptor: raise the
+/// soft limit to the hard one (systemd's default soft limit, 1024, is below the connection
+/// limits), and say so when even that is below what the limits allow.
+fn raise_open_files_limit(config: &Config) {
+    match ysched_common::edge::raise_open_files_limit() {
+        Ok(limit) => {
+            let wanted = u64::from(config.scheduler.max_client_connections)
+                + server::UNAUTHENTICATED_AGENT_CONNECTIONS as u64
+                + 1024;
+            if limit < wanted {
+                tracing::warn!(
+                    "schedd may open only {limit} files (RLIMIT_NOFILE): under a flood of \
+                     connections it may run out before the connection limits refuse any; \
+                     raise it (LimitNOFILE= in the unit) to at least {wanted} plus two per node"
+                );
+            } else {
+                tracing::info!("schedd may open {limit} files");
+            }
+        }
+        Err(e) => tracing::warn!("cannot raise the limit of open files: {e}"),
+    }
 }
 
 async fn shutdown_signal() {

@@ -575,6 +575,90 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Opens `n` connections to the Unix socket `path` as uid/gid (as far as the kernel's peer
+/// credentials tell: `SO_PEERCRED` reports the effective ids of the connecting thread), and
+/// returns them, held open. The ids are changed on one short-lived thread only (the raw
+/// system calls, not libc's, which would change every thread of the process), so the test
+/// process stays root. A connection the server refuses is returned too, and reads as closed.
+pub fn connect_as(
+    path: &Path,
+    uid: u32,
+    gid: u32,
+    n: usize,
+) -> Vec<std::os::unix::net::UnixStream> {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        // SAFETY: setresgid/setresuid on this thread only; -1 leaves the real and saved ids.
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_setresgid, -1, gid, -1),
+                0,
+                "setresgid"
+            );
+            assert_eq!(
+                libc::syscall(libc::SYS_setresuid, -1, uid, -1),
+                0,
+                "setresuid"
+            );
+        }
+        let streams = (0..n)
+            .map(|_| std::os::unix::net::UnixStream::connect(&path).expect("connect"))
+            .collect();
+        // Back to root before the thread ends (its ids die with it anyway).
+        // SAFETY: as above; the saved uid is still 0.
+        unsafe {
+            libc::syscall(libc::SYS_setresuid, -1, 0, -1);
+            libc::syscall(libc::SYS_setresgid, -1, 0, -1);
+        }
+        streams
+    })
+    .join()
+    .expect("connecting thread")
+}
+
+/// Of `streams`, how many the peer has closed (end of file or reset) by now; the others are
+/// open (what the peer sent them is read and dropped).
+pub fn count_closed<S: std::io::Read + NonBlocking>(streams: &mut [S]) -> usize {
+    let mut closed = 0;
+    for s in streams.iter_mut() {
+        s.make_nonblocking();
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => {
+                    closed += 1;
+                    break;
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    closed += 1;
+                    break;
+                }
+            }
+        }
+    }
+    closed
+}
+
+/// Streams [`count_closed`] can look at without blocking.
+pub trait NonBlocking {
+    fn make_nonblocking(&self);
+}
+
+impl NonBlocking for std::os::unix::net::UnixStream {
+    fn make_nonblocking(&self) {
+        self.set_nonblocking(true).unwrap();
+    }
+}
+
+impl NonBlocking for std::net::TcpStream {
+    fn make_nonblocking(&self) {
+        self.set_nonblocking(true).unwrap();
+    }
+}
+
 /// Polls `cond` until true or panics after `timeout`.
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

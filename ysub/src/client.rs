@@ -66,15 +66,58 @@ pub async fn connect(socket: &Path) -> Result<Client> {
         }))
         .await
         .map_err(|e| {
-            anyhow!(
-                "cannot reach schedd at {}: {} (is schedd, or this host's noded, running? \
-                 check {CONF_ENV} and {SOCKET_ENV})",
-                socket.display(),
-                root_cause(&e)
-            )
+            if closed_at_once(&e) {
+                anyhow!(
+                    "schedd at {} closed the connection at once ({}): {CLOSED_HINT}",
+                    socket.display(),
+                    root_cause(&e)
+                )
+            } else {
+                anyhow!(
+                    "cannot reach schedd at {}: {} (is schedd, or this host's noded, running? \
+                     check {CONF_ENV} and {SOCKET_ENV})",
+                    socket.display(),
+                    root_cause(&e)
+                )
+            }
         })?;
     // A listing of many jobs easily exceeds tonic's 4 MiB default; the server is trusted.
     Ok(YschedClient::new(channel).max_decoding_message_size(usize::MAX))
+}
+
+/// Why schedd (or the node's agent) may have closed a connection before answering: its limit
+/// of connections per user, or in all, refused it (closed at accept), or it went away.
+const CLOSED_HINT: &str = "you may hold too many connections to it (scheduler.\
+    max_connections_per_user each, max_client_connections in all; node.* on a node; its log \
+    names the limit: close some and retry), or it is restarting";
+
+/// Whether the server closed the connection before answering (reset, broken pipe, end of
+/// file), rather than refusing it or not being there: a connection over a limit is closed at
+/// accept.
+fn closed_at_once(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        let text = e.to_string().to_ascii_lowercase();
+        // hyper's words for it (its errors do not always carry the io::Error).
+        if text.contains("connection closed")
+            || text.contains("broken pipe")
+            || text.contains("connection reset")
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// The innermost error of a chain: for a failed connect that is the OS error
@@ -101,6 +144,16 @@ pub fn request_error(request: &str, status: tonic::Status) -> anyhow::Error {
     let message = status.message();
     if let Some(text) = message_too_large(request, &status) {
         return anyhow!(text);
+    }
+    if matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Internal
+            | tonic::Code::Cancelled
+    ) && closed_at_once(&status)
+    {
+        return anyhow!("schedd closed the connection ({message}): {CLOSED_HINT}");
     }
     if message.is_empty() {
         anyhow!("{}", status.code().description())

@@ -20,6 +20,8 @@ use ysched_proto::ysched_server::{Ysched, YschedServer};
 
 /// The cluster key the tests' agents use.
 pub const KEY: &str = "sekrit";
+/// The relay token the fake schedd gives each session.
+pub const RELAY_TOKEN: &[u8] = b"fake-relay-token";
 
 /// A cluster CA and a fake schedd's TLS identity issued by it, as the real schedd has.
 pub fn fake_schedd_tls() -> (String, tonic::transport::ServerTlsConfig) {
@@ -80,7 +82,10 @@ impl Session {
 
     pub async fn register(&mut self, kill_jobs: Vec<u64>) -> pb::Register {
         let register = self.take_register().await;
-        self.send(SchedulerMsg::Registered(pb::Registered { kill_jobs }));
+        self.send(SchedulerMsg::Registered(pb::Registered {
+            kill_jobs,
+            relay_token: RELAY_TOKEN.to_vec(),
+        }));
         register
     }
 
@@ -138,13 +143,17 @@ pub struct RelayedCall {
 }
 
 /// The fake's `Ysched` service: records each request. `Submit` answers job id 4242,
-/// `GetJob` NOT_FOUND, `WatchJob` two states of the job; anything else is UNIMPLEMENTED.
+/// `GetJob` NOT_FOUND (for job [`HUGE_ERROR_JOB`] with a message far over HTTP/2's header
+/// limits, as schedd's refusal of `ysub -A <60,000 z>` once was), `WatchJob` two states of the job;
+/// anything else is UNIMPLEMENTED.
 pub struct FakeClients {
     pub calls: mpsc::UnboundedSender<RelayedCall>,
 }
 
 /// What a relayed `GetJob` is refused with.
 pub const NOT_FOUND_MESSAGE: &str = "job 5 is not known to the fake schedd";
+/// The job whose `GetJob` is refused with a 120,000-byte message.
+pub const HUGE_ERROR_JOB: u64 = 6;
 
 impl FakeClients {
     fn record<T>(&self, method: &'static str, request: &Request<T>) {
@@ -196,6 +205,15 @@ impl Ysched for FakeClients {
         request: Request<pb::JobRef>,
     ) -> Result<Response<pb::JobDetail>, Status> {
         self.record("get_job", &request);
+        if request.get_ref().job_id == HUGE_ERROR_JOB {
+            // The account echoed twice, as a refusal did: over 64 KiB, four times the
+            // header limit, which makes h2 fail the whole connection, not just the stream.
+            let account = "z".repeat(60_000);
+            return Err(Status::not_found(format!(
+                "user nobody may not charge account '{account}' (allowed: members of the \
+                 Unix group '{account}')"
+            )));
+        }
         Err(Status::not_found(NOT_FOUND_MESSAGE))
     }
 

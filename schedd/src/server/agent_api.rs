@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
+use ysched_common::edge::peer_log;
 use ysched_proto as pb;
 use ysched_proto::agent_message::Msg;
 
@@ -19,7 +20,9 @@ impl AgentApi {
     }
 }
 
-/// Refuses a connection whose `authorization: Bearer <key>` is not the cluster key.
+/// Refuses a request whose `authorization: Bearer <key>` is not the cluster key; a request
+/// that carries it marks its connection authenticated (which keeps it open, see
+/// [`super::tls::AgentConn`]).
 pub fn key_check(key: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |req: Request<()>| {
         let given = req
@@ -28,10 +31,21 @@ pub fn key_check(key: String) -> impl FnMut(Request<()>) -> Result<Request<()>, 
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
+        let info = super::tls::conn_info(&req);
         if constant_time_eq(given.trim().as_bytes(), key.as_bytes()) {
+            if let Some(info) = info {
+                info.mark_authenticated();
+            }
             Ok(req)
         } else {
-            tracing::warn!("agent connection refused: wrong or missing cluster key");
+            let peer = info.map(|i| i.remote);
+            let ip = peer.map_or_else(|| "an unknown address".to_string(), |p| p.ip().to_string());
+            let from = peer.map_or_else(String::new, |p| format!(" from {p}"));
+            peer_log::warn(
+                "wrong cluster key",
+                &ip,
+                format_args!("agent connection refused: wrong or missing cluster key{from}"),
+            );
             Err(Status::unauthenticated("wrong or missing cluster key"))
         }
     }
@@ -51,9 +65,8 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         &self,
         req: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<SessionStream>, Status> {
-        let peer = req
-            .remote_addr()
-            .map(|a| a.to_string())
+        let peer = super::tls::conn_info(&req)
+            .map(|info| info.remote.to_string())
             .unwrap_or_else(|| "an unknown address".into());
         let mut inbound = req.into_inner();
         let reg = match inbound.next().await {

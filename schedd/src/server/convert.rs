@@ -47,7 +47,13 @@ pub(crate) fn registration(r: &pb::Register) -> Registration {
 /// The wire form of a command to an agent.
 pub(crate) fn scheduler_message(command: AgentCommand) -> pb::SchedulerMessage {
     let msg = match command {
-        AgentCommand::Registered { kill_jobs } => Msg::Registered(pb::Registered { kill_jobs }),
+        AgentCommand::Registered {
+            kill_jobs,
+            relay_token,
+        } => Msg::Registered(pb::Registered {
+            kill_jobs,
+            relay_token,
+        }),
         AgentCommand::Launch(order) => Msg::Launch(launch_job(&order)),
         AgentCommand::Stop {
             job_id,

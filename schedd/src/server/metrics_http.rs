@@ -1,29 +1,44 @@
-//! The Prometheus endpoint on `scheduler.metrics_listen`: a minimal HTTP/1.1 responder.
+//! The Prometheus endpoint on `scheduler.metrics_listen`, served by hyper (HTTP/1.x).
 //!
 //! `GET /metrics` (or `HEAD`) answers the metrics, in the Prometheus text format 0.0.4, or in
 //! OpenMetrics when the scraper's `Accept` names it. Another method on `/metrics` gets 405,
 //! any other path 404, anything that is not an HTTP/1.x request 400, a request head over
-//! [`MAX_HEAD`] bytes 431. One request per connection (`Connection: close`); a client that
-//! sends nothing complete within [`READ_TIMEOUT`] is dropped, and at most [`MAX_CONNECTIONS`]
-//! are served at once (more are closed at once), so a slow or hostile client cannot hold
-//! schedd's resources.
+//! [`MAX_HEAD`] bytes 431. One request per connection (`Connection: close`).
+//!
+//! Slow or idle clients cannot take the endpoint from scrapers:
+//! - at most [`MAX_CONNECTIONS`] connections are open at once;
+//! - places go to requests, not to connections: when every place is taken and another
+//!   connection arrives, the connection that has waited longest without sending a whole
+//!   request head is closed to make room for it (a slowloris client loses its place to the
+//!   next scrape). Only when every place serves a request is the new connection closed
+//!   unanswered;
+//! - a request head must arrive within [`HEAD_TIMEOUT`], and a connection is closed
+//!   [`CONNECTION_TIMEOUT`] after it was accepted, answer written or not.
 
 use crate::metrics::Format;
 use crate::shell::Cluster;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{header, Method, Request, Response, StatusCode};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
 
-/// The largest request head (request line and headers) read.
+/// The largest request head (request line and headers) read (hyper's smallest buffer).
 pub(super) const MAX_HEAD: usize = 8 * 1024;
 /// How long a client may take to send its request head.
-pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long writing the answer may take.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once.
+pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection may stay open in all: head, rendering, writing the answer.
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
+/// Connections open at once.
 pub(super) const MAX_CONNECTIONS: usize = 32;
 /// After answering, what the client still sends is read and dropped for this long (at most
 /// [`MAX_DRAIN`] bytes) before the connection closes: closing with unread input would reset
@@ -31,13 +46,89 @@ pub(super) const MAX_CONNECTIONS: usize = 32;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_DRAIN: usize = 64 * 1024;
 
+/// The open connections: those still waiting for a request head (oldest first, each with the
+/// handle that closes it) and those serving one.
+#[derive(Debug)]
+struct Places {
+    max: usize,
+    waiting: BTreeMap<u64, AbortHandle>,
+    serving: usize,
+    next_id: u64,
+}
+
+type SharedPlaces = Arc<Mutex<Places>>;
+
+fn lock(places: &SharedPlaces) -> std::sync::MutexGuard<'_, Places> {
+    places.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Places {
+    fn new(max: usize) -> Places {
+        Places {
+            max,
+            waiting: BTreeMap::new(),
+            serving: 0,
+            next_id: 0,
+        }
+    }
+
+    /// Makes room for a new connection, closing the oldest one still waiting for its head if
+    /// need be, and starts it with `start` (given its id, returning the handle that closes
+    /// it). `false`: every place serves a request, the new connection is not started.
+    fn admit(&mut self, start: impl FnOnce(u64) -> AbortHandle) -> bool {
+        if self.waiting.len() + self.serving >= self.max {
+            match self.waiting.pop_first() {
+                Some((_, oldest)) => oldest.abort(),
+                None => return false,
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        // Started under the lock: the connection cannot look for itself before it is here.
+        let handle = start(id);
+        self.waiting.insert(id, handle);
+        true
+    }
+}
+
+/// A connection's place: waiting until its request head arrived, then serving; given back
+/// when the connection ends (unless it was taken away to make room).
+struct Place {
+    places: SharedPlaces,
+    id: u64,
+    serving: std::sync::atomic::AtomicBool,
+}
+
+impl Place {
+    /// The request head arrived: the connection may no longer be closed to make room.
+    fn serve(&self) {
+        let mut places = lock(&self.places);
+        if places.waiting.remove(&self.id).is_some() {
+            places.serving += 1;
+            self.serving
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut places = lock(&self.places);
+        if self.serving.load(std::sync::atomic::Ordering::Relaxed) {
+            places.serving -= 1;
+        } else {
+            places.waiting.remove(&self.id);
+        }
+    }
+}
+
 /// Serves `listener` until `stop` completes.
 pub(super) async fn serve(
     listener: TcpListener,
     cluster: Arc<Cluster>,
     stop: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let places: SharedPlaces = Arc::new(Mutex::new(Places::new(MAX_CONNECTIONS)));
     tokio::pin!(stop);
     loop {
         let stream = tokio::select! {
@@ -46,221 +137,232 @@ pub(super) async fn serve(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of file descriptors, most likely: let some close before trying again.
-                    tracing::warn!("metrics endpoint: accept failed: {e}");
+                    ysched_common::edge::peer_log::warn(
+                        "accept failed",
+                        "the metrics endpoint",
+                        format_args!("metrics endpoint: accept failed: {e}"),
+                    );
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            continue; // too many at once: this one is closed unanswered
-        };
+        let places_for_task = places.clone();
         let cluster = cluster.clone();
-        tokio::spawn(async move {
-            let render = |format| async move {
-                // The census takes the state lock for one pass over the jobs: not on a worker.
-                tokio::task::spawn_blocking(move || cluster.metrics_text(format))
-                    .await
-                    .unwrap_or_default()
+        // Not admitted: every place serves a request; the stream is dropped (closed) here.
+        lock(&places).admit(move |id| {
+            let place = Place {
+                places: places_for_task,
+                id,
+                serving: Default::default(),
             };
-            handle(stream, render, READ_TIMEOUT).await;
-            drop(permit);
+            tokio::spawn(tcp_connection(stream, place, cluster)).abort_handle()
         });
     }
 }
 
-/// A request as far as this endpoint cares.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Request {
-    pub method: String,
-    pub path: String,
-    pub accept: Option<String>,
-}
-
-/// An answer without the metrics (the metrics are rendered only for a 200).
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub(super) enum Route {
-    Metrics { head_only: bool },
-    Status(u16),
-}
-
-/// Reads a request head: `Ok(Some(head))` once the blank line arrived, `Ok(None)` when the
-/// client closed first, `Err(431)` when it is too long.
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Option<Vec<u8>>, u16> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await.map_err(|_| 400u16)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let searched_from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = find(&buf[searched_from..], b"\r\n\r\n") {
-            let end = searched_from + end + 4;
-            if end > MAX_HEAD {
-                return Err(431);
-            }
-            buf.truncate(end);
-            return Ok(Some(buf));
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(431);
-        }
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// Parses a request head (request line, headers, blank line). `Err(400)` for anything that
-/// is not an HTTP/1.0 or 1.1 request.
-pub(super) fn parse_request(head: &[u8]) -> Result<Request, u16> {
-    let text = std::str::from_utf8(head).map_err(|_| 400u16)?;
-    let text = text.strip_suffix("\r\n\r\n").ok_or(400u16)?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().ok_or(400u16)?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(400);
+/// One TCP connection: its request answered, then what the client still sends drained.
+async fn tcp_connection(stream: TcpStream, place: Place, cluster: Arc<Cluster>) {
+    let stream = Arc::new(stream);
+    let place = Arc::new(place);
+    let render = move |format| async move {
+        // The census takes the state lock for one pass over the jobs: not on a worker.
+        tokio::task::spawn_blocking(move || cluster.metrics_text(format))
+            .await
+            .unwrap_or_default()
     };
-    if !is_token(method)
-        || !target.starts_with('/')
-        || target.bytes().any(|b| !b.is_ascii_graphic())
-        || !matches!(version, "HTTP/1.1" | "HTTP/1.0")
-    {
-        return Err(400);
-    }
-    let mut accept = None;
-    for line in lines {
-        let (name, value) = line.split_once(':').ok_or(400u16)?;
-        if !is_token(name) || value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
-            return Err(400);
-        }
-        if name.eq_ignore_ascii_case("accept") {
-            accept = Some(value.trim().to_string());
-        }
-    }
-    let path = target.split('?').next().unwrap_or_default();
-    Ok(Request {
-        method: method.to_string(),
-        path: path.to_string(),
-        accept,
-    })
-}
-
-pub(super) fn route(req: &Request) -> Route {
-    if req.path != "/metrics" {
-        return Route::Status(404);
-    }
-    match req.method.as_str() {
-        "GET" => Route::Metrics { head_only: false },
-        "HEAD" => Route::Metrics { head_only: true },
-        _ => Route::Status(405),
+    let served = {
+        let place = place.clone();
+        tokio::time::timeout(
+            CONNECTION_TIMEOUT,
+            answer(SharedTcp(stream.clone()), render, HEAD_TIMEOUT, move || {
+                place.serve()
+            }),
+        )
+        .await
+    };
+    if served.is_ok() {
+        let _ = shutdown_write(&stream);
+        drain(&stream).await;
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        _ => "Error",
-    }
+/// Answers one request on `io` (hyper, HTTP/1.x, `Connection: close`); `head_arrived` is
+/// called when its head has. `render` produces the metrics in a format. Never panics,
+/// whatever the client sends; hyper answers what it cannot parse (400, 431) itself.
+pub(super) async fn answer<S, F, Fut>(
+    io: S,
+    render: F,
+    head_timeout: Duration,
+    head_arrived: impl Fn() + Send + Sync + 'static,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnOnce(Format) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = String> + Send,
+{
+    let head_arrived = Arc::new(head_arrived);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        head_arrived();
+        let render = render.clone();
+        async move { Ok::<_, std::convert::Infallible>(respond(&request, render).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(head_timeout)
+        .keep_alive(false)
+        .title_case_headers(true)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await;
 }
 
-fn error_body(status: u16) -> &'static str {
-    match status {
-        404 => "not found: this endpoint serves only /metrics\n",
-        405 => "method not allowed: use GET /metrics\n",
-        431 => "request head too large\n",
-        _ => "bad request\n",
-    }
-}
-
-/// Answers one request on `stream`, then closes it; a client that has not sent its request
-/// head within `read_timeout` is dropped unanswered. `render` produces the metrics in a
-/// format. Never panics, whatever the client sends.
-pub(super) async fn handle<S, F, Fut>(mut stream: S, render: F, read_timeout: Duration)
+/// The answer to one request.
+async fn respond<F, Fut>(request: &Request<Incoming>, render: F) -> Response<Full<Bytes>>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(Format) -> Fut,
     Fut: Future<Output = String>,
 {
-    let route = match tokio::time::timeout(read_timeout, read_head(&mut stream)).await {
-        Err(_) | Ok(Ok(None)) => return, // too slow, or closed before a whole request
-        Ok(Err(status)) => Err(status),
-        Ok(Ok(Some(head))) => parse_request(&head).map(|req| (route(&req), req.accept)),
-    };
-    let (status, content_type, body, head_only) = match route {
-        Ok((Route::Metrics { head_only }, accept)) => {
-            let format = Format::from_accept(accept.as_deref());
-            (200, format.content_type(), render(format).await, head_only)
-        }
-        Ok((Route::Status(status), _)) | Err(status) => (
-            status,
-            "text/plain; charset=utf-8",
-            error_body(status).to_string(),
-            false,
-        ),
-    };
-    let allow = if status == 405 {
-        "Allow: GET, HEAD\r\n"
-    } else {
-        ""
-    };
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n{allow}\r\n",
-        reason(status),
-        body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(body.as_bytes());
+    if request.uri().path() != "/metrics" {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found: this endpoint serves only /metrics\n",
+        );
     }
-    let written = tokio::time::timeout(WRITE_TIMEOUT, async {
-        stream.write_all(&out).await?;
-        stream.shutdown().await
+    let head_only = match *request.method() {
+        Method::GET => false,
+        Method::HEAD => true,
+        _ => {
+            let mut answer = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed: use GET /metrics\n",
+            );
+            answer
+                .headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+            return answer;
+        }
+    };
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let format = Format::from_accept(accept);
+    let body = render(format).await;
+    let length = body.len();
+    let mut answer = Response::new(Full::new(if head_only {
+        Bytes::new()
+    } else {
+        Bytes::from(body)
+    }));
+    let headers = answer.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(format.content_type()),
+    );
+    headers.insert(header::CONTENT_LENGTH, length.into());
+    answer
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    let mut answer = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *answer.status_mut() = status;
+    answer.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    answer
+}
+
+/// A TCP stream that hyper reads and writes while the connection's task keeps it too, to
+/// drain it once hyper is done.
+struct SharedTcp(Arc<TcpStream>);
+
+impl AsyncRead for SharedTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SharedTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                result => return Poll::Ready(result),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(shutdown_write(&self.0))
+    }
+}
+
+/// Sends FIN: the client's read ends, while what it still sends can be read.
+fn shutdown_write(stream: &TcpStream) -> std::io::Result<()> {
+    // SAFETY: shutdown(2) on the stream's own descriptor, which it keeps open meanwhile.
+    match unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Reads and drops what the client still sends, for a moment and up to a limit.
+async fn drain(stream: &TcpStream) {
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < MAX_DRAIN {
+            if stream.readable().await.is_err() {
+                break;
+            }
+            match stream.try_read(&mut sink) {
+                Ok(0) => break,
+                Ok(n) => drained += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
+            }
+        }
     })
     .await;
-    if matches!(written, Ok(Ok(()))) {
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
-            let mut sink = [0u8; 4096];
-            let mut drained = 0;
-            while drained < MAX_DRAIN {
-                match stream.read(&mut sink).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => drained += n,
-                }
-            }
-        })
-        .await;
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Sends `request` to [`handle`] and returns what it answered.
+    /// Sends `request` to [`answer`] and returns what it answered.
     async fn exchange(request: &[u8]) -> String {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let task = tokio::spawn(handle(
+        let task = tokio::spawn(answer(
             server,
             |format| async move { format!("metrics in {format:?}\n") },
-            READ_TIMEOUT,
+            HEAD_TIMEOUT,
+            || {},
         ));
         client.write_all(request).await.unwrap();
         let mut answer = Vec::new();
@@ -283,7 +385,8 @@ mod tests {
         assert!(a.ends_with("\r\n\r\nmetrics in Text\n"), "{a}");
         // A query string is allowed; HTTP/1.0 too.
         let a = exchange(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n").await;
-        assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+        assert!(a.starts_with("HTTP/1.0 200 OK\r\n"), "{a}");
+        assert!(a.ends_with("\r\n\r\nmetrics in Text\n"), "{a}");
     }
 
     #[tokio::test]
@@ -309,6 +412,7 @@ mod tests {
             &b"GET / HTTP/1.1\r\n\r\n"[..],
             b"GET /metricsx HTTP/1.1\r\n\r\n",
             b"GET /metrics/ HTTP/1.1\r\n\r\n",
+            b"GET metrics HTTP/1.1\r\n\r\n",
             b"POST /other HTTP/1.1\r\n\r\n",
         ] {
             let a = exchange(req).await;
@@ -323,13 +427,10 @@ mod tests {
     #[tokio::test]
     async fn garbage_is_400() {
         for req in [
-            &b"\r\n\r\n"[..],
-            b"hello\r\n\r\n",
+            &b"hello\r\n\r\n"[..],
             b"GET /metrics\r\n\r\n",
             b"GET /metrics HTTP/2.0\r\n\r\n",
-            b"GET  /metrics HTTP/1.1\r\n\r\n",
             b"GET /metrics HTTP/1.1 extra\r\n\r\n",
-            b"GET metrics HTTP/1.1\r\n\r\n",
             b"G(T /metrics HTTP/1.1\r\n\r\n",
             b"GET /metrics HTTP/1.1\r\nno colon\r\n\r\n",
             b"GET /metrics HTTP/1.1\r\nBad Name: x\r\n\r\n",
@@ -359,7 +460,12 @@ mod tests {
         );
         // Endless bytes without a blank line: answered once the limit is passed.
         let (mut client, server) = tokio::io::duplex(4 * MAX_HEAD);
-        let task = tokio::spawn(handle(server, |_| async { String::new() }, READ_TIMEOUT));
+        let task = tokio::spawn(answer(
+            server,
+            |_| async { String::new() },
+            HEAD_TIMEOUT,
+            || {},
+        ));
         client.write_all(&vec![b'x'; 2 * MAX_HEAD]).await.unwrap();
         let mut answer = Vec::new();
         client.read_to_end(&mut answer).await.unwrap();
@@ -371,43 +477,78 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_closes_early_gets_nothing_and_nothing_breaks() {
         let (mut client, server) = tokio::io::duplex(1024);
-        let task = tokio::spawn(handle(server, |_| async { String::new() }, READ_TIMEOUT));
+        let task = tokio::spawn(answer(
+            server,
+            |_| async { String::new() },
+            HEAD_TIMEOUT,
+            || {},
+        ));
         client.write_all(b"GET /metr").await.unwrap();
         client.shutdown().await.unwrap();
         let mut answer = Vec::new();
         client.read_to_end(&mut answer).await.unwrap();
         task.await.unwrap();
-        assert!(answer.is_empty());
+        assert!(!String::from_utf8_lossy(&answer).contains(" 200 "));
     }
 
     #[tokio::test]
-    async fn a_silent_client_is_dropped_after_the_read_timeout() {
+    async fn a_silent_client_is_dropped_after_the_head_timeout() {
         let (mut client, server) = tokio::io::duplex(1024);
         let timeout = Duration::from_millis(100);
-        let task = tokio::spawn(handle(server, |_| async { String::new() }, timeout));
+        let task = tokio::spawn(answer(server, |_| async { String::new() }, timeout, || {}));
         client
             .write_all(b"GET /metrics HTTP/1.1\r\n")
             .await
             .unwrap();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
-            .expect("dropped after its read timeout")
+            .expect("dropped after its head timeout")
             .unwrap();
         let mut answer = Vec::new();
         client.read_to_end(&mut answer).await.unwrap();
-        assert!(answer.is_empty());
+        assert!(!String::from_utf8_lossy(&answer).contains(" 200 "));
     }
 
-    #[test]
-    fn parse_finds_the_path_and_accept() {
-        assert_eq!(
-            parse_request(b"GET /metrics?a=b HTTP/1.1\r\nHost: h\r\nACCEPT:  text/plain \r\n\r\n"),
-            Ok(Request {
-                method: "GET".into(),
-                path: "/metrics".into(),
-                accept: Some("text/plain".into()),
-            })
-        );
-        assert_eq!(parse_request(b"GET /metrics HTTP/1.1\r\n"), Err(400));
+    #[tokio::test]
+    async fn a_full_house_closes_the_oldest_connection_waiting_for_its_head() {
+        let places: SharedPlaces = Arc::new(Mutex::new(Places::new(2)));
+        let parked = || tokio::spawn(std::future::pending::<()>());
+        let a = parked();
+        let b = parked();
+        assert!(lock(&places).admit(|_| a.abort_handle()));
+        assert!(lock(&places).admit(|_| b.abort_handle()));
+        // Full: the third takes the place of the oldest waiting one, a.
+        let c = parked();
+        assert!(lock(&places).admit(|_| c.abort_handle()));
+        assert!(a.await.unwrap_err().is_cancelled());
+        // b's head arrives: it serves, and can no longer be closed to make room.
+        let b_place = Place {
+            places: places.clone(),
+            id: 1,
+            serving: Default::default(),
+        };
+        b_place.serve();
+        let d = parked();
+        assert!(lock(&places).admit(|_| d.abort_handle()));
+        assert!(c.await.unwrap_err().is_cancelled());
+        // d's head arrives too: every place serves, a new connection is not taken.
+        let d_place = Place {
+            places: places.clone(),
+            id: 3,
+            serving: Default::default(),
+        };
+        d_place.serve();
+        let e = parked();
+        assert!(!lock(&places).admit(|_| e.abort_handle()));
+        e.abort();
+        // b is done: its place is free again.
+        drop(b_place);
+        let f = parked();
+        assert!(lock(&places).admit(|_| f.abort_handle()));
+        assert_eq!(lock(&places).serving, 1);
+        drop(d_place);
+        assert_eq!(lock(&places).serving, 0);
+        b.abort();
+        f.abort();
     }
 }

@@ -1,8 +1,13 @@
 //! The gRPC face of schedd: the only module that knows tonic. Two listeners:
-//! - a Unix socket for local clients, whose identity comes from `SO_PEERCRED`;
+//! - a Unix socket for local clients, whose identity comes from `SO_PEERCRED`, with a limit
+//!   of live connections per uid and in all (`ysched_common::edge::unix_listener`);
 //! - TCP for node agents: TLS with a certificate from the cluster CA (agents pin it), then
-//!   each agent authenticated by the cluster key. Agents also relay their hosts' client
-//!   requests there (see `relay`).
+//!   each agent authenticated by the cluster key; a connection that has not authenticated
+//!   within seconds is closed (see `tls`). Agents also relay their hosts' client requests
+//!   there (see `relay`).
+//!
+//! Every error message a client gets is at most
+//! [`ysched_common::edge::MAX_STATUS_MESSAGE_BYTES`] long, whatever input it echoes.
 
 mod agent_api;
 mod client_api;
@@ -13,6 +18,8 @@ mod tls;
 
 pub(crate) use convert::part_end;
 pub use tls::{load_or_create_ca, server_config as tls_server_config};
+/// Agent-port connections that may be open without having authenticated yet, in all.
+pub const UNAUTHENTICATED_AGENT_CONNECTIONS: usize = tls::UNAUTHENTICATED_TOTAL;
 
 use crate::error::ApiError;
 use crate::shell::Cluster;
@@ -20,21 +27,25 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::wrappers::UnixListenerStream;
+use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
+use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_proto::node_agent_server::NodeAgentServer;
 use ysched_proto::ysched_server::YschedServer;
 
+/// The status a client gets for `e`. Its message is capped: it travels in an HTTP/2 header,
+/// and one over the peer's header limit (16 KiB) would fail the whole connection.
 impl From<ApiError> for tonic::Status {
     fn from(e: ApiError) -> Self {
-        match e {
-            ApiError::Invalid(m) => tonic::Status::invalid_argument(m),
-            ApiError::NotFound(m) => tonic::Status::not_found(m),
-            ApiError::Denied(m) => tonic::Status::permission_denied(m),
-            ApiError::Conflict(m) => tonic::Status::failed_precondition(m),
-            ApiError::AlreadyExists(m) => tonic::Status::already_exists(m),
-            ApiError::Unavailable(m) => tonic::Status::unavailable(m),
-            ApiError::Internal(m) => tonic::Status::internal(m),
-        }
+        let (code, message) = match e {
+            ApiError::Invalid(m) => (tonic::Code::InvalidArgument, m),
+            ApiError::NotFound(m) => (tonic::Code::NotFound, m),
+            ApiError::Denied(m) => (tonic::Code::PermissionDenied, m),
+            ApiError::Conflict(m) => (tonic::Code::FailedPrecondition, m),
+            ApiError::AlreadyExists(m) => (tonic::Code::AlreadyExists, m),
+            ApiError::Unavailable(m) => (tonic::Code::Unavailable, m),
+            ApiError::Internal(m) => (tonic::Code::Internal, m),
+        };
+        tonic::Status::new(code, cap_message(&message, MAX_STATUS_MESSAGE_BYTES))
     }
 }
 
@@ -86,6 +97,10 @@ pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
 }
 
 const WINDOW: u32 = 16 * 1024 * 1024;
+/// Requests one client connection may have in flight at once (the CLIs make one at a time):
+/// with the limit of connections per user, this bounds what one user can have schedd work
+/// on at once.
+const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
 
 /// Serves both listeners, and the metrics endpoint on `metrics` when given
 /// (`scheduler.metrics_listen`, see `metrics_http`), until `shutdown` completes. Agents get
@@ -111,15 +126,29 @@ pub async fn serve(
     });
     // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
     // instead of waiting for WINDOW_UPDATEs every 64 KiB.
+    let config = &cluster.config().scheduler;
+    let client_limits = ConnectionLimits {
+        per_user: config.max_connections_per_user as usize,
+        per_user_key: "scheduler.max_connections_per_user",
+        total: config.max_client_connections as usize,
+        total_key: "scheduler.max_client_connections",
+        exempt_uid: Some(0),
+    };
+    let clients = LimitedIncoming::new(
+        clients,
+        format!("client socket {}", config.socket.display()),
+        client_limits,
+    );
     let client_srv = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
+        .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
         .add_service(
             YschedServer::new(client_api::ClientApi::new(cluster.clone()))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(usize::MAX),
         )
-        .serve_with_incoming_shutdown(UnixListenerStream::new(clients), wait(stop_a));
+        .serve_with_incoming_shutdown(clients, wait(stop_a));
     let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
@@ -167,4 +196,28 @@ pub async fn serve(
 
 async fn wait(mut rx: tokio::sync::broadcast::Receiver<()>) {
     let _ = rx.recv().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_statuses_are_capped_whatever_they_echo() {
+        let account = "z".repeat(60_000);
+        let status = tonic::Status::from(ApiError::Denied(format!(
+            "user nobody may not charge account '{account}' (allowed: members of the Unix \
+             group '{account}')"
+        )));
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status
+            .message()
+            .starts_with("user nobody may not charge account 'zzz"));
+        let status = tonic::Status::from(ApiError::NotFound("job 5 is not known".into()));
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::NotFound, "job 5 is not known")
+        );
+    }
 }

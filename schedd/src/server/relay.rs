@@ -1,16 +1,21 @@
 //! Client requests relayed by node agents: every noded serves the client API on its own
 //! socket, identifies each caller there by `SO_PEERCRED`, and forwards the request to schedd's
-//! agent port on the connection of its authenticated session, naming the caller in the
-//! binary metadata [`CALLER_METADATA`] (a `RelayedCaller`).
+//! agent port, naming the caller in the binary metadata [`CALLER_METADATA`] (a
+//! `RelayedCaller`).
 //!
 //! The trust model is munge's: a host holding the cluster key vouches for its local users. A
-//! relayed caller is taken only from a connection that passed the cluster-key check and on
-//! which the named node's agent session is registered, so one host cannot speak for another.
+//! relayed caller is taken only from a request that passed the cluster-key check and that
+//! carries the relay token of the named node's live agent session: a secret schedd gave that
+//! session alone, in its `Registered`. So one host cannot speak for another. Agents relay on a
+//! connection of their own, not the session's, so that nothing a relayed request does (a huge
+//! answer, a protocol error, a stalled stream) can touch the session. Agents older than the
+//! token relay on their session's connection, and are believed there.
 
 use crate::shell::Cluster;
 use prost::Message;
 use std::path::PathBuf;
 use tonic::{Request, Status};
+use ysched_common::edge::peer_log;
 use ysched_common::Owner;
 use ysched_proto as pb;
 
@@ -25,7 +30,8 @@ pub struct Relayed {
 }
 
 /// The caller of a request that arrived on the agent port (its cluster key already checked):
-/// refused unless it names a caller and comes on the session connection of the node it names.
+/// refused unless it names a caller and carries the relay token of the node it names (or
+/// comes on that node's session connection).
 pub fn relayed_caller<T>(req: &Request<T>, cluster: &Cluster) -> Result<Relayed, Status> {
     let raw = req
         .metadata()
@@ -39,21 +45,28 @@ pub fn relayed_caller<T>(req: &Request<T>, cluster: &Cluster) -> Result<Relayed,
         .map_err(|_| Status::invalid_argument("unreadable relayed caller"))?;
     let caller = pb::RelayedCaller::decode(raw)
         .map_err(|e| Status::invalid_argument(format!("unreadable relayed caller: {e}")))?;
-    let peer = req
-        .remote_addr()
-        .map(|a| a.to_string())
+    let peer = super::tls::conn_info(req)
+        .map(|info| info.remote)
         .ok_or_else(|| Status::unauthenticated("a relayed request without a peer address"))?;
-    if !cluster.is_session_peer(&caller.node, &peer) {
-        tracing::warn!(
-            node = %caller.node,
-            "refused a client request relayed from {peer}: it is not the connection of node \
-             {}'s agent session",
-            caller.node
+    let believed = if caller.relay_token.is_empty() {
+        cluster.is_session_peer(&caller.node, &peer.to_string())
+    } else {
+        cluster.is_relay_token(&caller.node, &caller.relay_token)
+    };
+    if !believed {
+        let node = ysched_common::edge::cap_message(&caller.node, 64);
+        peer_log::warn(
+            "refused relayed request",
+            &peer.ip().to_string(),
+            format_args!(
+                "refused a client request relayed from {peer} for node '{node}': it carries \
+                 neither the relay token of that node's live agent session nor comes on its \
+                 connection"
+            ),
         );
         return Err(Status::permission_denied(format!(
-            "node '{}' has no agent session on this connection: a request is relayed only \
-             by a registered agent, on its own session's connection",
-            caller.node
+            "node '{node}' has no live agent session that relays this request: a request is \
+             relayed only by a registered agent, with its session's relay token"
         )));
     }
     if caller.user.is_empty() {

@@ -21,6 +21,50 @@ fn name_free(st: &State, name: &str, peer: &str) -> ApiResult<()> {
     }
 }
 
+/// A session's relay token: 32 random bytes from the kernel (`getrandom`, which needs no file
+/// descriptor: it works when a flood has taken them all).
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct RelayToken([u8; 32]);
+
+impl RelayToken {
+    fn new() -> ApiResult<RelayToken> {
+        let mut bytes = [0u8; 32];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            let rest = &mut bytes[filled..];
+            // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
+            let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+            match n {
+                n if n > 0 => filled += n as usize,
+                _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+                _ => {
+                    return Err(ApiError::Unavailable(format!(
+                        "cannot make a session token: {}",
+                        std::io::Error::last_os_error()
+                    )))
+                }
+            }
+        }
+        Ok(RelayToken(bytes))
+    }
+
+    /// Whether `given` is this token, in time independent of where they differ.
+    fn matches(&self, given: &[u8]) -> bool {
+        given.len() == self.0.len()
+            && given
+                .iter()
+                .zip(&self.0)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+impl std::fmt::Debug for RelayToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelayToken(..)")
+    }
+}
+
 impl Cluster {
     /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
     /// and answer with the jobs it must kill. Returns the session id.
@@ -39,6 +83,7 @@ impl Cluster {
         if reg.login {
             return self.register_login(&reg, peer, tx);
         }
+        let relay_token = RelayToken::new()?;
         let (session_id, changed) = {
             let mut st = lock(&self.state);
             name_free(&st, &name, peer)?;
@@ -59,7 +104,10 @@ impl Cluster {
             st.book_runs(&done.runs);
             // First on the new session; what the registration decided follows after the
             // flush, through the outbox.
-            let _ = tx.send(AgentCommand::Registered { kill_jobs });
+            let _ = tx.send(AgentCommand::Registered {
+                kill_jobs,
+                relay_token: relay_token.0.to_vec(),
+            });
             let session_id = st.next_session_id;
             st.next_session_id += 1;
             st.sessions.insert(
@@ -67,6 +115,7 @@ impl Cluster {
                 Session {
                     id: session_id,
                     peer: peer.to_string(),
+                    relay_token,
                     tx,
                     login: false,
                 },
@@ -84,6 +133,7 @@ impl Cluster {
     /// node: nothing is placed there and it appears in no node listing.
     fn register_login(&self, reg: &Registration, peer: &str, tx: AgentTx) -> ApiResult<u64> {
         let name = &reg.name;
+        let relay_token = RelayToken::new()?;
         let mut st = lock(&self.state);
         name_free(&st, name, peer)?;
         if st.rec.nodes.contains_key(name) {
@@ -98,12 +148,14 @@ impl Cluster {
         st.next_session_id += 1;
         let _ = tx.send(AgentCommand::Registered {
             kill_jobs: reg.running_jobs.clone(),
+            relay_token: relay_token.0.to_vec(),
         });
         st.sessions.insert(
             name.clone(),
             Session {
                 id: session_id,
                 peer: peer.to_string(),
+                relay_token,
                 tx,
                 login: true,
             },
@@ -112,13 +164,22 @@ impl Cluster {
         Ok(session_id)
     }
 
-    /// Whether `peer` is the connection of `node`'s live agent session: only there may
-    /// requests relayed for that node come from.
+    /// Whether `peer` is the connection of `node`'s live agent session: requests relayed for
+    /// that node may come there (agents older than the relay token send them there).
     pub fn is_session_peer(&self, node: &str, peer: &str) -> bool {
         let st = lock(&self.state);
         st.sessions
             .get(node)
             .is_some_and(|s| s.peer == peer && !s.tx.is_closed())
+    }
+
+    /// Whether `token` is the relay token of `node`'s live agent session: a request relayed
+    /// for that node carrying it comes from that agent, on whatever connection.
+    pub fn is_relay_token(&self, node: &str, token: &[u8]) -> bool {
+        let st = lock(&self.state);
+        st.sessions
+            .get(node)
+            .is_some_and(|s| !s.tx.is_closed() && s.relay_token.matches(token))
     }
 
     pub fn node_disconnected(&self, name: &str, session_id: u64) {

@@ -13,6 +13,7 @@
 //! - `usage`: usage reports (off the lock) and imports of usage.
 
 mod agents;
+use agents::RelayToken;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Named};
 pub use requests::Submitted;
@@ -58,9 +59,12 @@ pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;
 
 struct Session {
     id: u64,
-    /// The address the agent's connection comes from: its relayed client requests must come
-    /// from the same one (see `server::relay`).
+    /// The address the agent's connection comes from: its relayed client requests come on
+    /// that connection or carry `relay_token` (see `server::relay`).
     peer: String,
+    /// The session's secret, sent to the agent only in its `Registered`: a relayed request
+    /// carrying it comes from this agent, on whatever connection (see `server::relay`).
+    relay_token: RelayToken,
     tx: AgentTx,
     /// A login agent: it relays clients and runs nothing; its name is no node.
     login: bool,

@@ -8,8 +8,12 @@ use ysched_common::Job;
 /// One message to one agent. An agent's messages arrive in the order they were queued.
 #[derive(Debug, Clone)]
 pub enum AgentCommand {
-    /// The answer to a registration: the running jobs the agent must kill at once.
-    Registered { kill_jobs: Vec<u64> },
+    /// The answer to a registration: the running jobs the agent must kill at once, and the
+    /// session's secret that the agent's relayed client requests carry.
+    Registered {
+        kill_jobs: Vec<u64>,
+        relay_token: Vec<u8>,
+    },
     /// Start one part of a job.
     Launch(Box<LaunchOrder>),
     /// SIGTERM the job's part now, SIGKILL after `grace_secs`.
