@@ -675,3 +675,31 @@ pub fn read_when_exists(p: &Path, timeout: Duration) -> String {
     wait_until(timeout, &format!("{}", p.display()), || p.exists());
     std::fs::read_to_string(p).unwrap()
 }
+
+/// Runs `f` on a thread of its own whose credentials are `uid`/`gid` (and no supplementary
+/// group but `gid`), as an unprivileged user's process would be: connections it opens carry
+/// those peer credentials. Only that thread changes (raw syscalls, not glibc's process-wide
+/// `setuid`), so the test process stays root.
+pub fn on_thread_as<T: Send + 'static>(
+    uid: u32,
+    gid: u32,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        let groups = [gid];
+        // SAFETY: plain syscalls on this thread's own credentials, with a valid array.
+        let switched = unsafe {
+            libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) == 0
+                && libc::syscall(libc::SYS_setresgid, gid, gid, gid) == 0
+                && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0
+        };
+        assert!(
+            switched,
+            "cannot switch a thread to uid {uid}: {}",
+            std::io::Error::last_os_error()
+        );
+        f()
+    })
+    .join()
+    .expect("thread")
+}

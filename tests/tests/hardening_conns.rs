@@ -473,38 +473,43 @@ fn a_refusal_echoing_a_huge_input_through_a_node_does_not_end_its_session() {
     }
     // A client without ysub's checks: the request reaches schedd, through the node, and the
     // refusal that comes back is short and says what is wrong.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    // As nobody: root relayed from a compute node may not submit at all.
     let socket = c.agent_socket("n1");
     let work = c.work.display().to_string();
-    rt.block_on(async {
-        let mut client = ysub::client::connect(&socket).await.unwrap();
-        for _ in 0..20 {
-            let spec = pb::JobSpec {
-                name: "huge-account".into(),
-                account: account.clone(),
-                script: "#!/bin/sh\ntrue\n".into(),
-                workdir: work.clone(),
-                ..Default::default()
-            };
-            let status = client
-                .submit(pb::SubmitRequest { spec: Some(spec) })
-                .await
-                .unwrap_err();
-            assert!(
-                matches!(
+    let huge = account.clone();
+    on_thread_as(NOBODY, NOBODY, move || {
+        let account = huge;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut client = ysub::client::connect(&socket).await.unwrap();
+            for _ in 0..20 {
+                let spec = pb::JobSpec {
+                    name: "huge-account".into(),
+                    account: account.clone(),
+                    script: "#!/bin/sh\ntrue\n".into(),
+                    workdir: work.clone(),
+                    ..Default::default()
+                };
+                let status = client
+                    .submit(pb::SubmitRequest { spec: Some(spec) })
+                    .await
+                    .unwrap_err();
+                assert!(
+                    matches!(
+                        status.code(),
+                        tonic::Code::PermissionDenied | tonic::Code::InvalidArgument
+                    ),
+                    "{:?}: {}",
                     status.code(),
-                    tonic::Code::PermissionDenied | tonic::Code::InvalidArgument
-                ),
-                "{:?}: {}",
-                status.code(),
-                &status.message()[..status.message().len().min(400)]
-            );
-            assert!(status.message().len() <= 1024, "{}", status.message().len());
-            assert!(status.message().contains("account"), "{}", status.message());
-        }
+                    &status.message()[..status.message().len().min(400)]
+                );
+                assert!(status.message().len() <= 1024, "{}", status.message().len());
+                assert!(status.message().contains("account"), "{}", status.message());
+            }
+        })
     });
     // A large request (a 3 MiB script) relayed meanwhile goes through too.
     let body = format!("#!/bin/sh\n# {}\ntrue\n", "x".repeat(3 << 20));
