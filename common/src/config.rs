@@ -89,6 +89,12 @@ pub struct SchedulerConfig {
     /// Writes to the state store are refused (clear error, nothing changed) while its file
     /// system has less than this free (MiB); they resume by themselves once space is back.
     pub state_reserve_mib: u64,
+    /// Audit entries older than this many days are removed (in small batches, in the
+    /// background); 0: kept however old.
+    pub audit_keep_days: u64,
+    /// When the audit log holds more than this (MiB), its oldest entries are removed; 0: no
+    /// limit.
+    pub audit_max_mib: u64,
     /// Members of this Unix group are administrators wherever they run the CLIs (drain,
     /// resume, the audit log, anyone's jobs, every tier). Empty: none; root on this host
     /// always is.
@@ -212,6 +218,8 @@ impl Default for SchedulerConfig {
             max_launch_attempts: 3,
             ca_file: PathBuf::new(),
             state_reserve_mib: 64,
+            audit_keep_days: 365,
+            audit_max_mib: 128,
             admin_group: String::new(),
             admin_hosts: Vec::new(),
             fair_share_half_life: "7d".into(),

@@ -44,8 +44,7 @@ impl Cluster {
             name_free(&st, &name, peer)?;
             let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
             st.rec.account_runs(&mut effects, now_ms());
-            self.store.check_room()?;
-            self.store.apply(std::mem::take(&mut effects.batch))?;
+            self.write(std::mem::take(&mut effects.batch), store::Room::Cluster)?;
             if !kill_jobs.is_empty() {
                 tracing::warn!(
                     node = %name,
@@ -227,7 +226,7 @@ impl Cluster {
                 reports.push((node, report));
             }
             let limits = self.limits();
-            match self.run_event(|rec| {
+            match self.run_cluster_event(|rec| {
                 let effects = rec.agent_reports(&reports, limits, now_ms());
                 let saves = preempted_checkpoint_saves(&rec.jobs, &effects.jobs, &reports);
                 Ok((effects, saves))
