@@ -153,6 +153,10 @@ pub struct NodeConfig {
     /// 0: never (schedd then ends the jobs of a silent node NODE_FAIL). Below
     /// `scheduler.node_timeout_secs` by default; must be above `scheduler.heartbeat_secs`.
     pub fence_after_secs: u64,
+    /// With less than this free (MiB) on the spool's file system, or a spool that cannot be
+    /// written, the node takes no job: it drains itself (`spool full: …`) and resumes once
+    /// there is room again. 0: only a write is tried.
+    pub spool_reserve_mib: u64,
 }
 
 /// `node.role` of a GPU host.
@@ -245,6 +249,7 @@ impl Default for NodeConfig {
             client_socket: "/run/ysched/noded.sock".into(),
             role: ROLE_COMPUTE.into(),
             fence_after_secs: 50,
+            spool_reserve_mib: 16,
         }
     }
 }

@@ -201,3 +201,108 @@ fn refused_submits_cannot_fill_the_state_disk_and_schedd_starts_on_a_full_one() 
     assert_eq!(last, other + 1, "ids go on where they were");
     c.wait_state(last, "COMPLETED", SECS(20));
 }
+
+fn node<'a>(nodes: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    nodes.iter().find(|n| n["name"] == name).unwrap()
+}
+
+fn yctl(c: &TestCluster, args: &[&str]) {
+    let out = c.run("yctl", args);
+    assert!(out.status.success(), "yctl {args:?}: {}", stderr(&out));
+}
+
+fn history(c: &TestCluster, id: u64) -> Vec<(String, String)> {
+    let out = c.run("yctl", &["show", "job", &id.to_string(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (text("kind"), text("detail"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_spool_drains_its_node_and_never_fails_or_kills_a_job() {
+    // Fencing after 5 s: a lease that could not be renewed would stop n1's running job.
+    let mut c = TestCluster::start_with(
+        vec![
+            FakeNode::uniform("n1", 8, "A100"),
+            FakeNode::uniform("n2", 8, "A100"),
+        ],
+        "",
+        "spool_reserve_mib = 0\nfence_after_secs = 5\n",
+    );
+    // n1's spool on a small file system of its own.
+    c.stop_agent("n1", nix::sys::signal::Signal::SIGTERM);
+    let spool = c.dir.path().join("spool/n1");
+    let _mounted = mount_tmpfs(&spool, "4m");
+    c.start_agent("n1");
+    c.wait_nodes_up(2);
+    wait_until(SECS(20), "n1 back", || {
+        node(&c.nodes(), "n1")["state"] == "IDLE"
+    });
+    yctl(&c, &["drain", "n2", "--reason", "elsewhere"]);
+    let running = c.submit(&["-G", "4", "--wrap", "sleep 12; echo done"]);
+    assert_eq!(c.wait_state(running, "RUNNING", SECS(20))["node"], "n1");
+
+    // Room for the node's probe of 4 KiB, not for a launch's files.
+    let almost = fill_leaving(&spool, 8 * 1024);
+    let placed = c.submit(&["-G", "4", "--wrap", "echo placed ran"]);
+    wait_until(SECS(20), "n1 drained by its agent", || {
+        node(&c.nodes(), "n1")["reason"] == "spool full: No space left on device (noded)"
+    });
+    // The launch failed for the node's reason: queued again, not failed.
+    let j = c.wait_state(placed, "PENDING", SECS(20));
+    assert_eq!(j["restart_count"], 1, "{j}");
+    let events = history(&c, placed);
+    assert!(
+        events.iter().any(|(kind, detail)| kind == "requeued"
+            && detail.contains("launch on n1 failed for a fault of the node's: cannot write")
+            && detail.contains("No space left on device")),
+        "{events:?}"
+    );
+    // Full to the last byte now; another node is back: every job runs there.
+    let full = fill(&spool);
+    yctl(&c, &["resume", "n2"]);
+    let more: Vec<u64> = (0..4).map(|_| c.submit(&["--wrap", "true"])).collect();
+    for id in [placed].iter().chain(&more) {
+        let j = c.wait_state(*id, "COMPLETED", SECS(30));
+        assert_eq!(j["node"], "n2", "{j}");
+    }
+    assert_eq!(
+        read_when_exists(&c.path(&format!("ysched-{placed}.out")), SECS(5)),
+        "placed ran\n"
+    );
+    // The job running on n1 was not stopped, and its end was not lost.
+    let j = c.wait_state(running, "COMPLETED", SECS(30));
+    assert_eq!(j["restart_count"], 0, "{j}");
+    assert_eq!(
+        read_when_exists(&c.path(&format!("ysched-{running}.out")), SECS(5)),
+        "done\n"
+    );
+    assert_eq!(node(&c.nodes(), "n1")["state"], "DRAINED");
+
+    // Room again: n1 resumes by itself and runs jobs.
+    std::fs::remove_file(full).unwrap();
+    std::fs::remove_file(almost).unwrap();
+    wait_until(SECS(20), "n1 resumed by its agent", || {
+        node(&c.nodes(), "n1")["state"] == "IDLE"
+    });
+    let out = c.run("yctl", &["audit", "--json"]);
+    let audit: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let n1: Vec<&str> = audit
+        .iter()
+        .rev()
+        .filter(|e| e["user"] == "noded" && e["host"] == "n1")
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(n1, ["drain", "resume"]);
+    yctl(&c, &["drain", "n2", "--reason", "elsewhere"]);
+    let last = c.submit(&["-G", "8", "--wrap", "true"]);
+    assert_eq!(c.wait_state(last, "COMPLETED", SECS(20))["node"], "n1");
+}

@@ -451,6 +451,8 @@ impl Records {
             None => ("resume", format!("node {name}")),
         };
         node.drain_reason = reason;
+        // An administrator's drain or resume is theirs: the node's own resume never ends it.
+        node.drained_by_node = false;
         let mut fx = Effects {
             wake: true,
             ..Effects::default()
