@@ -364,3 +364,24 @@ pub(crate) fn trace_reply(e: &crate::shell::TraceExport) -> pb::TraceReply {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_word_on_its_health_is_printable_and_bounded() {
+        assert_eq!(unhealthy_reason("  "), None);
+        assert_eq!(
+            unhealthy_reason("spool full: No space left on device").as_deref(),
+            Some("spool full: No space left on device")
+        );
+        assert_eq!(
+            unhealthy_reason("bad\x1b[2Jthing\n").as_deref(),
+            Some("bad?[2Jthing")
+        );
+        let long = unhealthy_reason(&"é".repeat(1000)).unwrap();
+        assert!(long.len() <= UNHEALTHY_REASON_MAX_BYTES + '…'.len_utf8());
+        assert!(long.ends_with('…'));
+    }
+}

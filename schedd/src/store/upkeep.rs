@@ -57,16 +57,15 @@ fn no_space(e: &sled::Error) -> bool {
 /// (half a MiB) and writes a snapshot of its page table.
 const OPEN_ROOM: u64 = 4 * 1024 * 1024;
 
-/// Opens sled in `dir/db` (`open`). With less than [`OPEN_ROOM`] free, or when opening fails
-/// for want of space anyway, the ballast is deleted first (logged as an error). Snapshots
-/// sled left half written (`snap.*.generating`: a snapshot write failed, as on a full disk)
-/// are deleted before: sled 0.34 would take one for its newest snapshot and refuse to open
-/// the store as corrupt.
+/// Opens sled in `dir/db` (`open`). With less than [`OPEN_ROOM`] free, the ballast is deleted
+/// first (logged as an error). When opening fails for want of space, or because of a
+/// snapshot sled left half written (`snap.*.generating`: a snapshot write failed, as on a
+/// full disk; sled 0.34 takes it for its newest snapshot and calls the store corrupt), the
+/// half-written snapshots and the ballast are deleted and the store opened once more.
 pub(super) fn open_db(
     dir: &Path,
     open: impl Fn() -> sled::Result<sled::Db>,
 ) -> sled::Result<sled::Db> {
-    remove_partial_snapshots(&dir.join("db"));
     let free = free_space(dir);
     if free.is_some_and(|free| free < OPEN_ROOM) {
         release_ballast(
@@ -75,9 +74,10 @@ pub(super) fn open_db(
         );
     }
     match open() {
-        Err(e) if no_space(&e) => {
-            remove_partial_snapshots(&dir.join("db"));
-            if release_ballast(dir, &e.to_string()) {
+        Err(e) if no_space(&e) || matches!(e, sled::Error::Corruption { .. }) => {
+            let removed = remove_partial_snapshots(&dir.join("db"));
+            let released = no_space(&e) && release_ballast(dir, &e.to_string());
+            if removed || released {
                 open()
             } else {
                 Err(e)
@@ -103,23 +103,29 @@ fn release_ballast(dir: &Path, why: &str) -> bool {
     true
 }
 
-fn remove_partial_snapshots(db: &Path) {
+/// Deletes the snapshots sled did not finish writing; `true` if there were some.
+fn remove_partial_snapshots(db: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(db) else {
-        return;
+        return false;
     };
+    let mut removed = false;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if name.starts_with("snap.") && name.ends_with(".generating") {
             match std::fs::remove_file(entry.path()) {
-                Ok(()) => tracing::warn!(
-                    "removed {}, a snapshot sled did not finish writing",
-                    entry.path().display()
-                ),
+                Ok(()) => {
+                    removed = true;
+                    tracing::warn!(
+                        "removed {}, a snapshot sled did not finish writing",
+                        entry.path().display()
+                    )
+                }
                 Err(e) => tracing::warn!("cannot remove {}: {e}", entry.path().display()),
             }
         }
     }
+    removed
 }
 
 /// Free space on the file system holding `dir` (bytes), if it can be told.
@@ -325,6 +331,34 @@ mod tests {
             }
         };
         assert_eq!(store.audit_bytes(), left);
+    }
+
+    #[test]
+    fn a_snapshot_sled_did_not_finish_does_not_keep_the_store_from_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let reopen = || loop {
+            match Store::open(dir.path()) {
+                Ok(s) => break s,
+                // sled's flusher may still hold the lock briefly after drop (sled#1234).
+                Err(Error::Open {
+                    source: sled::Error::Io(_),
+                    ..
+                }) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let store = Store::open(dir.path()).unwrap();
+        let mut batch = super::super::Batch::default();
+        batch.set_next_job_id(42);
+        store.apply(batch).unwrap();
+        drop(store);
+        // What a snapshot write that failed for want of space leaves (sled 0.34 reads it as
+        // its newest snapshot and calls the store corrupt).
+        let partial = dir.path().join("db/snap.FFFFFFFFFFFFFFFF.generating");
+        std::fs::write(&partial, b"").unwrap();
+        let store = reopen();
+        assert!(!partial.exists());
+        assert_eq!(store.recover().unwrap().next_job_id, 42);
     }
 
     #[test]
