@@ -94,6 +94,12 @@ pub struct SchedulerConfig {
     /// Writes to the state store are refused (clear error, nothing changed) while its file
     /// system has less than this free (MiB); they resume by themselves once space is back.
     pub state_reserve_mib: u64,
+    /// Audit entries older than this many days are removed (in small batches, in the
+    /// background); 0: kept however old.
+    pub audit_keep_days: u64,
+    /// When the audit log holds more than this (MiB), its oldest entries are removed; 0: no
+    /// limit.
+    pub audit_max_mib: u64,
     /// Members of this Unix group are administrators wherever they run the CLIs (drain,
     /// resume, the audit log, anyone's jobs, every tier). Empty: none; root on this host
     /// always is.
@@ -158,6 +164,10 @@ pub struct NodeConfig {
     /// 0: never (schedd then ends the jobs of a silent node NODE_FAIL). Below
     /// `scheduler.node_timeout_secs` by default; must be above `scheduler.heartbeat_secs`.
     pub fence_after_secs: u64,
+    /// With less than this free (MiB) on the spool's file system, or a spool that cannot be
+    /// written, the node takes no job: it drains itself (`spool full: …`) and resumes once
+    /// there is room again. 0: only a write is tried.
+    pub spool_reserve_mib: u64,
 }
 
 /// Default of `scheduler.max_connections_per_user` and `node.max_connections_per_user`.
@@ -230,6 +240,8 @@ impl Default for SchedulerConfig {
             max_launch_attempts: 3,
             ca_file: PathBuf::new(),
             state_reserve_mib: 64,
+            audit_keep_days: 365,
+            audit_max_mib: 128,
             admin_group: String::new(),
             admin_hosts: Vec::new(),
             fair_share_half_life: "7d".into(),
@@ -257,6 +269,7 @@ impl Default for NodeConfig {
             max_client_connections: DEFAULT_CLIENT_CONNECTIONS,
             role: ROLE_COMPUTE.into(),
             fence_after_secs: 50,
+            spool_reserve_mib: 16,
         }
     }
 }

@@ -542,6 +542,11 @@ pub struct Node {
     pub features: Vec<String>,
     /// Set by `yctl drain`: no new jobs; running ones finish.
     pub drain_reason: Option<String>,
+    /// The drain is the node's own: its agent said it cannot take jobs (a full spool), and
+    /// it is resumed when the agent says it can again. An administrator's drain or resume
+    /// clears it (theirs is never undone by the node).
+    #[serde(default)]
+    pub drained_by_node: bool,
     /// Its agent has a live session.
     pub connected: bool,
     pub last_seen: Millis,

@@ -226,6 +226,7 @@ impl CheckpointWatch {
             running_jobs,
             checkpoints,
             seq: 0,
+            unhealthy_reason: String::new(),
         }
     }
 }
@@ -403,6 +404,7 @@ impl Agent {
         self.checkpoints.sent.clear();
         let mut scan: Option<CheckpointScan> = None;
         self.checkpoints.start_scan(&self.launcher, &mut scan);
+        let mut health_check: Option<JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 message = inbound.message() => match message? {
@@ -413,6 +415,9 @@ impl Agent {
                     let message = match event {
                         JobEvent::Started(started) => AgentMsg::Started(started),
                         JobEvent::Finished(finished) => AgentMsg::Finished(finished),
+                        // At once, ahead of the end of a launch that failed for it: schedd
+                        // drains (or resumes) the node before it places that job again.
+                        JobEvent::Health(_) => AgentMsg::Heartbeat(self.heartbeat()),
                     };
                     send(&outbox, message).await?;
                 }
@@ -420,6 +425,16 @@ impl Agent {
                     let beat = self.heartbeat();
                     send(&outbox, AgentMsg::Heartbeat(beat)).await?;
                     self.checkpoints.start_scan(&self.launcher, &mut scan);
+                    self.start_health_check(&mut health_check);
+                }
+                _ = async {
+                    match health_check.as_mut() {
+                        Some(running) => { let _ = running.await; }
+                        None => std::future::pending().await,
+                    }
+                }, if health_check.is_some() => {
+                    // A change was sent as its event (see above).
+                    health_check = None;
                 }
                 done = async {
                     match scan.as_mut() {
@@ -444,11 +459,25 @@ impl Agent {
         }
     }
 
-    /// The next heartbeat of this session, numbered and remembered as sent now.
+    /// The next heartbeat of this session, numbered and remembered as sent now, with why
+    /// the node cannot take jobs, if it cannot.
     fn heartbeat(&mut self) -> pb::Heartbeat {
         let mut beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
         beat.seq = self.beats.sent(boottime_ms());
+        beat.unhealthy_reason = self.launcher.unhealthy_reason().unwrap_or_default();
         beat
+    }
+
+    /// Probes the spool on a blocking thread (a hung disk must not hold up the session),
+    /// unless the last probe is still running: [`Launcher::check_health`].
+    fn start_health_check(&self, running: &mut Option<JoinHandle<()>>) {
+        if running.is_some() {
+            return;
+        }
+        let probe = self.launcher.health_probe();
+        *running = Some(tokio::task::spawn_blocking(move || {
+            probe();
+        }));
     }
 
     fn registration(&self) -> pb::Register {
@@ -468,6 +497,7 @@ impl Agent {
             version: crate::VERSION.to_string(),
             role: self.config.role.clone(),
             fence_after_secs: u32::try_from(self.config.fence_after_secs).unwrap_or(u32::MAX),
+            unhealthy_reason: self.launcher.unhealthy_reason().unwrap_or_default(),
         }
     }
 

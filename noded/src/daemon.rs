@@ -120,6 +120,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         job_pids_max: config.node.job_pids_max,
         client_socket: client_socket.clone(),
         runs_jobs: !login,
+        spool_reserve_mib: config.node.spool_reserve_mib,
         ..LauncherOptions::new(&spool_dir, &name)
     })
     .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;
@@ -130,6 +131,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     if login {
         tracing::info!("node {name} ({address}): a login node, it runs no job");
     } else {
+        // Said at registration: a node that starts on a full spool takes no job.
+        let _ = tokio::task::spawn_blocking(launcher.health_probe()).await;
         tracing::info!(
             "node {name} ({address}): {} GPUs; re-attached jobs {:?}, ended while away {:?}",
             gpus.len(),

@@ -590,6 +590,7 @@ fn node(name: &str, model: &str, wiring: Wiring, ib: bool) -> Node {
             Vec::new()
         },
         drain_reason: None,
+        drained_by_node: false,
         connected: true,
         last_seen: NOW,
         killing: Default::default(),

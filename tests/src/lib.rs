@@ -239,12 +239,57 @@ impl TestCluster {
             .expect("start schedd");
         self.schedd = Some(child);
         let sock = self.dir.path().join("schedd.sock");
-        wait_until(Duration::from_secs(20), "schedd socket", || {
-            std::os::unix::net::UnixStream::connect(&sock).is_ok()
-        });
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            let exited = self
+                .schedd
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || start.elapsed() > Duration::from_secs(20) {
+                panic!("schedd did not start ({exited:?})\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
-    /// Sends `signal` to schedd and reaps it.
+    /// Waits up to `timeout` for schedd to exit by itself; its exit status, if it did (it is
+    /// then no longer the harness's: `start_schedd` starts a new one).
+    pub fn wait_schedd_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            let status = self.schedd.as_mut()?.try_wait().ok().flatten();
+            if status.is_some() {
+                self.schedd = None;
+                return status;
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Moves schedd's state onto a tmpfs of `size` (e.g. `"64m"`) of its own, restarting
+    /// schedd on it; unmounted when the returned guard is dropped.
+    pub fn move_state_to_tmpfs(&mut self, size: &str) -> Mounted {
+        self.stop_schedd(nix::sys::signal::Signal::SIGTERM);
+        let state_dir = self.dir.path().join("state");
+        let saved = self.dir.path().join("state.saved");
+        std::fs::rename(&state_dir, &saved).unwrap();
+        let mounted = mount_tmpfs(&state_dir, size);
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", saved.display()))
+            .arg(&state_dir)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        self.start_schedd();
+        let n = self.nodes.len();
+        self.wait_nodes_up(n);
+        mounted
+    }
+
     /// Sends `signal` to schedd and reaps it; fails if it has not exited within 10 s (a
     /// SIGTERM must stop it promptly even with agents connected).
     pub fn stop_schedd(&mut self, signal: nix::sys::signal::Signal) {
@@ -420,6 +465,46 @@ impl TestCluster {
         panic!("{} stayed busy", copy.display());
     }
 
+    /// Runs a CLI tool as uid/gid (0: the test's user), and fails the test if it has not
+    /// answered within `timeout` (it is killed then): for requests that a wedged daemon
+    /// would leave waiting forever.
+    pub fn run_within(&self, timeout: Duration, uid: u32, bin: &str, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = if uid == 0 {
+            self.command(bin)
+        } else {
+            let mut cmd = self.command_at(&self.bin_copy(bin));
+            cmd.uid(uid).gid(uid);
+            cmd
+        };
+        let child = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run cli");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(timeout) {
+            Ok(out) => out.expect("run cli"),
+            Err(_) => {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                panic!(
+                    "{bin} {:?} did not answer within {timeout:?}\n{}",
+                    &args[..args.len().min(3)],
+                    self.logs()
+                )
+            }
+        }
+    }
+
     /// Submits with `ysub --parsable` and returns the id; panics with the error otherwise.
     pub fn submit(&self, args: &[&str]) -> u64 {
         let out = self.run("ysub", &[&["--parsable"], args].concat());
@@ -565,6 +650,70 @@ pub fn kill_tagged(tag: &str) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A file system mounted for one test, unmounted (lazily) when dropped.
+pub struct Mounted(pub PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Mounts a tmpfs of `size` (e.g. `"64m"`) on `dir`, created if missing (the suite runs as
+/// root).
+pub fn mount_tmpfs(dir: &Path, size: &str) -> Mounted {
+    std::fs::create_dir_all(dir).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(
+        ok.success(),
+        "cannot mount a tmpfs (the suite runs as root)"
+    );
+    Mounted(dir.to_path_buf())
+}
+
+/// Free bytes on the file system holding `dir`.
+pub fn free_bytes(dir: &Path) -> u64 {
+    let st = nix::sys::statvfs::statvfs(dir).unwrap();
+    st.blocks_available() as u64 * st.fragment_size() as u64
+}
+
+/// Fills the file system holding `dir` until it has no space left; returns the filler.
+pub fn fill(dir: &Path) -> PathBuf {
+    fill_leaving(dir, 0)
+}
+
+/// Fills the file system holding `dir` until about `leave` bytes are free (none: until it
+/// has no space left); returns the filler, `dir/filler` (or `filler.2`, ... if taken).
+pub fn fill_leaving(dir: &Path, leave: u64) -> PathBuf {
+    use std::io::Write;
+    let mut path = dir.join("filler");
+    for i in 2.. {
+        if !path.exists() {
+            break;
+        }
+        path = dir.join(format!("filler.{i}"));
+    }
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0x55u8; 1 << 16];
+    loop {
+        let free = free_bytes(dir);
+        if free <= leave {
+            break;
+        }
+        let n = (free - leave).min(block.len() as u64) as usize;
+        if f.write_all(&block[..n]).is_err() {
+            break;
+        }
+        let _ = f.flush();
+    }
+    let _ = f.sync_all();
+    path
 }
 
 pub fn stdout(o: &Output) -> String {

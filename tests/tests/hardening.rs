@@ -487,68 +487,23 @@ fn every_listing_shows_every_job_exactly_once_while_jobs_end() {
     assert_eq!(states, ["CANCELLED", "HELD"]);
 }
 
-/// Unmounts (lazily) a file system mounted for one test.
-struct Mounted(std::path::PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
-/// Fills the file system holding `dir` until it has no space left.
-fn fill(dir: &std::path::Path) -> std::path::PathBuf {
-    let path = dir.join("filler");
-    let mut f = std::fs::File::create(&path).unwrap();
-    let block = vec![0x55u8; 1 << 20];
-    while f.write_all(&block).is_ok() {}
-    let _ = f.sync_all();
-    path
-}
-
 #[test]
 fn a_full_state_disk_refuses_requests_cleanly_and_recovers_when_space_is_back() {
-    use nix::sys::signal::Signal::SIGTERM;
     let mut c = TestCluster::start_with(
         vec![FakeNode::uniform("n1", 1, "A100")],
         "state_reserve_mib = 16",
         "",
     );
     // Move the state onto a small file system of its own.
-    c.stop_schedd(SIGTERM);
+    let _mounted = c.move_state_to_tmpfs("64m");
     let state_dir = c.dir.path().join("state");
-    let saved = c.dir.path().join("state.saved");
-    std::fs::rename(&state_dir, &saved).unwrap();
-    std::fs::create_dir(&state_dir).unwrap();
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-        .arg(&state_dir)
-        .status()
-        .unwrap();
-    assert!(
-        ok.success(),
-        "cannot mount a tmpfs (the suite runs as root)"
-    );
-    let _mounted = Mounted(state_dir.clone());
-    let ok = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", saved.display()))
-        .arg(&state_dir)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    c.start_schedd();
-    c.wait_nodes_up(1);
     let pid = c.schedd_pid();
 
     let running = c.submit(&["-G", "1", "--wrap", "sleep 4"]);
     let held = c.submit(&["--hold", "--wrap", "true"]);
     c.wait_state(running, "RUNNING", SECS(10));
     std::thread::sleep(SECS(1));
-    let filler = fill(&state_dir);
+    let filler = ysched_tests::fill(&state_dir);
 
     let out = c.run("ysub", &["--wrap", "true"]);
     assert_eq!(out.status.code(), Some(1));

@@ -554,5 +554,6 @@ pub(crate) fn part_end(job_id: u64, restart: u32, now: Millis) -> PartEnd {
         restart_count: restart,
         out_of_memory: false,
         fenced: false,
+        node_fault: false,
     }
 }

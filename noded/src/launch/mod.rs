@@ -15,6 +15,15 @@
 //!
 //! Shepherds also stop their jobs on their own when the node's fence lease runs out (see
 //! [`lease`]): the agent renews it while schedd answers.
+//!
+//! The launcher also knows whether this node can take jobs ([`Launcher::unhealthy_reason`]):
+//! not while its spool cannot be written (a launch's write failed, or the probe at each
+//! heartbeat, [`Launcher::check_health`], fails or finds less than `node.spool_reserve_mib`
+//! free), nor for a while after a launch failed for a reason of the node's (its cgroups,
+//! forking). The agent tells schedd, which drains the node meanwhile. A full spool never
+//! ends a running job: the lease is rewritten in place, the shepherd records the job's end in
+//! a file made before the job started, and an end that cannot be written is kept in memory
+//! until schedd acknowledges it.
 
 pub mod cgroup;
 mod checkpoint;
@@ -52,6 +61,9 @@ use ysched_proto as pb;
 pub enum JobEvent {
     Started(pb::JobStarted),
     Finished(pb::JobFinished),
+    /// Whether this node can take jobs changed: why not, or `None` when it can again (see
+    /// [`Launcher::unhealthy_reason`]). Sent before the end of a launch that failed for it.
+    Health(Option<String>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +93,9 @@ pub struct LauncherOptions {
     /// `false` on a login node: every launch is refused (reported as the job's end with an
     /// error), and the host's cgroups are not looked at.
     pub runs_jobs: bool,
+    /// `node.spool_reserve_mib`: with less free on the spool's file system, the node takes
+    /// no job (see [`Launcher::check_health`]); 0: only a write is tried.
+    pub spool_reserve_mib: u64,
 }
 
 impl LauncherOptions {
@@ -95,6 +110,7 @@ impl LauncherOptions {
             job_pids_max: 0,
             client_socket: None,
             runs_jobs: true,
+            spool_reserve_mib: 0,
         }
     }
 }
@@ -127,7 +143,46 @@ struct Shared {
     runs_jobs: bool,
     jobs: Mutex<BTreeMap<u64, JobHandle>>,
     events: mpsc::UnboundedSender<JobEvent>,
+    /// Whether this node can take jobs (see [`Launcher::unhealthy_reason`]).
+    health: Mutex<Health>,
+    /// In bytes (see [`LauncherOptions::spool_reserve_mib`]).
+    spool_reserve_bytes: u64,
+    /// Ends that could not be written to the spool, kept until schedd acknowledges them.
+    unwritten_ends: Mutex<BTreeMap<u64, FinishedRecord>>,
 }
+
+/// Why this node cannot take jobs, if it cannot.
+#[derive(Debug, Default)]
+struct Health {
+    problem: Option<Problem>,
+}
+
+#[derive(Debug, Clone)]
+struct Problem {
+    reason: String,
+    kind: ProblemKind,
+    /// When it was found (`Instant`): a launch fault is kept for [`LAUNCH_FAULT_HOLD`].
+    since: std::time::Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProblemKind {
+    /// The spool could not be written, or has less than the reserve free.
+    Spool,
+    /// A launch failed for a reason of the node's other than its spool.
+    Launch,
+}
+
+/// How long a launch that failed for a reason of the node's (its cgroups, forking) keeps the
+/// node from taking jobs, at least: the probe cannot tell whether that is over, so it is
+/// given a minute, after which the next launch tries again.
+const LAUNCH_FAULT_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+/// Longest reason sent to schedd (it ends up in a drain reason).
+const REASON_MAX_BYTES: usize = 200;
+/// The probe's file in the spool's root, written, synced and removed at each check.
+const PROBE_FILE: &str = ".probe";
+/// Bytes the probe writes.
+const PROBE_BYTES: usize = 4096;
 
 struct JobHandle {
     /// Which run of the job this is (`LaunchJob.restart_count`).
@@ -160,6 +215,89 @@ impl Shared {
         // Nobody listening (shutting down) is not an error: the spool keeps the record.
         let _ = self.events.send(event);
     }
+
+    fn unwritten_ends(&self) -> MutexGuard<'_, BTreeMap<u64, FinishedRecord>> {
+        self.unwritten_ends
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn health(&self) -> MutexGuard<'_, Health> {
+        self.health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets (or clears) the node's problem; a change is logged and emitted.
+    fn set_problem(&self, problem: Option<Problem>) {
+        let mut health = self.health();
+        let before = health.problem.as_ref().map(|p| p.reason.clone());
+        let after = problem.as_ref().map(|p| p.reason.clone());
+        health.problem = problem;
+        if before == after {
+            return;
+        }
+        drop(health);
+        match &after {
+            Some(reason) => tracing::error!("node takes no job: {reason}"),
+            None => tracing::warn!(
+                "node takes jobs again (was: {})",
+                before.unwrap_or_default()
+            ),
+        }
+        self.emit(JobEvent::Health(after));
+    }
+
+    /// A write to the spool failed with `error`.
+    fn spool_write_failed(&self, error: &io::Error) {
+        self.set_problem(Some(Problem {
+            reason: spool_reason(error),
+            kind: ProblemKind::Spool,
+            since: std::time::Instant::now(),
+        }));
+    }
+
+    /// A launch failed for a reason of the node's: `error`.
+    fn launch_fault(&self, error: &str) {
+        let current = self.health().problem.clone();
+        // A spool problem says more (and is what the probe clears).
+        if current.is_some_and(|p| p.kind == ProblemKind::Spool) {
+            return;
+        }
+        self.set_problem(Some(Problem {
+            reason: bounded(format!("launch failed: {error}")),
+            kind: ProblemKind::Launch,
+            since: std::time::Instant::now(),
+        }));
+    }
+}
+
+/// What a failed spool write says to schedd: `spool full: No space left on device` (or
+/// `Disk quota exceeded`), `spool unwritable: Read-only file system`, ...
+fn spool_reason(error: &io::Error) -> String {
+    let text = error.to_string();
+    let text = match text.find(" (os error ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let what = match error.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => "spool full",
+        _ => "spool unwritable",
+    };
+    bounded(format!("{what}: {text}"))
+}
+
+/// `reason` cut to [`REASON_MAX_BYTES`].
+fn bounded(mut reason: String) -> String {
+    if reason.len() > REASON_MAX_BYTES {
+        let mut end = REASON_MAX_BYTES;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+        reason.push('…');
+    }
+    reason
 }
 
 impl Launcher {
@@ -209,6 +347,9 @@ impl Launcher {
             runs_jobs: options.runs_jobs,
             jobs: Mutex::new(BTreeMap::new()),
             events,
+            health: Mutex::default(),
+            spool_reserve_bytes: options.spool_reserve_mib.saturating_mul(1024 * 1024),
+            unwritten_ends: Mutex::default(),
         });
         Ok((Launcher { shared }, receiver))
     }
@@ -310,25 +451,33 @@ impl Launcher {
             .collect()
     }
 
-    /// Every `JobFinished` in the spool that schedd has not acknowledged yet.
+    /// Every `JobFinished` that schedd has not acknowledged yet: those in the spool, and
+    /// those that could not be written there (kept in memory).
     pub fn unacked_finished(&self) -> Vec<pb::JobFinished> {
         let spool = &self.shared.spool;
+        let mut ends: BTreeMap<u64, pb::JobFinished> = self
+            .shared
+            .unwritten_ends()
+            .iter()
+            .map(|(id, f)| (*id, pb::JobFinished::from(f)))
+            .collect();
         let ids = match spool.job_ids() {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::error!("cannot list the spool: {e}");
-                return Vec::new();
+                Vec::new()
             }
         };
-        ids.into_iter()
-            .filter_map(|id| match spool.job_dir(id).read_finished() {
-                Ok(finished) => finished.as_ref().map(pb::JobFinished::from),
-                Err(e) => {
-                    tracing::error!("job {id}: {e}");
-                    None
+        for id in ids {
+            match spool.job_dir(id).read_finished() {
+                Ok(Some(finished)) => {
+                    ends.entry(id).or_insert_with(|| (&finished).into());
                 }
-            })
-            .collect()
+                Ok(None) => {}
+                Err(e) => tracing::error!("job {id}: {e}"),
+            }
+        }
+        ends.into_values().collect()
     }
 
     /// schedd has recorded the job's end: forget it (delete its spool directory).
@@ -339,7 +488,37 @@ impl Launcher {
             );
             return Ok(());
         }
+        self.shared.unwritten_ends().remove(&job_id);
         self.shared.spool.remove_job(job_id)
+    }
+
+    /// Why this node cannot take jobs now, if it cannot: its spool cannot be written (or has
+    /// less than `node.spool_reserve_mib` free), or a launch failed for a reason of the
+    /// node's less than [`LAUNCH_FAULT_HOLD`] ago. The agent tells schedd in every
+    /// heartbeat.
+    pub fn unhealthy_reason(&self) -> Option<String> {
+        self.shared
+            .health()
+            .problem
+            .as_ref()
+            .map(|p| p.reason.clone())
+    }
+
+    /// Probes the spool (blocking: call it off the async threads): its free space against
+    /// `node.spool_reserve_mib` (once short, it must be a quarter over the reserve, and at
+    /// least a MiB, to count as enough again) and a small write, synced and removed. The
+    /// node's problem is set or cleared accordingly (a launch fault only once
+    /// [`LAUNCH_FAULT_HOLD`] has passed), and ends that could not be written to the spool
+    /// are written now if they can be. Returns the problem, as
+    /// [`Launcher::unhealthy_reason`].
+    pub fn check_health(&self) -> Option<String> {
+        self.shared.check_health()
+    }
+
+    /// The probe of [`Launcher::check_health`], to run on a blocking thread.
+    pub fn health_probe(&self) -> impl FnOnce() -> Option<String> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || shared.check_health()
     }
 
     /// Picks up the jobs of an earlier noded from the spool: re-attaches to live shepherds
@@ -405,6 +584,106 @@ impl Launcher {
         }
         Ok(recovery)
     }
+}
+
+impl Shared {
+    /// See [`Launcher::check_health`].
+    fn check_health(&self) -> Option<String> {
+        if !self.runs_jobs {
+            return None; // a login node takes no job anyway
+        }
+        let shared = self;
+        let current = shared.health().problem.clone();
+        let root = shared.spool.root().to_path_buf();
+        let reserve = shared.spool_reserve_bytes;
+        // Once short of space, the spool must have a margin over the reserve again (a
+        // quarter of it, at least a MiB: also with no reserve, after a write failed for
+        // want of space) before the node counts as able to take jobs, so that it does not
+        // drain and resume with every job's files.
+        let was_short = current
+            .as_ref()
+            .is_some_and(|p| p.kind == ProblemKind::Spool);
+        let needed = if was_short {
+            reserve + (reserve / 4).max(1024 * 1024)
+        } else {
+            reserve
+        };
+        let short_of_space = (needed > 0)
+            .then(|| free_bytes(&root))
+            .flatten()
+            .filter(|free| *free < needed)
+            .map(|_| match &current {
+                // Still short: said as before.
+                Some(problem) if was_short => problem.reason.clone(),
+                _ => format!(
+                    "spool full: less than {} MiB free in {} (node.spool_reserve_mib)",
+                    reserve.div_ceil(1024 * 1024),
+                    root.display()
+                ),
+            });
+        let problem = match short_of_space {
+            Some(reason) => Some(Problem {
+                reason,
+                kind: ProblemKind::Spool,
+                since: std::time::Instant::now(),
+            }),
+            None => match probe_write(&root.join(PROBE_FILE)) {
+                Err(e) => Some(Problem {
+                    reason: spool_reason(&e),
+                    kind: ProblemKind::Spool,
+                    since: std::time::Instant::now(),
+                }),
+                Ok(()) => current.filter(|p| {
+                    p.kind == ProblemKind::Launch && p.since.elapsed() < LAUNCH_FAULT_HOLD
+                }),
+            },
+        };
+        // Keep the time it was first found.
+        let problem = match (problem, &shared.health().problem) {
+            (Some(new), Some(old)) if new.reason == old.reason => Some(old.clone()),
+            (new, _) => new,
+        };
+        if problem.is_none() {
+            self.write_unwritten_ends();
+        }
+        shared.set_problem(problem);
+        shared.health().problem.as_ref().map(|p| p.reason.clone())
+    }
+
+    /// Writes the ends kept in memory to the spool, now that it can be written.
+    fn write_unwritten_ends(&self) {
+        let ends: Vec<FinishedRecord> = self.unwritten_ends().values().cloned().collect();
+        for end in ends {
+            let dir = self.spool.job_dir(end.job_id);
+            if !dir.path().is_dir() {
+                continue; // no job directory (its launch could not make one): memory only
+            }
+            match dir.write_finished(&end) {
+                Ok(()) => {
+                    self.unwritten_ends().remove(&end.job_id);
+                }
+                Err(e) => tracing::debug!("job {}: end still not written: {e}", end.job_id),
+            }
+        }
+    }
+}
+
+/// Free bytes on the file system holding `path`, for unprivileged use; `None` if unknown.
+fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    Some((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
+}
+
+/// Writes [`PROBE_BYTES`] to `path`, syncs and removes it.
+fn probe_write(path: &std::path::Path) -> io::Result<()> {
+    use std::io::Write;
+    let written = (|| {
+        let mut file = std::fs::File::create(path)?;
+        file.write_all(&[b'.'; PROBE_BYTES])?;
+        file.sync_all()
+    })();
+    let _ = std::fs::remove_file(path);
+    written
 }
 
 impl Drop for Launcher {

@@ -53,6 +53,10 @@ use ysched_common::time::{now_ms, rfc3339};
 const SLOW_END: Duration = Duration::from_secs(60);
 /// How often the fence's watcher reads the lease.
 const LEASE_CHECK: Duration = Duration::from_secs(1);
+/// After reading a deadline that has passed, the watcher reads the lease again this much
+/// later before it fences: the agent rewrites the file in place, and a read overlapping a
+/// rewrite may see part of each deadline.
+const LEASE_RECHECK: Duration = Duration::from_millis(50);
 
 /// Runs the shepherd for the job in `job_dir`; the process's whole life.
 pub fn run(job_dir: &Path) -> ExitCode {
@@ -65,8 +69,8 @@ pub fn run(job_dir: &Path) -> ExitCode {
             job,
             ..
         }) => run_job(&dir, &plan, job.grace_secs),
-        Ok(_) => launch_failed("the job has no execution plan".into()),
-        Err(e) => launch_failed(format!("cannot read the job's state: {e}")),
+        Ok(_) => launch_failed("the job has no execution plan".into(), false),
+        Err(e) => launch_failed(format!("cannot read the job's state: {e}"), true),
     };
     if let Some(error) = &exit.error {
         log(&format!("job did not start: {error}"));
@@ -122,20 +126,22 @@ fn run_job(dir: &JobDir, plan: &ExecPlan, grace_secs: u32) -> ExitRecord {
 
 fn start_and_wait(dir: &JobDir, plan: &ExecPlan, grace_secs: u32) -> ExitRecord {
     let cgroup = plan.cgroup.as_ref();
-    let (join, events) =
-        match cgroup.map(|c| Ok::<_, io::Error>((c.open_procs_files()?, c.open_events()?))) {
-            Some(Ok((join, events))) => (join, Some(events)),
-            Some(Err(e)) => return launch_failed(format!("cannot use the job's cgroup: {e}")),
-            None => (Vec::new(), None),
-        };
+    let (join, events) = match cgroup
+        .map(|c| Ok::<_, io::Error>((c.open_procs_files()?, c.open_events()?)))
+    {
+        Some(Ok((join, events))) => (join, Some(events)),
+        Some(Err(e)) => return launch_failed(format!("cannot use the job's cgroup: {e}"), true),
+        None => (Vec::new(), None),
+    };
     // Watching from before the fork: the job can block before its exec.
     let fence = Fence::watch(dir, plan.cgroup.clone(), grace_secs);
     let mut job = match start_job(dir, plan, join) {
         Ok(job) => job,
-        Err(error) => {
+        Err(StartError { error, node_fault }) => {
             // Whatever the fence did stays known: a job it stopped may be requeued.
             return ExitRecord {
                 error: Some(error),
+                node_fault,
                 end_time_ms: now_ms(),
                 ..fence.end()
             };
@@ -297,7 +303,7 @@ impl FenceWatcher {
                     let now = boottime_ms();
                     // Without cgroups, a job not yet in its own process group cannot be
                     // fenced yet: looked at again a second later.
-                    if now > deadline && self.processes().is_some() {
+                    if now > deadline && self.processes().is_some() && self.still_out() {
                         return self.fence(now - deadline);
                     }
                 }
@@ -310,6 +316,16 @@ impl FenceWatcher {
                 }
             }
         }
+    }
+
+    /// The lease read a moment ago had run out: whether it still has on a second read (see
+    /// [`LEASE_RECHECK`]).
+    fn still_out(&self) -> bool {
+        std::thread::sleep(LEASE_RECHECK);
+        matches!(
+            Lease::read(&self.lease),
+            Ok(Some(Lease::Until(deadline))) if boottime_ms() > deadline
+        )
     }
 
     /// The lease ran out `late_ms` ago: the node has lost schedd, which may run the job
@@ -405,11 +421,30 @@ fn reap_orphans() {
     while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
 }
 
-fn launch_failed(error: String) -> ExitRecord {
+/// The job did not start: `error` says why, and `node_fault` whether it was for a reason of
+/// the node's (another node may run it) rather than the job's.
+fn launch_failed(error: String, node_fault: bool) -> ExitRecord {
     ExitRecord {
         end_time_ms: now_ms(),
         error: Some(error),
+        node_fault,
         ..Default::default()
+    }
+}
+
+/// Why the job could not be started (the message for `JobFinished.error`), and whether that
+/// is the node's fault (see [`launch_failed`]).
+struct StartError {
+    error: String,
+    node_fault: bool,
+}
+
+impl StartError {
+    fn job(error: String) -> StartError {
+        StartError {
+            error,
+            node_fault: false,
+        }
     }
 }
 
@@ -463,6 +498,12 @@ impl Step {
         ]
         .into_iter()
         .find(|step| *step as u8 == byte)
+    }
+
+    /// A failure of this step is the node's, not the job's: it has nothing to do with the
+    /// job's user, paths or program.
+    fn is_node_fault(self) -> bool {
+        matches!(self, Step::Cgroup | Step::Session)
     }
 
     fn describe(self, plan: &ExecPlan) -> String {
@@ -602,14 +643,17 @@ fn c_path(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
 }
 
-/// Forks and execs the job. The error is the message for `JobFinished.error`.
+/// Forks and execs the job.
 fn start_job(
     dir: &JobDir,
     plan: &ExecPlan,
     join_cgroups: Vec<OwnedFd>,
-) -> Result<std::process::Child, String> {
-    let (step_read, step_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+) -> Result<std::process::Child, StartError> {
+    let (step_read, step_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| StartError {
+            error: format!("cannot create a pipe: {e}"),
+            node_fault: true,
+        })?;
     let checkpoint_dirs = match &plan.checkpoint_dir {
         Some(dir) => {
             let mut ancestors: Vec<&Path> = dir
@@ -620,7 +664,8 @@ fn start_job(
             ancestors
                 .into_iter()
                 .map(c_path)
-                .collect::<Result<_, _>>()?
+                .collect::<Result<_, _>>()
+                .map_err(StartError::job)?
         }
         None => Vec::new(),
     };
@@ -632,8 +677,11 @@ fn start_job(
     let group_file = match plan.cgroup {
         Some(_) => None,
         None => Some(
-            dir.create_group_file()
-                .map_err(|e| format!("cannot create {}: {e}", dir.group().display()))?,
+            // A spool that cannot take this small file is the node's fault (a full disk).
+            dir.create_group_file().map_err(|e| StartError {
+                error: format!("cannot create {}: {e}", dir.group().display()),
+                node_fault: true,
+            })?,
         ),
     };
     let setup = ChildSetup {
@@ -642,11 +690,21 @@ fn start_job(
         uid: Uid::from_raw(plan.uid),
         gid: Gid::from_raw(plan.gid),
         groups: plan.groups.iter().copied().map(Gid::from_raw).collect(),
-        workdir: c_path(&plan.workdir)?,
-        interpreter: plan.interpreter.as_deref().map(c_path).transpose()?,
+        workdir: c_path(&plan.workdir).map_err(StartError::job)?,
+        interpreter: plan
+            .interpreter
+            .as_deref()
+            .map(c_path)
+            .transpose()
+            .map_err(StartError::job)?,
         checkpoint_dirs,
-        stdout: c_path(&plan.stdout)?,
-        stderr: plan.stderr.as_deref().map(c_path).transpose()?,
+        stdout: c_path(&plan.stdout).map_err(StartError::job)?,
+        stderr: plan
+            .stderr
+            .as_deref()
+            .map(c_path)
+            .transpose()
+            .map_err(StartError::job)?,
         // Non-blocking: a FIFO nobody reads fails at once (ENXIO) instead of blocking the
         // job until someone does; cleared once the file is known to be a regular one. No
         // controlling terminal from a terminal device either (refused anyway).
@@ -682,21 +740,29 @@ fn start_job(
     spawned.map_err(|e| {
         let step = Step::from_byte(failed_step[0]).filter(|_| reported == 2);
         if let (Some(step), Some(refused)) = (step, Refused::from_byte(failed_step[1])) {
-            return step.refusal(plan, refused);
+            return StartError::job(step.refusal(plan, refused));
         }
         if let (Some(Step::Interpreter), Some(interpreter)) = (step, &plan.interpreter) {
             if e.kind() == io::ErrorKind::NotFound {
-                return format!(
+                return StartError::job(format!(
                     "the script's interpreter {} does not exist on this node",
                     interpreter.display()
-                );
+                ));
             }
         }
-        let what = match step {
-            Some(step) => step.describe(plan),
-            None => format!("cannot execute {}", plan.program.display()),
+        let (what, node_fault) = match step {
+            Some(step) => (step.describe(plan), step.is_node_fault()),
+            // No step failed: the fork itself (out of processes or memory: the node's), or
+            // the exec (the job's program).
+            None => (
+                format!("cannot execute {}", plan.program.display()),
+                matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
+            ),
         };
-        format!("{what}: {e}")
+        StartError {
+            error: format!("{what}: {e}"),
+            node_fault,
+        }
     })
 }
 
@@ -854,11 +920,15 @@ fn decimal(mut n: u32, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// One line on the shepherd's stderr (its `shepherd.log`).
+/// One line on the shepherd's stderr (its `shepherd.log`). A line that cannot be written (a
+/// full spool) is dropped: `eprintln!` would panic, and the shepherd die without recording
+/// the job's end.
 fn log(message: &str) {
-    eprintln!(
-        "{} shepherd[{}]: {message}",
+    use std::io::Write;
+    let line = format!(
+        "{} shepherd[{}]: {message}\n",
         rfc3339(now_ms()),
         std::process::id()
     );
+    let _ = io::stderr().lock().write_all(line.as_bytes());
 }

@@ -13,7 +13,9 @@
 //! | `stopping`      | noded,     | present once a stop began (noded's, or the shepherd's    |
 //! |                 | shepherd   | fence): the shepherd then waits for every process of the |
 //! |                 |            | job, not only the main one                               |
-//! | `exit.json`     | shepherd   | [`ExitRecord`]: how the job ended, or why it never began |
+//! | `exit.json`     | noded,     | [`ExitRecord`]: how the job ended, or why it never began;|
+//! |                 | shepherd   | noded makes it blank before starting the shepherd, which |
+//! |                 |            | rewrites it in place (no space needed on a full spool)   |
 //! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
 //! | `shepherd.log`  | shepherd   | the shepherd's own diagnostics                           |
 //!
@@ -27,7 +29,12 @@
 //! tightened when it is opened.
 //!
 //! Every JSON file and `pid` is written atomically (temporary file + rename), so a reader
-//! never sees half a file, whichever process crashes when.
+//! never sees half a file, whichever process crashes when; except `exit.json`, which the
+//! shepherd writes once, in place, into the blank noded made before starting it, and which
+//! noded reads only once the shepherd is gone. So a job's end is recorded even on a spool
+//! with no space left; if `finished.json` cannot be written then, noded keeps the report in
+//! memory until schedd acknowledges it (see [`super::Launcher::unacked_finished`]), and a
+//! restarted noded rebuilds it from `exit.json`.
 
 use super::job::{ExecPlan, JobParams};
 use super::process::{find_shepherd, is_shepherd_of};
@@ -82,12 +89,58 @@ impl JobDir {
         // Private: it holds the job's environment.
         write_json_atomic(&self.state(), record, FILE_MODE)
     }
-    /// `Ok(None)` when the shepherd has not written it (yet).
+    /// `Ok(None)` when the shepherd has not written it (yet): no file, or the blank noded
+    /// made.
     pub fn read_exit(&self) -> io::Result<Option<ExitRecord>> {
-        read_json_if_exists(&self.exit())
+        match std::fs::read(self.exit()) {
+            Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(None),
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}", self.exit().display()),
+                )
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
+
+    /// Makes the blank `exit.json` the shepherd will write into (see [`JobDir::write_exit`]):
+    /// [`EXIT_RECORD_BYTES`] spaces, on disk before the shepherd starts.
+    pub fn prepare_exit(&self) -> io::Result<()> {
+        write_atomic(&self.exit(), &[b' '; EXIT_RECORD_BYTES], FILE_MODE)
+    }
+
+    /// Records how the job ended: into the blank noded made, in place, so that no space is
+    /// needed (its error cut to fit); else (no blank: a job dir of an older noded) as any
+    /// other file.
     pub fn write_exit(&self, exit: &ExitRecord) -> io::Result<()> {
-        write_json_atomic(&self.exit(), exit, FILE_MODE)
+        use std::os::unix::fs::FileExt;
+        let mut exit = exit.clone();
+        if let Some(error) = &mut exit.error {
+            if error.len() > EXIT_ERROR_MAX_BYTES {
+                let mut end = EXIT_ERROR_MAX_BYTES;
+                while !error.is_char_boundary(end) {
+                    end -= 1;
+                }
+                error.truncate(end);
+                error.push('…');
+            }
+        }
+        let mut bytes = serde_json::to_vec(&exit).map_err(io::Error::other)?;
+        let blank = std::fs::OpenOptions::new().write(true).open(self.exit());
+        match blank {
+            Ok(file) if file.metadata()?.len() >= bytes.len() as u64 => {
+                bytes.resize(file.metadata()?.len() as usize, b' ');
+                file.write_all_at(&bytes, 0)?;
+                file.sync_data()
+            }
+            Ok(_) => write_atomic(&self.exit(), &bytes, FILE_MODE),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                write_atomic(&self.exit(), &bytes, FILE_MODE)
+            }
+            Err(e) => Err(e),
+        }
     }
     pub fn read_finished(&self) -> io::Result<Option<FinishedRecord>> {
         read_json_if_exists(&self.finished())
@@ -159,6 +212,11 @@ pub const DIR_MODE: u32 = 0o711;
 pub const FILE_MODE: u32 = 0o600;
 /// Mode of `script`, owned by the job user.
 pub const SCRIPT_MODE: u32 = 0o700;
+/// The size of the blank `exit.json`: an exit record with its error cut to
+/// [`EXIT_ERROR_MAX_BYTES`] fits, escaped, many times over.
+pub const EXIT_RECORD_BYTES: usize = 16 * 1024;
+/// The longest error an exit record keeps (in bytes).
+pub const EXIT_ERROR_MAX_BYTES: usize = 2048;
 
 /// The spool root; `<root>/jobs/<id>` are the [`JobDir`]s.
 #[derive(Debug, Clone)]
@@ -229,6 +287,11 @@ impl Spool {
             }
         }
         Ok(())
+    }
+
+    /// The spool's root directory (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The node's fence lease file (see [`super::lease`]).
@@ -348,6 +411,10 @@ pub struct ExitRecord {
     /// The fence's SIGKILL at the end of the grace found processes of the job still alive.
     #[serde(default)]
     pub killed: bool,
+    /// The job did not start for a reason of the node's, not its own (its cgroup could not
+    /// be used, no process could be forked): another node may run it.
+    #[serde(default)]
+    pub node_fault: bool,
 }
 
 /// A `JobFinished` as kept in the spool until schedd acknowledges it.
@@ -372,6 +439,9 @@ pub struct FinishedRecord {
     /// Its shepherd's fence stopped it (the node had lost schedd for `fence_after_secs`).
     #[serde(default)]
     pub fenced: bool,
+    /// It did not start for a reason of the node's (see [`ExitRecord::node_fault`]).
+    #[serde(default)]
+    pub node_fault: bool,
 }
 
 impl From<&FinishedRecord> for pb::JobFinished {
@@ -390,6 +460,7 @@ impl From<&FinishedRecord> for pb::JobFinished {
             restart_count: f.restart_count,
             out_of_memory: f.out_of_memory,
             fenced: f.fenced,
+            node_fault: f.node_fault,
         }
     }
 }
@@ -501,7 +572,27 @@ mod tests {
             ..Default::default()
         };
         dir.write_exit(&exit).unwrap();
-        assert_eq!(dir.read_exit().unwrap(), Some(exit));
+        assert_eq!(dir.read_exit().unwrap(), Some(exit.clone()));
+        // Into a blank, in place: the blank reads as nothing, the record fills its start.
+        dir.prepare_exit().unwrap();
+        assert_eq!(dir.read_exit().unwrap(), None);
+        let failed = ExitRecord {
+            error: Some("x".repeat(100_000)),
+            node_fault: true,
+            ..exit.clone()
+        };
+        dir.write_exit(&failed).unwrap();
+        assert_eq!(
+            std::fs::metadata(dir.exit()).unwrap().len(),
+            EXIT_RECORD_BYTES as u64
+        );
+        let read = dir.read_exit().unwrap().unwrap();
+        assert!(read.node_fault);
+        assert_eq!(
+            read.error.unwrap().len(),
+            EXIT_ERROR_MAX_BYTES + '…'.len_utf8()
+        );
+        dir.write_exit(&exit).unwrap();
         dir.write_job_pid(1234).unwrap();
         assert_eq!(dir.read_job_pid(), Some(1234));
         assert!(!dir.has_stop_notice());

@@ -28,6 +28,37 @@ const MTIME_GRANULARITY_MS: i64 = 10;
 /// The shepherd's start announcement: `started <pid> <time_ms>`.
 type Announcement = Lines<BufReader<ChildStdout>>;
 
+/// Why a job could not be started: the message for `JobFinished.error`, and whether the
+/// reason is the node's (its spool, cgroups, processes), so that another node may run it,
+/// rather than the job's (its user, paths, program).
+struct LaunchFailure {
+    error: String,
+    node_fault: bool,
+}
+
+impl LaunchFailure {
+    fn job(error: String) -> LaunchFailure {
+        LaunchFailure {
+            error,
+            node_fault: false,
+        }
+    }
+
+    fn node(error: String) -> LaunchFailure {
+        LaunchFailure {
+            error,
+            node_fault: true,
+        }
+    }
+}
+
+impl From<String> for LaunchFailure {
+    /// A failure of the job's own (see [`LaunchFailure::job`]).
+    fn from(error: String) -> Self {
+        LaunchFailure::job(error)
+    }
+}
+
 pub(super) struct Supervisor {
     shared: Arc<Shared>,
     dir: JobDir,
@@ -89,11 +120,20 @@ impl Supervisor {
     pub async fn launch(mut self) {
         match self.start().await {
             Ok((shepherd, announcement)) => self.supervise(shepherd, Some(announcement)).await,
-            Err(error) => {
-                tracing::warn!("job {}: cannot start: {error}", self.job_id());
+            Err(LaunchFailure { error, node_fault }) => {
+                tracing::warn!(
+                    "job {}: cannot start: {error}{}",
+                    self.job_id(),
+                    if node_fault {
+                        " (a fault of this node's: schedd places the job elsewhere)"
+                    } else {
+                        ""
+                    }
+                );
                 let exit = ExitRecord {
                     end_time_ms: now_ms(),
                     error: Some(error),
+                    node_fault,
                     ..Default::default()
                 };
                 self.finish(exit).await
@@ -106,31 +146,35 @@ impl Supervisor {
         self.supervise(shepherd, None).await
     }
 
-    /// Prepares the spool directory and starts the shepherd. The error is the message for
-    /// `JobFinished.error`.
-    async fn start(&mut self) -> Result<(Shepherd, Announcement), String> {
+    /// Prepares the spool directory and starts the shepherd. A failure to write the spool
+    /// also marks the node unhealthy (see [`super::Health`]).
+    async fn start(&mut self) -> Result<(Shepherd, Announcement), LaunchFailure> {
         let shared = self.shared.clone();
         let job = self.record.job.clone();
-        let plan = tokio::task::spawn_blocking(move || {
+        let plan = tokio::task::spawn_blocking(move || -> Result<_, LaunchFailure> {
+            let spool_failure = |what: &str, e: std::io::Error| {
+                shared.spool_write_failed(&e);
+                LaunchFailure::node(format!("cannot write {what}: {e}"))
+            };
             let dir = shared
                 .spool
                 .create_job_dir(job.job_id)
-                .map_err(|e| format!("cannot create the job's spool directory: {e}"))?;
+                .map_err(|e| spool_failure("the job's spool directory", e))?;
             // A login node runs nothing, whatever schedd sends.
             if !shared.runs_jobs {
-                return Err(format!(
+                return Err(LaunchFailure::job(format!(
                     "node {} is a login node: it runs no job",
                     shared.node_name
-                ));
+                )));
             }
             // Before anything else is looked at: no message from schedd starts a root process
             // on a node that refuses them.
             if job.uid == 0 && !shared.allow_root_jobs {
                 // Logged (as "job N: cannot start: ...") and reported by `launch`.
-                return Err(format!(
+                return Err(LaunchFailure::job(format!(
                     "node {} refuses to run jobs as root (node.allow_root_jobs = false)",
                     shared.node_name
-                ));
+                )));
             }
             let plan = plan_job(
                 &job,
@@ -142,7 +186,11 @@ impl Supervisor {
                 checkpoint::prepare(checkpoint_dir, job.job_id, plan.uid, plan.gid)?;
             }
             write_script(&dir.script(), &job, &plan)
-                .map_err(|e| format!("cannot write the job script: {e}"))?;
+                .map_err(|e| spool_failure("the job script", e))?;
+            // Where the shepherd records the job's end, made now so that it needs no space
+            // then.
+            dir.prepare_exit()
+                .map_err(|e| spool_failure("the job's exit record", e))?;
             // Last: nothing after it can fail and leave the cgroup behind unrecorded.
             let mut plan = plan;
             plan.cgroup = shared
@@ -155,11 +203,15 @@ impl Supervisor {
                     };
                     layout.create_job_cgroup(job.job_id, &shared.cgroup_instance, limits)
                 })
-                .transpose()?;
-            Ok::<_, String>(plan)
+                .transpose()
+                .map_err(|e| {
+                    shared.launch_fault(&e);
+                    LaunchFailure::node(e)
+                })?;
+            Ok(plan)
         })
         .await
-        .map_err(|e| format!("internal error preparing the job: {e}"))??;
+        .map_err(|e| LaunchFailure::node(format!("internal error preparing the job: {e}")))??;
         // From now on the heartbeat's scan watches it.
         if let Some(handle) = self.shared.jobs().get_mut(&self.job_id()) {
             if handle.restart_count == self.record.job.restart_count {
@@ -168,19 +220,24 @@ impl Supervisor {
         }
         self.record.plan = Some(plan);
         // The shepherd reads its plan from here, so this write must succeed.
-        self.dir
-            .write_record(&self.record)
-            .map_err(|e| format!("cannot write the job state: {e}"))?;
+        if let Err(e) = self.dir.write_record(&self.record) {
+            self.shared.spool_write_failed(&e);
+            return Err(LaunchFailure::node(format!(
+                "cannot write the job state: {e}"
+            )));
+        }
 
-        let mut child = self
-            .spawn_shepherd()
-            .map_err(|e| format!("cannot start the job's shepherd: {e}"))?;
+        let mut child = self.spawn_shepherd().map_err(|e| {
+            let error = format!("cannot start the job's shepherd: {e}");
+            self.shared.launch_fault(&error);
+            LaunchFailure::node(error)
+        })?;
         self.record.shepherd_pid = child.id();
         self.persist();
         let stdout = child
             .stdout
             .take()
-            .ok_or_else(|| "the shepherd has no stdout pipe".to_string())?;
+            .ok_or_else(|| LaunchFailure::node("the shepherd has no stdout pipe".into()))?;
         Ok((Shepherd::Child(child), BufReader::new(stdout).lines()))
     }
 
@@ -569,6 +626,7 @@ impl Supervisor {
             error: exit.error.unwrap_or_default(),
             out_of_memory: exit.out_of_memory,
             fenced,
+            node_fault: exit.node_fault,
         };
         tracing::info!(
             "job {} finished: exit {:?}, signal {:?}{}{}{}",
@@ -591,11 +649,28 @@ impl Supervisor {
                 format!(", error: {}", finished.error)
             }
         );
+        if finished.node_fault {
+            // Its node cannot run it: said (and the node drained) before its end is reported,
+            // so that schedd does not place it here again.
+            self.shared.launch_fault(&finished.error);
+        }
         if let Err(e) = self.dir.write_finished(&finished) {
+            // Kept in memory until schedd acknowledges it; a noded restarted before that
+            // rebuilds it from `exit.json` (see the spool's docs).
             tracing::error!(
-                "job {}: cannot record its end in the spool: {e}",
+                "job {}: cannot record its end in the spool ({e}): kept in memory until \
+                 schedd acknowledges it",
                 finished.job_id
             );
+            self.shared.spool_write_failed(&e);
+            if self.record.shepherd_pid.is_none() {
+                // It never started, and its directory holds nothing a restarted noded could
+                // use: gone, so that it finds no job there to report as lost.
+                let _ = self.shared.spool.remove_job(finished.job_id);
+            }
+            self.shared
+                .unwritten_ends()
+                .insert(finished.job_id, finished.clone());
         }
         self.shared.jobs().remove(&finished.job_id);
         self.shared

@@ -159,6 +159,7 @@ impl Events {
         self.seen.retain(|e| match e {
             JobEvent::Started(s) => s.job_id != job_id,
             JobEvent::Finished(f) => f.job_id != job_id,
+            JobEvent::Health(_) => true,
         });
         outcome
     }

@@ -38,6 +38,7 @@ impl NodeBuilder {
             gpus: Default::default(),
             features: Vec::new(),
             drain_reason: None,
+            drained_by_node: false,
             connected: true,
             last_seen: T0,
             killing: Default::default(),

@@ -115,7 +115,15 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                             .iter()
                             .map(|c| (c.job_id, c.newest_mtime_ms))
                             .collect();
-                        cluster.heartbeat(&name, session_id, h.seq, &h.running_jobs, &checkpoints)
+                        let unhealthy = super::convert::unhealthy_reason(&h.unhealthy_reason);
+                        cluster.heartbeat(
+                            &name,
+                            session_id,
+                            h.seq,
+                            &h.running_jobs,
+                            &checkpoints,
+                            unhealthy.as_deref(),
+                        )
                     }
                     Ok(_) => {}
                     Err(e) => {

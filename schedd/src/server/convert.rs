@@ -25,8 +25,41 @@ pub(crate) fn part_end(f: &pb::JobFinished) -> PartEnd {
         restart_count: f.restart_count,
         out_of_memory: f.out_of_memory,
         fenced: f.fenced,
+        node_fault: f.node_fault,
     }
 }
+
+/// Why an agent says its node cannot take jobs (`Heartbeat.unhealthy_reason`,
+/// `Register.unhealthy_reason`), as a drain reason may hold it: printable, at most
+/// [`UNHEALTHY_REASON_MAX_BYTES`]; `None` when empty (it can).
+pub(crate) fn unhealthy_reason(reason: &str) -> Option<String> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return None;
+    }
+    let mut clean: String = reason
+        .chars()
+        .map(|c| {
+            if ysched_common::text::is_unsafe_char(c) {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if clean.len() > UNHEALTHY_REASON_MAX_BYTES {
+        let mut end = UNHEALTHY_REASON_MAX_BYTES;
+        while !clean.is_char_boundary(end) {
+            end -= 1;
+        }
+        clean.truncate(end);
+        clean.push('…');
+    }
+    Some(clean)
+}
+
+/// The longest reason an agent's word on its health keeps.
+pub(crate) const UNHEALTHY_REASON_MAX_BYTES: usize = 256;
 
 /// An agent's `Register` as the state machine's registration.
 pub(crate) fn registration(r: &pb::Register) -> Registration {
@@ -41,6 +74,7 @@ pub(crate) fn registration(r: &pb::Register) -> Registration {
         finished: r.finished.iter().map(part_end).collect(),
         login: r.role == ysched_common::config::ROLE_LOGIN,
         fence_after_secs: r.fence_after_secs,
+        unhealthy_reason: unhealthy_reason(&r.unhealthy_reason),
     }
 }
 
@@ -364,5 +398,26 @@ pub(crate) fn trace_reply(e: &crate::shell::TraceExport) -> pb::TraceReply {
                 }
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_word_on_its_health_is_printable_and_bounded() {
+        assert_eq!(unhealthy_reason("  "), None);
+        assert_eq!(
+            unhealthy_reason("spool full: No space left on device").as_deref(),
+            Some("spool full: No space left on device")
+        );
+        assert_eq!(
+            unhealthy_reason("bad\x1b[2Jthing\n").as_deref(),
+            Some("bad?[2Jthing")
+        );
+        let long = unhealthy_reason(&"é".repeat(1000)).unwrap();
+        assert!(long.len() <= UNHEALTHY_REASON_MAX_BYTES + '…'.len_utf8());
+        assert!(long.ends_with('…'));
     }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::metrics::preempted_checkpoint_saves;
+use crate::state::agent_events::health_drain;
 use ysched_common::time::Millis;
 
 /// Two agents under one name would take turns replacing each other's inventory and failing
@@ -89,8 +90,7 @@ impl Cluster {
             name_free(&st, &name, peer)?;
             let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
             st.rec.account_runs(&mut effects, now_ms());
-            self.store.check_room()?;
-            self.store.apply(std::mem::take(&mut effects.batch))?;
+            self.write(std::mem::take(&mut effects.batch), store::Room::Cluster)?;
             if !kill_jobs.is_empty() {
                 tracing::warn!(
                     node = %name,
@@ -207,6 +207,10 @@ impl Cluster {
     /// Every heartbeat is answered (`seq`), from the session it came on: the agent renews its
     /// fence lease from it. It is answered after `last_seen` moved, so a node's fence never
     /// runs later than `last_seen` plus its `fence_after_secs`.
+    ///
+    /// `unhealthy`: why the node cannot take jobs, if it cannot; a change drains or resumes
+    /// it (see [`Records::node_health`]), written before the next message of the session
+    /// is read: the end of a launch that failed for it comes after it.
     pub fn heartbeat(
         &self,
         name: &str,
@@ -214,9 +218,10 @@ impl Cluster {
         seq: u64,
         running_jobs: &[u64],
         checkpoints: &[(u64, Millis)],
+        unhealthy: Option<&str>,
     ) {
         let now = now_ms();
-        let (freed, refused) = {
+        let (freed, refused, health_changes) = {
             let mut st = lock(&self.state);
             let st = &mut *st;
             let Some(session) = st.sessions.get(name).filter(|s| s.id == session_id) else {
@@ -228,6 +233,8 @@ impl Cluster {
                 return;
             };
             n.last_seen = now;
+            let health_changes =
+                health_drain(n.drain_reason.as_deref(), n.drained_by_node, unhealthy).is_some();
             let before = n.killing.len();
             n.killing.retain(|id| running_jobs.contains(id));
             let freed = n.killing.len() != before && n.killing.is_empty();
@@ -237,10 +244,23 @@ impl Cluster {
             } else {
                 st.rec.note_checkpoints(name, checkpoints, now)
             };
-            (freed, refused)
+            (freed, refused, health_changes)
         };
         if freed {
             self.wake.notify_one();
+        }
+        if health_changes {
+            match self.run_cluster_event(|rec| Ok((rec.node_health(name, unhealthy, now), ()))) {
+                Ok((changed, wake, ())) => {
+                    match unhealthy {
+                        Some(why) => tracing::warn!(node = name, "drained by its agent: {why}"),
+                        None => tracing::warn!(node = name, "resumed by its agent"),
+                    }
+                    self.settle_report(changed, wake);
+                }
+                // Said again with the next heartbeat.
+                Err(e) => tracing::debug!(node = name, "cannot record the node's health: {e}"),
+            }
         }
         if let Some((job_id, time)) = refused.first() {
             use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
@@ -288,7 +308,7 @@ impl Cluster {
                 reports.push((node, report));
             }
             let limits = self.limits();
-            match self.run_event(|rec| {
+            match self.run_cluster_event(|rec| {
                 let effects = rec.agent_reports(&reports, limits, now_ms());
                 let saves = preempted_checkpoint_saves(&rec.jobs, &effects.jobs, &reports);
                 Ok((effects, saves))

@@ -22,6 +22,7 @@ mod scheduling;
 mod scrape;
 #[cfg(test)]
 mod tests;
+mod upkeep;
 mod usage;
 pub use usage::TraceExport;
 
@@ -41,17 +42,73 @@ use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{AuditRecord, Caller, Config, Job, JobId, JobState};
 
-/// sled fails for good after a failed flush (every later write fails until it is reopened),
-/// and the changes it could not flush are already in memory: the only safe state is the one on
-/// disk. Exit, so that the service manager restarts schedd from the store (everything
-/// acknowledged is there). A full disk is refused before this (`check_room`).
-fn store_failed(e: &store::Error) -> ! {
+/// sled fails for good after a failed flush or a write that failed inside it (every later
+/// write fails, or never returns, until it is reopened), and the changes it could not flush
+/// are already in memory: the only safe state is the one on disk. Exit, so that the service
+/// manager restarts schedd from the store (everything acknowledged is there). A full disk is
+/// refused before this (`Store::check_room`).
+fn store_failed(e: &dyn std::fmt::Display) -> ! {
     tracing::error!(
         "state store write failed: {e}; exiting so that schedd restarts from what is on disk \
          (nothing acknowledged is lost)"
     );
     eprintln!("schedd: fatal: state store write failed: {e}");
     std::process::exit(75)
+}
+
+/// How long one write or flush of the store may take before schedd counts the store as
+/// wedged (sled waits forever on a write that failed under it) and exits 75, as for a failed
+/// flush. A write takes milliseconds, a flush at most a few seconds on a loaded disk.
+const STORE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Watches the store's writes and flushes from a thread of its own: one that has not
+/// returned after [`STORE_STALL`] ends schedd (exit 75), with a log line, rather than leave
+/// every request waiting for it forever.
+#[derive(Default)]
+struct StoreWatch {
+    /// When the write in progress began (ms since the epoch); 0: none.
+    write_since: std::sync::atomic::AtomicI64,
+    /// When the flush in progress began; 0: none.
+    flush_since: std::sync::atomic::AtomicI64,
+}
+
+impl StoreWatch {
+    fn start(self: &Arc<Self>) {
+        let watch = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("store-watch".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                let limit = STORE_STALL.as_millis() as i64;
+                let now = now_ms();
+                for (what, since) in [("write", &watch.write_since), ("flush", &watch.flush_since)]
+                {
+                    let since = since.load(std::sync::atomic::Ordering::Relaxed);
+                    if since > 0 && now - since > limit {
+                        store_failed(&format!(
+                            "a {what} of the state store has not returned for {} s (is its \
+                             disk full or failing?)",
+                            (now - since) / 1000
+                        ));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the state store's watchdog: {e}");
+        }
+    }
+
+    /// Marks `slot` busy until the returned guard is dropped.
+    fn busy(slot: &std::sync::atomic::AtomicI64) -> impl Drop + '_ {
+        struct Busy<'a>(&'a std::sync::atomic::AtomicI64);
+        impl Drop for Busy<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        slot.store(now_ms().max(1), std::sync::atomic::Ordering::Relaxed);
+        Busy(slot)
+    }
 }
 
 /// Messages to one agent's session, in the order they must arrive.
@@ -122,6 +179,12 @@ pub struct Cluster {
     scheduler_view: Arc<tokio::sync::Mutex<SchedulerView>>,
     /// Prometheus metrics: counters moved by events, gauges counted at scrape (`scrape`).
     metrics: Arc<crate::metrics::Metrics>,
+    /// The store's writes and flushes in progress, for the watchdog.
+    store_watch: Arc<StoreWatch>,
+    /// Wakes the upkeep of the state disk (`upkeep`): the audit log grew past its limit.
+    upkeep_wake: Notify,
+    /// How many of each user's refused requests were audited lately.
+    refusals: Mutex<upkeep::RefusalLimiter>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -168,10 +231,15 @@ impl Cluster {
             flush_tx,
             reports_tx,
             scheduler_view: Default::default(),
+            store_watch: Default::default(),
+            upkeep_wake: Notify::new(),
+            refusals: Default::default(),
         });
+        cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));
         tokio::spawn(cluster.clone().flush_loop(flush_rx));
         tokio::spawn(cluster.clone().schedule_loop());
+        tokio::spawn(cluster.clone().upkeep_loop());
         cluster.wake.notify_one();
         Ok(cluster)
     }
@@ -207,7 +275,11 @@ impl Cluster {
                 waiters.extend(w);
             }
             let outbox = std::mem::take(&mut lock(&self.state).outbox);
-            let ok = match self.store.flush().await {
+            let flushed = {
+                let _busy = StoreWatch::busy(&self.store_watch.flush_since);
+                self.store.flush().await
+            };
+            let ok = match flushed {
                 Ok(()) => true,
                 Err(e) => store_failed(&e),
             };
@@ -235,21 +307,59 @@ impl Cluster {
         self.changes.subscribe()
     }
 
+    /// Writes a batch (not yet durable) if the state disk has room for it (see
+    /// [`Store::check_room`]): a refusal changes nothing. A write that sled itself failed
+    /// ends schedd (exit 75): sled cannot go on after it.
+    fn write(&self, batch: store::Batch, room: store::Room) -> ApiResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.store.check_room(batch.bytes(), room)?;
+        let audited = batch.has_audit();
+        let _busy = StoreWatch::busy(&self.store_watch.write_since);
+        match self.store.apply(batch) {
+            Err(e) if e.is_fatal_write() => store_failed(&e),
+            Err(e) => Err(e.into()),
+            Ok(()) => {
+                if audited {
+                    self.audit_written();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs one event of a client's request under the lock (see [`Cluster::run_event_in`]).
+    fn run_event<T>(
+        &self,
+        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+    ) -> ApiResult<(Vec<JobId>, bool, T)> {
+        self.run_event_in(store::Room::Request, event)
+    }
+
+    /// Runs one event of the cluster's own bookkeeping (agents' reports, placements), which
+    /// may use more of the state disk's reserve than a client's request (see
+    /// [`store::Room`]).
+    fn run_cluster_event<T>(
+        &self,
+        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+    ) -> ApiResult<(Vec<JobId>, bool, T)> {
+        self.run_event_in(store::Room::Cluster, event)
+    }
+
     /// Runs one event under the lock. Its batch is written first; only when that succeeded
     /// do its records reach memory and its commands the outbox (they leave after the next
     /// flush). A refused write returns the error and changes nothing.
-    fn run_event<T>(
+    fn run_event_in<T>(
         &self,
+        room: store::Room,
         event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<(Vec<JobId>, bool, T)> {
         let mut st = lock(&self.state);
         let (mut effects, out) = event(&st.rec)?;
         st.rec.account_runs(&mut effects, now_ms());
-        if !effects.batch.is_empty() {
-            // After the request's own checks, so bad input is refused for what it is.
-            self.store.check_room()?;
-            self.store.apply(std::mem::take(&mut effects.batch))?;
-        }
+        // After the request's own checks, so bad input is refused for what it is.
+        self.write(std::mem::take(&mut effects.batch), room)?;
         self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
         st.deps.observe(&effects, None);
         let done = st.rec.commit(effects);

@@ -1,7 +1,6 @@
 //! Client requests that change state: each is an event of the state machine, run by the shell.
 
 use super::*;
-use crate::state::client_events::refusal;
 use crate::state::targets::{parse_target, plain_target};
 use ysched_common::JobTarget;
 
@@ -99,8 +98,7 @@ impl Cluster {
             };
             let (mut effects, jobs) = st.rec.submit(new, now_ms());
             effects.dependency_targets = targets;
-            self.store.check_room()?;
-            self.store.apply(std::mem::take(&mut effects.batch))?;
+            self.write(std::mem::take(&mut effects.batch), store::Room::Request)?;
             // The ids are taken now; the jobs enter memory once they are durable.
             st.deps.observe(&effects, Some(jobs[0].id));
             let done = st.rec.commit(effects);
@@ -142,12 +140,7 @@ impl Cluster {
     ) -> ApiResult<()> {
         let detail = format!("submit to tier '{wanted_tier}': {why}");
         let record = audit_record(caller, "submit_refused", None, detail, now_ms());
-        self.run_event(|_| {
-            let mut effects = Effects::default();
-            effects.audit(record);
-            Ok((effects, ()))
-        })?;
-        self.commit().await
+        self.audit_refusal(caller, record).await
     }
 
     /// Cancels the jobs `ids` and `targets` name (an array's id: all its tasks) and, with
@@ -191,9 +184,9 @@ impl Cluster {
         match self.run_event(|rec| Ok((rec.requeue(caller, id, &finished, now_ms())?, ()))) {
             Ok((changed, wake, ())) => self.settle(changed, wake).await,
             Err(ApiError::Denied(why)) => {
-                let refused = refusal(caller, "requeue_refused", Some(id), &why, now_ms());
-                self.run_event(|_| Ok((refused, ())))?;
-                self.commit().await?;
+                let record =
+                    audit_record(caller, "requeue_refused", Some(id), why.clone(), now_ms());
+                self.audit_refusal(caller, record).await?;
                 Err(ApiError::Denied(why))
             }
             Err(e) => Err(e),

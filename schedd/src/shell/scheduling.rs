@@ -166,7 +166,7 @@ impl Cluster {
             timeout_ms.max(3 * self.config.scheduler.heartbeat_secs as i64 * 1000);
         let now = now_ms();
         let mut silent = BTreeSet::new();
-        let (changed, wake, ()) = self.run_event(|rec| {
+        let (changed, wake, ()) = self.run_cluster_event(|rec| {
             silent = rec
                 .nodes
                 .values()
@@ -272,7 +272,7 @@ impl Cluster {
         };
         let mut stale = false;
         let apply_started = std::time::Instant::now();
-        let applied = self.run_event(|rec| {
+        let applied = self.run_cluster_event(|rec| {
             let (plan, dropped) = rec.still_valid(plan);
             stale = dropped;
             Ok((rec.apply_plan(&plan, &payload, now_ms()), ()))

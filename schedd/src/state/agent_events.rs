@@ -26,6 +26,32 @@ pub struct Registration {
     pub login: bool,
     /// Its `node.fence_after_secs`; 0: it never fences.
     pub fence_after_secs: u32,
+    /// Why it cannot take jobs now (see [`Records::node_health`]); `None`: it can.
+    pub unhealthy_reason: Option<String>,
+}
+
+/// What ends the drain reason of a drain a node set itself (see [`Records::node_health`]).
+pub const NODE_DRAIN_MARK: &str = " (noded)";
+
+/// How a node's own word on whether it can take jobs (`unhealthy`: why not) changes its
+/// drain (`drain_reason`, `drained_by_node`): the new pair and the audit action, or `None`
+/// when nothing changes. A node drains itself when it is not drained, changes the reason of
+/// its own drain, and resumes only from its own drain: an administrator's drain (or
+/// schedd's) stays as it is.
+pub fn health_drain(
+    drain_reason: Option<&str>,
+    drained_by_node: bool,
+    unhealthy: Option<&str>,
+) -> Option<(Option<String>, bool, &'static str)> {
+    match (unhealthy, drain_reason) {
+        (Some(why), None) => Some((Some(format!("{why}{NODE_DRAIN_MARK}")), true, "drain")),
+        (Some(why), Some(current)) if drained_by_node => {
+            let reason = format!("{why}{NODE_DRAIN_MARK}");
+            (reason != current).then_some((Some(reason), true, "drain"))
+        }
+        (None, Some(_)) if drained_by_node => Some((None, false, "resume")),
+        _ => None,
+    }
 }
 
 /// Limits the lifecycle decisions need.
@@ -97,7 +123,12 @@ fn apply_part_end(
     let Some(job) = work.job(id) else {
         return;
     };
-    let out = lifecycle::part_ended(job, node, end, limits.max_requeues, now);
+    let out = if end.node_fault && !end.error.is_empty() {
+        let (requeues, attempts) = (limits.max_requeues, limits.max_launch_attempts);
+        lifecycle::launch_fault(job, node, end, requeues, attempts, now)
+    } else {
+        lifecycle::part_ended(job, node, end, limits.max_requeues, now)
+    };
     if out.ignored {
         work.forget_if_unchanged(id);
         return;
@@ -199,6 +230,38 @@ impl Records {
         refused
     }
 
+    /// A node's agent says whether it can take jobs (`unhealthy`: why not; in every
+    /// heartbeat and at registration): a node that cannot (its spool cannot be written, a
+    /// launch failed for a reason of its own) is drained with that reason, marked as its own
+    /// (`spool full: No space left on device (noded)`), and resumed once it can again; see
+    /// [`health_drain`]. Each change is audited (user `noded`, the node as its host); a
+    /// resume wakes the scheduler.
+    pub fn node_health(&self, name: &str, unhealthy: Option<&str>, now: Millis) -> Effects {
+        let mut fx = Effects::default();
+        let Some(node) = self.nodes.get(name) else {
+            return fx;
+        };
+        let Some((reason, by_node, action)) = health_drain(
+            node.drain_reason.as_deref(),
+            node.drained_by_node,
+            unhealthy,
+        ) else {
+            return fx;
+        };
+        let detail = match (&reason, &node.drain_reason) {
+            (Some(r), _) => format!("node {name}: {r}"),
+            (None, Some(old)) => format!("node {name} (was: {old})"),
+            (None, None) => format!("node {name}"),
+        };
+        fx.audit(node_audit(name, action, detail, now));
+        let mut node = node.clone();
+        node.drain_reason = reason;
+        node.drained_by_node = by_node;
+        fx.wake = action == "resume";
+        fx.put_node(node);
+        fx
+    }
+
     /// Its agent confirmed that the job's part on `node` started.
     pub fn job_started(&self, node: &str, job_id: u64, pid: u32, time: Millis) -> Effects {
         let report = AgentReport::Started { job_id, pid, time };
@@ -294,6 +357,7 @@ impl Records {
         // up after a reset): their allocations may name GPUs that are gone or not the ones
         // they ran on. Take the new inventory, but drain the node until someone has looked.
         let mut drain_reason = prev.and_then(|p| p.drain_reason.clone());
+        let mut drained_by_node = prev.is_some_and(|p| p.drained_by_node);
         if let Some(p) = prev.filter(|p| *p.gpus != reg.gpus) {
             if self.jobs.values().any(|j| j.runs_on(name)) {
                 let change = format!(
@@ -315,7 +379,22 @@ impl Records {
                     Some(old) => format!("{old}; {change}"),
                     None => change,
                 });
+                // schedd's drain: the node's resume must not end it.
+                drained_by_node = false;
             }
+        }
+        if let Some((reason, by_node, action)) = health_drain(
+            drain_reason.as_deref(),
+            drained_by_node,
+            reg.unhealthy_reason.as_deref(),
+        ) {
+            let detail = match &reason {
+                Some(r) => format!("node {name}: {r}"),
+                None => format!("node {name}"),
+            };
+            fx.audit(node_audit(name, action, detail, now));
+            drain_reason = reason;
+            drained_by_node = by_node;
         }
         fx.put_node(Node {
             name: name.to_string(),
@@ -329,6 +408,7 @@ impl Records {
             },
             features: reg.features.clone(),
             drain_reason,
+            drained_by_node,
             connected: true,
             last_seen: now,
             killing: kill_jobs.iter().copied().collect(),
@@ -448,6 +528,19 @@ impl Records {
             fx.put_job(job);
         }
         fx
+    }
+}
+
+/// An audit entry of a node's own drain or resume.
+fn node_audit(name: &str, action: &str, detail: String, now: Millis) -> AuditRecord {
+    AuditRecord {
+        time: now,
+        user: "noded".into(),
+        uid: 0,
+        action: action.into(),
+        job_id: None,
+        detail,
+        host: Some(name.to_string()),
     }
 }
 

@@ -25,6 +25,7 @@ fn registration(running: &[u64], finished: Vec<PartEnd>) -> Registration {
         finished,
         login: false,
         fence_after_secs: 0,
+        unhealthy_reason: None,
     }
 }
 
@@ -618,4 +619,244 @@ fn a_changed_inventory_drains_the_node_only_while_jobs_run_there() {
         &fx.nodes[0].gpus,
         &rec.nodes["n1"].gpus
     ));
+}
+
+#[test]
+fn a_node_that_cannot_take_jobs_drains_itself_and_resumes_only_its_own_drain() {
+    use crate::core::{schedule, Policy, Snapshot};
+    use ysched_common::config::default_tiers;
+    let full = "spool full: No space left on device";
+    let mut rec = Records::with_jobs(vec![]);
+    assert!(
+        rec.node_health("n1", None, NOW).batch.is_empty(),
+        "healthy: nothing"
+    );
+    let mut fx = rec.node_health("n1", Some(full), NOW);
+    let node = &fx.nodes[0];
+    assert_eq!(
+        node.drain_reason.as_deref(),
+        Some("spool full: No space left on device (noded)")
+    );
+    assert!(node.drained_by_node && !fx.wake);
+    let (_dir, store) = written(&mut fx);
+    let audit = store.audit_log(0).unwrap();
+    assert_eq!(
+        (
+            audit[0].user.as_str(),
+            audit[0].action.as_str(),
+            audit[0].host.as_deref()
+        ),
+        ("noded", "drain", Some("n1"))
+    );
+    assert_eq!(
+        audit[0].detail,
+        "node n1: spool full: No space left on device (noded)"
+    );
+    rec.commit(fx);
+    // Nothing is placed there meanwhile.
+    rec.insert_job(JobBuilder::new(1).gpus(8).build());
+    rec.insert_job(JobBuilder::new(2).gpus(8).build());
+    let tiers = default_tiers();
+    let plan = schedule(
+        &Snapshot::new(&rec.jobs, &rec.nodes),
+        &Policy::new(&tiers),
+        NOW,
+    );
+    let nodes: Vec<&str> = plan
+        .placements
+        .iter()
+        .map(|p| p.alloc[0].node.as_str())
+        .collect();
+    assert_eq!(nodes, ["n2"]);
+    // The same word again changes nothing; another reason replaces its own.
+    assert!(rec.node_health("n1", Some(full), NOW).batch.is_empty());
+    let fx = rec.node_health("n1", Some("spool unwritable: Read-only file system"), NOW);
+    assert_eq!(
+        fx.nodes[0].drain_reason.as_deref(),
+        Some("spool unwritable: Read-only file system (noded)")
+    );
+    rec.commit(fx);
+    // It can again: resumed, and the scheduler woken.
+    let mut fx = rec.node_health("n1", None, NOW);
+    assert_eq!(fx.nodes[0].drain_reason, None);
+    assert!(!fx.nodes[0].drained_by_node && fx.wake);
+    let (_dir, store) = written(&mut fx);
+    assert_eq!(store.audit_log(0).unwrap()[0].action, "resume");
+    rec.commit(fx);
+
+    // An administrator's drain is theirs: the node's word neither replaces nor ends it.
+    let admin = ysched_common::Caller::local(ysched_common::Owner {
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        groups: vec![],
+    });
+    let fx = rec
+        .drain(&admin, "n1", Some("maintenance".into()), NOW)
+        .unwrap();
+    rec.commit(fx);
+    assert!(rec.node_health("n1", Some(full), NOW).batch.is_empty());
+    assert!(rec.node_health("n1", None, NOW).batch.is_empty());
+    // An administrator's drain over the node's own takes it over; their resume ends both.
+    let fx = rec.drain(&admin, "n1", None, NOW).unwrap();
+    rec.commit(fx);
+    let fx = rec.node_health("n1", Some(full), NOW);
+    rec.commit(fx);
+    let fx = rec
+        .drain(&admin, "n1", Some("replace PSU".into()), NOW)
+        .unwrap();
+    assert!(!fx.nodes[0].drained_by_node);
+    rec.commit(fx);
+    assert!(rec.node_health("n1", None, NOW).batch.is_empty());
+    assert_eq!(rec.nodes["n1"].drain_reason.as_deref(), Some("replace PSU"));
+    assert!(
+        rec.node_health("n7", Some(full), NOW).batch.is_empty(),
+        "unknown node"
+    );
+}
+
+#[test]
+fn a_registration_says_whether_the_node_can_take_jobs() {
+    let full = "spool full: No space left on device";
+    let rec = Records::with_jobs(vec![]);
+    let mut reg = registration(&[], vec![]);
+    reg.unhealthy_reason = Some(full.into());
+    let (fx, _) = rec.register(&reg, LIMITS, NOW);
+    assert_eq!(
+        fx.nodes[0].drain_reason.as_deref(),
+        Some("spool full: No space left on device (noded)")
+    );
+    assert!(fx.nodes[0].drained_by_node);
+    let mut rec = rec;
+    rec.commit(fx);
+    let (fx, _) = rec.register(&registration(&[], vec![]), LIMITS, NOW);
+    assert_eq!(fx.nodes[0].drain_reason, None, "back with room: resumed");
+    assert!(!fx.nodes[0].drained_by_node);
+
+    // A drain schedd adds (the GPU inventory changed under a job) is not the node's to end.
+    let mut rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
+    let fx = rec.node_health("n1", Some(full), NOW);
+    rec.commit(fx);
+    let mut smaller = registration(&[1], vec![]);
+    smaller.gpus.pop();
+    smaller.unhealthy_reason = Some(full.into());
+    let (fx, _) = rec.register(&smaller, LIMITS, NOW);
+    assert!(!fx.nodes[0].drained_by_node);
+    rec.commit(fx);
+    smaller.unhealthy_reason = None;
+    let (fx, _) = rec.register(&smaller, LIMITS, NOW);
+    assert!(fx.nodes[0]
+        .drain_reason
+        .as_deref()
+        .is_some_and(|r| r.contains("GPU inventory changed")));
+}
+
+#[test]
+fn a_launch_that_failed_for_its_node_is_placed_again_elsewhere() {
+    let fault = |restart_count| PartEnd {
+        job_id: 1,
+        error: "cannot write the job script: No space left on device".into(),
+        node_fault: true,
+        restart_count,
+        ..PartEnd::default()
+    };
+    let mut job = JobBuilder::new(1).running_on("n1", &[0]).build();
+    job.launched = false;
+    let mut rec = Records::with_jobs(vec![job]);
+    let mut fx = rec.job_finished("n1", &fault(0), LIMITS, NOW);
+    let job = &fx.jobs[0];
+    assert_eq!(job.state, JobState::Pending, "{}", job.reason);
+    assert!(job.alloc.is_empty());
+    assert_eq!((job.restart_count, job.launch_attempts), (1, 1));
+    assert_eq!(commands(&fx), ["n1:ack 1"]);
+    assert!(fx.wake);
+    let (_dir, store) = written(&mut fx);
+    let events = history(&store, 1);
+    assert_eq!(events[1].0, "requeued");
+    assert!(
+        events[1].1.contains(
+            "launch on n1 failed for a fault of the node's: cannot write the job script: No \
+             space left on device (attempt 1 of 3)"
+        ),
+        "{events:?}"
+    );
+    rec.commit(fx);
+    // A late copy of the same report (resent at a registration) ends nothing.
+    let mut again = rec.jobs[&JobId(1)].clone();
+    again.state = JobState::Running;
+    again.alloc = JobBuilder::new(1).running_on("n1", &[0]).build().alloc;
+    rec.jobs.insert(JobId(1), again);
+    assert!(rec
+        .job_finished("n1", &fault(0), LIMITS, NOW)
+        .jobs
+        .is_empty());
+    // Failing on node after node in a row: FAILED at the limit, not before.
+    let fx = rec.job_finished("n1", &fault(1), LIMITS, NOW);
+    assert_eq!(fx.jobs[0].state, JobState::Pending);
+    rec.commit(fx);
+    let mut third = rec.jobs[&JobId(1)].clone();
+    third.state = JobState::Running;
+    third.alloc = JobBuilder::new(1).running_on("n2", &[0]).build().alloc;
+    rec.jobs.insert(JobId(1), third);
+    let fx = rec.job_finished("n2", &fault(2), LIMITS, NOW);
+    let job = &fx.jobs[0];
+    assert_eq!(job.state, JobState::Failed);
+    assert!(
+        job.reason
+            .ends_with("(3 of 3 launch attempts in a row, scheduler.max_launch_attempts)"),
+        "{}",
+        job.reason
+    );
+
+    // Being cancelled: CANCELLED, not FAILED.
+    let mut cancelling = JobBuilder::new(1).running_on("n1", &[0]).build();
+    cancelling.stop = Some(StopRequest {
+        reason: StopReason::Cancel { by: "bob".into() },
+        at: T0,
+        grace_secs: 5,
+    });
+    let rec = Records::with_jobs(vec![cancelling]);
+    let fx = rec.job_finished("n1", &fault(0), LIMITS, NOW);
+    assert_eq!(fx.jobs[0].state, JobState::Cancelled);
+
+    // The job's own launch failure (its working directory) fails it, as before.
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).running_on("n1", &[0]).build()]);
+    let own = PartEnd {
+        node_fault: false,
+        error: "cannot enter working directory /x as alice: Permission denied".into(),
+        ..fault(0)
+    };
+    let fx = rec.job_finished("n1", &own, LIMITS, NOW);
+    assert_eq!(fx.jobs[0].state, JobState::Failed);
+}
+
+#[test]
+fn a_multi_node_part_that_failed_for_its_node_stops_the_others_then_requeues() {
+    let mut job = JobBuilder::new(1)
+        .running_on("n1", &[0])
+        .running_on("n2", &[0])
+        .build();
+    job.parts.nodelist = vec!["n1".into(), "n2".into()];
+    let mut rec = Records::with_jobs(vec![job]);
+    let fault = PartEnd {
+        job_id: 1,
+        error: "cannot create the job's cgroup: No space left on device".into(),
+        node_fault: true,
+        ..PartEnd::default()
+    };
+    let fx = rec.job_finished("n1", &fault, LIMITS, NOW);
+    assert_eq!(commands(&fx), ["n2:stop 1", "n1:ack 1"]);
+    assert!(fx.jobs[0]
+        .reason
+        .starts_with("requeueing: launch on n1 failed"));
+    rec.commit(fx);
+    let stopped = PartEnd {
+        job_id: 1,
+        signal: Some(15),
+        ..PartEnd::default()
+    };
+    let fx = rec.job_finished("n2", &stopped, LIMITS, NOW);
+    let job = &fx.jobs[0];
+    assert_eq!(job.state, JobState::Pending, "{}", job.reason);
+    assert_eq!(job.restart_count, 1);
 }

@@ -44,14 +44,6 @@ pub fn check_owner(job: &Job, caller: &Caller) -> ApiResult<()> {
     }
 }
 
-/// The effects of a refused request that is audited (a requeue of someone else's job): one
-/// audit entry `action` about `job`, and nothing else.
-pub fn refusal(who: &Caller, action: &str, job: Option<JobId>, why: &str, now: Millis) -> Effects {
-    let mut fx = Effects::default();
-    fx.audit(audit_record(who, action, job, why.to_string(), now));
-    fx
-}
-
 /// Where a job that is not active is to be found: `finished` looks it up in history.
 pub type FinishedLookup<'a> = &'a dyn Fn(JobId) -> ApiResult<Option<Job>>;
 
@@ -459,6 +451,8 @@ impl Records {
             None => ("resume", format!("node {name}")),
         };
         node.drain_reason = reason;
+        // An administrator's drain or resume is theirs: the node's own resume never ends it.
+        node.drained_by_node = false;
         let mut fx = Effects {
             wake: true,
             ..Effects::default()

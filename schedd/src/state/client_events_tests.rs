@@ -259,10 +259,3 @@ fn a_refused_requeue_names_the_problem_and_has_no_effects() {
         "{err:?}"
     );
 }
-
-#[test]
-fn a_refusal_is_one_audit_entry() {
-    let fx = super::client_events::refusal(&bob(), "requeue_refused", Some(JobId(6)), "no", NOW);
-    assert!(!fx.batch.is_empty());
-    assert!(fx.jobs.is_empty() && fx.commands.is_empty() && fx.changed.is_empty() && !fx.wake);
-}

@@ -103,6 +103,9 @@ pub struct PartEnd {
     /// Its node's fence stopped it: the node had been out of contact with schedd for its
     /// `fence_after_secs`.
     pub fenced: bool,
+    /// With `error`: the launch failed for a reason of the node's (its spool, cgroups,
+    /// forking), not the job's, so another node may run it (see [`launch_fault`]).
+    pub node_fault: bool,
 }
 
 impl PartEnd {
@@ -427,6 +430,132 @@ pub fn part_ended(
     }
     job.end_time = Some(at);
     out.finished = true;
+    out
+}
+
+/// Applies the report that the launch of `job`'s part on `node` failed for a reason of the
+/// node's (`end.node_fault`, with `end.error`): the job never ran there, and another node may
+/// run it, so it is not the job's failure. It goes back to the queue as a new run (its
+/// restart count one higher, so that a late copy of this report can never end the next
+/// run); the node, which drains itself meanwhile, is not chosen again. Such failures count towards
+/// `scheduler.max_launch_attempts`, as launches never confirmed do, and a confirmed start
+/// resets the count: a job whose launch fails that many times in a row, on as many nodes,
+/// ends FAILED, so that a job that breaks every node it is sent to (a script too large for
+/// any spool) does not drain the whole cluster. A multi-node run has its other parts
+/// stopped first (with the job's grace), and is requeued (or fails) once they have ended.
+///
+/// A stop under way (a cancel, a preemption, a requeue) or a part that failed first decide
+/// as [`part_ended`] does, except that a cancelled job ends CANCELLED, not FAILED.
+pub fn launch_fault(
+    job: &mut Job,
+    node: &str,
+    end: &PartEnd,
+    max_requeues: u32,
+    max_launch_attempts: u32,
+    now: Millis,
+) -> EndOutcome {
+    let ours = job.runs_on(node) && end.restart_count == job.restart_count;
+    if !ours || job.stop.is_some() || job.parts.first_failure.is_some() {
+        let mut decided = end.clone();
+        if matches!(
+            &job.stop,
+            Some(StopRequest {
+                reason: StopReason::Cancel { .. },
+                ..
+            })
+        ) {
+            decided.error.clear();
+        }
+        return part_ended(job, node, &decided, max_requeues, now);
+    }
+    let mut out = EndOutcome::default();
+    let at = if end.end_time_ms > 0 {
+        end.end_time_ms
+    } else {
+        now
+    };
+    job.launch_attempts += 1;
+    let attempts = job.launch_attempts;
+    let exhausted = attempts >= max_launch_attempts;
+    let why = format!(
+        "launch on {node} failed for a fault of the node's: {}",
+        end.error
+    );
+    out.events.push((
+        at,
+        "exited",
+        format!(
+            "on {node}: launch failed (a fault of the node's): {}",
+            end.error
+        ),
+    ));
+    let failed_reason = || {
+        format!(
+            "{why} ({attempts} of {max_launch_attempts} launch attempts in a row, \
+             scheduler.max_launch_attempts)"
+        )
+    };
+    if job.alloc.len() > 1 {
+        let Some(pos) = job.alloc.iter().position(|a| a.node == node) else {
+            out.ignored = true;
+            return out;
+        };
+        let part = job.alloc.remove(pos);
+        job.parts.ended.push(part);
+        out.stop_parts = job.alloc.iter().map(|a| a.node.clone()).collect();
+        out.stop_grace = job.grace_secs;
+        if exhausted {
+            job.parts.first_failure = Some(PartFailure {
+                node: node.to_string(),
+                exit_code: None,
+                signal: None,
+                timed_out: false,
+                error: end.error.clone(),
+                description: failed_reason(),
+                out_of_memory: false,
+                fenced: false,
+            });
+            job.reason = format!("part on {node} could not start; stopping the others");
+        } else {
+            job.stop = Some(StopRequest {
+                reason: StopReason::Requeue {
+                    by: format!("schedd (launch on {node} failed for a fault of the node's)"),
+                },
+                at: now,
+                grace_secs: job.grace_secs,
+            });
+            job.reason = format!("requeueing: {why}; stopping the other parts");
+        }
+        out.events.push((
+            at,
+            "stopping",
+            format!("other parts, after the launch on {node} failed for a fault of the node's"),
+        ));
+        return out;
+    }
+    out.run_ended_at = Some(at);
+    if exhausted {
+        // `parts.ended` goes back into the allocation on record, as for any end.
+        let mut all = std::mem::take(&mut job.parts.ended);
+        all.append(&mut job.alloc);
+        job.alloc = all;
+        job.state = JobState::Failed;
+        job.reason = failed_reason();
+        job.end_time = Some(at);
+        out.finished = true;
+        return out;
+    }
+    requeue(job, at);
+    job.restart_count += 1;
+    out.events.push((
+        at,
+        "requeued",
+        format!(
+            "restart {}: {why} (attempt {attempts} of {max_launch_attempts}); placed again \
+             elsewhere",
+            job.restart_count
+        ),
+    ));
     out
 }
 

@@ -245,6 +245,7 @@ fn registration(rec: &Records, node: &str, r: &Reg) -> Registration {
         finished,
         login: false,
         fence_after_secs: r.fence,
+        unhealthy_reason: None,
     }
 }
 

@@ -17,7 +17,8 @@
 //!   array's submit is one event, under the array's id ([`Store::job_events`] shows it in
 //!   each task's history).
 //! - `nodes`:    node name → `Node` as JSON
-//! - `audit`:    a sled-generated increasing id (u64 BE) → `AuditRecord` as JSON, append-only
+//! - `audit`:    a sled-generated increasing id (u64 BE) → `AuditRecord` as JSON, append-only;
+//!   each detail bounded, the oldest entries removed past the retention (see [`upkeep`])
 //! - `meta`:     `next_job_id` → u64 BE. Written in the same transaction as each new job, so an
 //!   id is never reused, even after a crash (sled's `generate_id` jumps after recovery).
 //! - `usage`:    end time (i64 with the sign bit flipped, BE) ++ job id (u64 BE) ++ restart
@@ -36,7 +37,10 @@ use std::path::Path;
 use ysched_common::{AuditRecord, Job, JobEvent, JobId, JobSpec, Node, RunRecord, RunView};
 
 mod ended;
+mod upkeep;
 mod usage;
+
+pub use upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES, BALLAST_BYTES, BALLAST_FILE};
 
 #[cfg(test)]
 mod array_tests;
@@ -56,15 +60,9 @@ pub enum Error {
     CorruptRun { key: String, why: String },
     #[error("state store: cannot open {path}: {source}")]
     Open { path: String, source: sled::Error },
-    #[error(
-        "state store full: {dir} has {free} free, below the reserve of {reserve} MiB \
-         (scheduler.state_reserve_mib); nothing was changed: free some space and retry"
-    )]
-    Full {
-        dir: String,
-        free: String,
-        reserve: u64,
-    },
+    /// The state disk has too little free space for the change (see [`Store::check_room`]).
+    #[error("state store full: {0}; nothing was changed: free some space and retry")]
+    Full(String),
     #[error("state store unwritable: cannot check free space in {dir}: {source}")]
     Statvfs { dir: String, source: nix::Error },
     #[error("state store unwritable: writes are refused (a test's failure injection)")]
@@ -72,12 +70,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// sled itself failed a write: it cannot go on (a later write or flush may never return,
+    /// as after ENOSPC in the middle of a write), and only a restart from what is on disk
+    /// is safe.
+    pub fn is_fatal_write(&self) -> bool {
+        matches!(self, Error::Sled(_))
+    }
+
     /// The store could not take a write (disk full, I/O error): the request was refused and
     /// nothing changed, as opposed to a bad record.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            Error::Full { .. }
+            Error::Full(_)
                 | Error::Statvfs { .. }
                 | Error::Injected
                 | Error::Sled(sled::Error::Io(_))
@@ -114,7 +119,13 @@ pub struct Batch {
     runs: Vec<(usage::RunKey, Vec<u8>)>,
     array_specs: Vec<(JobId, Vec<u8>)>,
     arrays: Vec<(JobId, Vec<u8>)>,
+    /// About how many bytes the batch writes (keys and values), for [`Store::check_room`].
+    bytes: u64,
 }
+
+/// What [`Batch::bytes`] counts for an array task that ends without having run: usually
+/// kept in its array's record, whose size the batch does not know beforehand.
+const ENDED_TASK_BYTES: u64 = 512;
 
 /// A job's write: its record, or an array task that ended without running, which
 /// [`Store::apply`] keeps in its array's record when it can (see [`ended`]).
@@ -252,9 +263,12 @@ struct Shared {
 impl Batch {
     pub fn put_job(&mut self, job: &Job) {
         let write = if ended::candidate(job) {
+            self.bytes += ENDED_TASK_BYTES;
             JobWrite::EndedTask(Box::new(job.clone()))
         } else {
-            JobWrite::Record(encode_job(job))
+            let record = encode_job(job);
+            self.bytes += 8 + record.len() as u64;
+            JobWrite::Record(record)
         };
         self.jobs.push((job.id, write));
     }
@@ -320,10 +334,9 @@ impl Batch {
         }
         let mut slim = record;
         slim.first.spec = std::sync::Arc::clone(spec_placeholder());
-        self.arrays.push((
-            first.id,
-            serde_json::to_vec(&slim).expect("array record serializes"),
-        ));
+        let value = serde_json::to_vec(&slim).expect("array record serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.arrays.push((first.id, value));
         self.put_array_spec(first.id, &first.spec);
     }
 
@@ -337,45 +350,67 @@ impl Batch {
             slim.env.clear();
             serde_json::to_vec(&slim)
         };
-        self.array_specs
-            .push((array_id, value.expect("spec serializes")));
+        let value = value.expect("spec serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.array_specs.push((array_id, value));
     }
 
     pub fn put_payload(&mut self, id: JobId, payload: &Payload) {
-        self.payloads
-            .push((id, serde_json::to_vec(payload).expect("payload serializes")));
+        let value = serde_json::to_vec(payload).expect("payload serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.payloads.push((id, value));
     }
 
     pub fn event(&mut self, id: JobId, time: i64, kind: &str, detail: impl Into<String>) {
-        self.events.push((
-            id,
-            JobEvent {
-                time,
-                kind: kind.to_string(),
-                detail: detail.into(),
-            },
-        ));
+        let event = JobEvent {
+            time,
+            kind: kind.to_string(),
+            detail: detail.into(),
+        };
+        // Its JSON: the two strings and some 40 bytes around them.
+        self.bytes += 16 + 40 + (event.kind.len() + event.detail.len()) as u64;
+        self.events.push((id, event));
     }
 
     pub fn put_node(&mut self, node: &Node) {
-        self.nodes.push((
-            node.name.clone(),
-            serde_json::to_vec(node).expect("node serializes"),
-        ));
+        let value = serde_json::to_vec(node).expect("node serializes");
+        self.bytes += (node.name.len() + value.len()) as u64;
+        self.nodes.push((node.name.clone(), value));
     }
 
+    /// An audit entry; its detail is cut to [`AUDIT_DETAIL_MAX_BYTES`].
     pub fn audit(&mut self, record: &AuditRecord) {
-        self.audit
-            .push(serde_json::to_vec(record).expect("audit record serializes"));
+        let value = match bounded_detail(&record.detail, AUDIT_DETAIL_MAX_BYTES) {
+            std::borrow::Cow::Borrowed(_) => serde_json::to_vec(record),
+            std::borrow::Cow::Owned(detail) => serde_json::to_vec(&AuditRecord {
+                detail,
+                ..record.clone()
+            }),
+        }
+        .expect("audit record serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.audit.push(value);
     }
 
     /// A run's usage record (see the `usage` tree).
     pub fn put_run(&mut self, run: &RunRecord) {
-        self.runs.push((usage::key(run), usage::encode(run)));
+        let (key, value) = (usage::key(run), usage::encode(run));
+        self.bytes += (key.len() + value.len()) as u64;
+        self.runs.push((key, value));
     }
 
     pub fn set_next_job_id(&mut self, next: u64) {
         self.next_job_id = Some(next);
+    }
+
+    /// Whether the batch writes audit entries.
+    pub fn has_audit(&self) -> bool {
+        !self.audit.is_empty()
+    }
+
+    /// About how many bytes the batch writes: its keys and values.
+    pub fn bytes(&self) -> u64 {
+        self.bytes + if self.next_job_id.is_some() { 19 } else { 0 }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -439,6 +474,8 @@ pub struct Store {
     fail_writes: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Free space below which writes are refused (bytes).
     reserve_bytes: u64,
+    /// Bytes the audit log holds (see [`Store::audit_bytes`]).
+    audit_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     db: sled::Db,
     jobs: sled::Tree,
     payloads: sled::Tree,
@@ -452,6 +489,24 @@ pub struct Store {
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
+
+/// How many bytes of disk a write of one byte may take: the value, and the log's pages
+/// around it (see [`Store::check_room`]).
+const WRITE_AMPLIFICATION: u64 = 2;
+
+/// Whose write it is, which decides how much of the state disk's reserve
+/// (`scheduler.state_reserve_mib`) it may use (see [`Store::check_room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// A client's request (a submit, a cancel, an audited refusal): refused once the free
+    /// space is below the reserve.
+    Request,
+    /// The cluster's own bookkeeping (agents' registrations and reports, placements, nodes'
+    /// health): it may use three quarters of the reserve, so that requests filling the disk
+    /// never keep jobs from being started, ended and acknowledged, nor agents from
+    /// registering.
+    Cluster,
+}
 
 fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
     serde_json::from_slice(value).map_err(|source| Error::Corrupt {
@@ -483,29 +538,35 @@ impl Store {
 
     /// Opens the store; writes are refused while the file system has less than
     /// `reserve_mib` free. sled fails for good after one write error (it would need
-    /// reopening), so a full disk must be caught before sled sees it.
+    /// reopening), so a full disk must be caught before sled sees it. A store on a full disk
+    /// still opens, in the space of the ballast (see [`upkeep`]).
     pub fn open_with_reserve(dir: &Path, reserve_mib: u64) -> Result<Store> {
-        let db = sled::Config::new()
-            .path(dir.join("db"))
-            // The page cache is sled's main memory cost, and a bound, not an allocation: job
-            // records are small and read rarely, but a usage report walks a week of runs (a
-            // million, some 80 MiB of pages), which this keeps in memory after the first: a
-            // report from cached pages takes half the time of one read from the file.
-            .cache_capacity(128 * 1024 * 1024)
-            .open()
-            .map_err(|source| Error::Open {
-                path: dir.display().to_string(),
-                source,
-            })?;
+        let open = || {
+            sled::Config::new()
+                .path(dir.join("db"))
+                // The page cache is sled's main memory cost, and a bound, not an allocation:
+                // job records are small and read rarely, but a usage report walks a week of
+                // runs (a million, some 80 MiB of pages), which this keeps in memory after
+                // the first: a report from cached pages takes half the time of one read from
+                // the file.
+                .cache_capacity(128 * 1024 * 1024)
+                .open()
+        };
+        let db = upkeep::open_db(dir, open).map_err(|source| Error::Open {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let audit = db.open_tree("audit")?;
         Ok(Store {
             dir: dir.to_path_buf(),
             fail_writes: Default::default(),
             reserve_bytes: reserve_mib.saturating_mul(1024 * 1024),
+            audit_bytes: std::sync::Arc::new(Self::count_audit_bytes(&audit)?.into()),
             jobs: db.open_tree("jobs")?,
             payloads: db.open_tree("payloads")?,
             events: db.open_tree("events")?,
             nodes: db.open_tree("nodes")?,
-            audit: db.open_tree("audit")?,
+            audit,
             meta: db.open_tree("meta")?,
             usage: db.open_tree("usage")?,
             array_specs: db.open_tree("array_specs")?,
@@ -578,8 +639,10 @@ impl Store {
             return Err(Error::Injected);
         }
         let mut audit = Vec::with_capacity(batch.audit.len());
+        let mut audit_bytes = 0;
         for rec in &batch.audit {
             audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
+            audit_bytes += 8 + rec.len() as u64;
         }
         // Keyed here, and written in the transaction unless their task was compacted.
         let mut events = Vec::with_capacity(batch.events.len());
@@ -661,7 +724,11 @@ impl Store {
                 },
             );
         match res {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.audit_bytes
+                    .fetch_add(audit_bytes, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
             Err(TransactionError::Storage(e)) => Err(e.into()),
             Err(TransactionError::Abort(())) => unreachable!("no transaction aborts"),
         }
@@ -704,28 +771,62 @@ impl Store {
             .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Refuses (with [`Error::Full`]) when the file system is below the reserve: called before
-    /// anything that writes, so a full disk refuses requests instead of breaking sled.
-    pub fn check_room(&self) -> Result<()> {
+    /// Refuses (with [`Error::Full`]) a write of about `bytes` (see [`Batch::bytes`]) that
+    /// would leave the file system with less free than `room` may use up to: called before
+    /// anything that writes, so a full disk refuses requests instead of breaking sled
+    /// (after ENOSPC in the middle of a write, sled never finishes another write or flush).
+    /// sled writes a value about once (a large one as a file of its own) plus the log's
+    /// pages around it: twice the batch's size is counted. With no reserve, nothing is
+    /// checked.
+    pub fn check_room(&self, bytes: u64, room: Room) -> Result<()> {
         if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Injected);
         }
         if self.reserve_bytes == 0 {
             return Ok(());
         }
+        let free = self.free_bytes()?;
+        let kept = match room {
+            Room::Request => self.reserve_bytes,
+            Room::Cluster => self.reserve_bytes / 4,
+        };
+        let change = bytes.saturating_mul(WRITE_AMPLIFICATION);
+        if free >= kept.saturating_add(change) {
+            return Ok(());
+        }
+        let size = ysched_common::parse::format_size;
+        let reserve_mib = self.reserve_bytes / (1024 * 1024);
+        let kept_text = match room {
+            Room::Request => format!("the reserve of {reserve_mib} MiB"),
+            Room::Cluster => format!(
+                "{} (a quarter of the reserve of {reserve_mib} MiB, which the cluster's own \
+                 writes may use)",
+                size(kept)
+            ),
+        };
+        let dir = self.dir.display();
+        Err(Error::Full(if free < kept || change < 1024 * 1024 {
+            format!(
+                "{dir} has {} free, below {kept_text} (scheduler.state_reserve_mib)",
+                size(free)
+            )
+        } else {
+            format!(
+                "{dir} has {} free, and this change of {} would leave less than {kept_text} \
+                 (scheduler.state_reserve_mib)",
+                size(free),
+                size(bytes)
+            )
+        }))
+    }
+
+    /// Free space on the store's file system, for unprivileged use (bytes).
+    fn free_bytes(&self) -> Result<u64> {
         let st = nix::sys::statvfs::statvfs(&self.dir).map_err(|source| Error::Statvfs {
             dir: self.dir.display().to_string(),
             source,
         })?;
-        let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
-        if free < self.reserve_bytes {
-            return Err(Error::Full {
-                dir: self.dir.display().to_string(),
-                free: ysched_common::parse::format_size(free),
-                reserve: self.reserve_bytes / (1024 * 1024),
-            });
-        }
-        Ok(())
+        Ok((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
     }
 
     /// Makes everything applied so far durable against a process crash.

@@ -1,0 +1,250 @@
+//! Keeping the state disk usable, off the state lock: the ballast and the audit log's
+//! retention (see `store::upkeep`), once a minute and whenever the audit log has grown past
+//! its limit; and the bound on how fast users' refused requests are audited.
+
+use super::*;
+use std::collections::HashMap;
+use std::time::Duration;
+use ysched_common::time::Millis;
+
+/// How often the upkeep runs when nothing wakes it.
+const UPKEEP_EVERY: Duration = Duration::from_secs(60);
+/// Audit entries removed per write: one small write at a time, the next after a pause.
+const EXPIRE_BATCH: usize = 1000;
+
+/// The most refusals of one user's requests that are audited one by one per minute; more
+/// are counted and recorded as one entry (see [`RefusalLimiter`]).
+pub const REFUSALS_AUDITED_PER_MINUTE: u32 = 10;
+const WINDOW_MS: i64 = 60_000;
+/// Users remembered in one window; past it, a new window begins early.
+const MOST_USERS: usize = 10_000;
+
+/// Bounds how fast one user's refused requests (submits to a tier they may not use,
+/// requeues of others' jobs) fill the audit log: per user and minute, the first
+/// [`REFUSALS_AUDITED_PER_MINUTE`] are audited as they come, the rest counted and summed up
+/// in one entry when the minute is over.
+#[derive(Default)]
+pub(super) struct RefusalLimiter {
+    window_start: i64,
+    /// Per uid: its name, refusals in this window, and those not audited one by one.
+    users: HashMap<u32, (String, u32, u32)>,
+}
+
+impl RefusalLimiter {
+    /// Whether this refusal by `uid` is audited; and the summaries of the window that ended,
+    /// if one did, to be written first.
+    pub(super) fn admit(&mut self, uid: u32, user: &str, now: Millis) -> (bool, Vec<AuditRecord>) {
+        let summaries = self.take_summaries(now);
+        let entry = self
+            .users
+            .entry(uid)
+            .or_insert_with(|| (user.to_string(), 0, 0));
+        entry.1 += 1;
+        let audit = entry.1 <= REFUSALS_AUDITED_PER_MINUTE;
+        if !audit {
+            entry.2 += 1;
+        }
+        (audit, summaries)
+    }
+
+    /// When the window is over (or too many users were seen in it): one entry per user
+    /// whose refusals were not all audited, and a new window.
+    pub(super) fn take_summaries(&mut self, now: Millis) -> Vec<AuditRecord> {
+        if now - self.window_start < WINDOW_MS && self.users.len() < MOST_USERS {
+            return Vec::new();
+        }
+        let since = self.window_start;
+        self.window_start = now;
+        let mut summaries: Vec<AuditRecord> = self
+            .users
+            .drain()
+            .filter(|(_, (_, _, left_out))| *left_out > 0)
+            .map(|(uid, (user, _, left_out))| AuditRecord {
+                time: now,
+                user,
+                uid,
+                action: "refusals_not_recorded".into(),
+                job_id: None,
+                detail: format!(
+                    "{left_out} more refused requests since {} were not recorded one by one \
+                     (at most {REFUSALS_AUDITED_PER_MINUTE} a minute per user are)",
+                    ysched_common::time::rfc3339(since)
+                ),
+                host: None,
+            })
+            .collect();
+        summaries.sort_by_key(|r| r.uid);
+        summaries
+    }
+}
+
+impl Cluster {
+    /// Audits a refusal of `caller`'s request (`record`), durably, unless the caller has had
+    /// [`REFUSALS_AUDITED_PER_MINUTE`] refusals audited in this minute already (then it is
+    /// counted, and recorded in a summary).
+    pub(super) async fn audit_refusal(
+        &self,
+        caller: &Caller,
+        record: AuditRecord,
+    ) -> ApiResult<()> {
+        let (audit, summaries) =
+            lock_refusals(&self.refusals).admit(caller.owner.uid, &caller.owner.user, record.time);
+        if !audit && summaries.is_empty() {
+            return Ok(());
+        }
+        self.run_event(|_| {
+            let mut effects = Effects::default();
+            for summary in summaries {
+                effects.audit(summary);
+            }
+            if audit {
+                effects.audit(record);
+            }
+            Ok((effects, ()))
+        })?;
+        self.commit().await
+    }
+
+    /// Runs the upkeep now and then every [`UPKEEP_EVERY`], or sooner when woken (the audit
+    /// log grew past its limit).
+    pub(super) async fn upkeep_loop(self: Arc<Self>) {
+        loop {
+            self.upkeep().await;
+            tokio::select! {
+                () = tokio::time::sleep(UPKEEP_EVERY) => {}
+                () = self.upkeep_wake.notified() => {}
+            }
+        }
+    }
+
+    async fn upkeep(&self) {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.keep_ballast()).await {
+            Ok(Ok(true)) => tracing::info!(
+                "state disk: ballast of {} MiB in place ({})",
+                store::BALLAST_BYTES >> 20,
+                store::BALLAST_FILE
+            ),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!("state disk: cannot create the ballast: {e}"),
+            Err(e) => tracing::warn!("state disk: ballast task failed: {e}"),
+        }
+        let summaries = lock_refusals(&self.refusals).take_summaries(now_ms());
+        if !summaries.is_empty() {
+            let written = self.run_event(|_| {
+                let mut effects = Effects::default();
+                for summary in summaries {
+                    effects.audit(summary);
+                }
+                Ok((effects, ()))
+            });
+            if let Err(e) = written {
+                tracing::warn!("cannot audit the refusals not recorded one by one: {e}");
+            }
+        }
+        self.expire_audit().await;
+    }
+
+    /// Removes audit entries past `scheduler.audit_keep_days` or `scheduler.audit_max_mib`,
+    /// [`EXPIRE_BATCH`] at a time.
+    async fn expire_audit(&self) {
+        let scheduler = &self.config.scheduler;
+        let keep_ms = i64::try_from(scheduler.audit_keep_days)
+            .unwrap_or(i64::MAX / 86_400_000)
+            .saturating_mul(86_400_000);
+        let max_bytes = scheduler.audit_max_mib.saturating_mul(1024 * 1024);
+        if keep_ms == 0 && max_bytes == 0 {
+            return;
+        }
+        let cutoff = if keep_ms == 0 { 0 } else { now_ms() - keep_ms };
+        let mut removed = 0;
+        loop {
+            let store = self.store.clone();
+            let step = {
+                let _busy = StoreWatch::busy(&self.store_watch.write_since);
+                tokio::task::spawn_blocking(move || {
+                    store.expire_audit(cutoff, max_bytes, EXPIRE_BATCH)
+                })
+                .await
+            };
+            match step {
+                Ok(Ok(0)) => break,
+                Ok(Ok(n)) => removed += n,
+                Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
+                Ok(Err(e)) => {
+                    tracing::warn!("audit log retention paused: {e}");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!("audit log retention failed: {e}");
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if removed > 0 {
+            let _ = self.flush_tx.send(None);
+            tracing::info!(
+                "audit log: removed {removed} entries (scheduler.audit_keep_days = {}, \
+                 scheduler.audit_max_mib = {})",
+                scheduler.audit_keep_days,
+                scheduler.audit_max_mib
+            );
+        }
+    }
+
+    /// After a write with audit entries: wakes the upkeep if the log is past its limit.
+    pub(super) fn audit_written(&self) {
+        let max_bytes = self
+            .config
+            .scheduler
+            .audit_max_mib
+            .saturating_mul(1024 * 1024);
+        if max_bytes > 0 && self.store.audit_bytes() > max_bytes {
+            self.upkeep_wake.notify_one();
+        }
+    }
+}
+
+fn lock_refusals(m: &Mutex<RefusalLimiter>) -> MutexGuard<'_, RefusalLimiter> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_users_refusals_past_the_limit_are_summed_up_when_the_minute_is_over() {
+        let mut limiter = RefusalLimiter::default();
+        let t0 = 1_000_000;
+        let mut audited = 0;
+        for i in 0..25 {
+            let (audit, summaries) = limiter.admit(1000, "alice", t0 + i);
+            assert!(summaries.is_empty());
+            audited += u32::from(audit);
+        }
+        assert_eq!(audited, REFUSALS_AUDITED_PER_MINUTE);
+        // Another user has a budget of their own.
+        assert!(limiter.admit(1001, "bob", t0 + 30).0);
+        assert!(
+            limiter.take_summaries(t0 + 100).is_empty(),
+            "the minute is not over"
+        );
+        let summaries = limiter.take_summaries(t0 + WINDOW_MS + 1);
+        assert_eq!(summaries.len(), 1, "{summaries:?}");
+        assert_eq!(
+            (summaries[0].uid, summaries[0].user.as_str()),
+            (1000, "alice")
+        );
+        assert!(
+            summaries[0]
+                .detail
+                .starts_with("15 more refused requests since "),
+            "{}",
+            summaries[0].detail
+        );
+        // A new minute: audited again.
+        assert!(limiter.admit(1000, "alice", t0 + WINDOW_MS + 2).0);
+    }
+}
