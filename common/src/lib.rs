@@ -9,6 +9,7 @@ pub mod config;
 pub mod convert;
 pub mod dependency;
 pub mod identity;
+pub mod limits;
 pub mod parse;
 pub mod sdnotify;
 pub mod signals;

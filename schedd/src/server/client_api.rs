@@ -10,7 +10,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 use ysched_common::identity::owner_from_cred;
-use ysched_common::{Caller, JobState};
+use ysched_common::{limits, Caller, JobState};
 use ysched_proto as pb;
 
 pub struct ClientApi {
@@ -58,6 +58,11 @@ fn named(r: &pb::JobRef) -> Result<Named, ApiError> {
     Named::from_ref(r.job_id, &r.target)
 }
 
+/// A refusal of a request's field (a limit broken), as the status clients get.
+fn invalid(message: String) -> Status {
+    ApiError::Invalid(message).into()
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -94,9 +99,11 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
+        // Bounded before anything is looked up (see `convert::job_filter`).
         let mut filter = super::convert::job_filter(req.get_ref())?;
-        if !req.get_ref().targets.is_empty() {
-            let named = self.cluster.resolve_targets(&req.get_ref().targets)?;
+        let r = req.get_ref();
+        if !r.targets.is_empty() {
+            let named = self.cluster.resolve_targets(&r.targets, r.job_ids.len())?;
             filter.ids.extend(named);
         }
         let mut jobs = self
@@ -129,6 +136,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::CancelReply>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
+        limits::USER.check_len(&r.user).map_err(invalid)?;
         let done = self
             .cluster
             .cancel_named(&caller, &r.job_ids, &r.targets, &r.user)
@@ -177,6 +185,8 @@ impl pb::ysched_server::Ysched for ClientApi {
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
+        limits::NODE_NAME.check_len(&r.name).map_err(invalid)?;
+        limits::DRAIN_REASON.check_len(&r.reason).map_err(invalid)?;
         if r.reason.trim().is_empty() {
             return Err(Status::invalid_argument(
                 "a drain needs a reason (--reason TEXT)",
@@ -188,6 +198,9 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn resume(&self, req: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
+        limits::NODE_NAME
+            .check_len(&req.get_ref().name)
+            .map_err(invalid)?;
         self.cluster
             .drain(&caller, &req.get_ref().name, None)
             .await?;
@@ -223,6 +236,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::ReportReply>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
+        limits::REPORT_BY.check_len(&r.by).map_err(invalid)?;
         let t = std::time::Instant::now();
         let report = self
             .cluster

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::state::client_events::refusal;
-use crate::state::targets::{parse_target, plain_target};
+use crate::state::targets::{parse_targets, plain_target};
 use ysched_common::JobTarget;
 
 impl Cluster {
@@ -68,6 +68,8 @@ impl Cluster {
         let (jobs, done) = {
             let mut st = lock(&self.state);
             let st = &mut *st;
+            let count = spec.array.as_ref().map_or(1, |a| u64::from(a.count));
+            st.rec.check_jobs_per_user(&caller, &spec.tier, count)?;
             core::check_satisfiable_with(&spec, &st.rec.nodes, &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
             // Resolved under the lock, with the submit: a target that ends meanwhile is seen
@@ -101,14 +103,18 @@ impl Cluster {
             effects.dependency_targets = targets;
             self.store.check_room()?;
             self.store.apply(std::mem::take(&mut effects.batch))?;
-            // The ids are taken now; the jobs enter memory once they are durable.
+            // The ids are taken now; the jobs enter memory once they are durable, but count
+            // against their owner's limit already.
             st.deps.observe(&effects, Some(jobs[0].id));
             let done = st.rec.commit(effects);
+            st.rec.reserve_active(&jobs);
             (jobs, done)
         };
         let first = jobs[0].id;
         if let Err(e) = self.commit().await {
-            lock(&self.state).deps.settled(first);
+            let mut st = lock(&self.state);
+            st.deps.settled(first);
+            st.rec.release_reserved(&jobs);
             return Err(e);
         }
         let submitted = Submitted {
@@ -122,7 +128,7 @@ impl Cluster {
         self.metrics.submitted_jobs(&jobs, began.elapsed());
         {
             let mut st = lock(&self.state);
-            st.rec.insert_jobs(jobs);
+            st.rec.insert_reserved_jobs(jobs);
             st.deps.settled(first);
         }
         if done.wake {
@@ -161,9 +167,7 @@ impl Cluster {
         user: &str,
     ) -> ApiResult<Vec<(JobId, String)>> {
         let mut all: Vec<JobTarget> = ids.iter().map(|&id| plain_target(id)).collect();
-        for t in targets {
-            all.push(parse_target(t)?);
-        }
+        all.extend(parse_targets(targets, ids.len())?);
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
         let (changed, wake, cancelled) =
             self.run_event(|rec| rec.cancel_targets(caller, &all, user, &finished, now_ms()))?;

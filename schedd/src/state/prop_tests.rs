@@ -564,6 +564,12 @@ fn check(rec: &Records) -> Result<(), TestCaseError> {
             );
         }
     }
+    // The per-user counts `max_jobs_per_user` is checked against follow every event.
+    prop_assert_eq!(
+        rec.kept_active_counts(),
+        &rec.recount_active(),
+        "active jobs per user, kept and counted"
+    );
     Ok(())
 }
 
