@@ -101,16 +101,22 @@ impl pb::ysched_server::Ysched for ClientApi {
         let t = std::time::Instant::now();
         // Bounded before anything is looked up (see `convert::job_filter`).
         let mut filter = super::convert::job_filter(req.get_ref())?;
-        let r = req.get_ref();
-        if !r.targets.is_empty() {
-            let named = self.cluster.resolve_targets(&r.targets, r.job_ids.len())?;
-            filter.ids.extend(named);
-        }
-        let mut jobs = self
-            .cluster
-            .list_jobs(&filter, ysched_common::convert::job_listing)?;
-        super::convert::add_queue_places(&mut jobs, &self.cluster.queue_view());
-        super::convert::add_expected_starts(&mut jobs, &self.cluster.expected_starts());
+        let r = req.into_inner();
+        let cluster = Arc::clone(&self.cluster);
+        // Names are resolved and finished jobs read from the store on a blocking thread: a
+        // listing of the whole history must not hold up the threads that answer everyone.
+        let jobs = tokio::task::spawn_blocking(move || -> Result<Vec<pb::JobInfo>, ApiError> {
+            if !r.targets.is_empty() {
+                let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
+                filter.ids.extend(named);
+            }
+            let mut jobs = cluster.list_jobs(&filter, ysched_common::convert::job_listing)?;
+            super::convert::add_queue_places(&mut jobs, &cluster.queue_view());
+            super::convert::add_expected_starts(&mut jobs, &cluster.expected_starts());
+            Ok(jobs)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("listing jobs failed: {e}")))??;
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
     }
@@ -293,7 +299,13 @@ impl pb::ysched_server::Ysched for ClientApi {
                 return;
             }
             loop {
-                match changes.recv().await {
+                // A client that went away ends its watch at once, not at the job's next
+                // change (a held job may never change: its watchers would pile up).
+                let change = tokio::select! {
+                    change = changes.recv() => change,
+                    () = tx.closed() => return,
+                };
+                match change {
                     Ok(changed) if changed != id => continue,
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(_) => return,

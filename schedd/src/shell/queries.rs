@@ -100,7 +100,8 @@ impl Cluster {
     /// `limits::max_jobs_named` jobs named in all.
     pub fn resolve_targets(&self, targets: &[String], extra: usize) -> ApiResult<BTreeSet<JobId>> {
         let parsed = parse_targets(targets, extra)?;
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let read = self.read_finished(parsed.iter().map(|t| t.id))?;
+        let finished = |id: JobId| read.job(id, &self.store);
         let st = lock(&self.state);
         let mut ids = BTreeSet::new();
         for resolved in st.rec.resolve_all(&parsed, &finished)? {

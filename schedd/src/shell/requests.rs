@@ -3,7 +3,33 @@
 use super::*;
 use crate::state::client_events::refusal;
 use crate::state::targets::{parse_targets, plain_target};
-use ysched_common::JobTarget;
+use ysched_common::array::merge_targets;
+use ysched_common::{DependencyRequest, JobTarget};
+
+/// Jobs and job states read from the store before a request takes the lock (see
+/// [`Cluster::read_finished`]); what is not among them is read when asked for (a job that
+/// ended meanwhile).
+#[derive(Default)]
+pub(super) struct Prefetched {
+    jobs: BTreeMap<JobId, Job>,
+    states: BTreeMap<JobId, Option<JobState>>,
+}
+
+impl Prefetched {
+    pub(super) fn job(&self, id: JobId, store: &Store) -> ApiResult<Option<Job>> {
+        match self.jobs.get(&id) {
+            Some(job) => Ok(Some(job.clone())),
+            None => Ok(store.job(id)?),
+        }
+    }
+
+    fn state(&self, id: JobId, store: &Store) -> ApiResult<Option<JobState>> {
+        match self.states.get(&id) {
+            Some(state) => Ok(*state),
+            None => Ok(store.job_state(id)?),
+        }
+    }
+}
 
 impl Cluster {
     /// [`Cluster::submit_jobs`], returning the id (an array's: its first task's).
@@ -63,8 +89,15 @@ impl Cluster {
             dependency,
         } = submitted;
         let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
-        let state_of = |id: JobId| self.store.job_state(id).map_err(ApiError::from);
+        // What the dependency needs from the store is read before the lock: its targets'
+        // records and the states of the jobs they stand for (a finished array's ten thousand
+        // tasks). What the lock then finds is only what ended in between.
+        let read = match &dependency {
+            Some(request) => self.read_dependency(request)?,
+            None => Prefetched::default(),
+        };
+        let finished = |id: JobId| read.job(id, &self.store);
+        let state_of = |id: JobId| read.state(id, &self.store);
         let (jobs, done) = {
             let mut st = lock(&self.state);
             let st = &mut *st;
@@ -138,6 +171,64 @@ impl Cluster {
         Ok(submitted)
     }
 
+    /// What the store holds of the jobs a dependency names (see [`Prefetched`]): read
+    /// without the lock, which is taken only to tell which of them are in memory.
+    fn read_dependency(&self, request: &DependencyRequest) -> ApiResult<Prefetched> {
+        let targets: Vec<JobTarget> = request
+            .clauses
+            .iter()
+            .flat_map(|c| c.targets.iter().cloned())
+            .collect();
+        let mut read = self.read_finished(targets.iter().map(|t| t.id))?;
+        // The jobs they stand for (an unknown name is refused later, under the lock).
+        let ids: Vec<JobId> = {
+            let st = lock(&self.state);
+            let finished = |id: JobId| Ok(read.jobs.get(&id).cloned());
+            let mut ids = Vec::new();
+            for target in merge_targets(&targets) {
+                if let Ok(resolved) = st.rec.resolve(&target, &finished) {
+                    ids.extend(
+                        resolved
+                            .ids
+                            .into_iter()
+                            .filter(|id| !st.rec.jobs.contains_key(id)),
+                    );
+                }
+                // Beyond its limit the dependency is refused anyway (under the lock).
+                if ids.len() as u64 > st.rec.limits.dependency_jobs {
+                    break;
+                }
+            }
+            ids
+        };
+        for id in ids {
+            read.states.insert(id, self.store.job_state(id)?);
+        }
+        Ok(read)
+    }
+
+    /// The records of the jobs of `ids` not in memory now, read from the store without the
+    /// lock: a request's names are then resolved under the lock without reading the store
+    /// (a finished job's record never changes).
+    pub(super) fn read_finished(
+        &self,
+        ids: impl IntoIterator<Item = JobId>,
+    ) -> ApiResult<Prefetched> {
+        let missing: Vec<JobId> = {
+            let st = lock(&self.state);
+            ids.into_iter()
+                .filter(|id| !st.rec.jobs.contains_key(id))
+                .collect()
+        };
+        let mut read = Prefetched::default();
+        for id in missing {
+            if let Some(job) = self.store.job(id)? {
+                read.jobs.insert(id, job);
+            }
+        }
+        Ok(read)
+    }
+
     /// Records, durably, a submit refused for want of permission (a tier's allow-list), before
     /// the refusal is reported.
     pub async fn submit_refused(
@@ -168,7 +259,8 @@ impl Cluster {
     ) -> ApiResult<Vec<(JobId, String)>> {
         let mut all: Vec<JobTarget> = ids.iter().map(|&id| plain_target(id)).collect();
         all.extend(parse_targets(targets, ids.len())?);
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        let read = self.read_finished(all.iter().map(|t| t.id))?;
+        let finished = |id: JobId| read.job(id, &self.store);
         let (changed, wake, cancelled) =
             self.run_event(|rec| rec.cancel_targets(caller, &all, user, &finished, now_ms()))?;
         self.settle(changed, wake).await?;
