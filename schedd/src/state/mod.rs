@@ -288,7 +288,8 @@ impl Records {
     /// finished, as the core's `Snapshot::jobs` wants them; a held job is no candidate, but
     /// dependencies on it must see that it has not started) up to date with the records,
     /// copying only the jobs touched since. A fresh (empty) copy is filled in full. Reasons
-    /// are not the scheduler's concern and may lag in the copy.
+    /// are not the scheduler's concern and may lag in the copy; checkpoint directories are
+    /// left out.
     pub fn refresh_copy(&mut self, copy: &mut SchedulerCopy) {
         let wanted = |j: &Job| !j.state.is_terminal();
         if !copy.filled {
@@ -296,7 +297,7 @@ impl Records {
                 .jobs
                 .iter()
                 .filter(|(_, j)| wanted(j))
-                .map(|(id, j)| (*id, j.clone()))
+                .map(|(id, j)| (*id, for_scheduler(j)))
                 .collect();
             copy.filled = true;
             self.touched.clear();
@@ -305,13 +306,23 @@ impl Records {
         for id in std::mem::take(&mut self.touched) {
             match self.jobs.get(&id).filter(|j| wanted(j)) {
                 Some(job) => {
-                    copy.jobs.insert(id, job.clone());
+                    copy.jobs.insert(id, for_scheduler(job));
                 }
                 None => {
                     copy.jobs.remove(&id);
                 }
             }
         }
+    }
+}
+
+/// A job as the scheduler's copy keeps it: without its checkpoint directory, which no
+/// decision reads (launches are made from the records), so that a queued task's copy carries
+/// no string of its own.
+fn for_scheduler(job: &Job) -> Job {
+    Job {
+        checkpoint_dir: String::new(),
+        ..job.clone()
     }
 }
 

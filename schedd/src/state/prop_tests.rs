@@ -612,7 +612,7 @@ proptest! {
                     .jobs
                     .iter()
                     .filter(|(_, j)| !j.state.is_terminal())
-                    .map(|(id, j)| (*id, Job { reason: String::new(), ..j.clone() }))
+                    .map(|(id, j)| (*id, Job { reason: String::new(), checkpoint_dir: String::new(), ..j.clone() }))
                     .collect();
                 let refreshed: BTreeMap<JobId, Job> = copy
                     .jobs
