@@ -58,6 +58,17 @@ impl Limit {
         check(self, n, max)
     }
 
+    /// The default maximum as the admin guide's table writes it: `256 bytes`, `4 MiB`, `1000`.
+    pub fn default_text(&self) -> String {
+        match self.unit {
+            Unit::Bytes if self.max >= 1 << 20 && self.max.is_multiple_of(1 << 20) => {
+                format!("{} MiB", self.max >> 20)
+            }
+            Unit::Bytes => format!("{} bytes", self.max),
+            Unit::Items => self.max.to_string(),
+        }
+    }
+
     /// The refusal for `n` over `max`.
     pub fn refusal(&self, n: u64, max: u64) -> String {
         match self.unit {
@@ -434,6 +445,38 @@ mod tests {
         );
         // Bytes, not characters: 86 three-byte characters are 258 bytes.
         assert!(JOB_NAME.check_len(&"训".repeat(86)).is_err());
+    }
+
+    #[test]
+    fn the_admin_guide_lists_every_limit_with_its_default_and_key() {
+        let guide = include_str!("../../docs/admin-guide.md");
+        let section = guide
+            .split("\n## Limits\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("a Limits section in docs/admin-guide.md");
+        for limit in ALL {
+            let row = section
+                .lines()
+                .find(|l| l.starts_with(&format!("| {} |", limit.what)))
+                .unwrap_or_else(|| panic!("no row for '{}' in the Limits table", limit.what));
+            let plain = row.replace('`', "");
+            let cells: Vec<&str> = plain.split(" | ").collect();
+            assert_eq!(
+                cells.get(2).copied(),
+                Some(limit.default_text().as_str()),
+                "default of '{}': {row}",
+                limit.what
+            );
+            assert!(
+                cells
+                    .get(3)
+                    .is_some_and(|k| k.trim_end_matches(" |") == limit.key),
+                "config key of '{}' should be '{}': {row}",
+                limit.what,
+                limit.key
+            );
+        }
     }
 
     #[test]
