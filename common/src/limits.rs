@@ -167,7 +167,7 @@ pub const STATES: Limit = items("job states in one request", "yq -t", 32);
 pub const STATE: Limit = bytes("job state", "yq -t (each state)", 32);
 pub const NODE_NAME: Limit = bytes(
     "node name",
-    "yctl drain|resume|show node, noded --name",
+    "yctl drain|resume|show node; an agent's registration",
     255,
 );
 pub const DRAIN_REASON: Limit = bytes("drain reason", "yctl drain --reason", 256);
