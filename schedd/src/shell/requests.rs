@@ -11,14 +11,15 @@ use ysched_common::{DependencyRequest, JobTarget};
 /// ended meanwhile).
 #[derive(Default)]
 pub(super) struct Prefetched {
-    jobs: BTreeMap<JobId, Job>,
+    /// Each job looked for: its record, or `None` when the store had none.
+    jobs: BTreeMap<JobId, Option<Job>>,
     states: BTreeMap<JobId, Option<JobState>>,
 }
 
 impl Prefetched {
     pub(super) fn job(&self, id: JobId, store: &Store) -> ApiResult<Option<Job>> {
         match self.jobs.get(&id) {
-            Some(job) => Ok(Some(job.clone())),
+            Some(job) => Ok(job.clone()),
             None => Ok(store.job(id)?),
         }
     }
@@ -183,7 +184,7 @@ impl Cluster {
         // The jobs they stand for (an unknown name is refused later, under the lock).
         let ids: Vec<JobId> = {
             let st = lock(&self.state);
-            let finished = |id: JobId| Ok(read.jobs.get(&id).cloned());
+            let finished = |id: JobId| Ok(read.jobs.get(&id).cloned().flatten());
             let mut ids = Vec::new();
             for target in merge_targets(&targets) {
                 if let Ok(resolved) = st.rec.resolve(&target, &finished) {
@@ -222,8 +223,8 @@ impl Cluster {
         };
         let mut read = Prefetched::default();
         for id in missing {
-            if let Some(job) = self.store.job(id)? {
-                read.jobs.insert(id, job);
+            if let std::collections::btree_map::Entry::Vacant(e) = read.jobs.entry(id) {
+                e.insert(self.store.job(id)?);
             }
         }
         Ok(read)
