@@ -128,6 +128,10 @@ pub struct SchedulerConfig {
     /// How many of each tier's first waiting jobs get a reservation (an expected start and
     /// the resources it will use) that backfill must not delay.
     pub backfill_reservations: u32,
+    /// The most active jobs (queued, held, running, being stopped; each array task counts)
+    /// one user may have; a submit that would go beyond it is refused whole. Administrators
+    /// are not limited.
+    pub max_jobs_per_user: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -203,6 +207,9 @@ pub struct TierConfig {
     pub max_gpus_per_account: u32,
     /// The same per user (`UserLimit`).
     pub max_gpus_per_user: u32,
+    /// The most active jobs one user may have in this tier (as
+    /// `scheduler.max_jobs_per_user`, which holds as well); 0: only the scheduler's limit.
+    pub max_jobs_per_user: u32,
 }
 
 impl Default for TierConfig {
@@ -218,6 +225,7 @@ impl Default for TierConfig {
             allow_groups: Vec::new(),
             max_gpus_per_account: 0,
             max_gpus_per_user: 0,
+            max_jobs_per_user: 0,
         }
     }
 }
@@ -251,6 +259,7 @@ impl Default for SchedulerConfig {
             kill_invalid_depend: false,
             backfill: true,
             backfill_reservations: 1,
+            max_jobs_per_user: crate::limits::DEFAULT_MAX_JOBS_PER_USER,
         }
     }
 }
@@ -363,6 +372,25 @@ impl Config {
                 self.scheduler.max_script_mib
             ));
         }
+        let (heartbeat, timeout) = (
+            self.scheduler.heartbeat_secs,
+            self.scheduler.node_timeout_secs,
+        );
+        if heartbeat == 0 || heartbeat > 3600 {
+            return Err(format!(
+                "scheduler.heartbeat_secs = {heartbeat} is out of range (1 to 3600)"
+            ));
+        }
+        if timeout < heartbeat || timeout > 86_400 {
+            return Err(format!(
+                "scheduler.node_timeout_secs = {timeout} must be at least \
+                 scheduler.heartbeat_secs = {heartbeat} (a node is silent only after missing \
+                 heartbeats) and at most 86400"
+            ));
+        }
+        if self.scheduler.max_jobs_per_user == 0 {
+            return Err("scheduler.max_jobs_per_user must be at least 1".into());
+        }
         if self.scheduler.max_launch_attempts == 0 {
             return Err("scheduler.max_launch_attempts must be at least 1".into());
         }
@@ -421,6 +449,9 @@ impl Config {
         self.fair_share_half_life_ms()?;
         for (name, a) in &self.accounts {
             crate::text::check_printable("account name", name)?;
+            crate::limits::ACCOUNT
+                .check_len(name)
+                .map_err(|e| format!("[accounts.{}]: {e}", crate::text::excerpt(name, 32)))?;
             if a.shares == 0 {
                 return Err(format!("account '{name}': shares must be at least 1"));
             }
@@ -445,6 +476,9 @@ impl Config {
             }
         }
         for (name, t) in &self.tiers {
+            crate::limits::TIER
+                .check_len(name)
+                .map_err(|e| format!("[tiers.{}]: {e}", crate::text::excerpt(name, 32)))?;
             if t.default_grace > t.max_grace {
                 return Err(format!("tier '{name}': default_grace exceeds max_grace"));
             }
@@ -473,19 +507,17 @@ impl Config {
         self.scheduler.max_script_mib.saturating_mul(1024 * 1024)
     }
 
-    /// The one size limit for what a job carries to its node: the script, and the environment
+    /// The size limit for what a job carries to its node: the script, and the environment
     /// (names and values, plus two bytes each), each at most `scheduler.max_script_mib`.
-    /// `ysub` checks it before sending, and `schedd` again at submit, with this message.
+    /// `ysub` checks it before sending, and `schedd` again at submit, with this message. The
+    /// launch as a whole is bounded by [`crate::limits::check_launch_size`].
     pub fn check_payload_size<'a>(
         &self,
         script: &str,
         env: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> Result<(), String> {
         let limit = self.max_script_bytes();
-        let env = env
-            .into_iter()
-            .map(|(name, value)| name.len() as u64 + value.len() as u64 + 2)
-            .fold(0u64, u64::saturating_add);
+        let (env, _) = crate::limits::env_bytes(env);
         for (what, size) in [("script", script.len() as u64), ("environment", env)] {
             if size > limit {
                 return Err(format!(
@@ -498,8 +530,18 @@ impl Config {
         Ok(())
     }
 
-    /// The largest gRPC message any ysched link accepts: room for a script and an
-    /// environment at their limits plus everything else in a launch.
+    /// The most a job's part of its launch message may weigh (script, environment,
+    /// arguments, name, paths: [`crate::limits::launch_size`]): a script and an environment at
+    /// their limits and 2 MiB for the rest.
+    pub fn max_launch_bytes(&self) -> u64 {
+        self.max_script_bytes()
+            .saturating_mul(2)
+            .saturating_add(2 << 20)
+    }
+
+    /// The largest gRPC message any ysched link accepts: room for a launch at its limit
+    /// ([`Config::max_launch_bytes`]) plus everything else in it (the node list of the largest
+    /// job included).
     pub fn max_message_bytes(&self) -> usize {
         let b = self
             .max_script_bytes()
@@ -689,6 +731,46 @@ mod tests {
         assert!(err.contains("scheduler.max_connections_per_user"), "{err}");
         let err = Config::parse("[node]\nmax_client_connections = 0\n").unwrap_err();
         assert!(err.contains("node.max_client_connections"), "{err}");
+    }
+
+    #[test]
+    fn heartbeats_and_timeouts_must_make_sense() {
+        for (toml, wanted) in [
+            (
+                "heartbeat_secs = 0",
+                "scheduler.heartbeat_secs = 0 is out of range",
+            ),
+            (
+                "node_timeout_secs = 0",
+                "scheduler.node_timeout_secs = 0 must be at least",
+            ),
+            (
+                "heartbeat_secs = 20\nnode_timeout_secs = 10",
+                "scheduler.node_timeout_secs = 10 must be at least scheduler.heartbeat_secs = 20",
+            ),
+            (
+                "max_jobs_per_user = 0",
+                "max_jobs_per_user must be at least 1",
+            ),
+        ] {
+            let err = Config::parse(&format!(
+                "[scheduler]\n{toml}\n[node]\nfence_after_secs = 0\n"
+            ))
+            .unwrap_err();
+            assert!(err.contains(wanted), "{toml}: {err}");
+        }
+        assert!(Config::parse("[scheduler]\nheartbeat_secs = 2\nnode_timeout_secs = 2\n").is_ok());
+    }
+
+    #[test]
+    fn names_in_the_config_are_bounded_like_names_in_requests() {
+        let long = "a".repeat(200);
+        let err = Config::parse(&format!("[accounts.{long}]\n")).unwrap_err();
+        assert!(
+            err.contains("account is 200 bytes; the limit is 128 (fixed)"),
+            "{err}"
+        );
+        assert!(err.len() < 200, "{err}");
     }
 
     #[test]

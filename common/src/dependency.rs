@@ -8,6 +8,8 @@
 //! core checks that no other job of the same name and user runs.
 
 use crate::array::JobTarget;
+use crate::limits;
+use crate::text::excerpt;
 use crate::types::{JobId, JobState};
 use serde::{Deserialize, Serialize};
 
@@ -139,9 +141,13 @@ pub struct Dependency {
 impl DependencyRequest {
     /// Parses sbatch's syntax: clauses joined by `,` (all must hold) or `?` (any), not both;
     /// each `after|afterany|afterok|afternotok:ID[:ID...]` or `singleton`. IDs are `12`,
-    /// `12_7` or `12_[1-5]`.
+    /// `12_7` or `12_[1-5]`. At most [`limits::DEPENDENCY`] bytes naming at most
+    /// [`limits::DEPENDENCY_TARGETS`] jobs; costs O(text).
     pub fn parse(text: &str) -> Result<DependencyRequest, String> {
+        limits::DEPENDENCY.check_len(text)?;
         let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        // Messages echo the start of the text only.
+        let text = &excerpt(text.trim(), 60);
         if compact.is_empty() {
             return Err("empty --dependency".into());
         }
@@ -167,25 +173,35 @@ impl DependencyRequest {
             text: compact.clone(),
             ..DependencyRequest::default()
         };
+        let mut named = 0u64;
         for clause in split_clauses(&compact) {
             if clause.eq_ignore_ascii_case("singleton") {
                 request.singleton = true;
                 continue;
             }
             let (kind, ids) = clause.split_once(':').ok_or_else(|| {
-                format!("--dependency '{text}': '{clause}' names no job (expected e.g. afterok:12)")
+                format!(
+                    "--dependency '{text}': '{}' names no job (expected e.g. afterok:12)",
+                    excerpt(clause, 40)
+                )
             })?;
             let kind = DepKind::parse(kind).ok_or_else(|| {
                 format!(
-                    "--dependency '{text}': unknown type '{kind}' \
-                     (known: after, afterany, afterok, afternotok, singleton)"
+                    "--dependency '{text}': unknown type '{}' \
+                     (known: after, afterany, afterok, afternotok, singleton)",
+                    excerpt(kind, 24)
                 )
             })?;
             let mut targets = Vec::new();
             for id in split_ids(ids) {
+                named += 1;
+                limits::DEPENDENCY_TARGETS
+                    .check_count(named)
+                    .map_err(|e| format!("--dependency '{text}': {e}"))?;
                 if id.contains('+') {
                     return Err(format!(
-                        "--dependency '{text}': delays ('{id}') are not supported"
+                        "--dependency '{text}': delays ('{}') are not supported",
+                        excerpt(id, 24)
                     ));
                 }
                 targets.push(
@@ -193,7 +209,10 @@ impl DependencyRequest {
                 );
             }
             if targets.is_empty() {
-                return Err(format!("--dependency '{text}': '{clause}' names no job"));
+                return Err(format!(
+                    "--dependency '{text}': '{}' names no job",
+                    excerpt(clause, 40)
+                ));
             }
             request.clauses.push(ClauseRequest { kind, targets });
         }
@@ -306,12 +325,12 @@ mod tests {
         assert!(!r.any);
         assert_eq!(r.clauses.len(), 2);
         assert_eq!(r.clauses[0].targets.len(), 2);
-        assert_eq!(r.clauses[1].targets[0].tasks, Some(vec![1, 2]));
+        assert_eq!(r.clauses[1].targets[0].to_string(), "14_[1,2]");
         let r = DependencyRequest::parse("after:5?afternotok:6").unwrap();
         assert!(r.any);
         let r = DependencyRequest::parse("afterany:12_7?afternotok:13_[1-3,5]").unwrap();
         assert!(r.any);
-        assert_eq!(r.clauses[1].targets[0].tasks, Some(vec![1, 2, 3, 5]));
+        assert_eq!(r.clauses[1].targets[0].tasks_named(), Some(4));
         assert!(
             !DependencyRequest::parse("afterok:12_[1,2],after:3")
                 .unwrap()
@@ -333,6 +352,26 @@ mod tests {
             let err = DependencyRequest::parse(bad).unwrap_err();
             assert!(err.contains(wanted), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn dependencies_are_bounded() {
+        let ids = (1..=100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        assert!(DependencyRequest::parse(&format!("afterok:{ids}")).is_ok());
+        let err = DependencyRequest::parse(&format!("afterok:{ids}:101")).unwrap_err();
+        assert!(
+            err.ends_with("jobs named by --dependency: 101; the limit is 100 (fixed)"),
+            "{err}"
+        );
+        assert!(err.len() < 200, "{err}");
+        let err = DependencyRequest::parse(&format!("afterok:{}", "1:".repeat(600))).unwrap_err();
+        assert_eq!(err, "--dependency is 1208 bytes; the limit is 1024 (fixed)");
+        // Nested brackets cost nothing special.
+        let err = DependencyRequest::parse(&format!("afterok:1_{}", "[".repeat(900))).unwrap_err();
+        assert!(err.contains("not a job id"), "{err}");
     }
 
     #[test]

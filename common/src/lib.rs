@@ -12,6 +12,7 @@ pub mod convert;
 pub mod dependency;
 pub mod edge;
 pub mod identity;
+pub mod limits;
 pub mod parse;
 pub mod sdnotify;
 pub mod secret;

@@ -20,10 +20,21 @@ pub enum ParseError {
     Time(String),
     #[error("time limit '{0}' exceeds the maximum of 365 days (365-00:00:00)")]
     TimeTooLong(String),
+    #[error("invalid time limit '{input}': {field} must be 0 to {max} (got {value})")]
+    TimeField {
+        input: String,
+        field: &'static str,
+        value: String,
+        max: u64,
+    },
     #[error("invalid memory size '{0}': use a whole number with an optional K, M, G or T suffix (default M)")]
     Size(String),
     #[error("memory size '{0}' exceeds the maximum of 1024T (1 PiB)")]
     SizeTooLarge(String),
+    #[error(
+        "--mem {0} asks for no memory; give at least 1M, or leave --mem out for no memory request"
+    )]
+    NoMemory(String),
     #[error("invalid {flag} '{value}': use a whole number from {min} to {max}")]
     Number {
         flag: String,
@@ -102,49 +113,62 @@ pub fn parse_bounded_u32(flag: &str, input: &str, min: u32, max: u32) -> Result<
     parse_bounded(flag, input, min.into(), max.into()).map(|n| n as u32)
 }
 
-/// Parses a Slurm time limit into seconds. `0` and `UNLIMITED`/`INFINITE` mean no limit (`None`).
-/// A limit over [`MAX_TIME_LIMIT_SECS`] (365 days) is refused, however large its numbers: the
-/// arithmetic is checked, so nothing wraps around into a short limit.
+/// Parses a Slurm time limit into seconds: `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM` or
+/// `D-HH:MM:SS`. The leading field may be any size (`90` minutes, `36:00:00`); the others are
+/// within their unit (seconds and minutes 0 to 59, hours after days 0 to 23), so `1:99:99` or
+/// `00:60` is refused rather than read as something else. `0` and `UNLIMITED`/`INFINITE` mean
+/// no limit (`None`). A limit over [`MAX_TIME_LIMIT_SECS`] (365 days) is refused, however large
+/// its numbers: the arithmetic is checked, so nothing wraps around into a short limit.
 pub fn parse_time_limit(input: &str) -> Result<Option<u64>, ParseError> {
-    let err = || ParseError::Time(input.to_string());
-    let too_long = || ParseError::TimeTooLong(input.trim().to_string());
+    let err = || ParseError::Time(crate::text::excerpt(input, 40));
+    let too_long = || ParseError::TimeTooLong(crate::text::excerpt(input.trim(), 40));
     let s = input.trim();
     if s.eq_ignore_ascii_case("unlimited") || s.eq_ignore_ascii_case("infinite") {
         return Ok(None);
     }
-    let component = |text: &str| match num(text) {
-        Ok(n) => Ok(n),
-        Err(NumError::Invalid) => Err(err()),
-        Err(NumError::Overflow) => Err(too_long()),
-    };
     let (days, rest) = match s.split_once('-') {
-        Some((d, r)) => (Some(component(d)?), r),
+        Some((d, r)) => (Some(d), r),
         None => (None, s),
     };
     // Syntax first, so `1:2:3:4` is malformed rather than too long.
     let texts: Vec<&str> = rest.split(':').collect();
-    if texts.iter().any(|t| num(t) == Err(NumError::Invalid)) {
+    if texts.len() > 3
+        || days.is_some_and(|d| num(d) == Err(NumError::Invalid))
+        || texts.iter().any(|t| num(t) == Err(NumError::Invalid))
+    {
         return Err(err());
     }
-    let parts = texts
-        .into_iter()
-        .map(component)
-        .collect::<Result<Vec<u64>, _>>()?;
-    let (d, h, m, sec) = match (days, parts.as_slice()) {
-        (None, [m]) => (0, 0, *m, 0),
-        (None, [m, s]) => (0, 0, *m, *s),
-        (None, [h, m, s]) => (0, *h, *m, *s),
-        (Some(d), [h]) => (d, *h, 0, 0),
-        (Some(d), [h, m]) => (d, *h, *m, 0),
-        (Some(d), [h, m, s]) => (d, *h, *m, *s),
+    const D: (&str, u64, u64) = ("days", 86_400, 0);
+    const H: (&str, u64, u64) = ("hours", 3_600, 23);
+    const M: (&str, u64, u64) = ("minutes", 60, 59);
+    const S: (&str, u64, u64) = ("seconds", 1, 59);
+    // Each field with its unit: (name, seconds, largest value unless it leads).
+    let fields: Vec<(&str, (&'static str, u64, u64))> = match (days, texts.as_slice()) {
+        (None, [m]) => vec![(m, M)],
+        (None, [m, s]) => vec![(m, M), (s, S)],
+        (None, [h, m, s]) => vec![(h, H), (m, M), (s, S)],
+        (Some(d), [h]) => vec![(d, D), (h, H)],
+        (Some(d), [h, m]) => vec![(d, D), (h, H), (m, M)],
+        (Some(d), [h, m, s]) => vec![(d, D), (h, H), (m, M), (s, S)],
         _ => return Err(err()),
     };
-    let secs = d
-        .checked_mul(86_400)
-        .and_then(|t| t.checked_add(h.checked_mul(3_600)?))
-        .and_then(|t| t.checked_add(m.checked_mul(60)?))
-        .and_then(|t| t.checked_add(sec))
-        .ok_or_else(too_long)?;
+    let mut secs: u64 = 0;
+    for (i, (text, (unit, scale, max))) in fields.into_iter().enumerate() {
+        // Digits only (checked above): an error here is an overflow.
+        let value = num(text).ok();
+        if i > 0 && value.is_none_or(|v| v > max) {
+            return Err(ParseError::TimeField {
+                input: crate::text::excerpt(s, 40),
+                field: unit,
+                value: crate::text::excerpt(text, 24),
+                max,
+            });
+        }
+        secs = value
+            .and_then(|v| v.checked_mul(scale))
+            .and_then(|v| secs.checked_add(v))
+            .ok_or_else(too_long)?;
+    }
     if secs > MAX_TIME_LIMIT_SECS {
         return Err(too_long());
     }
@@ -181,6 +205,15 @@ pub fn parse_mem_mib(input: &str) -> Result<u64, ParseError> {
         return Err(too_large());
     }
     Ok(mib)
+}
+
+/// Parses a job's `--mem` ([`parse_mem_mib`]): `0` is refused, as a job always needs some
+/// memory (Slurm reads `--mem=0` as "all of the node's"; leave `--mem` out for no request).
+pub fn parse_job_mem_mib(input: &str) -> Result<u64, ParseError> {
+    match parse_mem_mib(input)? {
+        0 => Err(ParseError::NoMemory(crate::text::excerpt(input.trim(), 24))),
+        mib => Ok(mib),
+    }
 }
 
 /// A byte count for messages: `812 B`, `3.2 KiB`, `4.1 MiB`, `1.5 GiB`. Rounds up at one
@@ -222,8 +255,52 @@ mod tests {
         assert_eq!(parse_time_limit("1-00:01"), Ok(Some(86400 + 60)));
         assert_eq!(parse_time_limit("1-00:00:01"), Ok(Some(86401)));
         assert_eq!(parse_time_limit("UNLIMITED"), Ok(None));
+        assert_eq!(parse_time_limit("90"), Ok(Some(5400)));
+        assert_eq!(parse_time_limit("36:00:00"), Ok(Some(36 * 3600)));
+        assert_eq!(parse_time_limit("1-23:59:59"), Ok(Some(86400 + 86399)));
         for bad in ["", "abc", "-5", "1:2:3:4", "1-", "1.5", "1-2:3:4:5", " : "] {
             assert!(parse_time_limit(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn time_fields_out_of_their_unit_are_refused() {
+        assert_eq!(
+            parse_time_limit("1:99:99").unwrap_err().to_string(),
+            "invalid time limit '1:99:99': minutes must be 0 to 59 (got 99)"
+        );
+        assert_eq!(
+            parse_time_limit("00:60").unwrap_err().to_string(),
+            "invalid time limit '00:60': seconds must be 0 to 59 (got 60)"
+        );
+        for bad in [
+            "1-24",
+            "1-00:60",
+            "0:0:60",
+            "1:99999999999999999999",
+            "1-99999999999999999:00:00",
+            "0-0:0:18446744073709551615",
+        ] {
+            assert!(
+                matches!(parse_time_limit(bad), Err(ParseError::TimeField { .. })),
+                "{bad}: {:?}",
+                parse_time_limit(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn a_job_needs_some_memory() {
+        assert_eq!(parse_job_mem_mib("1"), Ok(1));
+        for zero in ["0", "0G", " 0K "] {
+            assert_eq!(
+                parse_job_mem_mib(zero).unwrap_err().to_string(),
+                format!(
+                    "--mem {} asks for no memory; give at least 1M, or leave --mem out for no \
+                     memory request",
+                    zero.trim()
+                )
+            );
         }
     }
 
@@ -234,10 +311,7 @@ mod tests {
             "307445734561825861",
             "999999999999999999",
             "99999999999999999999999",
-            "1:99999999999999999999",
             "213503982334601-00",
-            "1-99999999999999999:00:00",
-            "0-0:0:18446744073709551615",
             "525601",
             "365-00:00:01",
             "366-00",

@@ -1,53 +1,136 @@
 //! User-supplied text that ends up on someone's terminal: job names, accounts, drain reasons,
 //! node names, paths. Two rules keep a terminal safe from what other users typed:
 //!
-//! * [`check_printable`] refuses control characters (and the Unicode line separators and bidi
-//!   overrides that reorder or break a line) where such text enters the system;
+//! * [`check_printable`] refuses control characters and invisible formatting characters
+//!   (zero-width spaces and joiners, bidi marks and overrides, the byte-order mark, soft
+//!   hyphens: Unicode's whole `Cf` category), which reorder, hide or break a line, where such
+//!   text enters the system;
 //! * [`escape_for_terminal`] shows whatever gets through anyway (older records, names from
 //!   agents, paths) as visible escapes, `\n`, `\x1b`, `\u{202e}`, in human-readable output.
 //!
-//! JSON output needs neither: serde escapes control characters itself.
+//! JSON output needs neither: serde escapes control characters itself. Error messages echo at
+//! most an [`excerpt`] of what a user gave.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// Whether `c` is a control character (C0, DEL, C1) or a line or paragraph separator
+/// (U+2028, U+2029).
+fn is_control(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// Whether `c` is in Unicode's `Cf` (format) category (Unicode 15.1): characters that are not
+/// shown but change how text around them reads, e.g. U+200B ZERO WIDTH SPACE, U+200E/U+200F
+/// (LRM, RLM), U+061C (ALM), U+202A–U+202E and U+2066–U+2069 (bidi embeddings, overrides and
+/// isolates), U+FEFF (BOM), U+00AD (soft hyphen), U+E0001 and the tag characters.
+pub fn is_format_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
+}
+
 /// Whether `c` must not reach a terminal as is: a control character (C0, DEL, C1), a line or
-/// paragraph separator (U+2028, U+2029), or a bidi embedding, override or isolate
-/// (U+202A–U+202E, U+2066–U+2069), which can make text read differently from what it is.
+/// paragraph separator (U+2028, U+2029), or a format character ([`is_format_char`]: bidi
+/// controls, zero-width characters, ...), which can make text read differently from what it
+/// is, or hide part of it.
 pub fn is_unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
-        )
+    is_control(c) || is_format_char(c)
 }
 
 /// How much of a refused value an error message echoes (escaped), so a huge value does not
 /// flood the terminal.
 const ECHO_CHARS: usize = 80;
 
+/// At most `max_chars` characters of `value`, escaped for a terminal ([`escape_for_terminal`]),
+/// with `…` when cut: what an error message may echo of a user's input.
+pub fn excerpt(value: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    let mut shown = 0;
+    // Only what is shown is looked at: the cost does not grow with the value.
+    for c in value.chars() {
+        let before = out.len();
+        push_escaped(&mut out, c);
+        // Escapes are ASCII; other characters count one each.
+        let width = if is_unsafe_char(c) {
+            out.len() - before
+        } else {
+            1
+        };
+        if shown + width > max_chars {
+            out.truncate(before);
+            out.push('…');
+            return out;
+        }
+        shown += width;
+    }
+    out
+}
+
+/// `c`, or its visible escape when [`is_unsafe_char`] flags it.
+fn push_escaped(out: &mut String, c: char) {
+    if !is_unsafe_char(c) {
+        out.push(c);
+        return;
+    }
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+}
+
 /// Refuses `value` if it holds a character [`is_unsafe_char`] flags. `field` names the value
 /// in the message, e.g. `job name "bad\nname" contains a control character (U+000A); names may
-/// not contain control characters`.
+/// not contain control characters`, or `... contains an invisible formatting character
+/// (U+200B); names may not contain control or formatting characters`.
 pub fn check_printable(field: &str, value: &str) -> Result<(), String> {
     let Some(bad) = value.chars().find(|&c| is_unsafe_char(c)) else {
         return Ok(());
     };
-    let escaped = escape_for_terminal(value);
-    let shown: String = if escaped.chars().count() > ECHO_CHARS {
-        let mut s: String = escaped.chars().take(ECHO_CHARS).collect();
-        s.push('…');
-        s
-    } else {
-        escaped.into_owned()
-    };
+    let shown = excerpt(value, ECHO_CHARS);
     // "job name" → "names", "account" → "accounts", "drain reason" → "reasons".
     let noun = field.rsplit(' ').next().unwrap_or(field);
-    Err(format!(
-        "{field} \"{shown}\" contains a control character (U+{:04X}); {noun}s may not contain \
-         control characters",
-        bad as u32
-    ))
+    if is_control(bad) {
+        Err(format!(
+            "{field} \"{shown}\" contains a control character (U+{:04X}); {noun}s may not \
+             contain control characters",
+            bad as u32
+        ))
+    } else {
+        Err(format!(
+            "{field} \"{shown}\" contains an invisible formatting character (U+{:04X}); {noun}s \
+             may not contain control or formatting characters",
+            bad as u32
+        ))
+    }
 }
 
 /// `s` with every character [`is_unsafe_char`] flags replaced by a visible escape: `\n`, `\r`,
@@ -65,21 +148,7 @@ pub fn escape_for_terminal(s: &str) -> Cow<'_, str> {
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        if !is_unsafe_char(c) {
-            out.push(c);
-            continue;
-        }
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x80 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-        }
+        push_escaped(&mut out, c);
     }
     Cow::Owned(out)
 }
@@ -117,7 +186,10 @@ mod tests {
             "{err}"
         );
         let err = check_printable("drain reason", "fan\u{202e}olleh").unwrap_err();
-        assert!(err.contains("(U+202E); reasons may not"), "{err}");
+        assert!(
+            err.contains("invisible formatting character (U+202E); reasons may not"),
+            "{err}"
+        );
         for bad in [
             "a\rb",
             "a\tb",
@@ -137,6 +209,51 @@ mod tests {
                 "{bad:?} accepted"
             );
         }
+    }
+
+    #[test]
+    fn invisible_formatting_characters_are_refused() {
+        // Zero-width space, LRM, RLM, ALM, BOM, soft hyphen, word joiner, a tag character.
+        for c in [
+            '\u{200b}',
+            '\u{200e}',
+            '\u{200f}',
+            '\u{061c}',
+            '\u{feff}',
+            '\u{ad}',
+            '\u{2060}',
+            '\u{e0041}',
+            '\u{200d}',
+            '\u{2066}',
+        ] {
+            let err = check_printable("job name", &format!("a{c}b")).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "contains an invisible formatting character (U+{:04X})",
+                    c as u32
+                )),
+                "{err}"
+            );
+            assert_eq!(
+                escape_for_terminal(&format!("a{c}")),
+                format!("a\\u{{{:x}}}", c as u32)
+            );
+        }
+        // Visible neighbours of the format characters pass.
+        for ok in ["a\u{2010}b", "\u{2070}", "\u{fefe}", "\u{061b}", "\u{00ae}"] {
+            assert_eq!(check_printable("job name", ok), Ok(()), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn excerpts_are_short_and_escaped() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt(&"x".repeat(1000), 5), "xxxxx…");
+        assert_eq!(excerpt("a\nb", 10), "a\\nb");
+        // Escapes count as what they show, and are never cut.
+        assert_eq!(excerpt("\n\n\n\n", 5), "\\n\\n…");
+        assert_eq!(excerpt("ab\u{202e}", 3), "ab…");
+        assert_eq!(excerpt("训练训练", 2), "训练…");
     }
 
     #[test]

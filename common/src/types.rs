@@ -392,10 +392,70 @@ impl RunView<'_> {
     }
 }
 
+/// How far the parts of a run have got ([`Parts`]), kept out of line: only a job that runs
+/// has any, and a queued job's record (ten thousand of them for an array) carries one pointer
+/// instead. Reads of a job without parts see an empty [`Parts`]; the first write makes them.
+#[derive(Clone, Default)]
+pub struct PartsProgress(Option<Box<Parts>>);
+
+/// What a queued job's [`PartsProgress`] reads as.
+static NO_PARTS: Parts = Parts {
+    nodelist: Vec::new(),
+    ended: Vec::new(),
+    first_failure: None,
+    master_port: 0,
+};
+
+impl std::ops::Deref for PartsProgress {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        self.0.as_deref().unwrap_or(&NO_PARTS)
+    }
+}
+
+impl std::ops::DerefMut for PartsProgress {
+    fn deref_mut(&mut self) -> &mut Parts {
+        self.0.get_or_insert_with(Default::default)
+    }
+}
+
+impl From<Parts> for PartsProgress {
+    fn from(parts: Parts) -> PartsProgress {
+        PartsProgress((parts != NO_PARTS).then(|| Box::new(parts)))
+    }
+}
+
+impl PartialEq for PartsProgress {
+    fn eq(&self, other: &PartsProgress) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for PartsProgress {}
+
+impl fmt::Debug for PartsProgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Serialize for PartsProgress {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PartsProgress {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Parts::deserialize(deserializer).map(PartsProgress::from)
+    }
+}
+
 /// How far the parts of a multi-node run have got. A part's GPUs are released as soon as its
 /// process is gone, so while some parts run, `Job::alloc` lists only the live ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct PartsProgress {
+pub struct Parts {
     /// All nodes of the run in rank order (rank 0 first).
     pub nodelist: Vec<String>,
     /// Allocations of the parts that have ended.

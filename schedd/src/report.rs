@@ -40,7 +40,8 @@ impl GroupBy {
             "user" | "users" => Ok(GroupBy::User),
             "tier" | "tiers" => Ok(GroupBy::Tier),
             other => Err(format!(
-                "report by {other:?}: expected account, user or tier"
+                "report by \"{}\": expected account, user or tier",
+                ysched_common::text::excerpt(other, 32)
             )),
         }
     }

@@ -39,12 +39,20 @@ pub fn validate(
             caller.host.as_deref().unwrap_or_default()
         )));
     }
-    use ysched_common::parse;
-    use ysched_common::text::check_printable;
+    use ysched_common::text::{check_printable, excerpt};
+    use ysched_common::{limits, parse};
     let invalid = ApiError::Invalid;
+    // Every text first, by its length, before anything looks at its content, then what the
+    // job will carry to its node: the same limits `ysub` checks (`ysched_common::limits`).
+    limits::check_submit_texts(&wire).map_err(invalid)?;
     // Names and accounts are printed by `yq` and friends on other users' terminals.
     check_printable("job name", &wire.name).map_err(invalid)?;
     check_printable("account", &wire.account).map_err(invalid)?;
+    check_printable("tier", &wire.tier).map_err(invalid)?;
+    check_printable("GPU model", &wire.gpu_type).map_err(invalid)?;
+    for feature in &wire.constraints {
+        check_printable("feature", feature).map_err(invalid)?;
+    }
     // The same bounds `ysub` enforces, for clients that bypass it.
     for (flag, value, max) in [
         ("--gpus", u64::from(wire.gpus), u64::from(parse::MAX_GPUS)),
@@ -88,7 +96,7 @@ pub fn validate(
     let Some(tier) = config.tier(&tier_name) else {
         return Err(invalid(format!(
             "unknown tier '{}' (tiers: {})",
-            wire.tier,
+            excerpt(&wire.tier, 64),
             config.tier_names().join(", ")
         )));
     };
@@ -151,9 +159,10 @@ pub fn validate(
     if !wire.workdir.starts_with('/') {
         return Err(invalid(format!(
             "working directory '{}' is not an absolute path",
-            wire.workdir
+            excerpt(&wire.workdir, 80)
         )));
     }
+    let checkpoint_dir = limits::checkpoint_dir(&wire);
     let gpu_types: Vec<String> = wire
         .gpu_type
         .split('|')
@@ -161,7 +170,13 @@ pub fn validate(
         .filter(|t| !t.is_empty())
         .collect();
     if wire.gpu_type.contains('|') && gpu_types.len() != wire.gpu_type.split('|').count() {
-        return Err(invalid(format!("malformed --gpu-type '{}'", wire.gpu_type)));
+        return Err(invalid(format!(
+            "malformed --gpu-type '{}'",
+            excerpt(&wire.gpu_type, 64)
+        )));
+    }
+    if wire.constraints.iter().any(|c| c.trim().is_empty()) {
+        return Err(invalid("an empty feature in --constraint".into()));
     }
     if !gpu_types.is_empty() && wire.gpus == 0 {
         return Err(invalid("--gpu-type given without --gpus".into()));
@@ -171,7 +186,8 @@ pub fn validate(
         "nvlink" => Some("nvlink".to_string()),
         other => {
             return Err(invalid(format!(
-                "unknown --interconnect '{other}' (known: nvlink)"
+                "unknown --interconnect '{}' (known: nvlink)",
+                excerpt(other, 32)
             )))
         }
     };
@@ -212,7 +228,7 @@ pub fn validate(
         mem_mib: wire.mem_mib,
         time_limit_secs: (wire.time_limit_secs > 0).then_some(wire.time_limit_secs),
         grace_secs: wire.grace_secs,
-        checkpoint_dir: opt(wire.checkpoint_dir).map(|d| absolutize(&d, &wire.workdir)),
+        checkpoint_dir,
         account: opt(wire.account).unwrap_or_else(|| {
             owner
                 .groups
@@ -251,10 +267,11 @@ pub fn validate(
     })
 }
 
-/// The one size limit for what a job carries to its node (see
-/// [`Config::check_payload_size`]).
+/// The size limits of what a job carries to its node, each text, the script and the
+/// environment, and the launch as a whole (see [`ysched_common::limits::check_submit`]): the
+/// check `ysub` makes too, with the same message.
 pub fn check_payload_size(wire: &pb::JobSpec, config: &Config) -> Result<(), String> {
-    config.check_payload_size(&wire.script, &wire.env)
+    ysched_common::limits::check_submit(wire, config)
 }
 
 pub use ysched_common::config::FALLBACK_CHECKPOINT_ROOT;
@@ -292,14 +309,6 @@ pub fn checkpoint_dir_with(
         None => root.to_string(),
     };
     format!("{}/{id}", root.trim_end_matches('/'))
-}
-
-fn absolutize(path: &str, workdir: &str) -> String {
-    if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("{}/{path}", workdir.trim_end_matches('/'))
-    }
 }
 
 /// Administrators may use every tier; otherwise empty allow lists mean everyone. Root that is

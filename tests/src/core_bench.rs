@@ -379,13 +379,7 @@ fn make_array(jobs: &mut [Job], max_running: u32, dependency: Option<Dependency>
     let (array_id, submit_time) = (first.id, first.submit_time);
     let count = jobs.len() as u32;
     let mut spec = (*first.spec).clone();
-    spec.array = Some(ArraySpec {
-        indices: format!("0-{}", count - 1),
-        max_running,
-        count,
-        min: 0,
-        max: count - 1,
-    });
+    spec.array = Some(ArraySpec::first_n(count, max_running));
     spec.time_limit_secs = Some(3600);
     spec.dependency = dependency;
     let spec = std::sync::Arc::new(spec);

@@ -7,6 +7,7 @@
 
 pub mod core_bench;
 pub mod fleet;
+pub mod fuzz;
 pub mod neighbour;
 
 use serde_json::Value;
@@ -104,6 +105,9 @@ pub struct TestCluster {
     schedd: Option<Child>,
     agents: BTreeMap<String, Child>,
     nodes: Vec<FakeNode>,
+    /// `RLIMIT_AS` (bytes) for schedd, from its next start (see
+    /// [`TestCluster::restart_schedd_with_memory_limit`]).
+    schedd_address_space: Option<u64>,
 }
 
 /// Where cargo put the binaries: next to the test executable's `deps/` directory.
@@ -174,6 +178,7 @@ impl TestCluster {
             schedd: None,
             agents: BTreeMap::new(),
             nodes: nodes.clone(),
+            schedd_address_space: None,
         };
         c.start_schedd();
         for n in &nodes {
@@ -229,14 +234,30 @@ impl TestCluster {
     }
 
     pub fn start_schedd(&mut self) {
+        use std::os::unix::process::CommandExt;
         assert!(self.schedd.is_none(), "schedd already running");
-        let child = self
-            .command("schedd")
-            .arg("-v")
+        let mut cmd = self.command("schedd");
+        cmd.arg("-v")
             .stdout(Stdio::null())
-            .stderr(self.log_file("schedd"))
-            .spawn()
-            .expect("start schedd");
+            .stderr(self.log_file("schedd"));
+        if let Some(bytes) = self.schedd_address_space {
+            // Few malloc arenas: each reserves 64 MiB of address space, which RLIMIT_AS counts.
+            cmd.env("MALLOC_ARENA_MAX", "2");
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("start schedd");
         self.schedd = Some(child);
         let sock = self.dir.path().join("schedd.sock");
         let start = Instant::now();
@@ -288,6 +309,24 @@ impl TestCluster {
         let n = self.nodes.len();
         self.wait_nodes_up(n);
         mounted
+    }
+
+    /// Restarts schedd (SIGTERM) with its address space limited to `bytes` (`RLIMIT_AS`): an
+    /// allocation beyond it fails, and Rust aborts on a failed allocation, so a request that
+    /// makes schedd allocate too much kills it. The agents stay connected.
+    pub fn restart_schedd_with_memory_limit(&mut self, bytes: u64) {
+        self.schedd_address_space = Some(bytes);
+        self.stop_schedd(nix::sys::signal::Signal::SIGTERM);
+        self.start_schedd();
+        let n = self.nodes.len();
+        self.wait_nodes_up(n);
+    }
+
+    /// Whether schedd is still running (it has not exited, e.g. aborted).
+    pub fn schedd_alive(&mut self) -> bool {
+        self.schedd
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// Sends `signal` to schedd and reaps it; fails if it has not exited within 10 s (a
@@ -503,6 +542,31 @@ impl TestCluster {
                 )
             }
         }
+    }
+
+    /// Starts a CLI or test binary (`bin`, from the build directory) as uid/gid without
+    /// waiting for it; its stdout is piped.
+    pub fn spawn_as(&self, uid: u32, gid: u32, bin: &str, args: &[&str]) -> Child {
+        use std::os::unix::process::CommandExt;
+        let copy = self.bin_copy(bin);
+        for _ in 0..100 {
+            match self
+                .command_at(&copy)
+                .args(args)
+                .uid(uid)
+                .gid(gid)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                res => return res.expect("spawn"),
+            }
+        }
+        panic!("{} stayed busy", copy.display());
     }
 
     /// Submits with `ysub --parsable` and returns the id; panics with the error otherwise.

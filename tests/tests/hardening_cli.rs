@@ -64,17 +64,16 @@ fn overflowing_time_limits_are_refused_and_nothing_is_queued() {
 #[test]
 fn control_characters_in_names_are_refused_at_submit() {
     let c = cluster();
-    for (args, code) in [
-        (&["-J", "bad\nname"][..], "U+000A"),
-        (&["-J", "\x1b[2J"], "U+001B"),
-        (&["-J", "ok", "-A", "acct\u{202e}"], "U+202E"),
+    for (args, what) in [
+        (&["-J", "bad\nname"][..], "a control character (U+000A)"),
+        (&["-J", "\x1b[2J"], "a control character (U+001B)"),
+        (
+            &["-J", "ok", "-A", "acct\u{202e}"],
+            "an invisible formatting character (U+202E)",
+        ),
     ] {
         let out = c.run("ysub", &[args, &["--wrap", "true"]].concat());
-        assert_refused(
-            &out,
-            "ysub",
-            &format!("contains a control character ({code})"),
-        );
+        assert_refused(&out, "ysub", &format!("contains {what}"));
         assert!(!stderr(&out).contains('\x1b'), "{:?}", stderr(&out));
     }
     let out = c.run("ysub", &["-J", "bad\nname", "--wrap", "true"]);

@@ -142,9 +142,7 @@ pub fn main() -> ExitCode {
 }
 
 pub async fn run(cli: YctlCli) -> Result<ExitCode> {
-    if let Command::Drain { reason, .. } = &cli.command {
-        check_drain_reason(reason)?;
-    }
+    check_limits(&cli.command)?;
     let (mut client, _) = client::connect_from_config().await?;
     match cli.command {
         Command::Nodes {
@@ -265,12 +263,41 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `yctl` checks before it sends anything: drain reasons, node names and job lists
+/// within their limits (`ysched_common::limits`), as schedd checks them.
+pub fn check_limits(command: &Command) -> Result<()> {
+    use ysched_common::limits::NODE_NAME;
+    let node_names = |nodes: &[String]| -> Result<()> {
+        for name in nodes {
+            NODE_NAME.check_len(name).map_err(|e| anyhow!(e))?;
+        }
+        Ok(())
+    };
+    match command {
+        Command::Drain { reason, nodes } => {
+            check_drain_reason(reason)?;
+            node_names(nodes)
+        }
+        Command::Resume { nodes } => node_names(nodes),
+        Command::Show {
+            what: ShowCommand::Node { name, .. },
+        } => node_names(std::slice::from_ref(name)),
+        Command::Hold { jobs } | Command::Release { jobs } | Command::Requeue { jobs } => {
+            crate::jobs::check_target_count(&flatten_targets(jobs))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A drain reason must say something, and it is shown to everyone by `yctl nodes` and
-/// `yctl show job`: no control characters.
+/// `yctl show job`: no control characters, at most `limits::DRAIN_REASON` bytes.
 pub fn check_drain_reason(reason: &str) -> Result<()> {
     if reason.trim().is_empty() {
         return Err(anyhow!("--reason must not be empty"));
     }
+    ysched_common::limits::DRAIN_REASON
+        .check_len(reason)
+        .map_err(|e| anyhow!(e))?;
     check_printable("drain reason", reason).map_err(|e| anyhow!(e))
 }
 
@@ -279,7 +306,7 @@ fn find_node<'a>(nodes: &'a [NodeInfo], name: &str) -> Result<&'a NodeInfo> {
     nodes
         .iter()
         .find(|n| n.name == name)
-        .ok_or_else(|| anyhow!("unknown node '{name}'"))
+        .ok_or_else(|| anyhow!("unknown node '{}'", ysched_common::text::excerpt(name, 64)))
 }
 
 const AUDIT_COLUMNS: &[Column; 5] = &[

@@ -1,7 +1,7 @@
 //! `ycancel`: cancel jobs, like scancel.
 
 use crate::client::{self, reply};
-use crate::jobs::{flatten_targets, parse_target_list, TargetList};
+use crate::jobs::{check_target_count, flatten_targets, parse_target_list, TargetList};
 use anyhow::{bail, Result};
 use clap::Parser;
 use std::process::ExitCode;
@@ -33,13 +33,19 @@ pub fn cancel_request(cli: &YcancelCli) -> Result<CancelRequest> {
     if cli.jobs.is_empty() && cli.user.is_none() {
         bail!("no job id given (ycancel JOBID... or ycancel -u USER)");
     }
+    let targets = flatten_targets(&cli.jobs);
+    check_target_count(&targets)?;
+    let user = cli.user.clone().unwrap_or_default();
+    if cli.user.is_some() && user.trim().is_empty() {
+        bail!("-u/--user is empty: give a user name");
+    }
+    ysched_common::limits::USER
+        .check_len(&user)
+        .map_err(anyhow::Error::msg)?;
     Ok(CancelRequest {
         job_ids: Vec::new(),
-        user: cli.user.clone().unwrap_or_default(),
-        targets: flatten_targets(&cli.jobs)
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
+        user,
+        targets: targets.iter().map(ToString::to_string).collect(),
     })
 }
 

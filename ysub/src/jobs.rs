@@ -33,11 +33,10 @@ pub fn parse_target_list(text: &str) -> Result<TargetList, String> {
 /// The value parser of one job (`yctl show job`): `12` or `12_7`, not a range of tasks.
 pub fn parse_single_target(text: &str) -> Result<JobTarget, String> {
     let target = JobTarget::parse(text)?;
-    match &target.tasks {
-        Some(tasks) if tasks.len() != 1 => Err(format!(
-            "'{}' names {} tasks; give one job (12) or one task (12_7)",
-            text.trim(),
-            tasks.len()
+    match target.tasks_named() {
+        Some(n) if target.single_task().is_none() => Err(format!(
+            "'{}' names {n} tasks; give one job (12) or one task (12_7)",
+            ysched_common::text::excerpt(text.trim(), 40),
         )),
         _ => Ok(target),
     }
@@ -65,6 +64,13 @@ fn split_job_list(text: &str) -> Vec<&str> {
 /// The targets of several command-line words, in order.
 pub fn flatten_targets(lists: &[TargetList]) -> Vec<JobTarget> {
     lists.iter().flat_map(|l| l.0.iter().cloned()).collect()
+}
+
+/// Refuses more job ids than one request may carry (`limits::TARGETS`), as schedd would.
+pub fn check_target_count(targets: &[JobTarget]) -> anyhow::Result<()> {
+    ysched_common::limits::TARGETS
+        .check_count(targets.len() as u64)
+        .map_err(anyhow::Error::msg)
 }
 
 /// The request naming `target`. schedd reads `target`; `job_id` is set for a plain id only, so

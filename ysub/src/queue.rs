@@ -2,8 +2,8 @@
 
 use crate::client::{self, reply};
 use crate::jobs::{
-    flatten_targets, format_queue, format_start_table, job_lines, job_to_json, parse_target_list,
-    Fold, JobJson, TargetList,
+    check_target_count, flatten_targets, format_queue, format_start_table, job_lines, job_to_json,
+    parse_target_list, Fold, JobJson, TargetList,
 };
 use crate::output::{print_json, print_stdout};
 use anyhow::{anyhow, Result};
@@ -98,6 +98,12 @@ pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> 
         Some(Some(states)) => (states, cli.all),
     };
     let targets = flatten_targets(&cli.jobs);
+    check_target_count(&targets)?;
+    if let Some(user) = &cli.user {
+        ysched_common::limits::USER
+            .check_len(user)
+            .map_err(anyhow::Error::msg)?;
+    }
     Ok(ListJobsRequest {
         user: cli.user.clone().or(me).unwrap_or_default(),
         job_ids: targets

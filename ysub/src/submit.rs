@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use ysched_common::parse::{
-    parse_bounded_u32, parse_mem_mib, parse_time_limit, MAX_CPUS, MAX_GPUS, MAX_NODES,
+    parse_bounded_u32, parse_job_mem_mib, parse_time_limit, MAX_CPUS, MAX_GPUS, MAX_NODES,
 };
 use ysched_common::text::{check_printable, escape_for_terminal};
 use ysched_common::Config;
@@ -327,10 +327,11 @@ pub fn build_spec(
     script: BatchScript,
     context: &SubmitContext,
 ) -> Result<JobSpec> {
+    check_not_empty(options)?;
     let mem_mib = options
         .mem
         .as_deref()
-        .map(parse_mem_mib)
+        .map(parse_job_mem_mib)
         .transpose()?
         .unwrap_or(0);
     let time_limit_secs = match options.time.as_deref() {
@@ -352,17 +353,22 @@ pub fn build_spec(
         context.env.iter().cloned(),
     )
     .map_err(|e| anyhow!(e))?;
-    let constraints = options
+    let constraints: Vec<String> = options
         .constraint
         .iter()
         .flat_map(|c| c.split(','))
         .map(str::trim)
-        .filter(|c| !c.is_empty())
         .map(String::from)
         .collect();
+    if constraints.iter().any(String::is_empty) {
+        bail!("an empty feature in --constraint (give e.g. --constraint ib,nvme)");
+    }
     let text = |value: &Option<String>| value.clone().unwrap_or_default();
     let name = options.job_name.clone().unwrap_or(script.default_name);
     // schedd refuses these too; checking here names the problem before anything is sent.
+    ysched_common::limits::JOB_NAME
+        .check_len(&name)
+        .map_err(|e| anyhow!(e))?;
     check_printable("job name", &name).map_err(|e| anyhow!(e))?;
     check_printable("account", &text(&options.account)).map_err(|e| anyhow!(e))?;
     if let Some(array) = &options.array {
@@ -402,6 +408,51 @@ pub fn build_spec(
     })
 }
 
+/// Refuses options given with an empty value (`-p ''`, `-D ''`): each would silently mean
+/// something else (the default tier, the current directory) than what was written.
+fn check_not_empty(options: &JobOptions) -> Result<()> {
+    let given = [
+        ("-J/--job-name", &options.job_name, "a job name"),
+        (
+            "-p/--priority",
+            &options.tier,
+            "a tier, or leave -p out for the default tier",
+        ),
+        (
+            "--gpu-type",
+            &options.gpu_type,
+            "a GPU model, or leave --gpu-type out for any",
+        ),
+        (
+            "-A/--account",
+            &options.account,
+            "an account, or leave -A out for your primary group",
+        ),
+        (
+            "-D/--chdir",
+            &options.chdir,
+            "a directory, or leave -D out for the current one",
+        ),
+        ("-o/--output", &options.output, "a file"),
+        ("-e/--error", &options.error, "a file"),
+        ("--checkpoint-dir", &options.checkpoint_dir, "a directory"),
+        ("--interconnect", &options.interconnect, "nvlink"),
+        ("--mem", &options.mem, "a size such as 16G"),
+        ("-t/--time", &options.time, "a time limit such as 1:00:00"),
+        ("--array", &options.array, "indices such as 0-99"),
+        ("--dependency", &options.dependency, "e.g. afterok:12"),
+    ];
+    for (flag, value, expected) in given {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            bail!("{flag} is empty: give {expected}");
+        }
+    }
+    if options.constraint.iter().any(|c| c.trim().is_empty()) {
+        bail!("--constraint is empty: give a feature, e.g. --constraint ib");
+    }
+    Ok(())
+}
+
 /// `dir` made absolute against `cwd`, without `.` components. Symlinks and `..` are kept: the
 /// directory need not exist here, only on the node.
 fn absolute_path(cwd: &Path, dir: &str) -> PathBuf {
@@ -411,13 +462,12 @@ fn absolute_path(cwd: &Path, dir: &str) -> PathBuf {
         .collect()
 }
 
-/// What a job carries to its node, the script and the environment (names and values, plus 2
-/// bytes each), against `scheduler.max_script_mib`: the check schedd makes, made before the
-/// request is sent, with the same message.
+/// What a job carries to its node: each text against its limit, the script and the
+/// environment (names and values, plus 2 bytes each) against `scheduler.max_script_mib`, and
+/// the launch as a whole (`ysched_common::limits::check_submit`): the check schedd makes,
+/// made before the request is sent, with the same message.
 pub fn check_payload_size(spec: &JobSpec, config: &Config) -> Result<()> {
-    config
-        .check_payload_size(&spec.script, &spec.env)
-        .map_err(|e| anyhow::anyhow!(e))
+    ysched_common::limits::check_submit(spec, config).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The `ysub` binary.
@@ -883,6 +933,72 @@ mod tests {
             (spec.name.as_str(), spec.account.as_str()),
             ("训练-é 🚀", "équipe")
         );
+    }
+
+    #[test]
+    fn empty_and_odd_values_are_refused_with_what_to_give() {
+        for (args, wanted) in [
+            (
+                &["-p", ""][..],
+                "-p/--priority is empty: give a tier, or leave -p out",
+            ),
+            (&["--gpu-type", ""], "--gpu-type is empty"),
+            (&["--constraint", ""], "--constraint is empty"),
+            (
+                &["--constraint", "ib,,nvme"],
+                "an empty feature in --constraint",
+            ),
+            (&["-D", ""], "-D/--chdir is empty"),
+            (&["-A", " "], "-A/--account is empty"),
+            (&["-J", ""], "-J/--job-name is empty"),
+            (&["--mem", "0"], "--mem 0 asks for no memory"),
+            (&["-t", "1:99:99"], "minutes must be 0 to 59 (got 99)"),
+            (&["-t", "00:60"], "seconds must be 0 to 59 (got 60)"),
+        ] {
+            let err = spec_for("#!/bin/sh\n", args).unwrap_err().to_string();
+            assert!(err.contains(wanted), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_text_is_bounded_before_anything_is_sent() {
+        let config = Config::default();
+        let long = |n: usize| "x".repeat(n);
+        for (args, wanted) in [
+            (
+                vec!["-J".to_string(), long(100_000)],
+                "job name is 100000 bytes; the limit is 256 (fixed)",
+            ),
+            (
+                vec!["-A".to_string(), long(129)],
+                "account is 129 bytes; the limit is 128 (fixed)",
+            ),
+            (
+                vec!["-p".to_string(), long(65)],
+                "tier is 65 bytes; the limit is 64 (fixed)",
+            ),
+            (
+                vec!["--gpu-type".to_string(), long(65)],
+                "GPU model is 65 bytes; the limit is 64 (fixed)",
+            ),
+            (
+                vec!["--constraint".to_string(), long(65)],
+                "feature is 65 bytes; the limit is 64 (fixed)",
+            ),
+            (
+                vec!["-D".to_string(), format!("/{}", long(5000))],
+                "working directory: path is 5001 bytes; the limit is 4096 (fixed)",
+            ),
+            (vec!["-o".to_string(), long(4090)], "output file: path is"),
+        ] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let err = match spec_for("#!/bin/sh\n", &args) {
+                Err(e) => e.to_string(),
+                Ok(spec) => check_payload_size(&spec, &config).unwrap_err().to_string(),
+            };
+            assert!(err.contains(wanted), "{wanted}: {err}");
+            assert!(err.len() < 200, "{err}");
+        }
     }
 
     #[test]

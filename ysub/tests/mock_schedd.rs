@@ -56,9 +56,10 @@ fn resolve(target: &str) -> Vec<(u64, String)> {
     let target = ysched_common::JobTarget::parse(target).expect("ycancel sent a bad target");
     match &target.tasks {
         None => vec![(target.id.0, target.id.to_string())],
-        Some(tasks) => tasks
+        Some(ranges) => ranges
             .iter()
-            .map(|t| (target.id.0 + u64::from(*t), format!("{}_{t}", target.id)))
+            .flat_map(|r| (r.first..=r.last).step_by(r.step as usize))
+            .map(|t| (target.id.0 + u64::from(t), format!("{}_{t}", target.id)))
             .collect(),
     }
 }
@@ -970,7 +971,11 @@ fn ysub_refuses_unprintable_names_and_accounts() {
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         let err = stderr(&output);
         assert!(err.starts_with("ysub: error: "), "{err}");
-        assert!(err.contains("contains a control character"), "{err}");
+        assert!(
+            err.contains("contains a control character")
+                || err.contains("contains an invisible formatting character"),
+            "{err}"
+        );
         assert!(!err.contains('\x1b'), "{err:?}");
     }
     let script = write_script(

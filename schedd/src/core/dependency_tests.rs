@@ -390,13 +390,7 @@ fn held_cluster_gen() -> impl Strategy<Value = Cluster> {
                     }
                     Role::Task(which) => {
                         let array_id = JobId(if which { 800 } else { 801 });
-                        spec.array = Some(ArraySpec {
-                            indices: "0-99".into(),
-                            max_running,
-                            count: 100,
-                            min: 0,
-                            max: 99,
-                        });
+                        spec.array = Some(ArraySpec::first_n(100, max_running));
                         job.array = Some(ArrayTask {
                             array_id,
                             task: id.0 as u32,

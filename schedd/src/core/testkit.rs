@@ -321,13 +321,7 @@ impl JobBuilder {
     /// Task `task` of the array `array_id`, with `%max_running` (0: no limit). Each task
     /// built this way has its own spec; [`Cluster::array`] builds tasks sharing one.
     pub(crate) fn array(mut self, array_id: u64, task: u32, max_running: u32) -> Self {
-        self.spec().array = Some(ArraySpec {
-            indices: format!("0-{task}"),
-            max_running,
-            count: task + 1,
-            min: 0,
-            max: task,
-        });
+        self.spec().array = Some(ArraySpec::first_n(task + 1, max_running));
         self.job.array = Some(ArrayTask {
             array_id: JobId(array_id),
             task,
@@ -566,8 +560,9 @@ impl Cluster {
             jobs: std::mem::take(&mut self.jobs),
             nodes: self.nodes.clone(),
             next_job_id: 0,
-            touched: Default::default(),
-        };
+            ..Default::default()
+        }
+        .with_active_jobs();
         let payload = |_: JobId| Some(std::sync::Arc::new(crate::store::Payload::default()));
         let effects = records.apply_plan(plan, &payload, now);
         records.commit(effects);

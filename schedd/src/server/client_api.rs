@@ -10,7 +10,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 use ysched_common::identity::owner_from_cred;
-use ysched_common::{Caller, JobState};
+use ysched_common::{limits, Caller, JobState};
 use ysched_proto as pb;
 
 pub struct ClientApi {
@@ -58,6 +58,11 @@ fn named(r: &pb::JobRef) -> Result<Named, ApiError> {
     Named::from_ref(r.job_id, &r.target)
 }
 
+/// A refusal of a request's field (a limit broken), as the status clients get.
+fn invalid(message: String) -> Status {
+    ApiError::Invalid(message).into()
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -95,16 +100,25 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
         let (caller, _) = self.caller(&req)?;
+        // Bounded before anything is looked up (see `convert::job_filter`).
         let mut filter = super::convert::job_filter(req.get_ref())?;
-        if !req.get_ref().targets.is_empty() {
-            let named = self.cluster.resolve_targets(&req.get_ref().targets)?;
-            filter.ids.extend(named);
-        }
-        let mut jobs = self
-            .cluster
-            .list_jobs(&filter, ysched_common::convert::job_listing)?;
-        super::convert::add_queue_places(&mut jobs, &self.cluster.queue_view());
-        super::convert::add_expected_starts(&mut jobs, &self.cluster.expected_starts());
+        let r = req.into_inner();
+        let cluster = Arc::clone(&self.cluster);
+        // Names are resolved and finished jobs read from the store on a blocking thread: a
+        // listing of the whole history must not hold up the threads that answer everyone.
+        let mut jobs =
+            tokio::task::spawn_blocking(move || -> Result<Vec<pb::JobInfo>, ApiError> {
+                if !r.targets.is_empty() {
+                    let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
+                    filter.ids.extend(named);
+                }
+                let mut jobs = cluster.list_jobs(&filter, ysched_common::convert::job_listing)?;
+                super::convert::add_queue_places(&mut jobs, &cluster.queue_view());
+                super::convert::add_expected_starts(&mut jobs, &cluster.expected_starts());
+                Ok(jobs)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("listing jobs failed: {e}")))??;
         super::convert::hide_others_usage(&mut jobs, &caller, self.cluster.config());
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
@@ -141,6 +155,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::CancelReply>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
+        limits::USER.check_len(&r.user).map_err(invalid)?;
         let done = self
             .cluster
             .cancel_named(&caller, &r.job_ids, &r.targets, &r.user)
@@ -190,6 +205,8 @@ impl pb::ysched_server::Ysched for ClientApi {
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
+        limits::NODE_NAME.check_len(&r.name).map_err(invalid)?;
+        limits::DRAIN_REASON.check_len(&r.reason).map_err(invalid)?;
         if r.reason.trim().is_empty() {
             return Err(Status::invalid_argument(
                 "a drain needs a reason (--reason TEXT)",
@@ -201,6 +218,9 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn resume(&self, req: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
+        limits::NODE_NAME
+            .check_len(&req.get_ref().name)
+            .map_err(invalid)?;
         self.cluster
             .drain(&caller, &req.get_ref().name, None)
             .await?;
@@ -236,6 +256,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::ReportReply>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
+        limits::REPORT_BY.check_len(&r.by).map_err(invalid)?;
         let t = std::time::Instant::now();
         let report = self
             .cluster
@@ -303,7 +324,13 @@ impl pb::ysched_server::Ysched for ClientApi {
                 return;
             }
             loop {
-                match changes.recv().await {
+                // A client that went away ends its watch at once, not at the job's next
+                // change (a held job may never change: its watchers would pile up).
+                let change = tokio::select! {
+                    change = changes.recv() => change,
+                    () = tx.closed() => return,
+                };
+                match change {
                     Ok(changed) if changed != id => continue,
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(_) => return,

@@ -268,11 +268,26 @@ pub(crate) fn share_list(t: &crate::fair_share::ShareTable) -> pb::ShareList {
 
 /// A listing request as a filter; an unknown state name is refused.
 pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
+    use ysched_common::limits;
+    let invalid = ApiError::Invalid;
+    limits::USER.check_len(&req.user).map_err(invalid)?;
+    limits::STATES
+        .check_count(req.states.len() as u64)
+        .map_err(invalid)?;
+    limits::TARGETS
+        .check_count((req.job_ids.len() + req.targets.len()) as u64)
+        .map_err(invalid)?;
     let states = req
         .states
         .iter()
         .map(|s| {
-            JobState::parse(s).ok_or_else(|| ApiError::Invalid(format!("unknown job state '{s}'")))
+            limits::STATE.check_len(s).map_err(invalid)?;
+            JobState::parse(s).ok_or_else(|| {
+                invalid(format!(
+                    "unknown job state '{}'",
+                    ysched_common::text::excerpt(s, 32)
+                ))
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok(JobFilter {

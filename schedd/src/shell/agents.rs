@@ -81,6 +81,11 @@ impl Cluster {
                 "agent registered without a node name".into(),
             ));
         }
+        // Node names are shown in every listing, as users' names are.
+        ysched_common::limits::NODE_NAME
+            .check_len(&name)
+            .and_then(|()| ysched_common::text::check_printable("node name", &name))
+            .map_err(ApiError::Invalid)?;
         if reg.login {
             return self.register_login(&reg, peer, tx);
         }

@@ -204,6 +204,7 @@ impl Cluster {
         ));
         metrics.recovered(rec.active_jobs.values());
         let deps = EndedTargets::rebuild(&rec.active_jobs, |id| store.job_state(id))?;
+        let limits = crate::state::RecordLimits::from_config(&config);
         let cluster = Arc::new(Cluster {
             metrics,
             started: now_ms(),
@@ -215,7 +216,10 @@ impl Cluster {
                     nodes: rec.nodes,
                     next_job_id: rec.next_job_id,
                     touched: BTreeSet::new(),
-                },
+                    limits,
+                    ..Records::default()
+                }
+                .with_active_jobs(),
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),

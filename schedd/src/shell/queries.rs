@@ -3,7 +3,7 @@
 use super::*;
 use crate::fair_share::ShareTable;
 use crate::state::client_events::FinishedLookup;
-use crate::state::targets::{parse_target, plain_target, Resolved};
+use crate::state::targets::{parse_target, parse_targets, plain_target, Resolved};
 use crate::state::views::{node_view, NodeView};
 
 impl Cluster {
@@ -95,16 +95,17 @@ impl Cluster {
 
     /// The jobs `targets` name (as users type them: `12`, `12_7`, `12_[1-5]`), for a listing;
     /// an unknown one is refused.
-    pub fn resolve_targets(&self, targets: &[String]) -> ApiResult<BTreeSet<JobId>> {
-        let parsed = targets
-            .iter()
-            .map(|t| parse_target(t))
-            .collect::<ApiResult<Vec<_>>>()?;
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+    /// Checked before the lock: at most `limits::TARGETS` names (with the `extra` plain ids of
+    /// the request), each at most `limits::JOB_TARGET` bytes; and at most
+    /// `limits::max_jobs_named` jobs named in all.
+    pub fn resolve_targets(&self, targets: &[String], extra: usize) -> ApiResult<BTreeSet<JobId>> {
+        let parsed = parse_targets(targets, extra)?;
+        let read = self.read_finished(parsed.iter().map(|t| t.id))?;
+        let finished = |id: JobId| read.job(id, &self.store);
         let st = lock(&self.state);
         let mut ids = BTreeSet::new();
-        for target in &parsed {
-            ids.extend(st.rec.resolve(target, &finished)?.ids);
+        for resolved in st.rec.resolve_all(&parsed, &finished)? {
+            ids.extend(resolved.ids);
         }
         Ok(ids)
     }

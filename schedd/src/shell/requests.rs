@@ -1,8 +1,35 @@
 //! Client requests that change state: each is an event of the state machine, run by the shell.
 
 use super::*;
-use crate::state::targets::{parse_target, plain_target};
-use ysched_common::JobTarget;
+use crate::state::targets::{parse_targets, plain_target};
+use ysched_common::array::merge_targets;
+use ysched_common::{DependencyRequest, JobTarget};
+
+/// Jobs and job states read from the store before a request takes the lock (see
+/// [`Cluster::read_finished`]); what is not among them is read when asked for (a job that
+/// ended meanwhile).
+#[derive(Default)]
+pub(super) struct Prefetched {
+    /// Each job looked for: its record, or `None` when the store had none.
+    jobs: BTreeMap<JobId, Option<Job>>,
+    states: BTreeMap<JobId, Option<JobState>>,
+}
+
+impl Prefetched {
+    pub(super) fn job(&self, id: JobId, store: &Store) -> ApiResult<Option<Job>> {
+        match self.jobs.get(&id) {
+            Some(job) => Ok(job.clone()),
+            None => Ok(store.job(id)?),
+        }
+    }
+
+    fn state(&self, id: JobId, store: &Store) -> ApiResult<Option<JobState>> {
+        match self.states.get(&id) {
+            Some(state) => Ok(*state),
+            None => Ok(store.job_state(id)?),
+        }
+    }
+}
 
 impl Cluster {
     /// [`Cluster::submit_jobs`], returning the id (an array's: its first task's).
@@ -62,11 +89,20 @@ impl Cluster {
             dependency,
         } = submitted;
         let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
-        let state_of = |id: JobId| self.store.job_state(id).map_err(ApiError::from);
+        // What the dependency needs from the store is read before the lock: its targets'
+        // records and the states of the jobs they stand for (a finished array's ten thousand
+        // tasks). What the lock then finds is only what ended in between.
+        let read = match &dependency {
+            Some(request) => self.read_dependency(request)?,
+            None => Prefetched::default(),
+        };
+        let finished = |id: JobId| read.job(id, &self.store);
+        let state_of = |id: JobId| read.state(id, &self.store);
         let (jobs, done) = {
             let mut st = lock(&self.state);
             let st = &mut *st;
+            let count = spec.array.as_ref().map_or(1, |a| u64::from(a.count));
+            st.rec.check_jobs_per_user(&caller, &spec.tier, count)?;
             core::check_satisfiable_with(&spec, &st.rec.nodes, &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
             // Resolved under the lock, with the submit: a target that ends meanwhile is seen
@@ -99,14 +135,18 @@ impl Cluster {
             let (mut effects, jobs) = st.rec.submit(new, now_ms());
             effects.dependency_targets = targets;
             self.write(std::mem::take(&mut effects.batch), store::Room::Request)?;
-            // The ids are taken now; the jobs enter memory once they are durable.
+            // The ids are taken now; the jobs enter memory once they are durable, but count
+            // against their owner's limit already.
             st.deps.observe(&effects, Some(jobs[0].id));
             let done = st.rec.commit(effects);
+            st.rec.reserve_active(&jobs);
             (jobs, done)
         };
         let first = jobs[0].id;
         if let Err(e) = self.commit().await {
-            lock(&self.state).deps.settled(first);
+            let mut st = lock(&self.state);
+            st.deps.settled(first);
+            st.rec.release_reserved(&jobs);
             return Err(e);
         }
         let submitted = Submitted {
@@ -120,7 +160,7 @@ impl Cluster {
         self.metrics.submitted_jobs(&jobs, began.elapsed());
         {
             let mut st = lock(&self.state);
-            st.rec.insert_jobs(jobs);
+            st.rec.insert_reserved_jobs(jobs);
             st.deps.settled(first);
         }
         if done.wake {
@@ -128,6 +168,64 @@ impl Cluster {
         }
         self.changed(done.changed);
         Ok(submitted)
+    }
+
+    /// What the store holds of the jobs a dependency names (see [`Prefetched`]): read
+    /// without the lock, which is taken only to tell which of them are in memory.
+    fn read_dependency(&self, request: &DependencyRequest) -> ApiResult<Prefetched> {
+        let targets: Vec<JobTarget> = request
+            .clauses
+            .iter()
+            .flat_map(|c| c.targets.iter().cloned())
+            .collect();
+        let mut read = self.read_finished(targets.iter().map(|t| t.id))?;
+        // The jobs they stand for (an unknown name is refused later, under the lock).
+        let ids: Vec<JobId> = {
+            let st = lock(&self.state);
+            let finished = |id: JobId| Ok(read.jobs.get(&id).cloned().flatten());
+            let mut ids = Vec::new();
+            for target in merge_targets(&targets) {
+                if let Ok(resolved) = st.rec.resolve(&target, &finished) {
+                    ids.extend(
+                        resolved
+                            .ids
+                            .into_iter()
+                            .filter(|id| !st.rec.jobs.contains_key(id)),
+                    );
+                }
+                // Beyond its limit the dependency is refused anyway (under the lock).
+                if ids.len() as u64 > st.rec.limits.dependency_jobs {
+                    break;
+                }
+            }
+            ids
+        };
+        for id in ids {
+            read.states.insert(id, self.store.job_state(id)?);
+        }
+        Ok(read)
+    }
+
+    /// The records of the jobs of `ids` not in memory now, read from the store without the
+    /// lock: a request's names are then resolved under the lock without reading the store
+    /// (a finished job's record never changes).
+    pub(super) fn read_finished(
+        &self,
+        ids: impl IntoIterator<Item = JobId>,
+    ) -> ApiResult<Prefetched> {
+        let missing: Vec<JobId> = {
+            let st = lock(&self.state);
+            ids.into_iter()
+                .filter(|id| !st.rec.jobs.contains_key(id))
+                .collect()
+        };
+        let mut read = Prefetched::default();
+        for id in missing {
+            if let std::collections::btree_map::Entry::Vacant(e) = read.jobs.entry(id) {
+                e.insert(self.store.job(id)?);
+            }
+        }
+        Ok(read)
     }
 
     /// Records, durably, a submit refused for want of permission (a tier's allow-list), before
@@ -154,10 +252,9 @@ impl Cluster {
         user: &str,
     ) -> ApiResult<Vec<(JobId, String)>> {
         let mut all: Vec<JobTarget> = ids.iter().map(|&id| plain_target(id)).collect();
-        for t in targets {
-            all.push(parse_target(t)?);
-        }
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+        all.extend(parse_targets(targets, ids.len())?);
+        let read = self.read_finished(all.iter().map(|t| t.id))?;
+        let finished = |id: JobId| read.job(id, &self.store);
         let (changed, wake, cancelled) =
             self.run_event(|rec| rec.cancel_targets(caller, &all, user, &finished, now_ms()))?;
         self.settle(changed, wake).await?;

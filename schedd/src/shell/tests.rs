@@ -70,7 +70,10 @@ async fn wait_for(c: &Cluster, id: JobId, check: impl Fn(&Job) -> bool) -> Job {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_array_of_ten_thousand_is_submitted_named_and_cancelled() {
-    let (c, _dir) = cluster(Config::default()).await;
+    let mut config = Config::default();
+    // One job besides the array: over the default of 10,000 per user.
+    config.scheduler.max_jobs_per_user = 10_001;
+    let (c, _dir) = cluster(config).await;
     // Warm the store up.
     submit(&c, "", "", true).await.unwrap();
     let began = Instant::now();
@@ -97,15 +100,16 @@ async fn an_array_of_ten_thousand_is_submitted_named_and_cancelled() {
         Err(ApiError::Invalid(m)) if m.contains("array of 10000 tasks")
     ));
     assert_eq!(
-        c.resolve_targets(&["2_[1-3]".into(), "1".into()]).unwrap(),
+        c.resolve_targets(&["2_[1-3]".into(), "1".into()], 0)
+            .unwrap(),
         [1, 3, 4, 5].map(JobId).into_iter().collect()
     );
     assert!(matches!(
-        c.resolve_targets(&["2_10000".into()]),
+        c.resolve_targets(&["2_10000".into()], 0),
         Err(ApiError::NotFound(m)) if m.contains("job 2_10000 not found")
     ));
     assert!(matches!(
-        c.resolve_targets(&["2_x".into()]),
+        c.resolve_targets(&["2_x".into()], 0),
         Err(ApiError::Invalid(_))
     ));
     let detail = c.job_detail(JobId(9)).await.unwrap();

@@ -666,3 +666,172 @@ fn array_tasks_are_launched_with_the_arrays_payload() {
         "once per array, under its id"
     );
 }
+
+#[test]
+fn huge_ranges_cost_what_the_array_has() {
+    let rec = with_arrays();
+    let started = std::time::Instant::now();
+    // `yq -j 1_[0-4294967294]`: the first task the array lacks, found without expanding.
+    assert_eq!(
+        rec.resolve(&target("10_[0-4294967294]"), &none_finished)
+            .unwrap_err(),
+        ApiError::NotFound("job 10_5 not found (array 10 has tasks 0-4)".into())
+    );
+    assert_eq!(
+        rec.resolve(&target("15_[0-4294967294:4]"), &none_finished)
+            .unwrap_err(),
+        ApiError::NotFound("job 15_0 not found (array 15 has tasks 1,5,9)".into())
+    );
+    assert_eq!(
+        rec.resolve(&target("15_[1-4294967293:4]"), &none_finished)
+            .unwrap_err(),
+        ApiError::NotFound("job 15_13 not found (array 15 has tasks 1,5,9)".into())
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Overlapping ranges name each task once, in order.
+    let ids: Vec<u64> = rec
+        .resolve(&target("10_[0-4,1-3,2,0-4:2]"), &none_finished)
+        .unwrap()
+        .ids
+        .iter()
+        .map(|j| j.0)
+        .collect();
+    assert_eq!(ids, [10, 11, 12, 13, 14]);
+}
+
+#[test]
+fn a_request_naming_one_array_many_times_resolves_it_once() {
+    let mut rec = Records::with_jobs(vec![]);
+    submit(&mut rec, array_spec("0-9999", true));
+    // `yq -j 10_[0-9999],10_[0-9999],…`: 1,000 names of one array are one name.
+    let names = vec![target("10_[0-9999]"); 1000];
+    let started = std::time::Instant::now();
+    let resolved = rec.resolve_all(&names, &none_finished).unwrap();
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0].ids.len(), 10_000);
+    // Shifted ranges overlap: still each task once.
+    let shifted: Vec<JobTarget> = (0..1000)
+        .map(|i| target(&format!("10_[{i}-9999,0-{i}]")))
+        .collect();
+    let resolved = rec.resolve_all(&shifted, &none_finished).unwrap();
+    assert_eq!(resolved[0].ids.len(), 10_000);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_request_names_at_most_its_limit_of_jobs() {
+    let mut rec = Records::with_jobs(vec![]);
+    submit(&mut rec, array_spec("0-99", true));
+    submit(&mut rec, array_spec("0-99", true));
+    rec.limits.jobs_named = 150;
+    assert!(rec.resolve_all(&[target("10")], &none_finished).is_ok());
+    let err = rec
+        .resolve_all(&[target("10"), target("110")], &none_finished)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ApiError::Invalid(
+            "jobs one request names (an array counts its tasks): 200; the limit is 150 \
+             (fixed, or scheduler.max_array_size if larger)"
+                .into()
+        )
+    );
+    let refused = rec.cancel_targets(
+        &alice(),
+        &[target("10"), target("110")],
+        "",
+        &none_finished,
+        NOW,
+    );
+    assert!(matches!(refused, Err(ApiError::Invalid(_))));
+    // A dependency stands for at most its own limit of jobs.
+    rec.limits.dependency_jobs = 100;
+    let request = DependencyRequest::parse("afterok:10").unwrap();
+    assert!(rec
+        .resolve_dependency(&request, &none_finished, &no_state)
+        .is_ok());
+    let request = DependencyRequest::parse("afterok:10:110_5").unwrap();
+    let err = rec
+        .resolve_dependency(&request, &none_finished, &no_state)
+        .unwrap_err();
+    assert!(
+        matches!(&err, ApiError::Invalid(m) if m.ends_with("jobs a --dependency stands for (an array counts its tasks): 101; the limit is 100 (scheduler.max_array_size)")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn active_jobs_per_user_are_limited_and_counted_through_every_event() {
+    let mut rec = Records::with_jobs(vec![]);
+    rec.limits.jobs_per_user = 30;
+    rec.limits
+        .jobs_per_user_in_tier
+        .insert("low".to_string(), 25);
+    let check =
+        |rec: &Records, who: &Caller, tier: &str, n: u64| rec.check_jobs_per_user(who, tier, n);
+    assert!(check(&rec, &alice(), "low", 25).is_ok());
+    assert_eq!(
+        check(&rec, &alice(), "low", 26).unwrap_err(),
+        ApiError::Invalid(
+            "user alice has 0 active jobs in tier 'low'; this array of 26 would exceed \
+             tiers.low.max_jobs_per_user = 25"
+                .into()
+        )
+    );
+    submit(&mut rec, array_spec("0-19", true));
+    assert_eq!(rec.active_jobs_of(1000).total, 20);
+    assert_eq!(
+        check(&rec, &alice(), "medium", 11).unwrap_err(),
+        ApiError::Invalid(
+            "user alice has 20 active jobs; this array of 11 would exceed \
+             scheduler.max_jobs_per_user = 30"
+                .into()
+        )
+    );
+    assert!(check(&rec, &alice(), "medium", 10).is_ok());
+    assert!(check(&rec, &bob(), "low", 25).is_ok(), "per user");
+    let root = Caller::local(Owner {
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        groups: vec![],
+    });
+    assert!(
+        check(&rec, &root, "low", 1_000).is_ok(),
+        "administrators are not limited"
+    );
+    // Jobs leave the count when they end: a cancel of five tasks.
+    let (fx, _) = rec
+        .cancel_targets(&alice(), &[target("10_[0-4]")], "", &none_finished, NOW)
+        .unwrap();
+    rec.commit(fx);
+    assert_eq!(rec.active_jobs_of(1000).total, 15);
+    assert_eq!(rec.kept_active_counts(), &rec.recount_active());
+    // A submit not yet durable counts already, and is counted out if it fails.
+    let (fx, jobs) = rec.submit(
+        NewJob {
+            owner: alice().owner,
+            from_host: None,
+            spec: array_spec("0-9", true),
+            payload: Payload::default(),
+            grace_secs: 30,
+            tier_value: 100,
+            checkpoint_dir: &|id: JobId| format!("/ckpt/{id}"),
+        },
+        NOW,
+    );
+    rec.commit(fx);
+    rec.reserve_active(&jobs);
+    assert_eq!(rec.active_jobs_of(1000).total, 25);
+    assert!(check(&rec, &alice(), "low", 1).is_err(), "the tier is full");
+    rec.release_reserved(&jobs);
+    assert_eq!(rec.active_jobs_of(1000).total, 15);
+    rec.reserve_active(&jobs);
+    rec.insert_reserved_jobs(jobs);
+    assert_eq!(rec.active_jobs_of(1000).total, 25);
+    assert_eq!(rec.kept_active_counts(), &rec.recount_active());
+}

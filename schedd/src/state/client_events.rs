@@ -83,8 +83,8 @@ impl Records {
             return Err(ApiError::Invalid("no job ids or user given".into()));
         }
         let mut ids = Vec::new();
-        for target in targets {
-            let resolved = self.resolve(target, finished)?;
+        for resolved in self.resolve_all(targets, finished)? {
+            let target = &resolved.target;
             let before = ids.len();
             for id in &resolved.ids {
                 if let Some(j) = self.jobs.get(id) {
@@ -101,9 +101,10 @@ impl Records {
                         )),
                         None => not_found(target, ""),
                     },
-                    Some(_) => {
-                        ApiError::Conflict(format!("job {target}: every task has finished already"))
-                    }
+                    Some(_) => ApiError::Conflict(format!(
+                        "job {}: every task has finished already",
+                        ysched_common::text::excerpt(&target.to_string(), 60)
+                    )),
                 });
             }
         }
@@ -444,7 +445,12 @@ impl Records {
         let mut node = self
             .nodes
             .get(name)
-            .ok_or_else(|| ApiError::NotFound(format!("unknown node '{name}'")))?
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "unknown node '{}'",
+                    ysched_common::text::excerpt(name, 64)
+                ))
+            })?
             .clone();
         let (action, detail) = match &reason {
             Some(r) => ("drain", format!("node {name}: {r}")),

@@ -9,7 +9,10 @@ use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use ysched_common::{DepClause, Dependency, DependencyRequest, Job, JobId, JobSpec, JobState};
+use ysched_common::array::merge_targets;
+use ysched_common::{
+    limits, DepClause, Dependency, DependencyRequest, Job, JobId, JobSpec, JobState,
+};
 
 /// A dependency's targets with how each had ended at submit (`None`: not finished, or not
 /// known at all).
@@ -33,22 +36,30 @@ impl Records {
     ) -> ApiResult<(Dependency, TargetStates)> {
         let mut clauses = Vec::with_capacity(request.clauses.len());
         let mut states: BTreeMap<JobId, Option<JobState>> = BTreeMap::new();
+        let text = ysched_common::text::excerpt(&request.text, 60);
+        let mut named = 0u64;
         for clause in &request.clauses {
             let mut jobs = Vec::new();
-            for target in &clause.targets {
-                let resolved = self.resolve(target, finished).map_err(|e| match e {
+            for target in merge_targets(&clause.targets) {
+                let resolved = self.resolve(&target, finished).map_err(|e| match e {
                     ApiError::NotFound(why) => {
                         let detail = why
                             .split_once(" (")
                             .map(|(_, d)| format!(" ({d}"))
                             .unwrap_or_default();
                         ApiError::Invalid(format!(
-                            "--dependency '{}': dependency on unknown job {target}{detail}",
-                            request.text
+                            "--dependency '{text}': dependency on unknown job {}{detail}",
+                            ysched_common::text::excerpt(&target.to_string(), 40)
                         ))
                     }
                     other => other,
                 })?;
+                // An array counts its tasks: the dependency keeps (and the core looks at)
+                // every one of them.
+                named += resolved.ids.len() as u64;
+                limits::DEPENDENCY_JOBS
+                    .check_count_with(named, self.limits.dependency_jobs)
+                    .map_err(|e| ApiError::Invalid(format!("--dependency '{text}': {e}")))?;
                 jobs.extend(resolved.ids);
             }
             jobs.sort_unstable();

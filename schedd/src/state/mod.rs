@@ -61,6 +61,60 @@ pub struct Records {
     /// [`Records::refresh_copy`]): with a hundred thousand jobs queued, copying them all for
     /// every pass would hold the lock for a hundred milliseconds.
     pub touched: BTreeSet<JobId>,
+    /// The limits events enforce (from the config; the default limits nothing).
+    pub limits: RecordLimits,
+    /// Active jobs per user (uid) and, within that, per tier: kept with `jobs` by every
+    /// change that goes through [`Records::commit`] and [`Records::insert_job`], so that a
+    /// submit checks `max_jobs_per_user` in O(log users). Not to be set by hand: records made
+    /// whole are counted by [`Records::with_active_jobs`].
+    pub active_per_user: BTreeMap<u32, UserJobs>,
+}
+
+/// The limits the state machine enforces, from the config.
+#[derive(Debug, Clone)]
+pub struct RecordLimits {
+    /// `limits::max_jobs_named`: the most jobs one request may name.
+    pub jobs_named: u64,
+    /// `limits::max_dependency_jobs`: the most jobs one dependency may stand for.
+    pub dependency_jobs: u64,
+    /// `scheduler.max_jobs_per_user`.
+    pub jobs_per_user: u64,
+    /// `tiers.NAME.max_jobs_per_user`, for the tiers that set one.
+    pub jobs_per_user_in_tier: BTreeMap<String, u64>,
+}
+
+impl Default for RecordLimits {
+    fn default() -> Self {
+        RecordLimits {
+            jobs_named: u64::MAX,
+            dependency_jobs: u64::MAX,
+            jobs_per_user: u64::MAX,
+            jobs_per_user_in_tier: BTreeMap::new(),
+        }
+    }
+}
+
+impl RecordLimits {
+    pub fn from_config(config: &ysched_common::Config) -> RecordLimits {
+        RecordLimits {
+            jobs_named: ysched_common::limits::max_jobs_named(config),
+            dependency_jobs: ysched_common::limits::max_dependency_jobs(config),
+            jobs_per_user: u64::from(config.scheduler.max_jobs_per_user),
+            jobs_per_user_in_tier: config
+                .tiers
+                .iter()
+                .filter(|(_, t)| t.max_jobs_per_user > 0)
+                .map(|(name, t)| (name.clone(), u64::from(t.max_jobs_per_user)))
+                .collect(),
+        }
+    }
+}
+
+/// One user's active jobs: all of them, and per tier.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserJobs {
+    pub total: u64,
+    pub per_tier: BTreeMap<String, u64>,
 }
 
 impl Records {
@@ -80,9 +134,11 @@ impl Records {
         for job in effects.jobs {
             self.touched.insert(job.id);
             if job.state.is_terminal() {
-                self.jobs.remove(&job.id);
+                if let Some(gone) = self.jobs.remove(&job.id) {
+                    self.count_active(&gone, false);
+                }
             } else {
-                self.jobs.insert(job.id, job);
+                self.insert_active(job);
             }
         }
         for (id, reason) in effects.reasons {
@@ -112,7 +168,51 @@ impl Records {
     /// Takes a job that is durable into memory (a submit: its id was taken by `commit`).
     pub fn insert_job(&mut self, job: Job) {
         self.touched.insert(job.id);
+        self.insert_active(job);
+    }
+
+    /// Puts an active job in `jobs`, counting it for its owner unless its earlier version
+    /// was counted already.
+    fn insert_active(&mut self, job: Job) {
+        match self.jobs.get(&job.id) {
+            Some(old) if old.owner.uid == job.owner.uid && old.spec.tier == job.spec.tier => {}
+            Some(old) => {
+                count_active(&mut self.active_per_user, old, false);
+                count_active(&mut self.active_per_user, &job, true);
+            }
+            None => count_active(&mut self.active_per_user, &job, true),
+        }
         self.jobs.insert(job.id, job);
+    }
+
+    fn count_active(&mut self, job: &Job, add: bool) {
+        count_active(&mut self.active_per_user, job, add);
+    }
+
+    /// Records whose jobs were put in place as a whole (at start, from the store): the
+    /// per-user counts made from them.
+    pub fn with_active_jobs(mut self) -> Records {
+        self.active_per_user = self.recount_active();
+        self
+    }
+
+    /// User `uid`'s active jobs (queued, held, running, being stopped), in all and per tier.
+    pub fn active_jobs_of(&self, uid: u32) -> UserJobs {
+        self.active_per_user.get(&uid).cloned().unwrap_or_default()
+    }
+
+    /// The per-user counts made afresh from `jobs` (tests check the kept ones against it).
+    pub fn recount_active(&self) -> BTreeMap<u32, UserJobs> {
+        let mut counts = BTreeMap::new();
+        for job in self.jobs.values() {
+            count_active(&mut counts, job, true);
+        }
+        counts
+    }
+
+    /// The kept per-user counts.
+    pub fn kept_active_counts(&self) -> &BTreeMap<u32, UserJobs> {
+        &self.active_per_user
     }
 
     /// Takes the jobs of a durable submit (one job, or every task of an array) into memory.
@@ -122,11 +222,74 @@ impl Records {
         }
     }
 
+    /// Refuses a submit of `count` jobs to `tier` by `caller` when it would take them past
+    /// `scheduler.max_jobs_per_user` or the tier's own `max_jobs_per_user` (administrators
+    /// are not limited). The whole submit is refused: an array is never cut.
+    pub fn check_jobs_per_user(
+        &self,
+        caller: &ysched_common::Caller,
+        tier: &str,
+        count: u64,
+    ) -> crate::error::ApiResult<()> {
+        if caller.is_admin() {
+            return Ok(());
+        }
+        let mine = self.active_jobs_of(caller.owner.uid);
+        let what = if count == 1 {
+            "this job".to_string()
+        } else {
+            format!("this array of {count}")
+        };
+        let user = &caller.owner.user;
+        if mine.total.saturating_add(count) > self.limits.jobs_per_user {
+            return Err(crate::error::ApiError::Invalid(format!(
+                "user {user} has {} active jobs; {what} would exceed \
+                 scheduler.max_jobs_per_user = {}",
+                mine.total, self.limits.jobs_per_user
+            )));
+        }
+        if let Some(&limit) = self.limits.jobs_per_user_in_tier.get(tier) {
+            let in_tier = mine.per_tier.get(tier).copied().unwrap_or(0);
+            if in_tier.saturating_add(count) > limit {
+                return Err(crate::error::ApiError::Invalid(format!(
+                    "user {user} has {in_tier} active jobs in tier '{tier}'; {what} would \
+                     exceed tiers.{tier}.max_jobs_per_user = {limit}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts the jobs of a submit whose batch is written but not yet durable as their
+    /// owner's, so that a concurrent submit sees them; they enter `jobs` by
+    /// [`Records::insert_reserved_jobs`], or are counted out by [`Records::release_reserved`]
+    /// when the flush fails.
+    pub fn reserve_active(&mut self, jobs: &[Job]) {
+        for job in jobs {
+            count_active(&mut self.active_per_user, job, true);
+        }
+    }
+
+    pub fn release_reserved(&mut self, jobs: &[Job]) {
+        for job in jobs {
+            count_active(&mut self.active_per_user, job, false);
+        }
+    }
+
+    /// [`Records::insert_jobs`] for jobs counted by [`Records::reserve_active`].
+    pub fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
+        for job in jobs {
+            self.touched.insert(job.id);
+            self.jobs.insert(job.id, job);
+        }
+    }
+
     /// Brings `copy` (the jobs the scheduler looks at, as of its last refresh: every job not
     /// finished, as the core's `Snapshot::jobs` wants them; a held job is no candidate, but
     /// dependencies on it must see that it has not started) up to date with the records,
     /// copying only the jobs touched since. A fresh (empty) copy is filled in full. Reasons
-    /// are not the scheduler's concern and may lag in the copy.
+    /// are not the scheduler's concern and may lag in the copy; checkpoint directories are
+    /// left out.
     pub fn refresh_copy(&mut self, copy: &mut SchedulerCopy) {
         let wanted = |j: &Job| !j.state.is_terminal();
         if !copy.filled {
@@ -134,7 +297,7 @@ impl Records {
                 .jobs
                 .iter()
                 .filter(|(_, j)| wanted(j))
-                .map(|(id, j)| (*id, j.clone()))
+                .map(|(id, j)| (*id, for_scheduler(j)))
                 .collect();
             copy.filled = true;
             self.touched.clear();
@@ -143,13 +306,44 @@ impl Records {
         for id in std::mem::take(&mut self.touched) {
             match self.jobs.get(&id).filter(|j| wanted(j)) {
                 Some(job) => {
-                    copy.jobs.insert(id, job.clone());
+                    copy.jobs.insert(id, for_scheduler(job));
                 }
                 None => {
                     copy.jobs.remove(&id);
                 }
             }
         }
+    }
+}
+
+/// A job as the scheduler's copy keeps it: without its checkpoint directory, which no
+/// decision reads (launches are made from the records), so that a queued task's copy carries
+/// no string of its own.
+fn for_scheduler(job: &Job) -> Job {
+    Job {
+        checkpoint_dir: String::new(),
+        ..job.clone()
+    }
+}
+
+/// Counts `job` in (`add`) or out of its owner's active jobs in `counts`.
+fn count_active(counts: &mut BTreeMap<u32, UserJobs>, job: &Job, add: bool) {
+    let uid = job.owner.uid;
+    let user = counts.entry(uid).or_default();
+    if add {
+        user.total += 1;
+        *user.per_tier.entry(job.spec.tier.clone()).or_default() += 1;
+        return;
+    }
+    user.total = user.total.saturating_sub(1);
+    if let Some(n) = user.per_tier.get_mut(&job.spec.tier) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            user.per_tier.remove(&job.spec.tier);
+        }
+    }
+    if user.total == 0 {
+        counts.remove(&uid);
     }
 }
 
@@ -168,14 +362,15 @@ impl Records {
     pub(crate) fn with_jobs(jobs: Vec<Job>) -> Records {
         use crate::core::testkit::{NodeBuilder, A100};
         Records {
-            touched: BTreeSet::new(),
             jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
             nodes: ["n1", "n2"]
                 .into_iter()
                 .map(|n| (n.to_string(), NodeBuilder::dgx(n, 8, A100).build()))
                 .collect(),
             next_job_id: 10,
+            ..Records::default()
         }
+        .with_active_jobs()
     }
 }
 

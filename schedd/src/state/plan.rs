@@ -9,7 +9,7 @@ use crate::store::Payload;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::time::Millis;
-use ysched_common::{AuditRecord, JobId, JobState, NodeAlloc, PartsProgress};
+use ysched_common::{AuditRecord, JobId, JobState, NodeAlloc, Parts, PartsProgress};
 use ysched_common::{StopReason, StopRequest};
 
 /// A job's script and environment, read when it is placed (`None`: unreadable; the job stays
@@ -114,11 +114,11 @@ impl Records {
             let mut job = job.clone();
             job.state = JobState::Running;
             job.alloc = p.alloc.clone();
-            job.parts = PartsProgress {
+            job.parts = PartsProgress::from(Parts {
                 nodelist: nodelist.clone(),
                 master_port,
                 ..Default::default()
-            };
+            });
             job.start_time = Some(now);
             job.launched = false;
             job.reason = String::new();

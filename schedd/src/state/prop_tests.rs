@@ -565,6 +565,12 @@ fn check(rec: &Records) -> Result<(), TestCaseError> {
             );
         }
     }
+    // The per-user counts `max_jobs_per_user` is checked against follow every event.
+    prop_assert_eq!(
+        rec.kept_active_counts(),
+        &rec.recount_active(),
+        "active jobs per user, kept and counted"
+    );
     Ok(())
 }
 
@@ -607,7 +613,7 @@ proptest! {
                     .jobs
                     .iter()
                     .filter(|(_, j)| !j.state.is_terminal())
-                    .map(|(id, j)| (*id, Job { reason: String::new(), ..j.clone() }))
+                    .map(|(id, j)| (*id, Job { reason: String::new(), checkpoint_dir: String::new(), ..j.clone() }))
                     .collect();
                 let refreshed: BTreeMap<JobId, Job> = copy
                     .jobs

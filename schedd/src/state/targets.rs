@@ -8,13 +8,18 @@
 //! - `12_[1-5,9]`: those tasks, each of which must exist.
 //!
 //! A job is found among the active records first, then in the store (finished jobs).
+//!
+//! Ranges are never expanded past the array's own tasks: a name costs O(its text) plus
+//! O(the tasks it matches), so `12_[0-4294967294]` costs what the array has. A request's
+//! names of one job are merged first ([`merge_targets`]) and a request names at most
+//! [`limits::max_jobs_named`] jobs.
 
 use super::client_events::FinishedLookup;
 use super::Records;
 use crate::error::{ApiError, ApiResult};
 use std::sync::Arc;
-use ysched_common::array::{fold_tasks, ArrayTask, JobTarget};
-use ysched_common::{JobId, JobSpec};
+use ysched_common::array::{merge_targets, ArraySpec, ArrayTask, JobTarget, TaskSet};
+use ysched_common::{limits, JobId, JobSpec};
 
 /// What a name stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +40,8 @@ impl Resolved {
         match self.ids.as_slice() {
             [id] => Ok(*id),
             _ => {
-                let example = match &self.target.tasks {
-                    Some(tasks) => format!("{}_{}", self.target.id, tasks[0]),
+                let example = match self.target.first_task() {
+                    Some(task) => format!("{}_{task}", self.target.id),
                     None => format!("{}_<task>", self.target.id),
                 };
                 let what_it_is = match &self.target.tasks {
@@ -45,7 +50,11 @@ impl Resolved {
                         self.target.id,
                         self.ids.len()
                     ),
-                    Some(_) => format!("{} names {} tasks", self.target, self.ids.len()),
+                    Some(_) => format!(
+                        "{} names {} tasks",
+                        ysched_common::text::excerpt(&self.target.to_string(), 60),
+                        self.ids.len()
+                    ),
                 };
                 Err(ApiError::Invalid(format!(
                     "{what_it_is}: {what} one task at a time, as {example}"
@@ -65,6 +74,15 @@ pub fn parse_target(text: &str) -> ApiResult<JobTarget> {
     JobTarget::parse(text).map_err(ApiError::Invalid)
 }
 
+/// Parses the names of one request: at most [`limits::TARGETS`] of them (counting the plain
+/// ids `extra` besides), each as [`parse_target`]. Checked before the state lock.
+pub fn parse_targets(texts: &[String], extra: usize) -> ApiResult<Vec<JobTarget>> {
+    limits::TARGETS
+        .check_count((texts.len() + extra) as u64)
+        .map_err(ApiError::Invalid)?;
+    texts.iter().map(|t| parse_target(t)).collect()
+}
+
 /// A plain id, as the `job_ids` fields of requests carry them.
 pub fn plain_target(id: u64) -> JobTarget {
     JobTarget {
@@ -75,24 +93,32 @@ pub fn plain_target(id: u64) -> JobTarget {
 
 /// The refusal for a name that matches no job.
 pub fn not_found(target: &JobTarget, detail: &str) -> ApiError {
+    let shown = ysched_common::text::excerpt(&target.to_string(), 60);
     match (&target.tasks, detail.is_empty()) {
         (None, _) => ApiError::NotFound(format!("invalid job id {}: no such job", target.id)),
-        (Some(_), true) => ApiError::NotFound(format!("job {target} not found")),
-        (Some(_), false) => ApiError::NotFound(format!("job {target} not found ({detail})")),
+        (Some(_), true) => ApiError::NotFound(format!("job {shown} not found")),
+        (Some(_), false) => ApiError::NotFound(format!("job {shown} not found ({detail})")),
     }
 }
 
-/// The job ids of `tasks` (sorted or not) in the array `array_id` whose tasks are `all`
-/// (sorted, as [`ysched_common::ArraySpec::tasks`] gives them): the array's id plus each
-/// task's place. A task the array does not have is returned as the error.
-pub fn task_ids(array_id: JobId, all: &[u32], tasks: &[u32]) -> Result<Vec<JobId>, u32> {
-    tasks
+/// The places (job id minus the array's id) of the tasks `ranges` name in `array`, in
+/// order, each once; a task the array does not have is returned as the error. Costs
+/// O(ranges log ranges) plus O(the array's span / 64) where ranges overlap, plus O(matched
+/// tasks · log runs): never more than the array has, whatever the ranges say.
+pub fn task_places(array: &ArraySpec, target: &JobTarget) -> Result<Vec<u64>, u32> {
+    let set: &TaskSet = array.task_set();
+    let (Some(lo), Some(hi), Some(ranges)) = (set.first(), set.last(), target.tasks.as_ref())
+    else {
+        return Err(target.first_task().unwrap_or(0));
+    };
+    if let Some(missing) = target.first_outside(lo, hi) {
+        return Err(missing);
+    }
+    // Within the array's span: their union is no larger than the span.
+    let asked = TaskSet::union(ranges).map_err(|_| lo)?;
+    asked
         .iter()
-        .map(|t| {
-            all.binary_search(t)
-                .map(|i| JobId(array_id.0 + i as u64))
-                .map_err(|_| *t)
-        })
+        .map(|task| set.place_of(task).ok_or(task))
         .collect()
 }
 
@@ -124,19 +150,16 @@ impl Records {
                     .collect(),
                 array: Some(id),
             }),
-            (Some(tasks), Some(spec)) => {
-                let all = spec.tasks();
-                let mut ids = task_ids(id, &all, tasks).map_err(|missing| {
+            (Some(_), Some(spec)) => {
+                let places = task_places(spec, target).map_err(|missing| {
                     ApiError::NotFound(format!(
                         "job {id}_{missing} not found (array {id} has tasks {})",
-                        fold_tasks(&all)
+                        spec.task_set().describe(80)
                     ))
                 })?;
-                ids.sort_unstable();
-                ids.dedup();
                 Ok(Resolved {
                     target: target.clone(),
-                    ids,
+                    ids: places.into_iter().map(|p| JobId(id.0 + p)).collect(),
                     array: Some(id),
                 })
             }
@@ -153,12 +176,29 @@ impl Records {
         }
     }
 
-    /// [`Records::resolve`] for each name, in order.
+    /// [`Records::resolve`] for each name, the names of one job merged first (see
+    /// [`merge_targets`]); refused when they name more than `limits.jobs_named` jobs in all.
     pub fn resolve_all(
         &self,
         targets: &[JobTarget],
         finished: FinishedLookup<'_>,
     ) -> ApiResult<Vec<Resolved>> {
-        targets.iter().map(|t| self.resolve(t, finished)).collect()
+        let mut named = 0u64;
+        merge_targets(targets)
+            .iter()
+            .map(|t| {
+                let resolved = self.resolve(t, finished)?;
+                named += resolved.ids.len() as u64;
+                self.check_jobs_named(named)?;
+                Ok(resolved)
+            })
+            .collect()
+    }
+
+    /// Refuses a request that names more than `limits.jobs_named` jobs.
+    pub fn check_jobs_named(&self, named: u64) -> ApiResult<()> {
+        limits::JOBS_NAMED
+            .check_count_with(named, self.limits.jobs_named)
+            .map_err(ApiError::Invalid)
     }
 }

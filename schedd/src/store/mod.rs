@@ -200,13 +200,14 @@ struct ArrayRecord {
 impl ArrayRecord {
     /// Task `i` (by place) as submitted; `first` complete (with its spec), `tasks` its
     /// indices.
-    fn task(&self, first: &Job, tasks: &[u32], i: usize) -> Job {
+    fn task(&self, first: &Job, i: usize) -> Job {
         let id = JobId(first.id.0 + i as u64);
         let mut job = first.clone();
         job.id = id;
+        let task = first.spec.array.as_ref().and_then(|a| a.task_at(i as u64));
         job.array = Some(ysched_common::ArrayTask {
             array_id: first.id,
-            task: tasks.get(i).copied().unwrap_or(i as u32),
+            task: task.unwrap_or(i as u32),
         });
         if let Some(prefix) = &self.checkpoint_prefix {
             job.checkpoint_dir = format!("{prefix}{id}");
@@ -594,7 +595,7 @@ impl Store {
             let record: ArrayRecord = decode(&k, &v)?;
             let array_id = record.first.id;
             max_id = max_id.max(array_id.0 + u64::from(record.count).saturating_sub(1));
-            let mut first: Option<(Job, Vec<u32>)> = None;
+            let mut first: Option<Job> = None;
             for i in 0..record.count as usize {
                 let id = JobId(array_id.0 + i as u64);
                 if record.ended_at(i).is_some()
@@ -606,8 +607,8 @@ impl Store {
                 if first.is_none() {
                     first = Some(self.first_task(&record, &mut shared)?);
                 }
-                let (job, tasks) = first.as_ref().expect("set above");
-                active_jobs.insert(id, record.task(job, tasks, i));
+                let job = first.as_ref().expect("set above");
+                active_jobs.insert(id, record.task(job, i));
             }
         }
         let mut nodes = BTreeMap::new();
@@ -854,25 +855,17 @@ impl Store {
             }
             None => match self.submitted_task(id)? {
                 Some((record, i)) => {
-                    let (first, tasks) = self.first_task(&record, shared)?;
-                    Ok(Some(record.task(&first, &tasks, i)))
+                    let first = self.first_task(&record, shared)?;
+                    Ok(Some(record.task(&first, i)))
                 }
                 None => Ok(None),
             },
         }
     }
 
-    /// An array's first task made whole, and its tasks' indices: what
-    /// [`ArrayRecord::task`] makes every task from.
-    fn first_task(&self, record: &ArrayRecord, shared: &mut Shared) -> Result<(Job, Vec<u32>)> {
-        let first = self.complete(record.first.clone(), shared)?;
-        let tasks = first
-            .spec
-            .array
-            .as_ref()
-            .map(|a| a.tasks())
-            .unwrap_or_default();
-        Ok((first, tasks))
+    /// An array's first task made whole: what [`ArrayRecord::task`] makes every task from.
+    fn first_task(&self, record: &ArrayRecord, shared: &mut Shared) -> Result<Job> {
+        self.complete(record.first.clone(), shared)
     }
 
     /// The array record that holds job `id` as submitted, and its place there, when `id` is
@@ -936,11 +929,11 @@ impl Store {
             if record.ended.is_empty() {
                 continue;
             }
-            let (first, tasks) = self.first_task(&record, &mut shared)?;
+            let first = self.first_task(&record, &mut shared)?;
             for place in record.ended.iter().flat_map(|e| e.iter()) {
                 let id = first.id.0 + u64::from(place);
                 if !self.jobs.contains_key(id.to_be_bytes())? {
-                    res.push(record.task(&first, &tasks, place as usize));
+                    res.push(record.task(&first, place as usize));
                 }
             }
         }
