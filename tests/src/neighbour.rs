@@ -153,13 +153,21 @@ pub fn run(c: &TestCluster, secs: f64) -> Outcome {
     outcome.quiet = neighbour_loop(c, 5.0);
 
     let binary = attacker_binary(c);
-    let attackers: Vec<Child> = MODES
+    // The requests and arrays connect first, as a user who floods with connections and still
+    // wants their bad requests to get in would do: the connection flood then takes what is
+    // left of the user's places.
+    let mut attackers: Vec<Child> = MODES[1..]
         .iter()
         .map(|mode| spawn_attacker(&binary, mode, &c.socket(), secs))
         .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    attackers.insert(
+        0,
+        spawn_attacker(&binary, MODES[0], &c.socket(), secs - 0.5),
+    );
     // Let the flood build up before measuring.
     std::thread::sleep(Duration::from_secs(1));
-    outcome.flooded = neighbour_loop(c, (secs - 1.0).max(1.0));
+    outcome.flooded = neighbour_loop(c, (secs - 1.5).max(1.0));
     for (mode, child) in MODES.iter().zip(attackers) {
         let out = child.wait_with_output().unwrap();
         outcome.attacker_reports.push(format!(
@@ -253,9 +261,9 @@ async fn bad_requests(socket: &Path, until: Instant) -> String {
     for worker in 0..8u64 {
         let socket = socket.to_path_buf();
         tasks.push(tokio::spawn(async move {
-            let (mut sent, mut refused) = (0u64, 0u64);
+            let (mut sent, mut refused, mut lost) = (0u64, 0u64, 0u64);
             let Ok(mut client) = ysub::client::connect(&socket).await else {
-                return (sent, refused);
+                return (sent, refused, lost);
             };
             let long = |n: usize| "z".repeat(n);
             let mut i = worker;
@@ -319,26 +327,37 @@ async fn bad_requests(socket: &Path, until: Instant) -> String {
                         .map(|_| ()),
                 };
                 sent += 1;
-                if result.is_err() {
-                    refused += 1;
+                match result {
+                    Ok(()) => {}
+                    // The connection itself failed: the request never reached schedd.
+                    Err(e)
+                        if matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown) =>
+                    {
+                        lost += 1
+                    }
+                    Err(_) => refused += 1,
                 }
                 i += 1;
             }
-            (sent, refused)
+            (sent, refused, lost)
         }));
     }
-    let (mut sent, mut refused) = (0, 0);
+    let (mut sent, mut refused, mut lost) = (0, 0, 0);
     for t in tasks {
-        let (s, r) = t.await.unwrap_or((0, 0));
+        let (s, r, l) = t.await.unwrap_or((0, 0, 0));
         sent += s;
         refused += r;
+        lost += l;
     }
-    format!("sent {sent} bad requests, {refused} refused")
+    format!(
+        "sent {sent} bad requests: {refused} refused by schedd, {lost} lost with their connection"
+    )
 }
 
 /// Submits held arrays of 10,000 tasks until refused, then cancels them all and starts over.
 async fn big_arrays(socket: &Path, until: Instant) -> String {
     let (mut tasks_queued, mut refused, mut cancels) = (0u64, 0u64, 0u64);
+    let mut first_refusal = String::new();
     let Ok(mut client) = ysub::client::connect(socket).await else {
         return "could not connect".into();
     };
@@ -357,7 +376,10 @@ async fn big_arrays(socket: &Path, until: Instant) -> String {
             .await;
         match reply {
             Ok(r) => tasks_queued += u64::from(r.into_inner().array_task_count),
-            Err(_) => {
+            Err(e) => {
+                if first_refusal.is_empty() {
+                    first_refusal = e.message().chars().take(160).collect();
+                }
                 refused += 1;
                 let _ = client
                     .cancel(pb::CancelRequest {
@@ -375,7 +397,10 @@ async fn big_arrays(socket: &Path, until: Instant) -> String {
             ..Default::default()
         })
         .await;
-    format!("queued {tasks_queued} array tasks, {refused} arrays refused, {cancels} cancels of all")
+    format!(
+        "queued {tasks_queued} array tasks, {refused} arrays refused ({first_refusal}), \
+         {cancels} cancels of all"
+    )
 }
 
 fn rss_mib(pid: u32) -> f64 {
