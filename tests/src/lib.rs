@@ -916,3 +916,14 @@ pub fn on_thread_as<T: Send + 'static>(
     .join()
     .expect("thread")
 }
+
+/// The resident memory of process `pid` in MiB (`VmRSS`), 0 when it is gone.
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}

@@ -179,7 +179,7 @@ pub fn run(c: &TestCluster, secs: f64) -> Outcome {
     outcome.schedd_alive = c
         .schedd_pid()
         .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-    outcome.schedd_rss_mib = c.schedd_pid().map(rss_mib).unwrap_or(0.0);
+    outcome.schedd_rss_mib = c.schedd_pid().map(crate::rss_mib).unwrap_or(0.0);
     let after = c.job(job);
     outcome.job_untouched = after["state"] == "RUNNING"
         && after["restart_count"] == before["restart_count"]
@@ -401,14 +401,4 @@ async fn big_arrays(socket: &Path, until: Instant) -> String {
         "queued {tasks_queued} array tasks, {refused} arrays refused ({first_refusal}), \
          {cancels} cancels of all"
     )
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
 }
