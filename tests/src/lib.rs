@@ -883,10 +883,19 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
     }
 }
 
-/// Reads a file the job wrote, waiting for it to appear.
+/// Reads a file a job writes, waiting until its last line is complete. A shell's `> file`
+/// creates the file before the command writes a byte, so "it exists" alone can read nothing.
 pub fn read_when_exists(p: &Path, timeout: Duration) -> String {
-    wait_until(timeout, &format!("{}", p.display()), || p.exists());
-    std::fs::read_to_string(p).unwrap()
+    let mut text = String::new();
+    wait_until(
+        timeout,
+        &format!("a complete line in {}", p.display()),
+        || {
+            text = std::fs::read_to_string(p).unwrap_or_default();
+            text.ends_with('\n')
+        },
+    );
+    text
 }
 
 /// Runs `f` on a thread of its own whose credentials are `uid`/`gid` (and no supplementary

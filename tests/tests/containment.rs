@@ -155,8 +155,9 @@ while true; do sleep 0.1; done
     assert_eq!(j["restart_count"], 1);
     let second = read_when_exists(&c.path(&format!("second-{id}")), SECS(5));
     assert_eq!(second.trim(), "second run restart=1");
-    // SIGUSR1 came about 2 s before the 5 s limit (the script starts a little after the agent
-    // starts its clock, so this is measured a little short).
+    // SIGUSR1 came about 2 s before the 5 s limit: not at the start, not at the limit. The
+    // script starts a little after the agent starts its clock, and on a loaded 2-core machine
+    // the signal and the trap's clock read can each lag by a second, hence the wide window.
     let secs = |name: &str| -> f64 {
         let text = read(&c.path(&format!("{name}-{id}")));
         text.trim()
@@ -167,7 +168,7 @@ while true; do sleep 0.1; done
     let after_start = secs("usr1") - secs("start");
     let before_limit = 5.0 - after_start;
     assert!(
-        (1.0..=3.5).contains(&before_limit),
+        (0.4..=3.5).contains(&before_limit),
         "SIGUSR1 {after_start:.2}s after start, {before_limit:.2}s before the limit"
     );
     // The history has the request and the requeue; the audit log has who asked.
