@@ -37,6 +37,30 @@ pub enum InventoryError {
     Nvml(String),
 }
 
+/// A GPU found failing, in words an administrator can act on (e.g. "XID 79: GPU has fallen
+/// off the bus", "2 uncorrectable ECC errors", "pages pending retirement", "NVML no longer
+/// sees GPU-…").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFault {
+    /// The GPU's index, as registered (`Gpu::index`).
+    pub index: u32,
+    pub reason: String,
+}
+
+/// Watches the GPUs found at start-up for faults; the agent polls it every
+/// `node.gpu_health_secs` on a blocking thread.
+pub trait GpuHealth: Send {
+    /// The GPUs failing now, at most one fault each. A fault that is an event (an XID error, a
+    /// new uncorrectable ECC error) stays in the set until [`GpuHealth::forget`] is called for
+    /// its GPU; a fault that is a state (pages pending retirement, a GPU NVML no longer sees)
+    /// is in the set while it lasts. Trouble reading one GPU costs that GPU at most, never the
+    /// poll: the monitor logs it (rate-limited) and carries on.
+    fn poll(&mut self) -> Vec<GpuFault>;
+    /// An administrator returned this GPU to service (`yctl resume NODE --gpu N`): forget its
+    /// past events. A state that persists is reported again at the next poll.
+    fn forget(&mut self, index: u32);
+}
+
 /// The backend the flags ask for: a fake inventory file when given, else NVML.
 pub fn inventory(fake_gpus: Option<&Path>) -> Box<dyn GpuInventory + Send + Sync> {
     match fake_gpus {
