@@ -7,7 +7,6 @@
 use crate::machine::{self, Machine, MockGpu, MACHINE_ENV, RETURN_CODES};
 use std::ffi::{c_char, c_uint, c_ulonglong, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -85,17 +84,14 @@ struct Registration {
     delivered: usize,
 }
 
-/// What identifies a version of the machine file: a rename gives a new inode.
-type Stamp = (u64, u64, i64, i64, u64);
-
 #[derive(Default)]
 struct State {
     /// `nvmlInit` calls not yet matched by `nvmlShutdown`.
     initialized: u32,
     path: PathBuf,
-    /// Whether the file was read since `nvmlInit`, and the version read (`None`: missing).
-    loaded: bool,
-    stamp: Option<Stamp>,
+    /// The file's text as last read (or why it could not be read); `None` before the first
+    /// read of a session.
+    text: Option<Result<String, String>>,
     machine: Machine,
     /// Why the current version of the file cannot be served.
     file_error: Option<String>,
@@ -139,19 +135,16 @@ impl State {
         Ok(())
     }
 
-    /// Reads the file again if it changed since it was last read.
+    /// Reads the file, and takes the machine it describes when its text changed. Reading a
+    /// small file at each call is cheap, and unlike its time stamps, its text cannot fail to
+    /// show a change.
     fn refresh(&mut self) {
-        let stamp = std::fs::metadata(&self.path)
-            .map(|m| (m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.len()))
-            .ok();
-        if self.loaded && stamp == self.stamp {
+        let text = std::fs::read_to_string(&self.path).map_err(|e| e.to_string());
+        if self.text.as_ref() == Some(&text) {
             return;
         }
-        self.loaded = true;
-        self.stamp = stamp;
-        let parsed = std::fs::read_to_string(&self.path)
-            .map_err(|e| e.to_string())
-            .and_then(|text| Machine::parse(&text));
+        let parsed = text.clone().and_then(|text| Machine::parse(&text));
+        self.text = Some(text);
         match parsed {
             Ok(machine) => {
                 self.machine = machine;
@@ -293,7 +286,7 @@ fn init(call: &str) -> Return {
             return UNKNOWN;
         }
         // Read the file afresh: a new session starts from what it says now.
-        state.loaded = false;
+        state.text = None;
         state.handles.clear();
         state.event_sets.clear();
     }

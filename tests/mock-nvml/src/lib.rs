@@ -10,10 +10,11 @@
 //!
 //! Its path is `$YSCHED_MOCK_NVML`, else the library's own path with `.toml` appended (so each
 //! copy of the library, loaded in one process, serves a machine of its own: see
-//! [`machine::install`]). The file is read at `nvmlInit_v2` and again at any later call once it
-//! has changed (replace it by rename, as [`machine::Machine::write`] does), so a test changes a
-//! running machine by rewriting it. A file that does not parse makes every call answer
-//! `NVML_ERROR_UNKNOWN`, with one line on stderr saying why.
+//! [`machine::install`]). The file is read at every call, and the machine taken anew whenever
+//! its text changed, so a test changes a running machine by rewriting the file (replace it by
+//! rename, as [`machine::Machine::write`] does, so that no call reads half a file). A file that
+//! does not parse makes every call answer `NVML_ERROR_UNKNOWN`, with one line on stderr saying
+//! why.
 //!
 //! ```toml
 //! driver_version = "550.54.15"             # optional
