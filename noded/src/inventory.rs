@@ -328,6 +328,56 @@ mod tests {
     }
 
     #[test]
+    fn gpus_not_offered_are_listed_with_why() {
+        let excluded = vec![
+            ExcludedGpu {
+                index: 3,
+                uuid: "GPU-3".into(),
+                reason: "MIG mode is enabled".into(),
+                fault: false,
+            },
+            ExcludedGpu {
+                index: 4,
+                uuid: String::new(),
+                reason: "NVML cannot open it".into(),
+                fault: true,
+            },
+        ];
+        let listed = Inventory {
+            excluded: excluded.clone(),
+            ..inventory()
+        };
+        let out = listed.to_text();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[6], "");
+        assert_eq!(
+            lines[7],
+            "GPU 3 (GPU-3) is not offered: MIG mode is enabled"
+        );
+        assert_eq!(lines[8], "GPU 4 is not offered: NVML cannot open it");
+        assert!(lines[10].starts_with("      GPU0  GPU1  GPU2"), "{out}");
+        let value = serde_json::to_value(listed.to_json()).unwrap();
+        assert_eq!(
+            value["excluded"][1],
+            serde_json::json!({"index": 4, "uuid": "", "reason": "NVML cannot open it", "fault": true})
+        );
+
+        let none_offered = Inventory {
+            gpus: Vec::new(),
+            excluded,
+            ..inventory()
+        }
+        .to_text();
+        assert!(
+            none_offered.ends_with(
+                "\nNo GPUs offered.\n\nGPU 3 (GPU-3) is not offered: MIG mode is enabled\n\
+                 GPU 4 is not offered: NVML cannot open it\n"
+            ),
+            "{none_offered}"
+        );
+    }
+
+    #[test]
     fn json_names_relations_as_nvidia_smi_does() {
         let value = serde_json::to_value(inventory().to_json()).unwrap();
         assert_eq!(value["features"], serde_json::json!(["ib", "nvme"]));

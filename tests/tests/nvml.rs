@@ -128,3 +128,34 @@ fn nodes_register_through_nvml_and_a_4_gpu_job_gets_one_nvlink_island() {
         "{big_gpus:?} {small_gpus:?}"
     );
 }
+
+/// A library named by `--nvml-library` (or `node.nvml_library`) that does not load is a
+/// configuration error: the agent does not start, and says which library.
+#[test]
+fn an_agent_whose_nvml_library_does_not_load_does_not_start() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
+    let spool = c.dir.path().join("spool").join("bad");
+    let out = c.run(
+        "noded",
+        &[
+            "--name",
+            "bad",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+            "--spool-dir",
+            spool.to_str().unwrap(),
+            "--client-socket",
+            "",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "cannot load the NVML library /nonexistent/libnvidia-ml.so.1 (node.nvml_library or \
+             --nvml-library): "
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(c.nodes().len(), 1);
+}
