@@ -792,3 +792,22 @@ pub unsafe extern "C" fn nvmlEventSetFree(set: EventSet) -> Return {
         Ok(())
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_strings_and_calls_before_init() {
+        // SAFETY: the strings are static and NUL-terminated; the out-pointer is valid.
+        unsafe {
+            let text = |code| CStr::from_ptr(nvmlErrorString(code)).to_str().unwrap();
+            assert_eq!(text(GPU_IS_LOST), "GPU is lost");
+            assert_eq!(text(NOT_SUPPORTED), "Not Supported");
+            assert_eq!(text(12345), "Unknown Error");
+            let mut count = 0;
+            assert_eq!(nvmlDeviceGetCount_v2(&mut count), UNINITIALIZED);
+            assert_eq!(nvmlShutdown(), UNINITIALIZED);
+        }
+    }
+}
