@@ -34,7 +34,9 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-# The end-to-end tests drive the real binaries: build them first, in the same profile.
+# The end-to-end tests drive the real binaries: build them first, in the same profile. The
+# mock NVML library (tests/mock-nvml, a cdylib) comes with them: the test harness depends on
+# it, so cargo builds target/<profile>/deps/libysched_mock_nvml.so, where the tests find it.
 cargo build --workspace --bins --quiet
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -172,6 +172,9 @@ pub struct NodeConfig {
     /// written, the node takes no job: it drains itself (`spool full: …`) and resumes once
     /// there is room again. 0: only a write is tried.
     pub spool_reserve_mib: u64,
+    /// The NVML library noded loads to find and watch its GPUs: an absolute path, or a file
+    /// name the dynamic loader searches for. Empty: the NVIDIA driver's `libnvidia-ml.so.1`.
+    pub nvml_library: PathBuf,
 }
 
 /// Default of `scheduler.max_connections_per_user` and `node.max_connections_per_user`.
@@ -279,6 +282,7 @@ impl Default for NodeConfig {
             role: ROLE_COMPUTE.into(),
             fence_after_secs: 50,
             spool_reserve_mib: 16,
+            nvml_library: PathBuf::new(),
         }
     }
 }
@@ -436,6 +440,18 @@ impl Config {
             return Err(format!(
                 "node.role = {:?} must be \"{ROLE_COMPUTE}\" or \"{ROLE_LOGIN}\"",
                 self.node.role
+            ));
+        }
+        let nvml_library = &self.node.nvml_library;
+        if !nvml_library.as_os_str().is_empty()
+            && !nvml_library.is_absolute()
+            && nvml_library.components().count() > 1
+        {
+            // A relative path would depend on the directory noded happens to start in.
+            return Err(format!(
+                "node.nvml_library = {:?} must be empty (the driver's libnvidia-ml.so.1), a \
+                 file name the loader searches for, or an absolute path",
+                nvml_library.display().to_string()
             ));
         }
         let fence = self.node.fence_after_secs;
@@ -713,11 +729,17 @@ mod tests {
     }
 
     #[test]
-    fn node_role_and_fence_are_checked() {
+    fn node_role_fence_and_nvml_library_are_checked() {
         assert!(Config::parse("[node]\nrole = \"login\"\n").is_ok());
         let err = Config::parse("[node]\nrole = \"gpu\"\n").unwrap_err();
         assert!(err.contains("node.role"), "{err}");
         assert!(Config::parse("[node]\nfence_after_secs = 0\n").is_ok());
+        for ok in ["", "libnvidia-ml.so.1", "/opt/nvidia/lib/libnvidia-ml.so.1"] {
+            let c = Config::parse(&format!("[node]\nnvml_library = {ok:?}\n")).unwrap();
+            assert_eq!(c.node.nvml_library, PathBuf::from(ok));
+        }
+        let err = Config::parse("[node]\nnvml_library = \"lib/libnvidia-ml.so.1\"\n").unwrap_err();
+        assert!(err.contains("node.nvml_library"), "{err}");
         let err = Config::parse("[node]\nfence_after_secs = 10\n").unwrap_err();
         assert!(err.contains("heartbeat_secs"), "{err}");
     }

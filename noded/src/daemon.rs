@@ -7,7 +7,7 @@
 //! refuses every launch. It serves its client socket all the same.
 
 use crate::agent::{Agent, AgentConfig};
-use crate::gpu::inventory;
+use crate::gpu::{inventory, InventoryError};
 use crate::host;
 use crate::inventory::Inventory;
 use crate::launch::{CgroupRoot, Launcher, LauncherOptions};
@@ -27,6 +27,8 @@ pub struct Options {
     pub name: Option<String>,
     /// GPU inventory file instead of NVML.
     pub fake_gpus: Option<PathBuf>,
+    /// The NVML library instead of `node.nvml_library`.
+    pub nvml_library: Option<PathBuf>,
     pub spool_dir: Option<PathBuf>,
     /// schedd's agent address, `host:port`.
     pub schedd: Option<String>,
@@ -39,6 +41,17 @@ pub struct Options {
     pub client_socket: Option<PathBuf>,
     /// A login node whatever `node.role` says: runs nothing, offers nothing.
     pub no_jobs: bool,
+}
+
+impl Options {
+    /// The NVML library to load: `--nvml-library`, else `node.nvml_library`; `None`: the
+    /// driver's `libnvidia-ml.so.1`.
+    pub fn nvml_library(&self, config: &Config) -> Option<PathBuf> {
+        self.nvml_library
+            .clone()
+            .or_else(|| Some(config.node.nvml_library.clone()))
+            .filter(|path| !path.as_os_str().is_empty())
+    }
 }
 
 /// Runs the agent until SIGTERM or SIGINT. Errors are fatal start-up problems.
@@ -95,10 +108,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             mem_mib: 0,
             features: Vec::new(),
             gpus: Vec::new(),
+            excluded: Vec::new(),
             containment: None,
         }
     } else {
-        let gpus = detect_gpus(options.fake_gpus.clone()).await?;
+        let gpus = detect_gpus(options.fake_gpus.clone(), options.nvml_library(&config)).await?;
         Inventory::new(&options, &config, gpus)
     };
     let client_socket = client_socket_path(&options, &config)?;
@@ -246,15 +260,31 @@ pub fn print_inventory(options: &Options, json: bool) -> anyhow::Result<()> {
     }
 }
 
-/// A bad fake inventory file is a configuration error; NVML trouble only costs the GPUs.
-async fn detect_gpus(fake_gpus: Option<PathBuf>) -> anyhow::Result<Vec<ysched_common::Gpu>> {
+/// A bad fake inventory file, or an NVML library that was named but cannot be loaded, is a
+/// configuration error; other NVML trouble costs the GPUs concerned (each one NVML cannot
+/// describe is logged and left out), or all of them when NVML cannot list any.
+async fn detect_gpus(
+    fake_gpus: Option<PathBuf>,
+    nvml_library: Option<PathBuf>,
+) -> anyhow::Result<Vec<ysched_common::Gpu>> {
     let is_fake = fake_gpus.is_some();
-    let result = tokio::task::spawn_blocking(move || inventory(fake_gpus.as_deref()).gpus())
-        .await
-        .context("GPU inventory")?;
+    let result = tokio::task::spawn_blocking(move || {
+        inventory(fake_gpus.as_deref(), nvml_library.as_deref()).detect()
+    })
+    .await
+    .context("GPU inventory")?;
     match result {
-        Ok(gpus) => Ok(gpus),
-        Err(e) if is_fake => Err(e.into()),
+        Ok(detected) => {
+            for excluded in &detected.excluded {
+                if excluded.fault {
+                    tracing::error!("{excluded}");
+                } else {
+                    tracing::warn!("{excluded}");
+                }
+            }
+            Ok(detected.gpus)
+        }
+        Err(e) if is_fake || matches!(e, InventoryError::Library { .. }) => Err(e.into()),
         Err(e) => {
             tracing::error!("GPU inventory failed, reporting no GPUs: {e}");
             Ok(Vec::new())

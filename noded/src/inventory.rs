@@ -3,7 +3,7 @@
 //! can compare it with `nvidia-smi -q` and `nvidia-smi topo -m` before the node joins.
 
 use crate::daemon::Options;
-use crate::gpu::InventoryError;
+use crate::gpu::{ExcludedGpu, InventoryError};
 use crate::host;
 use crate::launch::{CgroupRoot, Containment};
 use serde::Serialize;
@@ -18,6 +18,8 @@ pub struct Inventory {
     /// Configured plus detected, sorted.
     pub features: Vec<String>,
     pub gpus: Vec<Gpu>,
+    /// GPUs found but not offered, with why: only for printing, the daemon logs them.
+    pub excluded: Vec<ExcludedGpu>,
     /// How jobs would be contained (cgroups or process groups), when looked at: only for
     /// printing, the daemon's launcher finds out for itself.
     pub containment: Option<Containment>,
@@ -32,6 +34,7 @@ impl Inventory {
             mem_mib: options.mem_mib.unwrap_or_else(host::memory_mib),
             features: host::features(&config.node.features),
             gpus,
+            excluded: Vec::new(),
             containment: None,
         }
     }
@@ -41,14 +44,19 @@ impl Inventory {
     /// sets up job containment as the daemon would (creating the cgroup root), to say what
     /// jobs will get.
     pub fn detect(options: &Options, config: &Config) -> Result<Inventory, InventoryError> {
-        let gpus = crate::gpu::inventory(options.fake_gpus.as_deref()).gpus()?;
+        let detected = crate::gpu::inventory(
+            options.fake_gpus.as_deref(),
+            options.nvml_library(config).as_deref(),
+        )
+        .detect()?;
         let containment = Containment::set_up(
             &CgroupRoot::from_config(&config.node.cgroup_root),
             config.node.job_pids_max,
         );
         Ok(Inventory {
             containment: Some(containment),
-            ..Inventory::new(options, config, gpus)
+            excluded: detected.excluded,
+            ..Inventory::new(options, config, detected.gpus)
         })
     }
 
@@ -68,7 +76,12 @@ impl Inventory {
         }
         out.push('\n');
         if self.gpus.is_empty() {
-            out.push_str("No GPUs found.\n");
+            out.push_str(if self.excluded.is_empty() {
+                "No GPUs found.\n"
+            } else {
+                "No GPUs offered.\n"
+            });
+            out.push_str(&self.excluded_text());
             return out;
         }
         let header = ["GPU", "MODEL", "MEMORY", "BUS ID", "NUMA", "NVLINK", "UUID"];
@@ -85,8 +98,21 @@ impl Inventory {
             ]);
         }
         out.push_str(&align_columns(&rows));
+        out.push_str(&self.excluded_text());
         out.push('\n');
         out.push_str(&format_topo_matrix(&self.gpus));
+        out
+    }
+
+    /// A blank line and one line per GPU not offered; nothing when all are.
+    fn excluded_text(&self) -> String {
+        let mut out = String::new();
+        if !self.excluded.is_empty() {
+            out.push('\n');
+        }
+        for excluded in &self.excluded {
+            out.push_str(&format!("{excluded}\n"));
+        }
         out
     }
 
@@ -126,6 +152,16 @@ impl Inventory {
                         .collect(),
                 })
                 .collect(),
+            excluded: self
+                .excluded
+                .iter()
+                .map(|e| ExcludedJson {
+                    index: e.index,
+                    uuid: &e.uuid,
+                    reason: &e.reason,
+                    fault: e.fault,
+                })
+                .collect(),
         }
     }
 }
@@ -157,6 +193,19 @@ pub struct InventoryJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub containment: Option<ContainmentJson>,
     pub gpus: Vec<GpuJson<'a>>,
+    /// GPUs found but not offered.
+    pub excluded: Vec<ExcludedJson<'a>>,
+}
+
+/// A GPU the node has but does not offer.
+#[derive(Debug, Serialize)]
+pub struct ExcludedJson<'a> {
+    pub index: u32,
+    /// Empty when NVML could not tell.
+    pub uuid: &'a str,
+    pub reason: &'a str,
+    /// An NVML error rather than a chosen configuration (MIG).
+    pub fault: bool,
 }
 
 /// How jobs are contained: `mode` is `cgroups` or `process-groups`.
@@ -231,6 +280,7 @@ mod tests {
             mem_mib: 524288,
             features: vec!["ib".into(), "nvme".into()],
             gpus,
+            excluded: Vec::new(),
             containment: None,
         }
     }
@@ -274,6 +324,56 @@ mod tests {
         assert_eq!(
             out,
             "Node n1: 64 CPUs, 524288 MiB memory, features: none\n\nNo GPUs found.\n"
+        );
+    }
+
+    #[test]
+    fn gpus_not_offered_are_listed_with_why() {
+        let excluded = vec![
+            ExcludedGpu {
+                index: 3,
+                uuid: "GPU-3".into(),
+                reason: "MIG mode is enabled".into(),
+                fault: false,
+            },
+            ExcludedGpu {
+                index: 4,
+                uuid: String::new(),
+                reason: "NVML cannot open it".into(),
+                fault: true,
+            },
+        ];
+        let listed = Inventory {
+            excluded: excluded.clone(),
+            ..inventory()
+        };
+        let out = listed.to_text();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[6], "");
+        assert_eq!(
+            lines[7],
+            "GPU 3 (GPU-3) is not offered: MIG mode is enabled"
+        );
+        assert_eq!(lines[8], "GPU 4 is not offered: NVML cannot open it");
+        assert!(lines[10].starts_with("      GPU0  GPU1  GPU2"), "{out}");
+        let value = serde_json::to_value(listed.to_json()).unwrap();
+        assert_eq!(
+            value["excluded"][1],
+            serde_json::json!({"index": 4, "uuid": "", "reason": "NVML cannot open it", "fault": true})
+        );
+
+        let none_offered = Inventory {
+            gpus: Vec::new(),
+            excluded,
+            ..inventory()
+        }
+        .to_text();
+        assert!(
+            none_offered.ends_with(
+                "\nNo GPUs offered.\n\nGPU 3 (GPU-3) is not offered: MIG mode is enabled\n\
+                 GPU 4 is not offered: NVML cannot open it\n"
+            ),
+            "{none_offered}"
         );
     }
 

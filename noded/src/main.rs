@@ -17,6 +17,10 @@ struct Cli {
     /// Read the GPU inventory from this TOML file instead of asking NVML
     #[arg(long, value_name = "FILE")]
     fake_gpus: Option<PathBuf>,
+    /// Load NVML from this library instead of the driver's libnvidia-ml.so.1 [default:
+    /// node.nvml_library of the config]
+    #[arg(long, value_name = "PATH", conflicts_with = "fake_gpus")]
+    nvml_library: Option<PathBuf>,
     /// Spool directory [default: node.spool_dir of the config]
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
     let options = daemon::Options {
         name: cli.name,
         fake_gpus: cli.fake_gpus,
+        nvml_library: cli.nvml_library,
         spool_dir: cli.spool_dir,
         schedd: cli.schedd,
         address: cli.address,

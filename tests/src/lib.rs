@@ -1,5 +1,6 @@
 //! The harness for end-to-end tests: a real `schedd` and real `noded` agents on loopback, in a
-//! temp dir, with fake GPU inventories, driven through the real CLIs.
+//! temp dir, with fake GPU inventories (or GPUs found through NVML: the mock NVML library
+//! serving a machine file, see [`NvmlNode`]), driven through the real CLIs.
 //!
 //! Every process the harness starts carries `YSCHED_TEST_TAG` in its environment (jobs inherit
 //! it through `--export=ALL`), so dropping the harness kills all of them, shepherds and jobs
@@ -10,6 +11,9 @@ pub mod fleet;
 pub mod fuzz;
 pub mod neighbour;
 
+pub use ysched_mock_nvml::machine as mock_nvml;
+
+use mock_nvml::Machine;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -94,6 +98,23 @@ impl FakeNode {
     }
 }
 
+/// A node whose agent finds its GPUs through NVML, as on a real GPU host: `noded
+/// --nvml-library` loads the mock NVML library (`tests/mock-nvml`), which serves `machine`.
+#[derive(Clone)]
+pub struct NvmlNode {
+    pub name: String,
+    pub machine: Machine,
+}
+
+impl NvmlNode {
+    pub fn new(name: &str, machine: Machine) -> NvmlNode {
+        NvmlNode {
+            name: name.into(),
+            machine,
+        }
+    }
+}
+
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub conf: PathBuf,
@@ -105,6 +126,7 @@ pub struct TestCluster {
     schedd: Option<Child>,
     agents: BTreeMap<String, Child>,
     nodes: Vec<FakeNode>,
+    nvml_nodes: Vec<NvmlNode>,
     /// `RLIMIT_AS` (bytes) for schedd, from its next start (see
     /// [`TestCluster::restart_schedd_with_memory_limit`]).
     schedd_address_space: Option<u64>,
@@ -150,6 +172,20 @@ impl TestCluster {
     /// As [`start`], with `scheduler_toml` added to the `[scheduler]` table and `extra_toml`
     /// appended after the `[node]` table (node keys, then other tables such as tiers).
     pub fn start_with(nodes: Vec<FakeNode>, scheduler_toml: &str, extra_toml: &str) -> TestCluster {
+        Self::start_all(nodes, Vec::new(), scheduler_toml, extra_toml)
+    }
+
+    /// As [`start`], with `nvml_nodes` too: agents that find their GPUs through NVML.
+    pub fn start_with_nvml(nodes: Vec<FakeNode>, nvml_nodes: Vec<NvmlNode>) -> TestCluster {
+        Self::start_all(nodes, nvml_nodes, "", "")
+    }
+
+    fn start_all(
+        nodes: Vec<FakeNode>,
+        nvml_nodes: Vec<NvmlNode>,
+        scheduler_toml: &str,
+        extra_toml: &str,
+    ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("ys").tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let work = dir.path().join("work");
@@ -178,14 +214,24 @@ impl TestCluster {
             schedd: None,
             agents: BTreeMap::new(),
             nodes: nodes.clone(),
+            nvml_nodes: nvml_nodes.clone(),
             schedd_address_space: None,
         };
         c.start_schedd();
-        for n in &nodes {
-            c.start_agent(&n.name);
+        for name in nodes
+            .iter()
+            .map(|n| &n.name)
+            .chain(nvml_nodes.iter().map(|n| &n.name))
+        {
+            c.start_agent(name);
         }
-        c.wait_nodes_up(nodes.len());
+        c.wait_nodes_up(c.node_count());
         c
+    }
+
+    /// The nodes the cluster was started with.
+    fn node_count(&self) -> usize {
+        self.nodes.len() + self.nvml_nodes.len()
     }
 
     /// Restarts schedd with `scheduler.node_timeout_secs` set (the agents stay connected).
@@ -199,8 +245,7 @@ impl TestCluster {
         std::fs::write(&self.conf, text).unwrap();
         self.stop_schedd(nix::sys::signal::Signal::SIGTERM);
         self.start_schedd();
-        let n = self.nodes.len();
-        self.wait_nodes_up(n);
+        self.wait_nodes_up(self.node_count());
         self
     }
 
@@ -306,8 +351,7 @@ impl TestCluster {
             .unwrap();
         assert!(ok.success());
         self.start_schedd();
-        let n = self.nodes.len();
-        self.wait_nodes_up(n);
+        self.wait_nodes_up(self.node_count());
         mounted
     }
 
@@ -318,8 +362,7 @@ impl TestCluster {
         self.schedd_address_space = Some(bytes);
         self.stop_schedd(nix::sys::signal::Signal::SIGTERM);
         self.start_schedd();
-        let n = self.nodes.len();
-        self.wait_nodes_up(n);
+        self.wait_nodes_up(self.node_count());
     }
 
     /// Whether schedd is still running (it has not exited, e.g. aborted).
@@ -347,6 +390,12 @@ impl TestCluster {
     }
 
     pub fn start_agent(&mut self, name: &str) {
+        if let Some(node) = self.nvml_nodes.iter().find(|n| n.name == name) {
+            node.machine.write(&self.machine_file(name)).unwrap();
+            let child = self.spawn_agent(name, name);
+            self.agents.insert(name.to_string(), child);
+            return;
+        }
         let node = self
             .nodes
             .iter()
@@ -408,24 +457,38 @@ impl TestCluster {
         self.dir.path().join("sock").join(format!("{name}.sock"))
     }
 
-    /// Starts `noded` for node `name` (whose inventory file is written), with spool, log and
-    /// client socket named after `instance`.
+    /// The machine file the mock NVML library of NVML node `name` serves.
+    pub fn machine_file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}-nvml.toml"))
+    }
+
+    /// Changes the machine NVML node `name` runs on, as its running agent sees it.
+    pub fn change_machine(&mut self, name: &str, edit: impl FnOnce(&mut Machine)) {
+        let node = self
+            .nvml_nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .expect("an NVML node");
+        edit(&mut node.machine);
+        let machine = node.machine.clone();
+        machine.write(&self.machine_file(name)).unwrap();
+    }
+
+    /// Starts `noded` for node `name` (whose inventory or machine file is written), with
+    /// spool, log and client socket named after `instance`.
     fn spawn_agent(&self, name: &str, instance: &str) -> Child {
-        let gpus = self.dir.path().join(format!("{name}-gpus.toml"));
         let spool = self.dir.path().join("spool").join(instance);
-        self.command("noded")
-            .args([
-                "-v",
-                "--name",
-                name,
-                "--cpus",
-                "64",
-                "--mem",
-                "512G",
-                "--fake-gpus",
-            ])
-            .arg(&gpus)
-            .arg("--spool-dir")
+        let mut cmd = self.command("noded");
+        cmd.args(["-v", "--name", name, "--cpus", "64", "--mem", "512G"]);
+        if self.nvml_nodes.iter().any(|n| n.name == name) {
+            cmd.arg("--nvml-library")
+                .arg(mock_nvml::library())
+                .env(mock_nvml::MACHINE_ENV, self.machine_file(name));
+        } else {
+            cmd.arg("--fake-gpus")
+                .arg(self.dir.path().join(format!("{name}-gpus.toml")));
+        }
+        cmd.arg("--spool-dir")
             .arg(&spool)
             .arg("--client-socket")
             .arg(self.agent_socket(instance))

@@ -1,16 +1,20 @@
-//! GPU inventory: what GPUs this host has and how they are linked.
+//! GPU inventory: what GPUs this host has and how they are linked; and their health.
 //!
 //! Two backends behind one trait: [`FakeInventory`] reads a TOML file (for tests and for
-//! machines without GPUs), [`NvmlInventory`] asks the NVIDIA driver. Both fill every GPU's
-//! `links` (one per other GPU: PCIe relation and NVLink count) through the pure functions of
-//! the topology module, which the NVML backend's recorded answers are tested against.
+//! machines without GPUs), [`NvmlInventory`] asks the NVIDIA driver (or the library
+//! `node.nvml_library` names). Both fill every GPU's `links` (one per other GPU: PCIe relation
+//! and NVLink count) through the pure functions of the topology module, which the NVML
+//! backend's recorded answers are tested against. [`nvml_health`] watches the registered GPUs
+//! through NVML ([`GpuHealth`]).
 
 mod fake;
 mod nvml;
+mod nvml_health;
 mod topology;
 
 pub use fake::FakeInventory;
-pub use nvml::NvmlInventory;
+pub use nvml::{NvmlInventory, DEFAULT_LIBRARY};
+pub use nvml_health::{critical_xid, NvmlHealth};
 pub use topology::{
     link_gpus, normalize_bus_id, nvlink_counts, pcie_relation, LinkKind, NvlinkCounts,
     NvmlTopology, RemoteEndpoint,
@@ -21,7 +25,49 @@ use ysched_common::Gpu;
 
 /// Something that can list the GPUs of this host.
 pub trait GpuInventory {
+    /// The GPUs to offer.
     fn gpus(&self) -> Result<Vec<Gpu>, InventoryError>;
+
+    /// The GPUs to offer, and those found but not offered, with why.
+    fn detect(&self) -> Result<Detected, InventoryError> {
+        Ok(Detected {
+            gpus: self.gpus()?,
+            excluded: Vec::new(),
+        })
+    }
+}
+
+/// What a backend found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Detected {
+    /// The GPUs to offer, by index.
+    pub gpus: Vec<Gpu>,
+    /// GPUs found but not offered, by index.
+    pub excluded: Vec<ExcludedGpu>,
+}
+
+/// A GPU the host has but does not offer: NVML could not describe it (a fault), or it is in a
+/// mode ysched does not schedule (MIG enabled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExcludedGpu {
+    /// NVML's index of the GPU.
+    pub index: u32,
+    /// Empty when NVML could not tell.
+    pub uuid: String,
+    /// Why it is not offered, naming the NVML call that failed if one did.
+    pub reason: String,
+    /// An NVML error, rather than a configuration the administrator chose.
+    pub fault: bool,
+}
+
+impl std::fmt::Display for ExcludedGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GPU {}", self.index)?;
+        if !self.uuid.is_empty() {
+            write!(f, " ({})", self.uuid)?;
+        }
+        write!(f, " is not offered: {}", self.reason)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +79,13 @@ pub enum InventoryError {
     },
     #[error("invalid GPU inventory file {path}: {message}")]
     Invalid { path: PathBuf, message: String },
-    #[error("NVML query failed: {0}")]
+    #[error(
+        "cannot load the NVML library {path} (node.nvml_library or --nvml-library): {message}"
+    )]
+    Library { path: PathBuf, message: String },
+    /// NVML failed as a whole (it cannot start, or cannot count the GPUs); the message names
+    /// the call.
+    #[error("{0}")]
     Nvml(String),
 }
 
@@ -61,10 +113,23 @@ pub trait GpuHealth: Send {
     fn forget(&mut self, index: u32);
 }
 
-/// The backend the flags ask for: a fake inventory file when given, else NVML.
-pub fn inventory(fake_gpus: Option<&Path>) -> Box<dyn GpuInventory + Send + Sync> {
+/// The backend the flags ask for: a fake inventory file when given, else NVML from
+/// `nvml_library` (`None`: the driver's [`DEFAULT_LIBRARY`]).
+pub fn inventory(
+    fake_gpus: Option<&Path>,
+    nvml_library: Option<&Path>,
+) -> Box<dyn GpuInventory + Send + Sync> {
     match fake_gpus {
         Some(path) => Box::new(FakeInventory::new(path)),
-        None => Box::new(NvmlInventory),
+        None => Box::new(NvmlInventory::new(nvml_library)),
     }
+}
+
+/// A health monitor of the registered `gpus` through NVML from `library` (`None`: the
+/// driver's), keeping NVML open; see [`NvmlHealth`].
+pub fn nvml_health(
+    library: Option<&Path>,
+    gpus: &[Gpu],
+) -> Result<Box<dyn GpuHealth>, InventoryError> {
+    Ok(Box::new(NvmlHealth::new(library, gpus)?))
 }
