@@ -9,7 +9,7 @@ mod fake;
 mod nvml;
 mod topology;
 
-pub use fake::FakeInventory;
+pub use fake::{FakeFaults, FakeHealth, FakeInventory};
 pub use nvml::NvmlInventory;
 pub use topology::{
     link_gpus, normalize_bus_id, nvlink_counts, pcie_relation, LinkKind, NvlinkCounts,
@@ -59,6 +59,29 @@ pub trait GpuHealth: Send {
     /// An administrator returned this GPU to service (`yctl resume NODE --gpu N`): forget its
     /// past events. A state that persists is reported again at the next poll.
     fn forget(&mut self, index: u32);
+}
+
+/// A monitor that finds nothing: for hosts where nothing can watch the GPUs.
+pub struct NoHealth;
+
+impl GpuHealth for NoHealth {
+    fn poll(&mut self) -> Vec<GpuFault> {
+        Vec::new()
+    }
+
+    fn forget(&mut self, _index: u32) {}
+}
+
+/// The health monitor the flags ask for, watching the GPUs found at start (`gpus`): the fake
+/// inventory file's faults when given (see [`FakeHealth`]), else NVML's.
+pub fn health_monitor(fake_gpus: Option<&Path>, gpus: &[Gpu]) -> Box<dyn GpuHealth> {
+    match fake_gpus {
+        Some(path) => Box::new(FakeHealth::new(path, gpus)),
+        // merged with NvmlHealth: this branch becomes the NVML monitor
+        // (`nvml_health(config.node.nvml_library, gpus)`, with its error logged and `NoHealth`
+        // in its place); until then, real GPUs are not watched.
+        None => Box::new(NoHealth),
+    }
 }
 
 /// The backend the flags ask for: a fake inventory file when given, else NVML.
