@@ -175,7 +175,15 @@ pub struct NodeConfig {
     /// The NVML library noded loads to find and watch its GPUs: an absolute path, or a file
     /// name the dynamic loader searches for. Empty: the NVIDIA driver's `libnvidia-ml.so.1`.
     pub nvml_library: PathBuf,
+    /// How often (seconds) the agent asks its GPU health monitor which GPUs fail (XID errors,
+    /// uncorrectable ECC errors, pages pending retirement, a GPU the driver lost); schedd
+    /// takes a failing GPU out of service. 0: GPU health is not watched.
+    pub gpu_health_secs: u64,
 }
+
+/// Default of `node.gpu_health_secs`: a GPU fallen off the bus is out of service within
+/// seconds, at the cost of a few NVML calls per GPU.
+pub const DEFAULT_GPU_HEALTH_SECS: u64 = 5;
 
 /// Default of `scheduler.max_connections_per_user` and `node.max_connections_per_user`.
 pub const DEFAULT_CONNECTIONS_PER_USER: u32 = 64;
@@ -283,6 +291,7 @@ impl Default for NodeConfig {
             fence_after_secs: 50,
             spool_reserve_mib: 16,
             nvml_library: PathBuf::new(),
+            gpu_health_secs: DEFAULT_GPU_HEALTH_SECS,
         }
     }
 }
@@ -460,6 +469,13 @@ impl Config {
                 "node.fence_after_secs = {fence} must be 0 (no fencing) or more than \
                  scheduler.heartbeat_secs = {} (the lease is renewed by heartbeats)",
                 self.scheduler.heartbeat_secs
+            ));
+        }
+        if self.node.gpu_health_secs > 86_400 {
+            return Err(format!(
+                "node.gpu_health_secs = {} must be at most 86400 (a day); 0 turns GPU health \
+                 watching off",
+                self.node.gpu_health_secs
             ));
         }
         self.fair_share_half_life_ms()?;
@@ -742,6 +758,18 @@ mod tests {
         assert!(err.contains("node.nvml_library"), "{err}");
         let err = Config::parse("[node]\nfence_after_secs = 10\n").unwrap_err();
         assert!(err.contains("heartbeat_secs"), "{err}");
+    }
+
+    #[test]
+    fn gpu_health_interval_defaults_and_is_bounded() {
+        assert_eq!(
+            Config::default().node.gpu_health_secs,
+            DEFAULT_GPU_HEALTH_SECS
+        );
+        let off = Config::parse("[node]\ngpu_health_secs = 0\n").unwrap();
+        assert_eq!(off.node.gpu_health_secs, 0);
+        let err = Config::parse("[node]\ngpu_health_secs = 86401\n").unwrap_err();
+        assert!(err.contains("node.gpu_health_secs = 86401"), "{err}");
     }
 
     #[test]

@@ -171,6 +171,8 @@ pub const NODE_NAME: Limit = bytes(
     255,
 );
 pub const DRAIN_REASON: Limit = bytes("drain reason", "yctl drain --reason", 256);
+/// A node has at most 64 GPUs (the scheduling core's masks).
+pub const GPUS_NAMED: Limit = items("GPUs in one request", "yctl drain|resume --gpu", 64);
 pub const REPORT_BY: Limit = bytes("report grouping", "yctl report --by", 32);
 
 /// The script, and separately the environment (names and values, plus two bytes each).
@@ -235,6 +237,7 @@ pub const ALL: &[Limit] = &[
     STATE,
     NODE_NAME,
     DRAIN_REASON,
+    GPUS_NAMED,
     REPORT_BY,
     JOBS_PER_USER,
 ];

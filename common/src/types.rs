@@ -217,6 +217,26 @@ pub enum StopReason {
     Requeue {
         by: String,
     },
+    /// GPU `gpu` of `node`, which the job holds, failed (`fault`, as its node's health monitor
+    /// said): the job is requeued once stopped, when it may be (see
+    /// `lifecycle::may_requeue`), else it ends NODE_FAIL.
+    GpuFailed {
+        node: String,
+        gpu: u32,
+        fault: String,
+    },
+}
+
+impl StopReason {
+    /// `GPU 3 of n1 failed: XID 79: GPU has fallen off the bus`, for a [`StopReason::GpuFailed`].
+    pub fn gpu_failure(&self) -> Option<String> {
+        match self {
+            StopReason::GpuFailed { node, gpu, fault } => {
+                Some(format!("GPU {gpu} of {node} failed: {fault}"))
+            }
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -620,12 +640,85 @@ pub struct Node {
     /// it registered); 0: it never does, so the jobs of a silent node cannot be run again.
     #[serde(default)]
     pub fence_after_secs: u32,
+    /// GPUs out of service, by index: no new job gets them. Its node's health monitor found
+    /// them failing, or an administrator took them out; they return only when an
+    /// administrator says so (`yctl resume NODE --gpu N`), whatever the node reports later.
+    /// Kept across registrations, even for an index the node no longer reports.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus_out_of_service: BTreeMap<u32, GpuOutage>,
+    /// GPUs an administrator returned to service whose agent has not yet confirmed that it
+    /// forgot their past faults: faults it reports for them are ignored until it does (they
+    /// may predate the forget), and no job gets them meanwhile (the confirmation may say they
+    /// still fail). Kept in the store, so that a restarted schedd (or an agent
+    /// that was away) still waits for the confirmation, and asks again at registration.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub gpus_forgetting: BTreeSet<u32>,
+}
+
+/// Who took a GPU out of service when its node's health monitor found it failing
+/// ([`GpuOutage::by`]); an administrator's outage names the administrator (a user name has no
+/// space).
+pub const GPU_HEALTH_BY: &str = "noded health";
+
+/// Why a GPU is out of service, since when, and who took it out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuOutage {
+    /// The fault (`XID 79: GPU has fallen off the bus`) or the administrator's reason.
+    pub reason: String,
+    pub since: Millis,
+    /// [`GPU_HEALTH_BY`], or the administrator's user name.
+    pub by: String,
+}
+
+impl GpuOutage {
+    /// Its node found it failing (rather than an administrator taking it out).
+    pub fn failed(&self) -> bool {
+        self.by == GPU_HEALTH_BY
+    }
 }
 
 impl Node {
-    /// May receive new jobs.
+    /// May receive new jobs: connected, not drained, not killing leftovers, and with a GPU
+    /// in service unless it has none (a node whose every GPU failed takes no job, not even a
+    /// CPU-only one: it needs someone's attention).
     pub fn is_schedulable(&self) -> bool {
-        self.connected && self.drain_reason.is_none() && self.killing.is_empty()
+        self.connected
+            && self.drain_reason.is_none()
+            && self.killing.is_empty()
+            && !self.all_gpus_out_of_service()
+    }
+
+    /// GPU `index` is out of service.
+    pub fn gpu_out_of_service(&self, index: u32) -> bool {
+        self.gpus_out_of_service.contains_key(&index)
+    }
+
+    /// The GPUs no new job may get: those out of service, and those returned to service whose
+    /// node has not yet confirmed that it does not find them failing (`gpus_forgetting`).
+    pub fn unusable_gpus(&self) -> impl Iterator<Item = u32> + '_ {
+        self.gpus_out_of_service
+            .keys()
+            .chain(&self.gpus_forgetting)
+            .copied()
+    }
+
+    /// The node has GPUs and none of them is in service.
+    pub fn all_gpus_out_of_service(&self) -> bool {
+        !self.gpus_out_of_service.is_empty()
+            && !self.gpus.is_empty()
+            && self.gpus.iter().all(|g| self.gpu_out_of_service(g.index))
+    }
+
+    /// How many of its GPUs are out of service (outages of indices it no longer reports
+    /// are not counted).
+    pub fn gpus_out_count(&self) -> usize {
+        if self.gpus_out_of_service.is_empty() {
+            return 0;
+        }
+        self.gpus
+            .iter()
+            .filter(|g| self.gpu_out_of_service(g.index))
+            .count()
     }
 }
 

@@ -17,6 +17,7 @@
 //! backoff), so that the agents of a cluster do not all come back in the same instant after
 //! a schedd restart.
 
+use crate::gpu_watch::GpuWatch;
 use crate::launch::checkpoint_scan::{scan_jobs, Newest, HEARTBEAT_SCAN};
 use crate::launch::lease::{boottime_ms, LeaseKeeper};
 use crate::launch::{JobEvent, Launcher};
@@ -110,6 +111,12 @@ pub struct Agent {
     session_slot: SessionSlot,
     /// State of the random numbers that spread reconnections.
     jitter: u64,
+    /// The GPU health thread (see [`crate::gpu_watch`]); `None` on a login node (it has no
+    /// GPU) and where the agent was built without one.
+    gpu_watch: Option<GpuWatch>,
+    /// GPUs schedd said were returned to service, on an agent without a health thread: their
+    /// forget is confirmed at once in the next heartbeat (there was nothing to forget).
+    forgotten_unwatched: Vec<u32>,
 }
 
 /// The heartbeats of one session, numbered from 1, with when each was sent
@@ -225,8 +232,7 @@ impl CheckpointWatch {
         pb::Heartbeat {
             running_jobs,
             checkpoints,
-            seq: 0,
-            unhealthy_reason: String::new(),
+            ..Default::default()
         }
     }
 }
@@ -273,7 +279,16 @@ impl Agent {
             beats: HeartbeatLog::default(),
             session_slot: SessionSlot::default(),
             jitter: jitter_seed(),
+            gpu_watch: None,
+            forgotten_unwatched: Vec::new(),
         })
+    }
+
+    /// The agent with a GPU health thread: its findings go to schedd in the registration and
+    /// the heartbeats, and it forgets the faults of GPUs schedd says were returned to service.
+    pub fn with_gpu_watch(mut self, watch: GpuWatch) -> Agent {
+        self.gpu_watch = Some(watch);
+        self
     }
 
     /// Where the registered session's relay link is kept, for the client socket's relay.
@@ -347,6 +362,9 @@ impl Agent {
         // running jobs and every unacknowledged end from the spool. Drained first, so an
         // event that happens meanwhile is sent afterwards (at worst twice, never lost).
         while self.events.try_recv().is_ok() {}
+        if let Some(watch) = self.gpu_watch.as_mut() {
+            watch.catch_up();
+        }
         let register = self.registration();
         let (running, finished) = (register.running_jobs.len(), register.finished.len());
         self.beats = HeartbeatLog::default();
@@ -408,9 +426,30 @@ impl Agent {
         loop {
             tokio::select! {
                 message = inbound.message() => match message? {
-                    Some(message) => self.handle(message),
+                    Some(message) => {
+                        if self.handle(message) {
+                            let beat = self.heartbeat();
+                            send(&outbox, AgentMsg::Heartbeat(beat)).await?;
+                        }
+                    }
                     None => return Err(SessionError::Closed),
                 },
+                news = async {
+                    match self.gpu_watch.as_mut() {
+                        Some(watch) => watch.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let worth_a_beat = self
+                        .gpu_watch
+                        .as_mut()
+                        .is_some_and(|watch| watch.take(news));
+                    if worth_a_beat {
+                        // At once: schedd stops the jobs on a failing GPU.
+                        let beat = self.heartbeat();
+                        send(&outbox, AgentMsg::Heartbeat(beat)).await?;
+                    }
+                }
                 Some(event) = self.events.recv() => {
                     let message = match event {
                         JobEvent::Started(started) => AgentMsg::Started(started),
@@ -465,6 +504,11 @@ impl Agent {
         let mut beat = self.checkpoints.heartbeat(self.launcher.running_jobs());
         beat.seq = self.beats.sent(boottime_ms());
         beat.unhealthy_reason = self.launcher.unhealthy_reason().unwrap_or_default();
+        beat.gpu_faults_forgotten = std::mem::take(&mut self.forgotten_unwatched);
+        if let Some(watch) = self.gpu_watch.as_mut() {
+            beat.gpu_faults = watch.faults();
+            beat.gpu_faults_forgotten.extend(watch.take_forgotten());
+        }
         beat
     }
 
@@ -498,10 +542,16 @@ impl Agent {
             role: self.config.role.clone(),
             fence_after_secs: u32::try_from(self.config.fence_after_secs).unwrap_or(u32::MAX),
             unhealthy_reason: self.launcher.unhealthy_reason().unwrap_or_default(),
+            gpu_faults: self
+                .gpu_watch
+                .as_ref()
+                .map_or_else(Vec::new, GpuWatch::faults),
         }
     }
 
-    fn handle(&mut self, message: pb::SchedulerMessage) {
+    /// Acts on one message from schedd; `true` when a heartbeat is due at once (a GPU's
+    /// forget to confirm on an agent without a health thread).
+    fn handle(&mut self, message: pb::SchedulerMessage) -> bool {
         match message.msg {
             Some(SchedulerMsg::Launch(job)) => {
                 tracing::info!(
@@ -537,8 +587,23 @@ impl Agent {
             Some(SchedulerMsg::Registered(_)) => {
                 tracing::warn!("unexpected second Registered from schedd, ignored")
             }
+            Some(SchedulerMsg::ResumeGpu(resume)) => {
+                tracing::info!(
+                    "GPU {}: returned to service by an administrator; forgetting its faults",
+                    resume.index
+                );
+                match &self.gpu_watch {
+                    // The health thread answers, after a poll.
+                    Some(watch) => watch.forget(resume.index),
+                    None => {
+                        self.forgotten_unwatched.push(resume.index);
+                        return true;
+                    }
+                }
+            }
             None => tracing::debug!("empty message from schedd, ignored"),
         }
+        false
     }
 
     fn notify_systemd_once(&mut self) {

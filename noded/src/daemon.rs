@@ -7,7 +7,8 @@
 //! refuses every launch. It serves its client socket all the same.
 
 use crate::agent::{Agent, AgentConfig};
-use crate::gpu::{inventory, InventoryError};
+use crate::gpu::{health_monitor, inventory, InventoryError};
+use crate::gpu_watch::GpuWatch;
 use crate::host;
 use crate::inventory::Inventory;
 use crate::launch::{CgroupRoot, Launcher, LauncherOptions};
@@ -183,7 +184,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             config.node.fence_after_secs
         },
     };
-    let agent = Agent::new(agent_config, launcher, events)?;
+    let mut agent = Agent::new(agent_config, launcher, events)?;
+    if !login {
+        // A login node has no GPU to watch (and answers no forget: it has no outage).
+        agent = agent.with_gpu_watch(gpu_watch(&options, &config, &gpus));
+    }
     // The relay serves as long as noded runs, with or without a session (it then answers
     // that schedd is not reachable).
     if let (Some(listener), Some(path)) = (clients, &client_socket) {
@@ -203,6 +208,27 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The GPU health thread: the monitor the flags ask for, polled every
+/// `node.gpu_health_secs`; with 0, none (forgets are still confirmed).
+fn gpu_watch(options: &Options, config: &Config, gpus: &[ysched_common::Gpu]) -> GpuWatch {
+    let secs = config.node.gpu_health_secs;
+    if secs == 0 || gpus.is_empty() {
+        if gpus.is_empty() {
+            tracing::info!("no GPU to watch");
+        } else {
+            tracing::info!("GPU health is not watched (node.gpu_health_secs = 0)");
+        }
+        return GpuWatch::start(None, None);
+    }
+    let monitor = health_monitor(
+        options.fake_gpus.as_deref(),
+        options.nvml_library(config).as_deref(),
+        gpus,
+    );
+    tracing::info!("watching the health of {} GPUs every {secs} s", gpus.len());
+    GpuWatch::start(Some(monitor), Some(Duration::from_secs(secs)))
 }
 
 /// The client socket to serve, absolute (jobs get it as `YSCHED_SOCKET`, whatever their

@@ -1,7 +1,8 @@
 //! `noded`, the per-host node agent of ysched.
 //!
-//! It reports what the host has ([`gpu`], [`host`], gathered in [`inventory`]), keeps one
-//! session with schedd ([`agent`]), and runs jobs as real processes under a per-job shepherd
+//! It reports what the host has ([`gpu`], [`host`], gathered in [`inventory`]), watches its
+//! GPUs' health on a thread of its own ([`gpu_watch`]), keeps one session with schedd
+//! ([`agent`]), and runs jobs as real processes under a per-job shepherd
 //! so that they survive a restart of noded itself ([`launch`]); its shepherds stop them on
 //! their own when the node has lost schedd for `node.fence_after_secs` ([`launch::lease`]).
 //! It serves the host's client socket and relays its requests to schedd over the agent's
@@ -13,6 +14,7 @@
 pub mod agent;
 pub mod daemon;
 pub mod gpu;
+pub mod gpu_watch;
 pub mod host;
 pub mod inventory;
 pub mod launch;

@@ -375,6 +375,22 @@ impl Ysched for Relay {
         self.forward(request, |mut c, r| async move { c.import_usage(r).await })
             .await
     }
+
+    async fn drain_gpu(
+        &self,
+        request: Request<pb::DrainGpuRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.forward(request, |mut c, r| async move { c.drain_gpu(r).await })
+            .await
+    }
+
+    async fn resume_gpu(
+        &self,
+        request: Request<pb::ResumeGpuRequest>,
+    ) -> Result<Response<pb::ResumeGpuReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.resume_gpu(r).await })
+            .await
+    }
 }
 
 /// Binds the client socket at `path`: creates its directory, refuses when something already

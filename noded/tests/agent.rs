@@ -569,3 +569,127 @@ async fn a_frozen_noded_still_fences_its_jobs() {
     );
     noded.kill().await.unwrap();
 }
+
+/// Waits for the first heartbeat that `wanted` accepts (they come every second, and at once
+/// when the GPUs' health changes).
+async fn heartbeat_where(
+    session: &mut Session,
+    wanted: impl Fn(&pb::Heartbeat) -> bool,
+) -> pb::Heartbeat {
+    for _ in 0..20 {
+        let beat = session.next_heartbeat().await;
+        if wanted(&beat) {
+            return beat;
+        }
+    }
+    panic!("no such heartbeat in 20");
+}
+
+fn fault_indices(beat: &pb::Heartbeat) -> Vec<(u32, String)> {
+    beat.gpu_faults
+        .iter()
+        .map(|f| (f.index, f.reason.clone()))
+        .collect()
+}
+
+/// The GPU health thread: a fault written to the fake inventory reaches schedd in the
+/// heartbeats (at once, not a heartbeat later) and stays after the file is repaired (an
+/// event), until schedd says the GPU was returned to service: then the next report, taken
+/// after the forget, confirms it. An agent without a health thread confirms at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_faults_reach_schedd_and_forgets_are_confirmed() {
+    use ysched_noded::gpu::{health_monitor, FakeInventory, GpuInventory};
+    use ysched_noded::gpu_watch::GpuWatch;
+    let spool = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let gpus_file = spool.path().join("gpus.toml");
+    let write_gpus = |fault_of_1: &str| {
+        let text: String = (0..2)
+            .map(|i| {
+                let extra = if i == 1 { fault_of_1 } else { "" };
+                format!(
+                    "[[gpu]]\nindex = {i}\nuuid = \"GPU-{i}\"\nmodel = \"NVIDIA A10\"\n\
+                     memory_mib = 24576\n{extra}\n"
+                )
+            })
+            .collect();
+        let new = spool.path().join("gpus.toml.new");
+        std::fs::write(&new, text).unwrap();
+        std::fs::rename(&new, &gpus_file).unwrap();
+    };
+    write_gpus("");
+    let gpus = FakeInventory::new(&gpus_file).gpus().unwrap();
+    let watch = GpuWatch::start(
+        Some(health_monitor(Some(&gpus_file), None, &gpus)),
+        Some(Duration::from_millis(100)),
+    );
+    let mut schedd = Schedd::start().await;
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        ..LauncherOptions::new(spool.path(), "n1")
+    })
+    .unwrap();
+    let config = AgentConfig {
+        gpus: gpus.iter().map(pb::Gpu::from).collect(),
+        // Heartbeats far apart: a fault must not wait for the next one.
+        heartbeat: Duration::from_secs(3600),
+        fence_after_secs: 0,
+        ..schedd.agent_config()
+    };
+    let agent = Agent::new(config, launcher, events)
+        .unwrap()
+        .with_gpu_watch(watch);
+    let agent = tokio::spawn(agent.run());
+    let mut session = schedd.next_session().await;
+    let register = session.register(vec![]).await;
+    assert!(register.gpu_faults.is_empty());
+
+    write_gpus("fault = \"XID 79: GPU has fallen off the bus\"");
+    let xid = vec![(1, "XID 79: GPU has fallen off the bus".to_string())];
+    let beat = tokio::time::timeout(Duration::from_secs(10), session.next_heartbeat())
+        .await
+        .expect("a heartbeat at once, not an hour later");
+    assert_eq!(fault_indices(&beat), xid);
+    assert!(beat.gpu_faults_forgotten.is_empty());
+
+    // Repaired in the file: an event is still reported until forgotten.
+    write_gpus("");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    session.send(SchedulerMsg::ResumeGpu(pb::ResumeGpu { index: 1 }));
+    let beat = heartbeat_where(&mut session, |b| !b.gpu_faults_forgotten.is_empty()).await;
+    assert_eq!(beat.gpu_faults_forgotten, [1]);
+    assert!(beat.gpu_faults.is_empty(), "{beat:?}");
+
+    // A new session's registration carries the set the thread found meanwhile.
+    write_gpus("failing = \"pages pending retirement\"");
+    let beat = heartbeat_where(&mut session, |b| !b.gpu_faults.is_empty()).await;
+    assert_eq!(beat.gpu_faults[0].reason, "pages pending retirement");
+    drop(session);
+    let mut session = schedd.next_session().await;
+    let register = session.register(vec![]).await;
+    assert_eq!(register.gpu_faults.len(), 1);
+    agent.abort();
+
+    // Without a health thread, a forget is confirmed at once.
+    let spool = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (launcher, events) = Launcher::with_options(LauncherOptions {
+        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        ..LauncherOptions::new(spool.path(), "n1")
+    })
+    .unwrap();
+    let config = AgentConfig {
+        heartbeat: Duration::from_secs(3600),
+        fence_after_secs: 0,
+        ..schedd.agent_config()
+    };
+    let agent = tokio::spawn(Agent::new(config, launcher, events).unwrap().run());
+    let mut session = schedd.next_session().await;
+    session.register(vec![]).await;
+    session.send(SchedulerMsg::ResumeGpu(pb::ResumeGpu { index: 0 }));
+    let beat = tokio::time::timeout(Duration::from_secs(10), session.next_heartbeat())
+        .await
+        .expect("a heartbeat at once");
+    assert_eq!(beat.gpu_faults_forgotten, [0]);
+    agent.abort();
+}

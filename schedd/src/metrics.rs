@@ -131,6 +131,8 @@ pub struct Metrics {
     gpus: Family<NodeModelLabels, Gauge>,
     gpus_allocated: Family<NodeModelLabels, Gauge>,
     gpus_draining: Family<NodeModelLabels, Gauge>,
+    gpus_out_of_service: Family<NodeModelLabels, Gauge>,
+    gpu_failures: Family<NodeLabel, Counter>,
     node_up: Family<NodeLabel, Gauge>,
     agent_sessions: Family<KindLabel, Gauge>,
     /// The jobs in memory, counted event by event.
@@ -159,6 +161,8 @@ impl Metrics {
             gpus: Family::default(),
             gpus_allocated: Family::default(),
             gpus_draining: Family::default(),
+            gpus_out_of_service: Family::default(),
+            gpu_failures: Family::default(),
             node_up: Family::default(),
             agent_sessions: Family::default(),
             active: Mutex::default(),
@@ -233,6 +237,19 @@ impl Metrics {
             m.gpus_draining.clone(),
         );
         registry.register(
+            "gpus_out_of_service",
+            "GPUs out of service (found failing by their node, or taken out by an \
+             administrator) until an administrator returns them, by node and model",
+            m.gpus_out_of_service.clone(),
+        );
+        registry.register(
+            "gpu_failures",
+            "GPUs taken out of service because their node's health monitor found them failing \
+             (XID errors, uncorrectable ECC errors, retired pages pending, lost by the driver), \
+             by node",
+            m.gpu_failures.clone(),
+        );
+        registry.register(
             "node_up",
             "1 when the node's agent has a live session, else 0",
             m.node_up.clone(),
@@ -297,6 +314,17 @@ impl Metrics {
 
     fn active(&self) -> std::sync::MutexGuard<'_, ActiveJobs> {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `n` GPUs of `node` were found failing and taken out of service.
+    pub fn gpus_failed(&self, node: &str, n: usize) {
+        if n > 0 {
+            self.gpu_failures
+                .get_or_create(&NodeLabel {
+                    node: node.to_string(),
+                })
+                .inc_by(n as u64);
+        }
     }
 
     /// A scheduling pass took `took`.
@@ -383,7 +411,12 @@ impl Metrics {
                 })
                 .set(*n as i64);
         }
-        for family in [&self.gpus, &self.gpus_allocated, &self.gpus_draining] {
+        for family in [
+            &self.gpus,
+            &self.gpus_allocated,
+            &self.gpus_draining,
+            &self.gpus_out_of_service,
+        ] {
             family.clear();
         }
         for g in &census.gpus {
@@ -398,8 +431,17 @@ impl Metrics {
             self.gpus_draining
                 .get_or_create(&labels)
                 .set(g.draining.into());
+            self.gpus_out_of_service
+                .get_or_create(&labels)
+                .set(g.out_of_service.into());
         }
         self.node_up.clear();
+        for (node, _) in &census.nodes_up {
+            // Every node's failure count exists (at zero) before its first failure.
+            let _ = self
+                .gpu_failures
+                .get_or_create(&NodeLabel { node: node.clone() });
+        }
         for (node, up) in &census.nodes_up {
             self.node_up
                 .get_or_create(&NodeLabel { node: node.clone() })
@@ -491,6 +533,7 @@ pub struct GpuCount {
     pub total: u32,
     pub allocated: u32,
     pub draining: u32,
+    pub out_of_service: u32,
 }
 
 /// What the gauges show, counted under the lock and set at scrape without it.
@@ -535,6 +578,7 @@ impl Census {
                             total: 0,
                             allocated: 0,
                             draining: 0,
+                            out_of_service: 0,
                         });
                         models.len() - 1
                     }
@@ -543,6 +587,7 @@ impl Census {
                 m.total += 1;
                 m.allocated += u32::from(held.is_some_and(|h| h.contains_key(&gpu.index)));
                 m.draining += u32::from(draining);
+                m.out_of_service += u32::from(node.gpu_out_of_service(gpu.index));
             }
             census.gpus.extend(models);
             census.nodes_up.push((node.name.clone(), node.connected));

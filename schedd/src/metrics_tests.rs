@@ -86,6 +86,8 @@ fn every_family_is_encoded_with_help_and_type() {
         "ysched_gpus gauge",
         "ysched_gpus_allocated gauge",
         "ysched_gpus_draining gauge",
+        "ysched_gpus_out_of_service gauge",
+        "ysched_gpu_failures_total counter",
         "ysched_node_up gauge",
         "ysched_agent_sessions gauge",
     ] {
@@ -341,7 +343,9 @@ fn the_census_counts_jobs_by_tier_and_state_and_gpus_by_node_and_model() {
     .into_iter()
     .map(|j| (j.id, j))
     .collect();
-    let mut mixed = NodeBuilder::dgx("n2", 4, A100).build();
+    let mut mixed = NodeBuilder::dgx("n2", 4, A100)
+        .gpu_out_of_service(1, "XID 79: GPU has fallen off the bus")
+        .build();
     let mut gpus = (*mixed.gpus).clone();
     gpus[3].model = H100.to_string();
     mixed.gpus = std::sync::Arc::new(gpus);
@@ -371,20 +375,21 @@ fn the_census_counts_jobs_by_tier_and_state_and_gpus_by_node_and_model() {
         ]
         .into()
     );
-    let gpu = |node: &str, model: &str, total, allocated, draining| GpuCount {
+    let gpu = |node: &str, model: &str, total, allocated, draining, out_of_service| GpuCount {
         node: node.into(),
         model: model.into(),
         total,
         allocated,
         draining,
+        out_of_service,
     };
     assert_eq!(
         census.gpus,
         vec![
-            gpu("n1", A100, 8, 2, 0),
-            gpu("n2", A100, 3, 0, 0),
-            gpu("n2", H100, 1, 1, 0),
-            gpu("n3", A100, 2, 0, 2),
+            gpu("n1", A100, 8, 2, 0, 0),
+            gpu("n2", A100, 3, 0, 0, 1),
+            gpu("n2", H100, 1, 1, 0, 0),
+            gpu("n3", A100, 2, 0, 2, 0),
         ]
     );
     assert_eq!(
@@ -416,6 +421,15 @@ fn the_census_counts_jobs_by_tier_and_state_and_gpus_by_node_and_model() {
             "ysched_gpus_draining{node=\"n3\",model=\"NVIDIA A100-SXM4-80GB\"}",
             2.0,
         ),
+        (
+            "ysched_gpus_out_of_service{node=\"n2\",model=\"NVIDIA A100-SXM4-80GB\"}",
+            1.0,
+        ),
+        (
+            "ysched_gpus_out_of_service{node=\"n1\",model=\"NVIDIA A100-SXM4-80GB\"}",
+            0.0,
+        ),
+        ("ysched_gpu_failures_total{node=\"n3\"}", 0.0),
         ("ysched_node_up{node=\"n3\"}", 0.0),
         ("ysched_agent_sessions{kind=\"compute\"}", 2.0),
     ] {
@@ -424,6 +438,24 @@ fn the_census_counts_jobs_by_tier_and_state_and_gpus_by_node_and_model() {
     // A node that is gone disappears from the next scrape.
     let text = m.render(&Census::default(), Format::Text);
     assert_eq!(sample(&text, "ysched_node_up{node=\"n3\"}"), None);
+}
+
+#[test]
+fn gpu_failures_count_per_node() {
+    let m = metrics();
+    m.gpus_failed("n1", 2);
+    m.gpus_failed("n1", 0);
+    m.gpus_failed("n2", 1);
+    let text = m.render(&Census::default(), Format::Text);
+    check_text(&text);
+    assert_eq!(
+        sample(&text, "ysched_gpu_failures_total{node=\"n1\"}"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "ysched_gpu_failures_total{node=\"n2\"}"),
+        Some(1.0)
+    );
 }
 
 #[test]

@@ -589,6 +589,8 @@ fn node(name: &str, model: &str, wiring: Wiring, ib: bool) -> Node {
         last_seen: NOW,
         killing: Default::default(),
         fence_after_secs: 0,
+        gpus_out_of_service: Default::default(),
+        gpus_forgetting: Default::default(),
     }
 }
 

@@ -95,7 +95,7 @@ pub struct FuzzStats {
 }
 
 /// The RPCs of the `Ysched` service, as named in the stats.
-pub const RPCS: [&str; 18] = [
+pub const RPCS: [&str; 20] = [
     "Submit",
     "ListJobs",
     "GetJob",
@@ -112,6 +112,8 @@ pub const RPCS: [&str; 18] = [
     "Report",
     "ExportTrace",
     "ImportUsage",
+    "DrainGpu",
+    "ResumeGpu",
     // Submits that are valid, so that there are jobs (and arrays) to name.
     "Submit(valid)",
     "ListJobs(targets)",
@@ -355,6 +357,16 @@ impl Gen {
                 clauses.join(sep)
             }
         }
+    }
+
+    /// GPU indices for a request: none, a few, or far too many.
+    fn gpu_indices(&mut self) -> Vec<u32> {
+        let n = match self.rng.below(8) {
+            0 => 0,
+            1 => 10_000 + self.rng.below(100_000),
+            _ => 1 + self.rng.below(4),
+        };
+        (0..n).map(|_| self.small_number()).collect()
     }
 
     fn small_number(&mut self) -> u32 {
@@ -670,6 +682,23 @@ async fn send(client: &mut Client, g: &mut Gen, rpc: &str) -> (String, usize) {
             let request = pb::NodeRef { name: g.text() };
             let size = request.encoded_len();
             (code(client.resume(request).await.map(|_| ())), size)
+        }
+        "DrainGpu" => {
+            let request = pb::DrainGpuRequest {
+                node: g.text(),
+                gpus: g.gpu_indices(),
+                reason: g.text(),
+            };
+            let size = request.encoded_len();
+            (code(client.drain_gpu(request).await.map(|_| ())), size)
+        }
+        "ResumeGpu" => {
+            let request = pb::ResumeGpuRequest {
+                node: g.text(),
+                gpus: g.gpu_indices(),
+            };
+            let size = request.encoded_len();
+            (code(client.resume_gpu(request).await.map(|_| ())), size)
         }
         "Audit" => {
             let request = pb::AuditRequest {

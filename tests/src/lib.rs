@@ -83,6 +83,12 @@ impl FakeNode {
     }
 
     pub fn inventory_toml(&self) -> String {
+        self.inventory_toml_with(&[])
+    }
+
+    /// The inventory with extra lines in some GPUs' tables, e.g. `(3, r#"fault = "XID 79""#)`
+    /// (the fake GPU faults the agent's health monitor reads, see `noded/src/gpu/fake.rs`).
+    pub fn inventory_toml_with(&self, extra: &[(u32, &str)]) -> String {
         let mut s = String::new();
         for (i, g) in self.gpus.iter().enumerate() {
             s.push_str(&format!(
@@ -91,6 +97,10 @@ impl FakeNode {
             ));
             if !g.pcie.is_empty() {
                 s.push_str(&format!("pcie = {:?}\n", g.pcie));
+            }
+            for (_, line) in extra.iter().filter(|(gpu, _)| *gpu as usize == i) {
+                s.push_str(line);
+                s.push('\n');
             }
             s.push('\n');
         }
@@ -178,6 +188,16 @@ impl TestCluster {
     /// As [`start`], with `nvml_nodes` too: agents that find their GPUs through NVML.
     pub fn start_with_nvml(nodes: Vec<FakeNode>, nvml_nodes: Vec<NvmlNode>) -> TestCluster {
         Self::start_all(nodes, nvml_nodes, "", "")
+    }
+
+    /// As [`start_with_nvml`], with `scheduler_toml` and `extra_toml` as in [`start_with`].
+    pub fn start_with_nvml_config(
+        nodes: Vec<FakeNode>,
+        nvml_nodes: Vec<NvmlNode>,
+        scheduler_toml: &str,
+        extra_toml: &str,
+    ) -> TestCluster {
+        Self::start_all(nodes, nvml_nodes, scheduler_toml, extra_toml)
     }
 
     fn start_all(
@@ -409,6 +429,21 @@ impl TestCluster {
         .unwrap();
         let child = self.spawn_agent(name, name);
         self.agents.insert(name.to_string(), child);
+    }
+
+    /// Rewrites node `name`'s fake GPU inventory with `extra` lines in some GPUs' tables (see
+    /// [`FakeNode::inventory_toml_with`]): a new file renamed over the old one, so that the
+    /// agent's health monitor never reads half of it.
+    pub fn set_gpu_faults(&self, name: &str, extra: &[(u32, &str)]) {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .expect("known node");
+        let path = self.dir.path().join(format!("{name}-gpus.toml"));
+        let new = self.dir.path().join(format!("{name}-gpus.toml.new"));
+        std::fs::write(&new, node.inventory_toml_with(extra)).unwrap();
+        std::fs::rename(&new, &path).unwrap();
     }
 
     /// The agent's pid, while the harness runs it.

@@ -347,6 +347,8 @@ fn metrics_parse_and_move_as_jobs_run_end_and_are_preempted() {
         ("ysched_gpus", "gauge"),
         ("ysched_gpus_allocated", "gauge"),
         ("ysched_gpus_draining", "gauge"),
+        ("ysched_gpus_out_of_service", "gauge"),
+        ("ysched_gpu_failures_total", "counter"),
         ("ysched_node_up", "gauge"),
         ("ysched_agent_sessions", "gauge"),
     ] {
@@ -355,6 +357,8 @@ fn metrics_parse_and_move_as_jobs_run_end_and_are_preempted() {
     let n1 = [("node", "n1"), ("model", A100)];
     assert_eq!(m.get("ysched_gpus", &n1), 8.0);
     assert_eq!(m.get("ysched_gpus_allocated", &n1), 0.0);
+    assert_eq!(m.get("ysched_gpus_out_of_service", &n1), 0.0);
+    assert_eq!(m.get("ysched_gpu_failures_total", &[("node", "n1")]), 0.0);
     assert_eq!(m.get("ysched_node_up", &[("node", "n1")]), 1.0);
     assert_eq!(m.get("ysched_agent_sessions", &[("kind", "compute")]), 1.0);
     assert!(m.get("ysched_scheduling_pass_duration_seconds_count", &[]) >= 1.0);

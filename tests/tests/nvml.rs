@@ -1,7 +1,9 @@
 //! Agents that find their GPUs through NVML, as on real GPU hosts: each `noded` loads the mock
 //! NVML library serving its machine, registers with the real `schedd`, and jobs are placed on
 //! what it registered. A fault of NVML costs what it concerns: one GPU, or the GPUs of a node
-//! (which still registers), never the agent.
+//! (which still registers), never the agent. A GPU that fails as NVML reports it (an XID
+//! event, a GPU the driver lost) is taken out of service by itself, through the same monitor
+//! that watches real GPUs.
 
 use std::time::Duration;
 use ysched_tests::mock_nvml::{self, Machine};
@@ -158,4 +160,92 @@ fn an_agent_whose_nvml_library_does_not_load_does_not_start() {
         stderr(&out)
     );
     assert_eq!(c.nodes().len(), 1);
+}
+
+fn gpus_of(job: &serde_json::Value) -> Vec<u64> {
+    job["gpus"]
+        .as_array()
+        .map(|a| a.iter().map(|g| g.as_u64().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+/// node `name`'s GPUs out of service, as (index, reason).
+fn outages(c: &TestCluster, name: &str) -> Vec<(u64, String)> {
+    node(&c.nodes(), name)["gpus_out_of_service"]
+        .as_array()
+        .expect("gpus_out_of_service")
+        .iter()
+        .map(|o| {
+            (
+                o["index"].as_u64().unwrap(),
+                o["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The whole path on the NVML monitor, as on a real host: the driver reports XID 79 for the
+/// GPU under a job; the agent's monitor sees the event, schedd takes that GPU out of service,
+/// the job is stopped and requeued onto another GPU, and the job on the GPU next to it runs
+/// on. An administrator returns it. A GPU the driver then loses is a state: it stays out of
+/// service through a resume, for as long as NVML cannot see it.
+#[test]
+fn a_gpu_nvml_reports_failing_under_a_job_is_taken_out_and_the_job_runs_on_another() {
+    let mut c = TestCluster::start_with_nvml_config(
+        Vec::new(),
+        vec![NvmlNode::new("n1", Machine::islands(A100, 4, 4, 2))],
+        "",
+        "gpu_health_secs = 1",
+    );
+    let victim = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
+    let bystander = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
+    let failed = gpus_of(&c.wait_state(victim, "RUNNING", SECS(20)))[0];
+    let kept = gpus_of(&c.wait_state(bystander, "RUNNING", SECS(20)))[0];
+
+    c.change_machine("n1", |m| m.gpus[failed as usize].xid = vec![79]);
+    let mut rerun = serde_json::Value::Null;
+    wait_until(SECS(30), "the job to run again after XID 79", || {
+        rerun = c.job(victim);
+        rerun["state"] == "RUNNING" && rerun["restart_count"] == 1
+    });
+    let moved_to = gpus_of(&rerun)[0];
+    assert_ne!(moved_to, failed, "placed again on the GPU that failed");
+    let out = outages(&c, "n1");
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, failed);
+    assert!(out[0].1.contains("XID 79"), "{out:?}");
+    // The job next to it was not touched.
+    let b = c.job(bystander);
+    assert_eq!(
+        (b["state"].as_str(), b["restart_count"].as_u64()),
+        (Some("RUNNING"), Some(0))
+    );
+    assert_eq!(gpus_of(&b), [kept]);
+
+    // Returned after the repair: the event is forgotten and the GPU takes jobs again.
+    let out = c.run("yctl", &["resume", "n1", "--gpu", &failed.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("back in service"), "{}", stdout(&out));
+    assert_eq!(outages(&c, "n1"), []);
+    let two = c.submit(&["-G", "2", "--wrap", "sleep 600"]);
+    let two_gpus = gpus_of(&c.wait_state(two, "RUNNING", SECS(20)));
+    assert!(
+        two_gpus.contains(&failed),
+        "{two_gpus:?} (free were {failed} and one more)"
+    );
+
+    // The driver loses the bystander's GPU: out of service while NVML cannot see it.
+    c.change_machine("n1", |m| m.gpus[kept as usize].lost = true);
+    wait_until(SECS(30), "the lost GPU out of service", || {
+        outages(&c, "n1").iter().any(|(i, _)| *i == kept)
+    });
+    let out = c.run("yctl", &["resume", "n1", "--gpu", &kept.to_string()]);
+    assert!(
+        !out.status.success(),
+        "a lost GPU was returned: {}",
+        stdout(&out)
+    );
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(said.contains("still reports"), "{said}");
+    assert!(outages(&c, "n1").iter().any(|(i, _)| *i == kept));
 }

@@ -6,7 +6,8 @@ use crate::jobs::{
     parse_target_list, TargetList,
 };
 use crate::nodes::{
-    format_gpu_lines, format_node_topology, format_nodes_table, node_to_json, NodeJson,
+    format_gpu_lines, format_node_topology, format_nodes_table, format_outages, node_to_json,
+    NodeJson,
 };
 use crate::output::{print_json, print_stdout};
 use crate::output::{Column, Table};
@@ -21,7 +22,8 @@ use ysched_common::time::now_ms;
 use ysched_common::time::rfc3339;
 use ysched_common::JobTarget;
 use ysched_proto::{
-    AuditEntry, AuditRequest, DrainRequest, ListNodesRequest, NodeInfo, NodeRef, SharesRequest,
+    AuditEntry, AuditRequest, DrainGpuRequest, DrainRequest, GpuResumed, ListNodesRequest,
+    NodeInfo, NodeRef, ResumeGpuRequest, SharesRequest,
 };
 
 #[derive(Parser, Debug)]
@@ -48,18 +50,26 @@ pub enum Command {
         #[arg(long, value_name = "NODE", conflicts_with_all = ["long", "json"])]
         topology: Option<String>,
     },
-    /// Stop scheduling new jobs on nodes; running jobs finish
+    /// Stop scheduling new jobs on nodes (or, with --gpu, on GPUs of one node); running jobs
+    /// finish
     Drain {
         #[arg(value_name = "NODE", required = true)]
         nodes: Vec<String>,
         /// Why (required)
         #[arg(long, required = true)]
         reason: String,
+        /// Only these GPUs of the node (indices, comma-separated): taken out of service
+        #[arg(long, value_name = "N[,N...]", value_delimiter = ',', num_args = 1)]
+        gpu: Vec<u32>,
     },
-    /// Return drained nodes to service
+    /// Return drained nodes to service (or, with --gpu, GPUs of one node out of service,
+    /// whether they failed or were drained)
     Resume {
         #[arg(value_name = "NODE", required = true)]
         nodes: Vec<String>,
+        /// Only these GPUs of the node (indices, comma-separated)
+        #[arg(long, value_name = "N[,N...]", value_delimiter = ',', num_args = 1)]
+        gpu: Vec<u32>,
     },
     /// Show everything about a job or a node
     Show {
@@ -165,7 +175,35 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 print_stdout(&format_nodes_table(&nodes, long))?;
             }
         }
-        Command::Drain { nodes, reason } => {
+        Command::Drain { nodes, reason, gpu } if !gpu.is_empty() => {
+            let node = nodes.into_iter().next().unwrap_or_default();
+            reply(
+                client
+                    .drain_gpu(DrainGpuRequest {
+                        node,
+                        gpus: gpu,
+                        reason,
+                    })
+                    .await,
+            )?;
+        }
+        Command::Resume { nodes, gpu } if !gpu.is_empty() => {
+            let node = nodes.into_iter().next().unwrap_or_default();
+            let resumed = reply(
+                client
+                    .resume_gpu(ResumeGpuRequest {
+                        node: node.clone(),
+                        gpus: gpu,
+                    })
+                    .await,
+            )?;
+            let (text, all_back) = format_gpu_resumes(&node, &resumed.gpus);
+            print_stdout(&text)?;
+            if !all_back {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Drain { nodes, reason, .. } => {
             for name in nodes {
                 reply(
                     client
@@ -177,7 +215,7 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 )?;
             }
         }
-        Command::Resume { nodes } => {
+        Command::Resume { nodes, .. } => {
             for name in nodes {
                 reply(client.resume(NodeRef { name }).await)?;
             }
@@ -213,6 +251,7 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                     ),
                 });
                 out.push_str(&format_gpu_lines(node));
+                out.push_str(&format_outages(node));
                 print_stdout(&out)?;
             }
         }
@@ -273,12 +312,29 @@ pub fn check_limits(command: &Command) -> Result<()> {
         }
         Ok(())
     };
+    let gpus = |nodes: &[String], gpus: &[u32]| -> Result<()> {
+        if gpus.is_empty() {
+            return Ok(());
+        }
+        if nodes.len() != 1 {
+            return Err(anyhow!(
+                "--gpu names GPUs of one node; give exactly one NODE"
+            ));
+        }
+        ysched_common::limits::GPUS_NAMED
+            .check_count(gpus.len() as u64)
+            .map_err(|e| anyhow!(e))
+    };
     match command {
-        Command::Drain { reason, nodes } => {
+        Command::Drain { reason, nodes, gpu } => {
             check_drain_reason(reason)?;
+            gpus(nodes, gpu)?;
             node_names(nodes)
         }
-        Command::Resume { nodes } => node_names(nodes),
+        Command::Resume { nodes, gpu } => {
+            gpus(nodes, gpu)?;
+            node_names(nodes)
+        }
         Command::Show {
             what: ShowCommand::Node { name, .. },
         } => node_names(std::slice::from_ref(name)),
@@ -287,6 +343,36 @@ pub fn check_limits(command: &Command) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// What `yctl resume NODE --gpu N` prints, one line per GPU, and whether every GPU is back
+/// in service (else yctl exits 1: one still fails).
+pub fn format_gpu_resumes(node: &str, gpus: &[GpuResumed]) -> (String, bool) {
+    let node = escape_for_terminal(node);
+    let mut out = String::new();
+    let mut all_back = true;
+    for gpu in gpus {
+        let index = gpu.index;
+        let line = if !gpu.still_failing.is_empty() {
+            all_back = false;
+            format!(
+                "GPU {index} of {node} still reports: {}; it is out of service again (repair \
+                 it, then resume it again)",
+                escape_for_terminal(&gpu.still_failing)
+            )
+        } else if gpu.confirmed {
+            format!("GPU {index} of {node} is back in service")
+        } else {
+            format!(
+                "GPU {index} of {node} is back in service, not yet confirmed by its node ({}): \
+                 if the node still finds it failing, it goes out of service again",
+                escape_for_terminal(&gpu.pending)
+            )
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    (out, all_back)
 }
 
 /// A drain reason must say something, and it is shown to everyone by `yctl nodes` and
@@ -404,12 +490,31 @@ mod tests {
             .unwrap()
             .command
         {
-            Command::Drain { nodes, reason } => assert_eq!(
-                (nodes, reason.as_str()),
-                (vec!["gpu01".to_string()], "bad fan")
+            Command::Drain { nodes, reason, gpu } => assert_eq!(
+                (nodes, reason.as_str(), gpu),
+                (vec!["gpu01".to_string()], "bad fan", vec![])
             ),
             other => panic!("{other:?}"),
         }
+        match parse(&["resume", "gpu01", "--gpu", "3,5"]).unwrap().command {
+            Command::Resume { nodes, gpu } => {
+                assert_eq!((nodes, gpu), (vec!["gpu01".to_string()], vec![3, 5]))
+            }
+            other => panic!("{other:?}"),
+        }
+        let command = parse(&["drain", "gpu01", "--gpu", "7", "--reason", "flaky"])
+            .unwrap()
+            .command;
+        assert!(check_limits(&command).is_ok());
+        assert!(matches!(command, Command::Drain { gpu, .. } if gpu == [7]));
+        let two = parse(&["resume", "gpu01", "gpu02", "--gpu", "1"])
+            .unwrap()
+            .command;
+        assert_eq!(
+            check_limits(&two).unwrap_err().to_string(),
+            "--gpu names GPUs of one node; give exactly one NODE"
+        );
+        assert!(parse(&["resume", "gpu01", "--gpu", "x"]).is_err());
         let names = |command: Command| -> Vec<String> {
             match command {
                 Command::Hold { jobs } | Command::Release { jobs } | Command::Requeue { jobs } => {
@@ -491,6 +596,43 @@ mod tests {
         assert_eq!(
             serde_json::to_value(audit_to_json(&entry)).unwrap()["user"],
             "eve\x1b[2J"
+        );
+    }
+
+    #[test]
+    fn gpu_resumes_say_what_became_of_each_gpu() {
+        let gpus = [
+            GpuResumed {
+                index: 3,
+                confirmed: true,
+                ..Default::default()
+            },
+            GpuResumed {
+                index: 4,
+                pending: "node n1 is DOWN; it is told when it registers again".into(),
+                ..Default::default()
+            },
+        ];
+        let (out, all_back) = format_gpu_resumes("n1", &gpus);
+        assert!(all_back);
+        assert_eq!(
+            out,
+            "GPU 3 of n1 is back in service\n\
+             GPU 4 of n1 is back in service, not yet confirmed by its node (node n1 is DOWN; it \
+             is told when it registers again): if the node still finds it failing, it goes out \
+             of service again\n"
+        );
+        let failing = [GpuResumed {
+            index: 2,
+            still_failing: "pages pending retirement".into(),
+            ..Default::default()
+        }];
+        let (out, all_back) = format_gpu_resumes("n1", &failing);
+        assert!(!all_back);
+        assert_eq!(
+            out,
+            "GPU 2 of n1 still reports: pages pending retirement; it is out of service again \
+             (repair it, then resume it again)\n"
         );
     }
 

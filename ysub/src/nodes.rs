@@ -9,7 +9,7 @@ use ysched_common::text::escape_for_terminal;
 use ysched_common::time::rfc3339;
 use ysched_common::topo_matrix::format_topo_matrix;
 use ysched_common::Gpu;
-use ysched_proto::NodeInfo;
+use ysched_proto::{GpuOutage, NodeInfo};
 
 /// A GPU model without its vendor word: `NVIDIA A100-SXM4-80GB` → `A100-SXM4-80GB`.
 pub fn short_model(model: &str) -> &str {
@@ -25,8 +25,31 @@ pub fn short_model(model: &str) -> &str {
 }
 
 /// The node's GPUs by model, in order of first appearance: `8x A100-SXM4-80GB`, or
-/// `4x A100-SXM4-80GB,4x H100` on a mixed node, `0` without GPUs.
+/// `4x A100-SXM4-80GB,4x H100` on a mixed node, `0` without GPUs; with how many are out of
+/// service when some are: `8x A100-SXM4-80GB (1 out)`.
 pub fn gpu_summary(node: &NodeInfo) -> String {
+    let mut summary = gpu_models(node);
+    let out = gpus_out(node);
+    if out > 0 {
+        let _ = write!(summary, " ({out} out)");
+    }
+    summary
+}
+
+/// The outage of GPU `index` of the node, if it is out of service.
+pub fn gpu_outage(node: &NodeInfo, index: u32) -> Option<&GpuOutage> {
+    node.gpus_out_of_service.iter().find(|o| o.index == index)
+}
+
+/// How many of the node's GPUs are out of service.
+pub fn gpus_out(node: &NodeInfo) -> usize {
+    node.gpus
+        .iter()
+        .filter(|g| gpu_outage(node, g.index).is_some())
+        .count()
+}
+
+fn gpu_models(node: &NodeInfo) -> String {
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for gpu in &node.gpus {
         let model = short_model(&gpu.model);
@@ -69,9 +92,12 @@ fn gpu_holder(node: &NodeInfo, position: usize) -> Option<Holder> {
     }
 }
 
+/// GPUs that are idle and in service: what a job could get now.
 pub fn free_gpus(node: &NodeInfo) -> usize {
-    (0..node.gpus.len())
-        .filter(|&i| gpu_holder(node, i).is_none())
+    node.gpus
+        .iter()
+        .enumerate()
+        .filter(|(i, g)| gpu_holder(node, *i).is_none() && gpu_outage(node, g.index).is_none())
         .count()
 }
 
@@ -136,8 +162,24 @@ fn node_row(node: &NodeInfo) -> [Cow<'_, str>; 8] {
         } else {
             escaped(node.features.join(","))
         },
-        escape_for_terminal(&node.reason),
+        if node.reason.is_empty() && !node.gpus_out_of_service.is_empty() {
+            escaped(outages_in_brief(node))
+        } else {
+            escape_for_terminal(&node.reason)
+        },
     ]
+}
+
+/// The REASON of a node that is not drained but has GPUs out of service: `gpu3: XID 79: …`,
+/// `gpu3,gpu5 out of service` for several.
+fn outages_in_brief(node: &NodeInfo) -> String {
+    match node.gpus_out_of_service.as_slice() {
+        [one] => format!("gpu{}: {}", one.index, one.reason),
+        many => {
+            let names: Vec<String> = many.iter().map(|o| format!("gpu{}", o.index)).collect();
+            format!("{} out of service", names.join(","))
+        }
+    }
 }
 
 const GPU_COLUMNS: &[Column; 3] = &[
@@ -146,18 +188,33 @@ const GPU_COLUMNS: &[Column; 3] = &[
     Column::left("USE"),
 ];
 
-/// One indented line per GPU of the node: `  gpu0  A100-SXM4-80GB  job 17` or `... idle`.
+/// One indented line per GPU of the node: `  gpu0  A100-SXM4-80GB  job 17` or `... idle`;
+/// a GPU out of service says so and why: `... out of service: XID 79: …` (`job 17, out of
+/// service: …` while its job is being stopped).
 pub fn format_gpu_lines(node: &NodeInfo) -> String {
     let mut table = Table::with_capacity(GPU_COLUMNS, node.gpus.len());
     for (position, gpu) in node.gpus.iter().enumerate() {
+        let holder = match gpu_holder(node, position) {
+            Some(Holder::Job(job)) => Some(Cow::Owned(format!("job {job}"))),
+            Some(Holder::Private) => Some(Cow::Borrowed("in use")),
+            None => None,
+        };
+        let usage = match (holder, gpu_outage(node, gpu.index)) {
+            (Some(holder), None) => holder,
+            (None, None) => Cow::Borrowed("idle"),
+            (None, Some(outage)) => Cow::Owned(format!(
+                "out of service: {}",
+                escape_for_terminal(&outage.reason)
+            )),
+            (Some(holder), Some(outage)) => Cow::Owned(format!(
+                "{holder}, out of service: {}",
+                escape_for_terminal(&outage.reason)
+            )),
+        };
         table.push_row([
             Cow::Owned(format!("gpu{}", gpu.index)),
             escape_for_terminal(short_model(&gpu.model)),
-            match gpu_holder(node, position) {
-                Some(Holder::Job(job)) => Cow::Owned(format!("job {job}")),
-                Some(Holder::Private) => Cow::Borrowed("in use"),
-                None => Cow::Borrowed("idle"),
-            },
+            usage,
         ]);
     }
     let mut rendered = String::new();
@@ -167,6 +224,26 @@ pub fn format_gpu_lines(node: &NodeInfo) -> String {
         out.push_str("    ");
         out.push_str(line);
         out.push('\n');
+    }
+    out
+}
+
+/// `yctl show node`'s list of the GPUs out of service, one line each with since when, who
+/// took it out (`noded health`: its node found it failing) and why; empty when none is.
+pub fn format_outages(node: &NodeInfo) -> String {
+    if node.gpus_out_of_service.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("GPUs out of service (yctl resume NODE --gpu N returns one):\n");
+    for outage in &node.gpus_out_of_service {
+        let _ = writeln!(
+            out,
+            "    gpu{}  since {}  by {}: {}",
+            outage.index,
+            rfc3339(outage.since_ms),
+            escape_for_terminal(&outage.by),
+            escape_for_terminal(&outage.reason)
+        );
     }
     out
 }
@@ -198,6 +275,20 @@ pub struct GpuJson<'a> {
     pub job: Option<u64>,
     /// Held by a job (`job` may still be null, see there).
     pub in_use: bool,
+    /// Not out of service (see the node's `gpus_out_of_service`).
+    pub in_service: bool,
+}
+
+/// A GPU out of service.
+#[derive(Debug, Serialize)]
+pub struct GpuOutageJson<'a> {
+    pub index: u32,
+    pub reason: &'a str,
+    /// RFC 3339.
+    pub since: String,
+    pub since_ms: i64,
+    /// `noded health` (its node found it failing) or the administrator who took it out.
+    pub by: &'a str,
 }
 
 #[derive(Debug, Serialize)]
@@ -225,6 +316,8 @@ pub struct NodeJson<'a> {
     /// The node stops its jobs after this long without schedd; 0: it never does.
     pub fence_after_secs: u32,
     pub gpus: Vec<GpuJson<'a>>,
+    /// No new job gets these until an administrator returns them.
+    pub gpus_out_of_service: Vec<GpuOutageJson<'a>>,
 }
 
 pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
@@ -266,6 +359,18 @@ pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
                     _ => None,
                 },
                 in_use: gpu_holder(node, position).is_some(),
+                in_service: gpu_outage(node, gpu.index).is_none(),
+            })
+            .collect(),
+        gpus_out_of_service: node
+            .gpus_out_of_service
+            .iter()
+            .map(|o| GpuOutageJson {
+                index: o.index,
+                reason: &o.reason,
+                since: rfc3339(o.since_ms),
+                since_ms: o.since_ms,
+                by: &o.by,
             })
             .collect(),
     }
@@ -304,6 +409,7 @@ mod tests {
             features: vec!["ib".into()],
             last_seen_ms: 1_767_225_600_000,
             fence_after_secs: 0,
+            gpus_out_of_service: vec![],
         }
     }
 
@@ -518,5 +624,93 @@ mod tests {
         let value = serde_json::to_value(node_to_json(&drained_node())).unwrap();
         assert_eq!(value["reason"], "bad fan");
         assert_eq!(value["last_seen"], serde_json::Value::Null);
+        assert_eq!(value["gpus_out_of_service"], serde_json::json!([]));
+        assert_eq!(value["gpus"][0]["in_service"], true);
+    }
+
+    /// `busy_node` with GPU 1 (held by job 17, being stopped) and GPU 5 out of service.
+    fn node_with_outages() -> NodeInfo {
+        let mut node = busy_node();
+        node.gpus_out_of_service = vec![
+            GpuOutage {
+                index: 1,
+                reason: "XID 79: GPU has fallen off the bus".into(),
+                since_ms: 1_767_225_660_000,
+                by: "noded health".into(),
+            },
+            GpuOutage {
+                index: 5,
+                reason: "fan\nnoise".into(),
+                since_ms: 1_767_225_600_000,
+                by: "root".into(),
+            },
+        ];
+        node
+    }
+
+    #[test]
+    fn gpus_out_of_service_are_counted_listed_and_in_json() {
+        let node = node_with_outages();
+        assert_eq!(gpu_summary(&node), "8x A100-SXM4-80GB (2 out)");
+        // 0 and 1 held, 5 out of service.
+        assert_eq!(free_gpus(&node), 5);
+        let out = format_nodes_table(std::slice::from_ref(&node), false);
+        let row = out.lines().nth(1).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells[2..7],
+            ["8x", "A100-SXM4-80GB", "(2", "out)", "5"],
+            "{out}"
+        );
+        assert!(row.ends_with("gpu1,gpu5 out of service"), "{out}");
+        let mut one = node.clone();
+        one.gpus_out_of_service.remove(1);
+        let out = format_nodes_table(std::slice::from_ref(&one), false);
+        assert!(
+            out.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("gpu1: XID 79: GPU has fallen off the bus"),
+            "{out}"
+        );
+        // A drain reason comes first.
+        one.reason = "bad fan".into();
+        let out = format_nodes_table(std::slice::from_ref(&one), false);
+        assert!(out.lines().nth(1).unwrap().ends_with("bad fan"), "{out}");
+
+        let lines = format_gpu_lines(&node);
+        let lines: Vec<&str> = lines.lines().map(str::trim).collect();
+        assert!(
+            lines[1].ends_with("job 17, out of service: XID 79: GPU has fallen off the bus"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[5].ends_with("out of service: fan\\nnoise"),
+            "{lines:?}"
+        );
+        assert!(lines[6].ends_with("idle"), "{lines:?}");
+
+        assert_eq!(
+            format_outages(&node),
+            "GPUs out of service (yctl resume NODE --gpu N returns one):\n    \
+             gpu1  since 2026-01-01T00:01:00Z  by noded health: XID 79: GPU has fallen off \
+             the bus\n    gpu5  since 2026-01-01T00:00:00Z  by root: fan\\nnoise\n"
+        );
+        assert_eq!(format_outages(&busy_node()), "");
+
+        let value = serde_json::to_value(node_to_json(&node)).unwrap();
+        assert_eq!(
+            value["gpus_out_of_service"][0],
+            serde_json::json!({
+                "index": 1,
+                "reason": "XID 79: GPU has fallen off the bus",
+                "since": "2026-01-01T00:01:00Z",
+                "since_ms": 1_767_225_660_000i64,
+                "by": "noded health"
+            })
+        );
+        assert_eq!(value["gpus"][1]["in_service"], false);
+        assert_eq!(value["gpus"][1]["in_use"], true);
+        assert_eq!(value["gpus"][2]["in_service"], true);
     }
 }

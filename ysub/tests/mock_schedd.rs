@@ -386,6 +386,20 @@ impl Ysched for MockSchedd {
         Err(Status::unimplemented("import_usage"))
     }
 
+    async fn drain_gpu(
+        &self,
+        _request: Request<ysched_proto::DrainGpuRequest>,
+    ) -> Result<Response<ysched_proto::Empty>, Status> {
+        Err(Status::unimplemented("drain_gpu"))
+    }
+
+    async fn resume_gpu(
+        &self,
+        _request: Request<ysched_proto::ResumeGpuRequest>,
+    ) -> Result<Response<ysched_proto::ResumeGpuReply>, Status> {
+        Err(Status::unimplemented("resume_gpu"))
+    }
+
     async fn audit(&self, request: Request<AuditRequest>) -> Result<Response<AuditList>, Status> {
         let entry = |job_id, action: &str| AuditEntry {
             time_ms: 1_767_225_600_000,

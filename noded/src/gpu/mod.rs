@@ -12,7 +12,7 @@ mod nvml;
 mod nvml_health;
 mod topology;
 
-pub use fake::FakeInventory;
+pub use fake::{FakeFaults, FakeHealth, FakeInventory};
 pub use nvml::{NvmlInventory, DEFAULT_LIBRARY};
 pub use nvml_health::{critical_xid, NvmlHealth};
 pub use topology::{
@@ -111,6 +111,39 @@ pub trait GpuHealth: Send {
     /// An administrator returned this GPU to service (`yctl resume NODE --gpu N`): forget its
     /// past events. A state that persists is reported again at the next poll.
     fn forget(&mut self, index: u32);
+}
+
+/// A monitor that finds nothing: for hosts where nothing can watch the GPUs.
+pub struct NoHealth;
+
+impl GpuHealth for NoHealth {
+    fn poll(&mut self) -> Vec<GpuFault> {
+        Vec::new()
+    }
+
+    fn forget(&mut self, _index: u32) {}
+}
+
+/// The health monitor the flags ask for, watching the GPUs found at start (`gpus`): the fake
+/// inventory file's faults when given (see [`FakeHealth`]), else NVML's from `nvml_library`
+/// (`None`: the driver's). A host where NVML cannot start has no GPU to watch (the inventory
+/// found none) or a driver in trouble: that is logged, and nothing is watched.
+pub fn health_monitor(
+    fake_gpus: Option<&Path>,
+    nvml_library: Option<&Path>,
+    gpus: &[Gpu],
+) -> Box<dyn GpuHealth> {
+    match fake_gpus {
+        Some(path) => Box::new(FakeHealth::new(path, gpus)),
+        None if gpus.is_empty() => Box::new(NoHealth),
+        None => match nvml_health(nvml_library, gpus) {
+            Ok(monitor) => monitor,
+            Err(e) => {
+                tracing::error!("GPU health is not watched: {e}");
+                Box::new(NoHealth)
+            }
+        },
+    }
 }
 
 /// The backend the flags ask for: a fake inventory file when given, else NVML from

@@ -313,6 +313,20 @@ impl Ysched for FakeClients {
     ) -> Result<Response<pb::ImportUsageReply>, Status> {
         self.unimplemented("import_usage", &request)
     }
+
+    async fn drain_gpu(
+        &self,
+        request: Request<pb::DrainGpuRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.unimplemented("drain_gpu", &request)
+    }
+
+    async fn resume_gpu(
+        &self,
+        request: Request<pb::ResumeGpuRequest>,
+    ) -> Result<Response<pb::ResumeGpuReply>, Status> {
+        self.unimplemented("resume_gpu", &request)
+    }
 }
 
 /// A fake schedd serving TLS.

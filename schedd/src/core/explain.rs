@@ -44,9 +44,18 @@ pub fn explain(
             } else if !node.killing.is_empty() {
                 let ids: Vec<String> = node.killing.iter().map(|id| id.to_string()).collect();
                 format!("killing leftover processes of ended jobs {}", ids.join(","))
+            } else if node.all_gpus_out_of_service() {
+                format!("{} out of service", plural(node.gpus.len() as u32, "GPU"))
             } else if let Some(view) = pass.views().get(node.name.as_str()) {
                 match fit_on_node(view, &demand) {
                     Ok(_) => "fits".to_string(),
+                    // The free count leaves them out: say why the node looks smaller.
+                    Err(misfit) if demand.gpus > 0 && view.out_of_service() != 0 => {
+                        let out = view.topology().indices_of(view.out_of_service());
+                        let list: Vec<String> = out.iter().map(u32::to_string).collect();
+                        let gpus = if out.len() == 1 { "GPU" } else { "GPUs" };
+                        format!("{misfit} ({gpus} {} out of service)", list.join(","))
+                    }
                     Err(misfit) => {
                         // Name the jobs ahead in the queue that took room in this pass: the
                         // node can look free in `yq` yet be promised to them.

@@ -204,20 +204,50 @@ pub(crate) struct NodeView<'a> {
     free_gpus: u64,
     free_cpus: u32,
     free_mem_mib: u64,
+    /// The positions of the GPUs a job may get: all but those out of service (see
+    /// `Node::unusable_gpus`), which no job is ever placed on.
+    in_service: u64,
 }
 
 impl<'a> NodeView<'a> {
-    /// The node with nothing taken; `topo` is the node's topology (shared by nodes alike).
+    /// The node with nothing taken and its GPUs out of service (or returned but not yet
+    /// confirmed by the node, see `Node::unusable_gpus`) unavailable; `topo` is the node's
+    /// topology (shared by nodes alike).
     pub(crate) fn new(node: &'a Node, topo: Arc<Topology>) -> Self {
+        let out: Vec<u32> = node.unusable_gpus().collect();
+        let in_service = topo.all() & !topo.mask_of(&out);
+        NodeView::empty(node, topo, in_service)
+    }
+
+    /// The node with nothing taken and every GPU counted, out of service or not: what it
+    /// could hold once an administrator returns its GPUs (the submit-time check).
+    pub(crate) fn whole(node: &'a Node, topo: Arc<Topology>) -> Self {
+        let all = topo.all();
+        NodeView::empty(node, topo, all)
+    }
+
+    /// This (empty) view with the node's GPUs out of service unavailable, as
+    /// [`NodeView::new`] makes it: from a [`NodeView::whole`] view, the topology is at hand.
+    pub(crate) fn in_service(&self) -> Self {
+        NodeView::new(self.node, Arc::clone(&self.topo))
+    }
+
+    fn empty(node: &'a Node, topo: Arc<Topology>, in_service: u64) -> Self {
         NodeView {
             node,
-            free_gpus: topo.all(),
+            free_gpus: in_service,
             topo,
             holds: Vec::new(),
             n_backfill: 0,
             free_cpus: node.cpus,
             free_mem_mib: node.mem_mib,
+            in_service,
         }
+    }
+
+    /// The positions of its GPUs out of service (none in a [`NodeView::whole`] view).
+    pub(crate) fn out_of_service(&self) -> u64 {
+        self.topo.all() & !self.in_service
     }
 
     pub(crate) fn node(&self) -> &'a Node {
@@ -267,7 +297,7 @@ impl<'a> NodeView<'a> {
             return (self.free_gpus, self.free_cpus, self.free_mem_mib);
         }
         // Recounted from the holds, as `add_hold` counts them: exact whatever was lent.
-        let (mut gpus, mut cpus, mut mem) = (self.topo.all(), self.node.cpus, self.node.mem_mib);
+        let (mut gpus, mut cpus, mut mem) = (self.in_service, self.node.cpus, self.node.mem_mib);
         for hold in self.holds.iter().filter(|h| !crossable(h.claim)) {
             gpus &= !hold.gpus;
             cpus = cpus.saturating_sub(hold.cpus);
@@ -315,7 +345,7 @@ impl<'a> NodeView<'a> {
     /// A copy with every hold of these jobs released, as if they had exited.
     pub(crate) fn without(&self, jobs: &BTreeSet<JobId>) -> NodeView<'a> {
         // Rebuilt from scratch rather than by adding back: exact even when holds overlap.
-        let mut view = NodeView::new(self.node, Arc::clone(&self.topo));
+        let mut view = NodeView::empty(self.node, Arc::clone(&self.topo), self.in_service);
         view.holds.reserve(self.holds.len());
         for hold in self.holds.iter().filter(|h| !jobs.contains(&h.job)) {
             view.add_hold(*hold);
@@ -697,7 +727,8 @@ fn best_nodes(
     ))
 }
 
-/// Every node, with nothing taken and regardless of drain or connection: what could ever run.
+/// Every node, with nothing taken and regardless of drain, connection or GPUs out of service:
+/// what could ever run.
 pub(crate) fn capacity_views<'a>(
     nodes: &'a BTreeMap<String, Node>,
     topologies: &mut Topologies,
@@ -705,7 +736,7 @@ pub(crate) fn capacity_views<'a>(
     topologies.forget_replaced(nodes);
     nodes
         .iter()
-        .map(|(name, node)| (name.as_str(), NodeView::new(node, topologies.of(node))))
+        .map(|(name, node)| (name.as_str(), NodeView::whole(node, topologies.of(node))))
         .collect()
 }
 
@@ -741,7 +772,7 @@ where
 }
 
 /// Submit-time check: could this spec ever run on some known node, ignoring current
-/// allocations, drain and connectivity? The error names the problem, e.g. "no node has 16 GPUs
+/// allocations, drain, connectivity and GPUs out of service (they may return)? The error names the problem, e.g. "no node has 16 GPUs
 /// (largest has 8)".
 pub fn check_satisfiable(spec: &JobSpec, nodes: &BTreeMap<String, Node>) -> Result<(), String> {
     check_satisfiable_with(spec, nodes, &mut Topologies::default())
@@ -757,7 +788,7 @@ pub fn check_satisfiable_with(
     // the first that answer (see `enough_fit_alone`).
     let views = nodes
         .values()
-        .map(|node| NodeView::new(node, topologies.of(node)));
+        .map(|node| NodeView::whole(node, topologies.of(node)));
     if enough_fit_alone(views, spec) {
         return Ok(());
     }

@@ -288,10 +288,11 @@ impl<'a> Pass<'a> {
         topologies: &mut Topologies,
     ) -> Self {
         let capacity = capacity_views(snap.nodes, topologies);
+        // What may take jobs now: GPUs out of service are not (the capacity counts them).
         let mut views: Views<'a> = capacity
             .iter()
             .filter(|(_, view)| view.node().is_schedulable())
-            .map(|(name, view)| (*name, view.clone()))
+            .map(|(name, view)| (*name, view.in_service()))
             .collect();
         let mut in_flight: BTreeMap<JobId, Vec<&Job>> = BTreeMap::new();
         let mut quotas = Quotas::new(policy.tiers);

@@ -329,6 +329,8 @@ fn lower_bound<'a>(
         b.gpu_secs_lost = b.gpu_secs_lost.min(e.gpu_secs_lost);
         b.latest_start = b.latest_start.min(Reverse(e.started));
     }
+    // A victim's GPU out of service is freed for nobody.
+    freeable &= !view.out_of_service();
     if (freeable & demand.accepted_on(view.topology())).count_ones() < demand.gpus
         || cpus < u64::from(demand.cpus)
         || mem < demand.mem_mib

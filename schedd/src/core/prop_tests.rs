@@ -35,6 +35,8 @@ struct NodeGen {
     /// 0: drained, 1: disconnected, otherwise schedulable.
     health: u8,
     ib: bool,
+    /// Bit i set: GPU i is out of service (all set: the node is not schedulable).
+    out_of_service: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,9 +77,10 @@ fn node_gen() -> impl Strategy<Value = NodeGen> {
         prop::sample::select(vec![64_000u64, 512_000]),
         0u8..16,
         prop::bool::weighted(0.3),
+        prop::sample::select(vec![0u64, 0, 0, 0, 0b1, 0b1000_0001, 0b1111_1111]),
     )
         .prop_map(
-            |(n_gpus, model, wiring, cpus, mem_mib, health, ib)| NodeGen {
+            |(n_gpus, model, wiring, cpus, mem_mib, health, ib, out_of_service)| NodeGen {
                 n_gpus,
                 model,
                 wiring,
@@ -85,6 +88,7 @@ fn node_gen() -> impl Strategy<Value = NodeGen> {
                 mem_mib,
                 health,
                 ib,
+                out_of_service,
             },
         )
 }
@@ -177,6 +181,9 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
         };
         if gen.ib {
             node = node.feature("ib");
+        }
+        for index in (0..gen.n_gpus).filter(|i| gen.out_of_service >> i & 1 == 1) {
+            node = node.gpu_out_of_service(index, "XID 79: GPU has fallen off the bus");
         }
         cluster = cluster.node(node);
     }
@@ -319,6 +326,13 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
             );
             prop_assert_eq!(alloc.gpus.len() as u32, demand.gpus);
             for index in &alloc.gpus {
+                prop_assert!(
+                    !node.gpu_out_of_service(*index),
+                    "job {} placed on GPU {} of {}, which is out of service",
+                    job.id,
+                    index,
+                    node.name
+                );
                 let gpu = node.gpus.iter().find(|g| g.index == *index);
                 prop_assert!(gpu.is_some_and(|g| demand.gpu_kind.accepts(g)));
                 models.extend(gpu.map(|g| g.model.as_str()));

@@ -43,6 +43,8 @@ impl NodeBuilder {
             last_seen: T0,
             killing: Default::default(),
             fence_after_secs: 0,
+            gpus_out_of_service: Default::default(),
+            gpus_forgetting: Default::default(),
         })
     }
 
@@ -139,6 +141,25 @@ impl NodeBuilder {
 
     pub(crate) fn disconnected(mut self) -> Self {
         self.0.connected = false;
+        self
+    }
+
+    /// GPU `index` was returned to service, but its node has not confirmed it healthy yet.
+    pub(crate) fn gpu_unconfirmed(mut self, index: u32) -> Self {
+        self.0.gpus_forgetting.insert(index);
+        self
+    }
+
+    /// GPU `index` is out of service: its node's health monitor found it failing.
+    pub(crate) fn gpu_out_of_service(mut self, index: u32, fault: &str) -> Self {
+        self.0.gpus_out_of_service.insert(
+            index,
+            ysched_common::GpuOutage {
+                reason: fault.to_string(),
+                since: T0,
+                by: ysched_common::GPU_HEALTH_BY.to_string(),
+            },
+        );
         self
     }
 

@@ -370,6 +370,121 @@ fn explain_gives_a_reason_per_node() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// GPUs out of service
+
+const XID79: &str = "XID 79: GPU has fallen off the bus";
+
+#[test]
+fn gpus_out_of_service_are_never_given() {
+    let cluster = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(3, XID79))
+        .job(J::new(1).gpus(7))
+        .job(J::new(2).gpus(1));
+    // The other seven take jobs; GPU 3 takes none, even with a job waiting for one GPU.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "place 1 on n1[0,1,2,4,5,6,7]\n\
+         wait 2 Resources"
+    );
+    let one = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(0, XID79))
+        .job(J::new(1).gpus(1));
+    assert_eq!(render(&one.schedule(T0)), "place 1 on n1[1]");
+    // Returned to service, but not yet confirmed healthy by its node: not given either.
+    let unconfirmed = Cluster::new()
+        .node(node8("n1").gpu_unconfirmed(0).gpu_out_of_service(1, XID79))
+        .job(J::new(1).gpus(1));
+    assert_eq!(render(&unconfirmed.schedule(T0)), "place 1 on n1[2]");
+}
+
+#[test]
+fn a_job_needing_the_gpu_out_of_service_waits_but_is_accepted() {
+    let cluster = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(5, XID79))
+        .job(J::new(1).gpus(8));
+    assert_eq!(render(&cluster.schedule(T0)), "wait 1 Resources");
+    // It may run once an administrator returns the GPU: the submit is not refused.
+    assert_eq!(
+        check_satisfiable(&J::new(2).gpus(8).build().spec, &cluster.nodes),
+        Ok(())
+    );
+    assert_eq!(
+        cluster.explain(1, T0),
+        [(
+            "n1".to_string(),
+            "needs 8 GPUs, 7 free (GPU 5 out of service)".to_string()
+        )]
+    );
+}
+
+#[test]
+fn a_node_whose_every_gpu_is_out_of_service_takes_no_job() {
+    let mut node = node8("n1");
+    for index in 0..8 {
+        node = node.gpu_out_of_service(index, XID79);
+    }
+    let cluster = Cluster::new()
+        .node(node)
+        .node(N::new("cpu1").cpus(4))
+        .job(J::new(1).cpus(8))
+        .job(J::new(2).gpus(1));
+    // Not even a CPU-only job: such a node needs someone's attention.
+    assert_eq!(
+        render(&cluster.schedule(T0)),
+        "wait 1 Resources\n\
+         wait 2 Priority"
+    );
+    assert_eq!(cluster.explain(1, T0)[1].1, "8 GPUs out of service");
+}
+
+#[test]
+fn preemption_never_frees_a_gpu_out_of_service() {
+    // A low job holds GPUs 0-6 (it started before GPU 7 failed, or runs on in its grace).
+    let cluster = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(7, XID79))
+        .job(
+            J::new(1)
+                .low()
+                .gpus(7)
+                .running_on("n1", &[0, 1, 2, 3, 4, 5, 6]),
+        )
+        .job(J::new(2).high().gpus(8));
+    assert_eq!(render(&cluster.schedule(T0)), "wait 2 Resources");
+    let seven = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(7, XID79))
+        .job(
+            J::new(1)
+                .low()
+                .gpus(7)
+                .running_on("n1", &[0, 1, 2, 3, 4, 5, 6]),
+        )
+        .job(J::new(2).high().gpus(7));
+    let plan = seven.schedule(T0);
+    assert_eq!(plan.evictions.len(), 1, "{}", render(&plan));
+    assert_eq!(plan.evictions[0].victim.0, 1);
+    // Once the victim is gone, the preemptor gets the seven in service.
+    let after = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(7, XID79))
+        .job(J::new(2).high().gpus(7));
+    assert_eq!(render(&after.schedule(T0)), "place 2 on n1[0,1,2,3,4,5,6]");
+}
+
+#[test]
+fn a_job_still_on_a_failed_gpu_holds_it_until_it_is_gone() {
+    // Job 1 runs on GPU 3, which failed; it is being stopped. When it is gone, GPU 3 is still
+    // given to nobody.
+    let cluster = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(3, XID79))
+        .job(J::new(1).gpus(2).running_on("n1", &[2, 3]))
+        .job(J::new(2).gpus(7));
+    assert_eq!(render(&cluster.schedule(T0)), "wait 2 Resources");
+    let gone = Cluster::new()
+        .node(node8("n1").gpu_out_of_service(3, XID79))
+        .job(J::new(2).gpus(7));
+    assert_eq!(render(&gone.schedule(T0)), "place 2 on n1[0,1,2,4,5,6,7]");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Preemption
 
 /// Two 8-GPU nodes, each full with two 4-GPU low jobs (1, 2 on n1; 3, 4 on n2) started at T0.

@@ -116,6 +116,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                             .map(|c| (c.job_id, c.newest_mtime_ms))
                             .collect();
                         let unhealthy = super::convert::unhealthy_reason(&h.unhealthy_reason);
+                        let gpus = super::convert::gpu_report(&h);
                         cluster.heartbeat(
                             &name,
                             session_id,
@@ -123,6 +124,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                             &h.running_jobs,
                             &checkpoints,
                             unhealthy.as_deref(),
+                            &gpus,
                         )
                     }
                     Ok(_) => {}

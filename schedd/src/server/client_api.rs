@@ -1,7 +1,7 @@
 //! The `Ysched` service for local clients.
 
 use crate::error::ApiError;
-use crate::shell::{Cluster, Named};
+use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -225,6 +225,58 @@ impl pb::ysched_server::Ysched for ClientApi {
             .drain(&caller, &req.get_ref().name, None)
             .await?;
         Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn drain_gpu(
+        &self,
+        req: Request<pb::DrainGpuRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let (caller, _) = self.caller(&req)?;
+        let r = req.into_inner();
+        limits::NODE_NAME.check_len(&r.node).map_err(invalid)?;
+        limits::GPUS_NAMED
+            .check_count(r.gpus.len() as u64)
+            .map_err(invalid)?;
+        limits::DRAIN_REASON.check_len(&r.reason).map_err(invalid)?;
+        if r.reason.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "taking a GPU out of service needs a reason (--reason TEXT)",
+            ));
+        }
+        self.cluster
+            .drain_gpus(&caller, &r.node, &r.gpus, &r.reason)
+            .await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn resume_gpu(
+        &self,
+        req: Request<pb::ResumeGpuRequest>,
+    ) -> Result<Response<pb::ResumeGpuReply>, Status> {
+        let (caller, _) = self.caller(&req)?;
+        let r = req.into_inner();
+        limits::NODE_NAME.check_len(&r.node).map_err(invalid)?;
+        limits::GPUS_NAMED
+            .check_count(r.gpus.len() as u64)
+            .map_err(invalid)?;
+        let outcomes = self.cluster.resume_gpus(&caller, &r.node, &r.gpus).await?;
+        Ok(Response::new(pb::ResumeGpuReply {
+            gpus: outcomes
+                .into_iter()
+                .map(|(index, outcome)| {
+                    let mut resumed = pb::GpuResumed {
+                        index,
+                        ..Default::default()
+                    };
+                    match outcome {
+                        GpuResumeOutcome::Confirmed => resumed.confirmed = true,
+                        GpuResumeOutcome::Pending(why) => resumed.pending = why,
+                        GpuResumeOutcome::StillFailing(fault) => resumed.still_failing = fault,
+                    }
+                    resumed
+                })
+                .collect(),
+        }))
     }
 
     async fn audit(

@@ -75,6 +75,43 @@ pub(crate) fn registration(r: &pb::Register) -> Registration {
         login: r.role == ysched_common::config::ROLE_LOGIN,
         fence_after_secs: r.fence_after_secs,
         unhealthy_reason: unhealthy_reason(&r.unhealthy_reason),
+        gpu_faults: gpu_faults(&r.gpu_faults),
+    }
+}
+
+/// An agent's GPU faults (`Heartbeat.gpu_faults`, `Register.gpu_faults`) as the state machine
+/// takes them: reasons made printable and bounded as drain reasons are (an empty one says
+/// only that the GPU fails), at most one per GPU and [`MAX_GPU_FAULTS`] in all (a node has
+/// at most that many GPUs).
+pub(crate) fn gpu_faults(faults: &[pb::GpuFault]) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = Vec::new();
+    for fault in faults {
+        if out.len() >= MAX_GPU_FAULTS {
+            break;
+        }
+        if out.iter().any(|(index, _)| *index == fault.index) {
+            continue;
+        }
+        let reason = unhealthy_reason(&fault.reason)
+            .unwrap_or_else(|| "failing (its node gave no reason)".to_string());
+        out.push((fault.index, reason));
+    }
+    out
+}
+
+/// The most GPU faults one report is read for: the most GPUs a node may have.
+pub(crate) const MAX_GPU_FAULTS: usize = 64;
+
+/// An agent's heartbeat's word on its GPUs.
+pub(crate) fn gpu_report(h: &pb::Heartbeat) -> crate::state::gpu_health::GpuReport {
+    crate::state::gpu_health::GpuReport {
+        faults: gpu_faults(&h.gpu_faults),
+        forgotten: h
+            .gpu_faults_forgotten
+            .iter()
+            .take(MAX_GPU_FAULTS)
+            .copied()
+            .collect(),
     }
 }
 
@@ -100,6 +137,7 @@ pub(crate) fn scheduler_message(command: AgentCommand) -> pb::SchedulerMessage {
         }),
         AgentCommand::Ack { job_id } => Msg::Ack(pb::AckFinished { job_id }),
         AgentCommand::HeartbeatAck { seq } => Msg::HeartbeatAck(pb::HeartbeatAck { seq }),
+        AgentCommand::ResumeGpu { index } => Msg::ResumeGpu(pb::ResumeGpu { index }),
     };
     pb::SchedulerMessage { msg: Some(msg) }
 }
@@ -162,12 +200,22 @@ pub(crate) fn node_info(v: &crate::state::views::NodeView) -> pb::NodeInfo {
         mem_mib: n.mem_mib,
         gpus: n.gpus.iter().map(Into::into).collect(),
         gpu_holders: v.gpu_holders.clone(),
-        reason: n.drain_reason.clone().unwrap_or_default(),
+        reason: v.reason.clone(),
         cpus_alloc: v.cpus_alloc,
         mem_alloc_mib: v.mem_alloc_mib,
         features: n.features.clone(),
         last_seen_ms: n.last_seen,
         fence_after_secs: n.fence_after_secs,
+        gpus_out_of_service: n
+            .gpus_out_of_service
+            .iter()
+            .map(|(index, outage)| pb::GpuOutage {
+                index: *index,
+                reason: outage.reason.clone(),
+                since_ms: outage.since,
+                by: outage.by.clone(),
+            })
+            .collect(),
     }
 }
 

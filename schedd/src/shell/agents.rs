@@ -3,7 +3,27 @@
 use super::*;
 use crate::metrics::preempted_checkpoint_saves;
 use crate::state::agent_events::health_drain;
+use crate::state::gpu_health::GpuReport;
 use ysched_common::time::Millis;
+use ysched_common::Node;
+
+/// The GPUs `after` has out of service for a failure that `before` (the node's previous
+/// record, if any) had not, with their faults: for the log and the failure counter.
+fn newly_failed(before: Option<&Node>, after: &Node) -> Vec<(u32, String)> {
+    after
+        .gpus_out_of_service
+        .iter()
+        .filter(|(index, outage)| {
+            outage.failed()
+                && !before.is_some_and(|b| {
+                    b.gpus_out_of_service
+                        .get(index)
+                        .is_some_and(|o| o.failed() && o.since == outage.since)
+                })
+        })
+        .map(|(index, outage)| (*index, outage.reason.clone()))
+        .collect()
+}
 
 /// Two agents under one name would take turns replacing each other's inventory and failing
 /// each other's jobs: the first one connected keeps the name.
@@ -96,6 +116,9 @@ impl Cluster {
             let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
             st.rec.account_runs(&mut effects, now_ms());
             self.write(std::mem::take(&mut effects.batch), store::Room::Cluster)?;
+            if let Some(node) = effects.nodes.iter().find(|n| n.name == name) {
+                self.gpus_failed(&name, &newly_failed(st.rec.nodes.get(&name), node));
+            }
             if !kill_jobs.is_empty() {
                 tracing::warn!(
                     node = %name,
@@ -216,6 +239,11 @@ impl Cluster {
     /// `unhealthy`: why the node cannot take jobs, if it cannot; a change drains or resumes
     /// it (see [`Records::node_health`]), written before the next message of the session
     /// is read: the end of a launch that failed for it comes after it.
+    ///
+    /// `gpus`: its GPUs' health; a GPU newly failing goes out of service and the jobs on it
+    /// are stopped, and a forget it confirms is recorded (see [`Records::gpu_report`]),
+    /// likewise before the next message is read.
+    #[allow(clippy::too_many_arguments)]
     pub fn heartbeat(
         &self,
         name: &str,
@@ -224,9 +252,10 @@ impl Cluster {
         running_jobs: &[u64],
         checkpoints: &[(u64, Millis)],
         unhealthy: Option<&str>,
+        gpus: &GpuReport,
     ) {
         let now = now_ms();
-        let (freed, refused, health_changes) = {
+        let (freed, refused, health_changes, gpu_changes) = {
             let mut st = lock(&self.state);
             let st = &mut *st;
             let Some(session) = st.sessions.get(name).filter(|s| s.id == session_id) else {
@@ -240,6 +269,7 @@ impl Cluster {
             n.last_seen = now;
             let health_changes =
                 health_drain(n.drain_reason.as_deref(), n.drained_by_node, unhealthy).is_some();
+            let gpu_changes = gpus.changes(n);
             let before = n.killing.len();
             n.killing.retain(|id| running_jobs.contains(id));
             let freed = n.killing.len() != before && n.killing.is_empty();
@@ -249,10 +279,13 @@ impl Cluster {
             } else {
                 st.rec.note_checkpoints(name, checkpoints, now)
             };
-            (freed, refused, health_changes)
+            (freed, refused, health_changes, gpu_changes)
         };
         if freed {
             self.wake.notify_one();
+        }
+        if gpu_changes {
+            self.gpu_report(name, session_id, gpus, now);
         }
         if health_changes {
             match self.run_cluster_event(|rec| Ok((rec.node_health(name, unhealthy, now), ()))) {
@@ -286,6 +319,51 @@ impl Cluster {
                 );
             }
         }
+    }
+
+    /// A node's word on its GPUs that changes something (see [`Records::gpu_report`]). If the
+    /// store refuses it, the session ends: the agent registers again, reporting its faults,
+    /// and is asked again to forget those of GPUs returned to service (whose confirmation
+    /// this report carried).
+    fn gpu_report(&self, name: &str, session_id: u64, gpus: &GpuReport, now: Millis) {
+        let limits = self.limits();
+        let outcome = self.run_cluster_event(|rec| {
+            let before = rec.nodes.get(name).cloned();
+            let effects = rec.gpu_report(name, gpus, limits, now);
+            let failed = effects
+                .nodes
+                .iter()
+                .find(|n| n.name == name)
+                .map_or_else(Vec::new, |after| newly_failed(before.as_ref(), after));
+            Ok((effects, failed))
+        });
+        match outcome {
+            Ok((changed, wake, failed)) => {
+                self.gpus_failed(name, &failed);
+                self.settle_report(changed, wake);
+                // Resumes waiting for this node's word (see `resume_gpus`).
+                self.gpu_reports.notify_waiters();
+            }
+            Err(e) => {
+                tracing::warn!(
+                    node = name,
+                    "cannot record the health of its GPUs: {e}; ending the session"
+                );
+                self.end_session(name, session_id);
+            }
+        }
+    }
+
+    /// GPUs of `node` that went out of service for a failure: logged and counted.
+    fn gpus_failed(&self, node: &str, failed: &[(u32, String)]) {
+        for (index, fault) in failed {
+            tracing::warn!(
+                node,
+                "GPU {index} failed: {fault}; out of service until `yctl resume {node} --gpu \
+                 {index}`"
+            );
+        }
+        self.metrics.gpus_failed(node, failed.len());
     }
 
     /// An agent's report of a start or an end, from its session `session_id`. Reports are

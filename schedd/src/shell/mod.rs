@@ -16,7 +16,7 @@ mod agents;
 use agents::RelayToken;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Named};
-pub use requests::Submitted;
+pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};
 mod requests;
 mod scheduling;
 mod scrape;
@@ -185,6 +185,9 @@ pub struct Cluster {
     upkeep_wake: Notify,
     /// How many of each user's refused requests were audited lately.
     refusals: Mutex<upkeep::RefusalLimiter>,
+    /// Woken after each node's word on its GPUs that changed something: resumes of GPUs wait
+    /// on it for the node's confirmation.
+    gpu_reports: Notify,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -238,6 +241,7 @@ impl Cluster {
             store_watch: Default::default(),
             upkeep_wake: Notify::new(),
             refusals: Default::default(),
+            gpu_reports: Notify::new(),
         });
         cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));

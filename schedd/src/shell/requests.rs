@@ -311,4 +311,90 @@ impl Cluster {
             self.run_event(|rec| Ok((rec.drain(caller, name, reason, now_ms())?, ())))?;
         self.settle(changed, wake).await
     }
+
+    /// An administrator takes GPUs of a node out of service (see [`Records::drain_gpus`]).
+    pub async fn drain_gpus(
+        &self,
+        caller: &Caller,
+        name: &str,
+        gpus: &[u32],
+        reason: &str,
+    ) -> ApiResult<()> {
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.drain_gpus(caller, name, gpus, reason, now_ms())?, ())))?;
+        self.settle(changed, wake).await
+    }
+
+    /// An administrator returns GPUs of a node to service (see [`Records::resume_gpus`]);
+    /// once that is durable, waits up to [`GPU_CONFIRM_WAIT`] for the node to confirm that it
+    /// forgot their faults, and says what became of each: confirmed, still failing (out of
+    /// service again), or not confirmed yet.
+    pub async fn resume_gpus(
+        &self,
+        caller: &Caller,
+        name: &str,
+        gpus: &[u32],
+    ) -> ApiResult<Vec<(u32, GpuResumeOutcome)>> {
+        let resumed_at = now_ms();
+        let (changed, wake, ()) =
+            self.run_event(|rec| Ok((rec.resume_gpus(caller, name, gpus, resumed_at)?, ())))?;
+        self.settle(changed, wake).await?;
+        let deadline = tokio::time::Instant::now() + GPU_CONFIRM_WAIT;
+        loop {
+            let notified = self.gpu_reports.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so that a report in between is not missed.
+            notified.as_mut().enable();
+            let waiting = {
+                let st = lock(&self.state);
+                st.rec.nodes.get(name).is_some_and(|n| {
+                    n.connected && gpus.iter().any(|i| n.gpus_forgetting.contains(i))
+                })
+            };
+            if !waiting || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        let st = lock(&self.state);
+        let node = st.rec.nodes.get(name);
+        let outcome = |index: &u32| {
+            let Some(node) = node else {
+                return GpuResumeOutcome::Pending(format!("node {name} is gone"));
+            };
+            if node.gpus_forgetting.contains(index) {
+                return GpuResumeOutcome::Pending(if node.connected {
+                    format!(
+                        "node {name} did not answer within {} s",
+                        GPU_CONFIRM_WAIT.as_secs()
+                    )
+                } else {
+                    format!("node {name} is DOWN; it is told when it registers again")
+                });
+            }
+            match node.gpus_out_of_service.get(index) {
+                Some(outage) if outage.failed() && outage.since >= resumed_at => {
+                    GpuResumeOutcome::StillFailing(outage.reason.clone())
+                }
+                _ => GpuResumeOutcome::Confirmed,
+            }
+        };
+        Ok(gpus.iter().map(|i| (*i, outcome(i))).collect())
+    }
+}
+
+/// How long `yctl resume NODE --gpu N` waits for the node to confirm that it forgot the GPU's
+/// faults: the agent polls its monitor at once when told, which takes milliseconds.
+pub const GPU_CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What became of a GPU an administrator returned to service, as far as its node said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuResumeOutcome {
+    /// The node forgot its past faults and does not find it failing: it is in service.
+    Confirmed,
+    /// It is in service, but the node has not confirmed yet (why); if the node still finds
+    /// it failing when it does, it goes out of service again.
+    Pending(String),
+    /// The node still finds it failing after forgetting its past faults (a lasting fault):
+    /// it is out of service again, for this fault.
+    StillFailing(String),
 }

@@ -335,3 +335,111 @@ async fn the_report_s_trace_export_takes_specs_from_the_store_and_keeps_to_visib
         .unwrap();
     assert!(empty.trace.rows.is_empty());
 }
+
+/// A resume of a GPU waits for its node's word: confirmed, still failing (out again), or, for
+/// a node that is down, not confirmed yet; faults reported before the node's confirmation are
+/// ignored, and the GPU takes no job until it comes. The outage is in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_resume_waits_for_the_node_s_word() {
+    use crate::state::gpu_health::GpuReport;
+    use std::sync::Mutex as StdMutex;
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(Config::default(), Store::open(dir.path()).unwrap()).unwrap();
+    let (tx, mut agent) = mpsc::unbounded_channel();
+    let gpus = (0..2)
+        .map(|index| ysched_common::Gpu {
+            index,
+            uuid: format!("GPU-{index}"),
+            model: "NVIDIA A10".into(),
+            ..Default::default()
+        })
+        .collect();
+    let node = Registration {
+        name: "n1".into(),
+        cpus: 4,
+        mem_mib: 1024,
+        gpus,
+        ..Default::default()
+    };
+    let session = c.register_node(node, "test", tx).await.unwrap();
+    let fault = |faults: &[(u32, &str)], forgotten: &[u32]| GpuReport {
+        faults: faults.iter().map(|(i, f)| (*i, f.to_string())).collect(),
+        forgotten: forgotten.to_vec(),
+    };
+    let beat = |report: &GpuReport| c.heartbeat("n1", session, 1, &[], &[], None, report);
+    beat(&fault(&[(1, "XID 79")], &[]));
+    let out = |c: &Cluster| -> Vec<u32> {
+        let st = lock(&c.state);
+        st.rec.nodes["n1"]
+            .gpus_out_of_service
+            .keys()
+            .copied()
+            .collect()
+    };
+    assert_eq!(out(&c), [1]);
+
+    // The agent: answers each forget with the faults the test scripts.
+    let still: Arc<StdMutex<Vec<(u32, String)>>> = Arc::default();
+    let answering = Arc::clone(&c);
+    let script = Arc::clone(&still);
+    tokio::spawn(async move {
+        while let Some(command) = agent.recv().await {
+            if let AgentCommand::ResumeGpu { index } = command {
+                // A heartbeat sent before the forget: ignored.
+                let stale = GpuReport {
+                    faults: vec![(index, "XID 79".into())],
+                    forgotten: vec![],
+                };
+                answering.heartbeat("n1", session, 2, &[], &[], None, &stale);
+                assert!(lock(&answering.state).rec.nodes["n1"]
+                    .unusable_gpus()
+                    .any(|i| i == index));
+                let report = GpuReport {
+                    faults: script.lock().unwrap().clone(),
+                    forgotten: vec![index],
+                };
+                answering.heartbeat("n1", session, 3, &[], &[], None, &report);
+            }
+        }
+    });
+    let root = Caller::local(Owner {
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        groups: vec![],
+    });
+    let resumed = c.resume_gpus(&root, "n1", &[1]).await.unwrap();
+    assert_eq!(resumed, [(1, GpuResumeOutcome::Confirmed)]);
+    assert!(out(&c).is_empty());
+
+    beat(&fault(&[(0, "pages pending retirement")], &[]));
+    *still.lock().unwrap() = vec![(0, "pages pending retirement".into())];
+    let resumed = c.resume_gpus(&root, "n1", &[0]).await.unwrap();
+    assert_eq!(
+        resumed,
+        [(
+            0,
+            GpuResumeOutcome::StillFailing("pages pending retirement".into())
+        )]
+    );
+    assert_eq!(out(&c), [0]);
+
+    // A node that is down cannot say: in service, unconfirmed (no job gets it meanwhile).
+    c.node_disconnected("n1", session);
+    let resumed = c.resume_gpus(&root, "n1", &[0]).await.unwrap();
+    assert_eq!(
+        resumed,
+        [(
+            0,
+            GpuResumeOutcome::Pending("node n1 is DOWN; it is told when it registers again".into())
+        )]
+    );
+    let node = lock(&c.state).rec.nodes["n1"].clone();
+    assert!(node.gpus_out_of_service.is_empty() && node.gpus_forgetting.contains(&0));
+    // What the store has is what memory has.
+    let stored = c.store().recover().unwrap().nodes["n1"].clone();
+    assert_eq!(
+        (stored.gpus_out_of_service, stored.gpus_forgetting),
+        (node.gpus_out_of_service, node.gpus_forgetting)
+    );
+}

@@ -2,6 +2,7 @@
 //! schedd believes), a job's start, a part's end, and nodes silent past their timeout.
 
 use super::commands::AgentCommand;
+use super::gpu_health::{self, GpuReport};
 use super::lifecycle::{self, PartEnd, SilentOutcome};
 use super::{Effects, Records};
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,9 @@ pub struct Registration {
     pub fence_after_secs: u32,
     /// Why it cannot take jobs now (see [`Records::node_health`]); `None`: it can.
     pub unhealthy_reason: Option<String>,
+    /// The GPUs its health monitor finds failing now (see [`GpuReport`]; a registration
+    /// confirms no forget).
+    pub gpu_faults: Vec<(u32, String)>,
 }
 
 /// What ends the drain reason of a drain a node set itself (see [`Records::node_health`]).
@@ -63,22 +67,27 @@ pub struct Limits {
 
 /// Jobs an event changes, copied from the records on first touch and written once at the
 /// end, in id order.
-struct Working<'a> {
+pub(super) struct Working<'a> {
     records: &'a Records,
     jobs: BTreeMap<JobId, Job>,
 }
 
 impl<'a> Working<'a> {
-    fn new(records: &'a Records) -> Self {
+    pub(super) fn new(records: &'a Records) -> Self {
         Working {
             records,
             jobs: BTreeMap::new(),
         }
     }
 
+    /// The records as they were before this event.
+    pub(super) fn records(&self) -> &'a Records {
+        self.records
+    }
+
     /// The job as this event has left it so far; `None` if it is not active (or has ended
     /// in this event).
-    fn job(&mut self, id: JobId) -> Option<&mut Job> {
+    pub(super) fn job(&mut self, id: JobId) -> Option<&mut Job> {
         if !self.jobs.contains_key(&id) {
             let job = self.records.jobs.get(&id)?.clone();
             self.jobs.insert(id, job);
@@ -88,13 +97,13 @@ impl<'a> Working<'a> {
 
     /// Drops the working copy of a job this event left as it was, so its record is not
     /// rewritten.
-    fn forget_if_unchanged(&mut self, id: JobId) {
+    pub(super) fn forget_if_unchanged(&mut self, id: JobId) {
         if self.records.jobs.get(&id) == self.jobs.get(&id) {
             self.jobs.remove(&id);
         }
     }
 
-    fn finish(self, fx: &mut Effects) {
+    pub(super) fn finish(self, fx: &mut Effects) {
         for job in self.jobs.into_values() {
             fx.put_job(job);
         }
@@ -396,7 +405,7 @@ impl Records {
             drain_reason = reason;
             drained_by_node = by_node;
         }
-        fx.put_node(Node {
+        let mut node = Node {
             name: name.to_string(),
             address: reg.address.clone(),
             cpus: reg.cpus,
@@ -413,7 +422,21 @@ impl Records {
             last_seen: now,
             killing: kill_jobs.iter().copied().collect(),
             fence_after_secs: reg.fence_after_secs,
-        });
+            // Only an administrator returns a GPU, whatever the node says now.
+            gpus_out_of_service: prev
+                .map_or_else(Default::default, |p| p.gpus_out_of_service.clone()),
+            gpus_forgetting: prev.map_or_else(Default::default, |p| p.gpus_forgetting.clone()),
+        };
+        let report = GpuReport {
+            faults: reg.gpu_faults.clone(),
+            forgotten: Vec::new(),
+        };
+        let newly_failed = gpu_health::apply_report(&mut node, &report, now, &mut fx);
+        // Resumes it may not have heard of (it was away, or lost the message): asked again,
+        // after the Registered answer.
+        for index in &node.gpus_forgetting {
+            fx.command(name, AgentCommand::ResumeGpu { index: *index });
+        }
         let mut work = Working::new(self);
         // Reports of jobs that ended while we were apart.
         for end in &reg.finished {
@@ -470,7 +493,10 @@ impl Records {
             fx.event(id, at, kind, detail);
             fx.stop_parts(id, &others, 0, why);
         }
+        // Jobs it still runs on GPUs that failed (while schedd was away, or reported now).
+        gpu_health::stop_jobs_on_failed_gpus(&mut work, &mut fx, &node, &newly_failed, limits, now);
         work.finish(&mut fx);
+        fx.put_node(node);
         (fx, kill_jobs)
     }
 
@@ -531,8 +557,8 @@ impl Records {
     }
 }
 
-/// An audit entry of a node's own drain or resume.
-fn node_audit(name: &str, action: &str, detail: String, now: Millis) -> AuditRecord {
+/// An audit entry of a node's own doing (its drain or resume, a GPU it found failing).
+pub(super) fn node_audit(name: &str, action: &str, detail: String, now: Millis) -> AuditRecord {
     AuditRecord {
         time: now,
         user: "noded".into(),

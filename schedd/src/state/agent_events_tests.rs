@@ -26,6 +26,7 @@ fn registration(running: &[u64], finished: Vec<PartEnd>) -> Registration {
         login: false,
         fence_after_secs: 0,
         unhealthy_reason: None,
+        gpu_faults: Vec::new(),
     }
 }
 
@@ -38,6 +39,7 @@ fn commands(fx: &super::Effects) -> Vec<String> {
             AgentCommand::Launch(o) => format!("{node}:launch {}", o.job.id),
             AgentCommand::Registered { .. } => format!("{node}:registered"),
             AgentCommand::HeartbeatAck { seq } => format!("{node}:heartbeat ack {seq}"),
+            AgentCommand::ResumeGpu { index } => format!("{node}:resume gpu {index}"),
         })
         .collect()
 }

@@ -27,6 +27,9 @@ pub enum AgentCommand {
     /// The agent's heartbeat `seq` arrived: it may renew its fence lease from the time it
     /// sent that heartbeat.
     HeartbeatAck { seq: u64 },
+    /// An administrator returned GPU `index` to service: forget its past faults, and say so
+    /// in the next report (see `state::gpu_health`).
+    ResumeGpu { index: u32 },
 }
 
 /// One part of a placed job: the job as placed (spec, owner, restart count, grace, checkpoint

@@ -354,6 +354,32 @@ pub fn part_ended(
         ));
         return out;
     }
+    if let Some(failure) = job.stop.as_ref().and_then(|s| s.reason.gpu_failure()) {
+        // Stopped because a GPU of its run failed: the failure decides, whatever the run's
+        // end (a job that exits in its grace has most likely saved its work).
+        if end.checkpoint_saved {
+            job.last_checkpoint = Some(at);
+        }
+        match gpu_requeue_refusal(job, max_requeues) {
+            None => {
+                requeue(job, at);
+                job.restart_count += 1;
+                out.events.push((
+                    at,
+                    "requeued",
+                    format!("restart {}: {failure}", job.restart_count),
+                ));
+                return out;
+            }
+            Some(why) => {
+                job.state = JobState::NodeFail;
+                job.reason = format!("{failure} (not requeued: {why})");
+                job.end_time = Some(at);
+                out.finished = true;
+                return out;
+            }
+        }
+    }
     let cancelled_by = match &job.stop {
         Some(StopRequest {
             reason: StopReason::Cancel { by },
@@ -735,7 +761,67 @@ pub fn reason_while_running(job: &Job) -> String {
         Some(StopReason::Cancel { by }) => format!("cancelling (by {by})"),
         Some(StopReason::Preempt { by }) => format!("preempted by {by}"),
         Some(StopReason::Requeue { by }) => format!("requeueing (by {by})"),
+        Some(gpu @ StopReason::GpuFailed { .. }) => {
+            format!("stopping: {}", gpu.gpu_failure().unwrap_or_default())
+        }
     }
+}
+
+/// Why a job whose run a GPU failure stops may not be requeued (see [`may_requeue`]);
+/// `None`: it may.
+fn gpu_requeue_refusal(job: &Job, max_requeues: u32) -> Option<String> {
+    if job.spec.no_requeue {
+        return Some("the job was submitted with --no-requeue".into());
+    }
+    if job.restart_count >= max_requeues {
+        return Some(format!(
+            "it was requeued {} times already (scheduler.max_requeues = {max_requeues})",
+            job.restart_count
+        ));
+    }
+    None
+}
+
+/// GPU `gpu` of `node`, which `job` holds, failed (`fault`, as the node's health monitor said):
+/// the run cannot go on, so every part of it is stopped (SIGTERM, SIGKILL after the job's
+/// grace), and once the last part has ended the job is requeued, as after a preemption or a
+/// node's fence, when it may be ([`may_requeue`]: not `--no-requeue`, fewer than
+/// `max_requeues` requeues), else it ends NODE_FAIL (see [`part_ended`]).
+///
+/// A job already being stopped (a cancel, a preemption, a requeue, a failed part) stops as
+/// it was going to: the outcome is `None` and the job is unchanged. Otherwise returns the
+/// history entry and the nodes to stop, with the grace.
+pub fn gpu_failed(
+    job: &mut Job,
+    node: &str,
+    gpu: u32,
+    fault: &str,
+    max_requeues: u32,
+    now: Millis,
+) -> Option<(HistoryEvent, Vec<String>, u32)> {
+    if job.stop.is_some() || job.parts.first_failure.is_some() {
+        return None;
+    }
+    let reason = StopReason::GpuFailed {
+        node: node.to_string(),
+        gpu,
+        fault: fault.to_string(),
+    };
+    let failure = reason.gpu_failure().unwrap_or_default();
+    let grace = job.grace_secs;
+    job.stop = Some(StopRequest {
+        reason,
+        at: now,
+        grace_secs: grace,
+    });
+    job.reason = format!("stopping: {failure}");
+    let then = match gpu_requeue_refusal(job, max_requeues) {
+        None => "requeued once it has stopped".to_string(),
+        Some(why) => format!("it ends NODE_FAIL once stopped (not requeued: {why})"),
+    };
+    let detail = format!("{failure}; SIGTERM, SIGKILL after {grace}s; {then}");
+    let nodes = job.alloc.iter().map(|a| a.node.clone()).collect();
+    Some(((now, "gpu_failed", detail), nodes, grace))
 }
 
 /// Decides the fate of `job`, which holds resources on the `silent` nodes (its nodes not

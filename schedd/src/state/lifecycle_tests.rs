@@ -565,3 +565,66 @@ fn a_fenced_part_of_a_multi_node_run_that_may_not_be_requeued_ends_it_node_fail(
     part_ended(&mut job, "n2", &fenced(3), 20, NOW);
     assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
 }
+
+#[test]
+fn a_gpu_failure_stops_the_run_and_its_end_requeues_it_or_ends_it_node_fail() {
+    use super::lifecycle::gpu_failed;
+    const FAULT: &str = "XID 79: GPU has fallen off the bus";
+    let mut job = JobBuilder::new(1)
+        .grace(45)
+        .running_on("n1", &[0, 1])
+        .build();
+    let ((at, kind, detail), nodes, grace) = gpu_failed(&mut job, "n1", 1, FAULT, 20, NOW).unwrap();
+    assert_eq!((at, kind, grace), (NOW, "gpu_failed", 45));
+    assert_eq!(nodes, ["n1"]);
+    assert!(detail.ends_with("requeued once it has stopped"), "{detail}");
+    assert_eq!(job.reason, format!("stopping: GPU 1 of n1 failed: {FAULT}"));
+    // Asked again (the next report): it is being stopped already.
+    assert!(gpu_failed(&mut job, "n1", 1, FAULT, 20, NOW).is_none());
+    // Killed after its grace, or a nonzero exit: the failure decides, not the exit.
+    let end = PartEnd {
+        signal: Some(9),
+        killed: true,
+        checkpoint_saved: true,
+        ..exit(1, 137)
+    };
+    let out = part_ended(&mut job, "n1", &end, 20, NOW);
+    assert!(!out.finished);
+    assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
+    assert_eq!(job.last_checkpoint, Some(T0 + 5_000));
+    assert_eq!(
+        out.events.last().unwrap().2,
+        format!("restart 1: GPU 1 of n1 failed: {FAULT}")
+    );
+
+    // Past max_requeues: NODE_FAIL, saying why it was not requeued.
+    let mut job = JobBuilder::new(2).running_on("n1", &[0]).build();
+    job.restart_count = 3;
+    let (event, _, _) = gpu_failed(&mut job, "n1", 0, FAULT, 3, NOW).unwrap();
+    assert!(
+        event.2.contains("it ends NODE_FAIL once stopped"),
+        "{}",
+        event.2
+    );
+    let end = PartEnd {
+        restart_count: 3,
+        ..exit(2, 0)
+    };
+    let out = part_ended(&mut job, "n1", &end, 3, NOW);
+    assert!(out.finished);
+    assert_eq!(job.state, JobState::NodeFail);
+    assert_eq!(
+        job.reason,
+        format!(
+            "GPU 0 of n1 failed: {FAULT} (not requeued: it was requeued 3 times already \
+             (scheduler.max_requeues = 3))"
+        )
+    );
+
+    // A job being cancelled is cancelled, GPU or not.
+    let mut job = JobBuilder::new(3).running_on("n1", &[0]).build();
+    cancelled_by(&mut job, "bob");
+    assert!(gpu_failed(&mut job, "n1", 0, FAULT, 20, NOW).is_none());
+    part_ended(&mut job, "n1", &exit(3, 143), 20, NOW);
+    assert_eq!(job.state, JobState::Cancelled);
+}

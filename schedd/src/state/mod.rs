@@ -13,6 +13,8 @@
 //! - `dependencies`: `--dependency` resolved at submit, and the end states of finished jobs
 //!   that live jobs' dependencies name ([`dependencies::EndedTargets`], the core's
 //!   `Snapshot::ended`).
+//! - `gpu_health`: GPUs out of service: failures nodes report (the jobs on them stopped and
+//!   requeued), and administrators' drains and resumes of GPUs.
 //! - `plan`: applying a plan of the scheduling core (evictions, placements, reasons).
 //! - `views`: what read-only requests show (a node's derived state and GPU holders).
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
@@ -24,6 +26,7 @@ pub mod client_events;
 pub mod commands;
 pub mod dependencies;
 pub mod effects;
+pub mod gpu_health;
 pub mod lifecycle;
 pub mod plan;
 pub mod targets;
@@ -36,6 +39,8 @@ mod agent_events_tests;
 mod array_tests;
 #[cfg(test)]
 mod client_events_tests;
+#[cfg(test)]
+mod gpu_health_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]

@@ -295,6 +295,7 @@ impl Records {
                 node.is_schedulable()
                     && a.gpus.iter().all(|g| {
                         node.gpus.iter().any(|x| x.index == *g)
+                            && !node.unusable_gpus().any(|u| u == *g)
                             && !gpus.is_some_and(|held| held.contains(g))
                     })
                     && cpus + u64::from(a.cpus) <= u64::from(node.cpus)

@@ -246,6 +246,7 @@ fn registration(rec: &Records, node: &str, r: &Reg) -> Registration {
         login: false,
         fence_after_secs: r.fence,
         unhealthy_reason: None,
+        gpu_faults: Vec::new(),
     }
 }
 

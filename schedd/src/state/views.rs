@@ -8,12 +8,16 @@ use ysched_common::{Job, JobId, Node};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeView {
     pub node: Node,
-    /// DOWN, DRAINING, DRAINED, IDLE, ALLOCATED or MIXED.
+    /// DOWN, DRAINING, DRAINED (drained, or every GPU out of service), IDLE, ALLOCATED (every
+    /// GPU taken or out of service) or MIXED.
     pub state: &'static str,
     /// The job holding each GPU, by position in `node.gpus`; 0: free.
     pub gpu_holders: Vec<u64>,
     pub cpus_alloc: u32,
     pub mem_alloc_mib: u64,
+    /// Why it takes no job: its drain reason, or that every GPU is out of service; empty:
+    /// neither.
+    pub reason: String,
 }
 
 pub fn node_view(n: &Node, jobs: &BTreeMap<JobId, Job>) -> NodeView {
@@ -31,10 +35,17 @@ pub fn node_view(n: &Node, jobs: &BTreeMap<JobId, Job>) -> NodeView {
             }
         }
     }
-    let busy_gpus = holders.iter().filter(|h| **h != 0).count();
+    // A GPU out of service is as good as taken: ALLOCATED when the rest are busy.
+    let taken_gpus = n
+        .gpus
+        .iter()
+        .zip(&holders)
+        .filter(|(g, h)| **h != 0 || n.gpu_out_of_service(g.index))
+        .count();
     let state = if !n.connected {
         "DOWN"
-    } else if n.drain_reason.is_some() {
+    } else if n.drain_reason.is_some() || n.all_gpus_out_of_service() {
+        // A node whose every GPU is out of service takes no job, as a drained one.
         if n_jobs > 0 {
             "DRAINING"
         } else {
@@ -43,13 +54,20 @@ pub fn node_view(n: &Node, jobs: &BTreeMap<JobId, Job>) -> NodeView {
     } else if n_jobs == 0 {
         "IDLE"
     } else if (n.gpus.is_empty() && cpus_alloc >= n.cpus)
-        || (!n.gpus.is_empty() && busy_gpus == n.gpus.len())
+        || (!n.gpus.is_empty() && taken_gpus == n.gpus.len())
     {
         "ALLOCATED"
     } else {
         "MIXED"
     };
     NodeView {
+        reason: match &n.drain_reason {
+            Some(reason) => reason.clone(),
+            None if n.all_gpus_out_of_service() => {
+                format!("all {} GPUs out of service", n.gpus.len())
+            }
+            None => String::new(),
+        },
         node: n.clone(),
         state,
         gpu_holders: holders,
