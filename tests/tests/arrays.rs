@@ -354,7 +354,13 @@ fn a_preempted_array_task_is_requeued_alone_and_keeps_its_task_id() {
         .iter()
         .all(|(t, j)| *t == victim || j["restart_count"] == 0));
     assert_eq!(tasks[&victim]["display_id"], format!("{id}_{victim}"));
-    let runs = std::fs::read_to_string(c.path("runs")).unwrap();
+    // RUNNING is schedd's word that the task started; its script writes its line a moment
+    // later, so wait for the fifth line rather than read at once.
+    let mut runs = String::new();
+    wait_until(SECS(10), "the requeued task's line in runs", || {
+        runs = std::fs::read_to_string(c.path("runs")).unwrap_or_default();
+        runs.lines().count() >= 5
+    });
     assert!(
         runs.lines().any(|l| l == format!("run {victim} 1")),
         "{runs}"

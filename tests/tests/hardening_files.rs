@@ -557,7 +557,13 @@ fn private_usage_hides_other_accounts_gpus_run_times_and_fair_share_in_every_vie
     assert_eq!(r["node"], "n1");
     assert!(c.job(waiting)["fair_share"].is_f64());
     assert_eq!(c.nodes()[0]["gpus"][0]["job"], running);
+    // Every job is still queued or running (a sleep 60 has no reason to end by itself).
     for id in [running, waiting, mine] {
+        let j = c.job(id);
+        assert!(
+            j["state"] == "RUNNING" || j["state"] == "PENDING",
+            "job {id} ended: {j}"
+        );
         ok(&c.run("ycancel", &[&id.to_string()]));
     }
 }
