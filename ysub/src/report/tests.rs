@@ -1,7 +1,13 @@
+use super::csv::csv_field;
+use super::trace::trace_secs;
+use super::window::DAY_MS;
 use super::*;
 use crate::admin::{Command, YctlCli};
 use clap::Parser;
+use std::path::Path;
+use ysched_common::time::Millis;
 use ysched_proto::{GroupUsage, OutcomeCount, ReportCluster, ReportDay, ReportGroup};
+use ysched_proto::{ReportReply, TierWait, TraceReply};
 
 const H: u64 = 3_600_000;
 /// 2026-01-05T00:00:00Z.
