@@ -6,6 +6,7 @@
 //! One module per seam: the window (`window`), each rendering (`json`, `text`, `csv`, `html`,
 //! `trace`), writing a file whole (`file`) and the import (`import`).
 
+mod charts;
 mod csv;
 mod file;
 mod html;

@@ -7,10 +7,7 @@ use std::fmt::Write as _;
 use ysched_common::text::escape_for_terminal;
 use ysched_common::time::{format_elapsed, Millis};
 use ysched_proto::{ReportReply, TierWait};
-
-pub(super) fn percent(r: Option<f64>) -> String {
-    r.map_or_else(|| "-".into(), |r| format!("{:.1}%", r * 100.0))
-}
+use ysched_report::percent;
 
 fn wait_text(ms: Millis) -> String {
     format_elapsed((ms.max(0) as u64).div_ceil(1000))
