@@ -9,9 +9,7 @@ pub use trace::{trace, Trace, TraceBuilder, TraceRow, TraceSpec};
 pub use usage::{build, Builder, ClusterLines, Day, Group, GroupBy, Params, Report, Waits};
 
 use std::collections::HashMap;
-use ysched_common::time::Millis;
-
-pub const DAY_MS: Millis = 86_400_000;
+pub use ysched_common::time::DAY_MS;
 
 /// A hasher for job ids (already well spread): a multiply, not SipHash, for a map of a
 /// million entries filled in one report.

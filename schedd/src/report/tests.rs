@@ -2,6 +2,7 @@
 //! preemptions, days, groups, and what a user sees when reports are not public.
 
 use super::*;
+use ysched_common::time::Millis;
 use ysched_common::{JobId, RunRecord};
 
 const H: Millis = 3_600_000;

@@ -5,6 +5,7 @@
 
 use super::*;
 use std::collections::BTreeMap;
+use ysched_common::time::Millis;
 use ysched_common::{JobId, RunRecord};
 
 const S: Millis = 1000;

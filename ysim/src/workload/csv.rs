@@ -8,9 +8,9 @@
 //! may be quoted as in RFC 4180.
 //!
 //! Times: `submit_time` is seconds (a number, fractions allowed) from any origin, or an RFC
-//! 3339 time (`2026-03-02T09:30:00Z`); the simulation starts at the earliest one. Durations
-//! are seconds (`5400`), a number with a unit (`90s`, `30m`, `1.5h`, `2d`), or Slurm's
-//! `[D-]HH:MM:SS`.
+//! 3339 time (`2026-03-02T09:30:00Z`) or day; the simulation starts at the earliest one.
+//! Durations are seconds (`5400`), a number with a unit (`90s`, `30m`, `1.5h`, `2d`, `1w`), or
+//! Slurm's `[D-]HH:MM:SS`. Both are read by `common::time`.
 //!
 //! Also here: a cluster as CSV (`name,gpus,model,cpus,mem,nvlink`) and the uniform cluster
 //! the CSV workload runs on without one.
@@ -91,49 +91,15 @@ pub fn records(text: &str) -> Result<Vec<(usize, BTreeMap<String, String>)>> {
     Ok(out)
 }
 
-/// A duration: seconds (`5400`, `0.5`), with a unit (`90s`, `30m`, `1.5h`, `2d`), or Slurm's
-/// `[D-]HH:MM:SS` / `MM:SS`. Milliseconds.
+/// A duration: seconds (`5400`, `0.5`), with a unit (`90s`, `30m`, `1.5h`, `2d`, `1w`), or
+/// Slurm's `[D-]HH:MM:SS` / `MM:SS` (`common::time::parse_duration_ms`). Milliseconds.
 pub fn parse_duration(text: &str) -> Result<Millis> {
-    let t = text.trim();
-    if t.contains(':') || t.contains('-') {
-        let secs = ysched_common::parse::parse_time_limit(t)
-            .map_err(|e| anyhow!("{e}"))?
-            .unwrap_or(0);
-        return Ok(secs as Millis * SEC);
-    }
-    let (number, unit) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c.to_ascii_lowercase()),
-        _ => (t, 's'),
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("'{text}' is not a duration (seconds, 30m, 1.5h, 2d, HH:MM:SS)"))?;
-    let per = match unit {
-        's' => 1.0,
-        'm' => 60.0,
-        'h' => 3600.0,
-        'd' => 86400.0,
-        _ => bail!("'{text}': unknown unit (s, m, h or d)"),
-    };
-    if !(value >= 0.0 && value.is_finite()) {
-        bail!("'{text}' is not a duration");
-    }
-    Ok((value * per * 1000.0).round() as Millis)
-}
-
-/// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    Ok(ysched_common::time::parse_duration_ms(text)?)
 }
 
 /// An instant: seconds from any origin (`3600`, `12.5`) or RFC 3339
-/// (`2026-03-02T09:30:00Z`, `2026-03-02 09:30:00+01:00`). Milliseconds.
+/// (`2026-03-02T09:30:00Z`, `2026-03-02 09:30:00+01:00`; `common::time::parse_datetime_ms`).
+/// Milliseconds.
 pub fn parse_instant(text: &str) -> Result<Millis> {
     let t = text.trim();
     if let Ok(secs) = t.parse::<f64>() {
@@ -141,35 +107,8 @@ pub fn parse_instant(text: &str) -> Result<Millis> {
             return Ok((secs * 1000.0).round() as Millis);
         }
     }
-    let bad = || anyhow!("'{text}' is neither seconds nor an RFC 3339 time");
-    if t.len() < 19 || !t.is_ascii() {
-        return Err(bad());
-    }
-    let num = |s: &str| s.parse::<i64>().map_err(|_| bad());
-    let (y, mo, d) = (num(&t[0..4])?, num(&t[5..7])?, num(&t[8..10])?);
-    let (h, mi, s) = (num(&t[11..13])?, num(&t[14..16])?, num(&t[17..19])?);
-    let b = t.as_bytes();
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' {
-        return Err(bad());
-    }
-    let mut rest = &t[19..];
-    let mut ms = 0;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits: String = frac.chars().take_while(char::is_ascii_digit).collect();
-        rest = &frac[digits.len()..];
-        let padded = format!("{digits:0<3}");
-        ms = num(&padded[..3])?;
-    }
-    let offset = match rest {
-        "Z" | "z" | "" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (num(&o[1..3])? * 60 + num(&o[4..6])?) * 60
-        }
-        _ => return Err(bad()),
-    };
-    let days = days_from_civil(y, mo, d);
-    Ok(((days * 86_400 + h * 3600 + mi * 60 + s - offset) * 1000) + ms)
+    ysched_common::time::parse_datetime_ms(t)
+        .map_err(|_| anyhow!("'{text}' is neither seconds nor an RFC 3339 time"))
 }
 
 fn parse_u32(row: &BTreeMap<String, String>, col: &str, default: u32) -> Result<u32> {

@@ -2,13 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use ysched_common::time::{rfc3339, Millis};
+use ysched_common::time::{rfc3339, utc_date, Millis, HOUR_MS};
 use ysched_proto::{ReportReply, TierWait};
 
-const HOUR_MS: f64 = 3_600_000.0;
-
 pub(super) fn hours(ms: u64) -> f64 {
-    ms as f64 / HOUR_MS
+    ms as f64 / HOUR_MS as f64
 }
 
 fn secs(ms: u64) -> f64 {
@@ -20,7 +18,7 @@ fn ratio(part: u64, whole: u64) -> Option<f64> {
 }
 
 pub(super) fn day_label(start_ms: Millis) -> String {
-    rfc3339(start_ms)[..10].to_string()
+    utc_date(start_ms)
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]

@@ -1,11 +1,10 @@
 use super::csv::csv_field;
 use super::trace::trace_secs;
-use super::window::DAY_MS;
 use super::*;
 use crate::admin::{Command, YctlCli};
 use clap::Parser;
 use std::path::Path;
-use ysched_common::time::Millis;
+use ysched_common::time::{Millis, DAY_MS};
 use ysched_proto::{GroupUsage, OutcomeCount, ReportCluster, ReportDay, ReportGroup};
 use ysched_proto::{ReportReply, TierWait, TraceReply};
 
