@@ -21,7 +21,7 @@ pub use html::report_html;
 pub use import::{import, parse_usage_file};
 pub use json::{report_json, ClusterJson, DayJson, GroupJson, ReportJson, WaitJson};
 pub use text::format_report;
-pub use trace::{trace_csv, trace_summary, TRACE_COLUMNS};
+pub use trace::{trace_csv, trace_summary};
 pub use window::{parse_date, parse_span, window};
 
 use crate::client::{reply, Client};

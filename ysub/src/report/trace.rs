@@ -1,15 +1,10 @@
 //! `yctl report --export-trace`: the jobs that ended in the window as the CSV trace `ysim`
 //! replays, and the summary line that goes with it.
 
-use super::csv::csv_field;
 use std::fmt::Write as _;
 use ysched_common::time::{rfc3339, rfc3339_millis, Millis};
-use ysched_proto::TraceReply;
-
-/// The columns of `--export-trace`: the CSV trace format of `docs/simulation.md`, then
-/// `outcome` and `restarts`, which `ysim` ignores.
-pub const TRACE_COLUMNS: &str = "job_id,submit_time,tier,account,user,gpus,gpu_type,nodes,\
-    cpus,mem,duration,time_limit,checkpoint_interval,checkpoint_write,grace,outcome,restarts";
+use ysched_proto::{TraceJob, TraceReply};
+use ysched_report::trace::{write_trace, TraceRecord};
 
 /// Milliseconds as seconds: `12`, `12.5`, `0.001`.
 pub(super) fn trace_secs(ms: Millis) -> String {
@@ -22,45 +17,36 @@ pub(super) fn trace_secs(ms: Millis) -> String {
     }
 }
 
-/// `yctl report --export-trace`: a header, then one row per job (RFC 4180 quoting). Times
-/// are RFC 3339 in UTC with milliseconds, durations seconds; `mem` is MiB; empty fields take
-/// `ysim`'s default (`checkpoint_interval` and `checkpoint_write` are not recorded, and are
-/// always empty).
-pub fn trace_csv(r: &TraceReply) -> String {
-    let mut out = String::with_capacity(64 * (r.jobs.len() + 1));
-    out.push_str(TRACE_COLUMNS);
-    out.push('\n');
-    let opt = |v: Option<String>| v.unwrap_or_default();
-    for j in &r.jobs {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},,,{},{},{}",
-            csv_field(&j.job_id),
-            rfc3339_millis(j.submit_ms),
-            csv_field(&j.tier),
-            csv_field(&j.account),
-            csv_field(&j.user),
-            j.gpus,
-            csv_field(&j.gpu_types.join("|")),
-            opt(j.nodes.map(|n| n.to_string())),
-            if j.cpus > 0 {
-                j.cpus.to_string()
-            } else {
-                String::new()
-            },
-            if j.mem_mib > 0 {
-                j.mem_mib.to_string()
-            } else {
-                String::new()
-            },
-            trace_secs(j.duration_ms),
-            opt(j.time_limit_secs.map(|t| t.to_string())),
-            opt(j.grace_secs.map(|g| g.to_string())),
-            csv_field(&j.outcome),
-            j.restarts
-        );
+/// A job's row: times RFC 3339 in UTC with milliseconds, durations seconds, `mem` MiB; empty
+/// where the job has nothing to say (`ysim`'s default). `checkpoint_interval` and
+/// `checkpoint_write` are not recorded, and are always empty.
+fn trace_record(j: &TraceJob) -> TraceRecord {
+    TraceRecord {
+        job_id: Some(j.job_id.clone()),
+        submit_time: Some(rfc3339_millis(j.submit_ms)),
+        tier: Some(j.tier.clone()),
+        account: Some(j.account.clone()),
+        user: Some(j.user.clone()),
+        gpus: Some(j.gpus.to_string()),
+        gpu_type: Some(j.gpu_types.join("|")),
+        nodes: j.nodes.map(|n| n.to_string()),
+        cpus: (j.cpus > 0).then(|| j.cpus.to_string()),
+        mem: (j.mem_mib > 0).then(|| j.mem_mib.to_string()),
+        duration: Some(trace_secs(j.duration_ms)),
+        time_limit: j.time_limit_secs.map(|t| t.to_string()),
+        checkpoint_interval: None,
+        checkpoint_write: None,
+        grace: j.grace_secs.map(|g| g.to_string()),
+        outcome: Some(j.outcome.clone()),
+        restarts: Some(j.restarts.to_string()),
     }
-    out
+}
+
+/// `yctl report --export-trace`: a header, then one row per job (RFC 4180 quoting, see
+/// `ysched_report::trace`).
+pub fn trace_csv(r: &TraceReply) -> String {
+    let records: Vec<TraceRecord> = r.jobs.iter().map(trace_record).collect();
+    write_trace(&records)
 }
 
 /// What `--export-trace` tells on stderr: how many jobs, the window, what was left out.
