@@ -1,3 +1,6 @@
+//! The job views on hand-made jobs: the ids users type, the `yq` tables and their folding of
+//! array tasks, the JSON objects and the `yctl show job` text.
+
 use super::*;
 use ysched_proto::{JobDetail, JobEvent, JobSpec, NodeAlloc};
 

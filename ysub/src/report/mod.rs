@@ -1,10 +1,10 @@
 //! `yctl report` and `yctl usage import`: the usage report as a table, JSON, CSV or one
-//! self-contained HTML file with SVG charts (drawn with `plotters`, no script, font file or
+//! self-contained HTML file with SVG charts (drawn by `ysched_report`: no script, font file or
 //! link), the trace export, and the import of runs recorded elsewhere. Parsing and rendering
 //! are plain functions of the reply, unit tested without a daemon.
 //!
-//! One module per seam: the window (`window`), each rendering (`json`, `text`, `csv`, `html`,
-//! `trace`), writing a file whole (`file`) and the import (`import`).
+//! One module per seam: the window (`window`), each rendering (`json`, `text`, `csv`, `html`
+//! with its `charts`, `trace`), writing a file whole (`file`) and the import (`import`).
 
 mod charts;
 mod csv;

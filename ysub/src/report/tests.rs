@@ -1,3 +1,6 @@
+//! `yctl report` on a hand-made reply: dates, spans and windows, each rendering, the trace
+//! export, the usage file, and writing a report file whole.
+
 use super::csv::csv_field;
 use super::trace::trace_secs;
 use super::*;
