@@ -610,15 +610,15 @@ impl Config {
     /// `scheduler.fair_share_half_life` in milliseconds (at least one minute).
     pub fn fair_share_half_life_ms(&self) -> Result<i64, String> {
         let text = &self.scheduler.fair_share_half_life;
-        let d = humantime::parse_duration(text).map_err(|e| {
+        let ms = crate::time::parse_humantime_ms(text).map_err(|e| {
             format!("scheduler.fair_share_half_life = {text:?}: {e} (e.g. \"7d\", \"36h\")")
         })?;
-        if d < std::time::Duration::from_secs(60) {
+        if ms < crate::time::MINUTE_MS {
             return Err(format!(
                 "scheduler.fair_share_half_life = {text:?} is under a minute"
             ));
         }
-        Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        Ok(ms)
     }
 
     /// The account `name`'s settings: its `[accounts.NAME]` entry, else the defaults.

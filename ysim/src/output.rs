@@ -1,5 +1,5 @@
 //! The comparison as text (a table per question), as JSON, and as one self-contained HTML
-//! file with SVG charts drawn with `plotters` the way `yctl report --html` draws its own: no
+//! file with SVG charts, drawn by `ysched_report` as `yctl report --html` draws its own: no
 //! script, no font file, no link.
 
 use crate::metrics::{Results, TierResults, SERIES_POINTS};
@@ -7,6 +7,9 @@ use crate::Report;
 use anyhow::{anyhow, Result};
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use ysched_report::html::{self, push_figure, PAGE_END};
+use ysched_report::percent;
+use ysched_report::table::{render_rows, Align};
 
 /// `45s`, `12.5m`, `3.4h`, `2.1d`; `-` for nothing.
 pub fn duration(secs: Option<f64>) -> String {
@@ -19,40 +22,17 @@ pub fn duration(secs: Option<f64>) -> String {
     }
 }
 
-fn percent(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |v| format!("{:.1}%", 100.0 * v))
+/// Alignments for a table whose first column names its rows and whose others are figures.
+fn label_then_figures(rows: &[Vec<String>]) -> Vec<Align> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    (0..columns)
+        .map(|c| if c == 0 { Align::Left } else { Align::Right })
+        .collect()
 }
 
 /// Columns padded to their widest cell: the first left-aligned, the others right-aligned.
 fn render(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            let pad = widths[c] - cell.chars().count();
-            if c == 0 {
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad));
-            } else {
-                line.push_str("  ");
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    render_rows(rows, &label_then_figures(rows))
 }
 
 /// Every tier any policy reports, in the first policy's order, then the others'.
@@ -245,82 +225,26 @@ pub fn json(r: &Report) -> String {
     s
 }
 
-fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 fn html_table(rows: &[Vec<String>]) -> String {
-    let mut h = String::from("<table>\n");
-    for (i, row) in rows.iter().enumerate() {
-        h.push_str("<tr>");
-        for (c, cell) in row.iter().enumerate() {
-            let (open, close) = match (i, c) {
-                (0, _) => ("<th>", "</th>"),
-                (_, 0) => ("<td>", "</td>"),
-                _ => ("<td class=\"n\">", "</td>"),
-            };
-            let _ = write!(h, "{open}{}{close}", html_escape(cell));
-        }
-        h.push_str("</tr>\n");
-    }
-    h.push_str("</table>\n");
-    h
+    html::table(rows, &label_then_figures(rows))
 }
 
 mod charts {
-    //! SVG charts, in the style of `yctl report --html` (`ysub/src/report.rs`): plotters'
-    //! SVG backend, the browser's sans-serif, the Okabe–Ito colours.
+    //! The simulator's charts as data for `ysched_report::chart`: utilization over time and
+    //! each tier's start-latency distribution, one line per policy.
 
     use super::{Report, Results, SERIES_POINTS};
-    use plotters::prelude::*;
+    use ysched_report::chart::{
+        line_chart, line_colour, DrawResult, Frame, Line, LineChart, XAxis,
+    };
 
-    const W: u32 = 900;
-    const H: u32 = 340;
-    /// Colour-blind-safe (Okabe–Ito), then some more.
-    const COLOURS: [RGBColor; 8] = [
-        RGBColor(0, 114, 178),
-        RGBColor(230, 159, 0),
-        RGBColor(0, 158, 115),
-        RGBColor(204, 121, 167),
-        RGBColor(86, 180, 233),
-        RGBColor(213, 94, 0),
-        RGBColor(0, 0, 0),
-        RGBColor(136, 34, 85),
-    ];
-
-    type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-    /// The policies' legend, in the lower right corner.
-    fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> DrawResult<()>
-    where
-        DB: DrawingBackend + 'a,
-        DB::ErrorType: 'static,
-        CT: CoordTranslate,
-    {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font(("sans-serif", 13))
-            .draw()?;
-        Ok(())
-    }
-
-    fn finish(svg: String) -> String {
-        // Inline in HTML5 an SVG needs no namespace: leave no URL in the file.
-        svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1)
+    fn frame(caption: String, caption_size: u32, y_desc: &str) -> Frame {
+        Frame {
+            caption,
+            caption_size,
+            y_desc: y_desc.into(),
+            y_label_area: 50,
+        }
     }
 
     /// GPU utilization over the window, one line per policy.
@@ -332,41 +256,28 @@ mod charts {
             ("hours", r.workload.window_hours)
         };
         let step = span / SERIES_POINTS as f64;
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-            root.fill(&WHITE)?;
-            let mut chart = ChartBuilder::on(&root)
-                .caption("GPU utilization over time (%)", ("sans-serif", 18))
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(50)
-                .build_cartesian_2d(0f64..span.max(1e-9), 0f64..110f64)?;
-            chart
-                .configure_mesh()
-                .light_line_style(WHITE)
-                .label_style(("sans-serif", 13))
-                .x_desc(unit)
-                .y_desc("% of capacity")
-                .draw()?;
-            for (i, p) in r.policies.iter().enumerate() {
-                let colour = COLOURS[i % COLOURS.len()];
-                let points = p
+        let lines = r
+            .policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Line {
+                name: p.policy.clone(),
+                colour: line_colour(i),
+                points: p
                     .utilization_series
                     .iter()
                     .enumerate()
-                    .map(|(k, u)| ((k as f64 + 0.5) * step, 100.0 * u));
-                chart
-                    .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
-                    .label(p.policy.clone())
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
-                    });
-            }
-            legend(&mut chart)?;
-            root.present()?;
-        }
-        Ok(finish(svg))
+                    .map(|(k, u)| ((k as f64 + 0.5) * step, 100.0 * u))
+                    .collect(),
+            })
+            .collect();
+        line_chart(&LineChart {
+            frame: frame("GPU utilization over time (%)".into(), 18, "% of capacity"),
+            x: XAxis::Linear(span.max(1e-9)),
+            x_desc: unit.into(),
+            y_max: 110.0,
+            lines,
+        })
     }
 
     /// The start-latency distribution of one tier, one line per policy: the share of the
@@ -393,47 +304,37 @@ mod charts {
         };
         let lo = 1.0 / per;
         let hi = (max_s / per * 1.5).max(lo * 10.0);
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-            root.fill(&WHITE)?;
-            let mut chart = ChartBuilder::on(&root)
-                .caption(
-                    format!("Start latency, tier {tier}: share of jobs started within ({unit}, log scale)"),
-                    ("sans-serif", 16),
-                )
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(50)
-                .build_cartesian_2d((lo..hi).log_scale(), 0f64..100f64)?;
-            chart
-                .configure_mesh()
-                .light_line_style(WHITE)
-                .label_style(("sans-serif", 13))
-                .x_desc(format!("latency ({unit})"))
-                .y_desc("% of jobs")
-                .draw()?;
-            for (i, p) in r.policies.iter().enumerate() {
-                let Some((_, pct)) = curves.iter().find(|(c, _)| c.policy == p.policy) else {
-                    continue;
-                };
-                let colour = COLOURS[i % COLOURS.len()];
-                let points: Vec<(f64, f64)> = pct
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| ((s / per).max(lo), k as f64 * 5.0))
-                    .collect();
-                chart
-                    .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
-                    .label(p.policy.clone())
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled())
-                    });
-            }
-            legend(&mut chart)?;
-            root.present()?;
-        }
-        Ok(finish(svg))
+        // Each policy keeps its colour, whether or not it started jobs of this tier.
+        let lines = r
+            .policies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let (_, pct) = curves.iter().find(|(c, _)| c.policy == p.policy)?;
+                Some(Line {
+                    name: p.policy.clone(),
+                    colour: line_colour(i),
+                    points: pct
+                        .iter()
+                        .enumerate()
+                        .map(|(k, s)| ((s / per).max(lo), k as f64 * 5.0))
+                        .collect(),
+                })
+            })
+            .collect();
+        line_chart(&LineChart {
+            frame: frame(
+                format!(
+                    "Start latency, tier {tier}: share of jobs started within ({unit}, log scale)"
+                ),
+                16,
+                "% of jobs",
+            ),
+            x: XAxis::Log(lo, hi),
+            x_desc: format!("latency ({unit})"),
+            y_max: 100.0,
+            lines,
+        })
     }
 }
 
@@ -443,20 +344,12 @@ pub fn html(r: &Report) -> Result<String> {
     let chart = |name: &str, svg: Result<String, Box<dyn std::error::Error>>| {
         svg.map_err(|e| anyhow!("cannot draw the {name} chart: {e}"))
     };
-    let e = html_escape;
+    let e = html::escape;
     let w = &r.workload;
-    let mut h = String::new();
+    let mut h = html::page_start(&format!("ysim: {}", w.name));
     let _ = write!(
         h,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <title>ysim: {}</title>\n<style>\n\
-         body {{ font-family: sans-serif; margin: 2em; color: #222; }}\n\
-         table {{ border-collapse: collapse; margin: 1em 0; }}\n\
-         th, td {{ border: 1px solid #ccc; padding: 4px 8px; }}\n\
-         td.n {{ text-align: right; }}\n th {{ background: #f0f0f0; }}\n\
-         figure {{ margin: 1.5em 0; }}\n</style>\n</head>\n<body>\n\
-         <h1>ysim: {}</h1>\n<p>{} nodes, {} GPUs, {} jobs, window {}, seed {}.</p>\n<ul>\n",
-        e(&w.name),
+        "<h1>ysim: {}</h1>\n<p>{} nodes, {} GPUs, {} jobs, window {}, seed {}.</p>\n<ul>\n",
         e(&w.name),
         w.nodes,
         w.gpus,
@@ -484,11 +377,11 @@ pub fn html(r: &Report) -> Result<String> {
         h.push_str("</ul>\n");
     }
     let util = chart("utilization", charts::utilization(r))?;
-    let _ = write!(h, "<figure>\n{util}\n</figure>\n");
+    push_figure(&mut h, &util);
     for tier in tier_names(r) {
         let svg = chart("latency", charts::latency(r, &tier))?;
-        let _ = write!(h, "<figure>\n{svg}\n</figure>\n");
+        push_figure(&mut h, &svg);
     }
-    h.push_str("</body>\n</html>\n");
+    h.push_str(PAGE_END);
     Ok(h)
 }

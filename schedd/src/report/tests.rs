@@ -2,7 +2,8 @@
 //! preemptions, days, groups, and what a user sees when reports are not public.
 
 use super::*;
-use ysched_common::JobId;
+use ysched_common::time::Millis;
+use ysched_common::{JobId, RunRecord};
 
 const H: Millis = 3_600_000;
 /// 2026-01-05T00:00:00Z, a Monday.

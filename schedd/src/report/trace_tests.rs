@@ -5,6 +5,8 @@
 
 use super::*;
 use std::collections::BTreeMap;
+use ysched_common::time::Millis;
+use ysched_common::{JobId, RunRecord};
 
 const S: Millis = 1000;
 /// 2026-01-05T00:00:00Z.

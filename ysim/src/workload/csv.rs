@@ -8,9 +8,9 @@
 //! may be quoted as in RFC 4180.
 //!
 //! Times: `submit_time` is seconds (a number, fractions allowed) from any origin, or an RFC
-//! 3339 time (`2026-03-02T09:30:00Z`); the simulation starts at the earliest one. Durations
-//! are seconds (`5400`), a number with a unit (`90s`, `30m`, `1.5h`, `2d`), or Slurm's
-//! `[D-]HH:MM:SS`.
+//! 3339 time (`2026-03-02T09:30:00Z`) or day; the simulation starts at the earliest one.
+//! Durations are seconds (`5400`), a number with a unit (`90s`, `30m`, `1.5h`, `2d`, `1w`), or
+//! Slurm's `[D-]HH:MM:SS`. Both are read by `common::time`.
 //!
 //! Also here: a cluster as CSV (`name,gpus,model,cpus,mem,nvlink`) and the uniform cluster
 //! the CSV workload runs on without one.
@@ -20,120 +20,30 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use ysched_common::time::Millis;
+use ysched_report::csv_rows;
+use ysched_report::trace::{read_trace, TraceRecord};
 
 /// Splits one CSV record (no embedded newlines) into fields, unquoting `"..."` with `""` as
-/// a quote.
+/// a quote (`ysched_report::csv_rows`).
 pub fn split_line(line: &str) -> Result<Vec<String>> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    let mut was_quoted = false;
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                chars.next();
-                field.push('"');
-            }
-            (true, '"') => quoted = false,
-            (true, c) => field.push(c),
-            (false, '"') if field.trim().is_empty() && !was_quoted => {
-                field.clear();
-                quoted = true;
-                was_quoted = true;
-            }
-            (false, ',') => {
-                fields.push(std::mem::take(&mut field));
-                was_quoted = false;
-            }
-            (false, c) => field.push(c),
-        }
-    }
-    if quoted {
-        bail!("unterminated quote");
-    }
-    fields.push(field);
-    Ok(fields.into_iter().map(|f| f.trim().to_string()).collect())
+    Ok(csv_rows::split_line(line)?)
 }
 
-/// Rows of a CSV text as maps from column name (lower case) to field, with their line numbers.
+/// Rows of a CSV text as maps from column name (lower case) to field, with their line numbers
+/// (`ysched_report::csv_rows`).
 pub fn records(text: &str) -> Result<Vec<(usize, BTreeMap<String, String>)>> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
-        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-    let Some((_, header)) = lines.next() else {
-        bail!("empty file: expected a header row");
-    };
-    let names: Vec<String> = split_line(header)?
-        .into_iter()
-        .map(|n| n.to_ascii_lowercase())
-        .collect();
-    let mut out = Vec::new();
-    for (no, line) in lines {
-        let fields = split_line(line).with_context(|| format!("line {no}"))?;
-        if fields.len() > names.len() {
-            bail!(
-                "line {no}: {} fields, but the header names {} columns",
-                fields.len(),
-                names.len()
-            );
-        }
-        let row = names
-            .iter()
-            .cloned()
-            .zip(fields)
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
-        out.push((no, row));
-    }
-    Ok(out)
+    Ok(csv_rows::records(text)?)
 }
 
-/// A duration: seconds (`5400`, `0.5`), with a unit (`90s`, `30m`, `1.5h`, `2d`), or Slurm's
-/// `[D-]HH:MM:SS` / `MM:SS`. Milliseconds.
+/// A duration: seconds (`5400`, `0.5`), with a unit (`90s`, `30m`, `1.5h`, `2d`, `1w`), or
+/// Slurm's `[D-]HH:MM:SS` / `MM:SS` (`common::time::parse_duration_ms`). Milliseconds.
 pub fn parse_duration(text: &str) -> Result<Millis> {
-    let t = text.trim();
-    if t.contains(':') || t.contains('-') {
-        let secs = ysched_common::parse::parse_time_limit(t)
-            .map_err(|e| anyhow!("{e}"))?
-            .unwrap_or(0);
-        return Ok(secs as Millis * SEC);
-    }
-    let (number, unit) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c.to_ascii_lowercase()),
-        _ => (t, 's'),
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("'{text}' is not a duration (seconds, 30m, 1.5h, 2d, HH:MM:SS)"))?;
-    let per = match unit {
-        's' => 1.0,
-        'm' => 60.0,
-        'h' => 3600.0,
-        'd' => 86400.0,
-        _ => bail!("'{text}': unknown unit (s, m, h or d)"),
-    };
-    if !(value >= 0.0 && value.is_finite()) {
-        bail!("'{text}' is not a duration");
-    }
-    Ok((value * per * 1000.0).round() as Millis)
-}
-
-/// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    Ok(ysched_common::time::parse_duration_ms(text)?)
 }
 
 /// An instant: seconds from any origin (`3600`, `12.5`) or RFC 3339
-/// (`2026-03-02T09:30:00Z`, `2026-03-02 09:30:00+01:00`). Milliseconds.
+/// (`2026-03-02T09:30:00Z`, `2026-03-02 09:30:00+01:00`; `common::time::parse_datetime_ms`).
+/// Milliseconds.
 pub fn parse_instant(text: &str) -> Result<Millis> {
     let t = text.trim();
     if let Ok(secs) = t.parse::<f64>() {
@@ -141,46 +51,23 @@ pub fn parse_instant(text: &str) -> Result<Millis> {
             return Ok((secs * 1000.0).round() as Millis);
         }
     }
-    let bad = || anyhow!("'{text}' is neither seconds nor an RFC 3339 time");
-    if t.len() < 19 || !t.is_ascii() {
-        return Err(bad());
-    }
-    let num = |s: &str| s.parse::<i64>().map_err(|_| bad());
-    let (y, mo, d) = (num(&t[0..4])?, num(&t[5..7])?, num(&t[8..10])?);
-    let (h, mi, s) = (num(&t[11..13])?, num(&t[14..16])?, num(&t[17..19])?);
-    let b = t.as_bytes();
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' {
-        return Err(bad());
-    }
-    let mut rest = &t[19..];
-    let mut ms = 0;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits: String = frac.chars().take_while(char::is_ascii_digit).collect();
-        rest = &frac[digits.len()..];
-        let padded = format!("{digits:0<3}");
-        ms = num(&padded[..3])?;
-    }
-    let offset = match rest {
-        "Z" | "z" | "" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (num(&o[1..3])? * 60 + num(&o[4..6])?) * 60
-        }
-        _ => return Err(bad()),
-    };
-    let days = days_from_civil(y, mo, d);
-    Ok(((days * 86_400 + h * 3600 + mi * 60 + s - offset) * 1000) + ms)
+    ysched_common::time::parse_datetime_ms(t)
+        .map_err(|_| anyhow!("'{text}' is neither seconds nor an RFC 3339 time"))
 }
 
 fn parse_u32(row: &BTreeMap<String, String>, col: &str, default: u32) -> Result<u32> {
-    match row.get(col) {
+    parse_u32_field(row.get(col).map(String::as_str), col, default)
+}
+
+/// `value` of column `col` as a whole number; `default` when the field is empty.
+fn parse_u32_field(value: Option<&str>, col: &str, default: u32) -> Result<u32> {
+    match value {
         None => Ok(default),
         Some(v) => v
             .parse()
             .map_err(|_| anyhow!("{col} '{v}' is not a whole number")),
     }
 }
-
 /// The uniform cluster a CSV workload runs on unless a cluster file is given: `nodes` nodes of
 /// `gpus` NVLinked GPUs of `model`, 64 CPUs and 512 GiB each (as the test harness's agents).
 pub fn uniform_cluster(nodes: u32, gpus: u32, model: &str) -> Vec<SimNode> {
@@ -238,7 +125,7 @@ pub fn read_cluster(path: &Path) -> Result<Vec<SimNode>> {
 /// Parses the jobs of a CSV trace (see the module docs); `name` names the workload.
 pub fn parse_jobs(name: &str, text: &str, nodes: Vec<SimNode>) -> Result<Workload> {
     let mut jobs = Vec::new();
-    for (no, row) in records(text)? {
+    for (no, row) in read_trace(text)? {
         let job = parse_job(&row, no).with_context(|| format!("{name} line {no}"))?;
         jobs.push(job);
     }
@@ -263,36 +150,39 @@ pub fn parse_jobs(name: &str, text: &str, nodes: Vec<SimNode>) -> Result<Workloa
     Ok(w)
 }
 
-fn parse_job(row: &BTreeMap<String, String>, no: usize) -> Result<SimJob> {
-    let get = |c: &str| row.get(c).map(String::as_str);
-    let required = |c: &str| get(c).ok_or_else(|| anyhow!("no {c} (a required column)"));
-    let submit_ms = parse_instant(required("submit_time")?)?;
-    let duration_ms = parse_duration(required("duration")?)?.max(SEC);
-    let gpus = parse_u32(row, "gpus", 0)?;
-    if get("gpus").is_none() {
-        bail!("no gpus (a required column)");
-    }
-    let user = get("user").unwrap_or("user").to_string();
-    let time_limit_secs = match get("time_limit") {
+fn parse_job(row: &TraceRecord, no: usize) -> Result<SimJob> {
+    let required = |value: &Option<String>, c: &str| -> Result<String> {
+        value
+            .clone()
+            .ok_or_else(|| anyhow!("no {c} (a required column)"))
+    };
+    let submit_ms = parse_instant(&required(&row.submit_time, "submit_time")?)?;
+    let duration_ms = parse_duration(&required(&row.duration, "duration")?)?.max(SEC);
+    let gpus = parse_u32_field(Some(&required(&row.gpus, "gpus")?), "gpus", 0)?;
+    let user = row.user.clone().unwrap_or_else(|| "user".into());
+    let time_limit_secs = match row.time_limit.as_deref() {
         None => None,
         Some(t) if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("infinite") => {
             None
         }
         Some(t) => Some((parse_duration(t)? / SEC) as u64).filter(|s| *s > 0),
     };
-    let mem_mib = match get("mem") {
+    let mem_mib = match &row.mem {
         Some(m) => ysched_common::parse::parse_mem_mib(m).map_err(|e| anyhow!("mem: {e}"))?,
         None => 0,
     };
+    let duration_of = |value: &Option<String>| value.as_deref().map(parse_duration).transpose();
     Ok(SimJob {
-        name: get("job_id").map_or_else(|| format!("row{no}"), str::to_string),
+        name: row.job_id.clone().unwrap_or_else(|| format!("row{no}")),
         submit_ms,
-        tier: get("tier").unwrap_or("").to_string(),
-        account: get("account").unwrap_or(&user).to_string(),
+        tier: row.tier.clone().unwrap_or_default(),
+        account: row.account.clone().unwrap_or_else(|| user.clone()),
         user,
         gpus,
-        nodes: parse_u32(row, "nodes", 1)?.max(1),
-        gpu_types: get("gpu_type")
+        nodes: parse_u32_field(row.nodes.as_deref(), "nodes", 1)?.max(1),
+        gpu_types: row
+            .gpu_type
+            .as_deref()
             .map(|t| {
                 t.split('|')
                     .map(|s| s.trim().to_string())
@@ -300,21 +190,13 @@ fn parse_job(row: &BTreeMap<String, String>, no: usize) -> Result<SimJob> {
                     .collect()
             })
             .unwrap_or_default(),
-        cpus: parse_u32(row, "cpus", 1)?.max(1),
+        cpus: parse_u32_field(row.cpus.as_deref(), "cpus", 1)?.max(1),
         mem_mib,
         duration_ms,
         time_limit_secs,
-        checkpoint_interval_ms: get("checkpoint_interval")
-            .map(parse_duration)
-            .transpose()?
-            .unwrap_or(0),
-        checkpoint_write_ms: get("checkpoint_write")
-            .map(parse_duration)
-            .transpose()?
-            .unwrap_or(0),
-        grace_secs: get("grace")
-            .map(|g| parse_duration(g).map(|ms| (ms / SEC) as u32))
-            .transpose()?,
+        checkpoint_interval_ms: duration_of(&row.checkpoint_interval)?.unwrap_or(0),
+        checkpoint_write_ms: duration_of(&row.checkpoint_write)?.unwrap_or(0),
+        grace_secs: duration_of(&row.grace)?.map(|ms| (ms / SEC) as u32),
     })
 }
 
@@ -353,6 +235,46 @@ mod tests {
             crate::engine::EPOCH_MS + 250
         );
         assert!(parse_instant("yesterday").is_err());
+    }
+
+    /// A trace as `yctl report --export-trace` wrote it before traces were written with the
+    /// `csv` crate (its bytes, from the hand-written writer): quoted names, a job with no spec.
+    #[test]
+    fn a_trace_exported_by_the_hand_written_writer_reads_as_before() {
+        let text = include_str!("testdata/exported-trace.csv");
+        let w = parse_jobs("exported-trace.csv", text, uniform_cluster(1, 8, "A100")).unwrap();
+        let job = |name: &str| w.jobs.iter().find(|j| j.name == name).unwrap();
+        let full = job("41");
+        assert_eq!(
+            (full.submit_ms, full.tier.as_str(), full.account.as_str()),
+            (0, "low", "vision")
+        );
+        assert_eq!((full.user.as_str(), full.gpus, full.nodes), ("ana", 8, 2));
+        assert_eq!(full.gpu_types, ["A100", "H100"]);
+        assert_eq!((full.cpus, full.mem_mib), (16, 65_536));
+        assert_eq!(
+            (full.duration_ms, full.time_limit_secs),
+            (5_400_000, Some(86_400))
+        );
+        assert_eq!(
+            (full.checkpoint_interval_ms, full.checkpoint_write_ms),
+            (0, 0)
+        );
+        assert_eq!(full.grace_secs, Some(120));
+        let quoted = job("12_7");
+        assert_eq!(quoted.account, "r&d, \"core\"");
+        assert_eq!(quoted.user, "o,brien");
+        assert_eq!(quoted.duration_ms, 2_250);
+        let imported = job("900001");
+        assert!(imported.gpu_types.is_empty());
+        assert_eq!((imported.nodes, imported.cpus, imported.mem_mib), (1, 4, 0));
+        // 1 ms of work counts as a second; no limit and the tier's grace.
+        assert_eq!(imported.duration_ms, SEC);
+        assert_eq!(
+            (imported.time_limit_secs, imported.grace_secs),
+            (None, None)
+        );
+        assert_eq!(w.jobs.len(), 3);
     }
 
     #[test]

@@ -16,11 +16,11 @@ use ysched_common::config::AccountConfig;
 use ysched_common::time::Millis;
 
 /// Milliseconds in a second, minute, hour, day and week.
-pub const SEC: Millis = 1000;
-pub const MIN: Millis = 60 * SEC;
-pub const HOUR: Millis = 60 * MIN;
-pub const DAY: Millis = 24 * HOUR;
-pub const WEEK: Millis = 7 * DAY;
+pub const SEC: Millis = ysched_common::time::SECOND_MS;
+pub const MIN: Millis = ysched_common::time::MINUTE_MS;
+pub const HOUR: Millis = ysched_common::time::HOUR_MS;
+pub const DAY: Millis = ysched_common::time::DAY_MS;
+pub const WEEK: Millis = ysched_common::time::WEEK_MS;
 
 /// What the simulator replays.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,15 @@
+//! `yctl report` on a hand-made reply: dates, spans and windows, each rendering, the trace
+//! export, the usage file, and writing a report file whole.
+
+use super::csv::csv_field;
+use super::trace::trace_secs;
 use super::*;
 use crate::admin::{Command, YctlCli};
 use clap::Parser;
+use std::path::Path;
+use ysched_common::time::{Millis, DAY_MS};
 use ysched_proto::{GroupUsage, OutcomeCount, ReportCluster, ReportDay, ReportGroup};
+use ysched_proto::{ReportReply, TierWait, TraceReply};
 
 const H: u64 = 3_600_000;
 /// 2026-01-05T00:00:00Z.
