@@ -327,10 +327,11 @@ impl Default for Config {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
+    // Not a `source`: the message already says it, and error chains would print it twice.
+    #[error("cannot read config {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid config {path}: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -356,9 +357,9 @@ impl Config {
                 message,
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(source) => Err(ConfigError::Read {
+            Err(error) => Err(ConfigError::Read {
                 path: path.to_owned(),
-                source,
+                error,
             }),
         }
     }
