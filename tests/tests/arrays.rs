@@ -336,6 +336,12 @@ fn a_preempted_array_task_is_requeued_alone_and_keeps_its_task_id() {
     wait_until(SECS(20), "4 tasks running", || {
         count_in(&tasks_of(&c, id), "RUNNING") == 4
     });
+    // RUNNING is schedd's word that a task was started; each script's first line says it
+    // really runs. A task preempted before that would leave no line of its first run.
+    wait_until(SECS(20), "4 tasks' first lines", || {
+        let runs = std::fs::read_to_string(c.path("runs")).unwrap_or_default();
+        runs.lines().count() == 4
+    });
     let urgent = c.submit(&["-p", "high", "-G", "2", "--wrap", "sleep 1"]);
     c.wait_state(urgent, "COMPLETED", SECS(30));
     // Exactly one task went back to the queue and ran again, under its own task id.
@@ -354,8 +360,7 @@ fn a_preempted_array_task_is_requeued_alone_and_keeps_its_task_id() {
         .iter()
         .all(|(t, j)| *t == victim || j["restart_count"] == 0));
     assert_eq!(tasks[&victim]["display_id"], format!("{id}_{victim}"));
-    // RUNNING is schedd's word that the task started; its script writes its line a moment
-    // later, so wait for the fifth line rather than read at once.
+    // The requeued task's script writes its line a moment after it shows RUNNING.
     let mut runs = String::new();
     wait_until(SECS(10), "the requeued task's line in runs", || {
         runs = std::fs::read_to_string(c.path("runs")).unwrap_or_default();
