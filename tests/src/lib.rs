@@ -981,6 +981,15 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// The GPU indices a job holds, as `yq --json` / `yctl show job --json` list them (none when
+/// it holds none).
+pub fn job_gpus(job: &serde_json::Value) -> Vec<u64> {
+    job["gpus"]
+        .as_array()
+        .map(|a| a.iter().map(|g| g.as_u64().unwrap()).collect())
+        .unwrap_or_default()
+}
+
 /// Reads a file a job writes, waiting until its last line is complete. A shell's `> file`
 /// creates the file before the command writes a byte, so "it exists" alone can read nothing.
 pub fn read_when_exists(p: &Path, timeout: Duration) -> String {

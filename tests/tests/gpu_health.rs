@@ -50,13 +50,6 @@ fn show_job(c: &TestCluster, id: u64) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn gpus_of(job: &Value) -> Vec<u64> {
-    job["gpus"]
-        .as_array()
-        .map(|a| a.iter().map(|g| g.as_u64().unwrap()).collect())
-        .unwrap_or_default()
-}
-
 /// Waits until job `id` runs again after a requeue (restart 1) and returns it.
 fn wait_rerun(c: &TestCluster, id: u64) -> Value {
     let mut job = Value::Null;
@@ -97,14 +90,14 @@ fn a_gpu_failing_under_a_job_is_taken_out_of_service_and_the_job_runs_again_on_a
     );
     let victim = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
     let bystander = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
-    let failed = gpus_of(&c.wait_state(victim, "RUNNING", SECS(20)))[0];
-    let kept = gpus_of(&c.wait_state(bystander, "RUNNING", SECS(20)))[0];
+    let failed = job_gpus(&c.wait_state(victim, "RUNNING", SECS(20)))[0];
+    let kept = job_gpus(&c.wait_state(bystander, "RUNNING", SECS(20)))[0];
 
     // The victim's GPU falls off the bus.
     let fault = format!("fault = \"{XID79}\"");
     c.set_gpu_faults("n1", &[(failed as u32, &fault)]);
     let rerun = wait_rerun(&c, victim);
-    let moved_to = gpus_of(&rerun)[0];
+    let moved_to = job_gpus(&rerun)[0];
     assert_ne!(moved_to, failed, "placed again on the GPU that failed");
 
     // What the job's owner sees: why it ended, in its history.
@@ -138,9 +131,9 @@ fn a_gpu_failing_under_a_job_is_taken_out_of_service_and_the_job_runs_again_on_a
         (b["state"].as_str(), b["restart_count"].as_u64()),
         (Some("RUNNING"), Some(0))
     );
-    assert_eq!(gpus_of(&b), [kept]);
+    assert_eq!(job_gpus(&b), [kept]);
     let newcomer = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
-    let newcomer_gpus = gpus_of(&c.wait_state(newcomer, "RUNNING", SECS(20)));
+    let newcomer_gpus = job_gpus(&c.wait_state(newcomer, "RUNNING", SECS(20)));
     assert_ne!(newcomer_gpus, [failed]);
     let waiting = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
     std::thread::sleep(SECS(3));
@@ -225,7 +218,7 @@ fn a_gpu_failing_under_a_job_is_taken_out_of_service_and_the_job_runs_again_on_a
     );
     assert!(out_of_service(&c, "n1").is_empty());
     let started = c.wait_state(waiting, "RUNNING", SECS(20));
-    assert_eq!(gpus_of(&started), [failed]);
+    assert_eq!(job_gpus(&started), [failed]);
     // The forgotten event does not take it out again.
     std::thread::sleep(SECS(3));
     assert!(out_of_service(&c, "n1").is_empty(), "{}", c.logs());
@@ -247,7 +240,7 @@ fn a_gpu_failing_under_a_job_is_taken_out_of_service_and_the_job_runs_again_on_a
 fn a_lasting_fault_outlives_a_resume_and_an_admin_may_take_a_gpu_out_under_a_job() {
     let c = cluster(vec![FakeNode::uniform("n1", 2, A100)], "");
     let runner = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
-    let first = gpus_of(&c.wait_state(runner, "RUNNING", SECS(20)))[0];
+    let first = job_gpus(&c.wait_state(runner, "RUNNING", SECS(20)))[0];
     let first_arg = first.to_string();
 
     // An administrator's suspicion: no new job there, the one running runs on.
@@ -262,7 +255,7 @@ fn a_lasting_fault_outlives_a_resume_and_an_admin_may_take_a_gpu_out_under_a_job
 
     // A job that may not be requeued gets the other GPU, which then fails for good.
     let fragile = c.submit(&["--no-requeue", "-G", "1", "--wrap", "sleep 600"]);
-    let second = gpus_of(&c.wait_state(fragile, "RUNNING", SECS(20)))[0];
+    let second = job_gpus(&c.wait_state(fragile, "RUNNING", SECS(20)))[0];
     assert_ne!(second, first);
     c.set_gpu_faults(
         "n1",

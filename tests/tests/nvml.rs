@@ -162,13 +162,6 @@ fn an_agent_whose_nvml_library_does_not_load_does_not_start() {
     assert_eq!(c.nodes().len(), 1);
 }
 
-fn gpus_of(job: &serde_json::Value) -> Vec<u64> {
-    job["gpus"]
-        .as_array()
-        .map(|a| a.iter().map(|g| g.as_u64().unwrap()).collect())
-        .unwrap_or_default()
-}
-
 /// node `name`'s GPUs out of service, as (index, reason).
 fn outages(c: &TestCluster, name: &str) -> Vec<(u64, String)> {
     node(&c.nodes(), name)["gpus_out_of_service"]
@@ -199,8 +192,8 @@ fn a_gpu_nvml_reports_failing_under_a_job_is_taken_out_and_the_job_runs_on_anoth
     );
     let victim = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
     let bystander = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
-    let failed = gpus_of(&c.wait_state(victim, "RUNNING", SECS(20)))[0];
-    let kept = gpus_of(&c.wait_state(bystander, "RUNNING", SECS(20)))[0];
+    let failed = job_gpus(&c.wait_state(victim, "RUNNING", SECS(20)))[0];
+    let kept = job_gpus(&c.wait_state(bystander, "RUNNING", SECS(20)))[0];
 
     c.change_machine("n1", |m| m.gpus[failed as usize].xid = vec![79]);
     let mut rerun = serde_json::Value::Null;
@@ -208,7 +201,7 @@ fn a_gpu_nvml_reports_failing_under_a_job_is_taken_out_and_the_job_runs_on_anoth
         rerun = c.job(victim);
         rerun["state"] == "RUNNING" && rerun["restart_count"] == 1
     });
-    let moved_to = gpus_of(&rerun)[0];
+    let moved_to = job_gpus(&rerun)[0];
     assert_ne!(moved_to, failed, "placed again on the GPU that failed");
     let out = outages(&c, "n1");
     assert_eq!(out.len(), 1, "{out:?}");
@@ -220,7 +213,7 @@ fn a_gpu_nvml_reports_failing_under_a_job_is_taken_out_and_the_job_runs_on_anoth
         (b["state"].as_str(), b["restart_count"].as_u64()),
         (Some("RUNNING"), Some(0))
     );
-    assert_eq!(gpus_of(&b), [kept]);
+    assert_eq!(job_gpus(&b), [kept]);
 
     // Returned after the repair: the event is forgotten and the GPU takes jobs again.
     let out = c.run("yctl", &["resume", "n1", "--gpu", &failed.to_string()]);
@@ -228,7 +221,7 @@ fn a_gpu_nvml_reports_failing_under_a_job_is_taken_out_and_the_job_runs_on_anoth
     assert!(stdout(&out).contains("back in service"), "{}", stdout(&out));
     assert_eq!(outages(&c, "n1"), []);
     let two = c.submit(&["-G", "2", "--wrap", "sleep 600"]);
-    let two_gpus = gpus_of(&c.wait_state(two, "RUNNING", SECS(20)));
+    let two_gpus = job_gpus(&c.wait_state(two, "RUNNING", SECS(20)));
     assert!(
         two_gpus.contains(&failed),
         "{two_gpus:?} (free were {failed} and one more)"
