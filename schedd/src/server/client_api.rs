@@ -59,6 +59,14 @@ fn named(r: &pb::JobRef) -> Result<Named, ApiError> {
 }
 
 /// A refusal of a request's field (a limit broken), as the status clients get.
+/// The bounds of a request naming GPUs of one node (`yctl drain/resume NODE --gpu N,...`).
+fn check_gpus_of_node(node: &str, gpus: &[u32]) -> Result<(), Status> {
+    limits::NODE_NAME.check_len(node).map_err(invalid)?;
+    limits::GPUS_NAMED
+        .check_count(gpus.len() as u64)
+        .map_err(invalid)
+}
+
 fn invalid(message: String) -> Status {
     ApiError::Invalid(message).into()
 }
@@ -233,10 +241,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::Empty>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
-        limits::NODE_NAME.check_len(&r.node).map_err(invalid)?;
-        limits::GPUS_NAMED
-            .check_count(r.gpus.len() as u64)
-            .map_err(invalid)?;
+        check_gpus_of_node(&r.node, &r.gpus)?;
         limits::DRAIN_REASON.check_len(&r.reason).map_err(invalid)?;
         if r.reason.trim().is_empty() {
             return Err(Status::invalid_argument(
@@ -255,10 +260,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::ResumeGpuReply>, Status> {
         let (caller, _) = self.caller(&req)?;
         let r = req.into_inner();
-        limits::NODE_NAME.check_len(&r.node).map_err(invalid)?;
-        limits::GPUS_NAMED
-            .check_count(r.gpus.len() as u64)
-            .map_err(invalid)?;
+        check_gpus_of_node(&r.node, &r.gpus)?;
         let outcomes = self.cluster.resume_gpus(&caller, &r.node, &r.gpus).await?;
         Ok(Response::new(pb::ResumeGpuReply {
             gpus: outcomes
