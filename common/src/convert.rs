@@ -224,3 +224,40 @@ impl From<&pb::RunUsage> for crate::types::RunRecord {
         }
     }
 }
+
+/// A client's wire `JobSpec` as the domain's unchecked request: a move of every field, no
+/// check (that is `schedd::submit::validate`'s).
+impl From<pb::JobSpec> for crate::SubmitRequest {
+    fn from(w: pb::JobSpec) -> Self {
+        crate::SubmitRequest {
+            name: w.name,
+            tier: w.tier,
+            gpus: w.gpus,
+            gpu_type: w.gpu_type,
+            cpus: w.cpus,
+            mem_mib: w.mem_mib,
+            time_limit_secs: w.time_limit_secs,
+            grace_secs: w.grace_secs,
+            checkpoint_dir: w.checkpoint_dir,
+            account: w.account,
+            stdout_path: w.stdout_path,
+            stderr_path: w.stderr_path,
+            workdir: w.workdir,
+            script: w.script,
+            args: w.args,
+            env: w.env.into_iter().collect(),
+            hold: w.hold,
+            nodes: w.nodes,
+            no_requeue: w.no_requeue,
+            interconnect: w.interconnect,
+            constraints: w.constraints,
+            warn_signal: w.warn_signal.map(|s| crate::WarnSignal {
+                signal: s.signal,
+                secs: s.secs,
+                batch_only: s.batch_only,
+            }),
+            array: w.array,
+            dependency: w.dependency,
+        }
+    }
+}

@@ -366,14 +366,14 @@ pub fn absolute_path(path: &str, workdir: &str) -> String {
 }
 
 /// A submit's own `--checkpoint-dir`, made absolute; `None`: schedd derives one.
-pub fn checkpoint_dir(spec: &ysched_proto::JobSpec) -> Option<String> {
+pub fn checkpoint_dir(spec: &crate::SubmitRequest) -> Option<String> {
     (!spec.checkpoint_dir.trim().is_empty())
         .then(|| absolute_path(&spec.checkpoint_dir, &spec.workdir))
 }
 
 /// Every text of a submit against its limit, by length only (what the texts mean is checked
 /// after): `job name is 100000 bytes; the limit is 256 (fixed)`.
-pub fn check_submit_texts(spec: &ysched_proto::JobSpec) -> Result<(), String> {
+pub fn check_submit_texts(spec: &crate::SubmitRequest) -> Result<(), String> {
     JOB_NAME.check_len(&spec.name)?;
     ACCOUNT.check_len(&spec.account)?;
     TIER.check_len(&spec.tier)?;
@@ -412,7 +412,7 @@ pub fn check_submit_texts(spec: &ysched_proto::JobSpec) -> Result<(), String> {
 /// Every limit of a submit that needs no cluster state, in the order `ysub` and `schedd`
 /// both check them: the texts ([`check_submit_texts`]), the script and the environment
 /// ([`Config::check_payload_size`]), then the launch as a whole ([`check_launch_size`]).
-pub fn check_submit(spec: &ysched_proto::JobSpec, config: &Config) -> Result<(), String> {
+pub fn check_submit(spec: &crate::SubmitRequest, config: &Config) -> Result<(), String> {
     check_submit_texts(spec)?;
     config.check_payload_size(&spec.script, &spec.env)?;
     let checkpoint = checkpoint_dir(spec);
@@ -520,7 +520,7 @@ mod tests {
     #[test]
     fn a_submit_is_measured_with_its_paths_made_absolute() {
         let c = Config::default();
-        let spec = |workdir: String, checkpoint: &str| ysched_proto::JobSpec {
+        let spec = |workdir: String, checkpoint: &str| crate::SubmitRequest {
             script: "#!/bin/sh\n".into(),
             workdir,
             checkpoint_dir: checkpoint.into(),

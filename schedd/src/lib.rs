@@ -25,3 +25,5 @@ pub mod shell;
 pub mod state;
 pub mod store;
 pub mod submit;
+#[cfg(test)]
+mod submit_tests;

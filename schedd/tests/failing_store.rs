@@ -40,7 +40,7 @@ fn states(c: &Cluster) -> Vec<(u64, String)> {
 
 /// A submit as the client API checks it first.
 fn checked(spec: pb::JobSpec) -> ValidSubmit {
-    ysched_schedd::submit::validate(spec, &alice(), &Config::default()).unwrap()
+    ysched_schedd::submit::validate(spec.into(), &alice(), &Config::default()).unwrap()
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, ApiError>) {

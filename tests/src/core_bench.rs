@@ -715,21 +715,18 @@ fn pending_job(rng: &mut Rng, id: u64) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ysched_schedd::core::Plan;
+    use ysched_schedd::core::{PendingReason, Plan};
 
     /// Placements, evictions, unsatisfiable and preempting jobs.
     fn summary(plan: &Plan) -> (usize, usize, usize, usize) {
-        let count = |prefix: &str| {
-            plan.pending_reasons
-                .values()
-                .filter(|r| r.starts_with(prefix))
-                .count()
+        let count = |is: fn(&PendingReason) -> bool| {
+            plan.pending_reasons.values().filter(|r| is(r)).count()
         };
         (
             plan.placements.len(),
             plan.evictions.len(),
-            count("Unsatisfiable"),
-            count("Preempting"),
+            count(|r| matches!(r, PendingReason::Unsatisfiable(_))),
+            count(|r| matches!(r, PendingReason::Preempting { .. })),
         )
     }
 

@@ -290,7 +290,8 @@ fn wire(name: &str) -> pb::JobSpec {
 }
 
 fn refusal(spec: pb::JobSpec) -> String {
-    match ysched_schedd::submit::validate(spec, &Caller::local(owner()), &Config::default()) {
+    match ysched_schedd::submit::validate(spec.into(), &Caller::local(owner()), &Config::default())
+    {
         Err(ApiError::Invalid(message)) => message,
         Err(other) => panic!("not an invalid-argument refusal: {other:?}"),
         Ok(_) => panic!("accepted"),
@@ -316,7 +317,7 @@ fn validate_refuses_control_characters_in_names_and_accounts() {
     );
     // A printable name passes.
     let result = ysched_schedd::submit::validate(
-        wire("训练-é"),
+        wire("训练-é").into(),
         &Caller::local(owner()),
         &Config::default(),
     );
@@ -374,7 +375,7 @@ fn schedd_payload_check_gives_the_same_message_as_ysub() {
     };
     let message = "script is 47.7 MiB; the limit is 4 MiB (scheduler.max_script_mib)";
     assert_eq!(
-        ysched_schedd::submit::check_payload_size(&spec, &config).unwrap_err(),
+        ysched_schedd::submit::check_payload_size(&spec.clone().into(), &config).unwrap_err(),
         message
     );
     assert_eq!(refusal(spec.clone()), message);

@@ -24,7 +24,6 @@ use ysched_common::time::Millis;
 use ysched_common::{
     Caller, Config, Gpu, GpuLink, JobId, JobState, Owner, PcieRelation, RunRecord,
 };
-use ysched_proto as pb;
 use ysched_schedd::core::{self, Backfill, FairShare, Policy, Snapshot, Topologies};
 use ysched_schedd::fair_share::{share_table, UsageBook};
 use ysched_schedd::state::agent_events::{Limits, Registration};
@@ -373,7 +372,7 @@ impl Sim<'_> {
     fn submit(&mut self, i: usize) {
         let job = &self.workload.jobs[i];
         let config = &self.policy.config;
-        let wire = pb::JobSpec {
+        let request = ysched_common::SubmitRequest {
             name: job.name.clone(),
             tier: job.tier.clone(),
             gpus: job.gpus,
@@ -395,7 +394,7 @@ impl Sim<'_> {
             admin: true,
         };
         let refuse = |out: &mut Outcome, why: String| out.jobs[i].refused = Some(why);
-        let valid = match submit::validate(wire, &caller, config) {
+        let valid = match submit::validate(request, &caller, config) {
             Ok(v) => v,
             Err(e) => return refuse(&mut self.out, e.to_string()),
         };

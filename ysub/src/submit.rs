@@ -467,7 +467,8 @@ fn absolute_path(cwd: &Path, dir: &str) -> PathBuf {
 /// the launch as a whole (`ysched_common::limits::check_submit`): the check schedd makes,
 /// made before the request is sent, with the same message.
 pub fn check_payload_size(spec: &JobSpec, config: &Config) -> Result<()> {
-    ysched_common::limits::check_submit(spec, config).map_err(|e| anyhow::anyhow!(e))
+    let request = ysched_common::SubmitRequest::from(spec.clone());
+    ysched_common::limits::check_submit(&request, config).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The `ysub` binary.

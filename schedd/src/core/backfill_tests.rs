@@ -16,7 +16,7 @@ use super::pass::{Decision, Pass};
 use super::prop_tests::{check_plan, cluster_gen, NOW};
 use super::testkit::{render, Cluster, JobBuilder as J, NodeBuilder as N, A100, HOUR, MINUTE, T0};
 use super::topo::Topologies;
-use super::Plan;
+use super::{PendingReason, Plan};
 
 /// n1 full for an hour, n2 half full for 30 minutes; a 4-GPU job at the head of the queue,
 /// then three 1-GPU jobs: 10 minutes, 2 hours, no limit.
@@ -615,8 +615,12 @@ fn check_reservations_hold(cluster: &Cluster) -> Result<(), TestCaseError> {
             nodes
         );
         prop_assert!(!cluster.tiers[&job.spec.tier].may_preempt);
-        let reason = plan.pending_reasons[id].as_str();
-        prop_assert!(reason == "Resources" || reason == "Priority", "{}", reason);
+        let reason = &plan.pending_reasons[id];
+        prop_assert!(
+            matches!(reason, PendingReason::Resources | PendingReason::Priority),
+            "{}",
+            reason
+        );
         prop_assert_eq!(reservation.allocs.len() as u32, job.spec.nodes.max(1));
 
         let alive = |end: Option<i64>| end.is_none_or(|end| end > reservation.at);

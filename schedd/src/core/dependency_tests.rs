@@ -1,6 +1,6 @@
 //! What holds a pending job back before any fit: dependencies, `singleton`, an array's `%N`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -15,6 +15,7 @@ use super::pass::Pass;
 use super::prop_tests::{check_plan, NOW};
 use super::testkit::{render, Cluster, JobBuilder as J, NodeBuilder as N, A100, HOUR, T0};
 use super::topo::Topologies;
+use super::PendingReason;
 
 /// One roomy node: 8 GPUs, 64 CPUs.
 fn roomy() -> Cluster {
@@ -433,7 +434,7 @@ fn check_held_back(cluster: &Cluster) -> Result<(), TestCaseError> {
     let preempting: Vec<&Job> = plan
         .pending_reasons
         .iter()
-        .filter(|(_, r)| r.starts_with("Preempting"))
+        .filter(|(_, r)| matches!(r, PendingReason::Preempting { .. }))
         .map(|(id, _)| &cluster.jobs[id])
         .collect();
     // Dependencies: met for every job that gets room, and the reason names why not.
@@ -446,12 +447,17 @@ fn check_held_back(cluster: &Cluster) -> Result<(), TestCaseError> {
             continue;
         };
         let status = dependency.status(|id| target_state(cluster, id));
-        let reason = plan.pending_reasons.get(&job.id).map(String::as_str);
+        let reason = plan.pending_reasons.get(&job.id);
         match status {
-            DepStatus::Waiting => prop_assert_eq!(reason, Some("Dependency")),
-            DepStatus::Never => prop_assert_eq!(reason, Some("DependencyNeverSatisfied")),
+            DepStatus::Waiting => prop_assert_eq!(reason, Some(&PendingReason::Dependency)),
+            DepStatus::Never => {
+                prop_assert_eq!(reason, Some(&PendingReason::DependencyNeverSatisfied))
+            }
             DepStatus::Satisfied => {
-                prop_assert!(!matches!(reason, Some("DependencyNeverSatisfied")));
+                prop_assert!(!matches!(
+                    reason,
+                    Some(PendingReason::DependencyNeverSatisfied)
+                ));
             }
         }
     }
@@ -504,26 +510,27 @@ fn check_held_back(cluster: &Cluster) -> Result<(), TestCaseError> {
         );
     }
     // Nobody waits for `Priority` behind jobs that only wait for a dependency or a limit.
-    let held: BTreeSet<&str> = [
-        "Dependency",
-        "DependencyNeverSatisfied",
-        "JobArrayTaskLimit",
-    ]
-    .into_iter()
-    .collect();
+    let held = [
+        PendingReason::Dependency,
+        PendingReason::DependencyNeverSatisfied,
+        PendingReason::JobArrayTaskLimit,
+    ];
     let queue = pending_in_order(&cluster.jobs, &cluster.fair_share);
     let first_waiting = queue.iter().position(|j| {
         plan.pending_reasons.get(&j.id).is_some_and(|r| {
-            !held.contains(r.as_str())
-                && !r.starts_with("Unsatisfiable")
-                && r != "AccountLimit"
-                && r != "UserLimit"
+            !held.contains(r)
+                && !matches!(
+                    r,
+                    PendingReason::Unsatisfiable(_)
+                        | PendingReason::AccountLimit
+                        | PendingReason::UserLimit
+                )
         })
     });
     if let Some(first) = first_waiting {
         let reason = &plan.pending_reasons[&queue[first].id];
         prop_assert!(
-            reason != "Priority",
+            *reason != PendingReason::Priority,
             "the first job waiting for room says {}",
             reason
         );

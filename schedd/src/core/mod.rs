@@ -33,6 +33,7 @@ mod fit;
 mod order;
 mod pass;
 mod preempt;
+mod reason;
 mod topo;
 
 #[cfg(test)]
@@ -49,6 +50,7 @@ mod tests;
 pub use explain::explain;
 pub use fit::{check_satisfiable, check_satisfiable_with};
 pub use order::FairShare;
+pub use reason::PendingReason;
 pub use topo::Topologies;
 
 /// What the scheduler looks at: an immutable view of the store.
@@ -129,7 +131,7 @@ pub struct Plan {
     /// Jobs to stop for a preemptor, grouped by preemptor in queue order, victims by id.
     pub evictions: Vec<Eviction>,
     /// Why each PENDING job that is not placed by this plan still waits.
-    pub pending_reasons: BTreeMap<JobId, String>,
+    pub pending_reasons: BTreeMap<JobId, PendingReason>,
     /// When and where PENDING jobs are expected to start, where the pass could tell (the
     /// reserved jobs of backfill, at least).
     pub expected_starts: BTreeMap<JobId, ExpectedStart>,
@@ -141,9 +143,9 @@ impl Plan {
     /// for before, and the applier then need not compare them all.
     pub fn keep_changed_reasons(&mut self, jobs: &mut BTreeMap<JobId, Job>) {
         self.pending_reasons.retain(|id, reason| {
-            match jobs.get_mut(id).filter(|j| j.reason != *reason) {
+            match jobs.get_mut(id).filter(|j| !reason.is_text_of(&j.reason)) {
                 Some(job) => {
-                    job.reason = reason.clone();
+                    job.reason = reason.to_string();
                     true
                 }
                 None => false,

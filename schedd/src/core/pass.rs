@@ -54,7 +54,7 @@ use super::fit::{
 };
 use super::preempt::{evictable, plan_preemption, Preemption};
 use super::topo::{Path, Topologies};
-use super::{Eviction, ExpectedStart, Placement, Plan, Policy, Snapshot};
+use super::{Eviction, ExpectedStart, PendingReason, Placement, Plan, Policy, Snapshot};
 
 /// What the pass decided for one pending job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,17 +71,17 @@ pub(crate) enum Decision {
         targets: Vec<NodeAlloc>,
     },
     /// `Resources` or `Priority`.
-    Waiting(&'static str),
+    Waiting(PendingReason),
     /// Waiting (`Resources` or `Priority`), with backfill's reservation: the job is expected
     /// to start then and there, and later jobs may use that room only if they end by then.
-    Reserved(&'static str, Reservation),
+    Reserved(PendingReason, Reservation),
     /// `Dependency` or `DependencyNeverSatisfied`: its dependency is not met, or it is a
     /// `singleton` and a job of its name and user runs. Not considered for room, and later
     /// jobs are not held up by it.
-    Dependency(&'static str),
+    Dependency(PendingReason),
     /// `AccountLimit` or `UserLimit` (over a tier quota), or `JobArrayTaskLimit` (its array's
     /// `%N` tasks run): later jobs are not held up by it.
-    OverLimit(&'static str),
+    OverLimit(PendingReason),
     Unsatisfiable(String),
 }
 
@@ -100,11 +100,11 @@ pub(crate) enum HeldBack {
 
 impl HeldBack {
     /// The pending reason, as Slurm names it.
-    pub(crate) fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> PendingReason {
         match self {
-            HeldBack::Dependency | HeldBack::Singleton => "Dependency",
-            HeldBack::NeverSatisfied => "DependencyNeverSatisfied",
-            HeldBack::ArrayLimit => "JobArrayTaskLimit",
+            HeldBack::Dependency | HeldBack::Singleton => PendingReason::Dependency,
+            HeldBack::NeverSatisfied => PendingReason::DependencyNeverSatisfied,
+            HeldBack::ArrayLimit => PendingReason::JobArrayTaskLimit,
         }
     }
 }
@@ -260,7 +260,11 @@ impl<'a> Quotas<'a> {
 
     /// `AccountLimit` or `UserLimit` when starting `job` would take its account or its user
     /// over its tier's quota.
-    fn exceeded(&self, job: &'a Job, tiers: &BTreeMap<String, TierConfig>) -> Option<&'static str> {
+    fn exceeded(
+        &self,
+        job: &'a Job,
+        tiers: &BTreeMap<String, TierConfig>,
+    ) -> Option<PendingReason> {
         let gpus = job.spec.gpus;
         if !self.any || gpus == 0 {
             return None;
@@ -271,9 +275,9 @@ impl<'a> Quotas<'a> {
             max > 0 && held.get(&(name, who)).copied().unwrap_or(0) + gpus > max
         };
         if over(&self.accounts, &job.spec.account, tier.max_gpus_per_account) {
-            Some("AccountLimit")
+            Some(PendingReason::AccountLimit)
         } else if over(&self.users, &job.owner.user, tier.max_gpus_per_user) {
-            Some("UserLimit")
+            Some(PendingReason::UserLimit)
         } else {
             None
         }
@@ -465,9 +469,9 @@ impl<'a> Pass<'a> {
             });
         }
         let reason = if self.someone_waiting {
-            "Priority"
+            PendingReason::Priority
         } else {
-            "Resources"
+            PendingReason::Resources
         };
         match self.reserve_start(job) {
             Some(reservation) => Decision::Reserved(reason, reservation),
@@ -654,25 +658,25 @@ impl<'a> Pass<'a> {
                     preempting_reason(victims, nodes.iter().map(String::as_str)),
                 );
             }
-            Decision::Waiting(reason) => self.wait(job, reason.to_string()),
+            Decision::Waiting(reason) => self.wait(job, reason.clone()),
             Decision::Reserved(reason, reservation) => {
                 self.keep_for(job.id, reservation);
-                self.wait(job, reason.to_string());
+                self.wait(job, reason.clone());
             }
             Decision::Dependency(reason) => {
                 // Not `someone_waiting`: it waits for other jobs to end, not for room.
-                self.plan.pending_reasons.insert(job.id, reason.to_string());
+                self.plan.pending_reasons.insert(job.id, reason.clone());
             }
             Decision::OverLimit(limit) => {
                 // Not `someone_waiting`: it waits for its own account's (array's) jobs, not
                 // for room.
-                self.plan.pending_reasons.insert(job.id, limit.to_string());
+                self.plan.pending_reasons.insert(job.id, limit.clone());
             }
             Decision::Unsatisfiable(why) => {
                 // Not `someone_waiting`: a job that can never run blocks nobody.
                 self.plan
                     .pending_reasons
-                    .insert(job.id, format!("Unsatisfiable: {why}"));
+                    .insert(job.id, PendingReason::Unsatisfiable(why.clone()));
             }
         }
     }
@@ -733,7 +737,7 @@ impl<'a> Pass<'a> {
         self.backfill.reservations.push((job, reservation.clone()));
     }
 
-    fn wait(&mut self, job: &Job, reason: String) {
+    fn wait(&mut self, job: &Job, reason: PendingReason) {
         self.someone_waiting = true;
         self.plan.pending_reasons.insert(job.id, reason);
     }
@@ -834,8 +838,12 @@ fn target_state(
 }
 
 /// `Preempting 17,18 on n1,n2`
-fn preempting_reason<'n>(victims: &[JobId], nodes: impl IntoIterator<Item = &'n str>) -> String {
-    let ids: Vec<String> = victims.iter().map(JobId::to_string).collect();
-    let nodes: Vec<&str> = nodes.into_iter().collect();
-    format!("Preempting {} on {}", ids.join(","), nodes.join(","))
+fn preempting_reason<'n>(
+    victims: &[JobId],
+    nodes: impl IntoIterator<Item = &'n str>,
+) -> PendingReason {
+    PendingReason::Preempting {
+        victims: victims.to_vec(),
+        nodes: nodes.into_iter().map(str::to_string).collect(),
+    }
 }

@@ -13,6 +13,7 @@ use super::order::pending_in_order;
 use super::pass::{Decision, Pass};
 use super::testkit::{Cluster, JobBuilder, NodeBuilder, A10, A100, H100, HOUR, MINUTE, T0};
 use super::topo::Topologies;
+use super::PendingReason;
 
 pub(super) const NOW: Millis = T0 + 3 * HOUR;
 const TIERS: [(&str, i64); 4] = [
@@ -387,13 +388,12 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
         prop_assert!(!in_flight.contains(&preemptor.id));
         prop_assert!(!placed.contains(&preemptor.id));
         let reason = &plan.pending_reasons[&preemptor.id];
-        let (ids, nodes) = reason
-            .strip_prefix("Preempting ")
-            .and_then(|rest| rest.split_once(" on "))
-            .unwrap_or_default();
+        let (victims, nodes) = match reason {
+            PendingReason::Preempting { victims, nodes } => (&victims[..], &nodes[..]),
+            _ => (&[][..], &[][..]),
+        };
         prop_assert!(
-            ids.split(',').any(|id| id == eviction.victim.to_string())
-                && nodes.split(',').any(|n| n == eviction.node),
+            victims.contains(&eviction.victim) && nodes.contains(&eviction.node),
             "reason {:?}",
             reason
         );
@@ -573,7 +573,7 @@ fn held_after(cluster: &Cluster, plan: &crate::core::Plan) -> BTreeMap<(String, 
         add(&placement.job, cluster.jobs[&placement.job].spec.gpus);
     }
     for (id, reason) in &plan.pending_reasons {
-        if reason.starts_with("Preempting") {
+        if matches!(reason, PendingReason::Preempting { .. }) {
             add(id, cluster.jobs[id].spec.gpus);
         }
     }
@@ -657,7 +657,7 @@ fn generated_clusters_exercise_preemption() {
         with_in_flight += usize::from(
             plan.pending_reasons
                 .values()
-                .any(|r| r.starts_with("Preempting"))
+                .any(|r| matches!(r, PendingReason::Preempting { .. }))
                 && plan.evictions.is_empty(),
         );
     }

@@ -27,13 +27,18 @@ impl ClientApi {
     /// Who sent the request: on schedd's own socket, the process the kernel saw connect; on
     /// the agent port, the caller the relaying agent names (see [`super::relay`]). Anything
     /// else is refused.
-    fn caller<T>(&self, req: &Request<T>) -> Result<(Caller, Option<PathBuf>), Status> {
+    async fn caller<T>(&self, req: &Request<T>) -> Result<(Caller, Option<PathBuf>), Status> {
         let config = self.cluster.config();
         if let Some(info) = req.extensions().get::<UdsConnectInfo>() {
             let cred = info
                 .peer_cred
                 .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
-            let (owner, home) = owner_from_cred(cred.uid(), cred.gid());
+            let (uid, gid) = (cred.uid(), cred.gid());
+            // The name service (NSS: LDAP, sssd) may be slow or hang: asked on a blocking
+            // thread, so that it stalls this caller only, never a runtime worker.
+            let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
+                .await
+                .map_err(|e| Status::internal(format!("identity lookup failed: {e}")))?;
             let admin = config.is_admin(&owner, None);
             let caller = Caller {
                 owner,
@@ -79,13 +84,13 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
-        let (caller, home) = self.caller(&req)?;
+        let (caller, home) = self.caller(&req).await?;
         let spec = req
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("missing job spec"))?;
         let wanted_tier = spec.tier.clone();
-        let submitted = match submit::validate(spec, &caller, self.cluster.config()) {
+        let submitted = match submit::validate(spec.into(), &caller, self.cluster.config()) {
             Ok(v) => v,
             Err(ApiError::Denied(why)) => {
                 self.cluster
@@ -107,7 +112,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
         let t = std::time::Instant::now();
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         // Bounded before anything is looked up (see `convert::job_filter`).
         let mut filter = super::convert::job_filter(req.get_ref())?;
         let r = req.into_inner();
@@ -133,7 +138,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     }
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.get_ref();
         let id = self
             .cluster
@@ -161,7 +166,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.into_inner();
         limits::USER.check_len(&r.user).map_err(invalid)?;
         let done = self
@@ -175,21 +180,21 @@ impl pb::ysched_server::Ysched for ClientApi {
     }
 
     async fn hold(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let name = named(req.get_ref())?;
         self.cluster.hold_named(&caller, &name, true).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn release(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let name = named(req.get_ref())?;
         self.cluster.hold_named(&caller, &name, false).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn requeue(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let name = named(req.get_ref())?;
         self.cluster.requeue_named(&caller, &name).await?;
         Ok(Response::new(pb::Empty {}))
@@ -199,7 +204,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::NodeList>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         Ok(Response::new(pb::NodeList {
             nodes: self
                 .cluster
@@ -211,7 +216,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     }
 
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::Empty>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.into_inner();
         limits::NODE_NAME.check_len(&r.name).map_err(invalid)?;
         limits::DRAIN_REASON.check_len(&r.reason).map_err(invalid)?;
@@ -225,7 +230,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     }
 
     async fn resume(&self, req: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         limits::NODE_NAME
             .check_len(&req.get_ref().name)
             .map_err(invalid)?;
@@ -239,7 +244,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::DrainGpuRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.into_inner();
         check_gpus_of_node(&r.node, &r.gpus)?;
         limits::DRAIN_REASON.check_len(&r.reason).map_err(invalid)?;
@@ -258,7 +263,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ResumeGpuRequest>,
     ) -> Result<Response<pb::ResumeGpuReply>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.into_inner();
         check_gpus_of_node(&r.node, &r.gpus)?;
         let outcomes = self.cluster.resume_gpus(&caller, &r.node, &r.gpus).await?;
@@ -285,7 +290,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::AuditRequest>,
     ) -> Result<Response<pb::AuditList>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let entries = self
             .cluster
             .audit_log(&caller, req.get_ref().limit as usize)?;
@@ -298,7 +303,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::SharesRequest>,
     ) -> Result<Response<pb::ShareList>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         Ok(Response::new(super::convert::share_list(
             &self.cluster.shares(&caller),
         )))
@@ -308,7 +313,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::ReportReply>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.into_inner();
         limits::REPORT_BY.check_len(&r.by).map_err(invalid)?;
         let t = std::time::Instant::now();
@@ -324,7 +329,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::TraceReply>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let r = req.into_inner();
         let t = std::time::Instant::now();
         let export = self
@@ -339,7 +344,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ImportUsageRequest>,
     ) -> Result<Response<pb::ImportUsageReply>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let runs = req
             .into_inner()
             .runs
@@ -353,7 +358,7 @@ impl pb::ysched_server::Ysched for ClientApi {
     type WatchJobStream = WatchStream;
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
-        let (caller, _) = self.caller(&req)?;
+        let (caller, _) = self.caller(&req).await?;
         let id = self.cluster.resolve_one(&named(req.get_ref())?, "watch")?;
         // Subscribe before the first read so no change slips between them.
         let mut changes = self.cluster.subscribe();

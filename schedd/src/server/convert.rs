@@ -469,6 +469,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_private_gpu_holder_passes_to_the_wire_as_the_wires_own_value() {
+        // `gpu_holders` are copied as they are: the domain's marker must be the wire's.
+        assert_eq!(
+            crate::state::views::PRIVATE_HOLDER,
+            ysched_proto::PRIVATE_HOLDER
+        );
+    }
+
+    #[test]
     fn an_agents_word_on_its_health_is_printable_and_bounded() {
         assert_eq!(unhealthy_reason("  "), None);
         assert_eq!(

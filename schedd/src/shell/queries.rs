@@ -200,7 +200,7 @@ impl Cluster {
     }
 
     /// The nodes as `caller` may see them: a GPU held by a job whose usage is not theirs to
-    /// see (`scheduler.reports_public = false`) is in use by [`ysched_proto::PRIVATE_HOLDER`].
+    /// see (`scheduler.reports_public = false`) is in use by [`PRIVATE_HOLDER`](crate::state::views::PRIVATE_HOLDER).
     pub fn list_nodes(&self, caller: &Caller) -> Vec<NodeView> {
         let st = lock(&self.state);
         let all = self.config.sees_all_usage(caller);
@@ -216,7 +216,7 @@ impl Cluster {
                                 .sees_job_usage(caller, &j.spec.account, j.owner.uid)
                         });
                         if !visible {
-                            *holder = ysched_proto::PRIVATE_HOLDER;
+                            *holder = crate::state::views::PRIVATE_HOLDER;
                         }
                     }
                 }

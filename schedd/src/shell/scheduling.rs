@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::fair_share::share_table;
-use crate::state::plan::NEVER_SATISFIED;
 use ysched_common::{StopReason, StopRequest};
 
 /// The usage book at start: every run recorded so far, decayed to `now`.
@@ -65,10 +64,6 @@ pub(super) fn expect_preemptors(
             });
         }
     }
-}
-
-pub(super) fn never_satisfied(reason: &str) -> bool {
-    reason.starts_with(NEVER_SATISFIED)
 }
 
 /// How often, at most, the end states kept for dependencies are trimmed (a walk over every
@@ -242,7 +237,7 @@ impl Cluster {
             let never: Vec<JobId> = if kill_invalid {
                 plan.pending_reasons
                     .iter()
-                    .filter(|(_, reason)| never_satisfied(reason))
+                    .filter(|(_, reason)| **reason == core::PendingReason::DependencyNeverSatisfied)
                     .map(|(id, _)| *id)
                     .collect()
             } else {

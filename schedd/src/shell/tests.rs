@@ -5,8 +5,8 @@
 use super::*;
 use crate::state::agent_events::Registration;
 use std::time::{Duration, Instant};
+use ysched_common::SubmitRequest;
 use ysched_common::{Owner, RunRecord};
-use ysched_proto as pb;
 
 fn alice() -> Caller {
     Caller::local(Owner {
@@ -17,8 +17,8 @@ fn alice() -> Caller {
     })
 }
 
-fn spec(array: &str, dependency: &str, hold: bool) -> pb::JobSpec {
-    pb::JobSpec {
+fn spec(array: &str, dependency: &str, hold: bool) -> SubmitRequest {
+    SubmitRequest {
         script: "#!/bin/sh\ntrue\n".into(),
         workdir: "/tmp".into(),
         cpus: 1,
@@ -205,12 +205,12 @@ async fn without_kill_invalid_depend_the_job_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_pass_s_expected_starts_are_kept_for_pending_jobs() {
     let (c, _dir) = cluster(Config::default()).await;
-    let whole = |hold| pb::JobSpec {
+    let whole = |hold| SubmitRequest {
         cpus: 4,
         time_limit_secs: 3600,
         ..spec("", "", hold)
     };
-    let submit_spec = |s: pb::JobSpec| async {
+    let submit_spec = |s: SubmitRequest| async {
         let valid = submit::validate(s, &alice(), c.config()).unwrap();
         c.submit(alice(), None, valid).await.unwrap()
     };

@@ -4,7 +4,7 @@
 
 use super::commands::{AgentCommand, LaunchOrder};
 use super::{Effects, Records};
-use crate::core::Plan;
+use crate::core::{PendingReason, Plan};
 use crate::store::Payload;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,8 +21,12 @@ impl Records {
     pub fn apply_plan(&self, plan: &Plan, payload: PayloadLookup<'_>, now: Millis) -> Effects {
         let mut fx = Effects::default();
         for (id, reason) in &plan.pending_reasons {
-            if self.jobs.get(id).is_some_and(|j| j.reason != *reason) {
-                fx.reasons.push((*id, reason.clone()));
+            if self
+                .jobs
+                .get(id)
+                .is_some_and(|j| !reason.is_text_of(&j.reason))
+            {
+                fx.reasons.push((*id, reason.to_string()));
             }
         }
         for ev in &plan.evictions {
@@ -175,7 +179,7 @@ impl Records {
             }
             let mut job = job.clone();
             job.state = JobState::Cancelled;
-            job.reason = NEVER_SATISFIED.into();
+            job.reason = PendingReason::DependencyNeverSatisfied.to_string();
             job.end_time = Some(now);
             fx.event(
                 *id,
@@ -212,10 +216,6 @@ impl Records {
         fx
     }
 }
-
-/// The reason of a job whose dependency can never be met (given by the core; a job
-/// cancelled for it with `scheduler.kill_invalid_depend` keeps it).
-pub const NEVER_SATISFIED: &str = "DependencyNeverSatisfied";
 
 /// `MASTER_PORT` for a job whose rank 0 runs on a node where the jobs holding resources (and
 /// those placed by the same plan) use the ports `taken`: from 20000–32767, below Linux's

@@ -3,7 +3,7 @@
 use super::client_events::NewJob;
 use super::{AgentCommand, Records};
 use crate::core::testkit::{JobBuilder, T0};
-use crate::core::{Eviction, Placement, Plan};
+use crate::core::{Eviction, PendingReason, Placement, Plan};
 use crate::store::Payload;
 use std::sync::Arc;
 use ysched_common::{JobId, JobSpec, JobState, NodeAlloc, Owner, StopReason};
@@ -52,7 +52,7 @@ fn evictions_stop_victims_and_placements_launch_every_part() {
                 alloc: vec![alloc("n2", &[1]), alloc("n1", &[2])],
             },
         ],
-        pending_reasons: [(JobId(5), "Resources".to_string())].into(),
+        pending_reasons: [(JobId(5), PendingReason::Resources)].into(),
         expected_starts: Default::default(),
     };
     let fx = rec.apply_plan(&plan, &payload, NOW);
@@ -164,7 +164,7 @@ fn a_plan_from_an_older_copy_keeps_only_what_still_holds() {
                 grace_secs: 5,
             },
         ],
-        pending_reasons: [(JobId(2), "Resources".into())].into(),
+        pending_reasons: [(JobId(2), PendingReason::Resources)].into(),
         expected_starts: Default::default(),
     };
     // Meanwhile: job 2 was cancelled, another job took GPU 2 of n1, job 5 ended.

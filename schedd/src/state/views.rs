@@ -11,7 +11,8 @@ pub struct NodeView {
     /// DOWN, DRAINING, DRAINED (drained, or every GPU out of service), IDLE, ALLOCATED (every
     /// GPU taken or out of service) or MIXED.
     pub state: &'static str,
-    /// The job holding each GPU, by position in `node.gpus`; 0: free.
+    /// The job holding each GPU, by position in `node.gpus`; 0: free; [`PRIVATE_HOLDER`]: a
+    /// job the asker may not see.
     pub gpu_holders: Vec<u64>,
     pub cpus_alloc: u32,
     pub mem_alloc_mib: u64,
@@ -19,6 +20,10 @@ pub struct NodeView {
     /// neither.
     pub reason: String,
 }
+
+/// A GPU's holder that the asker may not see (`scheduler.reports_public = false`): the value
+/// the wire gives it too (`ysched_proto::PRIVATE_HOLDER`, checked in `server::convert`).
+pub const PRIVATE_HOLDER: u64 = u64::MAX;
 
 pub fn node_view(n: &Node, jobs: &BTreeMap<JobId, Job>) -> NodeView {
     let mut holders = vec![0u64; n.gpus.len()];
