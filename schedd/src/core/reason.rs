@@ -52,8 +52,22 @@ impl PendingReason {
     pub fn is_text_of(&self, text: &str) -> bool {
         match self.fixed_text() {
             Some(fixed) => fixed == text,
-            None => self.to_string() == text,
+            None => {
+                // Rendered piece by piece against `text`, without building a string.
+                let mut rest = TextMatch(text);
+                fmt::write(&mut rest, format_args!("{self}")).is_ok() && rest.0.is_empty()
+            }
         }
+    }
+}
+
+/// What is left of a text to match; writing a piece that is not its next part fails.
+struct TextMatch<'a>(&'a str);
+
+impl fmt::Write for TextMatch<'_> {
+    fn write_str(&mut self, piece: &str) -> fmt::Result {
+        self.0 = self.0.strip_prefix(piece).ok_or(fmt::Error)?;
+        Ok(())
     }
 }
 
