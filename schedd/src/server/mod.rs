@@ -27,6 +27,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_proto::node_agent_server::NodeAgentServer;
@@ -117,12 +118,11 @@ pub async fn serve(
     // Every message limit is above what a submit may carry (script and environment at
     // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its node.
     let max_message = cluster.config().max_message_bytes();
-    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let stop_a = stop_tx.subscribe();
-    let stop_b = stop_tx.subscribe();
+    // Cancelled once `shutdown` completes: every listener stops accepting.
+    let stop = CancellationToken::new();
     let metrics_task = metrics.map(|listener| {
-        let stop = wait(stop_tx.subscribe());
-        tokio::spawn(metrics_http::serve(listener, cluster.clone(), stop))
+        let stopped = stop.clone().cancelled_owned();
+        tokio::spawn(metrics_http::serve(listener, cluster.clone(), stopped))
     });
     // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
     // instead of waiting for WINDOW_UPDATEs every 64 KiB.
@@ -148,7 +148,7 @@ pub async fn serve(
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(usize::MAX),
         )
-        .serve_with_incoming_shutdown(clients, wait(stop_a));
+        .serve_with_incoming_shutdown(clients, stop.clone().cancelled_owned());
     let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
@@ -170,12 +170,12 @@ pub async fn serve(
             relayed_clients,
             agent_api::key_check(key),
         ))
-        .serve_with_incoming_shutdown(tls_incoming, wait(stop_b));
+        .serve_with_incoming_shutdown(tls_incoming, stop.clone().cancelled_owned());
     let client_task = tokio::spawn(client_srv);
     let agent_task = tokio::spawn(agent_srv);
     shutdown.await;
     accept_task.abort();
-    let _ = stop_tx.send(());
+    stop.cancel();
     // A graceful stop waits for open streams, but agent sessions (and `ysub --wait`) never end
     // by themselves: give requests in flight a moment, then close the rest. Agents reconnect
     // to the next schedd; nothing acknowledged is lost (it is all in the store already).
@@ -192,10 +192,6 @@ pub async fn serve(
         task.abort();
     }
     Ok(())
-}
-
-async fn wait(mut rx: tokio::sync::broadcast::Receiver<()>) {
-    let _ = rx.recv().await;
 }
 
 #[cfg(test)]
