@@ -30,7 +30,7 @@ use ysched_proto::{
 
 /// The `yctl` binary.
 pub fn main() -> ExitCode {
-    match client::parse_args::<YctlCli>("yctl") {
+    match crate::args::parse_args::<YctlCli>("yctl") {
         Ok(cli) => client::run_tool("yctl", || run(cli)),
         Err(code) => code,
     }

@@ -254,7 +254,7 @@ fn job_commands_take_array_targets() {
         other => panic!("{other:?}"),
     }
     // One job at a time.
-    let err = parse(&["show", "job", "12_[1-5]"]).unwrap_err().to_string();
+    let err = crate::args::clap_error_message(&parse(&["show", "job", "12_[1-5]"]).unwrap_err());
     assert!(err.contains("names 5 tasks"), "{err}");
     assert!(parse(&["show", "job", "12_[5]"]).is_ok());
     assert!(parse(&["hold", "12_"]).is_err());

@@ -3,7 +3,7 @@
 //! line.
 
 use super::{JobOptions, YsubCli};
-use crate::client::clap_error_message;
+use crate::args::clap_error_message;
 use crate::script::script_directives;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;

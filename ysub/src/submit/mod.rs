@@ -28,7 +28,7 @@ use ysched_proto::SubmitRequest;
 
 /// The `ysub` binary.
 pub fn main() -> ExitCode {
-    match client::parse_args::<YsubCli>("ysub") {
+    match crate::args::parse_args::<YsubCli>("ysub") {
         Ok(cli) => client::run_tool("ysub", || run(cli)),
         Err(code) => code,
     }

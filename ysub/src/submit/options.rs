@@ -1,7 +1,7 @@
 //! The job options `ysub` takes, on its command line and in `#YSUB` lines, with the value
 //! parsers that check each one's form, and the command line itself.
 
-use crate::client::OptionError;
+use crate::args::OptionError;
 use clap::{Args, Parser};
 use ysched_common::parse::{parse_bounded_u32, MAX_CPUS, MAX_GPUS, MAX_NODES};
 use ysched_common::WarnSignal;

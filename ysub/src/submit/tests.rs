@@ -2,7 +2,7 @@
 
 use super::wait::{is_finished, spinner_message};
 use super::*;
-use crate::client::clap_error_message;
+use crate::args::clap_error_message;
 use anyhow::Result;
 use clap::Parser;
 use std::ffi::OsString;
