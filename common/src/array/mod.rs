@@ -15,7 +15,7 @@ mod target;
 mod task_set;
 
 pub use index::{fold_tasks, parse_index_list, IndexRange};
-pub use target::{merge_targets, JobTarget};
+pub use target::{merge_targets, split_outside_brackets, JobTarget};
 pub use task_set::TaskSet;
 
 use crate::limits;

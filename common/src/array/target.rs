@@ -137,3 +137,23 @@ impl fmt::Display for JobTarget {
         }
     }
 }
+
+/// `text` split at each character `sep` accepts that is not inside `[...]`: the lists users
+/// type name tasks as `12_[1,3]`, whose commas separate tasks, not jobs.
+pub fn split_outside_brackets(text: &str, sep: impl Fn(char) -> bool) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0u32, 0usize);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            c if depth == 0 && sep(c) => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
