@@ -7,6 +7,7 @@
 //! which the scheduling core evaluates each pass. `singleton` is not about named jobs: the
 //! core checks that no other job of the same name and user runs.
 
+use crate::array::split_outside_brackets;
 use crate::array::JobTarget;
 use crate::limits;
 use crate::text::excerpt;
@@ -232,24 +233,6 @@ fn split_clauses(text: &str) -> Vec<&str> {
 
 fn split_ids(text: &str) -> Vec<&str> {
     split_outside_brackets(text, |c| c == ':')
-}
-
-fn split_outside_brackets(text: &str, sep: impl Fn(char) -> bool) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0u32, 0usize);
-    for (i, c) in text.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            c if depth == 0 && sep(c) => {
-                parts.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&text[start..]);
-    parts
 }
 
 impl Dependency {

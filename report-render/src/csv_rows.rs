@@ -1,10 +1,12 @@
-//! Reading the CSV files `ysim` takes (traces, clusters, the Alibaba trace's tables): a header
-//! row naming the columns in any order and any case, then one record per row, RFC 4180
-//! quoting, fields trimmed, an empty field the same as a missing one; blank lines and lines
-//! starting with `#` are skipped. Errors name the line.
+//! ysched's CSV, through the `csv` crate: rows of a serde type written as RFC 4180 (quoted only
+//! where needed, `\n` line ends), and the files `ysim` takes read back (traces, clusters, the
+//! Alibaba trace's tables): a header row naming the columns in any order and any case, then
+//! one record per row, RFC 4180 quoting, fields trimmed, an empty field the same as a missing
+//! one; blank lines and lines starting with `#` are skipped. Errors name the line.
 
-use csv::{ReaderBuilder, StringRecord, Terminator, Trim};
+use csv::{QuoteStyle, ReaderBuilder, StringRecord, Terminator, Trim, WriterBuilder};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use thiserror::Error;
 
@@ -25,6 +27,33 @@ pub enum CsvError {
     Field { line: usize, message: String },
     #[error("{0}")]
     Csv(#[from] csv::Error),
+}
+
+/// `header`, then `rows`, one line each (a row's fields in the order its type declares them,
+/// a sequence within it spread over as many columns), each line ending in `\n`; a field is
+/// quoted only when it holds a comma, a quote or a line break (RFC 4180). The header is given
+/// rather than taken from the type, so that it may name columns a row repeats (one per tier).
+/// Fails only for a row type `csv` cannot write (one holding a map).
+pub fn write_rows<H, R>(header: H, rows: &[R]) -> Result<String, CsvError>
+where
+    H: IntoIterator,
+    H::Item: AsRef<[u8]>,
+    R: Serialize,
+{
+    let mut writer = WriterBuilder::new()
+        .has_headers(false)
+        .quote_style(QuoteStyle::Necessary)
+        .terminator(Terminator::Any(b'\n'))
+        .from_writer(Vec::with_capacity(64 * (rows.len() + 1)));
+    writer.write_record(header)?;
+    for row in rows {
+        writer.serialize(row)?;
+    }
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| csv::Error::from(e.into_error()))?;
+    // Every field was a Rust string or a number.
+    Ok(String::from_utf8(bytes).expect("the fields are UTF-8"))
 }
 
 /// `text` without its blank and comment lines, and for each line left its number in `text`.

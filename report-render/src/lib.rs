@@ -17,6 +17,11 @@ pub mod html;
 pub mod table;
 pub mod trace;
 
+/// `part` of `whole` (a utilization, a checkpoint rate); `None` without a whole.
+pub fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
 /// A ratio as a percentage with one decimal (`12.5%`); `-` for none.
 pub fn percent(ratio: Option<f64>) -> String {
     ratio.map_or_else(|| "-".into(), |r| format!("{:.1}%", r * 100.0))
@@ -29,5 +34,7 @@ mod tests {
         assert_eq!(super::percent(Some(0.125)), "12.5%");
         assert_eq!(super::percent(Some(1.0)), "100.0%");
         assert_eq!(super::percent(None), "-");
+        assert_eq!(super::ratio(1, 8), Some(0.125));
+        assert_eq!(super::ratio(1, 0), None);
     }
 }

@@ -18,6 +18,7 @@ use crate::workload::{Workload, HOUR, WEEK};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use ysched_common::time::Millis;
+use ysched_report::ratio;
 use ysched_schedd::state::usage::REQUEUED;
 
 /// Points of the utilization-over-time series.
@@ -99,10 +100,6 @@ pub fn percentile(sorted: &[Millis], p: f64) -> Option<Millis> {
 
 fn secs(ms: Millis) -> f64 {
     ms as f64 / 1000.0
-}
-
-fn ratio(part: u64, whole: u64) -> Option<f64> {
-    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 /// The results of one policy's run.

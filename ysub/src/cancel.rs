@@ -67,7 +67,7 @@ pub fn cancelled_lines(reply: &CancelReply) -> String {
 
 /// The `ycancel` binary.
 pub fn main() -> ExitCode {
-    match client::parse_args::<YcancelCli>("ycancel") {
+    match crate::args::parse_args::<YcancelCli>("ycancel") {
         Ok(cli) => client::run_tool("ycancel", || run(cli)),
         Err(code) => code,
     }
@@ -124,7 +124,7 @@ mod tests {
         ] {
             assert!(parse(&[bad]).is_err(), "{bad} accepted");
         }
-        let err = parse(&["12_x"]).unwrap_err().to_string();
+        let err = crate::args::clap_error_message(&parse(&["12_x"]).unwrap_err());
         assert!(err.contains("invalid value '12_x'"), "{err}");
         assert!(err.contains("expected 12, 12_7 or 12_[1-5]"), "{err}");
     }

@@ -10,9 +10,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint, Uri};
 use ysched_common::config::CONF_ENV;
-use ysched_common::text::escape_for_terminal;
 use ysched_common::Config;
 use ysched_proto::ysched_client::YschedClient;
+
+// The command-line helpers every tool's `main` used to find here.
+use crate::args::escape_lines;
+pub use crate::args::{
+    check_utf8_args, clap_error_message, clap_error_text, parse_args, parse_args_from, show_os_str,
+    OptionError,
+};
 
 pub type Client = YschedClient<Channel>;
 
@@ -211,139 +217,6 @@ pub fn reply_to<T>(request: &str, result: Result<tonic::Response<T>, tonic::Stat
         .map_err(|status| request_error(request, status))
 }
 
-/// A bad option value, with a message that already names the option, the value and the bound
-/// it broke (`--nodes must be at least 1 (got 0)`). Value parsers return it so that
-/// [`clap_error_message`] can print it instead of clap's wrapping.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OptionError(pub String);
-
-impl std::fmt::Display for OptionError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for OptionError {}
-
-/// The message of a clap error, on one line: our own [`OptionError`] as is, else clap's text
-/// up to its hints (tip, usage), without its `error: ` prefix and with its lines joined.
-/// Control characters in it (a value the user typed) are escaped.
-pub fn clap_error_message(error: &clap::Error) -> String {
-    use std::error::Error as _;
-    if let Some(own) = error
-        .source()
-        .and_then(|source| source.downcast_ref::<OptionError>())
-    {
-        return escape_for_terminal(&own.0).into_owned();
-    }
-    let rendered = error.render().to_string();
-    let message = clap_parts(&rendered).0;
-    // clap continues some messages on indented lines ("... not provided:\n  --reason").
-    let message = message
-        .strip_prefix("error: ")
-        .unwrap_or(message)
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    escape_for_terminal(&message).into_owned()
-}
-
-/// clap's rendered error split into its message and the hints after the first blank line.
-fn clap_parts(rendered: &str) -> (&str, &str) {
-    let (message, hints) = rendered.split_once("\n\n").unwrap_or((rendered, ""));
-    (message.trim_end(), hints.trim_matches('\n'))
-}
-
-/// What a tool prints for a command line clap refused: `<tool>: error: <message>`, then clap's
-/// hints (tip, usage) when it has any. Control characters in it are escaped.
-pub fn clap_error_text(tool: &str, error: &clap::Error) -> String {
-    use clap::error::ErrorKind;
-    let rendered = error.render().to_string();
-    if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        return format!(
-            "{tool}: error: a command is required\n\n{}\n",
-            rendered.trim_end()
-        );
-    }
-    let mut text = format!("{tool}: error: {}\n", clap_error_message(error));
-    let hints = clap_parts(&rendered).1;
-    if !hints.is_empty() {
-        text.push('\n');
-        text.push_str(&escape_lines(hints));
-        text.push('\n');
-    }
-    text
-}
-
-/// The first argument that is not valid UTF-8, as an error naming it: the wire format carries
-/// strings, so such an argument can go nowhere.
-pub fn check_utf8_args(args: &[std::ffi::OsString]) -> Result<(), String> {
-    for (position, arg) in args.iter().enumerate().skip(1) {
-        if arg.to_str().is_none() {
-            return Err(format!(
-                "argument {position} ('{}') is not valid UTF-8; ysched tools take UTF-8 arguments only",
-                show_os_str(arg)
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// An OS string for messages: valid UTF-8 runs escaped for the terminal, other bytes as
-/// `\xNN`.
-pub fn show_os_str(text: &std::ffi::OsStr) -> String {
-    use std::fmt::Write as _;
-    use std::os::unix::ffi::OsStrExt as _;
-    let mut out = String::new();
-    for chunk in text.as_bytes().utf8_chunks() {
-        out.push_str(&escape_for_terminal(chunk.valid()));
-        for byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
-        }
-    }
-    out
-}
-
-/// Parses the process's command line as `C`, the way every tool does: `--help` and
-/// `--version` print and exit 0 (`Err(ExitCode::SUCCESS)`), and any error, clap's or a
-/// non-UTF-8 argument, prints `<tool>: error: <message>` and exits 1.
-pub fn parse_args<C: clap::Parser>(tool: &str) -> std::result::Result<C, ExitCode> {
-    parse_args_from(tool, std::env::args_os().collect())
-}
-
-/// [`parse_args`] on given arguments (the first is the program name).
-pub fn parse_args_from<C: clap::Parser>(
-    tool: &str,
-    args: Vec<std::ffi::OsString>,
-) -> std::result::Result<C, ExitCode> {
-    use clap::error::ErrorKind;
-    if let Err(message) = check_utf8_args(&args) {
-        eprintln!("{tool}: error: {message}");
-        return Err(ExitCode::FAILURE);
-    }
-    match C::try_parse_from(args) {
-        Ok(cli) => Ok(cli),
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            let _ = e.print();
-            Err(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprint!("{}", clap_error_text(tool, &e));
-            Err(ExitCode::FAILURE)
-        }
-    }
-}
-
-/// `text` with control characters escaped, line by line (its own line breaks are kept).
-fn escape_lines(text: &str) -> String {
-    text.split('\n')
-        .map(|line| escape_for_terminal(line))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Runs a tool's body on a current-thread runtime (cheap to start: `ysub` is run hundreds of
 /// times a second by scripts) and turns an error into `<tool>: error: <message>` and exit 1.
 pub fn run_tool<F, Fut>(tool: &str, body: F) -> ExitCode
@@ -412,80 +285,6 @@ mod tests {
         // Other OutOfRange errors are the server's own words.
         let e = request_error("submit", tonic::Status::out_of_range("job id out of range"));
         assert_eq!(e.to_string(), "job id out of range");
-    }
-
-    #[derive(clap::Parser, Debug)]
-    #[command(name = "tool", version)]
-    struct TestCli {
-        #[arg(short = 'n', value_parser = |v: &str| -> Result<u32, OptionError> {
-            v.parse().map_err(|_| OptionError(format!("-n wants a number, not '{v}'")))
-        })]
-        n: Option<u32>,
-    }
-
-    #[derive(clap::Parser, Debug)]
-    #[command(name = "tool")]
-    struct RequiredCli {
-        #[arg(long, required = true)]
-        reason: String,
-    }
-
-    fn args(list: &[&str]) -> Vec<std::ffi::OsString> {
-        list.iter().map(std::ffi::OsString::from).collect()
-    }
-
-    #[test]
-    fn clap_errors_become_tool_errors() {
-        use clap::Parser as _;
-        let e = TestCli::try_parse_from(["tool", "-n", "x"]).unwrap_err();
-        assert_eq!(clap_error_message(&e), "-n wants a number, not 'x'");
-        let text = clap_error_text("tool", &e);
-        assert!(
-            text.starts_with("tool: error: -n wants a number, not 'x'\n"),
-            "{text}"
-        );
-        // A value with a line break stays on the message line (clap itself strips other
-        // control characters).
-        let e = TestCli::try_parse_from(["tool", "--bo\ngus\x1b[2J"]).unwrap_err();
-        let text = clap_error_text("tool", &e);
-        assert!(
-            text.starts_with("tool: error: unexpected argument '--bo gus"),
-            "{text}"
-        );
-        assert!(!text.contains('\x1b'), "{text:?}");
-        assert!(text.contains("Usage: tool"), "{text}");
-        // clap's continuation lines join the message line.
-        let e = RequiredCli::try_parse_from(["tool"]).unwrap_err();
-        assert_eq!(
-            clap_error_message(&e),
-            "the following required arguments were not provided: --reason <REASON>"
-        );
-
-        assert!(parse_args_from::<TestCli>("tool", args(&["tool", "-n", "3"])).is_ok());
-        // (--help and --version, which print, are run by tests/mock_schedd.rs.)
-        assert_eq!(
-            parse_args_from::<TestCli>("tool", args(&["tool", "-n", "x"])).unwrap_err(),
-            ExitCode::FAILURE
-        );
-    }
-
-    #[test]
-    fn non_utf8_arguments_are_named() {
-        use std::os::unix::ffi::OsStringExt;
-        let mut list = args(&["tool", "-n"]);
-        list.push(std::ffi::OsString::from_vec(b"4\xff2\x1b".to_vec()));
-        assert_eq!(
-            check_utf8_args(&list).unwrap_err(),
-            "argument 2 ('4\\xff2\\x1b') is not valid UTF-8; ysched tools take UTF-8 arguments \
-             only"
-        );
-        assert_eq!(
-            parse_args_from::<TestCli>("tool", list).unwrap_err(),
-            ExitCode::FAILURE
-        );
-        // The program name itself is not checked.
-        let list = vec![std::ffi::OsString::from_vec(b"/opt/\xff/tool".to_vec())];
-        assert_eq!(check_utf8_args(&list), Ok(()));
     }
 
     #[test]

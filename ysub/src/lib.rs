@@ -2,6 +2,7 @@
 //! (admin). Each binary in `src/bin` is a thin `main` calling its module here; the parsing and
 //! formatting live in plain functions so they can be unit-tested without a running schedd.
 //!
+//! * [`args`]: parsing a tool's command line, and clap's errors as `<tool>: error: ...`.
 //! * [`client`]: connecting to schedd's Unix socket, turning RPC failures into error messages,
 //!   and the shared `main` wrapper ([`client::run_tool`]).
 //! * [`output`]: aligned text tables and writing to stdout.
@@ -13,6 +14,7 @@
 //!   and `yctl usage import`.
 
 pub mod admin;
+pub mod args;
 pub mod cancel;
 pub mod client;
 pub mod jobs;

@@ -136,7 +136,7 @@ fn current_user_name() -> Result<String> {
 
 /// The `yq` binary.
 pub fn main() -> ExitCode {
-    match client::parse_args::<YqCli>("yq") {
+    match crate::args::parse_args::<YqCli>("yq") {
         Ok(cli) => client::run_tool("yq", || run(cli)),
         Err(code) => code,
     }

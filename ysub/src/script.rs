@@ -1,7 +1,7 @@
 //! What `ysub` reads besides its command line: `#YSUB` directives in the batch script and the
 //! `--export` list.
 
-use crate::client::show_os_str;
+use crate::args::show_os_str;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use ysched_common::text::escape_for_terminal;

@@ -1,3 +1,5 @@
+//! The `ycancel` binary: cancels jobs ([`ysub::cancel`]).
+
 fn main() -> std::process::ExitCode {
     ysub::cancel::main()
 }

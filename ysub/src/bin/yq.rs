@@ -1,3 +1,5 @@
+//! The `yq` binary: lists the queue ([`ysub::queue`]).
+
 // Decoding a 10,000-job listing is allocation-bound (a dozen small strings per job): mimalloc
 // makes `yq` markedly faster there. The other tools, short-lived and allocation-light, keep the
 // system allocator, which starts faster.

@@ -1,6 +1,6 @@
 //! Job ids as users type them on a command line, and the request naming one.
 
-use ysched_common::array::JobTarget;
+use ysched_common::array::{split_outside_brackets, JobTarget};
 use ysched_proto::JobRef;
 
 /// Job ids as users type them on a command line: `12`, `12_7`, `12_[1-5,9]`, several joined by
@@ -11,7 +11,7 @@ pub struct TargetList(pub Vec<JobTarget>);
 
 /// The value parser of a job list: every id is checked, so a typo sends nothing.
 pub fn parse_target_list(text: &str) -> Result<TargetList, String> {
-    split_job_list(text)
+    split_outside_brackets(text, |c| c == ',')
         .into_iter()
         .map(JobTarget::parse)
         .collect::<Result<Vec<_>, _>>()
@@ -28,25 +28,6 @@ pub fn parse_single_target(text: &str) -> Result<JobTarget, String> {
         )),
         _ => Ok(target),
     }
-}
-
-/// `text` split at the commas that are not inside `[...]`.
-fn split_job_list(text: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0usize, 0);
-    for (i, c) in text.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                parts.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&text[start..]);
-    parts
 }
 
 /// The targets of several command-line words, in order.

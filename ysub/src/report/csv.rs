@@ -1,26 +1,121 @@
-//! `yctl report --csv`: one row per group, then one for the whole cluster.
+//! `yctl report --csv`: one row per group, then one for the whole cluster, written through
+//! the `csv` crate from one row type ([`UsageRow`]).
 
 use super::json::{report_json, WaitJson};
-use std::borrow::Cow;
-use std::fmt::Write as _;
+use serde::{Serialize, Serializer};
 use ysched_proto::ReportReply;
+use ysched_report::csv_rows::{write_rows, CsvError};
 
-/// A CSV field, quoted when it must be (RFC 4180).
-pub(super) fn csv_field(s: &str) -> Cow<'_, str> {
-    if s.contains([',', '"', '\n', '\r']) {
-        Cow::Owned(format!("\"{}\"", s.replace('"', "\"\"")))
-    } else {
-        Cow::Borrowed(s)
+/// The columns of every row before the waits, in [`UsageRow`]'s order.
+const COLUMNS: [&str; 15] = [
+    "by",
+    "name",
+    "gpu_hours",
+    "gpu_seconds",
+    "capacity_share",
+    "cpu_hours",
+    "jobs",
+    "runs",
+    "running",
+    "restarts",
+    "preemptions_suffered",
+    "preemptions_caused",
+    "checkpoints_saved",
+    "checkpoint_rate",
+    "lost_gpu_hours",
+];
+
+/// One row of the CSV: a group's figures (`by` = `account`, `user` or `tier`) or the whole
+/// cluster's (`by` = `cluster`, no name). Hours and shares have six decimals, seconds three;
+/// `None` is an empty field.
+#[derive(Debug, Serialize)]
+struct UsageRow<'a> {
+    by: &'a str,
+    name: &'a str,
+    #[serde(serialize_with = "decimals_6")]
+    gpu_hours: f64,
+    #[serde(serialize_with = "decimals_3")]
+    gpu_seconds: f64,
+    /// For the cluster: its utilization.
+    #[serde(serialize_with = "optional_decimals_6")]
+    capacity_share: Option<f64>,
+    /// Not known for the cluster as a whole.
+    #[serde(serialize_with = "optional_decimals_6")]
+    cpu_hours: Option<f64>,
+    jobs: u64,
+    runs: u64,
+    running: u64,
+    restarts: u64,
+    preemptions_suffered: u64,
+    preemptions_caused: u64,
+    checkpoints_saved: u64,
+    #[serde(serialize_with = "optional_decimals_6")]
+    checkpoint_rate: Option<f64>,
+    #[serde(serialize_with = "decimals_6")]
+    lost_gpu_hours: f64,
+    /// One per tier of the header, in its order.
+    waits: Vec<TierWaits>,
+}
+
+/// A row's three columns for one tier: runs started, and the median and 95th percentile wait
+/// in seconds (empty when none started).
+#[derive(Debug, Serialize)]
+struct TierWaits {
+    starts: u64,
+    #[serde(serialize_with = "optional_shortest")]
+    wait_p50_secs: Option<f64>,
+    #[serde(serialize_with = "optional_shortest")]
+    wait_p95_secs: Option<f64>,
+}
+
+fn decimals_6<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&format_args!("{value:.6}"))
+}
+
+fn decimals_3<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&format_args!("{value:.3}"))
+}
+
+fn optional_decimals_6<S: Serializer>(
+    value: &Option<f64>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => decimals_6(value, serializer),
+        None => serializer.serialize_none(),
     }
 }
 
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(String::new, |v| format!("{v:.6}"))
+/// As Rust shows a float (`4`, `60.5`), not `csv`'s own form (`4.0`).
+fn optional_shortest<S: Serializer>(value: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => serializer.collect_str(value),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// The waits of `waits` for each of `tiers`, a tier without any as no start and no waits.
+fn tier_waits(tiers: &[String], waits: &[WaitJson]) -> Vec<TierWaits> {
+    tiers
+        .iter()
+        .map(|tier| match waits.iter().find(|w| &w.tier == tier) {
+            Some(w) => TierWaits {
+                starts: w.starts,
+                wait_p50_secs: Some(w.wait_p50_secs),
+                wait_p95_secs: Some(w.wait_p95_secs),
+            },
+            None => TierWaits {
+                starts: 0,
+                wait_p50_secs: None,
+                wait_p95_secs: None,
+            },
+        })
+        .collect()
 }
 
 /// `yctl report --csv`: a header, one row per group, then the whole cluster (`by` =
 /// `cluster`). Waits are columns per tier (`wait_p50_secs_<tier>`, `..._p95_...`).
-pub fn report_csv(r: &ReportReply) -> String {
+pub fn report_csv(r: &ReportReply) -> Result<String, CsvError> {
     let j = report_json(r);
     let tiers: Vec<String> = j
         .cluster
@@ -28,66 +123,55 @@ pub fn report_csv(r: &ReportReply) -> String {
         .iter()
         .map(|w| w.tier.clone())
         .collect();
-    let mut out = String::from(
-        "by,name,gpu_hours,gpu_seconds,capacity_share,cpu_hours,jobs,runs,running,restarts,\
-         preemptions_suffered,preemptions_caused,checkpoints_saved,checkpoint_rate,\
-         lost_gpu_hours",
-    );
+    let mut header: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
     for t in &tiers {
-        let t = csv_field(t);
-        let _ = write!(out, ",starts_{t},wait_p50_secs_{t},wait_p95_secs_{t}");
+        header.extend([
+            format!("starts_{t}"),
+            format!("wait_p50_secs_{t}"),
+            format!("wait_p95_secs_{t}"),
+        ]);
     }
-    out.push('\n');
-    let waits = |out: &mut String, w: &[WaitJson]| {
-        for t in &tiers {
-            match w.iter().find(|w| &w.tier == t) {
-                Some(w) => {
-                    let _ = write!(out, ",{},{},{}", w.starts, w.wait_p50_secs, w.wait_p95_secs);
-                }
-                None => out.push_str(",0,,"),
-            }
-        }
-        out.push('\n');
-    };
-    for g in &j.groups {
-        let _ = write!(
-            out,
-            "{},{},{:.6},{:.3},{},{:.6},{},{},{},{},{},{},{},{},{:.6}",
-            csv_field(&j.by),
-            csv_field(&g.name),
-            g.gpu_hours,
-            g.gpu_seconds,
-            opt(g.capacity_share),
-            g.cpu_hours,
-            g.jobs,
-            g.runs,
-            g.running,
-            g.restarts,
-            g.preemptions_suffered,
-            g.preemptions_caused,
-            g.checkpoints_saved,
-            opt(g.checkpoint_rate),
-            g.lost_gpu_hours
-        );
-        waits(&mut out, &g.waits);
-    }
+    let mut rows: Vec<UsageRow> = j
+        .groups
+        .iter()
+        .map(|g| UsageRow {
+            by: &j.by,
+            name: &g.name,
+            gpu_hours: g.gpu_hours,
+            gpu_seconds: g.gpu_seconds,
+            capacity_share: g.capacity_share,
+            cpu_hours: Some(g.cpu_hours),
+            jobs: g.jobs,
+            runs: g.runs,
+            running: g.running,
+            restarts: g.restarts,
+            preemptions_suffered: g.preemptions_suffered,
+            preemptions_caused: g.preemptions_caused,
+            checkpoints_saved: g.checkpoints_saved,
+            checkpoint_rate: g.checkpoint_rate,
+            lost_gpu_hours: g.lost_gpu_hours,
+            waits: tier_waits(&tiers, &g.waits),
+        })
+        .collect();
     let c = &j.cluster;
-    let _ = write!(
-        out,
-        "cluster,,{:.6},{:.3},{},,{},{},{},{},{},{},{},{},{:.6}",
-        c.used_gpu_hours,
-        c.used_gpu_seconds,
-        opt(c.utilization),
-        c.jobs,
-        c.runs,
-        c.running,
-        c.restarts,
-        c.preemptions,
-        c.preemptions,
-        c.checkpoints_saved,
-        opt(c.checkpoint_rate),
-        c.lost_gpu_hours
-    );
-    waits(&mut out, &c.start_latency);
-    out
+    rows.push(UsageRow {
+        by: "cluster",
+        name: "",
+        gpu_hours: c.used_gpu_hours,
+        gpu_seconds: c.used_gpu_seconds,
+        capacity_share: c.utilization,
+        cpu_hours: None,
+        jobs: c.jobs,
+        runs: c.runs,
+        running: c.running,
+        restarts: c.restarts,
+        // A preemption is suffered by one job and caused by another, both in the cluster.
+        preemptions_suffered: c.preemptions,
+        preemptions_caused: c.preemptions,
+        checkpoints_saved: c.checkpoints_saved,
+        checkpoint_rate: c.checkpoint_rate,
+        lost_gpu_hours: c.lost_gpu_hours,
+        waits: tier_waits(&tiers, &c.start_latency),
+    });
+    write_rows(&header, &rows)
 }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use ysched_common::time::{rfc3339, utc_date, Millis, HOUR_MS};
 use ysched_proto::{ReportReply, TierWait};
+use ysched_report::ratio;
 
 pub(super) fn hours(ms: u64) -> f64 {
     ms as f64 / HOUR_MS as f64
@@ -11,10 +12,6 @@ pub(super) fn hours(ms: u64) -> f64 {
 
 fn secs(ms: u64) -> f64 {
     ms as f64 / 1000.0
-}
-
-fn ratio(part: u64, whole: u64) -> Option<f64> {
-    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 pub(super) fn day_label(start_ms: Millis) -> String {

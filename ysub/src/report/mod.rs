@@ -112,7 +112,7 @@ pub async fn report(client: &mut Client, args: &ReportArgs) -> Result<()> {
     if args.json {
         print_json(&report_json(&r))
     } else if args.csv {
-        print_stdout(&report_csv(&r))
+        print_stdout(&report_csv(&r)?)
     } else if let Some(path) = &args.html {
         // Written whole or not at all: a timer's reader never sees half a report.
         write_whole(path, &report_html(&r)?)

@@ -1,0 +1,261 @@
+//! A job as schedd keeps it: its id, state, validated spec, stop request and history.
+
+use super::{NodeAlloc, Owner, PartsProgress};
+use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Job ids increase and are never reused, also across crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Held,
+    Running,
+    /// Evicted for a higher tier: SIGTERM sent, waiting for its exit within the grace.
+    Preempting,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+    /// Evicted with `--no-requeue` (or past the requeue limit).
+    Preempted,
+    /// The kernel killed a process of the job for going over its memory limit (`--mem`).
+    OutOfMemory,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 11] = [
+        JobState::Pending,
+        JobState::Held,
+        JobState::Running,
+        JobState::Preempting,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+        JobState::Preempted,
+        JobState::OutOfMemory,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Held => "HELD",
+            JobState::Running => "RUNNING",
+            JobState::Preempting => "PREEMPTING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+            JobState::Preempted => "PREEMPTED",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
+        }
+    }
+
+    /// Accepts the full name or squeue's short codes (PD, R, CD, ...), any case.
+    pub fn parse(s: &str) -> Option<JobState> {
+        let u = s.trim().to_ascii_uppercase();
+        let short = match u.as_str() {
+            "PD" => Some(JobState::Pending),
+            "R" => Some(JobState::Running),
+            "CD" => Some(JobState::Completed),
+            "F" => Some(JobState::Failed),
+            "CA" => Some(JobState::Cancelled),
+            "TO" => Some(JobState::Timeout),
+            "NF" => Some(JobState::NodeFail),
+            "PR" => Some(JobState::Preempted),
+            "OOM" => Some(JobState::OutOfMemory),
+            _ => None,
+        };
+        short.or_else(|| JobState::ALL.into_iter().find(|st| st.as_str() == u))
+    }
+
+    /// A finished job never changes state again.
+    pub fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            JobState::Pending | JobState::Held | JobState::Running | JobState::Preempting
+        )
+    }
+
+    /// Holds GPUs on a node.
+    pub fn holds_resources(self) -> bool {
+        matches!(self, JobState::Running | JobState::Preempting)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+/// A validated submit request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct JobSpec {
+    pub name: String,
+    pub tier: String,
+    pub gpus: u32,
+    /// Accepted GPU models (`A100|H100` gives two); empty accepts any.
+    pub gpu_types: Vec<String>,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub time_limit_secs: Option<u64>,
+    pub grace_secs: Option<u32>,
+    pub checkpoint_dir: Option<String>,
+    pub account: String,
+    pub stdout_path: Option<String>,
+    pub stderr_path: Option<String>,
+    pub workdir: String,
+    pub script: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub hold: bool,
+    pub nodes: u32,
+    pub no_requeue: bool,
+    pub interconnect: Option<String>,
+    pub constraints: Vec<String>,
+    /// `--signal`: a signal sent before the time limit.
+    #[serde(default)]
+    pub warn_signal: Option<crate::signals::WarnSignal>,
+    /// `--array`: this spec is shared by every task of an array (see [`crate::array`]).
+    #[serde(default)]
+    pub array: Option<crate::array::ArraySpec>,
+    /// `--dependency`, resolved into job ids at submit.
+    #[serde(default)]
+    pub dependency: Option<crate::dependency::Dependency>,
+}
+
+/// Why a running job was asked to stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopReason {
+    Cancel {
+        by: String,
+    },
+    Preempt {
+        by: JobId,
+    },
+    NodeDrain,
+    /// `yctl requeue` by `by`: back to the queue once stopped.
+    Requeue {
+        by: String,
+    },
+    /// GPU `gpu` of `node`, which the job holds, failed (`fault`, as its node's health monitor
+    /// said): the job is requeued once stopped, when it may be (see
+    /// `lifecycle::may_requeue`), else it ends NODE_FAIL.
+    GpuFailed {
+        node: String,
+        gpu: u32,
+        fault: String,
+    },
+}
+
+impl StopReason {
+    /// `GPU 3 of n1 failed: XID 79: GPU has fallen off the bus`, for a [`StopReason::GpuFailed`].
+    pub fn gpu_failure(&self) -> Option<String> {
+        match self {
+            StopReason::GpuFailed { node, gpu, fault } => {
+                Some(format!("GPU {gpu} of {node} failed: {fault}"))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopRequest {
+    pub reason: StopReason,
+    pub at: Millis,
+    pub grace_secs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    /// What was asked for, fixed at submit; shared, so that copying a job (into the
+    /// scheduler's copy, for `yctl show job`) copies no strings.
+    pub spec: Arc<JobSpec>,
+    /// Who submitted it, fixed at submit; shared like the spec.
+    pub owner: Arc<Owner>,
+    /// Tier value at submit: the tier's config may change later, the job's place may not.
+    pub tier_value: i64,
+    pub state: JobState,
+    /// Why pending or held, or how it ended; empty when running normally.
+    pub reason: String,
+    pub alloc: Vec<NodeAlloc>,
+    pub restart_count: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub submit_time: Millis,
+    pub start_time: Option<Millis>,
+    pub end_time: Option<Millis>,
+    /// The agent confirmed the process started (a running job the agent does not know is
+    /// requeued when unconfirmed, NODE_FAIL when confirmed).
+    pub launched: bool,
+    /// Resolved grace and checkpoint directory.
+    pub grace_secs: u32,
+    pub checkpoint_dir: String,
+    pub stop: Option<StopRequest>,
+    /// When the job last saved a checkpoint, where known.
+    pub last_checkpoint: Option<Millis>,
+    /// Progress of a multi-node run: which parts have ended.
+    #[serde(default)]
+    pub parts: PartsProgress,
+    /// Launches of the current run that never reached (or were never confirmed by) an agent;
+    /// at `scheduler.max_launch_attempts` the job ends FAILED instead of cycling.
+    #[serde(default)]
+    pub launch_attempts: u32,
+    /// When the current wait began: submit, release from hold, or requeue (the start of the
+    /// wait that `RunRecord::wait_ms` measures). `None` in records written before it existed:
+    /// the submit time stands in.
+    #[serde(default)]
+    pub queued_at: Option<Millis>,
+    /// The task of an array this job is (`12_7`); `None` for a plain job.
+    #[serde(default)]
+    pub array: Option<crate::array::ArrayTask>,
+}
+
+impl Job {
+    /// `12_7` for an array task, `19` otherwise.
+    pub fn display_id(&self) -> String {
+        crate::array::display_id(self.id, self.array.as_ref())
+    }
+
+    /// Has started at least once (now running, or requeued after a run).
+    pub fn has_run(&self) -> bool {
+        self.start_time.is_some() || self.restart_count > 0
+    }
+
+    /// Holds resources on `node`: a part of it runs (or is being stopped) there.
+    pub fn runs_on(&self, node: &str) -> bool {
+        self.state.holds_resources() && self.alloc.iter().any(|a| a.node == node)
+    }
+
+    pub fn gpus_held(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.alloc
+            .iter()
+            .flat_map(|a| a.gpus.iter().map(move |g| (a.node.as_str(), *g)))
+    }
+}
+
+/// An entry of a job's append-only history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub time: Millis,
+    pub kind: String,
+    pub detail: String,
+}

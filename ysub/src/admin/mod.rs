@@ -1,0 +1,199 @@
+//! `yctl`: cluster administration and inspection, like scontrol/sinfo.
+//!
+//! - [`cli`]: its command line, and what it checks before sending anything.
+//! - [`drain`]: drain reasons and what resuming GPUs prints.
+//! - [`audit`]: the audit log as a table and as JSON.
+
+pub mod audit;
+pub mod cli;
+pub mod drain;
+
+pub use audit::{audit_to_json, format_audit_table, AuditJson};
+pub use cli::{check_limits, Command, ShowCommand, YctlCli};
+pub use drain::{check_drain_reason, format_gpu_resumes};
+
+use crate::client::{self, reply};
+use crate::jobs::{flatten_targets, format_job_detail, job_detail_to_json, job_ref};
+use crate::nodes::{
+    format_gpu_lines, format_node_topology, format_nodes_table, format_outages, node_to_json,
+    NodeJson,
+};
+use crate::output::{print_json, print_stdout};
+use crate::shares::{format_shares_table, shares_to_json};
+use anyhow::{anyhow, Result};
+use std::process::ExitCode;
+use ysched_common::time::now_ms;
+use ysched_proto::{
+    AuditRequest, DrainGpuRequest, DrainRequest, ListNodesRequest, NodeInfo, NodeRef,
+    ResumeGpuRequest, SharesRequest,
+};
+
+/// The `yctl` binary.
+pub fn main() -> ExitCode {
+    match crate::args::parse_args::<YctlCli>("yctl") {
+        Ok(cli) => client::run_tool("yctl", || run(cli)),
+        Err(code) => code,
+    }
+}
+
+pub async fn run(cli: YctlCli) -> Result<ExitCode> {
+    check_limits(&cli.command)?;
+    let (mut client, _) = client::connect_from_config().await?;
+    match cli.command {
+        Command::Nodes {
+            topology: Some(name),
+            ..
+        } => {
+            let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
+            print_stdout(&format_node_topology(find_node(&nodes, &name)?))?;
+        }
+        Command::Nodes {
+            long,
+            json,
+            topology: None,
+        } => {
+            let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
+            if json {
+                let objects: Vec<NodeJson> = nodes.iter().map(node_to_json).collect();
+                print_json(&objects)?;
+            } else {
+                print_stdout(&format_nodes_table(&nodes, long))?;
+            }
+        }
+        Command::Drain { nodes, reason, gpu } if !gpu.is_empty() => {
+            let node = nodes.into_iter().next().unwrap_or_default();
+            reply(
+                client
+                    .drain_gpu(DrainGpuRequest {
+                        node,
+                        gpus: gpu,
+                        reason,
+                    })
+                    .await,
+            )?;
+        }
+        Command::Resume { nodes, gpu } if !gpu.is_empty() => {
+            let node = nodes.into_iter().next().unwrap_or_default();
+            let resumed = reply(
+                client
+                    .resume_gpu(ResumeGpuRequest {
+                        node: node.clone(),
+                        gpus: gpu,
+                    })
+                    .await,
+            )?;
+            let (text, all_back) = format_gpu_resumes(&node, &resumed.gpus);
+            print_stdout(&text)?;
+            if !all_back {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Drain { nodes, reason, .. } => {
+            for name in nodes {
+                reply(
+                    client
+                        .drain(DrainRequest {
+                            name,
+                            reason: reason.clone(),
+                        })
+                        .await,
+                )?;
+            }
+        }
+        Command::Resume { nodes, .. } => {
+            for name in nodes {
+                reply(client.resume(NodeRef { name }).await)?;
+            }
+        }
+        Command::Show {
+            what: ShowCommand::Job { job, json },
+        } => {
+            let detail = reply(client.get_job(job_ref(&job)).await)?;
+            let job = detail
+                .job
+                .as_ref()
+                .ok_or_else(|| anyhow!("schedd sent no job for {job}"))?;
+            if json {
+                print_json(&job_detail_to_json(job, &detail.events, now_ms()))?;
+            } else {
+                print_stdout(&format_job_detail(&detail, now_ms()))?;
+            }
+        }
+        Command::Show {
+            what: ShowCommand::Node { name, json },
+        } => {
+            let nodes = reply(client.list_nodes(ListNodesRequest {}).await)?.nodes;
+            let node = find_node(&nodes, &name)?;
+            if json {
+                print_json(&node_to_json(node))?;
+            } else {
+                let mut out = format_nodes_table(std::slice::from_ref(node), false);
+                out.push_str(&match node.fence_after_secs {
+                    0 => "Fence: off (a silent node's jobs end NODE_FAIL)\n".to_string(),
+                    secs => format!(
+                        "Fence: stops its jobs after {secs} s without schedd (then they may be \
+                         requeued elsewhere)\n"
+                    ),
+                });
+                out.push_str(&format_gpu_lines(node));
+                out.push_str(&format_outages(node));
+                print_stdout(&out)?;
+            }
+        }
+        Command::Hold { jobs } => {
+            for target in flatten_targets(&jobs) {
+                reply(client.hold(job_ref(&target)).await)?;
+            }
+        }
+        Command::Release { jobs } => {
+            for target in flatten_targets(&jobs) {
+                reply(client.release(job_ref(&target)).await)?;
+            }
+        }
+        Command::Requeue { jobs } => {
+            for target in flatten_targets(&jobs) {
+                reply(client.requeue(job_ref(&target)).await)?;
+            }
+        }
+        Command::Report(args) => crate::report::report(&mut client, &args).await?,
+        Command::Usage {
+            command: crate::report::UsageCommand::Import { file },
+        } => crate::report::import(&mut client, &file).await?,
+        Command::Shares { json } => {
+            let list = reply(client.shares(SharesRequest {}).await)?;
+            if json {
+                print_json(&shares_to_json(&list))?;
+            } else {
+                print_stdout(&format_shares_table(&list))?;
+            }
+        }
+        Command::Audit { limit, json } => {
+            let entries = reply(
+                client
+                    .audit(AuditRequest {
+                        limit: limit.unwrap_or(0),
+                    })
+                    .await,
+            )?
+            .entries;
+            if json {
+                let objects: Vec<AuditJson> = entries.iter().map(audit_to_json).collect();
+                print_json(&objects)?;
+            } else {
+                print_stdout(&format_audit_table(&entries))?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A node by name from the full list: there is no single-node RPC, and the list is small.
+fn find_node<'a>(nodes: &'a [NodeInfo], name: &str) -> Result<&'a NodeInfo> {
+    nodes
+        .iter()
+        .find(|n| n.name == name)
+        .ok_or_else(|| anyhow!("unknown node '{}'", ysched_common::text::excerpt(name, 64)))
+}
+
+#[cfg(test)]
+mod tests;

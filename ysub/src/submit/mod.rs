@@ -1,0 +1,81 @@
+//! `ysub`: submit a batch script, like sbatch.
+//!
+//! Options come from three places, later ones winning: the `#YSUB` lines of the script (top to
+//! bottom), then the command line. Everything is checked before schedd is contacted, so a bad
+//! option never submits anything.
+//!
+//! - [`options`]: the job options and the command line, with their value parsers.
+//! - [`directives`]: the batch script, its `#YSUB` lines, and the options in effect.
+//! - [`request`]: the job spec built from the options, checked before it is sent.
+//! - [`wait`]: `--wait`, following the jobs to their end, and the lines and exit code it ends with.
+
+pub mod directives;
+pub mod options;
+pub mod request;
+pub mod wait;
+
+pub use directives::{options_from_directives, resolve, BatchScript};
+pub use options::{JobOptions, YsubCli};
+pub use request::{build_spec, check_payload_size, SubmitContext};
+pub use wait::{array_exit_code, array_summary, final_line, wait_exit_code};
+
+use crate::client::{self, reply_to};
+use anyhow::{anyhow, Result};
+use std::process::ExitCode;
+use wait::wait_for_jobs;
+use ysched_common::Config;
+use ysched_proto::SubmitRequest;
+
+/// The `ysub` binary.
+pub fn main() -> ExitCode {
+    match crate::args::parse_args::<YsubCli>("ysub") {
+        Ok(cli) => client::run_tool("ysub", || run(cli)),
+        Err(code) => code,
+    }
+}
+
+pub async fn run(cli: YsubCli) -> Result<ExitCode> {
+    let (options, script) = resolve(cli)?;
+    let config = Config::load()?;
+    let spec = build_spec(&options, script, &SubmitContext::from_process(&config)?)?;
+    check_payload_size(&spec, &config)?;
+    let socket = client::socket_path(&config);
+    let mut client = client::connect(&socket).await?;
+    let submitted = reply_to(
+        "submit",
+        client.submit(SubmitRequest { spec: Some(spec) }).await,
+    )?;
+    let job_id = submitted.job_id;
+    // An array prints its id, as sbatch does: its tasks are `<id>_<index>`.
+    if options.parsable {
+        println!("{job_id}");
+    } else {
+        println!("Submitted job {job_id}");
+    }
+    if !options.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if submitted.array_task_count == 0 {
+        let mut jobs = wait_for_jobs(client, &socket, job_id, 1, false).await?;
+        let job = jobs
+            .pop()
+            .ok_or_else(|| anyhow!("job {job_id} was not seen to end"))?;
+        let code = wait_exit_code(&job);
+        eprintln!("{}", final_line(&job, code));
+        return Ok(ExitCode::from(code));
+    }
+    let count = submitted.array_task_count;
+    let tasks = wait_for_jobs(client, &socket, job_id, count, true).await?;
+    let code = array_exit_code(&tasks);
+    for task in &tasks {
+        let task_code = wait_exit_code(task);
+        if task_code != 0 {
+            eprintln!("{}", final_line(task, task_code));
+        }
+    }
+    eprintln!("{}", array_summary(job_id, &tasks, code));
+    Ok(ExitCode::from(code))
+}
+
+#[cfg(test)]
+mod tests;
