@@ -20,7 +20,7 @@
 use crate::gpu_watch::GpuWatch;
 use crate::launch::checkpoint_scan::{scan_jobs, Newest, HEARTBEAT_SCAN};
 use crate::launch::lease::{boottime_ms, LeaseKeeper};
-use crate::launch::{JobEvent, Launcher};
+use crate::launch::{JobEvent, JobParams, Launcher};
 use crate::relay::{RelayLink, SessionSlot};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -452,8 +452,8 @@ impl Agent {
                 }
                 Some(event) = self.events.recv() => {
                     let message = match event {
-                        JobEvent::Started(started) => AgentMsg::Started(started),
-                        JobEvent::Finished(finished) => AgentMsg::Finished(finished),
+                        JobEvent::Started(started) => AgentMsg::Started((&started).into()),
+                        JobEvent::Finished(finished) => AgentMsg::Finished((&finished).into()),
                         // At once, ahead of the end of a launch that failed for it: schedd
                         // drains (or resumes) the node before it places that job again.
                         JobEvent::Health(_) => AgentMsg::Heartbeat(self.heartbeat()),
@@ -527,7 +527,12 @@ impl Agent {
     fn registration(&self) -> pb::Register {
         // Ends first, then running jobs: a job ending in between shows up in neither
         // snapshot but its event is still queued (see `session`).
-        let finished = self.launcher.unacked_finished();
+        let finished = self
+            .launcher
+            .unacked_finished()
+            .iter()
+            .map(pb::JobFinished::from)
+            .collect();
         let running_jobs = self.launcher.running_jobs();
         pb::Register {
             name: self.config.name.clone(),
@@ -560,7 +565,7 @@ impl Agent {
                     job.user,
                     job.uid
                 );
-                if let Err(e) = self.launcher.launch(&job) {
+                if let Err(e) = self.launcher.launch(JobParams::from(&job)) {
                     tracing::warn!("{e}; launch ignored");
                 }
             }

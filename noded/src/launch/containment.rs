@@ -165,7 +165,7 @@ impl fmt::Display for Containment {
 
 impl CgroupLayout {
     /// Creates the cgroups of one job, with its limits, and returns them for its plan. The
-    /// error is the message for `JobFinished.error`.
+    /// error is the message for `FinishedRecord::error`.
     ///
     /// The name is `job_<id>.<instance>`: several agents may share a host (a demo, a test
     /// suite with clusters side by side, each numbering its jobs from 1), and one agent's

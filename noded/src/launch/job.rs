@@ -11,7 +11,6 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use ysched_proto as pb;
 
 /// Default output file, as sbatch's `slurm-%j.out`.
 pub const DEFAULT_STDOUT: &str = "ysched-%j.out";
@@ -29,7 +28,8 @@ pub const ARRAY_VARIABLES: [&str; 5] = [
 /// PATH for jobs whose exported environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The launch request as schedd sent it (a serializable copy of `pb::LaunchJob`).
+/// The launch request as schedd sent it: its `LaunchJob`, converted at the edge
+/// ([`crate::convert`]), serializable for the spool.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobParams {
     pub job_id: u64,
@@ -87,46 +87,6 @@ pub struct ArrayTaskParams {
     pub task_max: u32,
 }
 
-impl From<&pb::LaunchJob> for JobParams {
-    fn from(j: &pb::LaunchJob) -> Self {
-        JobParams {
-            job_id: j.job_id,
-            name: j.name.clone(),
-            user: j.user.clone(),
-            uid: j.uid,
-            gid: j.gid,
-            workdir: j.workdir.clone(),
-            script: j.script.clone(),
-            args: j.args.clone(),
-            env: j.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            stdout_path: j.stdout_path.clone(),
-            stderr_path: j.stderr_path.clone(),
-            gpus: j.gpus.clone(),
-            restart_count: j.restart_count,
-            checkpoint_dir: j.checkpoint_dir.clone(),
-            time_limit_secs: j.time_limit_secs,
-            grace_secs: j.grace_secs,
-            node_rank: j.node_rank,
-            nnodes: j.nnodes,
-            nodelist: j.nodelist.clone(),
-            master_addr: j.master_addr.clone(),
-            master_port: j.master_port,
-            mem_bytes: j.mem_bytes,
-            cpus: j.cpus,
-            warn_signal: j.warn_signal,
-            warn_secs: j.warn_secs,
-            warn_batch_only: j.warn_batch_only,
-            array: j.is_array_task.then_some(ArrayTaskParams {
-                array_job_id: j.array_job_id,
-                task_id: j.array_task_id,
-                task_count: j.array_task_count,
-                task_min: j.array_task_min,
-                task_max: j.array_task_max,
-            }),
-        }
-    }
-}
-
 /// Everything the shepherd needs to start the job, resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecPlan {
@@ -176,7 +136,7 @@ impl ExecPlan {
     }
 }
 
-/// Resolves the user and paths of `job`. The error is the message for `JobFinished.error`.
+/// Resolves the user and paths of `job`. The error is the message for `FinishedRecord::error`.
 /// `client_socket` is the client socket of this node's agent, if it serves one.
 pub fn plan_job(
     job: &JobParams,
@@ -466,41 +426,25 @@ mod tests {
         assert_eq!(expand_pattern("out-%A_%a.log", &vars()), "out-42_0.log");
     }
 
-    /// The launch of task 7 of array 12 (job 19), as schedd sends it.
-    fn array_launch() -> pb::LaunchJob {
-        pb::LaunchJob {
+    /// Task 7 of array 12 (job 19), as launched.
+    fn array_launch() -> JobParams {
+        JobParams {
             job_id: 19,
             name: "sweep".into(),
-            is_array_task: true,
-            array_job_id: 12,
-            array_task_id: 7,
-            array_task_count: 25,
-            array_task_min: 0,
-            array_task_max: 96,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn array_fields_come_from_the_launch() {
-        let params = JobParams::from(&array_launch());
-        assert_eq!(
-            params.array,
-            Some(ArrayTaskParams {
+            array: Some(ArrayTaskParams {
                 array_job_id: 12,
                 task_id: 7,
                 task_count: 25,
                 task_min: 0,
                 task_max: 96,
-            })
-        );
-        // Without is_array_task the fields mean nothing.
-        let plain = pb::LaunchJob {
-            is_array_task: false,
-            ..array_launch()
-        };
-        assert_eq!(JobParams::from(&plain).array, None);
-        // A record written before arrays existed reads as a plain job.
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_record_written_before_arrays_reads_as_a_plain_job() {
+        let params = array_launch();
         let mut old = serde_json::to_value(JobParams::default()).unwrap();
         old.as_object_mut().unwrap().remove("array");
         let old: JobParams = serde_json::from_value(old).unwrap();
@@ -517,7 +461,7 @@ mod tests {
             .map(|name| (name.to_string(), "spoofed".to_string()))
             .chain([("HOME".to_string(), "/home/a".to_string())])
             .collect();
-        let mut task = JobParams::from(&array_launch());
+        let mut task = array_launch();
         task.env = spoofed.clone();
         let env = job_environment(&task, "n1", None, None);
         assert_eq!(env["YS_JOB_ID"], "19");
@@ -715,7 +659,7 @@ mod tests {
             user: name,
             workdir: "/tmp".into(),
             script: "echo hi\n".into(),
-            ..JobParams::from(&array_launch())
+            ..array_launch()
         };
         let plan = plan_job(&task, "n1", Path::new("/s"), None).unwrap();
         assert_eq!(plan.stdout, PathBuf::from("/tmp/ysched-12_7.out"));

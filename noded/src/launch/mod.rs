@@ -54,16 +54,27 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use supervisor::Supervisor;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
-use ysched_proto as pb;
 
-/// What noded tells schedd about its jobs.
+/// What noded tells schedd about its jobs (put on the wire by the agent, see
+/// [`crate::convert`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobEvent {
-    Started(pb::JobStarted),
-    Finished(pb::JobFinished),
+    Started(JobStarted),
+    /// The job's end, as kept in the spool until schedd acknowledges it.
+    Finished(FinishedRecord),
     /// Whether this node can take jobs changed: why not, or `None` when it can again (see
     /// [`Launcher::unhealthy_reason`]). Sent before the end of a launch that failed for it.
     Health(Option<String>),
+}
+
+/// A job's main process was started (its exec done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobStarted {
+    pub job_id: u64,
+    /// The job's pid, which is also its process group id.
+    pub pid: u32,
+    /// When it started, ms since the epoch.
+    pub time_ms: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +131,7 @@ impl LauncherOptions {
 pub struct Recovery {
     /// Jobs whose shepherd is alive, now supervised again.
     pub reattached: Vec<u64>,
-    /// Jobs that ended while noded was away (their `JobFinished` is now in the spool).
+    /// Jobs that ended while noded was away (their end is now in the spool).
     pub ended: Vec<u64>,
 }
 
@@ -356,16 +367,15 @@ impl Launcher {
 
     /// Starts a job. Failures to start it (no such user, bad working directory, a root job
     /// on a node that refuses them, ...) are not errors here: they are reported as a
-    /// `JobFinished` with `error` set, kept in the spool until acknowledged like any other
-    /// end. Must be called within a tokio runtime.
+    /// [`JobEvent::Finished`] with `error` set, kept in the spool until acknowledged like any
+    /// other end. Must be called within a tokio runtime.
     ///
     /// The one error is a repeated launch of the run that is already supervised here: it is
     /// ignored (that run reports its own start and end). A launch of another run of a job
-    /// whose earlier run is still here is refused with a `JobFinished` for the new run
+    /// whose earlier run is still here is refused with a [`JobEvent::Finished`] for the new run
     /// (sent, but not kept in the spool: the job's spool directory belongs to the run
     /// still going).
-    pub fn launch(&self, job: &pb::LaunchJob) -> Result<(), LaunchError> {
-        let params = JobParams::from(job);
+    pub fn launch(&self, params: JobParams) -> Result<(), LaunchError> {
         let job_id = params.job_id;
         let mut jobs = self.shared.jobs();
         if let Some(running) = jobs.get(&job_id) {
@@ -381,7 +391,7 @@ impl Launcher {
             );
             tracing::warn!("job {job_id}: launch refused: {error}");
             drop(jobs);
-            self.shared.emit(JobEvent::Finished(pb::JobFinished {
+            self.shared.emit(JobEvent::Finished(FinishedRecord {
                 job_id,
                 restart_count: params.restart_count,
                 end_time_ms: ysched_common::time::now_ms(),
@@ -451,16 +461,11 @@ impl Launcher {
             .collect()
     }
 
-    /// Every `JobFinished` that schedd has not acknowledged yet: those in the spool, and
-    /// those that could not be written there (kept in memory).
-    pub fn unacked_finished(&self) -> Vec<pb::JobFinished> {
+    /// Every job's end that schedd has not acknowledged yet: those in the spool, and those
+    /// that could not be written there (kept in memory).
+    pub fn unacked_finished(&self) -> Vec<FinishedRecord> {
         let spool = &self.shared.spool;
-        let mut ends: BTreeMap<u64, pb::JobFinished> = self
-            .shared
-            .unwritten_ends()
-            .iter()
-            .map(|(id, f)| (*id, pb::JobFinished::from(f)))
-            .collect();
+        let mut ends: BTreeMap<u64, FinishedRecord> = self.shared.unwritten_ends().clone();
         let ids = match spool.job_ids() {
             Ok(ids) => ids,
             Err(e) => {
@@ -471,7 +476,7 @@ impl Launcher {
         for id in ids {
             match spool.job_dir(id).read_finished() {
                 Ok(Some(finished)) => {
-                    ends.entry(id).or_insert_with(|| (&finished).into());
+                    ends.entry(id).or_insert(finished);
                 }
                 Ok(None) => {}
                 Err(e) => tracing::error!("job {id}: {e}"),

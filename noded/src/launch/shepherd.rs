@@ -432,7 +432,7 @@ fn launch_failed(error: String, node_fault: bool) -> ExitRecord {
     }
 }
 
-/// Why the job could not be started (the message for `JobFinished.error`), and whether that
+/// Why the job could not be started (the message for `FinishedRecord::error`), and whether that
 /// is the node's fault (see [`launch_failed`]).
 struct StartError {
     error: String,

@@ -42,7 +42,6 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use ysched_proto as pb;
 
 /// The per-job files of one job directory.
 #[derive(Debug, Clone)]
@@ -417,7 +416,8 @@ pub struct ExitRecord {
     pub node_fault: bool,
 }
 
-/// A `JobFinished` as kept in the spool until schedd acknowledges it.
+/// How a job ended, as reported to schedd (its `JobFinished`, see [`crate::convert`]) and
+/// kept in the spool until schedd acknowledges it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinishedRecord {
     pub job_id: u64,
@@ -442,27 +442,6 @@ pub struct FinishedRecord {
     /// It did not start for a reason of the node's (see [`ExitRecord::node_fault`]).
     #[serde(default)]
     pub node_fault: bool,
-}
-
-impl From<&FinishedRecord> for pb::JobFinished {
-    fn from(f: &FinishedRecord) -> Self {
-        pb::JobFinished {
-            job_id: f.job_id,
-            exit_code: f.exit_code,
-            signal: f.signal,
-            end_time_ms: f.end_time_ms,
-            timed_out: f.timed_out,
-            stop_requested: f.stop_requested,
-            term_time_ms: f.term_time_ms,
-            killed: f.killed,
-            error: f.error.clone(),
-            checkpoint_saved: f.checkpoint_saved,
-            restart_count: f.restart_count,
-            out_of_memory: f.out_of_memory,
-            fenced: f.fenced,
-            node_fault: f.node_fault,
-        }
-    }
 }
 
 /// A job found in the spool at start: its record and its shepherd, if one still runs.

@@ -9,7 +9,7 @@ use super::job::{plan_job, write_script, JobParams};
 use super::process::{newest_mtime_ms, Shepherd};
 use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState, FILE_MODE};
 use super::tracking::JobProcesses;
-use super::{Control, JobEvent, Shared, SHEPHERD_SUBCOMMAND};
+use super::{Control, JobEvent, JobStarted, Shared, SHEPHERD_SUBCOMMAND};
 use nix::sys::signal::Signal;
 use std::os::unix::fs::OpenOptionsExt;
 use std::process::Stdio;
@@ -19,7 +19,6 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
 use tokio::sync::mpsc;
 use ysched_common::time::now_ms;
-use ysched_proto as pb;
 
 /// File timestamps come from the kernel's coarse clock, which lags the precise clock noded
 /// reads by up to a tick: a checkpoint written right after SIGTERM can look a few ms older.
@@ -28,7 +27,7 @@ const MTIME_GRANULARITY_MS: i64 = 10;
 /// The shepherd's start announcement: `started <pid> <time_ms>`.
 type Announcement = Lines<BufReader<ChildStdout>>;
 
-/// Why a job could not be started: the message for `JobFinished.error`, and whether the
+/// Why a job could not be started: the message for `FinishedRecord::error`, and whether the
 /// reason is the node's (its spool, cgroups, processes), so that another node may run it,
 /// rather than the job's (its user, paths, program).
 struct LaunchFailure {
@@ -310,7 +309,7 @@ impl Supervisor {
         self.record.start_time_ms = time_ms;
         self.persist();
         tracing::info!("job {} started, pid {pid}", self.job_id());
-        self.shared.emit(JobEvent::Started(pb::JobStarted {
+        self.shared.emit(JobEvent::Started(JobStarted {
             job_id: self.job_id(),
             pid,
             time_ms,
@@ -574,7 +573,7 @@ impl Supervisor {
         self.finish(exit).await
     }
 
-    /// Records the job's `JobFinished` in the spool (kept until acknowledged), stops
+    /// Records the job's end ([`FinishedRecord`]) in the spool (kept until acknowledged), stops
     /// tracking the job, and reports it.
     async fn finish(self, exit: ExitRecord) {
         let stop = &self.record.stop;
@@ -673,8 +672,7 @@ impl Supervisor {
                 .insert(finished.job_id, finished.clone());
         }
         self.shared.jobs().remove(&finished.job_id);
-        self.shared
-            .emit(JobEvent::Finished(pb::JobFinished::from(&finished)));
+        self.shared.emit(JobEvent::Finished(finished));
     }
 }
 
