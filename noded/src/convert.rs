@@ -1,6 +1,8 @@
-//! The wire edge of the launcher: schedd's `LaunchJob` to [`JobParams`], and the launcher's
-//! events ([`JobStarted`], [`FinishedRecord`]) to the messages the agent sends. Nothing
-//! under [`crate::launch`] knows the protobuf types.
+//! The wire edge of the launcher: protobuf to and from the launcher's domain types.
+//!
+//! schedd's `LaunchJob` becomes [`JobParams`]; the launcher's events ([`JobStarted`],
+//! [`FinishedRecord`]) become the messages the agent sends. Nothing under [`crate::launch`]
+//! knows the protobuf types.
 
 use crate::launch::{ArrayTaskParams, FinishedRecord, JobParams, JobStarted};
 use ysched_proto as pb;

@@ -1,3 +1,5 @@
+//! Starting the agent and running it until noded is told to stop.
+//!
 //! Starting the agent: configuration and flags, host facts, job recovery, the client socket,
 //! then the session with schedd until noded is told to stop. Stopping noded leaves jobs
 //! running.

@@ -1,3 +1,5 @@
+//! The GPU health loop: a thread that polls the health monitor and reports changes.
+//!
 //! The GPU health loop: a thread of its own owns the health monitor ([`GpuHealth`]: NVML, or
 //! a fake inventory file's faults), polls it every `node.gpu_health_secs`, and tells the
 //! session each change of the set of failing GPUs, which goes to schedd at once in an extra

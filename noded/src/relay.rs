@@ -1,3 +1,5 @@
+//! The node's client socket, whose requests noded relays to schedd.
+//!
 //! The node's client socket: the CLIs on this host, and the jobs running here, reach schedd
 //! through it.
 //!

@@ -8,11 +8,13 @@
 //! through NVML ([`GpuHealth`]).
 
 mod fake;
+mod fake_health;
 mod nvml;
 mod nvml_health;
 mod topology;
 
-pub use fake::{FakeFaults, FakeHealth, FakeInventory};
+pub use fake::FakeInventory;
+pub use fake_health::{FakeFaults, FakeHealth};
 pub use nvml::{NvmlInventory, DEFAULT_LIBRARY};
 pub use nvml_health::{critical_xid, NvmlHealth};
 pub use topology::{

@@ -1,3 +1,5 @@
+//! The NVML health monitor: faults that make a registered GPU unfit for jobs.
+//!
 //! The NVML health monitor: watches the registered GPUs (found by UUID) for faults that make a
 //! GPU unfit for jobs, keeping NVML open between polls.
 //!

@@ -1,5 +1,6 @@
-//! How noded holds on to every process of a job: what it finds on the host at start, and the
-//! cgroups it creates for each job.
+//! How noded holds on to every process of a job: cgroups where it can, else process groups.
+//!
+//! What it finds on the host at start, and the cgroups it creates for each job.
 //!
 //! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the controller-less
 //! `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,

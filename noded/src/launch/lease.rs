@@ -1,3 +1,5 @@
+//! The fence lease: how long this node's jobs may run without news from schedd.
+//!
 //! The fence lease: how long this node's jobs may keep running without news from schedd
 //! (`node.fence_after_secs`, F).
 //!

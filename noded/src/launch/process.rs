@@ -1,3 +1,5 @@
+//! Process plumbing for noded: process groups, recognising shepherds, their exits.
+//!
 //! Process plumbing for noded: signalling a job's process group, recognising shepherds, and
 //! learning of a shepherd's exit as an event (child wait or pidfd).
 
