@@ -50,12 +50,13 @@ pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState}
 use health::Health;
 use process::{is_shepherd_of, Shepherd};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use supervisor::Supervisor;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
 
 /// What noded tells schedd about its jobs (put on the wire by the agent, see
 /// [`crate::convert`]).
@@ -141,6 +142,9 @@ pub struct Recovery {
 /// jobs and their shepherds keep running; a new `Launcher` can [`recover`](Self::recover)).
 pub struct Launcher {
     shared: Arc<Shared>,
+    /// Cancelled when the launcher is dropped: every per-job task stops at once (see
+    /// [`until_cancelled`]), leaving its job and shepherd running.
+    supervision: CancellationToken,
 }
 
 /// What the per-job tasks share with the launcher.
@@ -168,7 +172,6 @@ struct JobHandle {
     /// Which run of the job this is (`LaunchJob.restart_count`).
     restart_count: u32,
     controls: mpsc::UnboundedSender<Control>,
-    task: AbortHandle,
     /// The job's checkpoint directory on this host, once its plan is made.
     checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
 }
@@ -254,7 +257,11 @@ impl Launcher {
             spool_reserve_bytes: options.spool_reserve_mib.saturating_mul(1024 * 1024),
             unwritten_ends: Mutex::default(),
         });
-        Ok((Launcher { shared }, receiver))
+        let launcher = Launcher {
+            shared,
+            supervision: CancellationToken::new(),
+        };
+        Ok((launcher, receiver))
     }
 
     /// Starts a job. Failures to start it (no such user, bad working directory, a root job
@@ -295,13 +302,15 @@ impl Launcher {
         let (controls, receiver) = mpsc::unbounded_channel();
         let restart_count = params.restart_count;
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
-        let task = tokio::spawn(supervisor.launch()).abort_handle();
+        tokio::spawn(until_cancelled(
+            self.supervision.clone(),
+            supervisor.launch(),
+        ));
         jobs.insert(
             job_id,
             JobHandle {
                 restart_count,
                 controls,
-                task,
                 checkpoint_dir: None,
             },
         );
@@ -456,13 +465,15 @@ impl Launcher {
                 Some(shepherd) => {
                     tracing::info!("job {job_id}: re-attached to its shepherd");
                     let mut jobs = self.shared.jobs();
-                    let task = tokio::spawn(supervisor.resume(shepherd)).abort_handle();
+                    tokio::spawn(until_cancelled(
+                        self.supervision.clone(),
+                        supervisor.resume(shepherd),
+                    ));
                     jobs.insert(
                         job_id,
                         JobHandle {
                             restart_count,
                             controls,
-                            task,
                             checkpoint_dir,
                         },
                     );
@@ -481,8 +492,48 @@ impl Launcher {
 
 impl Drop for Launcher {
     fn drop(&mut self) {
-        for handle in self.shared.jobs().values() {
-            handle.task.abort();
-        }
+        self.supervision.cancel();
+    }
+}
+
+/// Runs a job's supervision until it is over or `cancelled` (the launcher was dropped),
+/// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
+/// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
+/// running, for a new launcher to [`recover`](Launcher::recover).
+async fn until_cancelled(cancelled: CancellationToken, supervision: impl Future<Output = ()>) {
+    tokio::select! {
+        biased;
+        () = cancelled.cancelled() => {}
+        () = supervision => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn a_cancelled_supervision_does_no_more() {
+        let cancelled = CancellationToken::new();
+        let (wake, woken) = tokio::sync::oneshot::channel::<()>();
+        let went_on = Arc::new(AtomicBool::new(false));
+        let flag = went_on.clone();
+        let task = tokio::spawn(until_cancelled(cancelled.clone(), async move {
+            let _ = woken.await;
+            flag.store(true, Ordering::SeqCst);
+        }));
+        tokio::task::yield_now().await;
+        // Both ready at the next poll: the cancellation wins, as an abort would.
+        cancelled.cancel();
+        let _ = wake.send(());
+        task.await.unwrap();
+        assert!(!went_on.load(Ordering::SeqCst));
+
+        // Not cancelled, it runs to its end.
+        let done = until_cancelled(CancellationToken::new(), async {});
+        tokio::time::timeout(std::time::Duration::from_secs(5), done)
+            .await
+            .unwrap();
     }
 }
