@@ -129,7 +129,7 @@ fn bounded(mut reason: String) -> String {
 }
 
 impl Shared {
-    /// See [`Launcher::check_health`].
+    /// See [`super::Launcher::check_health`].
     pub(super) fn check_health(&self) -> Option<String> {
         if !self.runs_jobs {
             return None; // a login node takes no job anyway

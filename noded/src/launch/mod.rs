@@ -400,7 +400,7 @@ impl Launcher {
 
     /// Why this node cannot take jobs now, if it cannot: its spool cannot be written (or has
     /// less than `node.spool_reserve_mib` free), or a launch failed for a reason of the
-    /// node's less than [`health::LAUNCH_FAULT_HOLD`] ago. The agent tells schedd in every
+    /// node's less than `health::LAUNCH_FAULT_HOLD` ago. The agent tells schedd in every
     /// heartbeat.
     pub fn unhealthy_reason(&self) -> Option<String> {
         self.shared.unhealthy_reason()
@@ -410,7 +410,7 @@ impl Launcher {
     /// `node.spool_reserve_mib` (once short, it must be a quarter over the reserve, and at
     /// least a MiB, to count as enough again) and a small write, synced and removed. The
     /// node's problem is set or cleared accordingly (a launch fault only once
-    /// [`health::LAUNCH_FAULT_HOLD`] has passed), and ends that could not be written to the spool
+    /// `health::LAUNCH_FAULT_HOLD` has passed), and ends that could not be written to the spool
     /// are written now if they can be. Returns the problem, as
     /// [`Launcher::unhealthy_reason`].
     pub fn check_health(&self) -> Option<String> {

@@ -18,7 +18,7 @@
 //! end when its last process is gone. It is the job's child subreaper: orphaned job
 //! processes become its children, and it reaps them.
 //!
-//! It also fences ([`fence`]): a watcher thread, started just before the job is forked,
+//! It also fences (the `fence` module): a watcher thread, started just before the job is forked,
 //! reads the node's fence lease (`<spool>/lease`, see [`super::lease`]) every second, and when `CLOCK_BOOTTIME` is past
 //! its deadline (the node has not heard from schedd for `node.fence_after_secs`), it stops
 //! the job itself: the `stopping` notice as noded writes it, SIGTERM to every process of the
@@ -32,8 +32,8 @@
 //! async-signal-safe system calls on data prepared before the fork (no allocation, no lock),
 //! so forking beside that thread is safe.
 //!
-//! Its parts: [`fence`] (the lease watcher), [`child`] (what the job's forked child needs,
-//! prepared before the fork, and what its failure means), and [`sys`], which holds every
+//! Its parts: `fence` (the lease watcher), `child` (what the job's forked child needs,
+//! prepared before the fork, and what its failure means), and `sys`, which holds every
 //! `unsafe` of the shepherd: its raw system calls and the code the child runs before exec.
 
 // Everywhere else in the shepherd, `unsafe` is refused.
