@@ -1,9 +1,8 @@
 //! The agent's session with schedd, kept up (and re-established) while noded runs.
 //!
-//! The session with schedd: register, then stream both ways (launch/stop/ack in, job events
-//! and heartbeats out); reconnect with backoff whenever the stream fails. Jobs keep running
-//! while disconnected; their ends are kept in the spool and reported at the next
-//! registration.
+//! It registers, then streams both ways (launch/stop/ack in, job events and heartbeats out),
+//! and reconnects with backoff whenever the stream fails. Jobs keep running while disconnected;
+//! their ends are kept in the spool and reported at the next registration.
 //!
 //! schedd answers the registration and every heartbeat (numbered from 1 in each session)
 //! with an acknowledgement; each one renews the node's fence lease from the time the agent

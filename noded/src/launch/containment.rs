@@ -1,13 +1,13 @@
 //! How noded holds on to every process of a job: cgroups where it can, else process groups.
 //!
-//! What it finds on the host at start, and the cgroups it creates for each job.
+//! Here: what noded finds on the host at start, and the cgroups it creates for each job.
 //!
-//! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the controller-less
-//! `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,
-//! `<root>/job_<id>.<node>.<hash>`. A process cannot leave it (setsid, double forks and daemons stay in),
-//! so a stop reaches all of them and the job is over when the cgroup is empty. The job's
-//! limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to a
-//! cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
+//! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the
+//! controller-less `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,
+//! `<root>/job_<id>.<node>.<hash>`. A process cannot leave it (setsid, double forks and daemons
+//! stay in), so a stop reaches all of them and the job is over when the cgroup is empty. The
+//! job's limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to
+//! a cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
 //! own cgroup there.
 //!
 //! The root is `node.cgroup_root`, else detected: where systemd delegated a subtree to noded

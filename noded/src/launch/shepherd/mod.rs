@@ -3,28 +3,28 @@
 //! noded starts it in its own session. It outlives noded restarts (systemd
 //! `KillMode=process`), so running jobs do too.
 //!
-//! It reads the plan from `state.json`, forks the job (into the job's cgroups, new session,
-//! job user, working directory, output files), records the job's pid in `pid`, tells noded
-//! the pid on its stdout (a pipe noded may no longer be reading), and waits for the job's main
-//! process. Everything the child does before exec may block (a hung network filesystem, an
-//! automount): its first act is to join the job's cgroup and, without cgroups, to record its
-//! process group in `group`, so that noded can stop it (a cancel, the time limit, a
-//! preemption) and the fence can fence it at any moment, not only once it runs. Output files
-//! are opened so that they cannot block: only regular files and `/dev/null` are accepted. Then it waits until *every* process of the job is gone (its cgroup is empty, or
-//! without cgroups its process group): at once, by killing them, when the job ended by
-//! itself; when noded is stopping the job (the `stopping` notice in the job directory), the
-//! others keep their grace and noded kills what is left at its end. Only then does it remove
-//! the job's cgroups and record the outcome in `exit.json`, so that noded reports the job's
-//! end when its last process is gone. It is the job's child subreaper: orphaned job
-//! processes become its children, and it reaps them.
+//! It reads the plan from `state.json`, forks the job (into the job's cgroups, new session, job
+//! user, working directory, output files), records the job's pid in `pid`, tells noded the pid
+//! on its stdout (a pipe noded may no longer be reading), and waits for the job's main process.
+//! Everything the child does before exec may block (a hung network filesystem, an automount):
+//! its first act is to join the job's cgroup and, without cgroups, to record its process group
+//! in `group`, so that noded can stop it (a cancel, the time limit, a preemption) and the fence
+//! can fence it at any moment, not only once it runs. Output files are opened so that they
+//! cannot block: only regular files and `/dev/null` are accepted. Then it waits until *every*
+//! process of the job is gone (its cgroup is empty, or without cgroups its process group): at
+//! once, by killing them, when the job ended by itself; when noded is stopping the job (the
+//! `stopping` notice in the job directory), the others keep their grace and noded kills what is
+//! left at its end. Only then does it remove the job's cgroups and record the outcome in
+//! `exit.json`, so that noded reports the job's end when its last process is gone. It is the
+//! job's child subreaper: orphaned job processes become its children, and it reaps them.
 //!
-//! It also fences (the `fence` module): a watcher thread, started just before the job is forked,
-//! reads the node's fence lease (`<spool>/lease`, see [`super::lease`]) every second, and when `CLOCK_BOOTTIME` is past
-//! its deadline (the node has not heard from schedd for `node.fence_after_secs`), it stops
-//! the job itself: the `stopping` notice as noded writes it, SIGTERM to every process of the
-//! job, the job's grace, SIGKILL to what is left. That needs no noded, so a job is stopped
-//! even while noded is stopped, hung or gone, and schedd may run it elsewhere. `exit.json`
-//! then says `fenced`, with the time of that SIGTERM.
+//! It also fences (the `fence` module): a watcher thread, started just before the job is
+//! forked, reads the node's fence lease (`<spool>/lease`, see [`super::lease`]) every second,
+//! and when `CLOCK_BOOTTIME` is past its deadline (the node has not heard from schedd for
+//! `node.fence_after_secs`), it stops the job itself: the `stopping` notice as noded writes it,
+//! SIGTERM to every process of the job, the job's grace, SIGKILL to what is left. That needs no
+//! noded, so a job is stopped even while noded is stopped, hung or gone, and schedd may run it
+//! elsewhere. `exit.json` then says `fenced`, with the time of that SIGTERM.
 //!
 //! It does no name-service lookups: noded resolved the user before starting it. Apart from
 //! the fence's watcher, it is single-threaded. The watcher starts before the job is forked

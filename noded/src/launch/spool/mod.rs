@@ -1,7 +1,7 @@
 //! The spool: one directory per job, what noded needs to supervise it across restarts.
 //!
-//! The spool: one directory per job under `<spool>/jobs/<id>`, holding everything needed to
-//! supervise the job across noded restarts and to report its end until schedd acknowledges it.
+//! Each job's directory, `<spool>/jobs/<id>`, holds everything needed to supervise the job
+//! across noded restarts and to report its end until schedd acknowledges it.
 //!
 //! | file            | written by | content                                                  |
 //! |-----------------|------------|----------------------------------------------------------|

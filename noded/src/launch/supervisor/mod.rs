@@ -1,6 +1,6 @@
 //! One task per job, which starts or adopts it, stops it when due, and reports its end.
 //!
-//! One task per job: creates its cgroups and starts its shepherd (or adopts it after a
+//! The task creates the job's cgroups and starts its shepherd (or adopts it after a
 //! restart), sends the warning signal, SIGTERM and SIGKILL to every process of the job when
 //! asked or when the time limit and grace run out, and reports the job's end. All of it
 //! reacts to events (shepherd exit, control messages, timers); nothing polls.
