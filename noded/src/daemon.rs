@@ -1,6 +1,7 @@
-//! Starting the agent: configuration and flags, host facts, job recovery, the client socket,
-//! then the session with schedd until noded is told to stop. Stopping noded leaves jobs
-//! running.
+//! Starting the agent and running it until noded is told to stop.
+//!
+//! Configuration and flags, host facts, job recovery, the client socket, then the session with
+//! schedd. Stopping noded leaves jobs running.
 //!
 //! A login node (`node.role = "login"`, or `noded --no-jobs`) offers nothing: no GPU is
 //! looked for, it registers no CPU, memory or feature, never fences (it has no job), and

@@ -1,8 +1,9 @@
-//! The GPU health loop: a thread of its own owns the health monitor ([`GpuHealth`]: NVML, or
-//! a fake inventory file's faults), polls it every `node.gpu_health_secs`, and tells the
-//! session each change of the set of failing GPUs, which goes to schedd at once in an extra
-//! heartbeat (every heartbeat carries the whole set). schedd takes a failing GPU out of
-//! service and stops the job on it.
+//! The GPU health loop: a thread that polls the health monitor and reports changes.
+//!
+//! The thread owns the health monitor ([`GpuHealth`]: NVML, or a fake inventory file's faults),
+//! polls it every `node.gpu_health_secs`, and tells the session each change of the set of
+//! failing GPUs, which goes to schedd at once in an extra heartbeat (every heartbeat carries
+//! the whole set). schedd takes a failing GPU out of service and stops the job on it.
 //!
 //! When schedd says that an administrator returned a GPU to service (`ResumeGpu`), the thread
 //! makes the monitor forget that GPU's past faults, polls at once, and its next news names the

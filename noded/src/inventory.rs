@@ -1,6 +1,8 @@
-//! What this noded offers schedd: its name, CPUs, memory, features and GPUs, after the
-//! command-line overrides. The agent registers it; `noded --inventory` prints it, so an admin
-//! can compare it with `nvidia-smi -q` and `nvidia-smi topo -m` before the node joins.
+//! What this noded offers schedd: its name, CPUs, memory, features and GPUs.
+//!
+//! All of it after the command-line overrides. The agent registers it; `noded --inventory`
+//! prints it, so an admin can compare it with `nvidia-smi -q` and `nvidia-smi topo -m`
+//! before the node joins.
 
 use crate::daemon::Options;
 use crate::gpu::{ExcludedGpu, InventoryError};

@@ -2,7 +2,8 @@
 //!
 //! It reports what the host has ([`gpu`], [`host`], gathered in [`inventory`]), watches its
 //! GPUs' health on a thread of its own ([`gpu_watch`]), keeps one session with schedd
-//! ([`agent`]), and runs jobs as real processes under a per-job shepherd
+//! ([`agent`], which converts the launcher's requests and events to and from the wire in
+//! [`convert`]), and runs jobs as real processes under a per-job shepherd
 //! so that they survive a restart of noded itself ([`launch`]); its shepherds stop them on
 //! their own when the node has lost schedd for `node.fence_after_secs` ([`launch::lease`]).
 //! It serves the host's client socket and relays its requests to schedd over the agent's
@@ -12,6 +13,7 @@
 //! The binary (`src/main.rs`) only parses flags and wires these modules together.
 
 pub mod agent;
+pub mod convert;
 pub mod daemon;
 pub mod gpu;
 pub mod gpu_watch;

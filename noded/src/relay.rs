@@ -1,5 +1,4 @@
-//! The node's client socket: the CLIs on this host, and the jobs running here, reach schedd
-//! through it.
+//! The node's client socket: the CLIs on this host, and its jobs, reach schedd through it.
 //!
 //! noded serves the `Ysched` client service on a Unix socket (`node.client_socket`, or
 //! `noded --client-socket`), identifies each caller by the kernel's peer credentials

@@ -91,7 +91,7 @@ async fn trainer_without_exec_saves_its_checkpoint(mode: Mode, offset: u64) {
     );
     let checkpoint_dir = fx.workdir().join(format!("ck{job_id}"));
     job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
     let started = events.wait_for_start(job_id).await;
     let pids = pids_in(&fx, &pids_file, 4).await;
     assert_eq!(pids[0], started.pid, "bash is the main process");
@@ -140,7 +140,7 @@ async fn escaped_process_is_killed_after_the_grace(mode: Mode, offset: u64) {
          setsid bash -c 'trap \"\" TERM; echo $$ > {escaped_file}; exec sleep 1000' &\n\
          sleep 1000\n"
     );
-    launcher.launch(&fx.job(job_id, &script)).unwrap();
+    launcher.launch(fx.job(job_id, &script)).unwrap();
     let started = events.wait_for_start(job_id).await;
     let escaped = pids_in(&fx, &escaped_file, 1).await[0];
     let session = std::fs::read_to_string(format!("/proc/{escaped}/stat")).unwrap();
@@ -208,7 +208,7 @@ async fn what_a_job_leaves_behind_dies_at_once(mode: Mode, offset: u64) {
         String::new()
     };
     let script = format!("#!/bin/sh\nsleep 100 &\necho $! >> {left_file}\n{daemon}exit 0\n");
-    launcher.launch(&fx.job(job_id, &script)).unwrap();
+    launcher.launch(fx.job(job_id, &script)).unwrap();
     let start = Instant::now();
     let outcome = events.wait_for_end(job_id).await;
     assert!(
@@ -234,11 +234,11 @@ async fn stop_reaches_every_process(mode: Mode, offset: u64) {
     check_containment(&launcher, mode);
     let job_id = 2300 + offset;
     launcher
-        .launch(&fx.job(job_id, "#!/bin/sh\nsleep 100 & sleep 100 & wait\n"))
+        .launch(fx.job(job_id, "#!/bin/sh\nsleep 100 & sleep 100 & wait\n"))
         .unwrap();
     let started = events.wait_for_start(job_id).await;
     assert!(matches!(
-        launcher.launch(&fx.job(job_id, "true")),
+        launcher.launch(fx.job(job_id, "true")),
         Err(LaunchError::AlreadyRunning {
             restart_count: 0,
             ..
@@ -278,7 +278,7 @@ async fn what_a_trap_starts_in_answer_to_the_stop_is_not_signalled(mode: Mode, o
     let job_id = 2800 + offset;
     let saved = file_for(job_id, "saved");
     launcher
-        .launch(&fx.job(
+        .launch(fx.job(
             job_id,
             &format!(
                 "#!/bin/sh
@@ -332,7 +332,7 @@ async fn job_ignoring_sigterm_is_killed_after_the_grace(mode: Mode, offset: u64)
     check_containment(&launcher, mode);
     let job_id = 2400 + offset;
     launcher
-        .launch(&fx.job(
+        .launch(fx.job(
             job_id,
             "#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n",
         ))
@@ -370,7 +370,7 @@ async fn a_stop_keeps_its_grace_across_a_noded_restart(mode: Mode, offset: u64) 
         .join(format!("ck{job_id}"))
         .to_string_lossy()
         .into_owned();
-    launcher.launch(&job).unwrap();
+    launcher.launch(job.clone()).unwrap();
     events.wait_for_start(job_id).await;
     fx.wait_for_output(&format!("ysched-{job_id}.out"), "ready")
         .await;
@@ -413,7 +413,7 @@ async fn memory_limit_kills_only_its_job_and_says_so() {
     let mut neighbour = fx.job(2601, "#!/bin/sh\nsleep 2\necho survived\n");
     neighbour.mem_bytes = 1 << 30;
     neighbour.cpus = 2;
-    launcher.launch(&neighbour).unwrap();
+    launcher.launch(neighbour).unwrap();
     events.wait_for_start(2601).await;
     let cgroup = fx.job_cgroup(2601).unwrap();
     let limit_file = |source: &LimitSource, v2: &str, v1: &str| match source {
@@ -439,7 +439,7 @@ async fn memory_limit_kills_only_its_job_and_says_so() {
          echo \"python exit $?\"\n",
     );
     greedy.mem_bytes = 100 << 20;
-    launcher.launch(&greedy).unwrap();
+    launcher.launch(greedy).unwrap();
     let finished = events.wait_for_end(2602).await.finished;
     assert!(finished.out_of_memory, "{finished:?}");
     assert_eq!(
@@ -460,7 +460,7 @@ async fn memory_limit_kills_only_its_job_and_says_so() {
     assert_all_gone(&[], Some(&cgroup));
     // And the launcher goes on launching.
     launcher
-        .launch(&fx.job(2603, "#!/bin/sh\necho fine\n"))
+        .launch(fx.job(2603, "#!/bin/sh\necho fine\n"))
         .unwrap();
     assert_eq!(events.wait_for_end(2603).await.finished.exit_code, Some(0));
 }
@@ -490,8 +490,8 @@ async fn warning_signal_comes_before_the_time_limit(mode: Mode, offset: u64) {
         job
     };
     let (every, batch) = (2700 + 10 * offset, 2701 + 10 * offset);
-    launcher.launch(&job(every, false)).unwrap();
-    launcher.launch(&job(batch, true)).unwrap();
+    launcher.launch(job(every, false)).unwrap();
+    launcher.launch(job(batch, true)).unwrap();
     for (job_id, expected) in [(every, vec!["child", "main"]), (batch, vec!["main"])] {
         let outcome = events.wait_for_end(job_id).await;
         let finished = outcome.finished;
@@ -545,7 +545,7 @@ async fn job_cgroup_names_skip_live_ones_and_reuse_leftovers() {
     let _ = std::fs::create_dir(&taken);
     for job_id in [leftover_id, taken_id] {
         launcher
-            .launch(&fx.job(job_id, "#!/bin/sh\ntrue\n"))
+            .launch(fx.job(job_id, "#!/bin/sh\ntrue\n"))
             .unwrap();
     }
     let mut dirs = Vec::new();

@@ -66,8 +66,8 @@ async fn the_shepherd_fences_its_job_when_the_lease_runs_out(mode: Mode, offset:
     Lease::Until(boottime_ms() + 1500)
         .write(&lease_of(&fx))
         .unwrap();
-    launcher.launch(&saver).unwrap();
-    launcher.launch(&stubborn).unwrap();
+    launcher.launch(saver).unwrap();
+    launcher.launch(stubborn).unwrap();
     for id in [saver_id, stubborn_id] {
         events.wait_for_start(id).await;
         fx.wait_for_output(&format!("ysched-{id}.out"), "ready")
@@ -126,7 +126,7 @@ async fn no_fence_without_a_deadline() {
         let (launcher, events) = fx.launcher();
         let mut job = fx.job(job_id, "#!/bin/sh\nsleep 2.5\nexit 7\n");
         job.grace_secs = 1;
-        launcher.launch(&job).unwrap();
+        launcher.launch(job).unwrap();
         launched.push((fx, job_id, launcher, events));
     }
     let started = Instant::now();

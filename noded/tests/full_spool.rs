@@ -120,13 +120,13 @@ async fn a_full_spool_keeps_running_jobs_and_their_ends_and_refuses_launches_as_
         })
     };
     launcher
-        .launch(&fx.job(1, "#!/bin/sh\nsleep 8\necho done\n"))
+        .launch(fx.job(1, "#!/bin/sh\nsleep 8\necho done\n"))
         .unwrap();
     events.wait_for_start(1).await;
     let filler = fill(fx.spool.path());
 
     // A launch now cannot write its script: the node's fault, said before the job's end.
-    launcher.launch(&fx.job(2, "#!/bin/sh\ntrue\n")).unwrap();
+    launcher.launch(fx.job(2, "#!/bin/sh\ntrue\n")).unwrap();
     events
         .until("the refused launch", |e| e.finished(2).is_some())
         .await;
@@ -197,7 +197,7 @@ async fn a_full_spool_keeps_running_jobs_and_their_ends_and_refuses_launches_as_
     launcher.ack(1).unwrap();
     assert!(launcher.unacked_finished().is_empty());
     launcher
-        .launch(&fx.job(3, "#!/bin/sh\necho three\n"))
+        .launch(fx.job(3, "#!/bin/sh\necho three\n"))
         .unwrap();
     let outcome = events.wait_for_end(3).await;
     assert_eq!(outcome.finished.exit_code, Some(0));

@@ -4,13 +4,14 @@
 mod support;
 
 use nix::unistd::User;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;
-use ysched_noded::launch::{JobDir, JobEvent, JobParams, JobRecord, Recovery, Spool};
-use ysched_proto as pb;
+use ysched_noded::launch::{
+    ArrayTaskParams, JobDir, JobEvent, JobParams, JobRecord, Recovery, Spool,
+};
 
 #[tokio::test]
 async fn job_gets_environment_workdir_and_output() {
@@ -30,11 +31,11 @@ async fn job_gets_environment_workdir_and_output() {
          exit 3\n",
     );
     job.gpus = vec![1, 3];
-    job.env = HashMap::from([("FOO".to_string(), "bar".to_string())]);
+    job.env = BTreeMap::from([("FOO".to_string(), "bar".to_string())]);
     job.args = vec!["a".into(), "b c".into()];
     let checkpoint_dir = fx.workdir().join("ck/deep/101");
     job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
 
     let outcome = events.wait_for_end(101).await;
     let started = outcome.started.expect("JobStarted before JobFinished");
@@ -81,8 +82,8 @@ async fn script_without_interpreter_line_runs_under_sh_with_separate_stderr() {
     let mut job = fx.job(102, "echo out-$0\necho err >&2\n");
     job.stdout_path = "logs-%x-%u.%j.out".into();
     job.stderr_path = format!("{}/err-%j-%%.txt", fx.workdir().display());
-    job.env = HashMap::from([("CUDA_VISIBLE_DEVICES".to_string(), "7".to_string())]);
-    launcher.launch(&job).unwrap();
+    job.env = BTreeMap::from([("CUDA_VISIBLE_DEVICES".to_string(), "7".to_string())]);
+    launcher.launch(job.clone()).unwrap();
     let finished = events.wait_for_end(102).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     let user = &job.user;
@@ -103,19 +104,20 @@ async fn array_task_gets_its_variables_and_output_file() {
                   echo \"job=$YS_JOB_ID array=${YS_ARRAY_JOB_ID-unset} task=${YS_ARRAY_TASK_ID-unset}\"\n\
                   echo \"count=${YS_ARRAY_TASK_COUNT-unset} min=${YS_ARRAY_TASK_MIN-unset} max=${YS_ARRAY_TASK_MAX-unset}\"\n";
     let mut task = fx.job(119, script);
-    task.is_array_task = true;
-    task.array_job_id = 112;
-    task.array_task_id = 7;
-    task.array_task_count = 3;
-    task.array_task_min = 1;
-    task.array_task_max = 9;
-    task.env = HashMap::from([("YS_ARRAY_TASK_ID".to_string(), "99".to_string())]);
-    launcher.launch(&task).unwrap();
+    task.array = Some(ArrayTaskParams {
+        array_job_id: 112,
+        task_id: 7,
+        task_count: 3,
+        task_min: 1,
+        task_max: 9,
+    });
+    task.env = BTreeMap::from([("YS_ARRAY_TASK_ID".to_string(), "99".to_string())]);
+    launcher.launch(task).unwrap();
     // A plain job that exports the variables itself does not get them.
     let mut plain = fx.job(120, script);
     plain.stdout_path = "plain-%A_%a.out".into();
-    plain.env = HashMap::from([("YS_ARRAY_JOB_ID".to_string(), "1".to_string())]);
-    launcher.launch(&plain).unwrap();
+    plain.env = BTreeMap::from([("YS_ARRAY_JOB_ID".to_string(), "1".to_string())]);
+    launcher.launch(plain).unwrap();
     assert_eq!(events.wait_for_end(119).await.finished.exit_code, Some(0));
     assert_eq!(events.wait_for_end(120).await.finished.exit_code, Some(0));
 
@@ -136,7 +138,7 @@ async fn time_limit_terminates_and_reports_timed_out() {
     let mut job = fx.job(401, "#!/bin/sh\nsleep 100\n");
     job.time_limit_secs = 1;
     job.grace_secs = 1;
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
     let outcome = events.wait_for_end(401).await;
     let finished = outcome.finished;
     assert!(finished.timed_out, "{finished:?}");
@@ -161,7 +163,7 @@ async fn checkpoint_written_after_sigterm_is_reported_saved() {
          sleep 100 & wait\n",
     );
     job.checkpoint_dir = fx.workdir().join("ck501").to_string_lossy().into_owned();
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
     events.wait_for_start(501).await;
     // Wait for the trap to be installed.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -180,16 +182,16 @@ async fn requeued_job_appends_to_its_earlier_output() {
     let fx = Fixture::new();
     let (launcher, mut events) = fx.launcher();
     let script = "#!/bin/sh\necho run $YS_RESTART_COUNT\n";
-    launcher.launch(&fx.job(601, script)).unwrap();
+    launcher.launch(fx.job(601, script)).unwrap();
     events.wait_for_end(601).await;
     launcher.ack(601).unwrap();
     let mut again = fx.job(601, script);
     again.restart_count = 1;
-    launcher.launch(&again).unwrap();
+    launcher.launch(again).unwrap();
     events.wait_for_end(601).await;
     assert_eq!(fx.output("ysched-601.out"), "run 0\nrun 1\n");
     // A fresh run (restart_count 0) truncates.
-    launcher.launch(&fx.job(601, script)).unwrap();
+    launcher.launch(fx.job(601, script)).unwrap();
     events.wait_for_end(601).await;
     assert_eq!(fx.output("ysched-601.out"), "run 0\n");
 }
@@ -208,7 +210,7 @@ async fn launch_failures_are_reported_with_a_clear_error() {
     let mut bad_output = fx.job(704, "#!/bin/sh\ntrue\n");
     bad_output.stdout_path = "no-such-dir/out".into();
     for job in [&bad_workdir, &no_user, &bad_interpreter, &bad_output] {
-        launcher.launch(job).unwrap();
+        launcher.launch(job.clone()).unwrap();
     }
     let mut expect = vec![
         (701, "/nonexistent/workdir"),
@@ -225,7 +227,7 @@ true
 ",
         );
         foreign_group.gid = 3_999_999_999;
-        launcher.launch(&foreign_group).unwrap();
+        launcher.launch(foreign_group).unwrap();
         expect.push((705, "is not a group of user"));
     }
     for &(job_id, message) in &expect {
@@ -259,7 +261,7 @@ async fn job_runs_as_nobody_when_root() {
     job.gid = nobody.gid.as_raw();
     let checkpoint_dir = fx.workdir().join("ck801");
     job.checkpoint_dir = checkpoint_dir.to_string_lossy().into_owned();
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
     let finished = events.wait_for_end(801).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     let out = fx.output("ysched-801.out");
@@ -278,7 +280,7 @@ async fn job_runs_as_nobody_when_root() {
     sneaky.gid = nobody.gid.as_raw();
     let root_only = tempfile::tempdir().unwrap();
     sneaky.stdout_path = root_only.path().join("out").to_string_lossy().into_owned();
-    launcher.launch(&sneaky).unwrap();
+    launcher.launch(sneaky).unwrap();
     let finished = events.wait_for_end(802).await.finished;
     assert!(
         finished.error.contains("cannot open output file"),
@@ -293,16 +295,16 @@ async fn jobs_survive_a_noded_restart() {
     let (launcher, mut events) = fx.launcher();
     // Ends by itself after the restart.
     launcher
-        .launch(&fx.job(901, "#!/bin/sh\nsleep 2\nexit 7\n"))
+        .launch(fx.job(901, "#!/bin/sh\nsleep 2\nexit 7\n"))
         .unwrap();
     // Hits its time limit after the restart.
     let mut limited = fx.job(902, "#!/bin/sh\nsleep 100\n");
     limited.time_limit_secs = 3;
     limited.grace_secs = 1;
-    launcher.launch(&limited).unwrap();
+    launcher.launch(limited).unwrap();
     // Is stopped by the new noded.
     launcher
-        .launch(&fx.job(903, "#!/bin/sh\nsleep 100\n"))
+        .launch(fx.job(903, "#!/bin/sh\nsleep 100\n"))
         .unwrap();
     let mut pids = HashMap::new();
     for job_id in [901, 902, 903] {
@@ -353,7 +355,7 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
     let fx = Fixture::new();
     let (launcher, mut events) = fx.launcher();
     launcher
-        .launch(&fx.job(1001, "#!/bin/sh\nsleep 1\nexit 5\n"))
+        .launch(fx.job(1001, "#!/bin/sh\nsleep 1\nexit 5\n"))
         .unwrap();
     events.wait_for_start(1001).await;
     drop(launcher);
@@ -403,7 +405,7 @@ fn nobody() -> Option<User> {
     nobody
 }
 
-fn as_user(mut job: pb::LaunchJob, user: &User) -> pb::LaunchJob {
+fn as_user(mut job: JobParams, user: &User) -> JobParams {
     job.user = user.name.clone();
     job.uid = user.uid.as_raw();
     job.gid = user.gid.as_raw();
@@ -420,7 +422,7 @@ async fn root_jobs_are_refused_when_the_node_does_not_allow_them() {
     job.uid = 0;
     job.gid = 0;
     job.restart_count = 2;
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
     let outcome = events.wait_for_end(1101).await;
     assert!(outcome.started.is_none());
     let finished = outcome.finished;
@@ -446,7 +448,7 @@ async fn root_jobs_are_refused_when_the_node_does_not_allow_them() {
         None if !is_root() => fx.job(1102, "#!/bin/sh\necho ran\n"),
         None => return,
     };
-    launcher.launch(&other).unwrap();
+    launcher.launch(other).unwrap();
     let finished = events.wait_for_end(1102).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     assert_eq!(fx.output("ysched-1102.out"), "ran\n");
@@ -457,15 +459,15 @@ async fn another_run_of_a_job_still_running_is_refused_and_reported() {
     let fx = Fixture::new();
     let (launcher, mut events) = fx.launcher();
     launcher
-        .launch(&fx.job(1201, "#!/bin/sh\nsleep 100\n"))
+        .launch(fx.job(1201, "#!/bin/sh\nsleep 100\n"))
         .unwrap();
     events.wait_for_start(1201).await;
     // The same run again: ignored, nothing reported.
-    assert!(launcher.launch(&fx.job(1201, "true")).is_err());
+    assert!(launcher.launch(fx.job(1201, "true")).is_err());
     // A later run while the earlier one is still here: that run ends at once, with an error.
     let mut later = fx.job(1201, "true");
     later.restart_count = 1;
-    launcher.launch(&later).unwrap();
+    launcher.launch(later).unwrap();
     let refused = |events: &Events| {
         events.seen.iter().find_map(|e| match e {
             JobEvent::Finished(f) if f.job_id == 1201 && f.restart_count == 1 => Some(f.clone()),
@@ -515,8 +517,8 @@ async fn scripts_and_environments_in_the_spool_are_private() {
     );
     with_shebang.env.insert("SECRET".into(), "hunter2".into());
     let without = as_user(fx.job(1302, "echo plain\nsleep 1\n"), &nobody);
-    launcher.launch(&with_shebang).unwrap();
-    launcher.launch(&without).unwrap();
+    launcher.launch(with_shebang).unwrap();
+    launcher.launch(without).unwrap();
     events.wait_for_start(1301).await;
     events.wait_for_start(1302).await;
 
@@ -577,7 +579,7 @@ async fn paths_are_checked_as_the_job_user() {
     for (job_id, workdir) in [(1401, &existing), (1402, &missing)] {
         let mut job = as_user(fx.job(job_id, "#!/bin/sh\ntrue\n"), &nobody);
         job.workdir = workdir.to_string_lossy().into_owned();
-        launcher.launch(&job).unwrap();
+        launcher.launch(job).unwrap();
         ids.push((job_id, workdir.clone()));
     }
     // The script's interpreter.
@@ -587,7 +589,7 @@ async fn paths_are_checked_as_the_job_user() {
     ] {
         let script = format!("#!{}\n", interpreter.display());
         launcher
-            .launch(&as_user(fx.job(job_id, &script), &nobody))
+            .launch(as_user(fx.job(job_id, &script), &nobody))
             .unwrap();
         ids.push((job_id, interpreter));
     }
@@ -629,7 +631,7 @@ async fn fallback_checkpoint_directory_is_made_for_the_job_user() {
         &nobody,
     );
     job.checkpoint_dir = dir.to_string_lossy().into_owned();
-    launcher.launch(&job).unwrap();
+    launcher.launch(job).unwrap();
     let finished = events.wait_for_end(job_id).await.finished;
     // A failed check is re-raised only after the directory is removed.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -666,7 +668,7 @@ async fn a_login_node_runs_no_job() {
         .unwrap();
     let mut events = Events::new(events);
     launcher
-        .launch(&fx.job(901, "#!/bin/sh\necho ran\n"))
+        .launch(fx.job(901, "#!/bin/sh\necho ran\n"))
         .unwrap();
     let outcome = events.wait_for_end(901).await;
     assert!(outcome.started.is_none());
@@ -692,8 +694,8 @@ async fn jobs_get_the_client_socket_of_their_node() {
         .unwrap();
     let mut events = Events::new(events);
     let mut job = fx.job(902, "#!/bin/sh\necho \"socket=$YSCHED_SOCKET\"\n");
-    job.env = HashMap::from([("YSCHED_SOCKET".to_string(), "/elsewhere".to_string())]);
-    launcher.launch(&job).unwrap();
+    job.env = BTreeMap::from([("YSCHED_SOCKET".to_string(), "/elsewhere".to_string())]);
+    launcher.launch(job).unwrap();
     let finished = events.wait_for_end(902).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
     assert_eq!(

@@ -4,15 +4,17 @@
 //! machines without GPUs), [`NvmlInventory`] asks the NVIDIA driver (or the library
 //! `node.nvml_library` names). Both fill every GPU's `links` (one per other GPU: PCIe relation
 //! and NVLink count) through the pure functions of the topology module, which the NVML
-//! backend's recorded answers are tested against. [`nvml_health`] watches the registered GPUs
-//! through NVML ([`GpuHealth`]).
+//! backend's recorded answers are tested against. The `nvml_health` module watches the
+//! registered GPUs through NVML ([`GpuHealth`]); the `fake_health` module, a fake file's.
 
 mod fake;
+mod fake_health;
 mod nvml;
 mod nvml_health;
 mod topology;
 
-pub use fake::{FakeFaults, FakeHealth, FakeInventory};
+pub use fake::FakeInventory;
+pub use fake_health::{FakeFaults, FakeHealth};
 pub use nvml::{NvmlInventory, DEFAULT_LIBRARY};
 pub use nvml_health::{critical_xid, NvmlHealth};
 pub use topology::{

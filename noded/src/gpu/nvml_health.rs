@@ -1,5 +1,6 @@
-//! The NVML health monitor: watches the registered GPUs (found by UUID) for faults that make a
-//! GPU unfit for jobs, keeping NVML open between polls.
+//! The NVML health monitor: faults that make a registered GPU unfit for jobs.
+//!
+//! It watches the registered GPUs (found by UUID), keeping NVML open between polls.
 //!
 //! Events, reported until [`GpuHealth::forget`]: a critical XID error (from an event set that
 //! each poll drains without waiting), and uncorrectable ECC errors beyond the volatile count

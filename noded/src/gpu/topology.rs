@@ -1,6 +1,8 @@
-//! GPU topology from what NVML reports, as pure functions over plain data so it can be tested
-//! on recorded answers without a GPU: NVLink peers and link counts from the per-link answers,
-//! PCIe relations from `topology_common_ancestor`, and both merged into `Gpu::links`.
+//! GPU topology (NVLink peers, PCIe relations) from what NVML reports, as pure functions.
+//!
+//! Pure functions over plain data, so that they can be tested on recorded answers without a
+//! GPU: NVLink peers and link counts from the per-link answers, PCIe relations from
+//! `topology_common_ancestor`, and both merged into `Gpu::links`.
 
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

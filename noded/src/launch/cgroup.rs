@@ -1,6 +1,8 @@
-//! One job's cgroups, as recorded in its plan: a cgroup in the v2 hierarchy that holds every
-//! process of the job (tracking, signals, `cgroup.kill`, `cgroup.events`), and on hybrid hosts
-//! cgroups in v1 controller hierarchies that carry its limits. noded creates them (see
+//! One job's cgroups, as recorded in its plan: joining, signalling, waiting, removing.
+//!
+//! A cgroup in the v2 hierarchy holds every process of the job (tracking, signals,
+//! `cgroup.kill`, `cgroup.events`), and on hybrid hosts cgroups in v1 controller hierarchies
+//! carry its limits. noded creates them (see
 //! [`super::containment`]); the shepherd's child joins them before exec; the shepherd waits
 //! for them to empty and removes them.
 //!

@@ -1,4 +1,6 @@
-//! The newest modification time under a job's checkpoint directory: what the agent reports
+//! The newest modification time under a job's checkpoint directory, scanned with bounds.
+//!
+//! It is what the agent reports
 //! with each heartbeat (so that schedd's victim cost counts the work since the last
 //! checkpoint, not since the start), and what tells whether a stopped job saved one.
 //!

@@ -1,12 +1,13 @@
-//! How noded holds on to every process of a job: what it finds on the host at start, and the
-//! cgroups it creates for each job.
+//! How noded holds on to every process of a job: cgroups where it can, else process groups.
 //!
-//! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the controller-less
-//! `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,
-//! `<root>/job_<id>.<node>.<hash>`. A process cannot leave it (setsid, double forks and daemons stay in),
-//! so a stop reaches all of them and the job is over when the cgroup is empty. The job's
-//! limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to a
-//! cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
+//! Here: what noded finds on the host at start, and the cgroups it creates for each job.
+//!
+//! With a cgroup v2 hierarchy (`/sys/fs/cgroup` on current distributions, or the
+//! controller-less `/sys/fs/cgroup/unified` of hybrid hosts), every job runs in its own cgroup,
+//! `<root>/job_<id>.<node>.<hash>`. A process cannot leave it (setsid, double forks and daemons
+//! stay in), so a stop reaches all of them and the job is over when the cgroup is empty. The
+//! job's limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to
+//! a cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
 //! own cgroup there.
 //!
 //! The root is `node.cgroup_root`, else detected: where systemd delegated a subtree to noded
@@ -165,7 +166,7 @@ impl fmt::Display for Containment {
 
 impl CgroupLayout {
     /// Creates the cgroups of one job, with its limits, and returns them for its plan. The
-    /// error is the message for `JobFinished.error`.
+    /// error is the message for `FinishedRecord::error`.
     ///
     /// The name is `job_<id>.<instance>`: several agents may share a host (a demo, a test
     /// suite with clusters side by side, each numbering its jobs from 1), and one agent's

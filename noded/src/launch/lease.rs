@@ -1,5 +1,4 @@
-//! The fence lease: how long this node's jobs may keep running without news from schedd
-//! (`node.fence_after_secs`, F).
+//! The fence lease (`node.fence_after_secs`, F): how long jobs may run without schedd.
 //!
 //! The agent keeps the file `<spool>/lease`, one line of text, mode 0644, right-aligned in a
 //! fixed width ([`LEASE_LEN`] bytes) and rewritten in place: a renewal allocates nothing, so

@@ -29,6 +29,8 @@ pub mod cgroup;
 mod checkpoint;
 pub mod checkpoint_scan;
 pub mod containment;
+mod environment;
+mod health;
 mod job;
 pub mod lease;
 mod process;
@@ -40,30 +42,42 @@ mod tracking;
 pub use cgroup::JobCgroup;
 pub use checkpoint::FALLBACK_CHECKPOINT_ROOT;
 pub use containment::{CgroupRoot, Containment, JobLimits, LimitSource};
-pub use job::{
-    expand_pattern, job_environment, plan_job, ArrayTaskParams, ExecPlan, JobParams, PatternVars,
-};
+pub use environment::job_environment;
+pub use job::{expand_pattern, plan_job, ArrayTaskParams, ExecPlan, JobParams, PatternVars};
 pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
 
+use health::Health;
 use process::{is_shepherd_of, Shepherd};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use supervisor::Supervisor;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
-use ysched_proto as pb;
+use tokio_util::sync::CancellationToken;
 
-/// What noded tells schedd about its jobs.
+/// What noded tells schedd about its jobs (put on the wire by the agent, see
+/// [`crate::convert`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobEvent {
-    Started(pb::JobStarted),
-    Finished(pb::JobFinished),
+    Started(JobStarted),
+    /// The job's end, as kept in the spool until schedd acknowledges it.
+    Finished(FinishedRecord),
     /// Whether this node can take jobs changed: why not, or `None` when it can again (see
     /// [`Launcher::unhealthy_reason`]). Sent before the end of a launch that failed for it.
     Health(Option<String>),
+}
+
+/// A job's main process was started (its exec done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobStarted {
+    pub job_id: u64,
+    /// The job's pid, which is also its process group id.
+    pub pid: u32,
+    /// When it started, ms since the epoch.
+    pub time_ms: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +134,7 @@ impl LauncherOptions {
 pub struct Recovery {
     /// Jobs whose shepherd is alive, now supervised again.
     pub reattached: Vec<u64>,
-    /// Jobs that ended while noded was away (their `JobFinished` is now in the spool).
+    /// Jobs that ended while noded was away (their end is now in the spool).
     pub ended: Vec<u64>,
 }
 
@@ -128,6 +142,9 @@ pub struct Recovery {
 /// jobs and their shepherds keep running; a new `Launcher` can [`recover`](Self::recover)).
 pub struct Launcher {
     shared: Arc<Shared>,
+    /// Cancelled when the launcher is dropped: every per-job task stops at once (see
+    /// [`until_cancelled`]), leaving its job and shepherd running.
+    supervision: CancellationToken,
 }
 
 /// What the per-job tasks share with the launcher.
@@ -151,44 +168,10 @@ struct Shared {
     unwritten_ends: Mutex<BTreeMap<u64, FinishedRecord>>,
 }
 
-/// Why this node cannot take jobs, if it cannot.
-#[derive(Debug, Default)]
-struct Health {
-    problem: Option<Problem>,
-}
-
-#[derive(Debug, Clone)]
-struct Problem {
-    reason: String,
-    kind: ProblemKind,
-    /// When it was found (`Instant`): a launch fault is kept for [`LAUNCH_FAULT_HOLD`].
-    since: std::time::Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ProblemKind {
-    /// The spool could not be written, or has less than the reserve free.
-    Spool,
-    /// A launch failed for a reason of the node's other than its spool.
-    Launch,
-}
-
-/// How long a launch that failed for a reason of the node's (its cgroups, forking) keeps the
-/// node from taking jobs, at least: the probe cannot tell whether that is over, so it is
-/// given a minute, after which the next launch tries again.
-const LAUNCH_FAULT_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
-/// Longest reason sent to schedd (it ends up in a drain reason).
-const REASON_MAX_BYTES: usize = 200;
-/// The probe's file in the spool's root, written, synced and removed at each check.
-const PROBE_FILE: &str = ".probe";
-/// Bytes the probe writes.
-const PROBE_BYTES: usize = 4096;
-
 struct JobHandle {
     /// Which run of the job this is (`LaunchJob.restart_count`).
     restart_count: u32,
     controls: mpsc::UnboundedSender<Control>,
-    task: AbortHandle,
     /// The job's checkpoint directory on this host, once its plan is made.
     checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
 }
@@ -221,83 +204,6 @@ impl Shared {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-
-    fn health(&self) -> MutexGuard<'_, Health> {
-        self.health
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Sets (or clears) the node's problem; a change is logged and emitted.
-    fn set_problem(&self, problem: Option<Problem>) {
-        let mut health = self.health();
-        let before = health.problem.as_ref().map(|p| p.reason.clone());
-        let after = problem.as_ref().map(|p| p.reason.clone());
-        health.problem = problem;
-        if before == after {
-            return;
-        }
-        drop(health);
-        match &after {
-            Some(reason) => tracing::error!("node takes no job: {reason}"),
-            None => tracing::warn!(
-                "node takes jobs again (was: {})",
-                before.unwrap_or_default()
-            ),
-        }
-        self.emit(JobEvent::Health(after));
-    }
-
-    /// A write to the spool failed with `error`.
-    fn spool_write_failed(&self, error: &io::Error) {
-        self.set_problem(Some(Problem {
-            reason: spool_reason(error),
-            kind: ProblemKind::Spool,
-            since: std::time::Instant::now(),
-        }));
-    }
-
-    /// A launch failed for a reason of the node's: `error`.
-    fn launch_fault(&self, error: &str) {
-        let current = self.health().problem.clone();
-        // A spool problem says more (and is what the probe clears).
-        if current.is_some_and(|p| p.kind == ProblemKind::Spool) {
-            return;
-        }
-        self.set_problem(Some(Problem {
-            reason: bounded(format!("launch failed: {error}")),
-            kind: ProblemKind::Launch,
-            since: std::time::Instant::now(),
-        }));
-    }
-}
-
-/// What a failed spool write says to schedd: `spool full: No space left on device` (or
-/// `Disk quota exceeded`), `spool unwritable: Read-only file system`, ...
-fn spool_reason(error: &io::Error) -> String {
-    let text = error.to_string();
-    let text = match text.find(" (os error ") {
-        Some(at) => &text[..at],
-        None => &text,
-    };
-    let what = match error.raw_os_error() {
-        Some(libc::ENOSPC | libc::EDQUOT) => "spool full",
-        _ => "spool unwritable",
-    };
-    bounded(format!("{what}: {text}"))
-}
-
-/// `reason` cut to [`REASON_MAX_BYTES`].
-fn bounded(mut reason: String) -> String {
-    if reason.len() > REASON_MAX_BYTES {
-        let mut end = REASON_MAX_BYTES;
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        reason.truncate(end);
-        reason.push('…');
-    }
-    reason
 }
 
 impl Launcher {
@@ -351,21 +257,24 @@ impl Launcher {
             spool_reserve_bytes: options.spool_reserve_mib.saturating_mul(1024 * 1024),
             unwritten_ends: Mutex::default(),
         });
-        Ok((Launcher { shared }, receiver))
+        let launcher = Launcher {
+            shared,
+            supervision: CancellationToken::new(),
+        };
+        Ok((launcher, receiver))
     }
 
     /// Starts a job. Failures to start it (no such user, bad working directory, a root job
     /// on a node that refuses them, ...) are not errors here: they are reported as a
-    /// `JobFinished` with `error` set, kept in the spool until acknowledged like any other
-    /// end. Must be called within a tokio runtime.
+    /// [`JobEvent::Finished`] with `error` set, kept in the spool until acknowledged like any
+    /// other end. Must be called within a tokio runtime.
     ///
     /// The one error is a repeated launch of the run that is already supervised here: it is
     /// ignored (that run reports its own start and end). A launch of another run of a job
-    /// whose earlier run is still here is refused with a `JobFinished` for the new run
+    /// whose earlier run is still here is refused with a [`JobEvent::Finished`] for the new run
     /// (sent, but not kept in the spool: the job's spool directory belongs to the run
     /// still going).
-    pub fn launch(&self, job: &pb::LaunchJob) -> Result<(), LaunchError> {
-        let params = JobParams::from(job);
+    pub fn launch(&self, params: JobParams) -> Result<(), LaunchError> {
         let job_id = params.job_id;
         let mut jobs = self.shared.jobs();
         if let Some(running) = jobs.get(&job_id) {
@@ -381,7 +290,7 @@ impl Launcher {
             );
             tracing::warn!("job {job_id}: launch refused: {error}");
             drop(jobs);
-            self.shared.emit(JobEvent::Finished(pb::JobFinished {
+            self.shared.emit(JobEvent::Finished(FinishedRecord {
                 job_id,
                 restart_count: params.restart_count,
                 end_time_ms: ysched_common::time::now_ms(),
@@ -393,13 +302,15 @@ impl Launcher {
         let (controls, receiver) = mpsc::unbounded_channel();
         let restart_count = params.restart_count;
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
-        let task = tokio::spawn(supervisor.launch()).abort_handle();
+        tokio::spawn(until_cancelled(
+            self.supervision.clone(),
+            supervisor.launch(),
+        ));
         jobs.insert(
             job_id,
             JobHandle {
                 restart_count,
                 controls,
-                task,
                 checkpoint_dir: None,
             },
         );
@@ -451,16 +362,11 @@ impl Launcher {
             .collect()
     }
 
-    /// Every `JobFinished` that schedd has not acknowledged yet: those in the spool, and
-    /// those that could not be written there (kept in memory).
-    pub fn unacked_finished(&self) -> Vec<pb::JobFinished> {
+    /// Every job's end that schedd has not acknowledged yet: those in the spool, and those
+    /// that could not be written there (kept in memory).
+    pub fn unacked_finished(&self) -> Vec<FinishedRecord> {
         let spool = &self.shared.spool;
-        let mut ends: BTreeMap<u64, pb::JobFinished> = self
-            .shared
-            .unwritten_ends()
-            .iter()
-            .map(|(id, f)| (*id, pb::JobFinished::from(f)))
-            .collect();
+        let mut ends: BTreeMap<u64, FinishedRecord> = self.shared.unwritten_ends().clone();
         let ids = match spool.job_ids() {
             Ok(ids) => ids,
             Err(e) => {
@@ -471,7 +377,7 @@ impl Launcher {
         for id in ids {
             match spool.job_dir(id).read_finished() {
                 Ok(Some(finished)) => {
-                    ends.entry(id).or_insert_with(|| (&finished).into());
+                    ends.entry(id).or_insert(finished);
                 }
                 Ok(None) => {}
                 Err(e) => tracing::error!("job {id}: {e}"),
@@ -494,21 +400,17 @@ impl Launcher {
 
     /// Why this node cannot take jobs now, if it cannot: its spool cannot be written (or has
     /// less than `node.spool_reserve_mib` free), or a launch failed for a reason of the
-    /// node's less than [`LAUNCH_FAULT_HOLD`] ago. The agent tells schedd in every
+    /// node's less than `health::LAUNCH_FAULT_HOLD` ago. The agent tells schedd in every
     /// heartbeat.
     pub fn unhealthy_reason(&self) -> Option<String> {
-        self.shared
-            .health()
-            .problem
-            .as_ref()
-            .map(|p| p.reason.clone())
+        self.shared.unhealthy_reason()
     }
 
     /// Probes the spool (blocking: call it off the async threads): its free space against
     /// `node.spool_reserve_mib` (once short, it must be a quarter over the reserve, and at
     /// least a MiB, to count as enough again) and a small write, synced and removed. The
     /// node's problem is set or cleared accordingly (a launch fault only once
-    /// [`LAUNCH_FAULT_HOLD`] has passed), and ends that could not be written to the spool
+    /// `health::LAUNCH_FAULT_HOLD` has passed), and ends that could not be written to the spool
     /// are written now if they can be. Returns the problem, as
     /// [`Launcher::unhealthy_reason`].
     pub fn check_health(&self) -> Option<String> {
@@ -563,13 +465,15 @@ impl Launcher {
                 Some(shepherd) => {
                     tracing::info!("job {job_id}: re-attached to its shepherd");
                     let mut jobs = self.shared.jobs();
-                    let task = tokio::spawn(supervisor.resume(shepherd)).abort_handle();
+                    tokio::spawn(until_cancelled(
+                        self.supervision.clone(),
+                        supervisor.resume(shepherd),
+                    ));
                     jobs.insert(
                         job_id,
                         JobHandle {
                             restart_count,
                             controls,
-                            task,
                             checkpoint_dir,
                         },
                     );
@@ -586,110 +490,50 @@ impl Launcher {
     }
 }
 
-impl Shared {
-    /// See [`Launcher::check_health`].
-    fn check_health(&self) -> Option<String> {
-        if !self.runs_jobs {
-            return None; // a login node takes no job anyway
-        }
-        let shared = self;
-        let current = shared.health().problem.clone();
-        let root = shared.spool.root().to_path_buf();
-        let reserve = shared.spool_reserve_bytes;
-        // Once short of space, the spool must have a margin over the reserve again (a
-        // quarter of it, at least a MiB: also with no reserve, after a write failed for
-        // want of space) before the node counts as able to take jobs, so that it does not
-        // drain and resume with every job's files.
-        let was_short = current
-            .as_ref()
-            .is_some_and(|p| p.kind == ProblemKind::Spool);
-        let needed = if was_short {
-            reserve + (reserve / 4).max(1024 * 1024)
-        } else {
-            reserve
-        };
-        let short_of_space = (needed > 0)
-            .then(|| free_bytes(&root))
-            .flatten()
-            .filter(|free| *free < needed)
-            .map(|_| match &current {
-                // Still short: said as before.
-                Some(problem) if was_short => problem.reason.clone(),
-                _ => format!(
-                    "spool full: less than {} MiB free in {} (node.spool_reserve_mib)",
-                    reserve.div_ceil(1024 * 1024),
-                    root.display()
-                ),
-            });
-        let problem = match short_of_space {
-            Some(reason) => Some(Problem {
-                reason,
-                kind: ProblemKind::Spool,
-                since: std::time::Instant::now(),
-            }),
-            None => match probe_write(&root.join(PROBE_FILE)) {
-                Err(e) => Some(Problem {
-                    reason: spool_reason(&e),
-                    kind: ProblemKind::Spool,
-                    since: std::time::Instant::now(),
-                }),
-                Ok(()) => current.filter(|p| {
-                    p.kind == ProblemKind::Launch && p.since.elapsed() < LAUNCH_FAULT_HOLD
-                }),
-            },
-        };
-        // Keep the time it was first found.
-        let problem = match (problem, &shared.health().problem) {
-            (Some(new), Some(old)) if new.reason == old.reason => Some(old.clone()),
-            (new, _) => new,
-        };
-        if problem.is_none() {
-            self.write_unwritten_ends();
-        }
-        shared.set_problem(problem);
-        shared.health().problem.as_ref().map(|p| p.reason.clone())
-    }
-
-    /// Writes the ends kept in memory to the spool, now that it can be written.
-    fn write_unwritten_ends(&self) {
-        let ends: Vec<FinishedRecord> = self.unwritten_ends().values().cloned().collect();
-        for end in ends {
-            let dir = self.spool.job_dir(end.job_id);
-            if !dir.path().is_dir() {
-                continue; // no job directory (its launch could not make one): memory only
-            }
-            match dir.write_finished(&end) {
-                Ok(()) => {
-                    self.unwritten_ends().remove(&end.job_id);
-                }
-                Err(e) => tracing::debug!("job {}: end still not written: {e}", end.job_id),
-            }
-        }
-    }
-}
-
-/// Free bytes on the file system holding `path`, for unprivileged use; `None` if unknown.
-fn free_bytes(path: &std::path::Path) -> Option<u64> {
-    let st = nix::sys::statvfs::statvfs(path).ok()?;
-    Some((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
-}
-
-/// Writes [`PROBE_BYTES`] to `path`, syncs and removes it.
-fn probe_write(path: &std::path::Path) -> io::Result<()> {
-    use std::io::Write;
-    let written = (|| {
-        let mut file = std::fs::File::create(path)?;
-        file.write_all(&[b'.'; PROBE_BYTES])?;
-        file.sync_all()
-    })();
-    let _ = std::fs::remove_file(path);
-    written
-}
-
 impl Drop for Launcher {
     fn drop(&mut self) {
-        for handle in self.shared.jobs().values() {
-            handle.task.abort();
-        }
+        self.supervision.cancel();
+    }
+}
+
+/// Runs a job's supervision until it is over or `cancelled` (the launcher was dropped),
+/// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
+/// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
+/// running, for a new launcher to [`recover`](Launcher::recover).
+async fn until_cancelled(cancelled: CancellationToken, supervision: impl Future<Output = ()>) {
+    tokio::select! {
+        biased;
+        () = cancelled.cancelled() => {}
+        () = supervision => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn a_cancelled_supervision_does_no_more() {
+        let cancelled = CancellationToken::new();
+        let (wake, woken) = tokio::sync::oneshot::channel::<()>();
+        let went_on = Arc::new(AtomicBool::new(false));
+        let flag = went_on.clone();
+        let task = tokio::spawn(until_cancelled(cancelled.clone(), async move {
+            let _ = woken.await;
+            flag.store(true, Ordering::SeqCst);
+        }));
+        tokio::task::yield_now().await;
+        // Both ready at the next poll: the cancellation wins, as an abort would.
+        cancelled.cancel();
+        let _ = wake.send(());
+        task.await.unwrap();
+        assert!(!went_on.load(Ordering::SeqCst));
+
+        // Not cancelled, it runs to its end.
+        let done = until_cancelled(CancellationToken::new(), async {});
+        tokio::time::timeout(std::time::Duration::from_secs(5), done)
+            .await
+            .unwrap();
     }
 }

@@ -1,5 +1,7 @@
-//! Process plumbing for noded: signalling a job's process group, recognising shepherds, and
-//! learning of a shepherd's exit as an event (child wait or pidfd).
+//! Process plumbing for noded: job process groups, recognising shepherds, their exits.
+//!
+//! A job's process group is signalled as a whole; a shepherd's exit is learnt as an event
+//! (child wait or pidfd).
 
 use super::checkpoint_scan::CheckpointDir;
 use nix::sys::signal::{killpg, Signal};

@@ -1,6 +1,7 @@
-//! Every process of one job, whichever way they are held together: the job's cgroup, or
-//! without cgroups its process group (which a process leaves with `setsid`). noded signals
-//! them on a stop; the shepherd waits until they are all gone before the job is over.
+//! Every process of one job: its cgroup, or without cgroups its process group.
+//!
+//! A process can leave its process group (with `setsid`), not its cgroup. noded signals them on
+//! a stop; the shepherd waits until they are all gone before the job is over.
 
 use super::cgroup::{self, JobCgroup};
 use super::process::signal_group;

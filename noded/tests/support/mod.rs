@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use tokio::sync::mpsc::UnboundedReceiver;
 use ysched_noded::launch::{
-    CgroupRoot, Containment, JobCgroup, JobEvent, Launcher, LauncherOptions, Spool,
+    CgroupRoot, Containment, FinishedRecord, JobCgroup, JobEvent, JobParams, JobStarted, Launcher,
+    LauncherOptions, Spool,
 };
-use ysched_proto as pb;
 
 pub const NODE: &str = "n1";
 
@@ -68,9 +68,9 @@ impl Fixture {
     }
 
     /// A job of the current user running `script` in the working directory.
-    pub fn job(&self, job_id: u64, script: &str) -> pb::LaunchJob {
+    pub fn job(&self, job_id: u64, script: &str) -> JobParams {
         let me = User::from_uid(Uid::effective()).unwrap().unwrap();
-        pb::LaunchJob {
+        JobParams {
             job_id,
             name: format!("job{job_id}"),
             user: me.name,
@@ -96,8 +96,8 @@ pub struct Events {
 
 /// Events of one job until it finishes.
 pub struct Outcome {
-    pub started: Option<pb::JobStarted>,
-    pub finished: pb::JobFinished,
+    pub started: Option<JobStarted>,
+    pub finished: FinishedRecord,
 }
 
 impl Events {
@@ -108,14 +108,14 @@ impl Events {
         }
     }
 
-    pub fn started(&self, job_id: u64) -> Option<pb::JobStarted> {
+    pub fn started(&self, job_id: u64) -> Option<JobStarted> {
         self.seen.iter().find_map(|e| match e {
             JobEvent::Started(s) if s.job_id == job_id => Some(*s),
             _ => None,
         })
     }
 
-    pub fn finished(&self, job_id: u64) -> Option<pb::JobFinished> {
+    pub fn finished(&self, job_id: u64) -> Option<FinishedRecord> {
         self.seen.iter().find_map(|e| match e {
             JobEvent::Finished(f) if f.job_id == job_id => Some(f.clone()),
             _ => None,
@@ -135,7 +135,7 @@ impl Events {
         }
     }
 
-    pub async fn wait_for_start(&mut self, job_id: u64) -> pb::JobStarted {
+    pub async fn wait_for_start(&mut self, job_id: u64) -> JobStarted {
         self.until(&format!("start of job {job_id}"), |events| {
             if let Some(f) = events.finished(job_id) {
                 panic!("job {job_id} ended before starting: {f:?}");

@@ -1,7 +1,8 @@
-//! The session with schedd: register, then stream both ways (launch/stop/ack in, job events
-//! and heartbeats out); reconnect with backoff whenever the stream fails. Jobs keep running
-//! while disconnected; their ends are kept in the spool and reported at the next
-//! registration.
+//! The agent's session with schedd, kept up (and re-established) while noded runs.
+//!
+//! It registers, then streams both ways (launch/stop/ack in, job events and heartbeats out),
+//! and reconnects with backoff whenever the stream fails. Jobs keep running while disconnected;
+//! their ends are kept in the spool and reported at the next registration.
 //!
 //! schedd answers the registration and every heartbeat (numbered from 1 in each session)
 //! with an acknowledgement; each one renews the node's fence lease from the time the agent
@@ -17,12 +18,15 @@
 //! backoff), so that the agents of a cluster do not all come back in the same instant after
 //! a schedd restart.
 
+mod heartbeat;
+mod reconnect;
+
 use crate::gpu_watch::GpuWatch;
-use crate::launch::checkpoint_scan::{scan_jobs, Newest, HEARTBEAT_SCAN};
 use crate::launch::lease::{boottime_ms, LeaseKeeper};
-use crate::launch::{JobEvent, Launcher};
+use crate::launch::{JobEvent, JobParams, Launcher};
 use crate::relay::{RelayLink, SessionSlot};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use heartbeat::{CheckpointScan, CheckpointWatch, HeartbeatLog};
+use reconnect::{jitter_seed, jittered, tls_refusal, with_sources};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -36,9 +40,6 @@ use ysched_proto::scheduler_message::Msg as SchedulerMsg;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
-/// Heartbeats remembered until schedd acknowledges them; older ones are forgotten (an
-/// acknowledgement of a later one renews the lease further anyway).
-const UNACKED_BEATS: usize = 64;
 /// The HTTP/2 windows of the connections to schedd (the session's, and the one relayed
 /// requests take): a listing of 10,000 jobs comes back in one go.
 const WINDOW: u32 = 16 * 1024 * 1024;
@@ -117,124 +118,6 @@ pub struct Agent {
     /// GPUs schedd said were returned to service, on an agent without a health thread: their
     /// forget is confirmed at once in the next heartbeat (there was nothing to forget).
     forgotten_unwatched: Vec<u32>,
-}
-
-/// The heartbeats of one session, numbered from 1, with when each was sent
-/// (`CLOCK_BOOTTIME`), until schedd acknowledges them.
-#[derive(Debug, Default)]
-struct HeartbeatLog {
-    last_seq: u64,
-    unacked: VecDeque<(u64, u64)>,
-}
-
-impl HeartbeatLog {
-    /// A heartbeat goes out at `sent_at_ms`: its number.
-    fn sent(&mut self, sent_at_ms: u64) -> u64 {
-        self.last_seq += 1;
-        if self.unacked.len() >= UNACKED_BEATS {
-            self.unacked.pop_front();
-        }
-        self.unacked.push_back((self.last_seq, sent_at_ms));
-        self.last_seq
-    }
-
-    /// schedd acknowledged heartbeat `seq`: when it was sent, if it is remembered. Earlier
-    /// ones are forgotten with it (schedd answers in order).
-    fn acked(&mut self, seq: u64) -> Option<u64> {
-        while let Some(&(oldest, sent_at_ms)) = self.unacked.front() {
-            if oldest > seq {
-                break;
-            }
-            self.unacked.pop_front();
-            if oldest == seq {
-                return Some(sent_at_ms);
-            }
-        }
-        None
-    }
-}
-
-/// What the heartbeats say of the running jobs' checkpoints: the newest modification time
-/// under each one's checkpoint directory, from a bounded scan (see
-/// [`crate::launch::checkpoint_scan`]) on a blocking thread, started at most once per
-/// heartbeat interval and never waited for: a heartbeat carries the last scan's results, and
-/// a scan that finds something new is sent at once in an extra heartbeat.
-#[derive(Debug, Default)]
-struct CheckpointWatch {
-    /// Per job, what the last scan found.
-    newest: BTreeMap<u64, i64>,
-    /// What the last heartbeat of this session carried.
-    sent: BTreeMap<u64, i64>,
-    /// Jobs whose directory was too large to scan, already logged.
-    too_large: BTreeSet<u64>,
-}
-
-type CheckpointScan = JoinHandle<Vec<(u64, Newest)>>;
-
-impl CheckpointWatch {
-    /// Starts a scan of the jobs' directories, unless one is still running or there is
-    /// nothing to scan (then the results are simply empty).
-    fn start_scan(&mut self, launcher: &Launcher, scan: &mut Option<CheckpointScan>) {
-        if scan.is_some() {
-            return;
-        }
-        let dirs = launcher.checkpoint_dirs();
-        if dirs.is_empty() {
-            self.take(Vec::new());
-            return;
-        }
-        *scan = Some(tokio::task::spawn_blocking(move || {
-            scan_jobs(dirs, HEARTBEAT_SCAN)
-        }));
-    }
-
-    /// Takes a scan's results; `true` when a job's time is new since the last heartbeat.
-    fn take(&mut self, found: Vec<(u64, Newest)>) -> bool {
-        let scanned: BTreeSet<u64> = found.iter().map(|(id, _)| *id).collect();
-        self.too_large.retain(|id| scanned.contains(id));
-        self.newest.clear();
-        for (job_id, result) in found {
-            match result {
-                Newest::Complete(Some(time)) => {
-                    self.newest.insert(job_id, time);
-                }
-                Newest::Complete(None) => {}
-                Newest::TooLarge(_) => {
-                    if self.too_large.insert(job_id) {
-                        tracing::warn!(
-                            "job {job_id}: its checkpoint directory has more than {} entries, \
-                             too many to watch: its checkpoints are not reported (the victim \
-                             cost counts its work since it started)",
-                            HEARTBEAT_SCAN.max_entries
-                        );
-                    }
-                }
-            }
-        }
-        self.newest
-            .iter()
-            .any(|(id, time)| self.sent.get(id) != Some(time))
-    }
-
-    /// A heartbeat listing `running_jobs` and what the last scan found of them.
-    fn heartbeat(&mut self, running_jobs: Vec<u64>) -> pb::Heartbeat {
-        let checkpoints = running_jobs
-            .iter()
-            .filter_map(|id| {
-                let time = *self.newest.get(id)?;
-                Some(pb::JobCheckpoint {
-                    job_id: *id,
-                    newest_mtime_ms: time,
-                })
-            })
-            .collect();
-        self.sent = self.newest.clone();
-        pb::Heartbeat {
-            running_jobs,
-            checkpoints,
-            ..Default::default()
-        }
-    }
 }
 
 impl Agent {
@@ -419,7 +302,7 @@ impl Agent {
         heartbeat.tick().await; // the first tick is immediate; registration just said it all
 
         // A new schedd knows of no checkpoint: the first scan's results go out when it ends.
-        self.checkpoints.sent.clear();
+        self.checkpoints.new_session();
         let mut scan: Option<CheckpointScan> = None;
         self.checkpoints.start_scan(&self.launcher, &mut scan);
         let mut health_check: Option<JoinHandle<()>> = None;
@@ -452,8 +335,8 @@ impl Agent {
                 }
                 Some(event) = self.events.recv() => {
                     let message = match event {
-                        JobEvent::Started(started) => AgentMsg::Started(started),
-                        JobEvent::Finished(finished) => AgentMsg::Finished(finished),
+                        JobEvent::Started(started) => AgentMsg::Started((&started).into()),
+                        JobEvent::Finished(finished) => AgentMsg::Finished((&finished).into()),
                         // At once, ahead of the end of a launch that failed for it: schedd
                         // drains (or resumes) the node before it places that job again.
                         JobEvent::Health(_) => AgentMsg::Heartbeat(self.heartbeat()),
@@ -527,7 +410,12 @@ impl Agent {
     fn registration(&self) -> pb::Register {
         // Ends first, then running jobs: a job ending in between shows up in neither
         // snapshot but its event is still queued (see `session`).
-        let finished = self.launcher.unacked_finished();
+        let finished = self
+            .launcher
+            .unacked_finished()
+            .iter()
+            .map(pb::JobFinished::from)
+            .collect();
         let running_jobs = self.launcher.running_jobs();
         pb::Register {
             name: self.config.name.clone(),
@@ -560,7 +448,7 @@ impl Agent {
                     job.user,
                     job.uid
                 );
-                if let Err(e) = self.launcher.launch(&job) {
+                if let Err(e) = self.launcher.launch(JobParams::from(&job)) {
                     tracing::warn!("{e}; launch ignored");
                 }
             }
@@ -616,116 +504,9 @@ impl Agent {
     }
 }
 
-/// A seed for the reconnection jitter, different in every process and at every start.
-fn jitter_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    if let Ok(since) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        hasher.write_u128(since.as_nanos());
-    }
-    hasher.finish() | 1
-}
-
-/// `wait` scaled by a random factor in [0.5, 1.0] (xorshift64* on `state`).
-fn jittered(wait: Duration, state: &mut u64) -> Duration {
-    let mut x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    let random = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
-    let fraction = random as f64 / (1u64 << 53) as f64; // [0, 1)
-    wait.mul_f64(0.5 + fraction / 2.0)
-}
-
-/// Why a connection failed TLS verification, if it did: the peer is not a schedd holding a
-/// certificate from the cluster CA.
-fn tls_refusal(error: &tonic::transport::Error) -> Option<String> {
-    let text = with_sources(error);
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("invalid peer certificate") || lower.contains("unknownissuer") {
-        Some(format!(
-            "its certificate is not signed by the cluster CA ({text})"
-        ))
-    } else if lower.contains("corrupt message")
-        || lower.contains("invalidcontenttype")
-        || lower.contains("wrong version number")
-        || lower.contains("invalid message")
-    {
-        Some(format!("it does not speak TLS ({text})"))
-    } else if lower.contains("tls") || lower.contains("handshake") || lower.contains("certificate")
-    {
-        Some(format!("TLS handshake failed ({text})"))
-    } else {
-        None
-    }
-}
-
-/// An error with its chain of causes: tonic's transport errors say little on their own.
-fn with_sources(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        // Some errors repeat their cause in their own text: say each thing once.
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 async fn send(outbox: &mpsc::Sender<pb::AgentMessage>, msg: AgentMsg) -> Result<(), SessionError> {
     outbox
         .send(pb::AgentMessage { msg: Some(msg) })
         .await
         .map_err(|_| SessionError::Closed)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_spreads_waits_between_half_and_all() {
-        let mut state = jitter_seed();
-        let wait = Duration::from_millis(1000);
-        let waits: Vec<Duration> = (0..1000).map(|_| jittered(wait, &mut state)).collect();
-        assert!(
-            waits.iter().all(|w| *w >= wait / 2 && *w <= wait),
-            "{waits:?}"
-        );
-        let below = waits.iter().filter(|w| **w < wait * 3 / 4).count();
-        assert!(
-            (350..650).contains(&below),
-            "{below} of 1000 in the lower half"
-        );
-        // Two agents started together do not wait alike.
-        let (mut a, mut b) = (jitter_seed(), jitter_seed());
-        assert_ne!(jittered(wait, &mut a), jittered(wait, &mut b));
-    }
-
-    #[test]
-    fn heartbeats_are_numbered_and_remembered_until_acknowledged() {
-        let mut log = HeartbeatLog::default();
-        assert_eq!(log.sent(100), 1);
-        assert_eq!(log.sent(200), 2);
-        assert_eq!(log.sent(300), 3);
-        assert_eq!(log.acked(2), Some(200));
-        // 1 was forgotten with 2; a repeated or unknown acknowledgement renews nothing.
-        assert_eq!(log.acked(1), None);
-        assert_eq!(log.acked(2), None);
-        assert_eq!(log.acked(9), None);
-        assert!(log.unacked.is_empty());
-        // Bounded: the oldest are forgotten.
-        for i in 0..200 {
-            log.sent(i);
-        }
-        assert_eq!(log.unacked.len(), UNACKED_BEATS);
-        assert_eq!(log.acked(4), None);
-        assert_eq!(log.acked(203), Some(199));
-    }
 }

@@ -1,0 +1,307 @@
+//! Starting the job: its forked child's setup, prepared before the fork, and its failures.
+//!
+//! Everything the child needs is resolved here (the child itself only runs
+//! [`sys::setup_child`]); when it fails, the step it reports says what the failure means:
+//! whose fault it is (the node's or the job's), and the message for the job's end.
+
+use super::sys::{self, ChildSetup};
+use crate::launch::spool::JobDir;
+use crate::launch::ExecPlan;
+use nix::unistd::{Gid, Uid};
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Why the job could not be started (the message for `FinishedRecord::error`), and whether that
+/// is the node's fault (see [`super::launch_failed`]).
+pub(super) struct StartError {
+    pub(super) error: String,
+    pub(super) node_fault: bool,
+}
+
+impl StartError {
+    fn job(error: String) -> StartError {
+        StartError {
+            error,
+            node_fault: false,
+        }
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
+}
+
+/// Forks and execs the job.
+pub(super) fn start_job(
+    dir: &JobDir,
+    plan: &ExecPlan,
+    join_cgroups: Vec<OwnedFd>,
+) -> Result<std::process::Child, StartError> {
+    let (step_read, step_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| StartError {
+            error: format!("cannot create a pipe: {e}"),
+            node_fault: true,
+        })?;
+    let checkpoint_dirs = match &plan.checkpoint_dir {
+        Some(dir) => {
+            let mut ancestors: Vec<&Path> = dir
+                .ancestors()
+                .filter(|p| !p.as_os_str().is_empty() && *p != Path::new("/"))
+                .collect();
+            ancestors.reverse();
+            ancestors
+                .into_iter()
+                .map(c_path)
+                .collect::<Result<_, _>>()
+                .map_err(StartError::job)?
+        }
+        None => Vec::new(),
+    };
+    let output_mode = if plan.append_output {
+        libc::O_APPEND
+    } else {
+        libc::O_TRUNC
+    };
+    let group_file = match plan.cgroup {
+        Some(_) => None,
+        None => Some(
+            // A spool that cannot take this small file is the node's fault (a full disk).
+            dir.create_group_file().map_err(|e| StartError {
+                error: format!("cannot create {}: {e}", dir.group().display()),
+                node_fault: true,
+            })?,
+        ),
+    };
+    let setup = ChildSetup {
+        join_cgroups,
+        switch_user: plan.switch_user,
+        uid: Uid::from_raw(plan.uid),
+        gid: Gid::from_raw(plan.gid),
+        groups: plan.groups.iter().copied().map(Gid::from_raw).collect(),
+        workdir: c_path(&plan.workdir).map_err(StartError::job)?,
+        interpreter: plan
+            .interpreter
+            .as_deref()
+            .map(c_path)
+            .transpose()
+            .map_err(StartError::job)?,
+        checkpoint_dirs,
+        stdout: c_path(&plan.stdout).map_err(StartError::job)?,
+        stderr: plan
+            .stderr
+            .as_deref()
+            .map(c_path)
+            .transpose()
+            .map_err(StartError::job)?,
+        // Non-blocking: a FIFO nobody reads fails at once (ENXIO) instead of blocking the
+        // job until someone does; cleared once the file is known to be a regular one. No
+        // controlling terminal from a terminal device either (refused anyway).
+        output_flags: libc::O_WRONLY
+            | libc::O_CREAT
+            | libc::O_CLOEXEC
+            | libc::O_NONBLOCK
+            | libc::O_NOCTTY
+            | output_mode,
+        step_report: step_write,
+        group_file,
+    };
+
+    let mut command = Command::new(&plan.program);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(&plan.env)
+        .stdin(Stdio::null());
+    // Consumes `command`, and with it the setup's copy of the pipe's write end: reading sees
+    // end-of-file once the child has exec'd or died.
+    let spawned = sys::spawn_with_setup(command, setup);
+    let mut failed_step = [0u8; 2];
+    let reported = std::fs::File::from(step_read)
+        .read(&mut failed_step)
+        .unwrap_or(0);
+
+    spawned.map_err(|e| {
+        let step = Step::from_byte(failed_step[0]).filter(|_| reported == 2);
+        if let (Some(step), Some(refused)) = (step, Refused::from_byte(failed_step[1])) {
+            return StartError::job(step.refusal(plan, refused));
+        }
+        if let (Some(Step::Interpreter), Some(interpreter)) = (step, &plan.interpreter) {
+            if e.kind() == io::ErrorKind::NotFound {
+                return StartError::job(format!(
+                    "the script's interpreter {} does not exist on this node",
+                    interpreter.display()
+                ));
+            }
+        }
+        let (what, node_fault) = match step {
+            Some(step) => (step.describe(plan), step.is_node_fault()),
+            // No step failed: the fork itself (out of processes or memory: the node's), or
+            // the exec (the job's program).
+            None => (
+                format!("cannot execute {}", plan.program.display()),
+                matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
+            ),
+        };
+        StartError {
+            error: format!("{what}: {e}"),
+            node_fault,
+        }
+    })
+}
+
+/// Setup steps done in the forked child; on failure the child reports which one on a pipe
+/// (std's own pipe carries only the errno), with what it refused (a [`Refused`], 0: nothing,
+/// the system call failed).
+#[derive(Clone, Copy)]
+#[repr(u8)]
+pub(super) enum Step {
+    Cgroup = 1,
+    Session,
+    Groups,
+    Gid,
+    Uid,
+    Workdir,
+    Interpreter,
+    CheckpointDir,
+    Stdout,
+    Stderr,
+}
+
+impl Step {
+    fn from_byte(byte: u8) -> Option<Step> {
+        [
+            Step::Cgroup,
+            Step::Session,
+            Step::Groups,
+            Step::Gid,
+            Step::Uid,
+            Step::Workdir,
+            Step::Interpreter,
+            Step::CheckpointDir,
+            Step::Stdout,
+            Step::Stderr,
+        ]
+        .into_iter()
+        .find(|step| *step as u8 == byte)
+    }
+
+    /// A failure of this step is the node's, not the job's: it has nothing to do with the
+    /// job's user, paths or program.
+    fn is_node_fault(self) -> bool {
+        matches!(self, Step::Cgroup | Step::Session)
+    }
+
+    fn describe(self, plan: &ExecPlan) -> String {
+        let user = &plan.user;
+        match self {
+            Step::Cgroup => format!(
+                "cannot move the job into its cgroup {}",
+                plan.cgroup
+                    .as_ref()
+                    .map_or(Path::new(""), |c| c.dir.as_path())
+                    .display()
+            ),
+            Step::Session => "cannot start a new session".to_string(),
+            Step::Groups => format!("cannot set the supplementary groups of {user}"),
+            Step::Gid => format!("cannot switch to gid {}", plan.gid),
+            Step::Uid => format!("cannot switch to user {user} (uid {})", plan.uid),
+            Step::Workdir => format!(
+                "cannot enter working directory {} as {user}",
+                plan.workdir.display()
+            ),
+            Step::Interpreter => format!(
+                "cannot run the script's interpreter {} as {user}",
+                plan.interpreter
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+            ),
+            Step::CheckpointDir => format!(
+                "cannot create checkpoint directory {} as {user}",
+                plan.checkpoint_dir
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+            ),
+            Step::Stdout => format!(
+                "cannot open output file {} as {user}",
+                plan.stdout.display()
+            ),
+            Step::Stderr => format!(
+                "cannot open error file {} as {user}",
+                plan.stderr.as_deref().unwrap_or(Path::new("")).display()
+            ),
+        }
+    }
+
+    /// The refusal of an output file that is no regular file (nor `/dev/null`).
+    fn refusal(self, plan: &ExecPlan, refused: Refused) -> String {
+        let (what, path) = match self {
+            Step::Stderr => ("error", plan.stderr.as_deref().unwrap_or(Path::new(""))),
+            _ => ("output", plan.stdout.as_path()),
+        };
+        format!(
+            "{what} file {} is {}: -o and -e must name a regular file (or /dev/null)",
+            path.display(),
+            refused.describe()
+        )
+    }
+}
+
+/// What kind of file an output path named, when it was refused: anything but a regular file
+/// and `/dev/null` could block the job before it starts (a FIFO nobody reads), hand its
+/// output to another process, or write to a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Refused {
+    Fifo = 1,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    Other,
+}
+
+impl Refused {
+    fn from_byte(byte: u8) -> Option<Refused> {
+        [
+            Refused::Fifo,
+            Refused::Socket,
+            Refused::CharDevice,
+            Refused::BlockDevice,
+            Refused::Other,
+        ]
+        .into_iter()
+        .find(|r| *r as u8 == byte)
+    }
+
+    /// The kind of file `mode` (`st_mode`) is, unless it is one output may go to.
+    pub(super) fn of_mode(mode: libc::mode_t, rdev: libc::dev_t) -> Option<Refused> {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => None,
+            libc::S_IFCHR if rdev == DEV_NULL => None,
+            libc::S_IFIFO => Some(Refused::Fifo),
+            libc::S_IFSOCK => Some(Refused::Socket),
+            libc::S_IFCHR => Some(Refused::CharDevice),
+            libc::S_IFBLK => Some(Refused::BlockDevice),
+            _ => Some(Refused::Other),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Refused::Fifo => "a FIFO",
+            Refused::Socket => "a socket",
+            Refused::CharDevice => "a character device",
+            Refused::BlockDevice => "a block device",
+            Refused::Other => "not a regular file",
+        }
+    }
+}
+
+/// `/dev/null`'s device number (1:3 on every Linux).
+const DEV_NULL: libc::dev_t = libc::makedev(1, 3);

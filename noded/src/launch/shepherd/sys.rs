@@ -1,0 +1,266 @@
+//! Every `unsafe` of the shepherd: its raw system calls and its child's pre-exec code.
+//!
+//! Each `unsafe` says why it is sound. The shepherd's own process: closing inherited
+//! descriptors, ignoring termination signals, becoming the subreaper, reaping, the start
+//! announcement. Its forked child: [`setup_child`], which runs between fork and exec in a
+//! process that has another thread (the fence's watcher), so it may only make
+//! async-signal-safe system calls, on data prepared before the fork ([`ChildSetup`]): no
+//! allocation, no lock, no name-service lookup. On failure it reports which step failed on
+//! a pipe (see [`Step`]).
+
+use super::child::{Refused, Step};
+use super::log;
+use nix::sys::signal::{signal, SigHandler, Signal};
+use nix::unistd::{Gid, Uid};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use ysched_common::time::now_ms;
+
+/// Descriptors noded did not mean to pass on (a library's without close-on-exec) would
+/// otherwise reach the job. Keeps stdin, stdout (the pipe to noded) and stderr (the log).
+pub(super) fn close_inherited_fds() {
+    // SAFETY: close_range only closes descriptors; none above 2 is in use yet.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if closed < 0 {
+        log(&format!("close_range: {}", io::Error::last_os_error()));
+    }
+}
+
+/// noded's stop requests go to the job's processes, not here; a stray SIGTERM or SIGHUP (the
+/// session of a terminal, a broad `kill`) must not orphan the job.
+pub(super) fn ignore_termination_signals() {
+    for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
+        // SAFETY: installing SIG_IGN involves no handler code.
+        if let Err(e) = unsafe { signal(sig, SigHandler::SigIgn) } {
+            log(&format!("cannot ignore {sig}: {e}"));
+        }
+    }
+}
+
+/// Orphans of the job (a daemon's parent exiting, a double fork) become this process's
+/// children instead of init's, so their zombies are reaped even where init does not.
+pub(super) fn become_subreaper() {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
+        log(&format!(
+            "cannot become the job's subreaper: {}",
+            io::Error::last_os_error()
+        ));
+    }
+}
+
+/// Collects the exit status of every child that has ended (orphaned job processes the
+/// shepherd inherited as their subreaper), without waiting.
+pub(super) fn reap_orphans() {
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG on any child, into a live local.
+    while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
+}
+
+/// Tells noded the job's pid and start time: one line on stdout, then stdout is closed so
+/// noded sees the end. A noded that is gone makes this fail with EPIPE, which is fine: it
+/// reads the `pid` file when it comes back.
+pub(super) fn announce_start(pid: u32) {
+    let line = format!("started {pid} {}\n", now_ms());
+    // SAFETY: plain writes and dup2 on the standard descriptors this process owns.
+    unsafe {
+        libc::write(1, line.as_ptr().cast(), line.len());
+        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if devnull >= 0 {
+            libc::dup2(devnull, 1);
+            libc::close(devnull);
+        }
+    }
+}
+
+/// Everything the child needs, prepared before the fork so the child only makes syscalls.
+pub(super) struct ChildSetup {
+    /// `cgroup.procs` of each of the job's cgroups, written "0" (this process) first thing.
+    pub(super) join_cgroups: Vec<OwnedFd>,
+    pub(super) switch_user: bool,
+    pub(super) uid: Uid,
+    pub(super) gid: Gid,
+    pub(super) groups: Vec<Gid>,
+    pub(super) workdir: CString,
+    /// The script's `#!` program, checked for execute permission as the job user.
+    pub(super) interpreter: Option<CString>,
+    /// The checkpoint directory and its ancestors, outermost first (`mkdir -p`).
+    pub(super) checkpoint_dirs: Vec<CString>,
+    pub(super) stdout: CString,
+    pub(super) stderr: Option<CString>,
+    pub(super) output_flags: libc::c_int,
+    pub(super) step_report: OwnedFd,
+    /// The job directory's `group` file, where the child writes its pid (its process group)
+    /// first thing; `None` with cgroups, which hold the job from its first instruction.
+    pub(super) group_file: Option<OwnedFd>,
+}
+
+/// Spawns `command`, whose child runs [`setup_child`] between its fork and its exec.
+pub(super) fn spawn_with_setup(
+    mut command: Command,
+    setup: ChildSetup,
+) -> io::Result<std::process::Child> {
+    // SAFETY: the closure only makes async-signal-safe system calls on data prepared before
+    // the fork (see the module's docs).
+    unsafe {
+        command.pre_exec(move || setup_child(&setup));
+    }
+    command.spawn()
+}
+
+/// Runs in the forked child, before exec: new session, user switch, directories, output.
+pub(super) fn setup_child(s: &ChildSetup) -> io::Result<()> {
+    let report = |step: Step, refused: Option<Refused>| {
+        let bytes = [step as u8, refused.map_or(0, |r| r as u8)];
+        // SAFETY: write(2) of two bytes from a live local to a pipe fd we own; one write of
+        // less than PIPE_BUF bytes arrives whole.
+        unsafe { libc::write(s.step_report.as_raw_fd(), bytes.as_ptr().cast(), 2) };
+    };
+    let fail = |step: Step, error: io::Error| -> io::Error {
+        report(step, None);
+        error
+    };
+    let check = |step: Step, ret: libc::c_int| -> io::Result<()> {
+        if ret < 0 {
+            Err(fail(step, io::Error::last_os_error()))
+        } else {
+            Ok(())
+        }
+    };
+
+    // The shepherd ignores these; ignored dispositions survive exec, the job needs defaults.
+    // Reset before the child joins the job's cgroup: a stop that reaches it there before its
+    // exec ends it (its SIGTERM is not lost on an ignored disposition).
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGPIPE,
+    ] {
+        // SAFETY: resetting a disposition to SIG_DFL is async-signal-safe.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // Before anything that can block, while still root: from here on every process the job
+    // starts is in its cgroups, and cannot leave them, and noded can stop it.
+    for procs in &s.join_cgroups {
+        // SAFETY: write(2) of one byte from a static to a descriptor opened before the fork.
+        let written = unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) };
+        check(Step::Cgroup, if written == 1 { 0 } else { -1 })?;
+    }
+    // Own session and process group: killpg(job pid) reaches the whole job, not the shepherd.
+    nix::unistd::setsid().map_err(|e| fail(Step::Session, e.into()))?;
+    if let Some(group) = &s.group_file {
+        // Without cgroups, the process group is what noded stops: recorded before anything
+        // that can block. Best effort: if it cannot be written, stops wait for the exec.
+        let mut digits = [0u8; 20];
+        let text = decimal(std::process::id(), &mut digits);
+        // SAFETY: write(2) from a live local to a descriptor opened before the fork.
+        unsafe { libc::write(group.as_raw_fd(), text.as_ptr().cast(), text.len()) };
+    }
+    if s.switch_user {
+        // Groups first: after setuid the process may no longer change them.
+        nix::unistd::setgroups(&s.groups).map_err(|e| fail(Step::Groups, e.into()))?;
+        nix::unistd::setgid(s.gid).map_err(|e| fail(Step::Gid, e.into()))?;
+        nix::unistd::setuid(s.uid).map_err(|e| fail(Step::Uid, e.into()))?;
+    }
+    // From here on, the kernel checks every path as the job user.
+    // SAFETY: chdir/mkdir/open/dup2/close on NUL-terminated strings prepared before fork.
+    unsafe {
+        check(Step::Workdir, libc::chdir(s.workdir.as_ptr()))?;
+        if let Some(interpreter) = &s.interpreter {
+            check(
+                Step::Interpreter,
+                libc::access(interpreter.as_ptr(), libc::X_OK),
+            )?;
+        }
+        for dir in &s.checkpoint_dirs {
+            if libc::mkdir(dir.as_ptr(), 0o755) < 0 {
+                let error = io::Error::last_os_error();
+                if error.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(fail(Step::CheckpointDir, error));
+                }
+            }
+        }
+        let out = open_output(&s.stdout, s.output_flags)
+            .map_err(|(refused, e)| fail_output(Step::Stdout, refused, e, &report))?;
+        check(Step::Stdout, libc::dup2(out, 1))?;
+        libc::close(out);
+        match &s.stderr {
+            Some(path) => {
+                let err = open_output(path, s.output_flags)
+                    .map_err(|(refused, e)| fail_output(Step::Stderr, refused, e, &report))?;
+                check(Step::Stderr, libc::dup2(err, 2))?;
+                libc::close(err);
+            }
+            None => check(Step::Stderr, libc::dup2(1, 2))?,
+        }
+    }
+    Ok(())
+}
+
+fn fail_output(
+    step: Step,
+    refused: Option<Refused>,
+    error: io::Error,
+    report: &impl Fn(Step, Option<Refused>),
+) -> io::Error {
+    report(step, refused);
+    error
+}
+
+/// Opens an output file of the job (in the child, as the job user) so that it cannot block:
+/// non-blocking (a FIFO without a reader fails at once), then checked to be a regular file or
+/// `/dev/null`, then made blocking again. Symlinks are followed: they are the user's own, and
+/// the path is opened with the user's rights. The error says what was refused, if anything.
+///
+/// # Safety
+/// Async-signal-safe: open, fstat, stat, fcntl and close only.
+unsafe fn open_output(
+    path: &CString,
+    flags: libc::c_int,
+) -> Result<libc::c_int, (Option<Refused>, io::Error)> {
+    let fd = libc::open(path.as_ptr(), flags, 0o644);
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        // ENXIO: a FIFO nobody has open for reading, or a socket; say which.
+        let mut st: libc::stat = std::mem::zeroed();
+        let refused = (error.raw_os_error() == Some(libc::ENXIO)
+            && libc::stat(path.as_ptr(), &mut st) == 0)
+            .then(|| Refused::of_mode(st.st_mode, st.st_rdev).unwrap_or(Refused::Other));
+        return Err((refused, error));
+    }
+    let mut st: libc::stat = std::mem::zeroed();
+    if libc::fstat(fd, &mut st) < 0 {
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        return Err((None, error));
+    }
+    if let Some(refused) = Refused::of_mode(st.st_mode, st.st_rdev) {
+        libc::close(fd);
+        return Err((Some(refused), io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    let status = libc::fcntl(fd, libc::F_GETFL);
+    if status < 0 || libc::fcntl(fd, libc::F_SETFL, status & !libc::O_NONBLOCK) < 0 {
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        return Err((None, error));
+    }
+    Ok(fd)
+}
+
+/// `n` in decimal, in `buf` (async-signal-safe: no allocation).
+fn decimal(mut n: u32, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! One task per job, which starts or adopts it, stops it when due, and reports its end.
+//!
+//! The task creates the job's cgroups and starts its shepherd (or adopts it after a
+//! restart), sends the warning signal, SIGTERM and SIGKILL to every process of the job when
+//! asked or when the time limit and grace run out, and reports the job's end. All of it
+//! reacts to events (shepherd exit, control messages, timers); nothing polls.
+//!
+//! Its parts: [`start`] (the job's spool directory, cgroups and shepherd), [`signals`]
+//! (reaching every process of the job) and [`finish`] (the job's end, recorded and
+//! reported).
+
+mod finish;
+mod signals;
+mod start;
+
+use super::process::Shepherd;
+use super::spool::{ExitRecord, JobDir, JobRecord, StopState};
+use super::{Control, JobEvent, JobParams, JobStarted, Shared};
+use nix::sys::signal::Signal;
+use start::{Announcement, LaunchFailure};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use ysched_common::time::now_ms;
+
+pub(super) struct Supervisor {
+    shared: Arc<Shared>,
+    dir: JobDir,
+    record: JobRecord,
+    controls: mpsc::UnboundedReceiver<Control>,
+    /// The stop's SIGTERM reached a process of the job (maybe before its exec, which it then
+    /// ended): it is not sent again when the job's start is announced.
+    term_delivered: bool,
+}
+
+impl Supervisor {
+    pub fn for_new_job(
+        shared: Arc<Shared>,
+        job: JobParams,
+        controls: mpsc::UnboundedReceiver<Control>,
+    ) -> Self {
+        let record = JobRecord {
+            job,
+            plan: None,
+            shepherd_pid: None,
+            job_pid: None,
+            start_time_ms: 0,
+            launch_time_ms: now_ms(),
+            stop: StopState::default(),
+        };
+        Self::for_recovered_job(shared, record, controls)
+    }
+
+    pub fn for_recovered_job(
+        shared: Arc<Shared>,
+        record: JobRecord,
+        controls: mpsc::UnboundedReceiver<Control>,
+    ) -> Self {
+        let dir = shared.spool.job_dir(record.job.job_id);
+        let mut supervisor = Supervisor {
+            shared,
+            dir,
+            record,
+            controls,
+            term_delivered: false,
+        };
+        // noded may have stopped between the shepherd writing `pid` and noded recording it.
+        if supervisor.record.plan.is_some() && supervisor.record.job_pid.is_none() {
+            if let Some(pid) = supervisor.dir.read_job_pid() {
+                supervisor.record.job_pid = Some(pid);
+                if supervisor.record.start_time_ms == 0 {
+                    supervisor.record.start_time_ms = now_ms();
+                }
+            }
+        }
+        supervisor
+    }
+
+    fn job_id(&self) -> u64 {
+        self.record.job.job_id
+    }
+
+    /// A new job's whole life: plan it, start its shepherd, supervise it, report its end.
+    pub async fn launch(mut self) {
+        match self.start().await {
+            Ok((shepherd, announcement)) => self.supervise(shepherd, Some(announcement)).await,
+            Err(LaunchFailure { error, node_fault }) => {
+                tracing::warn!(
+                    "job {}: cannot start: {error}{}",
+                    self.job_id(),
+                    if node_fault {
+                        " (a fault of this node's: schedd places the job elsewhere)"
+                    } else {
+                        ""
+                    }
+                );
+                let exit = ExitRecord {
+                    end_time_ms: now_ms(),
+                    error: Some(error),
+                    node_fault,
+                    ..Default::default()
+                };
+                self.finish(exit).await
+            }
+        }
+    }
+
+    /// A job whose shepherd survived a noded restart: supervise it from where it was.
+    pub async fn resume(self, shepherd: Shepherd) {
+        self.supervise(shepherd, None).await
+    }
+
+    async fn supervise(mut self, mut shepherd: Shepherd, mut announcement: Option<Announcement>) {
+        loop {
+            let deadline = self.next_deadline_ms();
+            tokio::select! {
+                // Biased: a start announcement is handled before the exit that may follow it.
+                biased;
+                line = next_line(&mut announcement), if announcement.is_some() => {
+                    announcement = None;
+                    match line {
+                        Some(line) => self.on_started(&line),
+                        None => tracing::debug!("job {}: shepherd announced no start", self.job_id()),
+                    }
+                }
+                Some(control) = self.controls.recv() => self.on_control(control),
+                () = sleep_until_ms(deadline) => self.on_deadline(),
+                () = shepherd.exited() => break,
+            }
+        }
+        self.finish_after_shepherd(true).await
+    }
+
+    fn on_started(&mut self, line: &str) {
+        let mut words = line.split_whitespace();
+        let (Some("started"), Some(pid), time) = (words.next(), words.next(), words.next()) else {
+            tracing::warn!(
+                "job {}: unexpected shepherd message {line:?}",
+                self.job_id()
+            );
+            return;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            tracing::warn!(
+                "job {}: bad pid in shepherd message {line:?}",
+                self.job_id()
+            );
+            return;
+        };
+        let time_ms = time.and_then(|t| t.parse().ok()).unwrap_or_else(now_ms);
+        self.record.job_pid = Some(pid);
+        self.record.start_time_ms = time_ms;
+        self.persist();
+        tracing::info!("job {} started, pid {pid}", self.job_id());
+        self.shared.emit(JobEvent::Started(JobStarted {
+            job_id: self.job_id(),
+            pid,
+            time_ms,
+        }));
+        // A stop that arrived while the job was starting may have found none of its
+        // processes yet (its SIGKILL is sent again: it is harmless; its SIGTERM only if it
+        // reached nobody, since a signal reaches a job once).
+        if self.record.stop.kill_sent {
+            self.kill_job();
+            self.persist();
+        } else if self.record.stop.term_time_ms > 0 && !self.term_delivered {
+            self.term_delivered = self.signal_job(Signal::SIGTERM);
+        }
+    }
+
+    fn on_control(&mut self, control: Control) {
+        let now = now_ms();
+        let stop = &mut self.record.stop;
+        stop.stop_requested = true;
+        match control {
+            Control::Stop { grace_secs } => {
+                let kill_at = now + i64::from(grace_secs) * 1000;
+                if stop.term_time_ms == 0 && !stop.kill_sent {
+                    tracing::info!("job {}: stop requested, grace {grace_secs}s", self.job_id());
+                    return self.terminate(now, grace_secs);
+                }
+                if !stop.kill_sent {
+                    // Already terminating: a shorter grace wins, a longer one changes nothing.
+                    stop.kill_at_ms = Some(stop.kill_at_ms.map_or(kill_at, |at| at.min(kill_at)));
+                }
+            }
+            Control::Kill => {
+                if !stop.kill_sent {
+                    stop.kill_sent = true;
+                    tracing::info!("job {}: killing", self.job_id());
+                    self.announce_stop();
+                    self.kill_job();
+                }
+            }
+        }
+        self.persist();
+    }
+
+    /// SIGTERM to every process now, SIGKILL due after `grace_secs`. The shepherd is told
+    /// first, so that the main process dying of the SIGTERM does not end the others' grace.
+    fn terminate(&mut self, now: i64, grace_secs: u32) {
+        self.record.stop.term_time_ms = now;
+        self.record.stop.kill_at_ms = Some(now + i64::from(grace_secs) * 1000);
+        self.announce_stop();
+        self.persist();
+        self.term_delivered = self.signal_job(Signal::SIGTERM);
+    }
+
+    fn announce_stop(&self) {
+        if let Err(e) = self.dir.write_stop_notice(self.record.stop.term_time_ms) {
+            tracing::warn!(
+                "job {}: cannot tell its shepherd about the stop, so the job's main process \
+                 ending will end the others' grace: {e}",
+                self.job_id()
+            );
+        }
+    }
+
+    /// When the time limit runs out, if the job has one: counted from its start, or, until
+    /// it has started, from its launch (a launch stuck before its exec, on a hung filesystem,
+    /// times out like a job).
+    fn limit_at_ms(&self) -> Option<i64> {
+        let limit_secs = i64::try_from(self.record.job.time_limit_secs).unwrap_or(i64::MAX);
+        let since = match self.record.start_time_ms {
+            0 => self.record.launch_time_ms,
+            start => start,
+        };
+        (limit_secs > 0 && since > 0).then(|| since.saturating_add(limit_secs.saturating_mul(1000)))
+    }
+
+    /// When the warning signal is due, if the job asked for one, has started (a signal to a
+    /// launch not yet exec'd would end it with the signal's default action) and was not sent
+    /// it yet.
+    fn warn_at_ms(&self, limit_at: i64) -> Option<i64> {
+        let job = &self.record.job;
+        (job.warn_signal != 0 && !self.record.stop.warn_sent && self.record.start_time_ms > 0)
+            .then(|| limit_at - i64::from(job.warn_secs) * 1000)
+    }
+
+    /// When the next timer fires: the warning and the time limit until SIGTERM, then the end
+    /// of the grace.
+    fn next_deadline_ms(&self) -> Option<i64> {
+        let stop = &self.record.stop;
+        if stop.kill_sent {
+            None
+        } else if stop.term_time_ms > 0 {
+            stop.kill_at_ms
+        } else {
+            let limit_at = self.limit_at_ms()?;
+            Some(
+                self.warn_at_ms(limit_at)
+                    .map_or(limit_at, |w| w.min(limit_at)),
+            )
+        }
+    }
+
+    fn on_deadline(&mut self) {
+        let now = now_ms();
+        if self.record.stop.term_time_ms == 0 {
+            let Some(limit_at) = self.limit_at_ms() else {
+                return;
+            };
+            if now < limit_at {
+                if self
+                    .warn_at_ms(limit_at)
+                    .is_some_and(|warn_at| now >= warn_at)
+                {
+                    self.warn();
+                }
+                return;
+            }
+            tracing::info!("job {}: time limit reached", self.job_id());
+            self.record.stop.timed_out = true;
+            return self.terminate(now, self.record.job.grace_secs);
+        } else if !self.record.stop.kill_sent {
+            tracing::info!("job {}: grace over, killing what is left", self.job_id());
+            self.record.stop.kill_sent = true;
+            self.kill_job();
+        }
+        self.persist();
+    }
+
+    fn persist(&self) {
+        if let Err(e) = self.dir.write_record(&self.record) {
+            tracing::error!(
+                "job {}: cannot save its state (a noded restart would lose track): {e}",
+                self.job_id()
+            );
+        }
+    }
+}
+
+async fn next_line(lines: &mut Option<Announcement>) -> Option<String> {
+    match lines {
+        Some(lines) => lines.next_line().await.ok().flatten(),
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_ms(deadline_ms: Option<i64>) {
+    match deadline_ms {
+        Some(deadline) => {
+            let wait = u64::try_from(deadline - now_ms()).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(wait)).await
+        }
+        None => std::future::pending().await,
+    }
+}
