@@ -87,7 +87,7 @@ impl FakeNode {
     }
 
     /// The inventory with extra lines in some GPUs' tables, e.g. `(3, r#"fault = "XID 79""#)`
-    /// (the fake GPU faults the agent's health monitor reads, see `noded/src/gpu/fake.rs`).
+    /// (the fake GPU faults the agent's health monitor reads, see `noded/src/gpu/fake_health.rs`).
     pub fn inventory_toml_with(&self, extra: &[(u32, &str)]) -> String {
         let mut s = String::new();
         for (i, g) in self.gpus.iter().enumerate() {
