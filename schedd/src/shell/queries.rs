@@ -145,7 +145,7 @@ impl Cluster {
                     (
                         st.rec.nodes.clone(),
                         Arc::clone(&st.queue_view),
-                        st.deps.ended(),
+                        st.reactor.ended_targets().ended(),
                     )
                 };
                 (view.copy.jobs.clone(), nodes, queue, ended)
@@ -189,7 +189,7 @@ impl Cluster {
         let mut table = self.queue_view().table.clone();
         if table.as_of == 0 {
             // No pass yet: no figures, but the half-life is known.
-            table.half_life_ms = lock(&self.state).usage_book.half_life_ms();
+            table.half_life_ms = lock(&self.state).reactor.usage_book().half_life_ms();
         }
         if !self.config.sees_all_usage(caller) {
             table

@@ -76,7 +76,8 @@ fn submit(rec: &mut Records, spec: JobSpec) -> Vec<Job> {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (fx, jobs) = rec.submit(new, NOW);
+    let mut fx = rec.submit(new, NOW);
+    let jobs = std::mem::take(&mut fx.submitted);
     rec.commit(fx);
     rec.insert_jobs(jobs.clone());
     jobs
@@ -98,7 +99,8 @@ fn an_array_is_one_batch_of_jobs_with_consecutive_ids_and_one_payload() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (fx, jobs) = rec.submit(new, NOW);
+    let mut fx = rec.submit(new, NOW);
+    let jobs = std::mem::take(&mut fx.submitted);
     assert_eq!(jobs.len(), 25);
     for (i, job) in jobs.iter().enumerate() {
         assert_eq!(
@@ -457,7 +459,8 @@ fn submit_dependent(
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (mut fx, jobs) = rec.submit(new, NOW);
+    let mut fx = rec.submit(new, NOW);
+    let jobs = std::mem::take(&mut fx.submitted);
     fx.dependency_targets = states;
     deps.observe(&fx, Some(jobs[0].id));
     rec.commit(fx);
@@ -546,7 +549,8 @@ fn a_submit_in_flight_keeps_its_targets_through_a_collection() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (mut fx, jobs) = rec.submit(new, NOW);
+    let mut fx = rec.submit(new, NOW);
+    let jobs = std::mem::take(&mut fx.submitted);
     fx.dependency_targets = states;
     deps.observe(&fx, Some(jobs[0].id));
     rec.commit(fx);
@@ -812,7 +816,7 @@ fn active_jobs_per_user_are_limited_and_counted_through_every_event() {
     assert_eq!(rec.active_jobs_of(1000).total, 15);
     assert_eq!(rec.kept_active_counts(), &rec.recount_active());
     // A submit not yet durable counts already, and is counted out if it fails.
-    let (fx, jobs) = rec.submit(
+    let mut fx = rec.submit(
         NewJob {
             owner: alice().owner,
             from_host: None,
@@ -824,6 +828,7 @@ fn active_jobs_per_user_are_limited_and_counted_through_every_event() {
         },
         NOW,
     );
+    let jobs = std::mem::take(&mut fx.submitted);
     rec.commit(fx);
     rec.reserve_active(&jobs);
     assert_eq!(rec.active_jobs_of(1000).total, 25);

@@ -488,9 +488,9 @@ impl Records {
     /// records (for an array, one record of all its tasks), the payload (stored once, under
     /// the array's id: the tasks share it), the first history entry (for an array, one under
     /// its id) and the counter, in one batch. The tasks share one spec and one
-    /// owner. `--hold` holds every task. Returns the effects (without the jobs themselves:
-    /// the shell takes them into memory only once the batch is flushed) and the jobs.
-    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> (Effects, Vec<Job>) {
+    /// owner. `--hold` holds every task. The jobs are the effects' `submitted`: they enter
+    /// memory only once the batch is flushed.
+    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> Effects {
         let first = JobId(self.next_job_id);
         let held = new.spec.hold;
         let tasks = new.spec.array.as_ref().map(|a| a.tasks());
@@ -581,7 +581,8 @@ impl Records {
         }
         fx.batch.put_payload(first, &new.payload);
         fx.batch.set_next_job_id(next);
-        (fx, jobs)
+        fx.submitted = jobs;
+        fx
     }
 }
 

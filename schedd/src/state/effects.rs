@@ -19,6 +19,9 @@ pub struct Effects {
     pub nodes: Vec<Node>,
     /// Why pending jobs wait, updated in memory only: every pass derives them again.
     pub reasons: Vec<(JobId, String)>,
+    /// A submit's jobs (one, or every task of an array): written by the event, but taken
+    /// into memory only once durable (see [`super::reactor::Reactor::submit_durable`]).
+    pub submitted: Vec<Job>,
     /// The job id counter after this event.
     pub next_job_id: Option<u64>,
     /// Messages to agents, in the order they must arrive, sent after the flush.

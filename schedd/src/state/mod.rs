@@ -3,8 +3,13 @@
 //! that reads the records and returns [`Effects`]; the shell writes their batch, and only when
 //! that succeeded calls [`Records::commit`] and sends the commands.
 //!
+//! - `reactor`: the one cycle every event goes through (event, runs accounted, journal,
+//!   commit, books, observer, outbox), with the clock, the store and the outbox behind small
+//!   traits: schedd's shell, ysim and the tests drive the same code.
 //! - `commands`: what schedd tells an agent (launch, stop, ack), as domain data.
 //! - `effects`: what an event does, as data.
+//! - `heartbeat`: an agent's heartbeat and the end of its session, in memory only.
+//! - `expected`: when pending preemptors are expected to start (`yq --start`).
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
 //!   nodes.
 //! - `client_events`: submit (a job, or every task of an array), cancel, hold and release,
@@ -26,9 +31,12 @@ pub mod client_events;
 pub mod commands;
 pub mod dependencies;
 pub mod effects;
+pub mod expected;
 pub mod gpu_health;
+mod heartbeat;
 pub mod lifecycle;
 pub mod plan;
+pub mod reactor;
 pub mod targets;
 pub mod usage;
 pub mod views;
@@ -48,9 +56,12 @@ mod plan_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
+mod reactor_tests;
+#[cfg(test)]
 mod usage_tests;
 
 pub use effects::Effects;
+pub use heartbeat::HeartbeatSeen;
 
 use std::collections::{BTreeMap, BTreeSet};
 use ysched_common::{Job, JobId, Node};
@@ -126,7 +137,7 @@ impl Records {
     /// Takes an event's records into memory, once their batch is durable (or at least
     /// written: the flush that covers it comes before any reply or command). Returns the
     /// commands, the changed jobs and whether to wake the scheduler.
-    pub fn commit(&mut self, effects: Effects) -> Committed {
+    pub(crate) fn commit(&mut self, effects: Effects) -> Committed {
         let mut changed_reasons = Vec::new();
         // Looked up once per reason: a set when both are long (a pass after a large submit).
         let changed_set: Option<BTreeSet<JobId>> = (effects.reasons.len() > 32
@@ -171,7 +182,8 @@ impl Records {
     }
 
     /// Takes a job that is durable into memory (a submit: its id was taken by `commit`).
-    pub fn insert_job(&mut self, job: Job) {
+    #[cfg(test)]
+    pub(crate) fn insert_job(&mut self, job: Job) {
         self.touched.insert(job.id);
         self.insert_active(job);
     }
@@ -221,7 +233,8 @@ impl Records {
     }
 
     /// Takes the jobs of a durable submit (one job, or every task of an array) into memory.
-    pub fn insert_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
+    #[cfg(test)]
+    pub(crate) fn insert_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
         for job in jobs {
             self.insert_job(job);
         }
@@ -269,20 +282,20 @@ impl Records {
     /// owner's, so that a concurrent submit sees them; they enter `jobs` by
     /// [`Records::insert_reserved_jobs`], or are counted out by [`Records::release_reserved`]
     /// when the flush fails.
-    pub fn reserve_active(&mut self, jobs: &[Job]) {
+    pub(crate) fn reserve_active(&mut self, jobs: &[Job]) {
         for job in jobs {
             count_active(&mut self.active_per_user, job, true);
         }
     }
 
-    pub fn release_reserved(&mut self, jobs: &[Job]) {
+    pub(crate) fn release_reserved(&mut self, jobs: &[Job]) {
         for job in jobs {
             count_active(&mut self.active_per_user, job, false);
         }
     }
 
     /// [`Records::insert_jobs`] for jobs counted by [`Records::reserve_active`].
-    pub fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
+    pub(crate) fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
         for job in jobs {
             self.touched.insert(job.id);
             self.jobs.insert(job.id, job);

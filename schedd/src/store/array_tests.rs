@@ -73,7 +73,8 @@ async fn submit(
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (mut fx, jobs) = rec.submit(new, 1_000);
+    let mut fx = rec.submit(new, 1_000);
+    let jobs = std::mem::take(&mut fx.submitted);
     store.apply(std::mem::take(&mut fx.batch)).unwrap();
     store.flush().await.unwrap();
     rec.commit(fx);
