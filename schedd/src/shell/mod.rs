@@ -313,10 +313,12 @@ impl Cluster {
         self.changes.subscribe()
     }
 
-    /// Writes a batch (not yet durable) if the state disk has room for it (see
+    /// Writes an event's change (not yet durable) if the state disk has room for it (see
     /// [`Store::check_room`]): a refusal changes nothing. A write that sled itself failed
     /// ends schedd (exit 75): sled cannot go on after it.
-    fn write(&self, batch: store::Batch, room: store::Room) -> ApiResult<()> {
+    fn write(&self, effects: &Effects, room: store::Room) -> ApiResult<()> {
+        // Encoded first: the room check counts the bytes the write takes.
+        let batch = store::Batch::from(effects);
         if batch.is_empty() {
             return Ok(());
         }
@@ -417,8 +419,8 @@ impl Clock for WallClock {
 struct StoreJournal<'a>(&'a Cluster);
 
 impl reactor::Journal for StoreJournal<'_> {
-    fn write(&mut self, batch: store::Batch, room: store::Room) -> ApiResult<()> {
-        self.0.write(batch, room)
+    fn write(&mut self, effects: &Effects, room: store::Room) -> ApiResult<()> {
+        self.0.write(effects, room)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::commands::AgentCommand;
 use super::gpu_health::{self, GpuReport};
+use super::history::JobEventKind;
 use super::lifecycle::{self, PartEnd, SilentOutcome};
 use super::{Effects, Records};
 use std::collections::{BTreeMap, BTreeSet};
@@ -190,7 +191,12 @@ fn apply_start(
     }
     job.launched = true;
     job.launch_attempts = 0;
-    fx.event(id, time, "started", format!("on {node}, pid {pid}"));
+    fx.event(
+        id,
+        time,
+        JobEventKind::Started,
+        format!("on {node}, pid {pid}"),
+    );
 }
 
 /// How far past schedd's clock a reported checkpoint time may lie and still be taken (as
@@ -310,7 +316,7 @@ impl Records {
                             now
                         };
                         let detail = format!("processes left on {n} are gone: {}", end.describe());
-                        fx.event(JobId(end.job_id), at, "leftover_gone", detail);
+                        fx.event(JobId(end.job_id), at, JobEventKind::LeftoverGone, detail);
                     }
                     apply_part_end(&mut work, &mut fx, node, end, limits, now);
                     fx.command(node, AgentCommand::Ack { job_id: end.job_id });
@@ -476,7 +482,7 @@ impl Records {
                     // tick).
                     job.reason = lifecycle::reason_while_running(job);
                     let detail = format!("node {name} is back and still runs the job");
-                    fx.event(id, now, "node_back", detail);
+                    fx.event(id, now, JobEventKind::NodeBack, detail);
                 }
                 work.forget_if_unchanged(id);
                 continue;

@@ -7,7 +7,8 @@
 //!   commit, books, observer, outbox), with the clock, the store and the outbox behind small
 //!   traits: schedd's shell, ysim and the tests drive the same code.
 //! - `commands`: what schedd tells an agent (launch, stop, ack), as domain data.
-//! - `effects`: what an event does, as data.
+//! - `effects`: what an event does, as data in domain terms (the store encodes it).
+//! - `history`: the kinds of a job's history entries.
 //! - `heartbeat`: an agent's heartbeat and the end of its session, in memory only.
 //! - `expected`: when pending preemptors are expected to start (`yq --start`).
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
@@ -34,6 +35,7 @@ pub mod effects;
 pub mod expected;
 pub mod gpu_health;
 mod heartbeat;
+pub mod history;
 pub mod lifecycle;
 pub mod plan;
 pub mod reactor;
@@ -62,6 +64,7 @@ mod usage_tests;
 
 pub use effects::Effects;
 pub use heartbeat::HeartbeatSeen;
+pub use history::{HistoryEntry, JobEventKind};
 
 use std::collections::{BTreeMap, BTreeSet};
 use ysched_common::{Job, JobId, Node};

@@ -111,8 +111,8 @@ fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let mut fx = rec.submit(new, NOW);
-    let jobs = std::mem::take(&mut fx.submitted);
+    let fx = rec.submit(new, NOW);
+    let jobs = fx.submitted.clone();
     let [job] = jobs.as_slice() else {
         panic!("one job: {jobs:?}")
     };

@@ -19,10 +19,23 @@ use super::dependencies::EndedTargets;
 use super::{Effects, Records};
 use crate::error::ApiResult;
 use crate::fair_share::UsageBook;
-use crate::store::{Batch, Room};
 use std::sync::Arc;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, RunRecord};
+
+/// Whose write it is, which decides how much of the state disk's reserve
+/// (`scheduler.state_reserve_mib`) it may use (see `store::Store::check_room`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// A client's request (a submit, a cancel, an audited refusal): refused once the free
+    /// space is below the reserve.
+    Request,
+    /// The cluster's own bookkeeping (agents' registrations and reports, placements, nodes'
+    /// health): it may use three quarters of the reserve, so that requests filling the disk
+    /// never keep jobs from being started, ended and acknowledged, nor agents from
+    /// registering.
+    Cluster,
+}
 
 /// Where an event's time comes from: read once per event.
 pub trait Clock {
@@ -43,9 +56,9 @@ impl Clock for At {
 /// Where an event's durable change goes before anything else happens: refused, the event
 /// changes nothing.
 pub trait Journal {
-    /// Writes `batch` (not yet durable: the flush that makes it so comes before any reply or
-    /// command) if `room` allows it.
-    fn write(&mut self, batch: Batch, room: Room) -> ApiResult<()>;
+    /// Writes the durable part of `effects` (not yet durable: the flush that makes it so
+    /// comes before any reply or command) if `room` allows it.
+    fn write(&mut self, effects: &Effects, room: Room) -> ApiResult<()>;
 }
 
 /// A journal that drops every change (ysim; tests that need no store).
@@ -53,7 +66,7 @@ pub trait Journal {
 pub struct NoJournal;
 
 impl Journal for NoJournal {
-    fn write(&mut self, _batch: Batch, _room: Room) -> ApiResult<()> {
+    fn write(&mut self, _effects: &Effects, _room: Room) -> ApiResult<()> {
         Ok(())
     }
 }
@@ -159,11 +172,9 @@ impl Reactor {
         let (mut effects, out) = event(rec, now)?;
         rec.account_runs(&mut effects, now);
         // After the event's own checks, so bad input is refused for what it is.
-        ports
-            .journal
-            .write(std::mem::take(&mut effects.batch), room)?;
+        ports.journal.write(&effects, room)?;
         ports.observer.applying(rec, &effects.jobs);
-        let submitted = std::mem::take(&mut effects.submitted);
+        let submitted = effects.submitted.clone();
         self.deps
             .observe(&effects, submitted.first().map(|job| job.id));
         let done = rec.commit(effects);
@@ -212,19 +223,20 @@ impl Reactor {
 pub(crate) mod testing {
     use super::*;
 
-    /// A journal that keeps what it is given, or refuses everything.
+    /// A journal that keeps what it is given, encoded as the store would write it, or
+    /// refuses everything.
     #[derive(Default)]
     pub(crate) struct KeptBatches {
-        pub batches: Vec<Batch>,
+        pub batches: Vec<crate::store::Batch>,
         pub refuse: bool,
     }
 
     impl Journal for KeptBatches {
-        fn write(&mut self, batch: Batch, _room: Room) -> ApiResult<()> {
+        fn write(&mut self, effects: &Effects, _room: Room) -> ApiResult<()> {
             if self.refuse {
                 return Err(crate::error::ApiError::Unavailable("refused".into()));
             }
-            self.batches.push(batch);
+            self.batches.push(effects.into());
             Ok(())
         }
     }

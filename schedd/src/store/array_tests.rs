@@ -73,9 +73,9 @@ async fn submit(
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let mut fx = rec.submit(new, 1_000);
-    let jobs = std::mem::take(&mut fx.submitted);
-    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    let fx = rec.submit(new, 1_000);
+    let jobs = fx.submitted.clone();
+    store.apply(&fx).unwrap();
     store.flush().await.unwrap();
     rec.commit(fx);
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
@@ -312,7 +312,7 @@ async fn cancel(
         .iter()
         .map(|t| ysched_common::JobTarget::parse(t).unwrap())
         .collect();
-    let (mut fx, _) = rec
+    let (fx, _) = rec
         .cancel_targets(
             &caller,
             &targets,
@@ -321,7 +321,7 @@ async fn cancel(
             now,
         )
         .unwrap();
-    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    store.apply(&fx).unwrap();
     store.flush().await.unwrap();
     rec.commit(fx);
     began.elapsed()

@@ -29,6 +29,7 @@
 //!
 //! Writes become durable on [`Store::flush`]; callers acknowledge only after it.
 
+use crate::state::{Effects, JobEventKind};
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
@@ -40,6 +41,8 @@ mod ended;
 mod upkeep;
 mod usage;
 
+pub use crate::state::commands::Payload;
+pub use crate::state::reactor::Room;
 pub use upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES, BALLAST_BYTES, BALLAST_FILE};
 
 #[cfg(test)]
@@ -91,13 +94,6 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// The parts of a job spec kept out of memory until launch.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Payload {
-    pub script: String,
-    pub env: BTreeMap<String, String>,
-}
 
 /// Everything recovered at start-up.
 pub struct Recovered {
@@ -259,6 +255,43 @@ struct Shared {
             Option<std::sync::Arc<ysched_common::Owner>>,
         ),
     >,
+}
+
+/// An event's durable change, encoded: its submit's jobs (an array's as one record), the new
+/// versions of jobs and nodes, payloads, history entries (their kinds as their stored text),
+/// audit records, usage records and the id counter.
+impl From<&Effects> for Batch {
+    fn from(effects: &Effects) -> Batch {
+        let mut batch = Batch::default();
+        batch.put_array(&effects.submitted);
+        for job in &effects.jobs {
+            batch.put_job(job);
+        }
+        for (id, payload) in &effects.payloads {
+            batch.put_payload(*id, payload);
+        }
+        for entry in &effects.events {
+            batch.event(
+                entry.job,
+                entry.time,
+                entry.kind.as_str(),
+                entry.detail.as_str(),
+            );
+        }
+        for node in &effects.nodes {
+            batch.put_node(node);
+        }
+        for record in &effects.audit {
+            batch.audit(record);
+        }
+        for run in &effects.runs {
+            batch.put_run(run);
+        }
+        if let Some(next) = effects.next_job_id {
+            batch.set_next_job_id(next);
+        }
+        batch
+    }
 }
 
 impl Batch {
@@ -453,19 +486,6 @@ impl Batch {
             next_job_id: self.next_job_id,
         }
     }
-
-    /// The payloads' ids.
-    pub(crate) fn payload_ids(&self) -> Vec<JobId> {
-        self.payloads.iter().map(|(id, _)| *id).collect()
-    }
-
-    /// The audit records, decoded.
-    pub(crate) fn audit_records(&self) -> Vec<AuditRecord> {
-        self.audit
-            .iter()
-            .map(|v| serde_json::from_slice(v).expect("audit record"))
-            .collect()
-    }
 }
 
 #[derive(Clone)]
@@ -494,20 +514,6 @@ const NEXT_JOB_ID: &[u8] = b"next_job_id";
 /// How many bytes of disk a write of one byte may take: the value, and the log's pages
 /// around it (see [`Store::check_room`]).
 const WRITE_AMPLIFICATION: u64 = 2;
-
-/// Whose write it is, which decides how much of the state disk's reserve
-/// (`scheduler.state_reserve_mib`) it may use (see [`Store::check_room`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Room {
-    /// A client's request (a submit, a cancel, an audited refusal): refused once the free
-    /// space is below the reserve.
-    Request,
-    /// The cluster's own bookkeeping (agents' registrations and reports, placements, nodes'
-    /// health): it may use three quarters of the reserve, so that requests filling the disk
-    /// never keep jobs from being started, ended and acknowledged, nor agents from
-    /// registering.
-    Cluster,
-}
 
 fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
     serde_json::from_slice(value).map_err(|source| Error::Corrupt {
@@ -631,8 +637,10 @@ impl Store {
         })
     }
 
-    /// Applies a batch atomically (not yet durable: see [`Store::flush`]).
-    pub fn apply(&self, batch: Batch) -> Result<()> {
+    /// Applies a change atomically (not yet durable: see [`Store::flush`]): a batch, or an
+    /// event's effects, encoded here.
+    pub fn apply(&self, change: impl Into<Batch>) -> Result<()> {
+        let batch = change.into();
         if batch.is_empty() {
             return Ok(());
         }
@@ -1078,7 +1086,7 @@ impl Store {
             let submitted = self
                 .events(task.array_id)?
                 .into_iter()
-                .find(|e| e.kind == "submitted");
+                .find(|e| e.kind == JobEventKind::Submitted.as_str());
             if let Some(e) = submitted {
                 events.insert(0, e);
             }
