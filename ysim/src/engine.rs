@@ -209,11 +209,8 @@ pub fn simulate(workload: &Workload, policy: &PolicySpec) -> Outcome {
             max_requeues: config.scheduler.max_requeues,
             max_launch_attempts: config.scheduler.max_launch_attempts,
         },
-        rec: Records {
-            // As a fresh store starts.
-            next_job_id: 1,
-            ..Records::default()
-        },
+        // As a fresh store starts.
+        rec: Records::new(BTreeMap::new(), BTreeMap::new(), 1, Default::default()),
         copy: SchedulerCopy::default(),
         topologies: Topologies::default(),
         submit_topologies: Topologies::default(),
@@ -441,7 +438,7 @@ impl Sim<'_> {
             ..
         } = valid;
         if let Err(e) =
-            core::check_satisfiable_with(&spec, &self.rec.nodes, &mut self.submit_topologies)
+            core::check_satisfiable_with(&spec, self.rec.nodes(), &mut self.submit_topologies)
         {
             return refuse(&mut self.seen.out, e);
         }
@@ -471,7 +468,12 @@ impl Sim<'_> {
     /// A pass with no job pending is skipped: its plan could only be empty (placements and
     /// evictions are made for pending jobs), so skipping it changes nothing but the time.
     fn pass(&mut self) {
-        if !self.rec.jobs.values().any(|j| j.state == JobState::Pending) {
+        if !self
+            .rec
+            .jobs()
+            .values()
+            .any(|j| j.state == JobState::Pending)
+        {
             return;
         }
         self.seen.out.passes += 1;
@@ -494,7 +496,7 @@ impl Sim<'_> {
             fair_share: &factors,
             backfill: Backfill::configured(&config.scheduler),
         };
-        let snap = Snapshot::new(&self.copy.jobs, &self.rec.nodes);
+        let snap = Snapshot::new(&self.copy.jobs, self.rec.nodes());
         let mut plan = core::schedule_with(&snap, &policy, now, &mut self.topologies);
         plan.keep_changed_reasons(&mut self.copy.jobs);
         // The plan was made from the records as they are (no request can come between the
@@ -520,7 +522,7 @@ impl Sim<'_> {
             });
         }
         for p in &plan.placements {
-            let restart = self.rec.jobs.get(&p.job).map_or(0, |j| j.restart_count);
+            let restart = self.rec.jobs().get(&p.job).map_or(0, |j| j.restart_count);
             self.seen.out.decisions.push(Decision::Start {
                 at: now - EPOCH_MS,
                 job: p.job.0,
@@ -545,13 +547,17 @@ impl Sim<'_> {
         if tiers.values().all(|t| t.min_runtime == 0) {
             return;
         }
-        let waiting = self.rec.jobs.values().any(|j| j.state == JobState::Pending);
+        let waiting = self
+            .rec
+            .jobs()
+            .values()
+            .any(|j| j.state == JobState::Pending);
         if !waiting {
             return;
         }
         let next = self
             .rec
-            .jobs
+            .jobs()
             .values()
             .filter(|j| j.state == JobState::Running && j.stop.is_none())
             .filter_map(|j| {
@@ -569,7 +575,7 @@ impl Sim<'_> {
 
     fn finish(mut self) -> Outcome {
         // Jobs still active never got to run to the end (nothing left could start them).
-        for (id, job) in &self.rec.jobs {
+        for (id, job) in self.rec.jobs() {
             if let Some(&i) = self.seen.index.get(id) {
                 self.seen.out.jobs[i].restarts = job.restart_count;
             }

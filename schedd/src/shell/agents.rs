@@ -120,7 +120,9 @@ impl Cluster {
                     .nodes
                     .iter()
                     .find(|n| n.name == name)
-                    .map_or_else(Vec::new, |after| newly_failed(rec.nodes.get(&name), after));
+                    .map_or_else(Vec::new, |after| {
+                        newly_failed(rec.nodes().get(&name), after)
+                    });
                 Ok((effects, (kill_jobs, failed)))
             })?;
             let (kill_jobs, failed) = done.out;
@@ -164,7 +166,7 @@ impl Cluster {
         let relay_token = RelayToken::new()?;
         let mut st = lock(&self.state);
         name_free(&st, name, peer)?;
-        if st.rec.nodes.contains_key(name) {
+        if st.rec.nodes().contains_key(name) {
             let msg = format!(
                 "'{name}' is the name of a compute node: refusing it for the login agent from \
                  {peer} (give it another --name)"
@@ -331,7 +333,7 @@ impl Cluster {
                 .nodes
                 .iter()
                 .find(|n| n.name == name)
-                .map_or_else(Vec::new, |after| newly_failed(rec.nodes.get(name), after));
+                .map_or_else(Vec::new, |after| newly_failed(rec.nodes().get(name), after));
             Ok((effects, failed))
         });
         match outcome {
@@ -390,7 +392,7 @@ impl Cluster {
             let limits = self.limits();
             match self.run_cluster_event(|rec, now| {
                 let effects = rec.agent_reports(&reports, limits, now);
-                let saves = preempted_checkpoint_saves(&rec.jobs, &effects.jobs, &reports);
+                let saves = preempted_checkpoint_saves(rec.jobs(), &effects.jobs, &reports);
                 Ok((effects, saves))
             }) {
                 Ok((changed, wake, saves)) => {

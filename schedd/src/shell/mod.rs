@@ -213,15 +213,7 @@ impl Cluster {
             config,
             store,
             state: Mutex::new(State {
-                rec: Records {
-                    jobs: rec.active_jobs,
-                    nodes: rec.nodes,
-                    next_job_id: rec.next_job_id,
-                    touched: BTreeSet::new(),
-                    limits,
-                    ..Records::default()
-                }
-                .with_active_jobs(),
+                rec: Records::new(rec.active_jobs, rec.nodes, rec.next_job_id, limits),
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),
@@ -429,7 +421,7 @@ struct MetricsObserver<'a>(&'a crate::metrics::Metrics);
 
 impl reactor::Observer for MetricsObserver<'_> {
     fn applying(&mut self, rec: &Records, jobs: &[Job]) {
-        self.0.observe_jobs(&rec.jobs, jobs);
+        self.0.observe_jobs(rec.jobs(), jobs);
     }
 }
 

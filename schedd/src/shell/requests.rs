@@ -103,7 +103,7 @@ impl Cluster {
             let st = &mut *st;
             let count = spec.array.as_ref().map_or(1, |a| u64::from(a.count));
             st.rec.check_jobs_per_user(&caller, &spec.tier, count)?;
-            core::check_satisfiable_with(&spec, &st.rec.nodes, &mut st.topologies)
+            core::check_satisfiable_with(&spec, st.rec.nodes(), &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
             let spec = spec.clone();
             let config = &self.config;
@@ -190,11 +190,11 @@ impl Cluster {
                         resolved
                             .ids
                             .into_iter()
-                            .filter(|id| !st.rec.jobs.contains_key(id)),
+                            .filter(|id| !st.rec.jobs().contains_key(id)),
                     );
                 }
                 // Beyond its limit the dependency is refused anyway (under the lock).
-                if ids.len() as u64 > st.rec.limits.dependency_jobs {
+                if ids.len() as u64 > st.rec.limits().dependency_jobs {
                     break;
                 }
             }
@@ -216,7 +216,7 @@ impl Cluster {
         let missing: Vec<JobId> = {
             let st = lock(&self.state);
             ids.into_iter()
-                .filter(|id| !st.rec.jobs.contains_key(id))
+                .filter(|id| !st.rec.jobs().contains_key(id))
                 .collect()
         };
         let mut read = Prefetched::default();
@@ -346,7 +346,7 @@ impl Cluster {
             notified.as_mut().enable();
             let waiting = {
                 let st = lock(&self.state);
-                st.rec.nodes.get(name).is_some_and(|n| {
+                st.rec.nodes().get(name).is_some_and(|n| {
                     n.connected && gpus.iter().any(|i| n.gpus_forgetting.contains(i))
                 })
             };
@@ -355,7 +355,7 @@ impl Cluster {
             }
         }
         let st = lock(&self.state);
-        let node = st.rec.nodes.get(name);
+        let node = st.rec.nodes().get(name);
         let outcome = |index: &u32| {
             let Some(node) = node else {
                 return GpuResumeOutcome::Pending(format!("node {name} is gone"));

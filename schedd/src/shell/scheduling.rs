@@ -113,7 +113,7 @@ impl Cluster {
         let mut silent = BTreeSet::new();
         let (changed, wake, ()) = self.run_cluster_event(|rec, now| {
             silent = rec
-                .nodes
+                .nodes()
                 .values()
                 .filter(|n| {
                     let quiet = now - n.last_seen.max(self.started);
@@ -152,7 +152,7 @@ impl Cluster {
             st.rec.refresh_copy(&mut view.copy);
             st.collect_ended_targets();
             (
-                st.rec.nodes.clone(),
+                st.rec.nodes().clone(),
                 st.reactor.usage_book(),
                 st.reactor.ended_targets().ended(),
             )

@@ -62,11 +62,11 @@ impl Cluster {
             let st = lock(&self.state);
             let running: Vec<RunRecord> = st
                 .rec
-                .jobs
+                .jobs()
                 .values()
                 .filter_map(|j| usage::running_run(j, now))
                 .collect();
-            let gpus: usize = st.rec.nodes.values().map(|n| n.gpus.len()).sum();
+            let gpus: usize = st.rec.nodes().values().map(|n| n.gpus.len()).sum();
             (running, gpus as u32)
         };
         let mut tiers: Vec<(&String, i64)> = self

@@ -70,23 +70,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use ysched_common::{Job, JobId, Node};
 
 /// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
-/// the store), the nodes, and the next job id.
+/// the store), the nodes, and the next job id. Changed only by the state machine (events
+/// through the reactor, and the memory-only changes of `heartbeat`), which keeps `touched`
+/// and the per-user counts with them: outside `state/` they are read-only.
 #[derive(Debug, Default, Clone)]
 pub struct Records {
-    pub jobs: BTreeMap<JobId, Job>,
-    pub nodes: BTreeMap<String, Node>,
-    pub next_job_id: u64,
+    jobs: BTreeMap<JobId, Job>,
+    nodes: BTreeMap<String, Node>,
+    next_job_id: u64,
     /// Jobs changed in memory since the scheduler last brought its own copy up to date (see
     /// [`Records::refresh_copy`]): with a hundred thousand jobs queued, copying them all for
     /// every pass would hold the lock for a hundred milliseconds.
-    pub touched: BTreeSet<JobId>,
+    touched: BTreeSet<JobId>,
     /// The limits events enforce (from the config; the default limits nothing).
-    pub limits: RecordLimits,
+    limits: RecordLimits,
     /// Active jobs per user (uid) and, within that, per tier: kept with `jobs` by every
     /// change that goes through [`Records::commit`] and [`Records::insert_job`], so that a
-    /// submit checks `max_jobs_per_user` in O(log users). Not to be set by hand: records made
-    /// whole are counted by [`Records::with_active_jobs`].
-    pub active_per_user: BTreeMap<u32, UserJobs>,
+    /// submit checks `max_jobs_per_user` in O(log users).
+    active_per_user: BTreeMap<u32, UserJobs>,
 }
 
 /// The limits the state machine enforces, from the config.
@@ -137,6 +138,46 @@ pub struct UserJobs {
 }
 
 impl Records {
+    /// Records made whole (at start, from the store; ysim's empty cluster): the active jobs,
+    /// the nodes, the next job id and the limits to enforce; the per-user counts are made
+    /// from the jobs.
+    pub fn new(
+        jobs: BTreeMap<JobId, Job>,
+        nodes: BTreeMap<String, Node>,
+        next_job_id: u64,
+        limits: RecordLimits,
+    ) -> Records {
+        let mut rec = Records {
+            jobs,
+            nodes,
+            next_job_id,
+            limits,
+            ..Records::default()
+        };
+        rec.active_per_user = rec.recount_active();
+        rec
+    }
+
+    /// The jobs not yet finished.
+    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+        &self.jobs
+    }
+
+    /// The nodes (not the login agents), by name.
+    pub fn nodes(&self) -> &BTreeMap<String, Node> {
+        &self.nodes
+    }
+
+    /// The id the next submit takes.
+    pub fn next_job_id(&self) -> u64 {
+        self.next_job_id
+    }
+
+    /// The limits events enforce.
+    pub fn limits(&self) -> &RecordLimits {
+        &self.limits
+    }
+
     /// Takes an event's records into memory, once their batch is durable (or at least
     /// written: the flush that covers it comes before any reply or command). Returns the
     /// commands, the changed jobs and whether to wake the scheduler.
@@ -209,11 +250,18 @@ impl Records {
         count_active(&mut self.active_per_user, job, add);
     }
 
-    /// Records whose jobs were put in place as a whole (at start, from the store): the
-    /// per-user counts made from them.
-    pub fn with_active_jobs(mut self) -> Records {
+    /// Records whose jobs were put in place as a whole (tests' literals): the per-user
+    /// counts made from them.
+    #[cfg(test)]
+    pub(crate) fn with_active_jobs(mut self) -> Records {
         self.active_per_user = self.recount_active();
         self
+    }
+
+    /// The jobs, for tests that drive the state machine from a cluster of their own.
+    #[cfg(test)]
+    pub(crate) fn into_jobs(self) -> BTreeMap<JobId, Job> {
+        self.jobs
     }
 
     /// User `uid`'s active jobs (queued, held, running, being stopped), in all and per tier.
