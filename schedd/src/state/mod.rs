@@ -1,7 +1,7 @@
-//! schedd's state machine, growing out of `cluster.rs`: decisions on domain records with no
-//! tokio, no sled, no wire types and no clock (`now` is an argument). An event is a method
-//! that reads the records and returns [`Effects`]; the shell writes their batch, and only when
-//! that succeeded calls [`Records::commit`] and sends the commands.
+//! schedd's state machine: decisions on domain records with no tokio, no sled, no wire types
+//! and no clock (`now` is an argument). An event is a method that reads the records and
+//! returns [`Effects`]; the reactor (`reactor`) has their change written, and only when that
+//! succeeded commits them to memory ([`Records::commit`]) and hands on the commands.
 //!
 //! - `reactor`: the one cycle every event goes through (event, runs accounted, journal,
 //!   commit, books, observer, outbox), with the clock, the store and the outbox behind small

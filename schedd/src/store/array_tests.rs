@@ -5,7 +5,7 @@ use super::*;
 use crate::state::client_events::NewJob;
 use crate::state::Records;
 use std::sync::Arc;
-use ysched_common::{ArraySpec, JobState, Owner};
+use ysched_common::{ArraySpec, JobSpec, JobState, Owner};
 
 fn owner() -> Owner {
     Owner {
