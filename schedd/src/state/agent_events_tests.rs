@@ -240,7 +240,7 @@ fn reports_batched_into_one_event_do_what_they_do_one_by_one() {
 
 #[test]
 fn heartbeat_checkpoints_are_kept_in_memory_for_jobs_of_that_node_only() {
-    use super::agent_events::CHECKPOINT_FUTURE_SLACK_MS;
+    use super::heartbeat::CHECKPOINT_FUTURE_SLACK_MS;
     let mut rec = Records::with_jobs(vec![
         JobBuilder::new(1).running_on("n1", &[0]).build(),
         JobBuilder::new(2).running_on("n2", &[0]).build(),

@@ -6,6 +6,11 @@ use super::agent_events::health_drain;
 use super::gpu_health::GpuReport;
 use super::Records;
 use ysched_common::time::Millis;
+use ysched_common::JobId;
+
+/// How far past schedd's clock a reported checkpoint time may lie and still be taken (as
+/// now): clocks of nodes and schedd differ a little; a day is no skew but a broken clock.
+pub const CHECKPOINT_FUTURE_SLACK_MS: Millis = 24 * 3600 * 1000;
 
 /// What a heartbeat changed in memory, and what it asks for besides.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -67,5 +72,46 @@ impl Records {
             Some(node) => std::mem::replace(&mut node.connected, false),
             None => false,
         }
+    }
+
+    /// An agent's heartbeat: per job, the newest modification time under its checkpoint
+    /// directory there. Each time becomes the job's `last_checkpoint` when it is later than the
+    /// one known (the newest of all its nodes, for a job spanning several), for jobs that run
+    /// on `node` only; a time a little in the future (clock skew) counts as `now`.
+    ///
+    /// In memory only, with no event: every heartbeat may carry it, and the work lost it
+    /// measures is an estimate. It is written with the job's record the next time that is
+    /// written for any other reason, and a restarted schedd learns it again from the next
+    /// heartbeats.
+    ///
+    /// Returns the times refused as absurd (not positive, or more than
+    /// [`CHECKPOINT_FUTURE_SLACK_MS`] ahead of `now`), for the log.
+    pub fn note_checkpoints(
+        &mut self,
+        node: &str,
+        checkpoints: &[(u64, Millis)],
+        now: Millis,
+    ) -> Vec<(u64, Millis)> {
+        let mut refused = Vec::new();
+        for &(job_id, time) in checkpoints {
+            let Some(job) = self
+                .jobs
+                .get_mut(&JobId(job_id))
+                .filter(|j| j.runs_on(node))
+            else {
+                continue; // ended meanwhile, or not this node's
+            };
+            if time <= 0 || time > now.saturating_add(CHECKPOINT_FUTURE_SLACK_MS) {
+                refused.push((job_id, time));
+                continue;
+            }
+            let time = time.min(now);
+            if job.last_checkpoint.is_none_or(|known| known < time) {
+                job.last_checkpoint = Some(time);
+                // The victim cost reads it: the scheduler's copy must see it.
+                self.touched.insert(JobId(job_id));
+            }
+        }
+        refused
     }
 }

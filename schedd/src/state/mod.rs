@@ -34,7 +34,7 @@ pub mod dependencies;
 pub mod effects;
 pub mod expected;
 pub mod gpu_health;
-mod heartbeat;
+pub mod heartbeat;
 pub mod history;
 pub mod lifecycle;
 pub mod plan;
