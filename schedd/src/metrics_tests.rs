@@ -258,9 +258,9 @@ fn an_eviction_counts_a_preemption_and_its_end_a_saved_checkpoint_by_the_victims
     };
     let fx = rec.agent_reports(&reports, limits, T0 + 6_000);
     assert_eq!(fx.jobs.last().unwrap().state, JobState::Pending);
-    let saved = preempted_checkpoint_saves(&rec.jobs, &fx.jobs, &reports);
+    let saved = preempted_checkpoint_saves(rec.jobs(), &fx.jobs, &reports);
     assert_eq!(saved, vec!["low".to_string()]);
-    m.observe_jobs(&rec.jobs, &fx.jobs);
+    m.observe_jobs(rec.jobs(), &fx.jobs);
     m.checkpoints_saved(&saved);
 
     let text = m.render(&Census::default(), Format::Text);
@@ -305,7 +305,7 @@ fn a_preempted_run_without_a_checkpoint_counts_no_save() {
         max_launch_attempts: 3,
     };
     let fx = rec.agent_reports(&reports, limits, T0 + 6_000);
-    assert!(preempted_checkpoint_saves(&rec.jobs, &fx.jobs, &reports).is_empty());
+    assert!(preempted_checkpoint_saves(rec.jobs(), &fx.jobs, &reports).is_empty());
 }
 
 #[test]
@@ -540,17 +540,17 @@ fn a_preempted_gang_ends_with_its_last_part_and_a_cancel_in_the_grace_is_no_pree
     // The first part's end: the run goes on.
     let first = vec![end("n1", false)];
     let fx = rec.agent_reports(&first, limits, T0 + 6_000);
-    assert!(preempted_checkpoint_saves(&rec.jobs, &fx.jobs, &first).is_empty());
-    m.observe_jobs(&rec.jobs, &fx.jobs);
+    assert!(preempted_checkpoint_saves(rec.jobs(), &fx.jobs, &first).is_empty());
+    m.observe_jobs(rec.jobs(), &fx.jobs);
     rec.commit(fx);
     // The last part's end decides, and saved.
     let last = vec![end("n2", true)];
     let fx = rec.agent_reports(&last, limits, T0 + 7_000);
     assert_eq!(
-        preempted_checkpoint_saves(&rec.jobs, &fx.jobs, &last),
+        preempted_checkpoint_saves(rec.jobs(), &fx.jobs, &last),
         vec!["low".to_string()]
     );
-    m.observe_jobs(&rec.jobs, &fx.jobs);
+    m.observe_jobs(rec.jobs(), &fx.jobs);
 
     // Cancelled while preempting: the stop becomes a cancel; no preempted run ends.
     let evicted = JobBuilder::new(2)
@@ -618,14 +618,14 @@ fn job_counts_kept_by_events_match_a_count_from_scratch() {
         JobBuilder::new(5).low().running_on("n2", &[5]).build(),
     ]);
     let m = metrics();
-    m.recovered(rec.jobs.values());
+    m.recovered(rec.jobs().values());
     let step = |rec: &mut Records, fx: Effects| {
-        m.observe_jobs(&rec.jobs, &fx.jobs);
+        m.observe_jobs(rec.jobs(), &fx.jobs);
         rec.commit(fx);
-        assert_eq!(*m.active(), ActiveJobs::count(rec.jobs.values()));
+        assert_eq!(*m.active(), ActiveJobs::count(rec.jobs().values()));
     };
     // Job 1 starts (a placement's new version), job 2 is released.
-    let mut started = rec.jobs[&JobId(1)].clone();
+    let mut started = rec.jobs()[&JobId(1)].clone();
     started.state = JobState::Running;
     started.start_time = Some(T0 + 1_000);
     started.alloc = JobBuilder::new(1).running_on("n2", &[0, 1]).build().alloc;
@@ -635,7 +635,7 @@ fn job_counts_kept_by_events_match_a_count_from_scratch() {
     let fx = rec.hold(&root, JobId(2), false, T0 + 1_000).unwrap();
     step(&mut rec, fx);
     // Job 3 is evicted for job 1, then its end requeues it.
-    let mut evicted = rec.jobs[&JobId(3)].clone();
+    let mut evicted = rec.jobs()[&JobId(3)].clone();
     evicted.state = JobState::Preempting;
     evicted.stop = JobBuilder::new(3).preempted_by(1).build().stop;
     let mut fx = Effects::default();
@@ -643,13 +643,13 @@ fn job_counts_kept_by_events_match_a_count_from_scratch() {
     step(&mut rec, fx);
     let fx = rec.agent_reports(&[ended(3, "n1", 0)], limits, T0 + 6_000);
     step(&mut rec, fx);
-    assert_eq!(rec.jobs[&JobId(3)].state, JobState::Pending);
+    assert_eq!(rec.jobs()[&JobId(3)].state, JobState::Pending);
     // The gang's part on n1 fails (its GPUs free at once), then its part on n2 ends.
     let fx = rec.agent_reports(&[ended(4, "n1", 1)], limits, T0 + 6_000);
     step(&mut rec, fx);
     let fx = rec.agent_reports(&[ended(4, "n2", 0)], limits, T0 + 7_000);
     step(&mut rec, fx);
-    assert!(!rec.jobs.contains_key(&JobId(4)));
+    assert!(!rec.jobs().contains_key(&JobId(4)));
     // Job 5 completes; job 1 is cancelled (stopping), job 2 too (queued: at once).
     let fx = rec.agent_reports(&[ended(5, "n2", 0)], limits, T0 + 6_000);
     step(&mut rec, fx);

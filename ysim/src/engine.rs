@@ -1,14 +1,16 @@
 //! The simulation proper: schedd's state machine (`Records`) and scheduling core driven by a
 //! virtual clock, with simulated agents (see `agents.rs`) instead of processes.
 //!
-//! Everything schedd's shell does around an event is done here, minus I/O: the event's
-//! effects are computed by the same `Records` method, `Records::account_runs` records the runs
-//! it ended, the store batch is dropped, `Records::commit` takes the records into memory, the
-//! ended runs go into the fair-share book, and the commands go to the agents. A scheduling
-//! pass is `shell::scheduling::schedule_once` without the lock and the thread: the scheduler's
-//! copy brought up to date, the share table and factors, `core::schedule_with`, the reasons
-//! that changed, `Records::apply_plan` (and `Records::still_valid`, which cannot cut a plan
-//! made and applied in one step: checked in debug builds, skipped in release ones).
+//! Every event goes through schedd's own reactor (`state::reactor`), as in schedd's shell,
+//! with the virtual clock, a journal that drops the store's change, an observer that keeps
+//! what happened to the workload's jobs and runs, and an outbox whose commands go to the
+//! simulated agents once the event is committed.
+//!
+//! A scheduling pass is `shell::scheduling::schedule_once` without the lock and the thread:
+//! the scheduler's copy brought up to date, the share table and factors,
+//! `core::schedule_with`, the reasons that changed, `Records::apply_plan` (and
+//! `Records::still_valid`, which cannot cut a plan made and applied in one step: checked in
+//! debug builds, skipped in release ones).
 //!
 //! Events are kept in one queue ordered by (virtual time, sequence number), so that two events
 //! at the same instant are handled in the order they were caused. A pass runs once all events
@@ -30,8 +32,10 @@ use ysched_schedd::state::agent_events::{Limits, Registration};
 use ysched_schedd::state::client_events::NewJob;
 use ysched_schedd::state::lifecycle::PartEnd;
 use ysched_schedd::state::plan::describe_alloc;
+use ysched_schedd::state::reactor::{At, NoJournal, Observer, Ports, Reactor};
 use ysched_schedd::state::{AgentCommand, Effects, Records, SchedulerCopy};
 use ysched_schedd::store::Payload;
+use ysched_schedd::store::Room;
 use ysched_schedd::submit::{self, ValidSubmit};
 
 /// The virtual clock's start: Monday 2026-01-05 00:00:00 UTC. Workload times are offsets
@@ -146,7 +150,8 @@ struct Sim<'w> {
     topologies: Topologies,
     /// For the submit-time check, as the shell keeps a separate one.
     submit_topologies: Topologies,
-    book: UsageBook,
+    /// schedd's reactor: every event goes through it, with no store.
+    reactor: Reactor,
     queue: Queue,
     agents: Agents,
     payload: Arc<Payload>,
@@ -156,9 +161,38 @@ struct Sim<'w> {
     /// Wakes already queued for time-only conditions.
     wakes_queued: BTreeSet<Millis>,
     uids: BTreeMap<String, u32>,
+    /// What the events show of the workload's jobs.
+    seen: Seen,
+}
+
+/// The reactor's observer: what the events show of the workload's jobs.
+struct Seen {
     /// Simulated job id -> workload index.
     index: BTreeMap<JobId, usize>,
     out: Outcome,
+}
+
+impl Observer for Seen {
+    fn applying(&mut self, _rec: &Records, jobs: &[ysched_common::Job]) {
+        for job in jobs {
+            if let Some(&i) = self.index.get(&job.id) {
+                let o = &mut self.out.jobs[i];
+                o.restarts = job.restart_count;
+                if job.state.is_terminal() {
+                    o.final_state = Some(job.state.as_str().to_string());
+                }
+            }
+        }
+    }
+
+    fn committed(&mut self, runs: &[RunRecord]) {
+        self.out.runs.extend(runs.iter().cloned().map(|mut r| {
+            r.queued_at -= EPOCH_MS;
+            r.start -= EPOCH_MS;
+            r.end -= EPOCH_MS;
+            r
+        }));
+    }
 }
 
 /// Runs `workload` under `policy`. Deterministic: the same workload and policy give the same
@@ -174,15 +208,12 @@ pub fn simulate(workload: &Workload, policy: &PolicySpec) -> Outcome {
             max_requeues: config.scheduler.max_requeues,
             max_launch_attempts: config.scheduler.max_launch_attempts,
         },
-        rec: Records {
-            // As a fresh store starts.
-            next_job_id: 1,
-            ..Records::default()
-        },
+        // As a fresh store starts.
+        rec: Records::new(BTreeMap::new(), BTreeMap::new(), 1, Default::default()),
         copy: SchedulerCopy::default(),
         topologies: Topologies::default(),
         submit_topologies: Topologies::default(),
-        book: UsageBook::new(half_life, EPOCH_MS),
+        reactor: Reactor::new(UsageBook::new(half_life, EPOCH_MS), Default::default()),
         queue: Queue::default(),
         agents: Agents::default(),
         payload: Arc::new(Payload {
@@ -194,10 +225,12 @@ pub fn simulate(workload: &Workload, policy: &PolicySpec) -> Outcome {
         last_pass: None,
         wakes_queued: BTreeSet::new(),
         uids: BTreeMap::new(),
-        index: BTreeMap::new(),
-        out: Outcome {
-            jobs: vec![JobOutcome::default(); workload.jobs.len()],
-            ..Outcome::default()
+        seen: Seen {
+            index: BTreeMap::new(),
+            out: Outcome {
+                jobs: vec![JobOutcome::default(); workload.jobs.len()],
+                ..Outcome::default()
+            },
         },
     };
     for node in &workload.nodes {
@@ -259,7 +292,7 @@ impl Sim<'_> {
                 }
             }
         }
-        self.out.end_ms = self.now - EPOCH_MS;
+        self.seen.out.end_ms = self.now - EPOCH_MS;
     }
 
     fn handle(&mut self, event: Event) {
@@ -271,13 +304,12 @@ impl Sim<'_> {
             }
             Event::Agent(ev) => {
                 let jobs = &self.workload.jobs;
-                let index = &self.index;
+                let index = &self.seen.index;
                 let spec_of = |id: u64| &jobs[index[&JobId(id)]];
                 match self.agents.handle(ev, self.now, &spec_of) {
                     Delivery::Nothing => {}
                     Delivery::Started { node, job } => {
-                        let fx = self.rec.job_started(&node, job, 1000, self.now);
-                        self.run_effects(fx);
+                        self.run_event(|rec, now| rec.job_started(&node, job, 1000, now));
                     }
                     Delivery::Checkpoint { node, job } => {
                         // A heartbeat's checkpoint time: memory only, no event.
@@ -286,11 +318,13 @@ impl Sim<'_> {
                     }
                     Delivery::Finished { node, end, lost } => {
                         if let Some((restart, lost_gpu_ms)) = lost {
-                            let i = self.index[&JobId(end.job_id)];
-                            self.out.jobs[i].lost_gpu_ms.insert(restart, lost_gpu_ms);
+                            let i = self.seen.index[&JobId(end.job_id)];
+                            self.seen.out.jobs[i]
+                                .lost_gpu_ms
+                                .insert(restart, lost_gpu_ms);
                         }
-                        let fx = self.rec.job_finished(&node, &end, self.limits, self.now);
-                        self.run_effects(fx);
+                        let limits = self.limits;
+                        self.run_event(|rec, now| rec.job_finished(&node, &end, limits, now));
                     }
                 }
                 for (at, ev) in self.agents.take_scheduled() {
@@ -300,37 +334,35 @@ impl Sim<'_> {
         }
     }
 
-    /// The shell's `run_event` without the store: usage records, commit, fair share, commands.
-    fn run_effects(&mut self, mut fx: Effects) {
-        self.rec.account_runs(&mut fx, self.now);
-        for job in &fx.jobs {
-            if let Some(&i) = self.index.get(&job.id) {
-                let o = &mut self.out.jobs[i];
-                o.restarts = job.restart_count;
-                if job.state.is_terminal() {
-                    o.final_state = Some(job.state.as_str().to_string());
-                }
-            }
-        }
-        let done = self.rec.commit(fx);
-        if !done.runs.is_empty() {
-            self.book.add_runs(&done.runs);
-            self.out.runs.extend(done.runs.into_iter().map(|mut r| {
-                r.queued_at -= EPOCH_MS;
-                r.start -= EPOCH_MS;
-                r.end -= EPOCH_MS;
-                r
-            }));
-        }
+    /// Runs an event through schedd's reactor, with no store: usage records, commit, fair
+    /// share, then the commands to the agents. Returns the submit's jobs, if it was one.
+    fn run_event(
+        &mut self,
+        event: impl FnOnce(&Records, Millis) -> Effects,
+    ) -> Vec<ysched_common::Job> {
+        let mut commands = Vec::new();
+        let ports = Ports {
+            clock: &At(self.now),
+            journal: &mut NoJournal,
+            observer: &mut self.seen,
+            outbox: &mut commands,
+        };
+        let done = self
+            .reactor
+            .run(&mut self.rec, ports, Room::Cluster, |rec, now| {
+                Ok((event(rec, now), ()))
+            })
+            .expect("no journal refuses");
         self.wake |= done.wake;
-        for (node, command) in done.commands {
+        for (node, command) in commands {
             self.deliver(&node, command);
         }
+        done.submitted
     }
 
     fn deliver(&mut self, node: &str, command: AgentCommand) {
         let jobs = &self.workload.jobs;
-        let index = &self.index;
+        let index = &self.seen.index;
         let spec_of = |id: u64| &jobs[index[&JobId(id)]];
         self.agents.command(node, command, self.now, &spec_of);
         for (at, ev) in self.agents.take_scheduled() {
@@ -347,8 +379,8 @@ impl Sim<'_> {
             gpus: node_gpus(node),
             ..Registration::default()
         };
-        let (fx, _kill) = self.rec.register(&reg, self.limits, self.now);
-        self.run_effects(fx);
+        let limits = self.limits;
+        self.run_event(|rec, now| rec.register(&reg, limits, now).0);
     }
 
     fn owner(&mut self, user: &str, account: &str) -> Owner {
@@ -396,7 +428,7 @@ impl Sim<'_> {
         let refuse = |out: &mut Outcome, why: String| out.jobs[i].refused = Some(why);
         let valid = match submit::validate(request, &caller, config) {
             Ok(v) => v,
-            Err(e) => return refuse(&mut self.out, e.to_string()),
+            Err(e) => return refuse(&mut self.seen.out, e.to_string()),
         };
         let ValidSubmit {
             spec,
@@ -405,12 +437,12 @@ impl Sim<'_> {
             ..
         } = valid;
         if let Err(e) =
-            core::check_satisfiable_with(&spec, &self.rec.nodes, &mut self.submit_topologies)
+            core::check_satisfiable_with(&spec, self.rec.nodes(), &mut self.submit_topologies)
         {
-            return refuse(&mut self.out, e);
+            return refuse(&mut self.seen.out, e);
         }
         let tier_value = config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-        self.out.jobs[i].tier = Some(spec.tier.clone());
+        self.seen.out.jobs[i].tier = Some(spec.tier.clone());
         let dir = |id: JobId| format!("/sim/checkpoints/{}", id.0);
         let new = NewJob {
             owner,
@@ -421,14 +453,13 @@ impl Sim<'_> {
             tier_value,
             checkpoint_dir: &dir,
         };
-        let (fx, jobs) = self.rec.submit(new, self.now);
-        let done = self.rec.commit(fx);
+        let jobs = self.run_event(|rec, now| rec.submit(new, now));
         for j in &jobs {
-            self.index.insert(j.id, i);
-            self.out.jobs[i].id = Some(j.id);
+            self.seen.index.insert(j.id, i);
+            self.seen.out.jobs[i].id = Some(j.id);
         }
-        self.rec.insert_jobs(jobs);
-        self.wake |= done.wake;
+        // No flush to wait for: durable at once.
+        self.reactor.submit_durable(&mut self.rec, jobs);
     }
 
     /// `Cluster::schedule_once`, without the lock: the same inputs to the same functions.
@@ -436,15 +467,26 @@ impl Sim<'_> {
     /// A pass with no job pending is skipped: its plan could only be empty (placements and
     /// evictions are made for pending jobs), so skipping it changes nothing but the time.
     fn pass(&mut self) {
-        if !self.rec.jobs.values().any(|j| j.state == JobState::Pending) {
+        if !self
+            .rec
+            .jobs()
+            .values()
+            .any(|j| j.state == JobState::Pending)
+        {
             return;
         }
-        self.out.passes += 1;
+        self.seen.out.passes += 1;
         let now = self.now;
         self.rec.refresh_copy(&mut self.copy);
         let config = &self.policy.config;
         let factors = if self.policy.fair_share {
-            share_table(&self.book, &config.accounts, &self.copy.jobs, now).factors()
+            share_table(
+                &self.reactor.usage_book(),
+                &config.accounts,
+                &self.copy.jobs,
+                now,
+            )
+            .factors()
         } else {
             FairShare::none().clone()
         };
@@ -453,7 +495,7 @@ impl Sim<'_> {
             fair_share: &factors,
             backfill: Backfill::configured(&config.scheduler),
         };
-        let snap = Snapshot::new(&self.copy.jobs, &self.rec.nodes);
+        let snap = Snapshot::new(&self.copy.jobs, self.rec.nodes());
         let mut plan = core::schedule_with(&snap, &policy, now, &mut self.topologies);
         plan.keep_changed_reasons(&mut self.copy.jobs);
         // The plan was made from the records as they are (no request can come between the
@@ -471,7 +513,7 @@ impl Sim<'_> {
             );
         }
         for ev in &plan.evictions {
-            self.out.decisions.push(Decision::Evict {
+            self.seen.out.decisions.push(Decision::Evict {
                 at: now - EPOCH_MS,
                 victim: ev.victim.0,
                 preemptor: ev.preemptor.0,
@@ -479,22 +521,21 @@ impl Sim<'_> {
             });
         }
         for p in &plan.placements {
-            let restart = self.rec.jobs.get(&p.job).map_or(0, |j| j.restart_count);
-            self.out.decisions.push(Decision::Start {
+            let restart = self.rec.jobs().get(&p.job).map_or(0, |j| j.restart_count);
+            self.seen.out.decisions.push(Decision::Start {
                 at: now - EPOCH_MS,
                 job: p.job.0,
                 restart,
                 alloc: describe_alloc(&p.alloc),
             });
-            if let Some(&i) = self.index.get(&p.job) {
-                let o = &mut self.out.jobs[i];
+            if let Some(&i) = self.seen.index.get(&p.job) {
+                let o = &mut self.seen.out.jobs[i];
                 o.first_start.get_or_insert(now - EPOCH_MS);
             }
         }
         let payload = Arc::clone(&self.payload);
         let lookup = move |_: JobId| Some(Arc::clone(&payload));
-        let fx = self.rec.apply_plan(&plan, &lookup, now);
-        self.run_effects(fx);
+        self.run_event(|rec, now| rec.apply_plan(&plan, &lookup, now));
         self.wake_for_min_runtime();
     }
 
@@ -505,13 +546,17 @@ impl Sim<'_> {
         if tiers.values().all(|t| t.min_runtime == 0) {
             return;
         }
-        let waiting = self.rec.jobs.values().any(|j| j.state == JobState::Pending);
+        let waiting = self
+            .rec
+            .jobs()
+            .values()
+            .any(|j| j.state == JobState::Pending);
         if !waiting {
             return;
         }
         let next = self
             .rec
-            .jobs
+            .jobs()
             .values()
             .filter(|j| j.state == JobState::Running && j.stop.is_none())
             .filter_map(|j| {
@@ -529,12 +574,12 @@ impl Sim<'_> {
 
     fn finish(mut self) -> Outcome {
         // Jobs still active never got to run to the end (nothing left could start them).
-        for (id, job) in &self.rec.jobs {
-            if let Some(&i) = self.index.get(id) {
-                self.out.jobs[i].restarts = job.restart_count;
+        for (id, job) in self.rec.jobs() {
+            if let Some(&i) = self.seen.index.get(id) {
+                self.seen.out.jobs[i].restarts = job.restart_count;
             }
         }
-        self.out
+        self.seen.out
     }
 }
 

@@ -577,17 +577,16 @@ impl Cluster {
     /// Applies a plan with the server's own applier (`state::plan`): placed jobs start,
     /// victims are asked to stop, and every other pending job takes its reason.
     pub(crate) fn apply(&mut self, plan: &Plan, now: Millis) {
-        let mut records = crate::state::Records {
-            jobs: std::mem::take(&mut self.jobs),
-            nodes: self.nodes.clone(),
-            next_job_id: 0,
-            ..Default::default()
-        }
-        .with_active_jobs();
+        let mut records = crate::state::Records::new(
+            std::mem::take(&mut self.jobs),
+            self.nodes.clone(),
+            0,
+            Default::default(),
+        );
         let payload = |_: JobId| Some(std::sync::Arc::new(crate::store::Payload::default()));
         let effects = records.apply_plan(plan, &payload, now);
         records.commit(effects);
-        self.jobs = records.jobs;
+        self.jobs = records.into_jobs();
     }
 
     /// The agent reports the job's process gone: it leaves the snapshot (terminal, or

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::metrics::preempted_checkpoint_saves;
-use crate::state::agent_events::health_drain;
 use crate::state::gpu_health::GpuReport;
+use crate::state::HeartbeatSeen;
 use ysched_common::time::Millis;
 use ysched_common::Node;
 
@@ -110,15 +110,23 @@ impl Cluster {
             return self.register_login(&reg, peer, tx);
         }
         let relay_token = RelayToken::new()?;
+        let limits = self.limits();
         let (session_id, changed) = {
             let mut st = lock(&self.state);
             name_free(&st, &name, peer)?;
-            let (mut effects, kill_jobs) = st.rec.register(&reg, self.limits(), now_ms());
-            st.rec.account_runs(&mut effects, now_ms());
-            self.write(std::mem::take(&mut effects.batch), store::Room::Cluster)?;
-            if let Some(node) = effects.nodes.iter().find(|n| n.name == name) {
-                self.gpus_failed(&name, &newly_failed(st.rec.nodes.get(&name), node));
-            }
+            let done = st.run(self, store::Room::Cluster, &WallClock, |rec, now| {
+                let (effects, kill_jobs) = rec.register(&reg, limits, now);
+                let failed = effects
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == name)
+                    .map_or_else(Vec::new, |after| {
+                        newly_failed(rec.nodes().get(&name), after)
+                    });
+                Ok((effects, (kill_jobs, failed)))
+            })?;
+            let (kill_jobs, failed) = done.out;
+            self.gpus_failed(&name, &failed);
             if !kill_jobs.is_empty() {
                 tracing::warn!(
                     node = %name,
@@ -126,12 +134,8 @@ impl Cluster {
                      the node takes no new job until they are gone"
                 );
             }
-            self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
-            st.deps.observe(&effects, None);
-            let done = st.rec.commit(effects);
-            st.book_runs(&done.runs);
             // First on the new session; what the registration decided follows after the
-            // flush, through the outbox.
+            // flush, through the outbox (which the lock keeps from leaving before this).
             let _ = tx.send(AgentCommand::Registered {
                 kill_jobs,
                 relay_token: relay_token.0.to_vec(),
@@ -148,8 +152,6 @@ impl Cluster {
                     login: false,
                 },
             );
-            st.outbox.extend(done.commands);
-            let _ = self.flush_tx.send(None);
             (session_id, done.changed)
         };
         self.settle(changed, true).await?;
@@ -164,7 +166,7 @@ impl Cluster {
         let relay_token = RelayToken::new()?;
         let mut st = lock(&self.state);
         name_free(&st, name, peer)?;
-        if st.rec.nodes.contains_key(name) {
+        if st.rec.nodes().contains_key(name) {
             let msg = format!(
                 "'{name}' is the name of a compute node: refusing it for the login agent from \
                  {peer} (give it another --name)"
@@ -221,9 +223,7 @@ impl Cluster {
                 tracing::info!(node = name, "login agent disconnected");
                 return;
             }
-            if let Some(n) = st.rec.nodes.get_mut(name) {
-                n.connected = false;
-            }
+            st.rec.node_disconnected(name);
             tracing::warn!(node = name, "agent disconnected");
         }
     }
@@ -255,32 +255,28 @@ impl Cluster {
         gpus: &GpuReport,
     ) {
         let now = now_ms();
-        let (freed, refused, health_changes, gpu_changes) = {
+        let seen = {
             let mut st = lock(&self.state);
             let st = &mut *st;
             let Some(session) = st.sessions.get(name).filter(|s| s.id == session_id) else {
                 return; // an old session's heartbeat: its connection is on its way out
             };
-            let ack = AgentCommand::HeartbeatAck { seq };
-            let Some(n) = st.rec.nodes.get_mut(name) else {
-                let _ = session.tx.send(ack);
-                return;
-            };
-            n.last_seen = now;
-            let health_changes =
-                health_drain(n.drain_reason.as_deref(), n.drained_by_node, unhealthy).is_some();
-            let gpu_changes = gpus.changes(n);
-            let before = n.killing.len();
-            n.killing.retain(|id| running_jobs.contains(id));
-            let freed = n.killing.len() != before && n.killing.is_empty();
-            let _ = session.tx.send(ack);
-            let refused = if checkpoints.is_empty() {
-                Vec::new()
-            } else {
-                st.rec.note_checkpoints(name, checkpoints, now)
-            };
-            (freed, refused, health_changes, gpu_changes)
+            let seen = st
+                .rec
+                .heartbeat(name, running_jobs, checkpoints, unhealthy, gpus, now);
+            // After `last_seen` moved (see above).
+            let _ = session.tx.send(AgentCommand::HeartbeatAck { seq });
+            match seen {
+                Some(seen) => seen,
+                None => return,
+            }
         };
+        let HeartbeatSeen {
+            freed,
+            health_changes,
+            gpu_changes,
+            refused_checkpoints: refused,
+        } = seen;
         if freed {
             self.wake.notify_one();
         }
@@ -288,7 +284,11 @@ impl Cluster {
             self.gpu_report(name, session_id, gpus, now);
         }
         if health_changes {
-            match self.run_cluster_event(|rec| Ok((rec.node_health(name, unhealthy, now), ()))) {
+            // At the heartbeat's time, as the rest of what it said.
+            let at = reactor::At(now);
+            match self.run_event_in(store::Room::Cluster, &at, |rec, now| {
+                Ok((rec.node_health(name, unhealthy, now), ()))
+            }) {
                 Ok((changed, wake, ())) => {
                     match unhealthy {
                         Some(why) => tracing::warn!(node = name, "drained by its agent: {why}"),
@@ -327,14 +327,13 @@ impl Cluster {
     /// this report carried).
     fn gpu_report(&self, name: &str, session_id: u64, gpus: &GpuReport, now: Millis) {
         let limits = self.limits();
-        let outcome = self.run_cluster_event(|rec| {
-            let before = rec.nodes.get(name).cloned();
+        let outcome = self.run_event_in(store::Room::Cluster, &reactor::At(now), |rec, now| {
             let effects = rec.gpu_report(name, gpus, limits, now);
             let failed = effects
                 .nodes
                 .iter()
                 .find(|n| n.name == name)
-                .map_or_else(Vec::new, |after| newly_failed(before.as_ref(), after));
+                .map_or_else(Vec::new, |after| newly_failed(rec.nodes().get(name), after));
             Ok((effects, failed))
         });
         match outcome {
@@ -391,9 +390,9 @@ impl Cluster {
                 reports.push((node, report));
             }
             let limits = self.limits();
-            match self.run_cluster_event(|rec| {
-                let effects = rec.agent_reports(&reports, limits, now_ms());
-                let saves = preempted_checkpoint_saves(&rec.jobs, &effects.jobs, &reports);
+            match self.run_cluster_event(|rec, now| {
+                let effects = rec.agent_reports(&reports, limits, now);
+                let saves = preempted_checkpoint_saves(rec.jobs(), &effects.jobs, &reports);
                 Ok((effects, saves))
             }) {
                 Ok((changed, wake, saves)) => {
@@ -420,11 +419,7 @@ impl Cluster {
     /// agent): it is DOWN until it registers again.
     pub(super) fn end_silent_session(&self, name: &str) {
         let mut st = lock(&self.state);
-        let Some(node) = st.rec.nodes.get_mut(name) else {
-            return;
-        };
-        if node.connected {
-            node.connected = false;
+        if st.rec.node_disconnected(name) {
             st.sessions.remove(name);
             tracing::warn!(
                 node = name,
@@ -439,9 +434,7 @@ impl Cluster {
         let mut st = lock(&self.state);
         if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
             st.sessions.remove(name);
-            if let Some(n) = st.rec.nodes.get_mut(name) {
-                n.connected = false;
-            }
+            st.rec.node_disconnected(name);
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The shell around the state machine (`state/`): the records, agent sessions and the outbox
-//! behind one lock. It runs each event: the state machine computes its effects, the shell
-//! writes their batch, and only when that succeeded takes them into memory and the outbox.
-//! Anything that must not happen before the change is durable (acknowledging a client,
-//! telling an agent to launch or stop) waits for a flush (group commit).
+//! behind one lock. It runs each event through the state machine's reactor
+//! (`state::reactor`) with its own ports: the wall clock, the store as journal (room check,
+//! watchdog, exit 75), the metrics as observer, and an outbox that holds commands for the
+//! next flush. Anything that must not happen before the change is durable (acknowledging a
+//! client, telling an agent to launch or stop) waits for a flush (group commit).
 //!
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 //!
@@ -33,6 +34,7 @@ use crate::state::agent_events::{AgentReport, Limits, Registration};
 use crate::state::client_events::{audit_record, NewJob};
 use crate::state::commands::AgentCommand;
 use crate::state::dependencies::EndedTargets;
+use crate::state::reactor::{self, Clock, Ports, Reactor};
 use crate::state::{Effects, Records, SchedulerCopy};
 use crate::store::{self, Store};
 use crate::submit::{self, ValidSubmit};
@@ -137,18 +139,15 @@ pub struct State {
     outbox: Vec<(String, AgentCommand)>,
     /// Node topologies for the submit-time check (the scheduling loop keeps its own).
     topologies: core::Topologies,
-    /// Fair share's usage of ended runs, per account; each event's ended runs are added after
-    /// its commit. Shared with a pass that copied it (copied on write).
-    usage_book: Arc<UsageBook>,
+    /// The books every event keeps (fair share's usage, the end states dependencies read),
+    /// and the one way events run (see `state::reactor`).
+    reactor: Reactor,
     /// What the last pass saw: the share table and each pending job's place.
     queue_view: Arc<QueueView>,
     /// When and where the last pass expects pending jobs to start (memory only: each pass
     /// replaces it).
     expected: Arc<BTreeMap<JobId, core::ExpectedStart>>,
-    /// How the finished jobs that live dependencies name have ended (the core's
-    /// `Snapshot::ended`), kept up to date before each commit.
-    deps: EndedTargets,
-    /// When `deps` last forgot the jobs no dependency names any more.
+    /// When the reactor's end states last forgot the jobs no dependency names any more.
     deps_collected: std::time::Instant,
 }
 
@@ -201,7 +200,7 @@ impl Cluster {
         let rec = store.recover()?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
-        let usage_book = Arc::new(scheduling::usage_book(&config, &store, now_ms())?);
+        let usage_book = scheduling::usage_book(&config, &store, now_ms())?;
         let metrics = Arc::new(crate::metrics::Metrics::new(
             config.tiers.keys().map(String::as_str),
         ));
@@ -214,23 +213,14 @@ impl Cluster {
             config,
             store,
             state: Mutex::new(State {
-                rec: Records {
-                    jobs: rec.active_jobs,
-                    nodes: rec.nodes,
-                    next_job_id: rec.next_job_id,
-                    touched: BTreeSet::new(),
-                    limits,
-                    ..Records::default()
-                }
-                .with_active_jobs(),
+                rec: Records::new(rec.active_jobs, rec.nodes, rec.next_job_id, limits),
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),
                 topologies: core::Topologies::default(),
-                usage_book,
+                reactor: Reactor::new(usage_book, deps),
                 queue_view: Default::default(),
                 expected: Default::default(),
-                deps,
                 deps_collected: std::time::Instant::now(),
             }),
             wake: Notify::new(),
@@ -315,10 +305,12 @@ impl Cluster {
         self.changes.subscribe()
     }
 
-    /// Writes a batch (not yet durable) if the state disk has room for it (see
+    /// Writes an event's change (not yet durable) if the state disk has room for it (see
     /// [`Store::check_room`]): a refusal changes nothing. A write that sled itself failed
     /// ends schedd (exit 75): sled cannot go on after it.
-    fn write(&self, batch: store::Batch, room: store::Room) -> ApiResult<()> {
+    fn write(&self, effects: &Effects, room: store::Room) -> ApiResult<()> {
+        // Encoded first: the room check counts the bytes the write takes.
+        let batch = store::Batch::from(effects);
         if batch.is_empty() {
             return Ok(());
         }
@@ -340,9 +332,9 @@ impl Cluster {
     /// Runs one event of a client's request under the lock (see [`Cluster::run_event_in`]).
     fn run_event<T>(
         &self,
-        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+        event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<(Vec<JobId>, bool, T)> {
-        self.run_event_in(store::Room::Request, event)
+        self.run_event_in(store::Room::Request, &WallClock, event)
     }
 
     /// Runs one event of the cluster's own bookkeeping (agents' reports, placements), which
@@ -350,33 +342,23 @@ impl Cluster {
     /// [`store::Room`]).
     fn run_cluster_event<T>(
         &self,
-        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+        event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<(Vec<JobId>, bool, T)> {
-        self.run_event_in(store::Room::Cluster, event)
+        self.run_event_in(store::Room::Cluster, &WallClock, event)
     }
 
-    /// Runs one event under the lock. Its batch is written first; only when that succeeded
-    /// do its records reach memory and its commands the outbox (they leave after the next
-    /// flush). A refused write returns the error and changes nothing.
+    /// Runs one event under the lock, through the reactor: its change is written first; only
+    /// when that succeeded do its records reach memory and its commands the outbox (they
+    /// leave after the next flush). A refused write returns the error and changes nothing.
     fn run_event_in<T>(
         &self,
         room: store::Room,
-        event: impl FnOnce(&Records) -> ApiResult<(Effects, T)>,
+        clock: &dyn Clock,
+        event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<(Vec<JobId>, bool, T)> {
         let mut st = lock(&self.state);
-        let (mut effects, out) = event(&st.rec)?;
-        st.rec.account_runs(&mut effects, now_ms());
-        // After the request's own checks, so bad input is refused for what it is.
-        self.write(std::mem::take(&mut effects.batch), room)?;
-        self.metrics.observe_jobs(&st.rec.jobs, &effects.jobs);
-        st.deps.observe(&effects, None);
-        let done = st.rec.commit(effects);
-        st.book_runs(&done.runs);
-        if !done.commands.is_empty() {
-            st.outbox.extend(done.commands);
-            let _ = self.flush_tx.send(None);
-        }
-        Ok((done.changed, done.wake, out))
+        let done = st.run(self, room, clock, event)?;
+        Ok((done.changed, done.wake, done.out))
     }
 
     /// After [`run_event`]: waits until the change is durable (group commit), then wakes the
@@ -412,5 +394,68 @@ impl Cluster {
             max_requeues: self.config.scheduler.max_requeues,
             max_launch_attempts: self.config.scheduler.max_launch_attempts,
         }
+    }
+}
+
+/// schedd's clock: the wall clock, read once per event.
+struct WallClock;
+
+impl Clock for WallClock {
+    fn now(&self) -> i64 {
+        now_ms()
+    }
+}
+
+/// schedd's journal: the store, with the room check and the watchdog (see
+/// [`Cluster::write`]).
+struct StoreJournal<'a>(&'a Cluster);
+
+impl reactor::Journal for StoreJournal<'_> {
+    fn write(&mut self, effects: &Effects, room: store::Room) -> ApiResult<()> {
+        self.0.write(effects, room)
+    }
+}
+
+/// schedd's observer: the metrics moved by events.
+struct MetricsObserver<'a>(&'a crate::metrics::Metrics);
+
+impl reactor::Observer for MetricsObserver<'_> {
+    fn applying(&mut self, rec: &Records, jobs: &[Job]) {
+        self.0.observe_jobs(rec.jobs(), jobs);
+    }
+}
+
+/// schedd's outbox: commands wait for the next flush, which they ask for.
+struct FlushedOutbox<'a> {
+    outbox: &'a mut Vec<(String, AgentCommand)>,
+    flush_tx: &'a mpsc::UnboundedSender<Option<oneshot::Sender<bool>>>,
+}
+
+impl reactor::Outbox for FlushedOutbox<'_> {
+    fn post(&mut self, commands: Vec<(String, AgentCommand)>) {
+        self.outbox.extend(commands);
+        let _ = self.flush_tx.send(None);
+    }
+}
+
+impl State {
+    /// Runs one event through the reactor, with the cluster's store, metrics and outbox.
+    fn run<T>(
+        &mut self,
+        cluster: &Cluster,
+        room: store::Room,
+        clock: &dyn Clock,
+        event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
+    ) -> ApiResult<reactor::Done<T>> {
+        let ports = Ports {
+            clock,
+            journal: &mut StoreJournal(cluster),
+            observer: &mut MetricsObserver(&cluster.metrics),
+            outbox: &mut FlushedOutbox {
+                outbox: &mut self.outbox,
+                flush_tx: &cluster.flush_tx,
+            },
+        };
+        self.reactor.run(&mut self.rec, ports, room, event)
     }
 }

@@ -23,14 +23,14 @@ impl Cluster {
             let st = lock(&self.state);
             if ids.is_empty() {
                 st.rec
-                    .jobs
+                    .jobs()
                     .values()
                     .filter(|j| want(j))
                     .map(listing)
                     .collect()
             } else {
                 ids.iter()
-                    .filter_map(|id| st.rec.jobs.get(id))
+                    .filter_map(|id| st.rec.jobs().get(id))
                     .filter(|j| want(j))
                     .map(listing)
                     .collect()
@@ -116,7 +116,7 @@ impl Cluster {
     }
 
     fn find_job(&self, id: JobId) -> ApiResult<Job> {
-        if let Some(j) = lock(&self.state).rec.jobs.get(&id) {
+        if let Some(j) = lock(&self.state).rec.jobs().get(&id) {
             return Ok(j.clone());
         }
         self.store
@@ -143,9 +143,9 @@ impl Cluster {
                     let mut st = lock(&self.state);
                     st.rec.refresh_copy(&mut view.copy);
                     (
-                        st.rec.nodes.clone(),
+                        st.rec.nodes().clone(),
                         Arc::clone(&st.queue_view),
-                        st.deps.ended(),
+                        st.reactor.ended_targets().ended(),
                     )
                 };
                 (view.copy.jobs.clone(), nodes, queue, ended)
@@ -189,7 +189,7 @@ impl Cluster {
         let mut table = self.queue_view().table.clone();
         if table.as_of == 0 {
             // No pass yet: no figures, but the half-life is known.
-            table.half_life_ms = lock(&self.state).usage_book.half_life_ms();
+            table.half_life_ms = lock(&self.state).reactor.usage_book().half_life_ms();
         }
         if !self.config.sees_all_usage(caller) {
             table
@@ -205,13 +205,13 @@ impl Cluster {
         let st = lock(&self.state);
         let all = self.config.sees_all_usage(caller);
         st.rec
-            .nodes
+            .nodes()
             .values()
             .map(|n| {
-                let mut view = node_view(n, &st.rec.jobs);
+                let mut view = node_view(n, st.rec.jobs());
                 if !all {
                     for holder in view.gpu_holders.iter_mut().filter(|h| **h != 0) {
-                        let visible = st.rec.jobs.get(&JobId(*holder)).is_some_and(|j| {
+                        let visible = st.rec.jobs().get(&JobId(*holder)).is_some_and(|j| {
                             self.config
                                 .sees_job_usage(caller, &j.spec.account, j.owner.uid)
                         });

@@ -83,7 +83,7 @@ impl Cluster {
         // Looked at before the lock: a home on a hanging automount must stall only this caller.
         let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
         let ValidSubmit {
-            mut spec,
+            spec,
             payload,
             grace_secs,
             dependency,
@@ -98,55 +98,55 @@ impl Cluster {
         };
         let finished = |id: JobId| read.job(id, &self.store);
         let state_of = |id: JobId| read.state(id, &self.store);
-        let (jobs, done) = {
+        let done = {
             let mut st = lock(&self.state);
             let st = &mut *st;
             let count = spec.array.as_ref().map_or(1, |a| u64::from(a.count));
             st.rec.check_jobs_per_user(&caller, &spec.tier, count)?;
-            core::check_satisfiable_with(&spec, &st.rec.nodes, &mut st.topologies)
+            core::check_satisfiable_with(&spec, st.rec.nodes(), &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
-            // Resolved under the lock, with the submit: a target that ends meanwhile is seen
-            // ending (its end is recorded for this job's dependency).
-            let mut targets = Vec::new();
-            if let Some(request) = &dependency {
-                let (resolved, states) =
-                    st.rec.resolve_dependency(request, &finished, &state_of)?;
-                spec.dependency = Some(resolved);
-                targets = states;
-            }
-            let checkpoint_dir = |id: JobId| {
-                submit::checkpoint_dir_with(
-                    &spec,
-                    id.0,
-                    &self.config.scheduler.checkpoint_root,
-                    home.as_deref(),
-                    |_| home_exists,
-                )
-            };
-            let new = NewJob {
-                owner: caller.owner,
-                from_host: caller.host,
-                tier_value,
-                spec: spec.clone(),
-                payload,
-                grace_secs,
-                checkpoint_dir: &checkpoint_dir,
-            };
-            let (mut effects, jobs) = st.rec.submit(new, now_ms());
-            effects.dependency_targets = targets;
-            self.write(std::mem::take(&mut effects.batch), store::Room::Request)?;
-            // The ids are taken now; the jobs enter memory once they are durable, but count
-            // against their owner's limit already.
-            st.deps.observe(&effects, Some(jobs[0].id));
-            let done = st.rec.commit(effects);
-            st.rec.reserve_active(&jobs);
-            (jobs, done)
+            let spec = spec.clone();
+            let config = &self.config;
+            st.run(self, store::Room::Request, &WallClock, |rec, now| {
+                // Resolved under the lock, with the submit: a target that ends meanwhile is
+                // seen ending (its end is recorded for this job's dependency).
+                let mut spec = spec;
+                let mut targets = Vec::new();
+                if let Some(request) = &dependency {
+                    let (resolved, states) =
+                        rec.resolve_dependency(request, &finished, &state_of)?;
+                    spec.dependency = Some(resolved);
+                    targets = states;
+                }
+                let checkpoint_dir = |id: JobId| {
+                    submit::checkpoint_dir_with(
+                        &spec,
+                        id.0,
+                        &config.scheduler.checkpoint_root,
+                        home.as_deref(),
+                        |_| home_exists,
+                    )
+                };
+                let new = NewJob {
+                    owner: caller.owner,
+                    from_host: caller.host,
+                    tier_value,
+                    spec: spec.clone(),
+                    payload,
+                    grace_secs,
+                    checkpoint_dir: &checkpoint_dir,
+                };
+                let mut effects = rec.submit(new, now);
+                effects.dependency_targets = targets;
+                Ok((effects, ()))
+            })?
         };
+        let jobs = done.submitted;
         let first = jobs[0].id;
         if let Err(e) = self.commit().await {
             let mut st = lock(&self.state);
-            st.deps.settled(first);
-            st.rec.release_reserved(&jobs);
+            let st = &mut *st;
+            st.reactor.submit_lost(&mut st.rec, &jobs);
             return Err(e);
         }
         let submitted = Submitted {
@@ -160,8 +160,8 @@ impl Cluster {
         self.metrics.submitted_jobs(&jobs, began.elapsed());
         {
             let mut st = lock(&self.state);
-            st.rec.insert_reserved_jobs(jobs);
-            st.deps.settled(first);
+            let st = &mut *st;
+            st.reactor.submit_durable(&mut st.rec, jobs);
         }
         if done.wake {
             self.wake.notify_one();
@@ -190,11 +190,11 @@ impl Cluster {
                         resolved
                             .ids
                             .into_iter()
-                            .filter(|id| !st.rec.jobs.contains_key(id)),
+                            .filter(|id| !st.rec.jobs().contains_key(id)),
                     );
                 }
                 // Beyond its limit the dependency is refused anyway (under the lock).
-                if ids.len() as u64 > st.rec.limits.dependency_jobs {
+                if ids.len() as u64 > st.rec.limits().dependency_jobs {
                     break;
                 }
             }
@@ -216,7 +216,7 @@ impl Cluster {
         let missing: Vec<JobId> = {
             let st = lock(&self.state);
             ids.into_iter()
-                .filter(|id| !st.rec.jobs.contains_key(id))
+                .filter(|id| !st.rec.jobs().contains_key(id))
                 .collect()
         };
         let mut read = Prefetched::default();
@@ -256,7 +256,7 @@ impl Cluster {
         let read = self.read_finished(all.iter().map(|t| t.id))?;
         let finished = |id: JobId| read.job(id, &self.store);
         let (changed, wake, cancelled) =
-            self.run_event(|rec| rec.cancel_targets(caller, &all, user, &finished, now_ms()))?;
+            self.run_event(|rec, now| rec.cancel_targets(caller, &all, user, &finished, now))?;
         self.settle(changed, wake).await?;
         Ok(cancelled)
     }
@@ -265,9 +265,9 @@ impl Cluster {
     /// one in the right state; see [`Records::hold_targets`]).
     pub async fn hold_named(&self, caller: &Caller, name: &Named, hold: bool) -> ApiResult<()> {
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
-        let (changed, wake, ()) = self.run_event(|rec| {
+        let (changed, wake, ()) = self.run_event(|rec, now| {
             let resolved = name.resolve(rec, &finished)?;
-            Ok((rec.hold_targets(caller, &resolved, hold, now_ms())?, ()))
+            Ok((rec.hold_targets(caller, &resolved, hold, now)?, ()))
         })?;
         self.settle(changed, wake).await
     }
@@ -278,7 +278,7 @@ impl Cluster {
     pub async fn requeue_named(&self, caller: &Caller, name: &Named) -> ApiResult<()> {
         let id = self.resolve_one(name, "requeue")?;
         let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
-        match self.run_event(|rec| Ok((rec.requeue(caller, id, &finished, now_ms())?, ()))) {
+        match self.run_event(|rec, now| Ok((rec.requeue(caller, id, &finished, now)?, ()))) {
             Ok((changed, wake, ())) => self.settle(changed, wake).await,
             Err(ApiError::Denied(why)) => {
                 let record =
@@ -308,7 +308,7 @@ impl Cluster {
         reason: Option<String>,
     ) -> ApiResult<()> {
         let (changed, wake, ()) =
-            self.run_event(|rec| Ok((rec.drain(caller, name, reason, now_ms())?, ())))?;
+            self.run_event(|rec, now| Ok((rec.drain(caller, name, reason, now)?, ())))?;
         self.settle(changed, wake).await
     }
 
@@ -321,7 +321,7 @@ impl Cluster {
         reason: &str,
     ) -> ApiResult<()> {
         let (changed, wake, ()) =
-            self.run_event(|rec| Ok((rec.drain_gpus(caller, name, gpus, reason, now_ms())?, ())))?;
+            self.run_event(|rec, now| Ok((rec.drain_gpus(caller, name, gpus, reason, now)?, ())))?;
         self.settle(changed, wake).await
     }
 
@@ -335,9 +335,8 @@ impl Cluster {
         name: &str,
         gpus: &[u32],
     ) -> ApiResult<Vec<(u32, GpuResumeOutcome)>> {
-        let resumed_at = now_ms();
-        let (changed, wake, ()) =
-            self.run_event(|rec| Ok((rec.resume_gpus(caller, name, gpus, resumed_at)?, ())))?;
+        let (changed, wake, resumed_at) =
+            self.run_event(|rec, now| Ok((rec.resume_gpus(caller, name, gpus, now)?, now)))?;
         self.settle(changed, wake).await?;
         let deadline = tokio::time::Instant::now() + GPU_CONFIRM_WAIT;
         loop {
@@ -347,7 +346,7 @@ impl Cluster {
             notified.as_mut().enable();
             let waiting = {
                 let st = lock(&self.state);
-                st.rec.nodes.get(name).is_some_and(|n| {
+                st.rec.nodes().get(name).is_some_and(|n| {
                     n.connected && gpus.iter().any(|i| n.gpus_forgetting.contains(i))
                 })
             };
@@ -356,7 +355,7 @@ impl Cluster {
             }
         }
         let st = lock(&self.state);
-        let node = st.rec.nodes.get(name);
+        let node = st.rec.nodes().get(name);
         let outcome = |index: &u32| {
             let Some(node) = node else {
                 return GpuResumeOutcome::Pending(format!("node {name} is gone"));

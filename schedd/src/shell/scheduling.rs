@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::fair_share::share_table;
-use ysched_common::{StopReason, StopRequest};
+use crate::state::expected::expect_preemptors;
 
 /// The usage book at start: every run recorded so far, decayed to `now`.
 pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Result<UsageBook> {
@@ -17,55 +17,6 @@ pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Res
     Ok(book)
 }
 
-/// Whether a pending job's reason says that its dependency can never be met.
-/// A preemptor starts once its victims are gone, at the latest when the last one's grace runs
-/// out: from its stop for victims already stopping, from now for those this plan stops. Added
-/// to the core's expected starts (its reservations) for `yq --start`.
-pub(super) fn expect_preemptors(
-    expected: &mut BTreeMap<JobId, core::ExpectedStart>,
-    jobs: &BTreeMap<JobId, ysched_common::Job>,
-    plan: &core::Plan,
-    now: i64,
-) {
-    let mut gone: BTreeMap<JobId, (i64, BTreeSet<String>)> = BTreeMap::new();
-    let mut add = |preemptor: JobId, at: i64, nodes: &mut dyn Iterator<Item = &String>| {
-        let entry = gone.entry(preemptor).or_insert((now, BTreeSet::new()));
-        entry.0 = entry.0.max(at);
-        entry.1.extend(nodes.cloned());
-    };
-    for victim in jobs.values() {
-        if let (
-            JobState::Preempting,
-            Some(StopRequest {
-                reason: StopReason::Preempt { by },
-                at,
-                grace_secs,
-            }),
-        ) = (victim.state, &victim.stop)
-        {
-            let until = at.saturating_add(i64::from(*grace_secs) * 1000);
-            add(*by, until, &mut victim.alloc.iter().map(|a| &a.node));
-        }
-    }
-    for eviction in &plan.evictions {
-        let until = now.saturating_add(i64::from(eviction.grace_secs) * 1000);
-        add(
-            eviction.preemptor,
-            until,
-            &mut std::iter::once(&eviction.node),
-        );
-    }
-    for (job, (at, nodes)) in gone {
-        let pending = jobs.get(&job).is_some_and(|j| j.state == JobState::Pending);
-        if pending {
-            expected.entry(job).or_insert(core::ExpectedStart {
-                at,
-                nodes: nodes.into_iter().collect(),
-            });
-        }
-    }
-}
-
 /// How often, at most, the end states kept for dependencies are trimmed (a walk over every
 /// job in memory, under the lock).
 const COLLECT_ENDED_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
@@ -74,16 +25,10 @@ impl State {
     /// Forgets the end states no live dependency needs any more, when jobs with dependencies
     /// have ended and the last time is long enough ago.
     pub(super) fn collect_ended_targets(&mut self) {
-        if self.deps.garbage_due() && self.deps_collected.elapsed() >= COLLECT_ENDED_EVERY {
-            self.deps.collect_garbage(&self.rec.jobs);
+        if self.reactor.ended_targets_due() && self.deps_collected.elapsed() >= COLLECT_ENDED_EVERY
+        {
+            self.reactor.collect_ended_targets(&self.rec);
             self.deps_collected = std::time::Instant::now();
-        }
-    }
-
-    /// Adds the runs an event ended to the usage book, once they are committed.
-    pub(super) fn book_runs(&mut self, runs: &[ysched_common::RunRecord]) {
-        if !runs.is_empty() {
-            Arc::make_mut(&mut self.usage_book).add_runs(runs);
         }
     }
 }
@@ -159,11 +104,10 @@ impl Cluster {
         // near the heartbeat interval must not fail a node that is merely between two.
         let open_timeout_ms =
             timeout_ms.max(3 * self.config.scheduler.heartbeat_secs as i64 * 1000);
-        let now = now_ms();
         let mut silent = BTreeSet::new();
-        let (changed, wake, ()) = self.run_cluster_event(|rec| {
+        let (changed, wake, ()) = self.run_cluster_event(|rec, now| {
             silent = rec
-                .nodes
+                .nodes()
                 .values()
                 .filter(|n| {
                     let quiet = now - n.last_seen.max(self.started);
@@ -202,9 +146,9 @@ impl Cluster {
             st.rec.refresh_copy(&mut view.copy);
             st.collect_ended_targets();
             (
-                st.rec.nodes.clone(),
-                Arc::clone(&st.usage_book),
-                st.deps.ended(),
+                st.rec.nodes().clone(),
+                st.reactor.usage_book(),
+                st.reactor.ended_targets().ended(),
             )
         };
         let refresh_took = under_lock.elapsed();
@@ -267,10 +211,10 @@ impl Cluster {
         };
         let mut stale = false;
         let apply_started = std::time::Instant::now();
-        let applied = self.run_cluster_event(|rec| {
+        let applied = self.run_cluster_event(|rec, now| {
             let (plan, dropped) = rec.still_valid(plan);
             stale = dropped;
-            Ok((rec.apply_plan(&plan, &payload, now_ms()), ()))
+            Ok((rec.apply_plan(&plan, &payload, now), ()))
         });
         if applied.is_err() {
             // The copy took this plan's reasons already: copy everything afresh next time.
@@ -280,7 +224,7 @@ impl Cluster {
         if !never.is_empty() {
             // A separate event after the plan's: refused (a full store), the jobs stay
             // pending with their reason, and the next pass tries again.
-            match self.run_event(|rec| Ok((rec.cancel_never_satisfied(&never, now_ms()), ()))) {
+            match self.run_event(|rec, now| Ok((rec.cancel_never_satisfied(&never, now), ()))) {
                 Ok((killed, wake, ())) => {
                     if !killed.is_empty() {
                         tracing::info!(
@@ -311,69 +255,5 @@ impl Cluster {
             self.wake.notify_one();
         }
         Ok(changed)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::testkit::{JobBuilder as J, T0};
-
-    #[test]
-    fn a_preemptor_is_expected_when_its_last_victim_s_grace_runs_out() {
-        let jobs: BTreeMap<JobId, ysched_common::Job> = [
-            J::new(1)
-                .gpus(4)
-                .grace(30)
-                .running_on("n1", &[0, 1, 2, 3])
-                .preempted_by(3)
-                .build(),
-            J::new(2)
-                .gpus(4)
-                .grace(60)
-                .running_on("n2", &[0, 1, 2, 3])
-                .build(),
-            J::new(3).gpus(8).build(),
-            J::new(4).gpus(8).build(),
-        ]
-        .into_iter()
-        .map(|j| (j.id, j))
-        .collect();
-        let stop = jobs[&JobId(1)].stop.clone().expect("stopping");
-        let plan = core::Plan {
-            evictions: vec![core::Eviction {
-                victim: JobId(2),
-                preemptor: JobId(4),
-                node: "n2".into(),
-                grace_secs: 60,
-            }],
-            ..core::Plan::default()
-        };
-        let mut expected = BTreeMap::new();
-        expect_preemptors(&mut expected, &jobs, &plan, T0);
-        assert_eq!(
-            expected[&JobId(3)],
-            core::ExpectedStart {
-                at: (stop.at + i64::from(stop.grace_secs) * 1000).max(T0),
-                nodes: vec!["n1".into()],
-            }
-        );
-        assert_eq!(
-            expected[&JobId(4)],
-            core::ExpectedStart {
-                at: T0 + 60_000,
-                nodes: vec!["n2".into()],
-            }
-        );
-        // A reservation the core made stays as it is.
-        let mut expected = BTreeMap::from([(
-            JobId(4),
-            core::ExpectedStart {
-                at: T0 + 5,
-                nodes: vec!["n9".into()],
-            },
-        )]);
-        expect_preemptors(&mut expected, &jobs, &plan, T0);
-        assert_eq!(expected[&JobId(4)].nodes, vec!["n9".to_string()]);
     }
 }

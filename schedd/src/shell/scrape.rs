@@ -12,7 +12,7 @@ impl Cluster {
         let census = {
             let st = lock(&self.state);
             let live = st.sessions.values().filter(|s| !s.tx.is_closed());
-            self.metrics.census(&st.rec.nodes, live.map(|s| s.login))
+            self.metrics.census(st.rec.nodes(), live.map(|s| s.login))
         };
         self.metrics.render(&census, format)
     }

@@ -370,7 +370,7 @@ async fn a_gpu_resume_waits_for_the_node_s_word() {
     beat(&fault(&[(1, "XID 79")], &[]));
     let out = |c: &Cluster| -> Vec<u32> {
         let st = lock(&c.state);
-        st.rec.nodes["n1"]
+        st.rec.nodes()["n1"]
             .gpus_out_of_service
             .keys()
             .copied()
@@ -391,7 +391,7 @@ async fn a_gpu_resume_waits_for_the_node_s_word() {
                     forgotten: vec![],
                 };
                 answering.heartbeat("n1", session, 2, &[], &[], None, &stale);
-                assert!(lock(&answering.state).rec.nodes["n1"]
+                assert!(lock(&answering.state).rec.nodes()["n1"]
                     .unusable_gpus()
                     .any(|i| i == index));
                 let report = GpuReport {
@@ -434,7 +434,7 @@ async fn a_gpu_resume_waits_for_the_node_s_word() {
             GpuResumeOutcome::Pending("node n1 is DOWN; it is told when it registers again".into())
         )]
     );
-    let node = lock(&c.state).rec.nodes["n1"].clone();
+    let node = lock(&c.state).rec.nodes()["n1"].clone();
     assert!(node.gpus_out_of_service.is_empty() && node.gpus_forgetting.contains(&0));
     // What the store has is what memory has.
     let stored = c.store().recover().unwrap().nodes["n1"].clone();

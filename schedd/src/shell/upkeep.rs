@@ -92,7 +92,7 @@ impl Cluster {
         if !audit && summaries.is_empty() {
             return Ok(());
         }
-        self.run_event(|_| {
+        self.run_event(|_, _| {
             let mut effects = Effects::default();
             for summary in summaries {
                 effects.audit(summary);
@@ -131,7 +131,7 @@ impl Cluster {
         }
         let summaries = lock_refusals(&self.refusals).take_summaries(now_ms());
         if !summaries.is_empty() {
-            let written = self.run_event(|_| {
+            let written = self.run_event(|_, _| {
                 let mut effects = Effects::default();
                 for summary in summaries {
                     effects.audit(summary);

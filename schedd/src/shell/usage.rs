@@ -62,11 +62,11 @@ impl Cluster {
             let st = lock(&self.state);
             let running: Vec<RunRecord> = st
                 .rec
-                .jobs
+                .jobs()
                 .values()
                 .filter_map(|j| usage::running_run(j, now))
                 .collect();
-            let gpus: usize = st.rec.nodes.values().map(|n| n.gpus.len()).sum();
+            let gpus: usize = st.rec.nodes().values().map(|n| n.gpus.len()).sum();
             (running, gpus as u32)
         };
         let mut tiers: Vec<(&String, i64)> = self
@@ -178,7 +178,7 @@ impl Cluster {
     pub async fn import_usage(&self, caller: &Caller, runs: Vec<RunRecord>) -> ApiResult<u64> {
         let known = |run: &RunRecord| self.store.has_run(run).map_err(ApiError::from);
         let (changed, wake, imported) =
-            self.run_event(|_| usage::import_runs(caller, runs, &known, now_ms()))?;
+            self.run_event(|_, now| usage::import_runs(caller, runs, &known, now))?;
         self.settle(changed, wake).await?;
         Ok(imported)
     }

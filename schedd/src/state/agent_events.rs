@@ -1,8 +1,10 @@
 //! Agent events: a registration (with reconciliation of what the agent runs against what
-//! schedd believes), a job's start, a part's end, and nodes silent past their timeout.
+//! schedd believes), a job's start, a part's end, a node's word on its health, and nodes
+//! silent past their timeout. (Heartbeats change memory only: `heartbeat`.)
 
 use super::commands::AgentCommand;
 use super::gpu_health::{self, GpuReport};
+use super::history::JobEventKind;
 use super::lifecycle::{self, PartEnd, SilentOutcome};
 use super::{Effects, Records};
 use std::collections::{BTreeMap, BTreeSet};
@@ -190,55 +192,15 @@ fn apply_start(
     }
     job.launched = true;
     job.launch_attempts = 0;
-    fx.event(id, time, "started", format!("on {node}, pid {pid}"));
+    fx.event(
+        id,
+        time,
+        JobEventKind::Started,
+        format!("on {node}, pid {pid}"),
+    );
 }
 
-/// How far past schedd's clock a reported checkpoint time may lie and still be taken (as
-/// now): clocks of nodes and schedd differ a little; a day is no skew but a broken clock.
-pub const CHECKPOINT_FUTURE_SLACK_MS: Millis = 24 * 3600 * 1000;
-
 impl Records {
-    /// An agent's heartbeat: per job, the newest modification time under its checkpoint
-    /// directory there. Each time becomes the job's `last_checkpoint` when it is later than the
-    /// one known (the newest of all its nodes, for a job spanning several), for jobs that run
-    /// on `node` only; a time a little in the future (clock skew) counts as `now`.
-    ///
-    /// In memory only, with no event: every heartbeat may carry it, and the work lost it
-    /// measures is an estimate. It is written with the job's record the next time that is
-    /// written for any other reason, and a restarted schedd learns it again from the next
-    /// heartbeats.
-    ///
-    /// Returns the times refused as absurd (not positive, or more than
-    /// [`CHECKPOINT_FUTURE_SLACK_MS`] ahead of `now`), for the log.
-    pub fn note_checkpoints(
-        &mut self,
-        node: &str,
-        checkpoints: &[(u64, Millis)],
-        now: Millis,
-    ) -> Vec<(u64, Millis)> {
-        let mut refused = Vec::new();
-        for &(job_id, time) in checkpoints {
-            let Some(job) = self
-                .jobs
-                .get_mut(&JobId(job_id))
-                .filter(|j| j.runs_on(node))
-            else {
-                continue; // ended meanwhile, or not this node's
-            };
-            if time <= 0 || time > now.saturating_add(CHECKPOINT_FUTURE_SLACK_MS) {
-                refused.push((job_id, time));
-                continue;
-            }
-            let time = time.min(now);
-            if job.last_checkpoint.is_none_or(|known| known < time) {
-                job.last_checkpoint = Some(time);
-                // The victim cost reads it: the scheduler's copy must see it.
-                self.touched.insert(JobId(job_id));
-            }
-        }
-        refused
-    }
-
     /// A node's agent says whether it can take jobs (`unhealthy`: why not; in every
     /// heartbeat and at registration): a node that cannot (its spool cannot be written, a
     /// launch failed for a reason of its own) is drained with that reason, marked as its own
@@ -310,7 +272,7 @@ impl Records {
                             now
                         };
                         let detail = format!("processes left on {n} are gone: {}", end.describe());
-                        fx.event(JobId(end.job_id), at, "leftover_gone", detail);
+                        fx.event(JobId(end.job_id), at, JobEventKind::LeftoverGone, detail);
                     }
                     apply_part_end(&mut work, &mut fx, node, end, limits, now);
                     fx.command(node, AgentCommand::Ack { job_id: end.job_id });
@@ -476,7 +438,7 @@ impl Records {
                     // tick).
                     job.reason = lifecycle::reason_while_running(job);
                     let detail = format!("node {name} is back and still runs the job");
-                    fx.event(id, now, "node_back", detail);
+                    fx.event(id, now, JobEventKind::NodeBack, detail);
                 }
                 work.forget_if_unchanged(id);
                 continue;

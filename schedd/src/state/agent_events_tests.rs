@@ -1,6 +1,7 @@
 //! Registration, starts, ends and silent nodes as pure events.
 
 use super::agent_events::{AgentReport, Limits, Registration};
+use super::history::JobEventKind;
 use super::lifecycle::PartEnd;
 use super::{AgentCommand, Records};
 use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
@@ -239,7 +240,7 @@ fn reports_batched_into_one_event_do_what_they_do_one_by_one() {
 
 #[test]
 fn heartbeat_checkpoints_are_kept_in_memory_for_jobs_of_that_node_only() {
-    use super::agent_events::CHECKPOINT_FUTURE_SLACK_MS;
+    use super::heartbeat::CHECKPOINT_FUTURE_SLACK_MS;
     let mut rec = Records::with_jobs(vec![
         JobBuilder::new(1).running_on("n1", &[0]).build(),
         JobBuilder::new(2).running_on("n2", &[0]).build(),
@@ -276,21 +277,24 @@ fn heartbeat_checkpoints_are_kept_in_memory_for_jobs_of_that_node_only() {
     assert_eq!(rec.jobs[&JobId(1)].last_checkpoint, Some(NOW));
 }
 
-/// What an event writes: its batch applied to a fresh store, to read the history and the
-/// audit log back. The batch is taken out of `fx`.
+/// What an event writes: its change applied to a fresh store, to read the history and the
+/// audit log back.
 fn written(fx: &mut super::Effects) -> (tempfile::TempDir, crate::store::Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::store::Store::open(dir.path()).unwrap();
-    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    store.apply(&*fx).unwrap();
     (dir, store)
 }
 
-fn history(store: &crate::store::Store, id: u64) -> Vec<(String, String)> {
+fn history(store: &crate::store::Store, id: u64) -> Vec<(JobEventKind, String)> {
     store
         .events(JobId(id))
         .unwrap()
         .into_iter()
-        .map(|e| (e.kind, e.detail))
+        .map(|e| {
+            let kind = JobEventKind::parse(&e.kind).expect("a kind this version writes");
+            (kind, e.detail)
+        })
         .collect()
 }
 
@@ -335,7 +339,7 @@ fn a_job_on_a_silent_fencing_node_waits_for_the_fence_then_is_requeued_at_the_bo
     assert_eq!(
         history(&store, 1),
         [(
-            "node_silent".to_string(),
+            JobEventKind::NodeSilent,
             format!(
                 "node n1 not responding (n1 last heard from at {}, fences after 60s); the job \
                  is requeued at {}, once the fence and its grace are over",
@@ -349,7 +353,7 @@ fn a_job_on_a_silent_fencing_node_waits_for_the_fence_then_is_requeued_at_the_bo
     for now in [T0 + 62_000, T0 + 90_000, FENCE_DONE - 1] {
         let fx = rec.fail_silent(&n1, 0, LIMITS, now);
         assert!(
-            fx.jobs.is_empty() && fx.batch.is_empty() && !fx.wake,
+            fx.jobs.is_empty() && fx.writes_nothing() && !fx.wake,
             "{now}"
         );
     }
@@ -364,7 +368,7 @@ fn a_job_on_a_silent_fencing_node_waits_for_the_fence_then_is_requeued_at_the_bo
     assert_eq!(
         history(&store, 1),
         [(
-            "requeued".to_string(),
+            JobEventKind::Requeued,
             format!(
                 "restart 1: node n1 stopped responding and its fence stopped the job (by {})",
                 rfc3339(FENCE_DONE)
@@ -482,7 +486,7 @@ fn a_multi_node_run_with_a_live_part_is_stopped_once_the_fence_is_done_then_requ
         StopReason::Requeue { by } if by == "schedd (node n1 fenced)"
     ));
     let (_dir, store) = written(&mut fx);
-    assert_eq!(history(&store, 1)[0].0, "stopping");
+    assert_eq!(history(&store, 1)[0].0, JobEventKind::Stopping);
     rec.commit(fx);
     // Nothing more to do on n1; n2's part ends: requeued.
     assert!(rec
@@ -543,12 +547,12 @@ fn a_node_back_before_its_fence_runs_its_jobs_on_or_reports_them_fenced() {
     assert_eq!(
         history(&store, 1),
         [(
-            "node_back".to_string(),
+            JobEventKind::NodeBack,
             "node n1 is back and still runs the job".to_string()
         )]
     );
-    let kinds: Vec<String> = history(&store, 2).into_iter().map(|e| e.0).collect();
-    assert_eq!(kinds, ["exited", "requeued"]);
+    let kinds: Vec<JobEventKind> = history(&store, 2).into_iter().map(|e| e.0).collect();
+    assert_eq!(kinds, [JobEventKind::Exited, JobEventKind::Requeued]);
 }
 
 #[test]
@@ -630,7 +634,7 @@ fn a_node_that_cannot_take_jobs_drains_itself_and_resumes_only_its_own_drain() {
     let full = "spool full: No space left on device";
     let mut rec = Records::with_jobs(vec![]);
     assert!(
-        rec.node_health("n1", None, NOW).batch.is_empty(),
+        rec.node_health("n1", None, NOW).writes_nothing(),
         "healthy: nothing"
     );
     let mut fx = rec.node_health("n1", Some(full), NOW);
@@ -671,7 +675,7 @@ fn a_node_that_cannot_take_jobs_drains_itself_and_resumes_only_its_own_drain() {
         .collect();
     assert_eq!(nodes, ["n2"]);
     // The same word again changes nothing; another reason replaces its own.
-    assert!(rec.node_health("n1", Some(full), NOW).batch.is_empty());
+    assert!(rec.node_health("n1", Some(full), NOW).writes_nothing());
     let fx = rec.node_health("n1", Some("spool unwritable: Read-only file system"), NOW);
     assert_eq!(
         fx.nodes[0].drain_reason.as_deref(),
@@ -697,8 +701,8 @@ fn a_node_that_cannot_take_jobs_drains_itself_and_resumes_only_its_own_drain() {
         .drain(&admin, "n1", Some("maintenance".into()), NOW)
         .unwrap();
     rec.commit(fx);
-    assert!(rec.node_health("n1", Some(full), NOW).batch.is_empty());
-    assert!(rec.node_health("n1", None, NOW).batch.is_empty());
+    assert!(rec.node_health("n1", Some(full), NOW).writes_nothing());
+    assert!(rec.node_health("n1", None, NOW).writes_nothing());
     // An administrator's drain over the node's own takes it over; their resume ends both.
     let fx = rec.drain(&admin, "n1", None, NOW).unwrap();
     rec.commit(fx);
@@ -709,10 +713,10 @@ fn a_node_that_cannot_take_jobs_drains_itself_and_resumes_only_its_own_drain() {
         .unwrap();
     assert!(!fx.nodes[0].drained_by_node);
     rec.commit(fx);
-    assert!(rec.node_health("n1", None, NOW).batch.is_empty());
+    assert!(rec.node_health("n1", None, NOW).writes_nothing());
     assert_eq!(rec.nodes["n1"].drain_reason.as_deref(), Some("replace PSU"));
     assert!(
-        rec.node_health("n7", Some(full), NOW).batch.is_empty(),
+        rec.node_health("n7", Some(full), NOW).writes_nothing(),
         "unknown node"
     );
 }
@@ -774,7 +778,7 @@ fn a_launch_that_failed_for_its_node_is_placed_again_elsewhere() {
     assert!(fx.wake);
     let (_dir, store) = written(&mut fx);
     let events = history(&store, 1);
-    assert_eq!(events[1].0, "requeued");
+    assert_eq!(events[1].0, JobEventKind::Requeued);
     assert!(
         events[1].1.contains(
             "launch on n1 failed for a fault of the node's: cannot write the job script: No \

@@ -76,7 +76,8 @@ fn submit(rec: &mut Records, spec: JobSpec) -> Vec<Job> {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (fx, jobs) = rec.submit(new, NOW);
+    let fx = rec.submit(new, NOW);
+    let jobs = fx.submitted.clone();
     rec.commit(fx);
     rec.insert_jobs(jobs.clone());
     jobs
@@ -98,7 +99,8 @@ fn an_array_is_one_batch_of_jobs_with_consecutive_ids_and_one_payload() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (fx, jobs) = rec.submit(new, NOW);
+    let fx = rec.submit(new, NOW);
+    let jobs = fx.submitted.clone();
     assert_eq!(jobs.len(), 25);
     for (i, job) in jobs.iter().enumerate() {
         assert_eq!(
@@ -114,7 +116,7 @@ fn an_array_is_one_batch_of_jobs_with_consecutive_ids_and_one_payload() {
         assert!(Arc::ptr_eq(&job.owner, &jobs[0].owner), "one shared owner");
     }
     assert_eq!(jobs[3].display_id(), "10_12");
-    let counts = fx.batch.counts();
+    let counts = crate::store::Batch::from(&fx).counts();
     assert_eq!(counts.jobs, 0, "one record of all tasks");
     assert_eq!(counts.arrays, 1);
     assert_eq!(
@@ -122,7 +124,11 @@ fn an_array_is_one_batch_of_jobs_with_consecutive_ids_and_one_payload() {
         "one submitted entry, under the array's id"
     );
     assert_eq!(counts.payloads, 1);
-    assert_eq!(fx.batch.payload_ids(), [JobId(10)], "under the array's id");
+    assert_eq!(
+        fx.payloads.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [JobId(10)],
+        "under the array's id"
+    );
     assert_eq!(counts.array_specs, 1);
     assert_eq!(counts.next_job_id, Some(35));
     assert_eq!(counts.audit, 0);
@@ -264,7 +270,7 @@ fn cancel_of_an_array_a_task_and_a_range() {
         &fx.commands[..],
         [(node, AgentCommand::Stop { job_id: 11, .. })] if node == "n1"
     ));
-    let audit = fx.batch.audit_records();
+    let audit = fx.audit.clone();
     assert_eq!(audit.len(), 1, "{audit:?}");
     assert_eq!(audit[0].job_id, Some(JobId(10)));
     assert_eq!(
@@ -277,8 +283,8 @@ fn cancel_of_an_array_a_task_and_a_range() {
         .cancel_targets(&alice(), &[plain_target(10)], "", &none_finished, NOW)
         .unwrap();
     assert_eq!(done.len(), 5);
-    assert_eq!(fx.batch.counts().audit, 1);
-    assert_eq!(fx.batch.counts().events, 5);
+    assert_eq!(crate::store::Batch::from(&fx).counts().audit, 1);
+    assert_eq!(crate::store::Batch::from(&fx).counts().events, 5);
     let (_, ids) = rec
         .cancel(&alice(), &[10], "", &none_finished, NOW)
         .unwrap();
@@ -327,7 +333,7 @@ fn cancel_of_an_array_a_task_and_a_range() {
         .cancel_targets(&alice(), &[], "alice", &none_finished, NOW)
         .unwrap();
     assert_eq!(done.len(), 9);
-    assert_eq!(fx.batch.counts().audit, 3);
+    assert_eq!(crate::store::Batch::from(&fx).counts().audit, 3);
 }
 
 #[test]
@@ -341,14 +347,14 @@ fn hold_and_release_of_a_range_apply_to_every_task_in_the_right_state() {
     let held: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();
     assert_eq!(held, [11, 13], "the running task is passed over");
     assert!(fx.jobs.iter().all(|j| j.state == JobState::Held));
-    let audit = fx.batch.audit_records();
+    let audit = fx.audit.clone();
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0].action, "hold");
     assert_eq!(audit[0].detail, "2 tasks of array 10 (10_[1,3])");
     rec.commit(fx);
     // Holding again changes nothing; releasing the whole array releases the held ones.
     let again = rec.hold_targets(&alice(), &range, true, NOW).unwrap();
-    assert!(again.jobs.is_empty() && again.batch.is_empty());
+    assert!(again.jobs.is_empty() && again.writes_nothing());
     let whole = rec.resolve(&target("10"), &none_finished).unwrap();
     let fx = rec.hold_targets(&alice(), &whole, false, NOW).unwrap();
     let released: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();
@@ -457,7 +463,8 @@ fn submit_dependent(
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (mut fx, jobs) = rec.submit(new, NOW);
+    let mut fx = rec.submit(new, NOW);
+    let jobs = fx.submitted.clone();
     fx.dependency_targets = states;
     deps.observe(&fx, Some(jobs[0].id));
     rec.commit(fx);
@@ -546,7 +553,8 @@ fn a_submit_in_flight_keeps_its_targets_through_a_collection() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (mut fx, jobs) = rec.submit(new, NOW);
+    let mut fx = rec.submit(new, NOW);
+    let jobs = fx.submitted.clone();
     fx.dependency_targets = states;
     deps.observe(&fx, Some(jobs[0].id));
     rec.commit(fx);
@@ -610,7 +618,7 @@ fn kill_invalid_depend_cancels_pending_jobs_as_schedd() {
     assert!(fx.jobs.iter().all(|j| j.state == JobState::Cancelled
         && j.reason == "DependencyNeverSatisfied"
         && j.end_time == Some(NOW)));
-    let audit = fx.batch.audit_records();
+    let audit = fx.audit.clone();
     assert_eq!(
         audit.len(),
         2,
@@ -628,7 +636,7 @@ fn kill_invalid_depend_cancels_pending_jobs_as_schedd() {
     assert_eq!(rec.jobs[&held].state, JobState::Held);
     // Nothing to do: no effects.
     let fx = rec.cancel_never_satisfied(&[JobId(10)], NOW);
-    assert!(fx.batch.is_empty() && !fx.wake);
+    assert!(fx.writes_nothing() && !fx.wake);
 }
 
 #[test]
@@ -812,7 +820,7 @@ fn active_jobs_per_user_are_limited_and_counted_through_every_event() {
     assert_eq!(rec.active_jobs_of(1000).total, 15);
     assert_eq!(rec.kept_active_counts(), &rec.recount_active());
     // A submit not yet durable counts already, and is counted out if it fails.
-    let (fx, jobs) = rec.submit(
+    let fx = rec.submit(
         NewJob {
             owner: alice().owner,
             from_host: None,
@@ -824,6 +832,7 @@ fn active_jobs_per_user_are_limited_and_counted_through_every_event() {
         },
         NOW,
     );
+    let jobs = fx.submitted.clone();
     rec.commit(fx);
     rec.reserve_active(&jobs);
     assert_eq!(rec.active_jobs_of(1000).total, 25);

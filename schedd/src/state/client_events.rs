@@ -2,6 +2,7 @@
 //! resume. Each checks everything first (a refused request changes nothing but, where it is
 //! audited, the audit log: see [`refusal`]), then returns its effects.
 
+use super::history::JobEventKind;
 use super::targets::{not_found, plain_target, Resolved};
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
@@ -163,7 +164,12 @@ impl Records {
                     job.reason = format!("cancelled by {by}");
                     job.end_time = Some(now);
                     audit(&mut fx, true);
-                    fx.event(id, now, "cancelled", format!("by {by} while queued"));
+                    fx.event(
+                        id,
+                        now,
+                        JobEventKind::Cancelled,
+                        format!("by {by} while queued"),
+                    );
                     fx.put_job(job);
                 }
                 JobState::Running | JobState::Preempting => {
@@ -186,7 +192,7 @@ impl Records {
                         fx.event(
                             id,
                             now,
-                            "cancel",
+                            JobEventKind::Cancel,
                             format!("by {by}: SIGTERM, SIGKILL after {grace}s"),
                         );
                         let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
@@ -250,7 +256,11 @@ impl Records {
         fx.event(
             id,
             now,
-            if hold { "held" } else { "released" },
+            if hold {
+                JobEventKind::Held
+            } else {
+                JobEventKind::Released
+            },
             format!("by {}", caller.owner.user),
         );
         fx.audit(audit_record(caller, action, Some(id), String::new(), now));
@@ -306,7 +316,11 @@ impl Records {
             fx.event(
                 *id,
                 now,
-                if hold { "held" } else { "released" },
+                if hold {
+                    JobEventKind::Held
+                } else {
+                    JobEventKind::Released
+                },
                 format!("by {by}"),
             );
             fx.put_job(job);
@@ -413,7 +427,7 @@ impl Records {
         fx.event(
             id,
             now,
-            "requeue",
+            JobEventKind::Requeue,
             format!("by {}: SIGTERM, SIGKILL after {grace}s", caller.owner.user),
         );
         let nodes: Vec<String> = job.alloc.iter().map(|a| a.node.clone()).collect();
@@ -476,7 +490,7 @@ pub struct NewJob<'a> {
     /// The node whose agent relayed the submit; `None`: schedd's own socket.
     pub from_host: Option<String>,
     pub spec: ysched_common::JobSpec,
-    pub payload: crate::store::Payload,
+    pub payload: super::commands::Payload,
     pub grace_secs: u32,
     pub tier_value: i64,
     pub checkpoint_dir: &'a dyn Fn(JobId) -> String,
@@ -488,9 +502,9 @@ impl Records {
     /// records (for an array, one record of all its tasks), the payload (stored once, under
     /// the array's id: the tasks share it), the first history entry (for an array, one under
     /// its id) and the counter, in one batch. The tasks share one spec and one
-    /// owner. `--hold` holds every task. Returns the effects (without the jobs themselves:
-    /// the shell takes them into memory only once the batch is flushed) and the jobs.
-    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> (Effects, Vec<Job>) {
+    /// owner. `--hold` holds every task. The jobs are the effects' `submitted`: they enter
+    /// memory only once the batch is flushed.
+    pub fn submit(&self, new: NewJob<'_>, now: Millis) -> Effects {
         let first = JobId(self.next_job_id);
         let held = new.spec.hold;
         let tasks = new.spec.array.as_ref().map(|a| a.tasks());
@@ -547,13 +561,12 @@ impl Records {
             ..Effects::default()
         };
         if let Some(array) = &spec.array {
-            // The tasks as one record and one history entry (see `store::Batch::put_array`
-            // and `Store::job_events`): 10,000 tasks are a handful of writes.
-            fx.batch.put_array(&jobs);
+            // The tasks as one history entry (see `Store::job_events`), and written as one
+            // record (`store::Batch::put_array`): 10,000 tasks are a handful of writes.
             fx.event(
                 first,
                 now,
-                "submitted",
+                JobEventKind::Submitted,
                 format!(
                     "{} to tier {}: array {first}_[{}] of {} tasks",
                     who(&owner, new.from_host.as_deref()),
@@ -566,11 +579,10 @@ impl Records {
                 fx.mark_changed(job.id);
             }
         } else {
-            fx.batch.put_job(&jobs[0]);
             fx.event(
                 first,
                 now,
-                "submitted",
+                JobEventKind::Submitted,
                 format!(
                     "{} to tier {}",
                     who(&owner, new.from_host.as_deref()),
@@ -579,9 +591,9 @@ impl Records {
             );
             fx.mark_changed(first);
         }
-        fx.batch.put_payload(first, &new.payload);
-        fx.batch.set_next_job_id(next);
-        (fx, jobs)
+        fx.payloads.push((first, new.payload));
+        fx.submitted = jobs;
+        fx
     }
 }
 

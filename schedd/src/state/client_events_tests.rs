@@ -126,7 +126,7 @@ fn hold_and_release_move_between_pending_and_held_only() {
     held.commit(fx);
     // Holding a held job again does nothing.
     let fx = held.hold(&alice(), JobId(1), true, NOW).unwrap();
-    assert!(fx.batch.is_empty() && fx.jobs.is_empty());
+    assert!(fx.writes_nothing() && fx.jobs.is_empty());
     let fx = held.hold(&alice(), JobId(1), false, NOW).unwrap();
     assert_eq!(fx.jobs[0].state, JobState::Pending);
     let err = rec.hold(&alice(), JobId(2), true, NOW).err().unwrap();
@@ -184,7 +184,7 @@ fn requeue_stops_a_running_job_with_its_grace_and_records_who_asked() {
             if node == "n1" && reason == "requeue"
     ));
     assert!(
-        !fx.batch.is_empty(),
+        !fx.writes_nothing(),
         "the job, its history and the audit entry"
     );
     // Root may requeue anyone's job; asking again while it stops does nothing.
@@ -194,7 +194,7 @@ fn requeue_stops_a_running_job_with_its_grace_and_records_who_asked() {
     let again = rec
         .requeue(&alice(), JobId(1), &none_finished, NOW)
         .unwrap();
-    assert!(again.batch.is_empty() && again.jobs.is_empty() && again.commands.is_empty());
+    assert!(again.writes_nothing() && again.jobs.is_empty() && again.commands.is_empty());
 }
 
 #[test]

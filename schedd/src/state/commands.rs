@@ -1,7 +1,8 @@
 //! What schedd tells an agent, as domain data. `server` turns each into its wire message when
 //! it is sent; nothing here knows the wire format.
 
-use crate::store::Payload;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use ysched_common::Job;
 
@@ -54,4 +55,11 @@ impl AgentCommand {
             reason: reason.to_string(),
         }
     }
+}
+
+/// The parts of a job spec kept out of memory until launch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Payload {
+    pub script: String,
+    pub env: BTreeMap<String, String>,
 }

@@ -1,25 +1,35 @@
-//! What an event does, as data: the durable change (one store batch), the new versions of the
-//! records it touched, the messages for agents, the jobs whose watchers to wake, and whether
-//! the scheduler should run. The shell writes the batch first and hands the rest to memory
-//! only once the write has succeeded, so a refused write changes nothing.
+//! What an event does, as data in domain terms: the durable change (new versions of jobs and
+//! nodes, a submit's jobs and payload, history entries, audit records, usage records, the id
+//! counter), what changes in memory only (pending reasons), the messages for agents, the jobs
+//! whose watchers to wake, and whether the scheduler should run. The reactor has the durable
+//! part written first (the store encodes it: `store::Batch`) and hands the rest to memory only
+//! once the write has succeeded, so a refused write changes nothing.
 
-use super::commands::AgentCommand;
-use crate::store::Batch;
+use super::commands::{AgentCommand, Payload};
+use super::history::{HistoryEntry, JobEventKind};
 use std::collections::BTreeSet;
+use ysched_common::time::Millis;
 use ysched_common::{AuditRecord, Job, JobId, JobState, Node};
 
 #[derive(Default)]
 pub struct Effects {
-    /// Everything to write, in one atomic batch.
-    pub batch: Batch,
-    /// New versions of jobs, in order (a later version of a job wins). A job in a final state
-    /// leaves the active set.
+    /// New versions of jobs, in order (a later version of a job wins), written and taken
+    /// into memory. A job in a final state leaves the active set.
     pub jobs: Vec<Job>,
-    /// New versions of nodes.
+    /// New versions of nodes, written and taken into memory.
     pub nodes: Vec<Node>,
+    /// Scripts and environments, written (an array's tasks share one, under its id).
+    pub payloads: Vec<(JobId, Payload)>,
+    /// Entries of jobs' histories, written in order.
+    pub events: Vec<HistoryEntry>,
+    /// Entries of the audit log, written in order.
+    pub audit: Vec<AuditRecord>,
     /// Why pending jobs wait, updated in memory only: every pass derives them again.
     pub reasons: Vec<(JobId, String)>,
-    /// The job id counter after this event.
+    /// A submit's jobs (one, or every task of an array): written by the event, but taken
+    /// into memory only once durable (see [`super::reactor::Reactor::submit_durable`]).
+    pub submitted: Vec<Job>,
+    /// The job id counter after this event (written with the jobs that take the ids).
     pub next_job_id: Option<u64>,
     /// Messages to agents, in the order they must arrive, sent after the flush.
     pub commands: Vec<(String, AgentCommand)>,
@@ -27,8 +37,7 @@ pub struct Effects {
     pub changed: Vec<JobId>,
     /// The scheduler should look again (resources freed, a job queued, a node changed).
     pub wake: bool,
-    /// Runs that ended in this event (written in its batch): fair share takes them once
-    /// committed.
+    /// Runs that ended in this event, written: fair share takes them once committed.
     pub runs: Vec<ysched_common::RunRecord>,
     /// How the runs that ended in this event ended, where an agent's report said (see
     /// [`super::usage::RunEnd`]): read by [`Records::account_runs`](super::Records::account_runs).
@@ -47,9 +56,20 @@ const INDEX_CHANGED_FROM: usize = 32;
 impl Effects {
     /// Records the new version of `job` (written, then taken into memory).
     pub fn put_job(&mut self, job: Job) {
-        self.batch.put_job(&job);
         self.mark_changed(job.id);
         self.jobs.push(job);
+    }
+
+    /// Whether the event writes nothing (a refusal, or a change already made).
+    pub fn writes_nothing(&self) -> bool {
+        self.jobs.is_empty()
+            && self.submitted.is_empty()
+            && self.nodes.is_empty()
+            && self.payloads.is_empty()
+            && self.events.is_empty()
+            && self.audit.is_empty()
+            && self.runs.is_empty()
+            && self.next_job_id.is_none()
     }
 
     /// Adds `id` to the jobs whose watchers to wake, once.
@@ -69,24 +89,34 @@ impl Effects {
         }
     }
 
-    /// Records a run's usage: written in this event's batch, and handed to fair share once
+    /// Records a run's usage: written with this event, and handed to fair share once
     /// committed.
     pub fn put_run(&mut self, run: ysched_common::RunRecord) {
-        self.batch.put_run(&run);
         self.runs.push(run);
     }
 
     pub fn put_node(&mut self, node: Node) {
-        self.batch.put_node(&node);
         self.nodes.push(node);
     }
 
-    pub fn event(&mut self, id: JobId, time: i64, kind: &str, detail: impl Into<String>) {
-        self.batch.event(id, time, kind, detail);
+    /// An entry of job `id`'s history.
+    pub fn event(
+        &mut self,
+        id: JobId,
+        time: Millis,
+        kind: JobEventKind,
+        detail: impl Into<String>,
+    ) {
+        self.events.push(HistoryEntry {
+            job: id,
+            time,
+            kind,
+            detail: detail.into(),
+        });
     }
 
     pub fn audit(&mut self, record: AuditRecord) {
-        self.batch.audit(&record);
+        self.audit.push(record);
     }
 
     pub fn command(&mut self, node: &str, command: AgentCommand) {

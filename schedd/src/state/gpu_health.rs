@@ -19,6 +19,7 @@
 use super::agent_events::{node_audit, Limits, Working};
 use super::client_events::audit_record;
 use super::commands::AgentCommand;
+use super::history::JobEventKind;
 use super::lifecycle;
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
@@ -154,7 +155,7 @@ pub(super) fn stop_jobs_on_failed_gpus(
                 let detail = format!(
                     "GPU {gpu} of {name} failed: {fault}; the job was being stopped already"
                 );
-                fx.event(id, now, "gpu_failed", detail);
+                fx.event(id, now, JobEventKind::GpuFailed, detail);
             }
             None => {}
         }

@@ -4,6 +4,7 @@
 
 use super::agent_events::{Limits, Registration};
 use super::gpu_health::GpuReport;
+use super::history::JobEventKind;
 use super::lifecycle::PartEnd;
 use super::{AgentCommand, Effects, Records};
 use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
@@ -60,12 +61,11 @@ fn commands(fx: &Effects) -> Vec<String> {
         .collect()
 }
 
-/// The batch of `fx` written to a fresh store (taken out of `fx`), to read the history and
-/// the audit log back.
+/// The change of `fx` written to a fresh store, to read the history and the audit log back.
 fn written(fx: &mut Effects) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    store.apply(&*fx).unwrap();
     (dir, store)
 }
 
@@ -77,12 +77,15 @@ fn audit(store: &Store) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn history(store: &Store, id: u64) -> Vec<(String, String)> {
+fn history(store: &Store, id: u64) -> Vec<(JobEventKind, String)> {
     store
         .events(JobId(id))
         .unwrap()
         .into_iter()
-        .map(|e| (e.kind, e.detail))
+        .map(|e| {
+            let kind = JobEventKind::parse(&e.kind).expect("a kind this version writes");
+            (kind, e.detail)
+        })
         .collect()
 }
 
@@ -149,7 +152,7 @@ fn a_failing_gpu_goes_out_of_service_and_its_job_is_stopped_then_requeued() {
     assert_eq!(
         history(&store, 1),
         [(
-            "gpu_failed".to_string(),
+            JobEventKind::GpuFailed,
             format!(
                 "GPU 3 of n1 failed: {XID79}; SIGTERM, SIGKILL after 30s; requeued once it \
                  has stopped"
@@ -176,7 +179,7 @@ fn a_failing_gpu_goes_out_of_service_and_its_job_is_stopped_then_requeued() {
     assert_eq!(
         events.last(),
         Some(&(
-            "requeued".to_string(),
+            JobEventKind::Requeued,
             format!("restart 1: GPU 3 of n1 failed: {XID79}")
         )),
         "{events:?}"
@@ -271,7 +274,7 @@ fn a_job_being_stopped_already_stops_as_it_was_going_to() {
     assert_eq!(
         history(&store, 1),
         [(
-            "gpu_failed".to_string(),
+            JobEventKind::GpuFailed,
             format!("GPU 0 of n1 failed: {XID79}; the job was being stopped already")
         )]
     );
@@ -492,15 +495,15 @@ fn outages_and_forgets_survive_a_restart_of_the_store() {
     let mut rec = Records::with_jobs(vec![]);
     {
         let store = Store::open(dir.path()).unwrap();
-        for mut fx in [
+        for fx in [
             rec.gpu_report("n1", &faults(&[(1, XID79), (2, XID79)]), LIMITS, NOW),
             rec.drain_gpus(&root(), "n2", &[7], "flaky", NOW).unwrap(),
         ] {
-            store.apply(std::mem::take(&mut fx.batch)).unwrap();
+            store.apply(&fx).unwrap();
             rec.commit(fx);
         }
-        let mut fx = rec.resume_gpus(&root(), "n1", &[2], LATER).unwrap();
-        store.apply(std::mem::take(&mut fx.batch)).unwrap();
+        let fx = rec.resume_gpus(&root(), "n1", &[2], LATER).unwrap();
+        store.apply(&fx).unwrap();
         rec.commit(fx);
     }
     let store = Store::open(dir.path()).unwrap();

@@ -6,6 +6,7 @@
 //! has surely stopped the job, or NODE_FAIL). No clock, no store, no wire types: the caller
 //! writes the returned events and the changed record, and sends the stops.
 
+use super::history::JobEventKind;
 use ysched_common::time::{rfc3339, Millis};
 use ysched_common::{Job, JobState, PartFailure, StopReason, StopRequest};
 
@@ -141,7 +142,7 @@ impl PartEnd {
 }
 
 /// An entry for the job's history: (time, kind, detail).
-pub type HistoryEvent = (Millis, &'static str, String);
+pub type HistoryEvent = (Millis, JobEventKind, String);
 
 /// What a part's end did to its job.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -186,7 +187,8 @@ pub fn part_ended(
         now
     };
     let how = end.describe();
-    out.events.push((at, "exited", format!("on {node}: {how}")));
+    out.events
+        .push((at, JobEventKind::Exited, format!("on {node}: {how}")));
     // The node's fence stopped the part (the node had lost schedd) and nothing else was
     // stopping the run, nor had a part failed: the fence decides. A cancel stays a cancel, a
     // preemption a preemption, a requeue a requeue, and a failure decides as before.
@@ -217,7 +219,7 @@ pub fn part_ended(
                 );
                 out.events.push((
                     at,
-                    "stopping",
+                    JobEventKind::Stopping,
                     format!(
                         "other parts, after node {node} lost contact with schedd and its fence \
                          stopped its part; requeued once they end"
@@ -229,7 +231,7 @@ pub fn part_ended(
                     format!("part on {node} stopped by its node's fence; stopping the others");
                 out.events.push((
                     at,
-                    "stopping",
+                    JobEventKind::Stopping,
                     format!(
                         "other parts, after node {node} lost contact with schedd and its fence \
                          stopped its part"
@@ -254,8 +256,11 @@ pub fn part_ended(
                 out.stop_parts = job.alloc.iter().map(|a| a.node.clone()).collect();
                 out.stop_grace = job.grace_secs;
                 job.reason = format!("part on {node} failed; stopping the others");
-                out.events
-                    .push((at, "stopping", format!("other parts, after {node} failed")));
+                out.events.push((
+                    at,
+                    JobEventKind::Stopping,
+                    format!("other parts, after {node} failed"),
+                ));
             }
         }
         return out;
@@ -309,7 +314,7 @@ pub fn part_ended(
             job.restart_count += 1;
             out.events.push((
                 at,
-                "requeued",
+                JobEventKind::Requeued,
                 format!(
                     "restart {}: node {node} lost contact with schedd and its fence stopped \
                      the job",
@@ -346,7 +351,7 @@ pub fn part_ended(
         job.restart_count += 1;
         out.events.push((
             at,
-            "requeued",
+            JobEventKind::Requeued,
             format!(
                 "restart {} as requested by {by} (checkpoint_saved={})",
                 job.restart_count, end.checkpoint_saved
@@ -366,7 +371,7 @@ pub fn part_ended(
                 job.restart_count += 1;
                 out.events.push((
                     at,
-                    "requeued",
+                    JobEventKind::Requeued,
                     format!("restart {}: {failure}", job.restart_count),
                 ));
                 return out;
@@ -395,7 +400,7 @@ pub fn part_ended(
         };
         out.events.push((
             at,
-            "preemption",
+            JobEventKind::Preemption,
             format!(
                 "preemptor={by} victim={} sigterm={} exit={} ended={} checkpoint_saved={}",
                 job.id,
@@ -417,7 +422,7 @@ pub fn part_ended(
             job.restart_count += 1;
             out.events.push((
                 at,
-                "requeued",
+                JobEventKind::Requeued,
                 format!("restart {} after preemption by {by}", job.restart_count),
             ));
             return out;
@@ -509,7 +514,7 @@ pub fn launch_fault(
     );
     out.events.push((
         at,
-        "exited",
+        JobEventKind::Exited,
         format!(
             "on {node}: launch failed (a fault of the node's): {}",
             end.error
@@ -554,7 +559,7 @@ pub fn launch_fault(
         }
         out.events.push((
             at,
-            "stopping",
+            JobEventKind::Stopping,
             format!("other parts, after the launch on {node} failed for a fault of the node's"),
         ));
         return out;
@@ -575,7 +580,7 @@ pub fn launch_fault(
     job.restart_count += 1;
     out.events.push((
         at,
-        "requeued",
+        JobEventKind::Requeued,
         format!(
             "restart {}: {why} (attempt {attempts} of {max_launch_attempts}); placed again \
              elsewhere",
@@ -635,7 +640,7 @@ pub fn part_lost(
         let detail = format!("by {by}; the agent on {node} no longer runs it");
         let reason = format!("cancelled by {by}");
         end(job, JobState::Cancelled, reason, now);
-        return (LostOutcome::Ended, (now, "cancelled", detail));
+        return (LostOutcome::Ended, (now, JobEventKind::Cancelled, detail));
     }
     if !job.launched && job.launch_attempts + 1 >= max_launch_attempts {
         // A launch that never takes (the agent keeps dropping it) must not cycle from node to
@@ -648,7 +653,10 @@ pub fn part_lost(
         );
         let detail = reason.clone();
         end(job, JobState::Failed, reason, now);
-        return (LostOutcome::Ended, (now, "launch_failed", detail));
+        return (
+            LostOutcome::Ended,
+            (now, JobEventKind::LaunchFailed, detail),
+        );
     }
     if job.launched {
         end(
@@ -658,7 +666,7 @@ pub fn part_lost(
             now,
         );
         let detail = format!("agent on {node} no longer runs it");
-        return (LostOutcome::Ended, (now, "node_fail", detail));
+        return (LostOutcome::Ended, (now, JobEventKind::NodeFail, detail));
     }
     // The launch never reached the agent: the job never ran here; queue it again.
     job.launch_attempts += 1;
@@ -667,7 +675,7 @@ pub fn part_lost(
         "launch on {node} was not confirmed (attempt {} of {max_launch_attempts})",
         job.launch_attempts
     );
-    (LostOutcome::Requeued, (now, "requeued", detail))
+    (LostOutcome::Requeued, (now, JobEventKind::Requeued, detail))
 }
 
 fn end(job: &mut Job, state: JobState, reason: String, now: Millis) {
@@ -821,7 +829,7 @@ pub fn gpu_failed(
     };
     let detail = format!("{failure}; SIGTERM, SIGKILL after {grace}s; {then}");
     let nodes = job.alloc.iter().map(|a| a.node.clone()).collect();
-    Some(((now, "gpu_failed", detail), nodes, grace))
+    Some(((now, JobEventKind::GpuFailed, detail), nodes, grace))
 }
 
 /// Decides the fate of `job`, which holds resources on the `silent` nodes (its nodes not
@@ -863,7 +871,7 @@ pub fn nodes_silent(
         let live = live_nodes(job);
         return (
             SilentOutcome::Ended { live },
-            vec![(now, "node_fail", reason)],
+            vec![(now, JobEventKind::NodeFail, reason)],
         );
     }
     let refusal = match silent.iter().find(|n| n.fence_after_secs == 0) {
@@ -881,7 +889,7 @@ pub fn nodes_silent(
         let live = live_nodes(job);
         return (
             SilentOutcome::Ended { live },
-            vec![(now, "node_fail", detail)],
+            vec![(now, JobEventKind::NodeFail, detail)],
         );
     }
     let done = fence_done(job, silent);
@@ -908,7 +916,10 @@ pub fn nodes_silent(
             fences.join("; "),
             rfc3339(done)
         );
-        return (SilentOutcome::Waiting, vec![(now, "node_silent", detail)]);
+        return (
+            SilentOutcome::Waiting,
+            vec![(now, JobEventKind::NodeSilent, detail)],
+        );
     }
     // The fence has stopped the job on the silent nodes.
     let live = live_nodes(job);
@@ -920,7 +931,10 @@ pub fn nodes_silent(
             job.restart_count,
             rfc3339(done)
         );
-        return (SilentOutcome::Requeued, vec![(now, "requeued", detail)]);
+        return (
+            SilentOutcome::Requeued,
+            vec![(now, JobEventKind::Requeued, detail)],
+        );
     }
     // A multi-node run with parts on live nodes: the silent ones count as ended.
     let (fenced, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut job.alloc)
@@ -948,7 +962,7 @@ pub fn nodes_silent(
             rfc3339(done)
         );
         let outcome = SilentOutcome::PartsFenced { stop: live, grace };
-        return (outcome, vec![(now, "stopping", detail)]);
+        return (outcome, vec![(now, JobEventKind::Stopping, detail)]);
     }
     // Already being stopped (preempted, requeued): its other parts' ends decide, as before.
     job.reason = reason_while_running(job);
@@ -960,5 +974,5 @@ pub fn nodes_silent(
         stop: Vec::new(),
         grace: 0,
     };
-    (outcome, vec![(now, "fenced", detail)])
+    (outcome, vec![(now, JobEventKind::Fenced, detail)])
 }

@@ -1,5 +1,6 @@
 //! One test per transition of a run's end.
 
+use super::history::JobEventKind;
 use super::lifecycle::{part_ended, part_lost, EndOutcome, LostOutcome, PartEnd};
 use crate::core::testkit::{JobBuilder, T0};
 use ysched_common::{JobId, JobState, StopReason, StopRequest};
@@ -30,7 +31,7 @@ fn exit_zero_completes_and_nonzero_fails_with_its_code() {
     assert!(out.finished && !out.ignored);
     assert_eq!(job.state, JobState::Completed);
     assert_eq!(job.end_time, Some(T0 + 5_000));
-    assert_eq!(out.events[0].1, "exited");
+    assert_eq!(out.events[0].1, JobEventKind::Exited);
 
     let mut job = JobBuilder::new(2).running_on("n1", &[0]).build();
     part_ended(&mut job, "n1", &exit(2, 3), 20, NOW);
@@ -120,8 +121,15 @@ fn a_preempted_victim_is_requeued_with_its_checkpoint_until_max_requeues() {
     assert_eq!(job.restart_count, 1);
     assert_eq!(job.last_checkpoint, Some(T0 + 5_000));
     assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);
-    let kinds: Vec<&str> = out.events.iter().map(|e| e.1).collect();
-    assert_eq!(kinds, ["exited", "preemption", "requeued"]);
+    let kinds: Vec<JobEventKind> = out.events.iter().map(|e| e.1).collect();
+    assert_eq!(
+        kinds,
+        [
+            JobEventKind::Exited,
+            JobEventKind::Preemption,
+            JobEventKind::Requeued
+        ]
+    );
     assert!(out.events[1].2.contains("checkpoint_saved=true"));
 
     // At the limit it ends PREEMPTED.
@@ -192,7 +200,10 @@ fn a_lost_part_is_cancelled_failed_node_fail_or_requeued() {
     cancelled_by(&mut job, "alice");
     let (out, ev) = part_lost(&mut job, "n1", 3, NOW);
     assert_eq!(out, LostOutcome::Ended);
-    assert_eq!((job.state, ev.1), (JobState::Cancelled, "cancelled"));
+    assert_eq!(
+        (job.state, ev.1),
+        (JobState::Cancelled, JobEventKind::Cancelled)
+    );
     assert_eq!(job.end_time, Some(NOW));
 
     // Started (confirmed) and lost: NODE_FAIL.
@@ -213,7 +224,7 @@ fn a_lost_part_is_cancelled_failed_node_fail_or_requeued() {
     job.alloc = JobBuilder::new(3).running_on("n2", &[0]).build().alloc;
     let (out, ev) = part_lost(&mut job, "n2", 2, NOW);
     assert_eq!((out, job.state), (LostOutcome::Ended, JobState::Failed));
-    assert_eq!(ev.1, "launch_failed");
+    assert_eq!(ev.1, JobEventKind::LaunchFailed);
     assert!(job.reason.contains("(2 of 2 attempts"), "{}", job.reason);
     assert_eq!(job.id, JobId(3));
 }
@@ -377,8 +388,8 @@ fn a_requested_requeue_goes_back_to_the_queue_whatever_the_end_and_past_max_requ
     assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);
     assert_eq!(job.reason, "");
     assert!(job.end_time.is_none());
-    let kinds: Vec<&str> = out.events.iter().map(|e| e.1).collect();
-    assert_eq!(kinds, ["exited", "requeued"]);
+    let kinds: Vec<JobEventKind> = out.events.iter().map(|e| e.1).collect();
+    assert_eq!(kinds, [JobEventKind::Exited, JobEventKind::Requeued]);
     assert_eq!(
         out.events[1].2,
         "restart 6 as requested by alice (checkpoint_saved=true)"
@@ -422,8 +433,8 @@ fn a_part_stopped_by_its_node_s_fence_is_requeued_while_the_job_may_be() {
     assert_eq!((job.state, job.restart_count), (JobState::Pending, 1));
     assert_eq!(job.submit_time, T0 - 1_000, "keeps its place in the queue");
     assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);
-    let kinds: Vec<&str> = out.events.iter().map(|e| e.1).collect();
-    assert_eq!(kinds, ["exited", "requeued"]);
+    let kinds: Vec<JobEventKind> = out.events.iter().map(|e| e.1).collect();
+    assert_eq!(kinds, [JobEventKind::Exited, JobEventKind::Requeued]);
     assert_eq!(
         out.events[0].2,
         "on n1: killed by signal 9, SIGKILL after grace, stopped by the node's fence"
@@ -575,7 +586,7 @@ fn a_gpu_failure_stops_the_run_and_its_end_requeues_it_or_ends_it_node_fail() {
         .running_on("n1", &[0, 1])
         .build();
     let ((at, kind, detail), nodes, grace) = gpu_failed(&mut job, "n1", 1, FAULT, 20, NOW).unwrap();
-    assert_eq!((at, kind, grace), (NOW, "gpu_failed", 45));
+    assert_eq!((at, kind, grace), (NOW, JobEventKind::GpuFailed, 45));
     assert_eq!(nodes, ["n1"]);
     assert!(detail.ends_with("requeued once it has stopped"), "{detail}");
     assert_eq!(job.reason, format!("stopping: GPU 1 of n1 failed: {FAULT}"));

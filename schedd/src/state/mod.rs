@@ -1,10 +1,16 @@
-//! schedd's state machine, growing out of `cluster.rs`: decisions on domain records with no
-//! tokio, no sled, no wire types and no clock (`now` is an argument). An event is a method
-//! that reads the records and returns [`Effects`]; the shell writes their batch, and only when
-//! that succeeded calls [`Records::commit`] and sends the commands.
+//! schedd's state machine: decisions on domain records with no tokio, no sled, no wire types
+//! and no clock (`now` is an argument). An event is a method that reads the records and
+//! returns [`Effects`]; the reactor (`reactor`) has their change written, and only when that
+//! succeeded commits them to memory ([`Records::commit`]) and hands on the commands.
 //!
+//! - `reactor`: the one cycle every event goes through (event, runs accounted, journal,
+//!   commit, books, observer, outbox), with the clock, the store and the outbox behind small
+//!   traits: schedd's shell, ysim and the tests drive the same code.
 //! - `commands`: what schedd tells an agent (launch, stop, ack), as domain data.
-//! - `effects`: what an event does, as data.
+//! - `effects`: what an event does, as data in domain terms (the store encodes it).
+//! - `history`: the kinds of a job's history entries.
+//! - `heartbeat`: an agent's heartbeat and the end of its session, in memory only.
+//! - `expected`: when pending preemptors are expected to start (`yq --start`).
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
 //!   nodes.
 //! - `client_events`: submit (a job, or every task of an array), cancel, hold and release,
@@ -26,9 +32,13 @@ pub mod client_events;
 pub mod commands;
 pub mod dependencies;
 pub mod effects;
+pub mod expected;
 pub mod gpu_health;
+pub mod heartbeat;
+pub mod history;
 pub mod lifecycle;
 pub mod plan;
+pub mod reactor;
 pub mod targets;
 pub mod usage;
 pub mod views;
@@ -48,31 +58,36 @@ mod plan_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
+mod reactor_tests;
+#[cfg(test)]
 mod usage_tests;
 
 pub use effects::Effects;
+pub use heartbeat::HeartbeatSeen;
+pub use history::{HistoryEntry, JobEventKind};
 
 use std::collections::{BTreeMap, BTreeSet};
 use ysched_common::{Job, JobId, Node};
 
 /// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
-/// the store), the nodes, and the next job id.
+/// the store), the nodes, and the next job id. Changed only by the state machine (events
+/// through the reactor, and the memory-only changes of `heartbeat`), which keeps `touched`
+/// and the per-user counts with them: outside `state/` they are read-only.
 #[derive(Debug, Default, Clone)]
 pub struct Records {
-    pub jobs: BTreeMap<JobId, Job>,
-    pub nodes: BTreeMap<String, Node>,
-    pub next_job_id: u64,
+    jobs: BTreeMap<JobId, Job>,
+    nodes: BTreeMap<String, Node>,
+    next_job_id: u64,
     /// Jobs changed in memory since the scheduler last brought its own copy up to date (see
     /// [`Records::refresh_copy`]): with a hundred thousand jobs queued, copying them all for
     /// every pass would hold the lock for a hundred milliseconds.
-    pub touched: BTreeSet<JobId>,
+    touched: BTreeSet<JobId>,
     /// The limits events enforce (from the config; the default limits nothing).
-    pub limits: RecordLimits,
+    limits: RecordLimits,
     /// Active jobs per user (uid) and, within that, per tier: kept with `jobs` by every
     /// change that goes through [`Records::commit`] and [`Records::insert_job`], so that a
-    /// submit checks `max_jobs_per_user` in O(log users). Not to be set by hand: records made
-    /// whole are counted by [`Records::with_active_jobs`].
-    pub active_per_user: BTreeMap<u32, UserJobs>,
+    /// submit checks `max_jobs_per_user` in O(log users).
+    active_per_user: BTreeMap<u32, UserJobs>,
 }
 
 /// The limits the state machine enforces, from the config.
@@ -123,10 +138,50 @@ pub struct UserJobs {
 }
 
 impl Records {
+    /// Records made whole (at start, from the store; ysim's empty cluster): the active jobs,
+    /// the nodes, the next job id and the limits to enforce; the per-user counts are made
+    /// from the jobs.
+    pub fn new(
+        jobs: BTreeMap<JobId, Job>,
+        nodes: BTreeMap<String, Node>,
+        next_job_id: u64,
+        limits: RecordLimits,
+    ) -> Records {
+        let mut rec = Records {
+            jobs,
+            nodes,
+            next_job_id,
+            limits,
+            ..Records::default()
+        };
+        rec.active_per_user = rec.recount_active();
+        rec
+    }
+
+    /// The jobs not yet finished.
+    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+        &self.jobs
+    }
+
+    /// The nodes (not the login agents), by name.
+    pub fn nodes(&self) -> &BTreeMap<String, Node> {
+        &self.nodes
+    }
+
+    /// The id the next submit takes.
+    pub fn next_job_id(&self) -> u64 {
+        self.next_job_id
+    }
+
+    /// The limits events enforce.
+    pub fn limits(&self) -> &RecordLimits {
+        &self.limits
+    }
+
     /// Takes an event's records into memory, once their batch is durable (or at least
     /// written: the flush that covers it comes before any reply or command). Returns the
     /// commands, the changed jobs and whether to wake the scheduler.
-    pub fn commit(&mut self, effects: Effects) -> Committed {
+    pub(crate) fn commit(&mut self, effects: Effects) -> Committed {
         let mut changed_reasons = Vec::new();
         // Looked up once per reason: a set when both are long (a pass after a large submit).
         let changed_set: Option<BTreeSet<JobId>> = (effects.reasons.len() > 32
@@ -171,7 +226,8 @@ impl Records {
     }
 
     /// Takes a job that is durable into memory (a submit: its id was taken by `commit`).
-    pub fn insert_job(&mut self, job: Job) {
+    #[cfg(test)]
+    pub(crate) fn insert_job(&mut self, job: Job) {
         self.touched.insert(job.id);
         self.insert_active(job);
     }
@@ -194,11 +250,18 @@ impl Records {
         count_active(&mut self.active_per_user, job, add);
     }
 
-    /// Records whose jobs were put in place as a whole (at start, from the store): the
-    /// per-user counts made from them.
-    pub fn with_active_jobs(mut self) -> Records {
+    /// Records whose jobs were put in place as a whole (tests' literals): the per-user
+    /// counts made from them.
+    #[cfg(test)]
+    pub(crate) fn with_active_jobs(mut self) -> Records {
         self.active_per_user = self.recount_active();
         self
+    }
+
+    /// The jobs, for tests that drive the state machine from a cluster of their own.
+    #[cfg(test)]
+    pub(crate) fn into_jobs(self) -> BTreeMap<JobId, Job> {
+        self.jobs
     }
 
     /// User `uid`'s active jobs (queued, held, running, being stopped), in all and per tier.
@@ -221,7 +284,8 @@ impl Records {
     }
 
     /// Takes the jobs of a durable submit (one job, or every task of an array) into memory.
-    pub fn insert_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
+    #[cfg(test)]
+    pub(crate) fn insert_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
         for job in jobs {
             self.insert_job(job);
         }
@@ -269,20 +333,20 @@ impl Records {
     /// owner's, so that a concurrent submit sees them; they enter `jobs` by
     /// [`Records::insert_reserved_jobs`], or are counted out by [`Records::release_reserved`]
     /// when the flush fails.
-    pub fn reserve_active(&mut self, jobs: &[Job]) {
+    pub(crate) fn reserve_active(&mut self, jobs: &[Job]) {
         for job in jobs {
             count_active(&mut self.active_per_user, job, true);
         }
     }
 
-    pub fn release_reserved(&mut self, jobs: &[Job]) {
+    pub(crate) fn release_reserved(&mut self, jobs: &[Job]) {
         for job in jobs {
             count_active(&mut self.active_per_user, job, false);
         }
     }
 
     /// [`Records::insert_jobs`] for jobs counted by [`Records::reserve_active`].
-    pub fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
+    pub(crate) fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
         for job in jobs {
             self.touched.insert(job.id);
             self.jobs.insert(job.id, job);

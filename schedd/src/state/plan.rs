@@ -2,10 +2,11 @@
 //! victim's grace), placements become runs with their launch orders, and the reasons pending
 //! jobs wait for are updated in memory only (they are derived again by every pass).
 
+use super::commands::Payload;
 use super::commands::{AgentCommand, LaunchOrder};
+use super::history::JobEventKind;
 use super::{Effects, Records};
 use crate::core::{PendingReason, Plan};
-use crate::store::Payload;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::time::Millis;
@@ -61,7 +62,7 @@ impl Records {
             fx.event(
                 ev.victim,
                 now,
-                "preempting",
+                JobEventKind::Preempting,
                 format!(
                     "for job {} on {}: SIGTERM, SIGKILL after {}s",
                     ev.preemptor, ev.node, ev.grace_secs
@@ -70,7 +71,7 @@ impl Records {
             fx.event(
                 ev.preemptor,
                 now,
-                "evicting",
+                JobEventKind::Evicting,
                 format!("job {} on {}", ev.victim, ev.node),
             );
             let nodes: Vec<String> = victim.alloc.iter().map(|a| a.node.clone()).collect();
@@ -129,7 +130,7 @@ impl Records {
             fx.event(
                 p.job,
                 now,
-                "scheduled",
+                JobEventKind::Scheduled,
                 format!("on {}", describe_alloc(&p.alloc)),
             );
             for (rank, a) in p.alloc.iter().enumerate() {
@@ -184,7 +185,7 @@ impl Records {
             fx.event(
                 *id,
                 now,
-                "cancelled",
+                JobEventKind::Cancelled,
                 format!(
                     "by schedd: its dependency ({}) can never be satisfied \
                      (scheduler.kill_invalid_depend)",

@@ -111,7 +111,8 @@ fn a_submit_takes_the_next_id_and_enters_memory_only_when_committed() {
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (fx, jobs) = rec.submit(new, NOW);
+    let fx = rec.submit(new, NOW);
+    let jobs = fx.submitted.clone();
     let [job] = jobs.as_slice() else {
         panic!("one job: {jobs:?}")
     };

@@ -279,10 +279,8 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
                 tier_value: tiers[tier].value,
                 checkpoint_dir: &dir,
             };
-            let (effects, jobs) = rec.submit(new, now);
-            commit(rec, effects, now)?;
-            rec.insert_jobs(jobs);
-            return Ok(());
+            let effects = rec.submit(new, now);
+            return commit(rec, effects, now);
         }
         Op::Pass => {
             let snap = Snapshot::new(&rec.jobs, &rec.nodes);
@@ -428,7 +426,7 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
             // A tick again at the same time changes nothing.
             let again = rec.fail_silent(&silent, SINCE, LIMITS, now);
             prop_assert!(
-                again.jobs.is_empty() && again.batch.is_empty(),
+                again.jobs.is_empty() && again.writes_nothing(),
                 "a second tick rewrote {:?}",
                 again.changed
             );
@@ -453,10 +451,10 @@ fn step(rec: &mut Records, history: &[Records], op: &Op, now: i64) -> Result<(),
     commit(rec, effects, now)
 }
 
-/// Commits an event as the shell does, its runs recorded first (`Records::account_runs`):
-/// each run that the event ends (a job that held resources from a start no longer does) is
-/// recorded exactly once, and no other.
-fn commit(rec: &mut Records, mut effects: Effects, now: i64) -> Result<(), TestCaseError> {
+/// Commits an event through the reactor, as the shell and ysim do, its runs recorded first
+/// (`Records::account_runs`): each run that the event ends (a job that held resources from a
+/// start no longer does) is recorded exactly once, and no other.
+fn commit(rec: &mut Records, effects: Effects, now: i64) -> Result<(), TestCaseError> {
     let ongoing = |rec: &Records| -> BTreeSet<(JobId, i64, u32)> {
         rec.jobs
             .values()
@@ -465,14 +463,14 @@ fn commit(rec: &mut Records, mut effects: Effects, now: i64) -> Result<(), TestC
             .collect()
     };
     let before = ongoing(rec);
-    rec.account_runs(&mut effects, now);
-    let mut recorded: Vec<(JobId, i64, u32)> = effects
+    let kept = super::reactor::testing::apply(rec, effects, now);
+    let mut recorded: Vec<(JobId, i64, u32)> = kept
         .runs
+        .0
         .iter()
         .map(|r| (r.job_id, r.start, r.restart_count))
         .collect();
     recorded.sort();
-    rec.commit(effects);
     let ended: Vec<(JobId, i64, u32)> = before.difference(&ongoing(rec)).copied().collect();
     prop_assert_eq!(recorded, ended, "runs recorded, runs ended");
     Ok(())

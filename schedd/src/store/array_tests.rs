@@ -5,7 +5,7 @@ use super::*;
 use crate::state::client_events::NewJob;
 use crate::state::Records;
 use std::sync::Arc;
-use ysched_common::{ArraySpec, JobState, Owner};
+use ysched_common::{ArraySpec, JobSpec, JobState, Owner};
 
 fn owner() -> Owner {
     Owner {
@@ -73,23 +73,26 @@ async fn submit(
         tier_value: 100,
         checkpoint_dir: &dir,
     };
-    let (mut fx, jobs) = rec.submit(new, 1_000);
-    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    let fx = rec.submit(new, 1_000);
+    let jobs = fx.submitted.clone();
+    store.apply(&fx).unwrap();
     store.flush().await.unwrap();
     rec.commit(fx);
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     rec.insert_jobs(jobs);
     let took = began.elapsed();
-    (ids.iter().map(|id| rec.jobs[id].clone()).collect(), took)
+    (ids.iter().map(|id| rec.jobs()[id].clone()).collect(), took)
 }
 
 #[tokio::test]
 async fn an_array_is_written_once_and_recovered_with_its_spec_shared() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rec = Records {
-        next_job_id: 5,
-        ..Records::default()
-    };
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        5,
+        Default::default(),
+    );
     let submitted;
     {
         let store = Store::open(dir.path()).unwrap();
@@ -205,17 +208,19 @@ fn records_written_before_arrays_existed_read_as_they_were() {
 async fn ten_thousand_tasks_are_one_quick_write() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let mut rec = Records {
-        next_job_id: 1,
-        ..Records::default()
-    };
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    );
     // Warm up sled (first write creates its files).
     let mut warm = spec("0");
     warm.array = None;
     submit(&store, &mut rec, warm).await;
     let (jobs, took) = submit(&store, &mut rec, spec("0-9999")).await;
     assert_eq!(jobs.len(), 10_000);
-    assert_eq!(rec.next_job_id, 10_002);
+    assert_eq!(rec.next_job_id(), 10_002);
     let on_disk = store.db.size_on_disk().unwrap_or(0);
     println!(
         "10,000-task array: submitted in {took:?} (state machine + one write + flush), \
@@ -239,10 +244,12 @@ async fn the_end_states_dependencies_need_are_rebuilt_from_the_store() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = Store::open(dir.path()).unwrap();
-        let mut rec = Records {
-            next_job_id: 1,
-            ..Records::default()
-        };
+        let mut rec = Records::new(
+            Default::default(),
+            Default::default(),
+            1,
+            Default::default(),
+        );
         // Array 1 (tasks 1-3), then array 4 depending on all of array 1's tasks.
         let (targets, _) = submit(&store, &mut rec, spec("0-2")).await;
         let mut dependent = spec("0-1");
@@ -311,7 +318,7 @@ async fn cancel(
         .iter()
         .map(|t| ysched_common::JobTarget::parse(t).unwrap())
         .collect();
-    let (mut fx, _) = rec
+    let (fx, _) = rec
         .cancel_targets(
             &caller,
             &targets,
@@ -320,7 +327,7 @@ async fn cancel(
             now,
         )
         .unwrap();
-    store.apply(std::mem::take(&mut fx.batch)).unwrap();
+    store.apply(&fx).unwrap();
     store.flush().await.unwrap();
     rec.commit(fx);
     began.elapsed()
@@ -329,10 +336,12 @@ async fn cancel(
 #[tokio::test]
 async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rec = Records {
-        next_job_id: 1,
-        ..Records::default()
-    };
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    );
     let tasks;
     {
         let store = Store::open(dir.path()).unwrap();
@@ -344,12 +353,12 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
         let mut b = Batch::default();
         b.put_job(&held);
         store.apply(b).unwrap();
-        rec.jobs.insert(held.id, held);
+        rec.insert_job(held);
 
         // Two cancels: tasks 0-19 at 5,000, then the rest at 6,000.
         cancel(&store, &mut rec, &["1_[0-19]"], 5_000).await;
         cancel(&store, &mut rec, &["1"], 6_000).await;
-        assert!(rec.jobs.is_empty());
+        assert!(rec.jobs().is_empty());
         // Only the task that had changed before has a record; no task has events of its own.
         assert_eq!(own_records(&store), [3]);
         let kinds = |id| -> Vec<String> {
@@ -396,14 +405,16 @@ async fn tasks_cancelled_while_queued_are_kept_in_their_array_record() {
 async fn cancelling_ten_thousand_queued_tasks_is_one_quick_write() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let mut rec = Records {
-        next_job_id: 1,
-        ..Records::default()
-    };
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    );
     let (jobs, _) = submit(&store, &mut rec, spec("0-9999")).await;
     let took = cancel(&store, &mut rec, &["1"], 9_000).await;
     println!("10,000 queued tasks cancelled in {took:?} (state machine + one write + flush)");
-    assert!(rec.jobs.is_empty());
+    assert!(rec.jobs().is_empty());
     assert_eq!(store.jobs.len(), 0);
     assert_eq!(store.events.len(), 1, "the array's submit only");
     assert_eq!(
@@ -417,10 +428,12 @@ async fn cancelling_ten_thousand_queued_tasks_is_one_quick_write() {
 async fn a_task_written_earlier_in_the_same_batch_keeps_a_record_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let mut rec = Records {
-        next_job_id: 1,
-        ..Records::default()
-    };
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    );
     let (tasks, _) = submit(&store, &mut rec, spec("0-19")).await;
     let mut b = Batch::default();
     let mut held = tasks[1].clone();
@@ -456,10 +469,12 @@ async fn a_task_written_earlier_in_the_same_batch_keeps_a_record_of_its_own() {
 async fn tasks_cancelled_one_by_one_are_written_as_any_job() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let mut rec = Records {
-        next_job_id: 1,
-        ..Records::default()
-    };
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    );
     submit(&store, &mut rec, spec("0-39")).await;
     for (i, target) in ["1_3", "1_[5-7]", "1_9"].iter().enumerate() {
         cancel(&store, &mut rec, &[target], 1_000 * i as i64).await;
@@ -468,7 +483,7 @@ async fn tasks_cancelled_one_by_one_are_written_as_any_job() {
     assert_eq!(own_records(&store), [4, 6, 7, 8, 10]);
     // And a task taken for the record but written again in the same batch keeps that record.
     let mut b = Batch::default();
-    let mut tasks: Vec<Job> = (11..=40).map(|id| rec.jobs[&JobId(id)].clone()).collect();
+    let mut tasks: Vec<Job> = (11..=40).map(|id| rec.jobs()[&JobId(id)].clone()).collect();
     for task in &mut tasks {
         task.state = JobState::Cancelled;
         b.put_job(task);

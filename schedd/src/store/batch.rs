@@ -1,0 +1,287 @@
+//! An event's change encoded for the store ([`Batch`]): job records (an array's tasks as one
+//! record), payloads, history entries, nodes, audit records, usage records and the id counter,
+//! as JSON or the usage records' binary form, with the bytes they will take counted for the
+//! room check.
+
+use super::arrays::{same_but_place, spec_placeholder, spec_shared, ArrayRecord};
+use super::upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES};
+use super::{ended, usage, Payload};
+use crate::state::Effects;
+use ysched_common::{AuditRecord, Job, JobEvent, JobId, JobSpec, Node, RunRecord};
+
+/// One atomic change: job records, events and nodes written together.
+#[derive(Default)]
+pub struct Batch {
+    pub(super) jobs: Vec<(JobId, JobWrite)>,
+    pub(super) events: Vec<(JobId, JobEvent)>,
+    pub(super) payloads: Vec<(JobId, Vec<u8>)>,
+    pub(super) nodes: Vec<(String, Vec<u8>)>,
+    pub(super) audit: Vec<Vec<u8>>,
+    pub(super) next_job_id: Option<u64>,
+    pub(super) runs: Vec<(usage::RunKey, Vec<u8>)>,
+    pub(super) array_specs: Vec<(JobId, Vec<u8>)>,
+    pub(super) arrays: Vec<(JobId, Vec<u8>)>,
+    /// About how many bytes the batch writes (keys and values), for [`Store::check_room`].
+    pub(super) bytes: u64,
+}
+
+/// What [`Batch::bytes`] counts for an array task that ends without having run: usually
+/// kept in its array's record, whose size the batch does not know beforehand.
+const ENDED_TASK_BYTES: u64 = 512;
+
+/// A job's write: its record, or an array task that ended without running, which
+/// [`Store::apply`] keeps in its array's record when it can (see [`ended`]).
+pub(super) enum JobWrite {
+    Record(Vec<u8>),
+    EndedTask(Box<Job>),
+}
+
+/// A job's record. Script and environment live in `payloads`; a job record never repeats
+/// them. An array's task leaves its whole spec to `array_specs` (see `put_array_spec`).
+pub(super) fn encode_job(job: &Job) -> Vec<u8> {
+    let value = if spec_shared(job) {
+        let mut slim = job.clone();
+        slim.spec = std::sync::Arc::clone(spec_placeholder());
+        serde_json::to_vec(&slim)
+    } else if job.spec.script.is_empty() && job.spec.env.is_empty() {
+        serde_json::to_vec(job)
+    } else {
+        let mut slim = job.clone();
+        let spec = std::sync::Arc::make_mut(&mut slim.spec);
+        spec.script.clear();
+        spec.env.clear();
+        serde_json::to_vec(&slim)
+    };
+    value.expect("job serializes")
+}
+
+/// An event's durable change, encoded: its submit's jobs (an array's as one record), the new
+/// versions of jobs and nodes, payloads, history entries (their kinds as their stored text),
+/// audit records, usage records and the id counter.
+impl From<&Effects> for Batch {
+    fn from(effects: &Effects) -> Batch {
+        let mut batch = Batch::default();
+        batch.put_array(&effects.submitted);
+        for job in &effects.jobs {
+            batch.put_job(job);
+        }
+        for (id, payload) in &effects.payloads {
+            batch.put_payload(*id, payload);
+        }
+        for entry in &effects.events {
+            batch.event(
+                entry.job,
+                entry.time,
+                entry.kind.as_str(),
+                entry.detail.as_str(),
+            );
+        }
+        for node in &effects.nodes {
+            batch.put_node(node);
+        }
+        for record in &effects.audit {
+            batch.audit(record);
+        }
+        for run in &effects.runs {
+            batch.put_run(run);
+        }
+        if let Some(next) = effects.next_job_id {
+            batch.set_next_job_id(next);
+        }
+        batch
+    }
+}
+
+impl Batch {
+    pub fn put_job(&mut self, job: &Job) {
+        let write = if ended::candidate(job) {
+            self.bytes += ENDED_TASK_BYTES;
+            JobWrite::EndedTask(Box::new(job.clone()))
+        } else {
+            let record = encode_job(job);
+            self.bytes += 8 + record.len() as u64;
+            JobWrite::Record(record)
+        };
+        self.jobs.push((job.id, write));
+    }
+
+    /// Every task of an array, as just submitted (`tasks`: consecutive ids from the array's,
+    /// in task order, sharing one spec): their spec and one record of them all (see
+    /// [`ArrayRecord`]), instead of a record each. Tasks that do not follow the pattern (none
+    /// do, as the state machine makes them) are written one by one.
+    pub fn put_array(&mut self, tasks: &[Job]) {
+        let Some(first) = tasks.first() else {
+            return;
+        };
+        let Some(spec) = first.spec.array.as_ref().filter(|_| spec_shared(first)) else {
+            for job in tasks {
+                self.put_job(job);
+            }
+            return;
+        };
+        let indices = spec.tasks();
+        let same_dir = tasks
+            .iter()
+            .all(|j| j.checkpoint_dir == first.checkpoint_dir);
+        let prefix = if same_dir {
+            None
+        } else {
+            first
+                .checkpoint_dir
+                .strip_suffix(&first.id.to_string())
+                .map(str::to_string)
+        };
+        let record = ArrayRecord {
+            first: first.clone(),
+            count: tasks.len() as u32,
+            checkpoint_prefix: prefix,
+            ended: Vec::new(),
+        };
+        let mut dir = String::new();
+        let follows = indices.len() == tasks.len()
+            && (same_dir || record.checkpoint_prefix.is_some())
+            && tasks.iter().enumerate().all(|(i, j)| {
+                let id = JobId(first.id.0 + i as u64);
+                let task = ysched_common::ArrayTask {
+                    array_id: first.id,
+                    task: indices[i],
+                };
+                let dir_ok = match &record.checkpoint_prefix {
+                    None => j.checkpoint_dir == first.checkpoint_dir,
+                    Some(prefix) => {
+                        use std::fmt::Write;
+                        dir.clear();
+                        let _ = write!(dir, "{prefix}{id}");
+                        j.checkpoint_dir == dir
+                    }
+                };
+                j.id == id && j.array == Some(task) && dir_ok && same_but_place(j, first)
+            });
+        if !follows {
+            for job in tasks {
+                self.put_job(job);
+            }
+            self.put_array_spec(first.id, &first.spec);
+            return;
+        }
+        let mut slim = record;
+        slim.first.spec = std::sync::Arc::clone(spec_placeholder());
+        let value = serde_json::to_vec(&slim).expect("array record serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.arrays.push((first.id, value));
+        self.put_array_spec(first.id, &first.spec);
+    }
+
+    /// The spec the tasks of array `array_id` share (written once, with the tasks).
+    pub fn put_array_spec(&mut self, array_id: JobId, spec: &JobSpec) {
+        let value = if spec.script.is_empty() && spec.env.is_empty() {
+            serde_json::to_vec(spec)
+        } else {
+            let mut slim = spec.clone();
+            slim.script.clear();
+            slim.env.clear();
+            serde_json::to_vec(&slim)
+        };
+        let value = value.expect("spec serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.array_specs.push((array_id, value));
+    }
+
+    pub fn put_payload(&mut self, id: JobId, payload: &Payload) {
+        let value = serde_json::to_vec(payload).expect("payload serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.payloads.push((id, value));
+    }
+
+    pub fn event(&mut self, id: JobId, time: i64, kind: &str, detail: impl Into<String>) {
+        let event = JobEvent {
+            time,
+            kind: kind.to_string(),
+            detail: detail.into(),
+        };
+        // Its JSON: the two strings and some 40 bytes around them.
+        self.bytes += 16 + 40 + (event.kind.len() + event.detail.len()) as u64;
+        self.events.push((id, event));
+    }
+
+    pub fn put_node(&mut self, node: &Node) {
+        let value = serde_json::to_vec(node).expect("node serializes");
+        self.bytes += (node.name.len() + value.len()) as u64;
+        self.nodes.push((node.name.clone(), value));
+    }
+
+    /// An audit entry; its detail is cut to [`AUDIT_DETAIL_MAX_BYTES`].
+    pub fn audit(&mut self, record: &AuditRecord) {
+        let value = match bounded_detail(&record.detail, AUDIT_DETAIL_MAX_BYTES) {
+            std::borrow::Cow::Borrowed(_) => serde_json::to_vec(record),
+            std::borrow::Cow::Owned(detail) => serde_json::to_vec(&AuditRecord {
+                detail,
+                ..record.clone()
+            }),
+        }
+        .expect("audit record serializes");
+        self.bytes += 8 + value.len() as u64;
+        self.audit.push(value);
+    }
+
+    /// A run's usage record (see the `usage` tree).
+    pub fn put_run(&mut self, run: &RunRecord) {
+        let (key, value) = (usage::key(run), usage::encode(run));
+        self.bytes += (key.len() + value.len()) as u64;
+        self.runs.push((key, value));
+    }
+
+    pub fn set_next_job_id(&mut self, next: u64) {
+        self.next_job_id = Some(next);
+    }
+
+    /// Whether the batch writes audit entries.
+    pub fn has_audit(&self) -> bool {
+        !self.audit.is_empty()
+    }
+
+    /// About how many bytes the batch writes: its keys and values.
+    pub fn bytes(&self) -> u64 {
+        self.bytes + if self.next_job_id.is_some() { 19 } else { 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+            && self.events.is_empty()
+            && self.payloads.is_empty()
+            && self.nodes.is_empty()
+            && self.audit.is_empty()
+            && self.next_job_id.is_none()
+            && self.runs.is_empty()
+            && self.array_specs.is_empty()
+            && self.arrays.is_empty()
+    }
+}
+
+/// How many of each kind of write a batch holds (for tests).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct BatchCounts {
+    pub jobs: usize,
+    pub events: usize,
+    pub payloads: usize,
+    pub audit: usize,
+    pub array_specs: usize,
+    pub arrays: usize,
+    pub next_job_id: Option<u64>,
+}
+
+#[cfg(test)]
+impl Batch {
+    pub(crate) fn counts(&self) -> BatchCounts {
+        BatchCounts {
+            jobs: self.jobs.len(),
+            events: self.events.len(),
+            payloads: self.payloads.len(),
+            audit: self.audit.len(),
+            array_specs: self.array_specs.len(),
+            arrays: self.arrays.len(),
+            next_job_id: self.next_job_id,
+        }
+    }
+}

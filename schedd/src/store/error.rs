@@ -1,0 +1,48 @@
+//! The store's errors: what sled, a corrupt record or a full disk did to a read or a write.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("state store: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("state store: corrupt record {key}: {source}")]
+    Corrupt {
+        key: String,
+        source: serde_json::Error,
+    },
+    #[error("state store: job {id} is a task of array {array_id}, whose spec is missing")]
+    MissingArraySpec { id: u64, array_id: u64 },
+    #[error("state store: corrupt usage record {key}: {why}")]
+    CorruptRun { key: String, why: String },
+    #[error("state store: cannot open {path}: {source}")]
+    Open { path: String, source: sled::Error },
+    /// The state disk has too little free space for the change (see [`Store::check_room`]).
+    #[error("state store full: {0}; nothing was changed: free some space and retry")]
+    Full(String),
+    #[error("state store unwritable: cannot check free space in {dir}: {source}")]
+    Statvfs { dir: String, source: nix::Error },
+    #[error("state store unwritable: writes are refused (a test's failure injection)")]
+    Injected,
+}
+
+impl Error {
+    /// sled itself failed a write: it cannot go on (a later write or flush may never return,
+    /// as after ENOSPC in the middle of a write), and only a restart from what is on disk
+    /// is safe.
+    pub fn is_fatal_write(&self) -> bool {
+        matches!(self, Error::Sled(_))
+    }
+
+    /// The store could not take a write (disk full, I/O error): the request was refused and
+    /// nothing changed, as opposed to a bad record.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Error::Full(_)
+                | Error::Statvfs { .. }
+                | Error::Injected
+                | Error::Sled(sled::Error::Io(_))
+        )
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,222 @@
+//! The store's reads: jobs (finished ones, by id, or their states), payloads, histories, the
+//! audit log and usage records.
+
+use super::arrays::{ArrayRecord, Shared};
+use super::{decode, usage, Payload, Result, Store};
+use crate::state::JobEventKind;
+use ysched_common::{AuditRecord, Job, JobEvent, JobId, RunRecord, RunView};
+
+impl Store {
+    pub fn payload(&self, id: JobId) -> Result<Payload> {
+        match self.payloads.get(id.0.to_be_bytes())? {
+            Some(v) => decode(&id.0.to_be_bytes(), &v),
+            None => Ok(Payload::default()),
+        }
+    }
+
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.job_shared(id, &mut Shared::default())
+    }
+
+    pub(super) fn job_shared(&self, id: JobId, shared: &mut Shared) -> Result<Option<Job>> {
+        match self.jobs.get(id.0.to_be_bytes())? {
+            Some(v) => {
+                let job = decode(&id.0.to_be_bytes(), &v)?;
+                Ok(Some(self.complete(job, shared)?))
+            }
+            None => match self.submitted_task(id)? {
+                Some((record, i)) => {
+                    let first = self.first_task(&record, shared)?;
+                    Ok(Some(record.task(&first, i)))
+                }
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// How job `id` is as far as its record says, without its spec (cheaper than
+    /// [`Store::job`] for an array's task): its state.
+    pub fn job_state(&self, id: JobId) -> Result<Option<ysched_common::JobState>> {
+        match self.jobs.get(id.0.to_be_bytes())? {
+            Some(v) => Ok(Some(decode::<Job>(&id.0.to_be_bytes(), &v)?.state)),
+            None => Ok(self.submitted_task(id)?.map(|(record, i)| {
+                record
+                    .ended_at(i)
+                    .map_or(record.first.state, |ended| ended.state)
+            })),
+        }
+    }
+
+    /// The jobs of `ids` that exist, in the order asked (the tasks of an array share one
+    /// read of their spec).
+    pub fn jobs_by_id(&self, ids: impl IntoIterator<Item = JobId>) -> Result<Vec<Job>> {
+        let mut shared = Shared::default();
+        let mut found = Vec::new();
+        for id in ids {
+            if let Some(job) = self.job_shared(id, &mut shared)? {
+                found.push(job);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Finished jobs, oldest id first, for listings that include history.
+    pub fn finished_jobs(&self) -> Result<Vec<Job>> {
+        let mut res = Vec::new();
+        let mut shared = Shared::default();
+        for kv in self.jobs.iter() {
+            let (k, v) = kv?;
+            let job: Job = decode(&k, &v)?;
+            if job.state.is_terminal() {
+                res.push(self.complete(job, &mut shared)?);
+            }
+        }
+        // Tasks that ended without a record of their own.
+        let before = res.len();
+        for kv in self.arrays.iter() {
+            let (k, v) = kv?;
+            let record: ArrayRecord = decode(&k, &v)?;
+            if record.ended.is_empty() {
+                continue;
+            }
+            let first = self.first_task(&record, &mut shared)?;
+            for place in record.ended.iter().flat_map(|e| e.iter()) {
+                let id = first.id.0 + u64::from(place);
+                if !self.jobs.contains_key(id.to_be_bytes())? {
+                    res.push(record.task(&first, place as usize));
+                }
+            }
+        }
+        if res.len() > before {
+            res.sort_by_key(|j| j.id);
+        }
+        Ok(res)
+    }
+
+    /// The newest `limit` audit records (all when 0), newest first.
+    pub fn audit_log(&self, limit: usize) -> Result<Vec<AuditRecord>> {
+        let n = if limit == 0 { usize::MAX } else { limit };
+        self.audit
+            .iter()
+            .rev()
+            .take(n)
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode(&k, &v)
+            })
+            .collect()
+    }
+
+    /// The recorded runs that ended in `[from_ms, to_ms)`, oldest end first.
+    pub fn runs_between(&self, from_ms: i64, to_ms: i64) -> Result<Vec<RunRecord>> {
+        let mut runs = Vec::new();
+        self.scan_runs(from_ms, to_ms, |run| runs.push(run))?;
+        Ok(runs)
+    }
+
+    /// Calls `each` with every recorded run that ended in `[from_ms, to_ms)`, oldest end
+    /// first, without collecting them.
+    pub fn scan_runs(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        mut each: impl FnMut(RunRecord),
+    ) -> Result<()> {
+        self.scan_run_views(from_ms, to_ms, |run| each(run.to_record()))
+    }
+
+    /// [`Store::scan_runs`] with each run borrowed from the store's page: a report over a
+    /// million runs copies no string. Two threads share the work: one walks the tree and hands
+    /// over batches of entries (sled's iteration is most of the cost), the caller's decodes
+    /// them and calls `each`.
+    pub fn scan_run_views(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        mut each: impl FnMut(&RunView<'_>),
+    ) -> Result<()> {
+        if from_ms >= to_ms {
+            return Ok(());
+        }
+        const BATCH: usize = 4096;
+        type Entries = Vec<(sled::IVec, sled::IVec)>;
+        let range = usage::first_key(from_ms)..usage::first_key(to_ms);
+        let (tx, rx) =
+            std::sync::mpsc::sync_channel::<std::result::Result<Entries, sled::Error>>(8);
+        std::thread::scope(|scope| {
+            let tree = &self.usage;
+            scope.spawn(move || {
+                let mut batch = Vec::with_capacity(BATCH);
+                for kv in tree.range(range) {
+                    match kv {
+                        Ok(kv) => batch.push(kv),
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                    if batch.len() == BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                        if tx.send(Ok(full)).is_err() {
+                            return; // the reader stopped (a corrupt record)
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = tx.send(Ok(batch));
+                }
+            });
+            for batch in rx {
+                for (k, v) in batch? {
+                    each(&usage::decode(&k, &v)?);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether a run with the same end, job and restart as `run` is recorded.
+    pub fn has_run(&self, run: &RunRecord) -> Result<bool> {
+        Ok(self.usage.contains_key(usage::key(run))?)
+    }
+
+    /// How many runs are recorded (counts them: for tests and benchmarks).
+    pub fn run_count(&self) -> usize {
+        self.usage.len()
+    }
+
+    /// A job's history: for an array's task, the array's submit first (one event for all
+    /// its tasks, under the array's id), then its own.
+    pub fn job_events(&self, job: &Job) -> Result<Vec<JobEvent>> {
+        let mut events = self.events(job.id)?;
+        if let Some(task) = job.array.filter(|a| a.array_id != job.id) {
+            let submitted = self
+                .events(task.array_id)?
+                .into_iter()
+                .find(|e| e.kind == JobEventKind::Submitted.as_str());
+            if let Some(e) = submitted {
+                events.insert(0, e);
+            }
+        }
+        // A task that ended without a record of its own: its end's events are kept with the
+        // array.
+        if job.array.is_some() && !self.jobs.contains_key(job.id.0.to_be_bytes())? {
+            if let Some((record, i)) = self.submitted_task(job.id)? {
+                if let Some(ended) = record.ended_at(i) {
+                    events.extend(ended.events.iter().cloned());
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    pub fn events(&self, id: JobId) -> Result<Vec<JobEvent>> {
+        self.events
+            .scan_prefix(id.0.to_be_bytes())
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode(&k, &v)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,164 @@
+//! The store: a round trip of every kind of record through a reopen, and usage records
+//! scanned by their end.
+
+use super::*;
+use ysched_common::{AuditRecord, JobSpec, JobState, Owner, RunRecord};
+
+fn job(id: u64, state: JobState) -> Job {
+    Job {
+        id: JobId(id),
+        spec: std::sync::Arc::new(JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            ..Default::default()
+        }),
+        owner: std::sync::Arc::new(Owner {
+            uid: 0,
+            gid: 0,
+            user: "root".into(),
+            groups: vec![],
+        }),
+        tier_value: 1000,
+        state,
+        reason: String::new(),
+        alloc: vec![],
+        restart_count: 0,
+        exit_code: None,
+        signal: None,
+        submit_time: 1,
+        start_time: None,
+        end_time: None,
+        launched: false,
+        grace_secs: 30,
+        checkpoint_dir: String::new(),
+        stop: None,
+        last_checkpoint: None,
+        parts: Default::default(),
+        launch_attempts: 0,
+        queued_at: None,
+        array: None,
+    }
+}
+
+#[tokio::test]
+async fn roundtrip_and_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let mut b = Batch::default();
+        b.put_job(&job(1, JobState::Pending));
+        b.put_payload(
+            JobId(1),
+            &Payload {
+                script: "s".into(),
+                env: Default::default(),
+            },
+        );
+        b.put_job(&job(2, JobState::Completed));
+        b.event(JobId(1), 5, "submitted", "x");
+        b.event(JobId(1), 6, "started", "y");
+        b.set_next_job_id(3);
+        for action in ["first", "second"] {
+            b.audit(&AuditRecord {
+                time: 1,
+                user: "root".into(),
+                uid: 0,
+                action: action.into(),
+                job_id: None,
+                detail: String::new(),
+                host: None,
+            });
+        }
+        store.apply(b).unwrap();
+        let log = store.audit_log(0).unwrap();
+        assert_eq!(
+            log.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+            ["second", "first"]
+        );
+        assert_eq!(store.audit_log(1).unwrap().len(), 1);
+        let mut b = Batch::default();
+        b.event(JobId(1), 7, "ended", "z");
+        store.apply(b).unwrap();
+        store.flush().await.unwrap();
+        let ev = store.events(JobId(1)).unwrap();
+        assert_eq!(ev.iter().map(|e| e.time).collect::<Vec<_>>(), [5, 6, 7]);
+        assert_eq!(store.payload(JobId(1)).unwrap().script, "s");
+        assert!(store.job(JobId(1)).unwrap().unwrap().spec.script.is_empty());
+    }
+    // sled's flusher may still hold the lock briefly after drop (sled#1234).
+    let store = loop {
+        match Store::open(dir.path()) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
+    let rec = store.recover().unwrap();
+    assert_eq!(rec.next_job_id, 3);
+    assert_eq!(
+        rec.active_jobs.keys().copied().collect::<Vec<_>>(),
+        [JobId(1)]
+    );
+    assert_eq!(store.finished_jobs().unwrap().len(), 1);
+}
+
+fn run(job: u64, end: i64) -> RunRecord {
+    RunRecord {
+        job_id: JobId(job),
+        restart_count: 0,
+        account: "vision".into(),
+        user: "alice".into(),
+        uid: 1000,
+        tier: "high".into(),
+        gpus: 2,
+        cpus: 4,
+        queued_at: end - 20,
+        start: end - 10,
+        end,
+        outcome: "COMPLETED".into(),
+        preempted_by: None,
+        preemptor_account: None,
+        checkpoint_saved: false,
+        lost_gpu_secs: 0,
+    }
+}
+
+#[tokio::test]
+async fn runs_are_scanned_by_end_written_once_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let mut b = Batch::default();
+        for (job, end) in [(3, 300), (1, 100), (2, 200), (4, 400)] {
+            b.put_run(&run(job, end));
+        }
+        b.put_job(&job(1, JobState::Completed));
+        store.apply(b).unwrap();
+        // The same run written again (an event applied twice) replaces itself.
+        let mut b = Batch::default();
+        b.put_run(&run(2, 200));
+        assert!(!b.is_empty());
+        store.apply(b).unwrap();
+        store.flush().await.unwrap();
+        assert_eq!(store.run_count(), 4);
+        let ends = |from, to| {
+            store
+                .runs_between(from, to)
+                .unwrap()
+                .iter()
+                .map(|r| r.end)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ends(100, 400), [100, 200, 300], "[from, to)");
+        assert_eq!(ends(101, i64::MAX), [200, 300, 400]);
+        assert_eq!(ends(400, 100), Vec::<i64>::new());
+        assert!(store.has_run(&run(3, 300)).unwrap());
+        assert!(!store.has_run(&run(3, 301)).unwrap());
+    }
+    let store = loop {
+        match Store::open(dir.path()) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
+    assert_eq!(store.runs_between(0, i64::MAX).unwrap()[0], run(1, 100));
+    assert_eq!(store.run_count(), 4);
+}
