@@ -79,8 +79,11 @@ echo "fast stage: $((SECONDS - stage_start)) s"
 # End-to-end stage. The tests drive the real binaries: build them first, in the same profile.
 # The mock NVML library (tests/mock-nvml, a cdylib) comes with them: the test harness depends
 # on it, so cargo builds target/<profile>/deps/libysched_mock_nvml.so, where the tests find it.
+# `--all-targets`, not `--bins`: the dev-dependencies then take part in resolving features as
+# they do in `cargo test`, so the binaries and the tests share one build of every crate (with
+# `--bins` alone, several dependencies and every workspace crate are built twice).
 stage_start=$SECONDS
-cargo build --workspace --bins --quiet
+cargo build --workspace --all-targets --quiet
 # Every integration test target: the end-to-end binary `ysched-tests --test e2e` and the
 # crates' own (a daemon or CLI against a fake peer).
 run_tests cargo test --workspace --test '*' --quiet -- --test-threads="${YS_TEST_THREADS:-4}"
