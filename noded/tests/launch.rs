@@ -246,11 +246,11 @@ true
 #[tokio::test]
 async fn job_runs_as_nobody_when_root() {
     if !is_root() {
-        eprintln!("not root: running jobs as another user needs root; skipped");
+        skipped("not root: running jobs as another user needs root");
         return;
     }
     let Some(nobody) = User::from_name("nobody").unwrap() else {
-        eprintln!("no user nobody here; skipped");
+        skipped("no user nobody here");
         return;
     };
     let fx = Fixture::new();
@@ -395,12 +395,12 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
 /// `nobody`, when this test runs as root and the user exists; jobs as another user need root.
 fn nobody() -> Option<User> {
     if !is_root() {
-        eprintln!("not root: running jobs as another user needs root; skipped");
+        skipped("not root: running jobs as another user needs root");
         return None;
     }
     let nobody = User::from_name("nobody").unwrap();
     if nobody.is_none() {
-        eprintln!("no user nobody here; skipped");
+        skipped("no user nobody here");
     }
     nobody
 }

@@ -583,13 +583,7 @@ fn a_preempted_gang_ends_with_its_last_part_and_a_cancel_in_the_grace_is_no_pree
 #[test]
 fn job_counts_kept_by_events_match_a_count_from_scratch() {
     use crate::state::Effects;
-    use ysched_common::{Caller, Owner};
-    let root = Caller::local(Owner {
-        uid: 0,
-        gid: 0,
-        user: "root".into(),
-        groups: vec![],
-    });
+    let root = crate::core::testkit::root();
     let none_finished = |_: JobId| -> crate::error::ApiResult<Option<Job>> { Ok(None) };
     let limits = Limits {
         max_requeues: 20,

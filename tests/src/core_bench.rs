@@ -20,11 +20,11 @@ use std::time::Instant;
 
 use ysched_common::config::default_tiers;
 use ysched_common::time::Millis;
-use ysched_common::RunRecord;
 use ysched_common::{
     ArraySpec, ArrayTask, DepClause, DepKind, Dependency, Gpu, GpuLink, Job, JobId, JobSpec,
-    JobState, Node, NodeAlloc, Owner, PcieRelation, TierConfig,
+    JobState, Node, NodeAlloc, PcieRelation, TierConfig,
 };
+use ysched_schedd::core::testkit::{JobBuilder, RunBuilder};
 use ysched_schedd::core::{
     queue_order, schedule, schedule_with, Backfill, FairShare, Policy, Snapshot, Topologies,
 };
@@ -140,24 +140,13 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
     // book and every running job, the factors, and each pending job's place.
     let mut book = UsageBook::new(7 * 24 * HOUR, NOW);
     for (i, job) in cluster.running.values().enumerate() {
-        book.add_run(&RunRecord {
-            job_id: job.id,
-            restart_count: 0,
-            account: job.spec.account.clone(),
-            user: job.owner.user.clone(),
-            uid: job.owner.uid,
-            tier: job.spec.tier.clone(),
-            gpus: job.spec.gpus,
-            cpus: 1,
-            queued_at: NOW - 48 * HOUR,
-            start: NOW - 47 * HOUR,
-            end: NOW - (i as i64 % 40) * HOUR,
-            outcome: "COMPLETED".into(),
-            preempted_by: None,
-            preemptor_account: None,
-            checkpoint_saved: false,
-            lost_gpu_secs: 0,
-        });
+        let run = RunBuilder::new(job.id.0, NOW - 47 * HOUR, NOW - (i as i64 % 40) * HOUR)
+            .account(&job.spec.account)
+            .user(&job.owner.user, job.owner.uid)
+            .tier(&job.spec.tier)
+            .gpus(job.spec.gpus)
+            .queued(NOW - 48 * HOUR);
+        book.add_run(&run.build());
     }
     let accounts = BTreeMap::new();
     let mut inputs_ms: Vec<f64> = (0..passes.max(1))
@@ -610,42 +599,12 @@ fn account(i: u64) -> String {
 
 fn job(id: u64, tier: usize, spec: JobSpec) -> Job {
     let (tier_name, tier_value) = TIERS[tier];
-    Job {
-        id: JobId(id),
-        spec: std::sync::Arc::new(JobSpec {
-            name: format!("job{id}"),
-            tier: tier_name.to_string(),
-            account: account(id % N_ACCOUNTS),
-            workdir: "/home/alice".into(),
-            script: "train.sh".into(),
-            ..spec
-        }),
-        owner: std::sync::Arc::new(Owner {
-            uid: 1000,
-            gid: 1000,
-            user: "alice".into(),
-            groups: vec!["alice".into()],
-        }),
-        tier_value,
-        state: JobState::Pending,
-        reason: String::new(),
-        alloc: Vec::new(),
-        restart_count: 0,
-        exit_code: None,
-        signal: None,
-        submit_time: NOW - HOUR,
-        start_time: None,
-        end_time: None,
-        launched: false,
-        grace_secs: 30,
-        checkpoint_dir: format!("/ckpt/{id}"),
-        stop: None,
-        last_checkpoint: None,
-        parts: Default::default(),
-        launch_attempts: 0,
-        queued_at: None,
-        array: None,
-    }
+    JobBuilder::new(id)
+        .request(spec)
+        .tier(tier_name, tier_value)
+        .account(&account(id % N_ACCOUNTS))
+        .submitted(NOW - HOUR)
+        .build()
 }
 
 fn running_job(rng: &mut Rng, id: u64, tier: usize, nodes: u32, allocs: Vec<NodeAlloc>) -> Job {

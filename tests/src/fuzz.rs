@@ -1,5 +1,5 @@
 //! Arbitrary and adversarial requests to every RPC of schedd's client service, for the fuzz
-//! test (`tests/tests/bounds.rs`) and the `fuzz` benchmark group: texts at, just over and far
+//! test (`tests/tests/e2e/bounds.rs`) and the `fuzz` benchmark group: texts at, just over and far
 //! over their limits (up to the message limit), odd Unicode (format and control characters,
 //! right-to-left text), huge and overlapping task ranges, many names in one request, deep
 //! brackets and long dependency chains, extreme numbers and time windows.

@@ -712,6 +712,28 @@ impl TestCluster {
         }
     }
 
+    /// Waits until a scheduling pass has looked at pending job `id` and left it waiting (it
+    /// then has a reason, which a new job lacks), and returns the job; fails at once if the
+    /// job leaves the queue meanwhile. A test that something does not happen waits for this
+    /// evidence that the scheduler decided, not for a fixed time.
+    pub fn wait_waiting(&self, id: u64, timeout: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let j = self.job(id);
+            assert_eq!(j["state"], "PENDING", "job {id} left the queue: {j}");
+            if j["reason"].as_str().is_some_and(|r| !r.is_empty()) {
+                return j;
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "job {id} had no reason after {timeout:?}: {j}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn nodes(&self) -> Vec<Value> {
         let out = self.run("yctl", &["nodes", "--json"]);
         assert!(out.status.success(), "yctl nodes failed: {}", stderr(&out));
@@ -1031,6 +1053,17 @@ pub fn on_thread_as<T: Send + 'static>(
     })
     .join()
     .expect("thread")
+}
+
+/// Says that the running test could not run here and passes it: one line
+/// `SKIPPED: <test>: <why>` written straight to stderr (not captured by the test harness, so
+/// it shows even when the test passes), which `scripts/test.sh` counts and lists at the end.
+/// Never skip silently: a test that returns early without this line passed for nothing.
+pub fn skipped(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
 
 /// The resident memory of process `pid` in MiB (`VmRSS`), 0 when it is gone.

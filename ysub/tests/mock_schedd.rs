@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use ysched_proto::ysched_server::{Ysched, YschedServer};
@@ -454,19 +454,25 @@ impl Ysched for MockSchedd {
     }
 }
 
+/// A mock schedd of one test, served from a thread of its own on a socket in the test's own
+/// directory: each test sees only its own requests. Dropping it stops the server and removes
+/// the directory.
 struct Harness {
     schedd: Arc<MockSchedd>,
-    dir: PathBuf,
+    dir: tempfile::TempDir,
     config: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<std::thread::JoinHandle<()>>,
 }
 
-/// One mock schedd for all tests of this file, served from a background thread.
-fn harness() -> &'static Harness {
-    static HARNESS: OnceLock<Harness> = OnceLock::new();
-    HARNESS.get_or_init(|| {
-        let dir = scratch_dir();
-        let socket = dir.join("schedd.sock");
-        let config = dir.join("ysched.toml");
+impl Harness {
+    fn start() -> Harness {
+        let dir = tempfile::Builder::new()
+            .prefix("t")
+            .tempdir_in(scratch_dir())
+            .unwrap();
+        let socket = dir.path().join("schedd.sock");
+        let config = dir.path().join("ysched.toml");
         std::fs::write(
             &config,
             format!("[scheduler]\nsocket = {:?}\n", socket.to_str().unwrap()),
@@ -475,14 +481,23 @@ fn harness() -> &'static Harness {
         let schedd = Arc::new(MockSchedd::default());
         let service = YschedServer::from_arc(schedd.clone());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Runtime::new().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async move {
                 let listener = tokio::net::UnixListener::bind(&socket).unwrap();
                 ready_tx.send(()).unwrap();
                 tonic::transport::Server::builder()
                     .add_service(service)
-                    .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                    .serve_with_incoming_shutdown(
+                        tokio_stream::wrappers::UnixListenerStream::new(listener),
+                        async {
+                            let _ = stopped.await;
+                        },
+                    )
                     .await
                     .unwrap();
             });
@@ -492,12 +507,87 @@ fn harness() -> &'static Harness {
             schedd,
             dir,
             config,
+            stop: Some(stop),
+            server: Some(server),
         }
-    })
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A tool pointed at this mock schedd, run in the test's directory.
+    fn command(&self, tool: &str) -> Command {
+        let binary = match tool {
+            "ysub" => env!("CARGO_BIN_EXE_ysub"),
+            "yq" => env!("CARGO_BIN_EXE_yq"),
+            "ycancel" => env!("CARGO_BIN_EXE_ycancel"),
+            "yctl" => env!("CARGO_BIN_EXE_yctl"),
+            _ => unreachable!(),
+        };
+        let mut command = Command::new(binary);
+        command
+            .env("YSCHED_CONF", &self.config)
+            .current_dir(self.dir());
+        command
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> Output {
+        self.command(tool)
+            .args(args)
+            .env("YSUB_TEST_MARKER", "exported")
+            .output()
+            .unwrap()
+    }
+
+    fn write_script(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir().join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// The last job submitted with this name.
+    fn submitted_named(&self, name: &str) -> JobSpec {
+        let submitted = self.schedd.submitted.lock().unwrap();
+        submitted
+            .iter()
+            .rev()
+            .find(|s| s.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no job named {name}"))
+    }
+
+    fn submitted_count(&self) -> usize {
+        self.schedd.submitted.lock().unwrap().len()
+    }
+
+    /// The last listing asked for `user`'s jobs.
+    fn list_request_of(&self, user: &str) -> ListJobsRequest {
+        self.schedd
+            .list_requests
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|r| r.user == user)
+            .cloned()
+            .unwrap_or_else(|| panic!("no listing for {user}"))
+    }
 }
 
-/// A directory for this test process under the build's tmp dir (kept short for the socket
-/// path), after removing those of earlier runs whose process is gone.
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.join();
+        }
+    }
+}
+
+/// The directory of this test process under the build's tmp dir (kept short for the socket
+/// paths), after removing those of earlier runs whose process is gone.
 fn scratch_dir() -> PathBuf {
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ysub-mock");
     if let Ok(entries) = std::fs::read_dir(&base) {
@@ -513,24 +603,6 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-fn run(tool: &str, args: &[&str]) -> Output {
-    let harness = harness();
-    let binary = match tool {
-        "ysub" => env!("CARGO_BIN_EXE_ysub"),
-        "yq" => env!("CARGO_BIN_EXE_yq"),
-        "ycancel" => env!("CARGO_BIN_EXE_ycancel"),
-        "yctl" => env!("CARGO_BIN_EXE_yctl"),
-        _ => unreachable!(),
-    };
-    Command::new(binary)
-        .args(args)
-        .env("YSCHED_CONF", &harness.config)
-        .env("YSUB_TEST_MARKER", "exported")
-        .current_dir(&harness.dir)
-        .output()
-        .unwrap()
-}
-
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -539,46 +611,30 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-fn write_script(name: &str, contents: &str) -> PathBuf {
-    let path = harness().dir.join(name);
-    std::fs::write(&path, contents).unwrap();
-    path
-}
-
-/// Submissions from parallel tests interleave: find ours by name.
-fn submitted_named(name: &str) -> JobSpec {
-    let submitted = harness().schedd.submitted.lock().unwrap();
-    submitted
-        .iter()
-        .rev()
-        .find(|s| s.name == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no job named {name}"))
-}
-
 fn path_str(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
 #[test]
 fn ysub_sends_script_directives_and_environment() {
-    let script = write_script(
+    let mock = Harness::start();
+    let script = mock.write_script(
         "train.sh",
         "#!/bin/bash\n#YSUB -J directive-name -G 4 -t 10\n#YSUB --mem 2G\npython train.py \"$@\"\n",
     );
-    let output = run(
+    let output = mock.run(
         "ysub",
         &["-J", "cli-name", path_str(&script), "--epochs", "3"],
     );
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output), "Submitted job 7\n");
-    let spec = submitted_named("cli-name");
+    let spec = mock.submitted_named("cli-name");
     assert_eq!(spec.gpus, 4);
     assert_eq!(spec.time_limit_secs, 600);
     assert_eq!(spec.mem_mib, 2048);
     assert_eq!(spec.args, ["--epochs", "3"]);
     assert!(spec.script.starts_with("#!/bin/bash\n#YSUB"));
-    assert_eq!(spec.workdir, path_str(&harness().dir));
+    assert_eq!(spec.workdir, path_str(mock.dir()));
     assert_eq!(
         spec.env.get("YSUB_TEST_MARKER").map(String::as_str),
         Some("exported")
@@ -587,7 +643,8 @@ fn ysub_sends_script_directives_and_environment() {
 
 #[test]
 fn ysub_parsable_wrap() {
-    let output = run(
+    let mock = Harness::start();
+    let output = mock.run(
         "ysub",
         &[
             "--parsable",
@@ -600,14 +657,15 @@ fn ysub_parsable_wrap() {
     );
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output), "7\n");
-    let spec = submitted_named("wrapped");
+    let spec = mock.submitted_named("wrapped");
     assert_eq!(spec.script, "#!/bin/sh\necho hi\n");
     assert_eq!(spec.env.len(), 1);
 }
 
 #[test]
 fn ysub_wait_exits_with_the_job_code() {
-    let output = run("ysub", &["--wait", "--wrap", "true"]);
+    let mock = Harness::start();
+    let output = mock.run("ysub", &["--wait", "--wrap", "true"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("Job 7 COMPLETED (exit 0)"),
@@ -615,7 +673,7 @@ fn ysub_wait_exits_with_the_job_code() {
         stderr(&output)
     );
 
-    let output = run("ysub", &["--wait", "-J", "fail", "--wrap", "exit 3"]);
+    let output = mock.run("ysub", &["--wait", "-J", "fail", "--wrap", "exit 3"]);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("Job 3 FAILED (exit 3)"),
@@ -623,13 +681,14 @@ fn ysub_wait_exits_with_the_job_code() {
         stderr(&output)
     );
 
-    let output = run("ysub", &["-W", "-J", "killed", "--wrap", "sleep 1000"]);
+    let output = mock.run("ysub", &["-W", "-J", "killed", "--wrap", "sleep 1000"]);
     assert_eq!(output.status.code(), Some(143), "{}", stderr(&output));
 }
 
 #[test]
 fn ysub_reports_server_refusals() {
-    let output = run("ysub", &["-p", "bogus", "--wrap", "true"]);
+    let mock = Harness::start();
+    let output = mock.run("ysub", &["-p", "bogus", "--wrap", "true"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(stderr(&output), "ysub: error: unknown tier 'bogus'\n");
     assert!(stdout(&output).is_empty());
@@ -637,28 +696,26 @@ fn ysub_reports_server_refusals() {
 
 #[test]
 fn ysub_bad_input_submits_nothing() {
-    let before = harness().schedd.submitted.lock().unwrap().len();
+    let mock = Harness::start();
     for args in [
         &["-G", "-1", "--wrap", "x"][..],
         &["-t", "1:2:3:4", "--wrap", "x"],
         &["--mem", "lots", "--wrap", "x"],
         &["missing.sh"],
     ] {
-        let output = run("ysub", args);
+        let output = mock.run("ysub", args);
         assert!(!output.status.success(), "{args:?} accepted");
         assert!(!stderr(&output).is_empty());
     }
-    assert!(stderr(&run("ysub", &["missing.sh"])).contains("missing.sh"));
-    // Other tests may submit meanwhile, but never a job named after these.
-    let submitted = harness().schedd.submitted.lock().unwrap();
-    assert!(submitted[before..]
-        .iter()
-        .all(|s| s.name != "x" && s.name != "missing.sh"));
+    assert!(stderr(&mock.run("ysub", &["missing.sh"])).contains("missing.sh"));
+    // This mock schedd is the test's own: nothing reached it.
+    assert_eq!(mock.submitted_count(), 0);
 }
 
 #[test]
 fn yq_table_and_json() {
-    let output = run("yq", &["-u", "alice", "-t", "PD,R"]);
+    let mock = Harness::start();
+    let output = mock.run("yq", &["-u", "alice", "-t", "PD,R"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     let rows: Vec<Vec<&str>> = text
@@ -669,7 +726,7 @@ fn yq_table_and_json() {
     assert_eq!(rows[1][0], "7");
     assert_eq!(rows[1][7], "gpu01");
     assert_eq!(rows[2][7], "(Resources)");
-    let request = harness()
+    let request = mock
         .schedd
         .list_requests
         .lock()
@@ -680,7 +737,7 @@ fn yq_table_and_json() {
         .unwrap();
     assert_eq!(request.states, ["PENDING", "RUNNING"]);
 
-    let output = run("yq", &["--json"]);
+    let output = mock.run("yq", &["--json"]);
     let jobs: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(jobs[0]["id"], 7);
     assert_eq!(jobs[0]["gpus"], serde_json::json!([2, 3]));
@@ -689,21 +746,22 @@ fn yq_table_and_json() {
 
 #[test]
 fn ycancel_and_hold() {
-    let output = run("ycancel", &["1", "2"]);
+    let mock = Harness::start();
+    let output = mock.run("ycancel", &["1", "2"]);
     assert!(output.status.success());
     assert!(stdout(&output).is_empty());
-    let output = run("ycancel", &["-v", "1,2"]);
+    let output = mock.run("ycancel", &["-v", "1,2"]);
     assert_eq!(stdout(&output), "Cancelled job 1\nCancelled job 2\n");
-    let output = run("ycancel", &["99"]);
+    let output = mock.run("ycancel", &["99"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(stderr(&output), "ycancel: error: job 99 is not yours\n");
 
-    assert!(run("yctl", &["hold", "5"]).status.success());
-    let output = run("yctl", &["release", "5"]);
+    assert!(mock.run("yctl", &["hold", "5"]).status.success());
+    let output = mock.run("yctl", &["release", "5"]);
     assert_eq!(stderr(&output), "yctl: error: job 5 is not held\n");
 
-    assert!(run("yctl", &["requeue", "7"]).status.success());
-    let output = run("yctl", &["requeue", "5"]);
+    assert!(mock.run("yctl", &["requeue", "7"]).status.success());
+    let output = mock.run("yctl", &["requeue", "5"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
@@ -713,7 +771,8 @@ fn ycancel_and_hold() {
 
 #[test]
 fn yctl_nodes_show_and_drain() {
-    let output = run("yctl", &["nodes", "-l"]);
+    let mock = Harness::start();
+    let output = mock.run("yctl", &["nodes", "-l"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(text.contains("4x A100-SXM4-80GB"), "{text}");
@@ -727,11 +786,11 @@ fn yctl_nodes_show_and_drain() {
     assert!(text.lines().nth(1).unwrap().contains("  ib,nvme"), "{text}");
 
     let nodes: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["nodes", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yctl", &["nodes", "--json"]))).unwrap();
     assert_eq!(nodes[0]["gpus"][3]["job"], 7);
     assert_eq!(nodes[0]["gpus"][3]["links"][2]["nvlinks"], 2);
 
-    let output = run("yctl", &["nodes", "--topology", "gpu01"]);
+    let output = mock.run("yctl", &["nodes", "--topology", "gpu01"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
@@ -745,13 +804,13 @@ fn yctl_nodes_show_and_drain() {
         "{text}"
     );
     assert!(text.contains("  PIX  = Connection traversing at most a single PCIe bridge\n"));
-    let output = run("yctl", &["nodes", "--topology", "gpu99"]);
+    let output = mock.run("yctl", &["nodes", "--topology", "gpu99"]);
     assert_eq!(
         (output.status.code(), stderr(&output).as_str()),
         (Some(1), "yctl: error: unknown node 'gpu99'\n")
     );
 
-    let output = run("yctl", &["show", "job", "7"]);
+    let output = mock.run("yctl", &["show", "job", "7"]);
     assert!(
         stdout(&output).starts_with("JobId=7 JobName=train\n"),
         "{}",
@@ -759,18 +818,19 @@ fn yctl_nodes_show_and_drain() {
     );
     assert!(stdout(&output).contains("Events:\n"));
     let detail: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["show", "job", "7", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yctl", &["show", "job", "7", "--json"]))).unwrap();
     assert_eq!(detail["events"][0]["kind"], "SUBMITTED");
-    let output = run("yctl", &["show", "job", "404"]);
+    let output = mock.run("yctl", &["show", "job", "404"]);
     assert_eq!(
         (output.status.code(), stderr(&output).as_str()),
         (Some(1), "yctl: error: no job 404\n")
     );
 
-    assert!(run("yctl", &["drain", "gpu01", "--reason", "bad fan"])
+    assert!(mock
+        .run("yctl", &["drain", "gpu01", "--reason", "bad fan"])
         .status
         .success());
-    let drains = harness().schedd.drains.lock().unwrap();
+    let drains = mock.schedd.drains.lock().unwrap();
     assert!(drains
         .iter()
         .any(|d| d.name == "gpu01" && d.reason == "bad fan"));
@@ -778,11 +838,12 @@ fn yctl_nodes_show_and_drain() {
 
 #[test]
 fn yq_lists_ten_thousand_jobs_quickly() {
+    let mock = Harness::start();
     // Warm up (page cache, socket), then time one listing. The budget is generous for debug
     // builds; release builds take a few milliseconds.
-    run("yq", &["-u", "many"]);
+    mock.run("yq", &["-u", "many"]);
     let started = std::time::Instant::now();
-    let output = run("yq", &["-u", "many"]);
+    let output = mock.run("yq", &["-u", "many"]);
     let elapsed = started.elapsed();
     eprintln!("yq listed 10,000 jobs in {elapsed:?}");
     assert!(output.status.success(), "{}", stderr(&output));
@@ -792,13 +853,14 @@ fn yq_lists_ten_thousand_jobs_quickly() {
         "yq took {elapsed:?}"
     );
     let jobs: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yq", &["-u", "many", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yq", &["-u", "many", "--json"]))).unwrap();
     assert_eq!(jobs.as_array().unwrap().len(), 10_000);
 }
 
 #[test]
 fn yctl_audit() {
-    let output = run("yctl", &["audit", "-n", "2"]);
+    let mock = Harness::start();
+    let output = mock.run("yctl", &["audit", "-n", "2"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     let rows: Vec<Vec<&str>> = text
@@ -816,7 +878,7 @@ fn yctl_audit() {
     );
     assert_eq!(rows[2][3], "7");
     let entries: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["audit", "--json", "-n", "2"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yctl", &["audit", "--json", "-n", "2"]))).unwrap();
     assert_eq!(entries[0]["job_id"], serde_json::Value::Null);
     assert_eq!(entries[0]["action"], "drain");
     assert_eq!(entries[0]["host"], serde_json::Value::Null);
@@ -825,7 +887,8 @@ fn yctl_audit() {
 
 #[test]
 fn yctl_shares() {
-    let output = run("yctl", &["shares"]);
+    let mock = Harness::start();
+    let output = mock.run("yctl", &["shares"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     let rows: Vec<Vec<&str>> = text
@@ -852,35 +915,16 @@ fn yctl_shares() {
     assert_eq!(rows[2][0], "vision");
     assert!(text.contains("half-life of 1d"), "{text}");
     let value: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["shares", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yctl", &["shares", "--json"]))).unwrap();
     assert_eq!(value["half_life_secs"], 86_400);
     assert_eq!(value["accounts"][0]["decayed_gpu_hours"], 2.0);
     assert_eq!(value["accounts"][1]["fair_share"], 1.0);
 }
 
-fn command(tool: &str) -> Command {
-    let harness = harness();
-    let binary = match tool {
-        "ysub" => env!("CARGO_BIN_EXE_ysub"),
-        "yq" => env!("CARGO_BIN_EXE_yq"),
-        "ycancel" => env!("CARGO_BIN_EXE_ycancel"),
-        "yctl" => env!("CARGO_BIN_EXE_yctl"),
-        _ => unreachable!(),
-    };
-    let mut command = Command::new(binary);
-    command
-        .env("YSCHED_CONF", &harness.config)
-        .current_dir(&harness.dir);
-    command
-}
-
-fn submitted_count() -> usize {
-    harness().schedd.submitted.lock().unwrap().len()
-}
-
 #[test]
 fn yq_escapes_control_characters_and_keeps_unicode() {
-    let output = run("yq", &["-u", "evil"]);
+    let mock = Harness::start();
+    let output = mock.run("yq", &["-u", "evil"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
@@ -913,7 +957,7 @@ fn yq_escapes_control_characters_and_keeps_unicode() {
 
     // JSON stays exact.
     let jobs: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yq", &["-u", "evil", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yq", &["-u", "evil", "--json"]))).unwrap();
     assert_eq!(jobs[0]["name"], "x\x1b[2J\nfake-line");
     assert_eq!(jobs[1]["name"], "训练-é 🚀");
     assert_eq!(jobs[1]["reason"], "\u{202e}olleh");
@@ -921,7 +965,8 @@ fn yq_escapes_control_characters_and_keeps_unicode() {
 
 #[test]
 fn yctl_show_job_escapes_control_characters() {
-    let output = run("yctl", &["show", "job", "66"]);
+    let mock = Harness::start();
+    let output = mock.run("yctl", &["show", "job", "66"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
@@ -938,14 +983,15 @@ fn yctl_show_job_escapes_control_characters() {
         assert!(text.contains(expected), "missing {expected} in\n{text}");
     }
     let detail: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["show", "job", "66", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yctl", &["show", "job", "66", "--json"]))).unwrap();
     assert_eq!(detail["name"], "x\x1b]0;pwned\x07");
     assert_eq!(detail["events"][0]["detail"], "by \x1b[2Jalice\nforged");
 }
 
 #[test]
 fn ysub_names_the_request_that_was_too_large() {
-    let output = run("ysub", &["-J", "huge", "--wrap", "true"]);
+    let mock = Harness::start();
+    let output = mock.run("ysub", &["-J", "huge", "--wrap", "true"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
@@ -956,32 +1002,34 @@ fn ysub_names_the_request_that_was_too_large() {
 
 #[test]
 fn ysub_refuses_an_oversized_script_before_sending_it() {
-    let before = submitted_count();
+    let mock = Harness::start();
+    let before = mock.submitted_count();
     let mut contents = String::from("#!/bin/sh\n");
     while contents.len() < 5 * 1024 * 1024 {
         contents.push_str("# padding\n");
     }
     contents.truncate(5 * 1024 * 1024 - 1);
     contents.push('\n');
-    let script = write_script("big.sh", &contents);
-    let output = run("ysub", &["-J", "too-big", path_str(&script)]);
+    let script = mock.write_script("big.sh", &contents);
+    let output = mock.run("ysub", &["-J", "too-big", path_str(&script)]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_eq!(
         stderr(&output),
         "ysub: error: script is 5.0 MiB; the limit is 4 MiB (scheduler.max_script_mib)\n"
     );
-    let submitted = harness().schedd.submitted.lock().unwrap();
+    let submitted = mock.schedd.submitted.lock().unwrap();
     assert!(submitted[before..].iter().all(|s| s.name != "too-big"));
 }
 
 #[test]
 fn ysub_refuses_unprintable_names_and_accounts() {
+    let mock = Harness::start();
     for args in [
         &["-J", "bad\nname", "--wrap", "true"][..],
         &["-J", "\x1b[2J", "--wrap", "true"],
         &["-A", "acct\u{202e}", "-J", "fine", "--wrap", "true"],
     ] {
-        let output = run("ysub", args);
+        let output = mock.run("ysub", args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         let err = stderr(&output);
         assert!(err.starts_with("ysub: error: "), "{err}");
@@ -992,11 +1040,11 @@ fn ysub_refuses_unprintable_names_and_accounts() {
         );
         assert!(!err.contains('\x1b'), "{err:?}");
     }
-    let script = write_script(
+    let script = mock.write_script(
         "directive-name.sh",
         "#!/bin/sh\n#YSUB -J \"two\tparts\"\ntrue\n",
     );
-    let output = run("ysub", &[path_str(&script)]);
+    let output = mock.run("ysub", &[path_str(&script)]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
@@ -1007,10 +1055,12 @@ fn ysub_refuses_unprintable_names_and_accounts() {
 
 #[test]
 fn ysub_refuses_a_non_utf8_environment_it_would_export() {
+    let mock = Harness::start();
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     let bad = OsStr::from_bytes(b"caf\xe9");
-    let output = command("ysub")
+    let output = mock
+        .command("ysub")
         .env("YSUB_BAD_VAR", bad)
         .args(["-J", "bad-env", "--wrap", "true"])
         .output()
@@ -1022,20 +1072,22 @@ fn ysub_refuses_a_non_utf8_environment_it_would_export() {
          carry UTF-8 environments: unset it or use --export=NONE/--export=VAR,...\n"
     );
     // Not exported: fine.
-    let output = command("ysub")
+    let output = mock
+        .command("ysub")
         .env("YSUB_BAD_VAR", bad)
         .args(["--export=NONE,A=1", "-J", "good-env", "--wrap", "true"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(submitted_named("good-env").env.len(), 1);
-    let submitted = harness().schedd.submitted.lock().unwrap();
+    assert_eq!(mock.submitted_named("good-env").env.len(), 1);
+    let submitted = mock.schedd.submitted.lock().unwrap();
     assert!(submitted.iter().all(|s| s.name != "bad-env"));
 }
 
 #[test]
 fn every_tool_reports_argument_errors_as_tool_error_and_exit_1() {
-    let before = submitted_count();
+    let mock = Harness::start();
+    let before = mock.submitted_count();
     for (tool, args, message) in [
         (
             "ysub",
@@ -1068,7 +1120,7 @@ fn every_tool_reports_argument_errors_as_tool_error_and_exit_1() {
         ("yctl", &[], "a command is required"),
         ("yctl", &["drain", "gpu01"], "--reason"),
     ] {
-        let output = run(tool, args);
+        let output = mock.run(tool, args);
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(1), "{tool} {args:?}: {err}");
         assert!(
@@ -1077,13 +1129,14 @@ fn every_tool_reports_argument_errors_as_tool_error_and_exit_1() {
         );
         assert!(err.contains(message), "{tool} {args:?}: {err}");
     }
-    assert_eq!(submitted_count(), before, "an invalid ysub submitted");
+    assert_eq!(mock.submitted_count(), before, "an invalid ysub submitted");
 
     // A non-UTF-8 argument, to each tool.
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     for tool in ["ysub", "yq", "ycancel", "yctl"] {
-        let output = command(tool)
+        let output = mock
+            .command(tool)
             .arg(OsStr::from_bytes(b"\xff\xfe"))
             .output()
             .unwrap();
@@ -1100,7 +1153,7 @@ fn every_tool_reports_argument_errors_as_tool_error_and_exit_1() {
     // Help and version still print normally and succeed.
     for tool in ["ysub", "yq", "ycancel", "yctl"] {
         for flag in ["--help", "--version"] {
-            let output = run(tool, &[flag]);
+            let output = mock.run(tool, &[flag]);
             assert_eq!(output.status.code(), Some(0), "{tool} {flag}");
             assert!(!stdout(&output).is_empty(), "{tool} {flag}");
             assert!(stderr(&output).is_empty(), "{tool} {flag}");
@@ -1110,32 +1163,34 @@ fn every_tool_reports_argument_errors_as_tool_error_and_exit_1() {
 
 #[test]
 fn yctl_drain_refuses_an_unprintable_reason() {
-    let output = run("yctl", &["drain", "gpu01", "--reason", "fan\x1b[2J"]);
+    let mock = Harness::start();
+    let output = mock.run("yctl", &["drain", "gpu01", "--reason", "fan\x1b[2J"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
         "yctl: error: drain reason \"fan\\x1b[2J\" contains a control character (U+001B); \
          reasons may not contain control characters\n"
     );
-    let drains = harness().schedd.drains.lock().unwrap();
+    let drains = mock.schedd.drains.lock().unwrap();
     assert!(drains.iter().all(|d| !d.reason.starts_with("fan")));
 }
 
 #[test]
 fn ysub_sends_array_and_dependency_from_directives_and_options() {
-    let script = write_script(
+    let mock = Harness::start();
+    let script = mock.write_script(
         "sweep.sh",
         "#!/bin/sh\n#YSUB -J sweep-directives --array 0-9%2\n#YSUB -d afterok:3\necho $YS_ARRAY_TASK_ID\n",
     );
-    let output = run("ysub", &[path_str(&script)]);
+    let output = mock.run("ysub", &[path_str(&script)]);
     assert!(output.status.success(), "{}", stderr(&output));
     // An array prints its id, as a job does (sbatch's way).
     assert_eq!(stdout(&output), "Submitted job 40\n");
-    let spec = submitted_named("sweep-directives");
+    let spec = mock.submitted_named("sweep-directives");
     assert_eq!(spec.array, "0-9%2");
     assert_eq!(spec.dependency, "afterok:3");
 
-    let output = run(
+    let output = mock.run(
         "ysub",
         &[
             "--parsable",
@@ -1150,14 +1205,15 @@ fn ysub_sends_array_and_dependency_from_directives_and_options() {
     );
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output), "40\n");
-    let spec = submitted_named("sweep-cli");
+    let spec = mock.submitted_named("sweep-cli");
     assert_eq!(spec.array, "1,5,9-12");
     assert_eq!(spec.dependency, "afterany:12_7");
 }
 
 #[test]
 fn ysub_refuses_bad_arrays_and_dependencies_before_sending() {
-    let before = submitted_count();
+    let mock = Harness::start();
+    let before = mock.submitted_count();
     for (args, message) in [
         (
             &["-J", "bad-array", "--array", "0-10001", "--wrap", "true"][..],
@@ -1174,11 +1230,11 @@ fn ysub_refuses_bad_arrays_and_dependencies_before_sending() {
              afterok:12)\n",
         ),
     ] {
-        let output = run("ysub", args);
+        let output = mock.run("ysub", args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         assert!(stderr(&output).starts_with(message), "{}", stderr(&output));
     }
-    let submitted = harness().schedd.submitted.lock().unwrap();
+    let submitted = mock.schedd.submitted.lock().unwrap();
     assert!(submitted[before..]
         .iter()
         .all(|s| s.name != "bad-array" && s.name != "bad-dep"));
@@ -1186,7 +1242,8 @@ fn ysub_refuses_bad_arrays_and_dependencies_before_sending() {
 
 #[test]
 fn ysub_wait_on_an_array_waits_for_every_task() {
-    let output = run(
+    let mock = Harness::start();
+    let output = mock.run(
         "ysub",
         &["--wait", "-J", "wait-array", "-a", "0-2", "--wrap", "true"],
     );
@@ -1199,22 +1256,10 @@ fn ysub_wait_on_an_array_waits_for_every_task() {
     );
 }
 
-fn list_request_of(user: &str) -> ListJobsRequest {
-    harness()
-        .schedd
-        .list_requests
-        .lock()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|r| r.user == user)
-        .cloned()
-        .unwrap_or_else(|| panic!("no listing for {user}"))
-}
-
 #[test]
 fn yq_folds_waiting_array_tasks_and_expands_them_with_array() {
-    let output = run("yq", &["-u", "arrays"]);
+    let mock = Harness::start();
+    let output = mock.run("yq", &["-u", "arrays"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     let ids: Vec<&str> = text
@@ -1244,14 +1289,14 @@ fn yq_folds_waiting_array_tasks_and_expands_them_with_array() {
     assert!(text.lines().nth(7).unwrap().contains(" HELD "), "{text}");
 
     for flag in ["--array", "-r"] {
-        let text = stdout(&run("yq", &["-u", "arrays", flag, "--noheader"]));
+        let text = stdout(&mock.run("yq", &["-u", "arrays", flag, "--noheader"]));
         assert_eq!(text.lines().count(), 51, "{text}");
         assert!(!text.contains("12_["), "{text}");
         assert!(text.contains("\n12_48  sweep"), "{text}");
     }
 
     let jobs: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yq", &["-u", "arrays", "--json"]))).unwrap();
+        serde_json::from_str(&stdout(&mock.run("yq", &["-u", "arrays", "--json"]))).unwrap();
     let jobs = jobs.as_array().unwrap();
     assert_eq!(jobs.len(), 51, "JSON is never folded");
     assert_eq!(jobs[0]["display_id"], "12_0");
@@ -1263,13 +1308,14 @@ fn yq_folds_waiting_array_tasks_and_expands_them_with_array() {
     assert_eq!(jobs[4]["expected_start"], "2026-01-01T01:00:00Z");
     assert_eq!(jobs[4]["expected_nodes"], serde_json::json!(["gpu02"]));
 
-    let text = stdout(&run("yq", &["-u", "arrays", "-l"]));
+    let text = stdout(&mock.run("yq", &["-u", "arrays", "-l"]));
     assert!(text.contains("\n12_[4-48%4]  sweep"), "{text}");
 }
 
 #[test]
 fn yq_start_lists_expected_starts() {
-    let output = run("yq", &["-u", "arrays-start", "--start"]);
+    let mock = Harness::start();
+    let output = mock.run("yq", &["-u", "arrays-start", "--start"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let rows: Vec<Vec<String>> = stdout(&output)
         .lines()
@@ -1319,20 +1365,21 @@ fn yq_start_lists_expected_starts() {
         3,
         "running and held jobs are not listed: {rows:?}"
     );
-    assert_eq!(list_request_of("arrays-start").states, ["PENDING"]);
+    assert_eq!(mock.list_request_of("arrays-start").states, ["PENDING"]);
 }
 
 #[test]
 fn yq_passes_job_targets() {
-    let output = run(
+    let mock = Harness::start();
+    let output = mock.run(
         "yq",
         &["-u", "targets", "-j", "12_7,12_[1-3,9]", "-j", "14"],
     );
     assert!(output.status.success(), "{}", stderr(&output));
-    let request = list_request_of("targets");
+    let request = mock.list_request_of("targets");
     assert_eq!(request.targets, ["12_7", "12_[1-3,9]", "14"]);
     assert_eq!(request.job_ids, [14]);
-    let output = run("yq", &["-j", "12_x"]);
+    let output = mock.run("yq", &["-j", "12_x"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr(&output).contains("'12_x' is not a job id (expected 12, 12_7 or 12_[1-5])"),
@@ -1343,13 +1390,14 @@ fn yq_passes_job_targets() {
 
 #[test]
 fn ycancel_sends_targets_and_prints_task_names() {
-    let output = run("ycancel", &["-v", "12_7", "12_[1-2],30"]);
+    let mock = Harness::start();
+    let output = mock.run("ycancel", &["-v", "12_7", "12_[1-2],30"]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(
         stdout(&output),
         "Cancelled job 12_7\nCancelled job 12_1\nCancelled job 12_2\nCancelled job 30\n"
     );
-    let cancels = harness().schedd.cancels.lock().unwrap();
+    let cancels = mock.schedd.cancels.lock().unwrap();
     let request = cancels
         .iter()
         .find(|r| r.targets.first().map(String::as_str) == Some("12_7"))
@@ -1360,10 +1408,14 @@ fn ycancel_sends_targets_and_prints_task_names() {
 
 #[test]
 fn yctl_job_commands_take_array_targets() {
-    assert!(run("yctl", &["hold", "12_[100-199],13"]).status.success());
-    let output = run("yctl", &["release", "12_4"]);
+    let mock = Harness::start();
+    assert!(mock
+        .run("yctl", &["hold", "12_[100-199],13"])
+        .status
+        .success());
+    let output = mock.run("yctl", &["release", "12_4"]);
     assert!(output.status.success(), "{}", stderr(&output));
-    let output = run("yctl", &["show", "job", "12_7"]);
+    let output = mock.run("yctl", &["show", "job", "12_7"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
@@ -1374,13 +1426,15 @@ fn yctl_job_commands_take_array_targets() {
     );
     assert!(text.contains("   Dependency=afterok:5\n"), "{text}");
     assert!(text.contains("StdOut=ysched-12_7.out"), "{text}");
-    let detail: serde_json::Value =
-        serde_json::from_str(&stdout(&run("yctl", &["show", "job", "12_7", "--json"]))).unwrap();
+    let detail: serde_json::Value = serde_json::from_str(&stdout(
+        &mock.run("yctl", &["show", "job", "12_7", "--json"]),
+    ))
+    .unwrap();
     assert_eq!(detail["display_id"], "12_7");
     assert_eq!(detail["array_task_id"], 7);
     assert_eq!(detail["dependency"], "afterok:5");
     assert_eq!(detail["array"], "0-49%4");
-    let output = run("yctl", &["show", "job", "12_[1-2]"]);
+    let output = mock.run("yctl", &["show", "job", "12_[1-2]"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr(&output).contains("names 2 tasks"),
@@ -1388,7 +1442,7 @@ fn yctl_job_commands_take_array_targets() {
         stderr(&output)
     );
 
-    let refs = harness().schedd.job_refs.lock().unwrap();
+    let refs = mock.schedd.job_refs.lock().unwrap();
     let sent = |rpc: &str, target: &str| {
         refs.iter()
             .find(|(r, j)| *r == rpc && j.target == target)

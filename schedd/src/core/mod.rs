@@ -42,8 +42,8 @@ mod backfill_tests;
 mod dependency_tests;
 #[cfg(test)]
 mod prop_tests;
-#[cfg(test)]
-pub(crate) mod testkit;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 #[cfg(test)]
 mod tests;
 

@@ -1,5 +1,9 @@
-//! Test-only builders and a small in-memory cluster that drives the core the way the server
-//! does: snapshot → plan → apply.
+//! Test fixtures shared by every crate's tests: builders of nodes, jobs, run records and
+//! callers, and a small in-memory cluster that drives the core the way the server does:
+//! snapshot → plan → apply.
+//!
+//! Compiled for schedd's own tests and, through the `testkit` feature, for the tests of other
+//! crates (`ysched-tests`); never part of a daemon's behaviour.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,27 +13,27 @@ use ysched_common::config::default_tiers;
 use ysched_common::dependency::{DepClause, DepKind, Dependency};
 use ysched_common::time::Millis;
 use ysched_common::{
-    Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation, StopReason,
-    StopRequest, TierConfig,
+    Caller, Gpu, GpuLink, Job, JobId, JobSpec, JobState, Node, NodeAlloc, Owner, PcieRelation,
+    RunRecord, StopReason, StopRequest, TierConfig,
 };
 
 use super::{explain, schedule, Backfill, FairShare, Plan, Policy, Snapshot};
 
-pub(crate) const A100: &str = "NVIDIA A100-SXM4-80GB";
-pub(crate) const H100: &str = "NVIDIA H100 80GB HBM3";
-pub(crate) const A10: &str = "NVIDIA A10";
-pub(crate) const H800: &str = "NVIDIA H800 80GB HBM3";
+pub const A100: &str = "NVIDIA A100-SXM4-80GB";
+pub const H100: &str = "NVIDIA H100 80GB HBM3";
+pub const A10: &str = "NVIDIA A10";
+pub const H800: &str = "NVIDIA H800 80GB HBM3";
 
 /// Some fixed point in time; tests count from here.
-pub(crate) const T0: Millis = 1_700_000_000_000;
-pub(crate) const MINUTE: Millis = 60_000;
-pub(crate) const HOUR: Millis = 60 * MINUTE;
+pub const T0: Millis = 1_700_000_000_000;
+pub const MINUTE: Millis = 60_000;
+pub const HOUR: Millis = 60 * MINUTE;
 
-pub(crate) struct NodeBuilder(Node);
+pub struct NodeBuilder(Node);
 
 impl NodeBuilder {
     /// A connected, undrained node with 64 CPUs, 512000 MiB and no GPUs.
-    pub(crate) fn new(name: &str) -> Self {
+    pub fn new(name: &str) -> Self {
         NodeBuilder(Node {
             name: name.to_string(),
             address: format!("{name}:7118"),
@@ -49,7 +53,7 @@ impl NodeBuilder {
     }
 
     /// Adds `n` GPUs of `model`, numbered after the ones already there.
-    pub(crate) fn gpus(mut self, n: u32, model: &str) -> Self {
+    pub fn gpus(mut self, n: u32, model: &str) -> Self {
         let first = self.0.gpus.len() as u32;
         for index in first..first + n {
             Arc::make_mut(&mut self.0.gpus).push(Gpu {
@@ -65,7 +69,7 @@ impl NodeBuilder {
 
     /// An NVSwitch box: `n` GPUs of `model`, every pair NVLinked; PCIe `PXB` within each half,
     /// `SYS` across the halves.
-    pub(crate) fn dgx(name: &str, n: u32, model: &str) -> Self {
+    pub fn dgx(name: &str, n: u32, model: &str) -> Self {
         NodeBuilder::new(name)
             .gpus(n, model)
             .wired(|_, _| true, |a, b| same_half(n, a, b, PcieRelation::Pxb))
@@ -73,7 +77,7 @@ impl NodeBuilder {
 
     /// Two NVLink islands: GPUs `0..n/2` and `n/2..n` fully NVLinked inside; PCIe `PXB` within
     /// an island, `SYS` across.
-    pub(crate) fn two_islands(name: &str, n: u32, model: &str) -> Self {
+    pub fn two_islands(name: &str, n: u32, model: &str) -> Self {
         NodeBuilder::new(name).gpus(n, model).wired(
             move |a, b| (a < n / 2) == (b < n / 2),
             |a, b| same_half(n, a, b, PcieRelation::Pxb),
@@ -82,7 +86,7 @@ impl NodeBuilder {
 
     /// NVLink bridges between pairs (0-1, 2-3, ...); PCIe `PIX` within a pair, `NODE` within a
     /// half (a CPU socket), `SYS` across.
-    pub(crate) fn nvlink_pairs(name: &str, n: u32, model: &str) -> Self {
+    pub fn nvlink_pairs(name: &str, n: u32, model: &str) -> Self {
         NodeBuilder::new(name)
             .gpus(n, model)
             .wired(|a, b| a / 2 == b / 2, |a, b| pcie_tree(n, a, b))
@@ -90,7 +94,7 @@ impl NodeBuilder {
 
     /// PCIe only (A10 boxes): `PIX` within pairs, `NODE` within a half (a CPU socket), `SYS`
     /// across.
-    pub(crate) fn no_nvlink(name: &str, n: u32, model: &str) -> Self {
+    pub fn no_nvlink(name: &str, n: u32, model: &str) -> Self {
         NodeBuilder::new(name)
             .gpus(n, model)
             .wired(|_, _| false, |a, b| pcie_tree(n, a, b))
@@ -98,7 +102,7 @@ impl NodeBuilder {
 
     /// Links every pair of the node's GPUs (by index): NVLink where `nvlinked`, and the PCIe
     /// relation `pcie`.
-    pub(crate) fn wired(
+    pub fn wired(
         mut self,
         nvlinked: impl Fn(u32, u32) -> bool,
         pcie: impl Fn(u32, u32) -> PcieRelation,
@@ -119,39 +123,39 @@ impl NodeBuilder {
         self
     }
 
-    pub(crate) fn cpus(mut self, n: u32) -> Self {
+    pub fn cpus(mut self, n: u32) -> Self {
         self.0.cpus = n;
         self
     }
 
-    pub(crate) fn mem(mut self, mib: u64) -> Self {
+    pub fn mem(mut self, mib: u64) -> Self {
         self.0.mem_mib = mib;
         self
     }
 
-    pub(crate) fn feature(mut self, feature: &str) -> Self {
+    pub fn feature(mut self, feature: &str) -> Self {
         self.0.features.push(feature.to_string());
         self
     }
 
-    pub(crate) fn drained(mut self, reason: &str) -> Self {
+    pub fn drained(mut self, reason: &str) -> Self {
         self.0.drain_reason = Some(reason.to_string());
         self
     }
 
-    pub(crate) fn disconnected(mut self) -> Self {
+    pub fn disconnected(mut self) -> Self {
         self.0.connected = false;
         self
     }
 
     /// GPU `index` was returned to service, but its node has not confirmed it healthy yet.
-    pub(crate) fn gpu_unconfirmed(mut self, index: u32) -> Self {
+    pub fn gpu_unconfirmed(mut self, index: u32) -> Self {
         self.0.gpus_forgetting.insert(index);
         self
     }
 
     /// GPU `index` is out of service: its node's health monitor found it failing.
-    pub(crate) fn gpu_out_of_service(mut self, index: u32, fault: &str) -> Self {
+    pub fn gpu_out_of_service(mut self, index: u32, fault: &str) -> Self {
         self.0.gpus_out_of_service.insert(
             index,
             ysched_common::GpuOutage {
@@ -163,7 +167,7 @@ impl NodeBuilder {
         self
     }
 
-    pub(crate) fn build(self) -> Node {
+    pub fn build(self) -> Node {
         self.0
     }
 }
@@ -186,7 +190,7 @@ fn pcie_tree(n: u32, a: u32, b: u32) -> PcieRelation {
     }
 }
 
-pub(crate) struct JobBuilder {
+pub struct JobBuilder {
     job: Job,
     /// Resolved at `build`, when cpus and memory are known whatever the call order.
     running_on: Vec<(String, Vec<u32>)>,
@@ -194,7 +198,7 @@ pub(crate) struct JobBuilder {
 
 impl JobBuilder {
     /// A PENDING 1-CPU job in tier low (value 100), submitted at `T0`.
-    pub(crate) fn new(id: u64) -> Self {
+    pub fn new(id: u64) -> Self {
         let job = Job {
             id: JobId(id),
             spec: Arc::new(JobSpec {
@@ -242,106 +246,121 @@ impl JobBuilder {
         Arc::make_mut(&mut self.job.spec)
     }
 
-    pub(crate) fn tier(mut self, name: &str, value: i64) -> Self {
+    /// What `request` asks for (GPUs, CPUs, memory, nodes, types, ...), keeping the job's
+    /// name, tier, account, working directory and script.
+    pub fn request(mut self, request: JobSpec) -> Self {
+        let spec = self.spec();
+        *spec = JobSpec {
+            name: std::mem::take(&mut spec.name),
+            tier: std::mem::take(&mut spec.tier),
+            account: std::mem::take(&mut spec.account),
+            workdir: std::mem::take(&mut spec.workdir),
+            script: std::mem::take(&mut spec.script),
+            ..request
+        };
+        self
+    }
+
+    pub fn tier(mut self, name: &str, value: i64) -> Self {
         self.spec().tier = name.to_string();
         self.job.tier_value = value;
         self
     }
 
     /// Tiers with their default values.
-    pub(crate) fn low(self) -> Self {
+    pub fn low(self) -> Self {
         self.tier("low", 100)
     }
-    pub(crate) fn medium(self) -> Self {
+    pub fn medium(self) -> Self {
         self.tier("medium", 1_000)
     }
-    pub(crate) fn high(self) -> Self {
+    pub fn high(self) -> Self {
         self.tier("high", 10_000)
     }
-    pub(crate) fn critical(self) -> Self {
+    pub fn critical(self) -> Self {
         self.tier("critical", 1_000_000)
     }
 
-    pub(crate) fn gpus(mut self, n: u32) -> Self {
+    pub fn gpus(mut self, n: u32) -> Self {
         self.spec().gpus = n;
         self
     }
 
-    pub(crate) fn gpu_type(mut self, wanted: &str) -> Self {
+    pub fn gpu_type(mut self, wanted: &str) -> Self {
         self.spec().gpu_types.push(wanted.to_string());
         self
     }
 
-    pub(crate) fn cpus(mut self, n: u32) -> Self {
+    pub fn cpus(mut self, n: u32) -> Self {
         self.spec().cpus = n;
         self
     }
 
-    pub(crate) fn mem(mut self, mib: u64) -> Self {
+    pub fn mem(mut self, mib: u64) -> Self {
         self.spec().mem_mib = mib;
         self
     }
 
-    pub(crate) fn nodes(mut self, n: u32) -> Self {
+    pub fn nodes(mut self, n: u32) -> Self {
         self.spec().nodes = n;
         self
     }
 
     /// `--interconnect nvlink`
-    pub(crate) fn nvlink(mut self) -> Self {
+    pub fn nvlink(mut self) -> Self {
         self.spec().interconnect = Some("nvlink".into());
         self
     }
 
-    pub(crate) fn constraint(mut self, feature: &str) -> Self {
+    pub fn constraint(mut self, feature: &str) -> Self {
         self.spec().constraints.push(feature.to_string());
         self
     }
 
     /// Charged to `account` (default `research`).
-    pub(crate) fn account(mut self, account: &str) -> Self {
+    pub fn account(mut self, account: &str) -> Self {
         self.spec().account = account.to_string();
         self
     }
 
     /// Submitted by `user` (default `alice`).
-    pub(crate) fn user(mut self, user: &str) -> Self {
+    pub fn user(mut self, user: &str) -> Self {
         let owner = Arc::make_mut(&mut self.job.owner);
         owner.user = user.to_string();
         owner.groups = vec![user.to_string()];
         self
     }
 
-    pub(crate) fn submitted(mut self, at: Millis) -> Self {
+    pub fn submitted(mut self, at: Millis) -> Self {
         self.job.submit_time = at;
         self
     }
 
-    pub(crate) fn held(mut self) -> Self {
+    pub fn held(mut self) -> Self {
         self.job.state = JobState::Held;
         self
     }
 
-    pub(crate) fn grace(mut self, secs: u32) -> Self {
+    pub fn grace(mut self, secs: u32) -> Self {
         self.job.grace_secs = secs;
         self
     }
 
     /// `--time`: the job's time limit, in seconds.
-    pub(crate) fn time_limit(mut self, secs: u64) -> Self {
+    pub fn time_limit(mut self, secs: u64) -> Self {
         self.spec().time_limit_secs = Some(secs);
         self
     }
 
     /// `--job-name` (default `job<id>`).
-    pub(crate) fn name(mut self, name: &str) -> Self {
+    pub fn name(mut self, name: &str) -> Self {
         self.spec().name = name.to_string();
         self
     }
 
     /// Task `task` of the array `array_id`, with `%max_running` (0: no limit). Each task
     /// built this way has its own spec; [`Cluster::array`] builds tasks sharing one.
-    pub(crate) fn array(mut self, array_id: u64, task: u32, max_running: u32) -> Self {
+    pub fn array(mut self, array_id: u64, task: u32, max_running: u32) -> Self {
         self.spec().array = Some(ArraySpec::first_n(task + 1, max_running));
         self.job.array = Some(ArrayTask {
             array_id: JobId(array_id),
@@ -351,7 +370,7 @@ impl JobBuilder {
     }
 
     /// Adds the clause `kind:jobs` to the job's dependency (all clauses must hold).
-    pub(crate) fn depends(mut self, kind: DepKind, jobs: &[u64]) -> Self {
+    pub fn depends(mut self, kind: DepKind, jobs: &[u64]) -> Self {
         let dependency = self
             .spec()
             .dependency
@@ -365,7 +384,7 @@ impl JobBuilder {
     }
 
     /// Clauses joined by `?`: any one must hold.
-    pub(crate) fn depends_on_any(mut self) -> Self {
+    pub fn depends_on_any(mut self) -> Self {
         let dependency = self
             .spec()
             .dependency
@@ -376,7 +395,7 @@ impl JobBuilder {
     }
 
     /// `--dependency singleton`
-    pub(crate) fn singleton(mut self) -> Self {
+    pub fn singleton(mut self) -> Self {
         let dependency = self
             .spec()
             .dependency
@@ -387,14 +406,14 @@ impl JobBuilder {
     }
 
     /// Ran before and was requeued: pending again, with a restart.
-    pub(crate) fn requeued(mut self) -> Self {
+    pub fn requeued(mut self) -> Self {
         self.job.restart_count += 1;
         self
     }
 
     /// RUNNING with these GPUs on `node` (call again for each node of a gang); started at `T0`
     /// unless `started` says otherwise.
-    pub(crate) fn running_on(mut self, node: &str, gpus: &[u32]) -> Self {
+    pub fn running_on(mut self, node: &str, gpus: &[u32]) -> Self {
         self.job.state = JobState::Running;
         self.job.launched = true;
         self.job.start_time.get_or_insert(T0);
@@ -402,18 +421,18 @@ impl JobBuilder {
         self
     }
 
-    pub(crate) fn started(mut self, at: Millis) -> Self {
+    pub fn started(mut self, at: Millis) -> Self {
         self.job.start_time = Some(at);
         self
     }
 
-    pub(crate) fn checkpointed(mut self, at: Millis) -> Self {
+    pub fn checkpointed(mut self, at: Millis) -> Self {
         self.job.last_checkpoint = Some(at);
         self
     }
 
     /// PREEMPTING: already asked to stop for `preemptor` (use with `running_on`).
-    pub(crate) fn preempted_by(mut self, preemptor: u64) -> Self {
+    pub fn preempted_by(mut self, preemptor: u64) -> Self {
         self.job.state = JobState::Preempting;
         self.job.stop = Some(StopRequest {
             reason: StopReason::Preempt {
@@ -425,7 +444,7 @@ impl JobBuilder {
         self
     }
 
-    pub(crate) fn build(mut self) -> Job {
+    pub fn build(mut self) -> Job {
         let (cpus, mem_mib) = (self.spec().cpus.max(1), self.spec().mem_mib);
         self.job.alloc = self
             .running_on
@@ -457,21 +476,129 @@ fn describe_dependency(dependency: &Dependency) -> String {
     clauses.join(if dependency.any { "?" } else { "," })
 }
 
+/// One run of a job, as recorded when it ends.
+pub struct RunBuilder(RunRecord);
+
+impl RunBuilder {
+    /// The first run of job `job`, from `start` to `end`, COMPLETED: alice's (uid 1000) in
+    /// account `research` and tier `low` (as [`JobBuilder`]'s jobs), one GPU and one CPU,
+    /// queued when it started.
+    pub fn new(job: u64, start: Millis, end: Millis) -> Self {
+        RunBuilder(RunRecord {
+            job_id: JobId(job),
+            restart_count: 0,
+            account: "research".into(),
+            user: "alice".into(),
+            uid: 1000,
+            tier: "low".into(),
+            gpus: 1,
+            cpus: 1,
+            queued_at: start,
+            start,
+            end,
+            outcome: JobState::Completed.as_str().into(),
+            preempted_by: None,
+            preemptor_account: None,
+            checkpoint_saved: false,
+            lost_gpu_secs: 0,
+        })
+    }
+
+    /// The job's run after `n` restarts.
+    pub fn restart(mut self, n: u32) -> Self {
+        self.0.restart_count = n;
+        self
+    }
+
+    pub fn account(mut self, account: &str) -> Self {
+        self.0.account = account.to_string();
+        self
+    }
+
+    pub fn user(mut self, user: &str, uid: u32) -> Self {
+        self.0.user = user.to_string();
+        self.0.uid = uid;
+        self
+    }
+
+    pub fn tier(mut self, tier: &str) -> Self {
+        self.0.tier = tier.to_string();
+        self
+    }
+
+    pub fn gpus(mut self, n: u32) -> Self {
+        self.0.gpus = n;
+        self
+    }
+
+    pub fn cpus(mut self, n: u32) -> Self {
+        self.0.cpus = n;
+        self
+    }
+
+    /// Its wait began at `at`.
+    pub fn queued(mut self, at: Millis) -> Self {
+        self.0.queued_at = at;
+        self
+    }
+
+    /// How it ended: a final state's name, or `REQUEUED`.
+    pub fn outcome(mut self, outcome: &str) -> Self {
+        self.0.outcome = outcome.to_string();
+        self
+    }
+
+    pub fn build(self) -> RunRecord {
+        self.0
+    }
+}
+
+/// A local caller: `user`, uid and gid `uid`, in the groups `groups`.
+pub fn caller(user: &str, uid: u32, groups: &[&str]) -> Caller {
+    Caller::local(Owner {
+        uid,
+        gid: uid,
+        user: user.to_string(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    })
+}
+
+/// alice (uid 1000, group `alice`): the owner of [`JobBuilder`]'s jobs.
+pub fn alice() -> Caller {
+    caller("alice", 1000, &["alice"])
+}
+
+/// bob (uid 1001, no group).
+pub fn bob() -> Caller {
+    caller("bob", 1001, &[])
+}
+
+/// root (uid 0, no group).
+pub fn root() -> Caller {
+    caller("root", 0, &[])
+}
+
 /// Nodes, jobs and tiers, as the store would hand them to the core.
 #[derive(Debug, Clone)]
-pub(crate) struct Cluster {
-    pub(crate) nodes: BTreeMap<String, Node>,
-    pub(crate) jobs: BTreeMap<JobId, Job>,
-    pub(crate) tiers: BTreeMap<String, TierConfig>,
-    pub(crate) fair_share: FairShare,
+pub struct Cluster {
+    pub nodes: BTreeMap<String, Node>,
+    pub jobs: BTreeMap<JobId, Job>,
+    pub tiers: BTreeMap<String, TierConfig>,
+    pub fair_share: FairShare,
     /// How finished dependency targets ended.
-    pub(crate) ended: BTreeMap<JobId, JobState>,
-    pub(crate) backfill: Backfill,
+    pub ended: BTreeMap<JobId, JobState>,
+    pub backfill: Backfill,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Cluster {
     /// No nodes, no jobs, the default tiers.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Cluster {
             nodes: BTreeMap::new(),
             jobs: BTreeMap::new(),
@@ -483,7 +610,7 @@ impl Cluster {
     }
 
     /// Backfill on, with this many reservations per tier.
-    pub(crate) fn backfill(mut self, reservations: u32) -> Self {
+    pub fn backfill(mut self, reservations: u32) -> Self {
         self.backfill = Backfill {
             enabled: true,
             reservations,
@@ -492,14 +619,14 @@ impl Cluster {
     }
 
     /// Job `id` has finished in `state` (and left the jobs).
-    pub(crate) fn ended(mut self, id: u64, state: JobState) -> Self {
+    pub fn ended(mut self, id: u64, state: JobState) -> Self {
         self.ended.insert(JobId(id), state);
         self
     }
 
     /// An array of `n` tasks sharing one spec (the first task's, as `template` builds it):
     /// job ids `first`, `first + 1`, ..., tasks 0, 1, ... with `%max_running`.
-    pub(crate) fn array(mut self, template: JobBuilder, n: u32, max_running: u32) -> Self {
+    pub fn array(mut self, template: JobBuilder, n: u32, max_running: u32) -> Self {
         let first = template.job.id.0;
         let template = template.array(first, 0, max_running);
         let mut job = template.build();
@@ -523,29 +650,29 @@ impl Cluster {
     }
 
     /// Fair-share factors by account (unlisted accounts: 1).
-    pub(crate) fn fair_share(mut self, factors: &[(&str, f64)]) -> Self {
+    pub fn fair_share(mut self, factors: &[(&str, f64)]) -> Self {
         self.fair_share = FairShare::new(factors.iter().map(|(a, f)| (a.to_string(), *f)));
         self
     }
 
-    pub(crate) fn node(mut self, node: NodeBuilder) -> Self {
+    pub fn node(mut self, node: NodeBuilder) -> Self {
         let node = node.build();
         self.nodes.insert(node.name.clone(), node);
         self
     }
 
-    pub(crate) fn job(mut self, job: JobBuilder) -> Self {
+    pub fn job(mut self, job: JobBuilder) -> Self {
         let job = job.build();
         self.jobs.insert(job.id, job);
         self
     }
 
-    pub(crate) fn tier(mut self, name: &str, tier: TierConfig) -> Self {
+    pub fn tier(mut self, name: &str, tier: TierConfig) -> Self {
         self.tiers.insert(name.to_string(), tier);
         self
     }
 
-    pub(crate) fn snapshot(&self) -> Snapshot<'_> {
+    pub fn snapshot(&self) -> Snapshot<'_> {
         Snapshot {
             jobs: &self.jobs,
             nodes: &self.nodes,
@@ -553,7 +680,7 @@ impl Cluster {
         }
     }
 
-    pub(crate) fn policy(&self) -> Policy<'_> {
+    pub fn policy(&self) -> Policy<'_> {
         Policy {
             tiers: &self.tiers,
             fair_share: &self.fair_share,
@@ -561,11 +688,11 @@ impl Cluster {
         }
     }
 
-    pub(crate) fn schedule(&self, now: Millis) -> Plan {
+    pub fn schedule(&self, now: Millis) -> Plan {
         schedule(&self.snapshot(), &self.policy(), now)
     }
 
-    pub(crate) fn explain(&self, id: u64, now: Millis) -> Vec<(String, String)> {
+    pub fn explain(&self, id: u64, now: Millis) -> Vec<(String, String)> {
         explain(
             &self.jobs[&JobId(id)],
             &self.snapshot(),
@@ -576,7 +703,7 @@ impl Cluster {
 
     /// Applies a plan with the server's own applier (`state::plan`): placed jobs start,
     /// victims are asked to stop, and every other pending job takes its reason.
-    pub(crate) fn apply(&mut self, plan: &Plan, now: Millis) {
+    pub fn apply(&mut self, plan: &Plan, now: Millis) {
         let mut records = crate::state::Records::new(
             std::mem::take(&mut self.jobs),
             self.nodes.clone(),
@@ -591,7 +718,7 @@ impl Cluster {
 
     /// The agent reports the job's process gone: it leaves the snapshot (terminal, or
     /// requeued as a new pending job, which the tests add themselves when they need it).
-    pub(crate) fn exit(&mut self, id: u64) {
+    pub fn exit(&mut self, id: u64) {
         self.jobs.remove(&JobId(id));
     }
 }
@@ -604,7 +731,7 @@ impl Cluster {
 /// wait 4 Priority
 /// expect 4 at T0+90m on n2
 /// ```
-pub(crate) fn render(plan: &Plan) -> String {
+pub fn render(plan: &Plan) -> String {
     let mut lines = Vec::new();
     for placement in &plan.placements {
         let nodes: Vec<String> = placement

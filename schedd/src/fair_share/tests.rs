@@ -7,29 +7,15 @@ use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, RunRecord};
 
 use super::*;
-use crate::core::testkit::{JobBuilder, HOUR, MINUTE, T0};
+use crate::core::testkit::{JobBuilder, RunBuilder, HOUR, MINUTE, T0};
 
 const DAY: Millis = 24 * HOUR;
 
 fn run(account: &str, gpus: u32, start: Millis, end: Millis) -> RunRecord {
-    RunRecord {
-        job_id: JobId(1),
-        restart_count: 0,
-        account: account.into(),
-        user: "alice".into(),
-        uid: 1000,
-        tier: "low".into(),
-        gpus,
-        cpus: 1,
-        queued_at: start,
-        start,
-        end,
-        outcome: "COMPLETED".into(),
-        preempted_by: None,
-        preemptor_account: None,
-        checkpoint_saved: false,
-        lost_gpu_secs: 0,
-    }
+    RunBuilder::new(1, start, end)
+        .account(account)
+        .gpus(gpus)
+        .build()
 }
 
 fn close(a: f64, b: f64, rel: f64) -> bool {

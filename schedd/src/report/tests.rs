@@ -2,6 +2,7 @@
 //! preemptions, days, groups, and what a user sees when reports are not public.
 
 use super::*;
+use crate::core::testkit::RunBuilder;
 use ysched_common::time::Millis;
 use ysched_common::{JobId, RunRecord};
 
@@ -10,24 +11,13 @@ const H: Millis = 3_600_000;
 const MON: Millis = 1_767_571_200_000;
 
 fn run(job: u64, account: &str, tier: &str, gpus: u32, start: Millis, end: Millis) -> RunRecord {
-    RunRecord {
-        job_id: JobId(job),
-        restart_count: 0,
-        account: account.into(),
-        user: format!("{account}-user"),
-        uid: 1000,
-        tier: tier.into(),
-        gpus,
-        cpus: 2 * gpus,
-        queued_at: start,
-        start,
-        end,
-        outcome: "COMPLETED".into(),
-        preempted_by: None,
-        preemptor_account: None,
-        checkpoint_saved: false,
-        lost_gpu_secs: 0,
-    }
+    RunBuilder::new(job, start, end)
+        .account(account)
+        .user(&format!("{account}-user"), 1000)
+        .tier(tier)
+        .gpus(gpus)
+        .cpus(2 * gpus)
+        .build()
 }
 
 fn params(by: GroupBy) -> Params {

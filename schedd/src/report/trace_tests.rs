@@ -4,6 +4,7 @@
 //! tasks keep their display id.
 
 use super::*;
+use crate::core::testkit::RunBuilder;
 use std::collections::BTreeMap;
 use ysched_common::time::Millis;
 use ysched_common::{JobId, RunRecord};
@@ -14,24 +15,14 @@ const T0: Millis = 1_767_571_200_000;
 
 /// Run `restart` of job `job`, queued at `queued`, from `start` to `end` (seconds after T0).
 fn run(job: u64, restart: u32, gpus: u32, queued: i64, start: i64, end: i64) -> RunRecord {
-    RunRecord {
-        job_id: JobId(job),
-        restart_count: restart,
-        account: "vision".into(),
-        user: "ana".into(),
-        uid: 1000,
-        tier: "low".into(),
-        gpus,
-        cpus: 4,
-        queued_at: T0 + queued * S,
-        start: T0 + start * S,
-        end: T0 + end * S,
-        outcome: "COMPLETED".into(),
-        preempted_by: None,
-        preemptor_account: None,
-        checkpoint_saved: false,
-        lost_gpu_secs: 0,
-    }
+    RunBuilder::new(job, T0 + start * S, T0 + end * S)
+        .restart(restart)
+        .account("vision")
+        .user("ana", 1000)
+        .gpus(gpus)
+        .cpus(4)
+        .queued(T0 + queued * S)
+        .build()
 }
 
 /// `r` preempted by job 99 and requeued, having lost `lost_gpu_secs` unless `saved`.

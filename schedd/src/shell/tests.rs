@@ -3,19 +3,10 @@
 //! (`yctl report --export-trace`) with specs from the store and private reports.
 
 use super::*;
+use crate::core::testkit::{alice, caller};
 use crate::state::agent_events::Registration;
 use std::time::{Duration, Instant};
-use ysched_common::SubmitRequest;
-use ysched_common::{Owner, RunRecord};
-
-fn alice() -> Caller {
-    Caller::local(Owner {
-        uid: 1000,
-        gid: 1000,
-        user: "alice".into(),
-        groups: vec!["alice".into()],
-    })
-}
+use ysched_common::{RunRecord, SubmitRequest};
 
 fn spec(array: &str, dependency: &str, hold: bool) -> SubmitRequest {
     SubmitRequest {
@@ -240,12 +231,7 @@ async fn the_last_pass_s_expected_starts_are_kept_for_pending_jobs() {
 }
 
 fn user(name: &str, uid: u32) -> Caller {
-    Caller::local(Owner {
-        uid,
-        gid: uid,
-        user: name.into(),
-        groups: vec![name.into()],
-    })
+    caller(name, uid, &[name])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,12 +388,7 @@ async fn a_gpu_resume_waits_for_the_node_s_word() {
             }
         }
     });
-    let root = Caller::local(Owner {
-        uid: 0,
-        gid: 0,
-        user: "root".into(),
-        groups: vec![],
-    });
+    let root = crate::core::testkit::root();
     let resumed = c.resume_gpus(&root, "n1", &[1]).await.unwrap();
     assert_eq!(resumed, [(1, GpuResumeOutcome::Confirmed)]);
     assert!(out(&c).is_empty());

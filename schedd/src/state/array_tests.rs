@@ -6,34 +6,16 @@ use super::client_events::NewJob;
 use super::dependencies::EndedTargets;
 use super::targets::plain_target;
 use super::{AgentCommand, Records};
-use crate::core::testkit::{JobBuilder, T0};
+use crate::core::testkit::{alice, bob, JobBuilder, T0};
 use crate::error::{ApiError, ApiResult};
 use crate::store::Payload;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use ysched_common::{
-    ArraySpec, Caller, DepKind, DependencyRequest, Job, JobId, JobSpec, JobState, JobTarget, Owner,
+    ArraySpec, Caller, DepKind, DependencyRequest, Job, JobId, JobSpec, JobState, JobTarget,
 };
 
 const NOW: i64 = T0 + 1_000;
-
-fn alice() -> Caller {
-    Caller::local(Owner {
-        uid: 1000,
-        gid: 1000,
-        user: "alice".into(),
-        groups: vec!["alice".into()],
-    })
-}
-
-fn bob() -> Caller {
-    Caller::local(Owner {
-        uid: 1001,
-        gid: 1001,
-        user: "bob".into(),
-        groups: vec![],
-    })
-}
 
 fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
     Ok(None)
@@ -802,12 +784,7 @@ fn active_jobs_per_user_are_limited_and_counted_through_every_event() {
     );
     assert!(check(&rec, &alice(), "medium", 10).is_ok());
     assert!(check(&rec, &bob(), "low", 25).is_ok(), "per user");
-    let root = Caller::local(Owner {
-        uid: 0,
-        gid: 0,
-        user: "root".into(),
-        groups: vec![],
-    });
+    let root = crate::core::testkit::root();
     assert!(
         check(&rec, &root, "low", 1_000).is_ok(),
         "administrators are not limited"

@@ -1,38 +1,11 @@
 //! Cancel, hold and drain as pure events: what they change, and that a refusal changes nothing.
 
 use super::{AgentCommand, Records};
-use crate::core::testkit::{JobBuilder, T0};
+use crate::core::testkit::{alice, bob, root, JobBuilder, T0};
 use crate::error::{ApiError, ApiResult};
-use ysched_common::{Caller, Job, JobId, JobState, Owner, StopReason};
+use ysched_common::{Caller, Job, JobId, JobState, StopReason};
 
 const NOW: i64 = T0 + 1_000;
-
-fn alice() -> Caller {
-    Caller::local(Owner {
-        uid: 1000,
-        gid: 1000,
-        user: "alice".into(),
-        groups: vec!["alice".into()],
-    })
-}
-
-fn bob() -> Caller {
-    Caller::local(Owner {
-        uid: 1001,
-        gid: 1001,
-        user: "bob".into(),
-        groups: vec![],
-    })
-}
-
-fn root() -> Caller {
-    Caller::local(Owner {
-        uid: 0,
-        gid: 0,
-        user: "root".into(),
-        groups: vec![],
-    })
-}
 
 fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
     Ok(None)

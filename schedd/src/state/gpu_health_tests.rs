@@ -7,12 +7,10 @@ use super::gpu_health::GpuReport;
 use super::history::JobEventKind;
 use super::lifecycle::PartEnd;
 use super::{AgentCommand, Effects, Records};
-use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
+use crate::core::testkit::{alice, root, JobBuilder, NodeBuilder, A100, T0};
 use crate::error::ApiError;
 use crate::store::Store;
-use ysched_common::{
-    AuditRecord, Caller, JobId, JobState, Owner, StopReason, StopRequest, GPU_HEALTH_BY,
-};
+use ysched_common::{AuditRecord, JobId, JobState, StopReason, StopRequest, GPU_HEALTH_BY};
 
 const NOW: i64 = T0 + 10_000;
 const LATER: i64 = NOW + 60_000;
@@ -27,24 +25,6 @@ fn faults(list: &[(u32, &str)]) -> GpuReport {
         faults: list.iter().map(|(i, f)| (*i, f.to_string())).collect(),
         forgotten: Vec::new(),
     }
-}
-
-fn root() -> Caller {
-    Caller::local(Owner {
-        uid: 0,
-        gid: 0,
-        user: "root".into(),
-        groups: vec![],
-    })
-}
-
-fn alice() -> Caller {
-    Caller::local(Owner {
-        uid: 1000,
-        gid: 1000,
-        user: "alice".into(),
-        groups: vec!["alice".into()],
-    })
 }
 
 fn commands(fx: &Effects) -> Vec<String> {

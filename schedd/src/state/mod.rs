@@ -259,7 +259,7 @@ impl Records {
     }
 
     /// The jobs, for tests that drive the state machine from a cluster of their own.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     pub(crate) fn into_jobs(self) -> BTreeMap<JobId, Job> {
         self.jobs
     }

@@ -5,34 +5,16 @@ use super::agent_events::{Limits, Registration};
 use super::lifecycle::PartEnd;
 use super::usage::{import_runs, running_run, REQUEUED};
 use super::{Effects, Records};
-use crate::core::testkit::{JobBuilder, NodeBuilder, A100, T0};
+use crate::core::testkit::{alice, root, JobBuilder, NodeBuilder, RunBuilder, A100, T0};
 use crate::error::{ApiError, ApiResult};
 use std::collections::BTreeSet;
-use ysched_common::{Caller, Job, JobId, JobState, Owner, RunRecord};
+use ysched_common::{Job, JobId, JobState, RunRecord};
 
 const NOW: i64 = T0 + 60_000;
 const LIMITS: Limits = Limits {
     max_requeues: 20,
     max_launch_attempts: 3,
 };
-
-fn alice() -> Caller {
-    Caller::local(Owner {
-        uid: 1000,
-        gid: 1000,
-        user: "alice".into(),
-        groups: vec!["alice".into()],
-    })
-}
-
-fn root() -> Caller {
-    Caller::local(Owner {
-        uid: 0,
-        gid: 0,
-        user: "root".into(),
-        groups: vec![],
-    })
-}
 
 fn none_finished(_: JobId) -> ApiResult<Option<Job>> {
     Ok(None)
@@ -86,24 +68,11 @@ fn a_completed_run_is_recorded_with_its_size_times_and_wait() {
     let run = one(&rec, rec.job_finished("n1", &end(1), LIMITS, NOW));
     assert_eq!(
         run,
-        RunRecord {
-            job_id: JobId(1),
-            restart_count: 0,
-            account: "research".into(),
-            user: "alice".into(),
-            uid: 1000,
-            tier: "low".into(),
-            gpus: 2,
-            cpus: 4,
-            queued_at: T0 - 3_000,
-            start: T0,
-            end: T0 + 5_000,
-            outcome: "COMPLETED".into(),
-            preempted_by: None,
-            preemptor_account: None,
-            checkpoint_saved: false,
-            lost_gpu_secs: 0,
-        }
+        RunBuilder::new(1, T0, T0 + 5_000)
+            .gpus(2)
+            .cpus(4)
+            .queued(T0 - 3_000)
+            .build()
     );
     assert_eq!(
         (run.gpu_secs(), run.cpu_secs(), run.wait_ms()),
@@ -403,24 +372,14 @@ fn a_running_job_is_charged_so_far() {
 }
 
 fn imported(job: u64, end: i64) -> RunRecord {
-    RunRecord {
-        job_id: JobId(job),
-        restart_count: 0,
-        account: "vision".into(),
-        user: "bob".into(),
-        uid: 1001,
-        tier: "high".into(),
-        gpus: 8,
-        cpus: 32,
-        queued_at: end - 7_200_000,
-        start: end - 3_600_000,
-        end,
-        outcome: "COMPLETED".into(),
-        preempted_by: None,
-        preemptor_account: None,
-        checkpoint_saved: false,
-        lost_gpu_secs: 0,
-    }
+    RunBuilder::new(job, end - 3_600_000, end)
+        .account("vision")
+        .user("bob", 1001)
+        .tier("high")
+        .gpus(8)
+        .cpus(32)
+        .queued(end - 7_200_000)
+        .build()
 }
 
 #[test]

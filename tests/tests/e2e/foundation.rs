@@ -117,7 +117,9 @@ fn hold_release_and_wait_exit_code() {
     let id = c.submit(&["--hold", "--wrap", "exit 3"]);
     let j = c.job(id);
     assert_eq!(j["state"], "HELD");
-    std::thread::sleep(Duration::from_millis(300));
+    // A job submitted after it starts and ends: the passes that saw the held one left it.
+    let after = c.submit(&["--wrap", "true"]);
+    c.wait_state(after, "COMPLETED", SECS(20));
     assert_eq!(c.job(id)["state"], "HELD", "a held job never starts");
     let out = c.run("yctl", &["release", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -326,8 +328,7 @@ fn drain_and_resume() {
     assert_eq!(n["state"], "DRAINED");
     assert_eq!(n["reason"], "maintenance");
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(c.job(id)["state"], "PENDING");
+    c.wait_waiting(id, SECS(15));
     let out = c.run("yctl", &["resume", "n1"]);
     assert!(out.status.success());
     c.wait_state(id, "COMPLETED", SECS(20));

@@ -197,11 +197,9 @@ fn a_chain_runs_in_order_and_a_job_whose_dependency_cannot_be_met_never_runs() {
     let cc = c.submit(&["-d", &format!("afternotok:{b}"), "--wrap", "true"]);
     c.wait_state(a, "RUNNING", SECS(15));
     // B waits for A, though the node has room.
-    std::thread::sleep(Duration::from_millis(500));
-    let jb = c.job(b);
-    assert_eq!(jb["state"], "PENDING");
+    let jb = c.wait_waiting(b, SECS(15));
     assert_eq!(jb["reason"], "Dependency", "{jb}");
-    assert_eq!(c.job(cc)["reason"], "Dependency");
+    assert_eq!(c.wait_waiting(cc, SECS(15))["reason"], "Dependency");
 
     std::fs::write(&gate, "").unwrap();
     let ja = c.wait_state(a, "COMPLETED", SECS(15));
@@ -211,12 +209,11 @@ fn a_chain_runs_in_order_and_a_job_whose_dependency_cannot_be_met_never_runs() {
         "B started before A ended: {ja} {jb}"
     );
     // B succeeded: C, which needs B to fail, can never run.
+    // The pass that found it so left it waiting, and it never started.
     wait_until(SECS(10), "C never satisfied", || {
         c.job(cc)["reason"] == "DependencyNeverSatisfied"
     });
-    std::thread::sleep(Duration::from_secs(1));
-    let jc = c.job(cc);
-    assert_eq!(jc["state"], "PENDING", "{jc}");
+    let jc = c.wait_waiting(cc, SECS(15));
     assert!(jc["start_time"].is_null(), "{jc}");
 
     // Unknown jobs are refused, with a message naming them.
@@ -230,9 +227,7 @@ fn a_chain_runs_in_order_and_a_job_whose_dependency_cannot_be_met_never_runs() {
     let s1 = c.submit(&["-J", "nightly", "-d", "singleton", "--wrap", &wait_gate2]);
     let s2 = c.submit(&["-J", "nightly", "-d", "singleton", "--wrap", &wait_gate2]);
     c.wait_state(s1, "RUNNING", SECS(15));
-    std::thread::sleep(Duration::from_millis(500));
-    let j2 = c.job(s2);
-    assert_eq!(j2["state"], "PENDING", "{j2}");
+    let j2 = c.wait_waiting(s2, SECS(15));
     assert_eq!(j2["reason"], "Dependency", "{j2}");
     std::fs::write(&gate2, "").unwrap();
     let j1 = c.wait_state(s1, "COMPLETED", SECS(15));
@@ -282,10 +277,9 @@ fn a_short_job_backfills_only_where_it_cannot_delay_the_reserved_head_job() {
     let short = c.submit(&["-p", "low", "-G", "1", "-t", "10:00", "--wrap", sleeper]);
     let js = c.wait_state(short, "RUNNING", SECS(15));
     assert_eq!(js["node"], other.as_str());
-    std::thread::sleep(Duration::from_millis(500));
-    let jl = c.job(long);
-    assert_eq!(jl["state"], "PENDING", "{jl}");
-    assert_eq!(c.job(head)["state"], "PENDING");
+    // The pass that started the short job left the long one and the head waiting.
+    c.wait_waiting(long, SECS(15));
+    c.wait_waiting(head, SECS(15));
 
     // The head's expected start: when the half-hour job's limit runs out, on its node.
     let part_info = job_info(&c, part);

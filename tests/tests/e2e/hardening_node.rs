@@ -114,7 +114,10 @@ fn user_without_a_home_gets_a_private_fallback_checkpoint_directory() {
         .unwrap()
         .expect("user nobody");
     if nobody.dir.is_dir() && nobody.dir != Path::new("/") {
-        eprintln!("nobody has a home here ({}); skipped", nobody.dir.display());
+        skipped(&format!(
+            "nobody has a home here ({}): no fallback to check",
+            nobody.dir.display()
+        ));
         return;
     }
     let mut c = one_node("");

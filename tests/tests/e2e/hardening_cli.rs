@@ -5,8 +5,9 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
-use ysched_common::{Caller, Config, Owner};
+use ysched_common::{Caller, Config};
 use ysched_proto as pb;
+use ysched_schedd::core::testkit::caller;
 use ysched_schedd::shell::ApiError;
 use ysched_tests::*;
 
@@ -271,13 +272,9 @@ fn argument_errors_exit_1_with_tool_error() {
 
 // Unit tests of schedd's own checks, which a client without ysub's checks meets.
 
-fn owner() -> Owner {
-    Owner {
-        uid: 1000,
-        gid: 1000,
-        user: "alice".into(),
-        groups: vec!["ml".into()],
-    }
+/// alice, in the group `ml`.
+fn alice() -> Caller {
+    caller("alice", 1000, &["ml"])
 }
 
 fn wire(name: &str) -> pb::JobSpec {
@@ -290,8 +287,7 @@ fn wire(name: &str) -> pb::JobSpec {
 }
 
 fn refusal(spec: pb::JobSpec) -> String {
-    match ysched_schedd::submit::validate(spec.into(), &Caller::local(owner()), &Config::default())
-    {
+    match ysched_schedd::submit::validate(spec.into(), &alice(), &Config::default()) {
         Err(ApiError::Invalid(message)) => message,
         Err(other) => panic!("not an invalid-argument refusal: {other:?}"),
         Ok(_) => panic!("accepted"),
@@ -316,11 +312,8 @@ fn validate_refuses_control_characters_in_names_and_accounts() {
         "{err}"
     );
     // A printable name passes.
-    let result = ysched_schedd::submit::validate(
-        wire("训练-é").into(),
-        &Caller::local(owner()),
-        &Config::default(),
-    );
+    let result =
+        ysched_schedd::submit::validate(wire("训练-é").into(), &alice(), &Config::default());
     assert!(result.is_ok(), "{:?}", result.err());
 }
 

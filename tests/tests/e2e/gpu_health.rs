@@ -136,16 +136,15 @@ fn a_gpu_failing_under_a_job_is_taken_out_of_service_and_the_job_runs_again_on_a
     let newcomer_gpus = job_gpus(&c.wait_state(newcomer, "RUNNING", SECS(20)));
     assert_ne!(newcomer_gpus, [failed]);
     let waiting = c.submit(&["-G", "1", "--wrap", "sleep 600"]);
-    std::thread::sleep(SECS(3));
-    let w = show_job(&c, waiting);
-    assert_eq!(w["state"], "PENDING", "{w}");
-    assert!(
+    let out_of_service_reason = format!("(GPU {failed} out of service)");
+    wait_until(SECS(15), "the waiting job's reason", || {
+        let w = show_job(&c, waiting);
+        assert_eq!(w["state"], "PENDING", "{w}");
         w["reason"]
             .as_str()
             .unwrap()
-            .contains(&format!("(GPU {failed} out of service)")),
-        "{w}"
-    );
+            .contains(&out_of_service_reason)
+    });
 
     // The node is up, the GPU is out: in `yctl nodes`, `show node`, their JSON.
     let n1 = node(&c, "n1");

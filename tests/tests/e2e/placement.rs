@@ -83,8 +83,7 @@ fn when_one_part_fails_the_others_are_stopped_and_the_job_fails() {
     let busy = c.submit(&["-G", "2", "--wrap", "sleep 30"]);
     c.wait_state(busy, "RUNNING", SECS(10));
     let gang = c.submit(&["-N", "2", "-G", "4", "--wrap", "true"]);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(c.job(gang)["state"], "PENDING");
+    c.wait_waiting(gang, SECS(15));
     c.run("ycancel", &[&busy.to_string()]);
     c.wait_state(gang, "COMPLETED", SECS(30));
 }

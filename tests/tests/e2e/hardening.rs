@@ -316,8 +316,9 @@ fn a_cancel_is_never_lost_whatever_became_of_the_launch() {
         job["reason"].as_str().unwrap().contains("cancelled by"),
         "{job}"
     );
-    // It stays cancelled: never requeued, never started.
-    std::thread::sleep(SECS(2));
+    // It stays cancelled once the restarted agent has registered and said what it runs:
+    // never requeued, never started.
+    c.wait_nodes_up(1);
     assert_eq!(state(&c, id), "CANCELLED");
     assert!(!marker.exists(), "the cancelled job ran");
 }
@@ -418,19 +419,17 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     nix::sys::signal::kill(shepherd, SIGSTOP).unwrap();
     c.start_agent("n1");
     wait_log(&c, "schedd", "agent still runs jobs");
-    std::thread::sleep(SECS(2));
-    assert_eq!(
-        state(&c, b),
-        "PENDING",
-        "a job started on GPUs whose previous processes were not confirmed gone\n{}",
-        c.logs()
-    );
-    let detail = c.run("yctl", &["show", "job", &b.to_string()]);
-    assert!(
-        ysched_tests::stdout(&detail).contains("killing leftover processes"),
-        "{}",
-        ysched_tests::stdout(&detail)
-    );
+    // A pass after the agent's return leaves b waiting for the leftover's processes.
+    wait_until(SECS(15), "b waiting for the leftover's processes", || {
+        assert_eq!(
+            state(&c, b),
+            "PENDING",
+            "a job started on GPUs whose previous processes were not confirmed gone\n{}",
+            c.logs()
+        );
+        let detail = c.run("yctl", &["show", "job", &b.to_string()]);
+        ysched_tests::stdout(&detail).contains("killing leftover processes")
+    });
     nix::sys::signal::kill(shepherd, SIGCONT).unwrap();
     c.wait_state(b, "COMPLETED", SECS(20));
     let out = c.run("yctl", &["show", "job", &a.to_string(), "--json"]);

@@ -1,0 +1,24 @@
+//! The end-to-end tests, one module per area, in one test binary (one link instead of one per
+//! file). Run one area with `cargo test -p ysched-tests --test e2e arrays::`.
+
+mod arrays;
+mod bounds;
+mod checkpoint_eviction;
+mod containment;
+mod fair_share;
+mod foundation;
+mod full_disk;
+mod gpu_check_script;
+mod gpu_health;
+mod hardening;
+mod hardening_cli;
+mod hardening_conns;
+mod hardening_files;
+mod hardening_node;
+mod metrics;
+mod multihost;
+mod nvml;
+mod placement;
+mod preemption;
+mod report;
+mod ysim_agreement;
