@@ -142,7 +142,8 @@ impl pb::ysched_server::Ysched for ClientApi {
         let r = req.get_ref();
         let id = self
             .cluster
-            .resolve_one(&Named::from_ref(r.job_id, &r.target)?, "show")?;
+            .resolve_one(&Named::from_ref(r.job_id, &r.target)?, "show")
+            .await?;
         let mut detail = super::convert::job_detail(&self.cluster.job_detail(id).await?);
         let view = self.cluster.queue_view();
         super::convert::add_queue_places(detail.job.as_mut_slice(), &view);
@@ -291,9 +292,12 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::AuditRequest>,
     ) -> Result<Response<pb::AuditList>, Status> {
         let (caller, _) = self.caller(&req).await?;
-        let entries = self
-            .cluster
-            .audit_log(&caller, req.get_ref().limit as usize)?;
+        let limit = req.get_ref().limit as usize;
+        let cluster = Arc::clone(&self.cluster);
+        // A scan of the audit log in the store: on a blocking thread.
+        let entries = tokio::task::spawn_blocking(move || cluster.audit_log(&caller, limit))
+            .await
+            .map_err(|e| ApiError::Internal(format!("reading the audit log failed: {e}")))??;
         Ok(Response::new(pb::AuditList {
             entries: entries.iter().map(Into::into).collect(),
         }))
@@ -359,7 +363,10 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
         let (caller, _) = self.caller(&req).await?;
-        let id = self.cluster.resolve_one(&named(req.get_ref())?, "watch")?;
+        let id = self
+            .cluster
+            .resolve_one(&named(req.get_ref())?, "watch")
+            .await?;
         // Subscribe before the first read so no change slips between them.
         let mut changes = self.cluster.subscribe();
         let cluster = self.cluster.clone();

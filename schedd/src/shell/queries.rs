@@ -79,16 +79,18 @@ impl Cluster {
 
     /// The one job `name` names; a name of several (an array, a range of tasks) is refused,
     /// naming the syntax for one task (`what`: what the caller wants to do with it).
-    pub fn resolve_one(&self, name: &Named, what: &str) -> ApiResult<JobId> {
+    pub async fn resolve_one(self: &Arc<Self>, name: &Named, what: &str) -> ApiResult<JobId> {
         match name {
             Named::Id(id) => Ok(*id),
-            Named::Target(_) => self.resolve(name)?.single(what),
+            Named::Target(_) => self.resolve(name).await?.single(what),
         }
     }
 
-    /// What `name` names (see [`crate::state::targets`]).
-    pub fn resolve(&self, name: &Named) -> ApiResult<Resolved> {
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+    /// What `name` names (see [`crate::state::targets`]): the store read off the lock and
+    /// off the runtime's workers.
+    pub async fn resolve(self: &Arc<Self>, name: &Named) -> ApiResult<Resolved> {
+        let read = self.read_finished_off_runtime([name.job_id()]).await?;
+        let finished = |id: JobId| read.job(id, &self.store);
         let st = lock(&self.state);
         name.resolve(&st.rec, &finished)
     }
@@ -130,8 +132,11 @@ impl Cluster {
     }
 
     /// A job with why it waits on each node (when pending) and its history.
-    pub async fn job_detail(&self, id: JobId) -> ApiResult<JobDetail> {
-        let job = self.find_job(id)?;
+    pub async fn job_detail(self: &Arc<Self>, id: JobId) -> ApiResult<JobDetail> {
+        // A finished job and every history are read from the store off the runtime's workers.
+        let job = self
+            .off_runtime(move |cluster| cluster.find_job(id))
+            .await?;
         let mut waits = Vec::new();
         if job.state == JobState::Pending {
             // Replaying the queue ahead of the job takes as long as a pass: on a copy of the
@@ -169,12 +174,14 @@ impl Cluster {
             .await
             .map_err(|e| ApiError::Internal(format!("explaining job {id} failed: {e}")))?;
         }
-        let job = self.find_job(id)?;
-        Ok(JobDetail {
-            events: self.store.job_events(&job)?,
-            job,
-            waits,
-        })
+        let (job, events) = self
+            .off_runtime(move |cluster| {
+                let job = cluster.find_job(id)?;
+                let events = cluster.store.job_events(&job)?;
+                Ok((job, events))
+            })
+            .await?;
+        Ok(JobDetail { events, job, waits })
     }
 
     /// What the last scheduling pass saw: fair share per account and each pending job's
@@ -241,6 +248,14 @@ impl Named {
             Ok(Named::Id(JobId(job_id)))
         } else {
             Ok(Named::Target(parse_target(target)?))
+        }
+    }
+
+    /// The id it starts from: the job's, or the array's a target names.
+    pub fn job_id(&self) -> JobId {
+        match self {
+            Named::Id(id) => *id,
+            Named::Target(target) => target.id,
         }
     }
 

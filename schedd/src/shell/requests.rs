@@ -34,7 +34,7 @@ impl Prefetched {
 impl Cluster {
     /// [`Cluster::submit_jobs`], returning the id (an array's: its first task's).
     pub async fn submit(
-        &self,
+        self: &Arc<Self>,
         caller: Caller,
         home: Option<std::path::PathBuf>,
         submitted: ValidSubmit,
@@ -44,18 +44,23 @@ impl Cluster {
 
     /// Cancels the jobs `ids` name (an array's id: all its tasks) and, with `user`, all of
     /// that user's (see [`Cluster::cancel_named`]).
-    pub async fn cancel(&self, caller: &Caller, ids: &[u64], user: &str) -> ApiResult<Vec<JobId>> {
+    pub async fn cancel(
+        self: &Arc<Self>,
+        caller: &Caller,
+        ids: &[u64],
+        user: &str,
+    ) -> ApiResult<Vec<JobId>> {
         let done = self.cancel_named(caller, ids, &[], user).await?;
         Ok(done.into_iter().map(|(id, _)| id).collect())
     }
 
     /// Holds (`hold`) or releases job `id` (see [`Cluster::hold_named`]).
-    pub async fn hold(&self, caller: &Caller, id: JobId, hold: bool) -> ApiResult<()> {
+    pub async fn hold(self: &Arc<Self>, caller: &Caller, id: JobId, hold: bool) -> ApiResult<()> {
         self.hold_named(caller, &Named::Id(id), hold).await
     }
 
     /// Requeues running job `id` (see [`Cluster::requeue_named`]).
-    pub async fn requeue(&self, caller: &Caller, id: JobId) -> ApiResult<()> {
+    pub async fn requeue(self: &Arc<Self>, caller: &Caller, id: JobId) -> ApiResult<()> {
         self.requeue_named(caller, &Named::Id(id)).await
     }
 }
@@ -74,14 +79,12 @@ impl Cluster {
     /// resolved against the jobs known now (an unknown one is refused). The id is returned
     /// only once the jobs are durable.
     pub async fn submit_jobs(
-        &self,
+        self: &Arc<Self>,
         caller: Caller,
         home: Option<std::path::PathBuf>,
         submitted: ValidSubmit,
     ) -> ApiResult<Submitted> {
         let began = std::time::Instant::now();
-        // Looked at before the lock: a home on a hanging automount must stall only this caller.
-        let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
         let ValidSubmit {
             spec,
             payload,
@@ -89,12 +92,23 @@ impl Cluster {
             dependency,
         } = submitted;
         let tier_value = self.config.tier(&spec.tier).map(|t| t.value).unwrap_or(0);
-        // What the dependency needs from the store is read before the lock: its targets'
-        // records and the states of the jobs they stand for (a finished array's ten thousand
-        // tasks). What the lock then finds is only what ended in between.
-        let read = match &dependency {
-            Some(request) => self.read_dependency(request)?,
-            None => Prefetched::default(),
+        // Before the lock and off the runtime's workers: whether the home exists (a home on a
+        // hanging automount must stall only this caller), and what the dependency needs from
+        // the store: its targets' records and the states of the jobs they stand for (a
+        // finished array's ten thousand tasks). What the lock then finds is only what ended
+        // in between.
+        let (home_exists, read) = {
+            let home = home.clone();
+            let dependency = dependency.clone();
+            self.off_runtime(move |cluster| {
+                let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
+                let read = match &dependency {
+                    Some(request) => cluster.read_dependency(request)?,
+                    None => Prefetched::default(),
+                };
+                Ok((home_exists, read))
+            })
+            .await?
         };
         let finished = |id: JobId| read.job(id, &self.store);
         let state_of = |id: JobId| read.state(id, &self.store);
@@ -206,6 +220,28 @@ impl Cluster {
         Ok(read)
     }
 
+    /// Runs `work` (store reads that may wait for the disk, file system calls) on tokio's
+    /// blocking pool: never on a runtime worker, which every other request shares.
+    pub(super) async fn off_runtime<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Cluster) -> ApiResult<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        let cluster = Arc::clone(self);
+        tokio::task::spawn_blocking(move || work(&cluster))
+            .await
+            .map_err(|e| ApiError::Internal(format!("a blocking read failed: {e}")))?
+    }
+
+    /// [`Cluster::read_finished`] on the blocking pool.
+    pub(super) async fn read_finished_off_runtime(
+        self: &Arc<Self>,
+        ids: impl IntoIterator<Item = JobId>,
+    ) -> ApiResult<Prefetched> {
+        let ids: Vec<JobId> = ids.into_iter().collect();
+        self.off_runtime(move |cluster| cluster.read_finished(ids))
+            .await
+    }
+
     /// The records of the jobs of `ids` not in memory now, read from the store without the
     /// lock: a request's names are then resolved under the lock without reading the store
     /// (a finished job's record never changes).
@@ -245,7 +281,7 @@ impl Cluster {
     /// `user`, all of that user's (see [`Records::cancel_targets`]). Returns each cancelled
     /// job with its display id (`12_7` for a task).
     pub async fn cancel_named(
-        &self,
+        self: &Arc<Self>,
         caller: &Caller,
         ids: &[u64],
         targets: &[String],
@@ -253,7 +289,9 @@ impl Cluster {
     ) -> ApiResult<Vec<(JobId, String)>> {
         let mut all: Vec<JobTarget> = ids.iter().map(|&id| plain_target(id)).collect();
         all.extend(parse_targets(targets, ids.len())?);
-        let read = self.read_finished(all.iter().map(|t| t.id))?;
+        let read = self
+            .read_finished_off_runtime(all.iter().map(|t| t.id))
+            .await?;
         let finished = |id: JobId| read.job(id, &self.store);
         let (changed, wake, cancelled) =
             self.run_event(|rec, now| rec.cancel_targets(caller, &all, user, &finished, now))?;
@@ -263,8 +301,14 @@ impl Cluster {
 
     /// Holds (`hold`) or releases what `name` names: one job, or tasks of an array (every
     /// one in the right state; see [`Records::hold_targets`]).
-    pub async fn hold_named(&self, caller: &Caller, name: &Named, hold: bool) -> ApiResult<()> {
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+    pub async fn hold_named(
+        self: &Arc<Self>,
+        caller: &Caller,
+        name: &Named,
+        hold: bool,
+    ) -> ApiResult<()> {
+        let read = self.read_finished_off_runtime([name.job_id()]).await?;
+        let finished = |id: JobId| read.job(id, &self.store);
         let (changed, wake, ()) = self.run_event(|rec, now| {
             let resolved = name.resolve(rec, &finished)?;
             Ok((rec.hold_targets(caller, &resolved, hold, now)?, ()))
@@ -275,9 +319,10 @@ impl Cluster {
     /// Requeues a running job (see [`Records::requeue`]); a name of several tasks is refused.
     /// A refusal for want of permission is recorded in the audit log, durably, before it is
     /// reported.
-    pub async fn requeue_named(&self, caller: &Caller, name: &Named) -> ApiResult<()> {
-        let id = self.resolve_one(name, "requeue")?;
-        let finished = |id: JobId| self.store.job(id).map_err(ApiError::from);
+    pub async fn requeue_named(self: &Arc<Self>, caller: &Caller, name: &Named) -> ApiResult<()> {
+        let id = self.resolve_one(name, "requeue").await?;
+        let read = self.read_finished_off_runtime([id]).await?;
+        let finished = |id: JobId| read.job(id, &self.store);
         match self.run_event(|rec, now| Ok((rec.requeue(caller, id, &finished, now)?, ()))) {
             Ok((changed, wake, ())) => self.settle(changed, wake).await,
             Err(ApiError::Denied(why)) => {

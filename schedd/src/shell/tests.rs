@@ -37,7 +37,12 @@ async fn cluster(config: Config) -> (Arc<Cluster>, tempfile::TempDir) {
     (cluster, dir)
 }
 
-async fn submit(c: &Cluster, array: &str, dependency: &str, hold: bool) -> ApiResult<Submitted> {
+async fn submit(
+    c: &Arc<Cluster>,
+    array: &str,
+    dependency: &str,
+    hold: bool,
+) -> ApiResult<Submitted> {
     let valid = submit::validate(spec(array, dependency, hold), &alice(), c.config())?;
     c.submit_jobs(alice(), None, valid).await
 }
@@ -85,9 +90,12 @@ async fn an_array_of_ten_thousand_is_submitted_named_and_cancelled() {
     );
 
     // Names: one task, a range, the whole array, and mistakes.
-    assert_eq!(c.resolve_one(&named("2_7"), "show").unwrap(), JobId(9));
+    assert_eq!(
+        c.resolve_one(&named("2_7"), "show").await.unwrap(),
+        JobId(9)
+    );
     assert!(matches!(
-        c.resolve_one(&named("2"), "show"),
+        c.resolve_one(&named("2"), "show").await,
         Err(ApiError::Invalid(m)) if m.contains("array of 10000 tasks")
     ));
     assert_eq!(
