@@ -23,6 +23,9 @@ mod fence;
 mod gpu;
 mod lost;
 
+#[cfg(test)]
+mod decide_tests;
+
 use decide::{decide, DecisiveEnd, Fate, RunEnd};
 pub use fence::{
     fence_done, fence_wait_nodes, nodes_silent, reason_while_running, SilentNode, SilentOutcome,
