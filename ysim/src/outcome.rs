@@ -1,5 +1,6 @@
-//! What a simulation observed: each workload job's fate, the scheduler's decisions and the
-//! runs that ended, gathered by the reactor's observer ([`Seen`]) as events commit.
+//! What a simulation observed: each job's fate, the scheduler's decisions, the runs.
+//!
+//! The reactor's observer ([`Seen`]) gathers it as events commit.
 
 use crate::engine::EPOCH_MS;
 use std::collections::BTreeMap;

@@ -1,5 +1,6 @@
-//! The jobs in memory (not yet finished) by tier and state, and the GPUs they hold: counted
-//! event by event, so that a scrape need not walk the jobs.
+//! Active jobs by tier and state, and the GPUs they hold, counted event by event.
+//!
+//! Kept up to date as events commit, so that a scrape need not walk the jobs.
 
 use std::collections::BTreeMap;
 use ysched_common::{Job, JobState};

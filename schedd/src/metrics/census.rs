@@ -1,6 +1,8 @@
-//! The census a scrape sets the gauges from: active jobs by tier and state (as kept event by
-//! event), and the GPUs of every node (total, held, draining, out of service) and its
-//! agent's session, counted in one pass under the lock.
+//! The census a scrape sets the gauges from: job counts, GPUs per node, agent sessions.
+//!
+//! The job counts are those kept event by event ([`ActiveJobs`]); the GPUs of every node
+//! (total, held, draining, out of service) and the agents' sessions are counted in one pass
+//! under the lock.
 
 use super::active::{ActiveJobs, ACTIVE};
 use std::collections::BTreeMap;

@@ -1,5 +1,4 @@
-//! A submit: a job, or every task of an array, queued under the next ids, with its payload
-//! and first history entry, in one batch.
+//! A submit: a job, or every task of an array, queued under the next ids in one batch.
 
 use super::history::JobEventKind;
 use super::{Effects, Records};

@@ -1,7 +1,9 @@
-//! The final-state decision table of a run's end: from how its last part ended (the first
-//! failing part's end, what was stopping the run, whether the scheduler may run it again) to
-//! the job's fate: back to the queue, or COMPLETED, FAILED, OUT_OF_MEMORY, TIMEOUT,
-//! CANCELLED, PREEMPTED or NODE_FAIL, with its reason. A pure function of those facts.
+//! The final-state decision table: how a run's end decides what becomes of its job.
+//!
+//! From how the run's last part ended (the first failing part's end, what was stopping the
+//! run, whether the scheduler may run it again) to the job's fate: back to the queue, or
+//! COMPLETED, FAILED, OUT_OF_MEMORY, TIMEOUT, CANCELLED, PREEMPTED or NODE_FAIL, with its
+//! reason. A pure function of those facts.
 
 use super::fence::fence_node_fail_reason;
 use ysched_common::{JobState, StopReason};

@@ -1,6 +1,8 @@
-//! Jobs on nodes gone silent and parts their node's fence stopped: the fence's requeue or
-//! NODE_FAIL, how long schedd waits for a silent node's fence (and the reason that says so),
-//! and the reason of a job whose silent node came back.
+//! Jobs on nodes gone silent, and parts their node's fence stopped: requeue or NODE_FAIL.
+//!
+//! How long schedd waits for a silent node's fence (and the reason that says so), what the
+//! fence's end does to a run (requeued, or NODE_FAIL), and the reason of a job whose silent
+//! node came back.
 
 use super::{end, requeue, HistoryEvent, PartEnd};
 use crate::state::history::JobEventKind;

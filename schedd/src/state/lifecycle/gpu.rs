@@ -1,5 +1,4 @@
-//! A failed GPU under a running job: every part of the run is stopped, and the job is
-//! requeued (or ends NODE_FAIL) once the last part has ended.
+//! A failed GPU under a running job: its run is stopped, then requeued or ended NODE_FAIL.
 
 use super::{requeue_refusal, HistoryEvent};
 use crate::state::history::JobEventKind;

@@ -1,5 +1,4 @@
-//! A part the agent no longer knows when it registers: CANCELLED, a launch that failed too
-//! often (FAILED), NODE_FAIL, or back to the queue when its launch never reached the agent.
+//! A part its agent no longer knows when it registers: cancelled, failed, lost or requeued.
 
 use super::{end, requeue, HistoryEvent};
 use crate::state::history::JobEventKind;

@@ -1,10 +1,12 @@
-//! How a job's run ends, as pure decisions on domain records: an agent's report of a part's
-//! end (complete, failed, out of memory, timed out, cancelled, preempted and requeued or not,
-//! requeued on request, a multi-node part failing, a part its node's fence stopped), a part
-//! the agent no longer knows when it registers (cancelled, failed launch, NODE_FAIL, or back
-//! to the queue), and a job on nodes gone silent (waiting for their fence, requeued once it
-//! has surely stopped the job, or NODE_FAIL). No clock, no store, no wire types: the caller
-//! writes the returned events and the changed record, and sends the stops.
+//! How a job's run ends, as pure decisions on domain records.
+//!
+//! An agent's report of a part's end (complete, failed, out of memory, timed out,
+//! cancelled, preempted and requeued or not, requeued on request, a multi-node part failing,
+//! a part its node's fence stopped), a part the agent no longer knows when it registers
+//! (cancelled, failed launch, NODE_FAIL, or back to the queue), a job on nodes gone silent
+//! (waiting for their fence, requeued once it has surely stopped the job, or NODE_FAIL), and
+//! a failed GPU under a running job. No clock, no store, no wire types: the caller writes the
+//! returned events and the changed record, and sends the stops.
 //!
 //! - here: a part's end as bookkeeping (the part leaves the allocation, the other parts of a
 //!   broken multi-node run are stopped, the run's allocation is kept on record) and a launch
