@@ -3,8 +3,8 @@
 //!
 //! Every event goes through schedd's own reactor (`state::reactor`), as in schedd's shell,
 //! with the virtual clock, a journal that drops the store's change, an observer that keeps
-//! what happened to the workload's jobs and runs, and an outbox whose commands go to the
-//! simulated agents once the event is committed.
+//! what happened to the workload's jobs and runs (`outcome::Seen`), and an outbox whose
+//! commands go to the simulated agents once the event is committed.
 //!
 //! A scheduling pass is `shell::scheduling::schedule_once` without the lock and the thread:
 //! the scheduler's copy brought up to date, the share table and factors,
@@ -19,20 +19,19 @@
 //! 1 ms later (schedd rests as long as the pass took before the next).
 
 use crate::agents::{Agents, Delivery};
+use crate::outcome::{Decision, JobOutcome, Outcome, Seen};
 use crate::workload::{SimNode, Workload};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::time::Millis;
-use ysched_common::{
-    Caller, Config, Gpu, GpuLink, JobId, JobState, Owner, PcieRelation, RunRecord,
-};
+use ysched_common::{Caller, Config, Gpu, GpuLink, JobId, JobState, Owner, PcieRelation};
 use ysched_schedd::core::{self, Backfill, FairShare, Policy, Snapshot, Topologies};
 use ysched_schedd::fair_share::{share_table, UsageBook};
 use ysched_schedd::state::agent_events::{Limits, Registration};
 use ysched_schedd::state::client_events::NewJob;
 use ysched_schedd::state::lifecycle::PartEnd;
 use ysched_schedd::state::plan::describe_alloc;
-use ysched_schedd::state::reactor::{At, NoJournal, Observer, Ports, Reactor};
+use ysched_schedd::state::reactor::{At, NoJournal, Ports, Reactor};
 use ysched_schedd::state::{AgentCommand, Effects, Records, SchedulerCopy};
 use ysched_schedd::store::Payload;
 use ysched_schedd::store::Room;
@@ -49,60 +48,6 @@ pub struct PolicySpec {
     pub name: String,
     pub config: Config,
     pub fair_share: bool,
-}
-
-/// What happened to one job of the workload.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobOutcome {
-    /// Its id in the simulated schedd (`None`: refused at submit).
-    pub id: Option<JobId>,
-    /// Why it was refused.
-    pub refused: Option<String>,
-    /// Its tier as schedd resolved it (the default tier for none, the config's spelling).
-    pub tier: Option<String>,
-    /// Offsets from the start of the simulation.
-    pub first_start: Option<Millis>,
-    /// Its final state (`COMPLETED`, `TIMEOUT`, `PREEMPTED`, ...); `None`: still active when
-    /// the simulation ran out of events (it never could start).
-    pub final_state: Option<String>,
-    pub restarts: u32,
-    /// Work (milliseconds of running, times its GPUs) thrown away by each preempted run, by
-    /// the run's restart count: what had to be done again.
-    pub lost_gpu_ms: BTreeMap<u32, i64>,
-}
-
-/// One decision of a pass, in order, at virtual times (offsets from the start).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Decision {
-    /// A run placed (`alloc` as schedd's history writes it: `n1 gpus [0,1]`).
-    Start {
-        at: Millis,
-        job: u64,
-        restart: u32,
-        alloc: String,
-    },
-    /// A victim asked to stop for a preemptor.
-    Evict {
-        at: Millis,
-        victim: u64,
-        preemptor: u64,
-        node: String,
-    },
-}
-
-/// Everything a run of the simulation observed; [`crate::metrics`] turns it into results.
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    /// Every run that ended, as schedd records it (times are offsets from the start).
-    pub runs: Vec<RunRecord>,
-    /// By workload index.
-    pub jobs: Vec<JobOutcome>,
-    pub decisions: Vec<Decision>,
-    /// Scheduling passes run.
-    pub passes: u64,
-    /// When the last event happened (offset).
-    pub end_ms: Millis,
 }
 
 /// What happens at a virtual instant.
@@ -163,36 +108,6 @@ struct Sim<'w> {
     uids: BTreeMap<String, u32>,
     /// What the events show of the workload's jobs.
     seen: Seen,
-}
-
-/// The reactor's observer: what the events show of the workload's jobs.
-struct Seen {
-    /// Simulated job id -> workload index.
-    index: BTreeMap<JobId, usize>,
-    out: Outcome,
-}
-
-impl Observer for Seen {
-    fn applying(&mut self, _rec: &Records, jobs: &[ysched_common::Job]) {
-        for job in jobs {
-            if let Some(&i) = self.index.get(&job.id) {
-                let o = &mut self.out.jobs[i];
-                o.restarts = job.restart_count;
-                if job.state.is_terminal() {
-                    o.final_state = Some(job.state.as_str().to_string());
-                }
-            }
-        }
-    }
-
-    fn committed(&mut self, runs: &[RunRecord]) {
-        self.out.runs.extend(runs.iter().cloned().map(|mut r| {
-            r.queued_at -= EPOCH_MS;
-            r.start -= EPOCH_MS;
-            r.end -= EPOCH_MS;
-            r
-        }));
-    }
 }
 
 /// Runs `workload` under `policy`. Deterministic: the same workload and policy give the same

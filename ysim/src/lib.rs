@@ -7,6 +7,7 @@
 //!   `factory` scenario, or a CSV of jobs.
 //! - [`engine`]: the simulation: events in virtual time, schedd's `Records` and
 //!   `core::schedule_with` as the shell drives them, minus I/O.
+//! - [`outcome`]: what a simulation observed (each job's fate, the decisions, the runs).
 //! - `agents`: simulated node agents (jobs as timers, stops with grace and checkpoints).
 //! - [`policy`]: the built-in policies (`fifo` .. `+backfill`) and config files.
 //! - [`metrics`]: latency, utilization, preemptions, checkpoints, lost work, team shares.
@@ -16,13 +17,15 @@
 mod agents;
 pub mod engine;
 pub mod metrics;
+pub mod outcome;
 pub mod output;
 pub mod policy;
 pub mod rng;
 pub mod workload;
 
-pub use engine::{simulate, Decision, JobOutcome, Outcome, PolicySpec, EPOCH_MS};
+pub use engine::{simulate, PolicySpec, EPOCH_MS};
 pub use metrics::Results;
+pub use outcome::{Decision, JobOutcome, Outcome};
 pub use workload::{SimJob, SimNode, Workload};
 
 use serde::Serialize;

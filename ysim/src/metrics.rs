@@ -13,7 +13,8 @@
 //!   window, per week of window.
 //! - **Team share**: each account's part of the GPU-time used inside the window.
 
-use crate::engine::{Outcome, PolicySpec};
+use crate::engine::PolicySpec;
+use crate::outcome::Outcome;
 use crate::workload::{Workload, HOUR, WEEK};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! End-to-end tests of the simulator: determinism, a scenario small enough to compute by
 //! hand, and the agents' model of stops, checkpoints and time limits.
 
-use crate::engine::Decision;
+use crate::outcome::Decision;
 use crate::policy::builtin;
 use crate::workload::{factory, SimJob, SimNode, Workload, MIN, SEC, WEEK};
 use crate::{compare, output, run_simulation};

@@ -1652,11 +1652,12 @@ fn pure_modules_stay_pure() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     // `report/` may keep hash maps: they serve lookups only (a memo, an index, runs by job
     // id with a fixed hasher), and what a report shows is sorted.
-    let modules: [(&str, &[&[&str]]); 5] = [
+    let modules: [(&str, &[&[&str]]); 6] = [
         ("core", &[IMPURE, UNORDERED]),
         ("fair_share.rs", &[IMPURE, UNORDERED]),
         ("fair_share", &[IMPURE, UNORDERED]),
         ("state", &[IMPURE]),
+        ("state/lifecycle", &[IMPURE]),
         ("report", &[IMPURE]),
     ];
     let mut checked = Vec::new();
@@ -1676,6 +1677,10 @@ fn pure_modules_stay_pure() {
         };
         for file in files {
             let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            // A subdirectory listed above is checked as a module of its own.
+            if modules.iter().any(|(listed, _)| src.join(listed) == file) {
+                continue;
+            }
             assert!(
                 !file.is_dir(),
                 "{}: a directory in a pure module: check it here too",

@@ -13,8 +13,8 @@
 //! - `expected`: when pending preemptors are expected to start (`yq --start`).
 //! - `agent_events`: registration and reconciliation, a job's start, a part's end, silent
 //!   nodes.
-//! - `client_events`: submit (a job, or every task of an array), cancel, hold and release,
-//!   requeue, drain and resume.
+//! - `submission`: submit (a job, or every task of an array).
+//! - `client_events`: cancel, hold and release, requeue, drain and resume.
 //! - `targets`: jobs as users name them (`12`, `12_7`, `12_[1-5]`) resolved into job ids.
 //! - `dependencies`: `--dependency` resolved at submit, and the end states of finished jobs
 //!   that live jobs' dependencies name ([`dependencies::EndedTargets`], the core's
@@ -23,8 +23,8 @@
 //!   requeued), and administrators' drains and resumes of GPUs.
 //! - `plan`: applying a plan of the scheduling core (evictions, placements, reasons).
 //! - `views`: what read-only requests show (a node's derived state and GPU holders).
-//! - `lifecycle`: how a job's run ends (an agent's report of a part's end, or a part its agent
-//!   no longer knows).
+//! - `lifecycle`: how a job's run ends (an agent's report of a part's end and the final-state
+//!   decision table, a part its agent no longer knows, nodes gone silent, a failed GPU).
 //! - `usage`: the usage record of every run that an event ends (`Records::account_runs`).
 
 pub mod agent_events;
@@ -39,6 +39,7 @@ pub mod history;
 pub mod lifecycle;
 pub mod plan;
 pub mod reactor;
+pub mod submission;
 pub mod targets;
 pub mod usage;
 pub mod views;

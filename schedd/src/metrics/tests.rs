@@ -477,7 +477,7 @@ fn label_values_are_escaped() {
 /// `DS_PROMETHEUS` input, and asks only for series this registry exports.
 #[test]
 fn the_grafana_dashboard_uses_only_metrics_that_exist() {
-    let text = include_str!("../../docs/grafana/ysched-dashboard.json");
+    let text = include_str!("../../../docs/grafana/ysched-dashboard.json");
     let dash: serde_json::Value = serde_json::from_str(text).expect("dashboard JSON");
     assert_eq!(dash["__inputs"][0]["name"], "DS_PROMETHEUS");
     let nodes: BTreeMap<_, _> = [NodeBuilder::dgx("n1", 8, A100).build()]

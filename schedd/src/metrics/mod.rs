@@ -16,6 +16,10 @@
 //! Every name starts with `ysched_` and carries its unit (`_seconds`); counters end in
 //! `_total`. Label values are tier names, job states, node names and GPU models: bounded by
 //! the config and the cluster.
+//!
+//! Here: the registry, its families and what moves them ([`Metrics`]), and the tiers of
+//! preempted runs that saved a checkpoint; `active`: the job counts kept event by event
+//! ([`ActiveJobs`]); `census`: what a scrape sets the gauges from ([`Census`]).
 
 use crate::state::agent_events::AgentReport;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -29,14 +33,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 use ysched_common::{Job, JobId, JobState, Node, StopReason, StopRequest};
 
-/// The states of jobs that are not finished (finished ones are counted by
-/// `ysched_jobs_ended_total`).
-const ACTIVE: [JobState; 4] = [
-    JobState::Pending,
-    JobState::Held,
-    JobState::Running,
-    JobState::Preempting,
-];
+mod active;
+mod census;
+
+pub use active::ActiveJobs;
+use active::ACTIVE;
+pub use census::{Census, GpuCount};
 
 /// Queue wait (seconds): from a tenth of a second on an idle cluster to a week.
 const WAIT_BUCKETS: [f64; 18] = [
@@ -525,160 +527,5 @@ pub fn preempted_checkpoint_saves(
     saved
 }
 
-/// GPUs of one model on one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuCount {
-    pub node: String,
-    pub model: String,
-    pub total: u32,
-    pub allocated: u32,
-    pub draining: u32,
-    pub out_of_service: u32,
-}
-
-/// What the gauges show, counted under the lock and set at scrape without it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Census {
-    /// Active jobs by tier and state.
-    pub jobs: BTreeMap<(String, JobState), u64>,
-    pub gpus: Vec<GpuCount>,
-    /// Each node and whether its agent has a live session.
-    pub nodes_up: Vec<(String, bool)>,
-    pub compute_sessions: u64,
-    pub login_sessions: u64,
-}
-
-impl Census {
-    /// The job counts of `active`, and one pass over the nodes (with the GPUs `active` says
-    /// are held). `sessions`: whether each live agent session is a login agent's.
-    pub fn count(
-        active: &ActiveJobs,
-        nodes: &BTreeMap<String, Node>,
-        sessions: impl IntoIterator<Item = bool>,
-    ) -> Census {
-        let mut census = Census::default();
-        for (tier, counts) in &active.jobs {
-            for (state, n) in ACTIVE.into_iter().zip(counts) {
-                if *n > 0 {
-                    census.jobs.insert((tier.clone(), state), *n);
-                }
-            }
-        }
-        for node in nodes.values() {
-            let held = active.held.get(node.name.as_str());
-            let draining = node.drain_reason.is_some();
-            let mut models: Vec<GpuCount> = Vec::new();
-            for gpu in node.gpus.iter() {
-                let i = match models.iter().position(|m| m.model == gpu.model) {
-                    Some(i) => i,
-                    None => {
-                        models.push(GpuCount {
-                            node: node.name.clone(),
-                            model: gpu.model.clone(),
-                            total: 0,
-                            allocated: 0,
-                            draining: 0,
-                            out_of_service: 0,
-                        });
-                        models.len() - 1
-                    }
-                };
-                let m = &mut models[i];
-                m.total += 1;
-                m.allocated += u32::from(held.is_some_and(|h| h.contains_key(&gpu.index)));
-                m.draining += u32::from(draining);
-                m.out_of_service += u32::from(node.gpu_out_of_service(gpu.index));
-            }
-            census.gpus.extend(models);
-            census.nodes_up.push((node.name.clone(), node.connected));
-        }
-        for login in sessions {
-            if login {
-                census.login_sessions += 1;
-            } else {
-                census.compute_sessions += 1;
-            }
-        }
-        census
-    }
-}
-
-/// The jobs in memory (not yet finished) by tier and state, and the GPUs those that hold
-/// resources hold: kept up to date event by event, so that a scrape need not walk the jobs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ActiveJobs {
-    /// Tier → jobs in each of the [`ACTIVE`] states, in that order.
-    jobs: BTreeMap<String, [u64; ACTIVE.len()]>,
-    /// Node → GPU index → jobs holding it (one, unless the records disagree with themselves).
-    held: BTreeMap<String, BTreeMap<u32, u32>>,
-}
-
-impl ActiveJobs {
-    /// Counts `jobs` from scratch (at start; and the reference for tests).
-    pub fn count<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> ActiveJobs {
-        let mut active = ActiveJobs::default();
-        for job in jobs {
-            active.add(job);
-        }
-        active
-    }
-
-    /// A version of a job entered memory (a final one leaves nothing).
-    fn add(&mut self, job: &Job) {
-        let Some(slot) = ACTIVE.iter().position(|s| *s == job.state) else {
-            return;
-        };
-        let tier = job.spec.tier.as_str();
-        match self.jobs.get_mut(tier) {
-            Some(counts) => counts[slot] += 1,
-            None => {
-                let mut counts = [0; ACTIVE.len()];
-                counts[slot] = 1;
-                self.jobs.insert(tier.to_string(), counts);
-            }
-        }
-        if job.state.holds_resources() {
-            for (node, gpu) in job.gpus_held() {
-                if !self.held.contains_key(node) {
-                    self.held.insert(node.to_string(), BTreeMap::new());
-                }
-                if let Some(gpus) = self.held.get_mut(node) {
-                    *gpus.entry(gpu).or_default() += 1;
-                }
-            }
-        }
-    }
-
-    /// A version of a job left memory (replaced, or finished).
-    fn remove(&mut self, job: &Job) {
-        let Some(slot) = ACTIVE.iter().position(|s| *s == job.state) else {
-            return;
-        };
-        if let Some(counts) = self.jobs.get_mut(job.spec.tier.as_str()) {
-            counts[slot] = counts[slot].saturating_sub(1);
-            if counts.iter().all(|n| *n == 0) {
-                self.jobs.remove(job.spec.tier.as_str());
-            }
-        }
-        if job.state.holds_resources() {
-            for (node, gpu) in job.gpus_held() {
-                let Some(gpus) = self.held.get_mut(node) else {
-                    continue;
-                };
-                if let Some(n) = gpus.get_mut(&gpu) {
-                    *n -= 1;
-                    if *n == 0 {
-                        gpus.remove(&gpu);
-                    }
-                }
-                if gpus.is_empty() {
-                    self.held.remove(node);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
-#[path = "metrics_tests.rs"]
 mod tests;
