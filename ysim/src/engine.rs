@@ -28,10 +28,10 @@ use ysched_common::{Caller, Config, Gpu, GpuLink, JobId, JobState, Owner, PcieRe
 use ysched_schedd::core::{self, Backfill, FairShare, Policy, Snapshot, Topologies};
 use ysched_schedd::fair_share::{share_table, UsageBook};
 use ysched_schedd::state::agent_events::{Limits, Registration};
-use ysched_schedd::state::client_events::NewJob;
 use ysched_schedd::state::lifecycle::PartEnd;
 use ysched_schedd::state::plan::describe_alloc;
 use ysched_schedd::state::reactor::{At, NoJournal, Ports, Reactor};
+use ysched_schedd::state::submission::NewJob;
 use ysched_schedd::state::{AgentCommand, Effects, Records, SchedulerCopy};
 use ysched_schedd::store::Payload;
 use ysched_schedd::store::Room;

@@ -2,8 +2,8 @@
 //! array's submit, cancel, hold and release of its tasks, dependencies resolved at submit,
 //! the end states kept for them, and `kill_invalid_depend`'s cancel.
 
-use super::client_events::NewJob;
 use super::dependencies::EndedTargets;
+use super::submission::NewJob;
 use super::targets::plain_target;
 use super::{AgentCommand, Records};
 use crate::core::testkit::{alice, bob, JobBuilder, T0};

@@ -11,9 +11,6 @@ use ysched_common::array::{fold_tasks, JobTarget};
 use ysched_common::time::Millis;
 use ysched_common::{AuditRecord, Caller, Job, JobId, JobState, StopReason, StopRequest};
 
-// A submit is the other client event (`submission`); its request is named here too.
-pub use super::submission::NewJob;
-
 /// An audit entry for something `who` did.
 pub fn audit_record(
     who: &Caller,

@@ -1,6 +1,6 @@
 //! Applying plans, and submits, as pure events.
 
-use super::client_events::NewJob;
+use super::submission::NewJob;
 use super::{AgentCommand, Records};
 use crate::core::testkit::{JobBuilder, T0};
 use crate::core::{Eviction, PendingReason, Placement, Plan};

@@ -9,8 +9,8 @@
 //! is recorded exactly once (`usage`), in the event that ends it.
 
 use super::agent_events::{AgentReport, Limits, Registration};
-use super::client_events::NewJob;
 use super::lifecycle::{PartEnd, FENCE_SLACK_MS};
+use super::submission::NewJob;
 use super::{Effects, Records};
 use crate::core::testkit::{NodeBuilder, A100, H100, T0};
 use crate::core::{schedule, Policy, Snapshot};

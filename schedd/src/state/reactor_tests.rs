@@ -3,10 +3,10 @@
 //! counted at once and enter memory only when settled.
 
 use super::agent_events::Limits;
-use super::client_events::NewJob;
 use super::lifecycle::PartEnd;
 use super::reactor::testing::{self, Kept};
 use super::reactor::{Clock, NoJournal, NoObserver, Ports};
+use super::submission::NewJob;
 use super::Records;
 use crate::core::testkit::{JobBuilder, T0};
 use crate::store::{Payload, Room};

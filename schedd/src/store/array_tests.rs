@@ -2,7 +2,7 @@
 //! shared again after a reopen, and the payload is the array's.
 
 use super::*;
-use crate::state::client_events::NewJob;
+use crate::state::submission::NewJob;
 use crate::state::Records;
 use std::sync::Arc;
 use ysched_common::{ArraySpec, JobSpec, JobState, Owner};
