@@ -1,5 +1,4 @@
-//! Acting as another user from the root test process: one thread's credentials switched with
-//! raw syscalls, to open connections or run code as that uid.
+//! Acting as another uid from the root test process, on one thread whose credentials change.
 
 use std::path::Path;
 

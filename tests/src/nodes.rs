@@ -1,5 +1,4 @@
-//! The nodes a test cluster runs: fake GPU inventories ([`FakeNode`]) and mock-NVML machines
-//! ([`NvmlNode`]).
+//! The nodes a test cluster runs: fake GPU inventories and mock-NVML machines.
 
 use crate::mock_nvml::Machine;
 

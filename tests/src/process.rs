@@ -1,5 +1,4 @@
-//! Processes seen through `/proc`: killing every one a test cluster started, and reading one's
-//! resident memory.
+//! Processes seen through `/proc`: killing those a test cluster started, reading one's memory.
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
-//! The test cluster's agents: started on fake inventories or mock-NVML machines, changed under
-//! them, signalled, stopped, and impostor and login agents.
+//! The test cluster's agents: started, changed under, signalled and stopped; impostors, logins.
 
 use super::TestCluster;
 use crate::mock_nvml::{self, Machine};

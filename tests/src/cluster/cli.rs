@@ -1,5 +1,4 @@
-//! Running the CLIs against the test cluster: as the test's user or another uid, through
-//! schedd's socket or an agent's, with a deadline, or in the background.
+//! Running the CLIs against the test cluster: as any uid, on any socket, with a deadline.
 
 use super::TestCluster;
 use std::path::PathBuf;

@@ -1,5 +1,4 @@
-//! [`TestCluster`]: a real schedd and real agents on loopback in a temp dir, started, configured,
-//! logged and killed; its schedd, agents, CLI runs and job queries are in the modules below.
+//! [`TestCluster`]: a real schedd and agents on loopback in a temp dir, started and torn down.
 
 mod agents;
 mod cli;

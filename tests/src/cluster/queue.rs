@@ -1,5 +1,4 @@
-//! Submitting jobs and reading jobs and nodes through the CLIs' JSON, and waiting for a job's
-//! state, a pass's verdict or the nodes' registration.
+//! Submitting jobs, reading jobs and nodes as JSON, and waiting for their states.
 
 use super::TestCluster;
 use crate::{stderr, stdout};

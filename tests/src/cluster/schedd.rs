@@ -1,5 +1,4 @@
-//! The test cluster's schedd: started (optionally under an address-space limit), signalled,
-//! waited for, and moved onto a tmpfs of its own.
+//! The test cluster's schedd: started, limited, signalled, waited for and moved onto a tmpfs.
 
 use super::TestCluster;
 use crate::{mount_tmpfs, Mounted};

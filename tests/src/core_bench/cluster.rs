@@ -1,5 +1,4 @@
-//! The generated cluster of the core benchmark: nodes of four wirings, running and pending jobs
-//! of every tier and shape, from a fixed seed.
+//! The core benchmark's generated cluster: four node wirings, running and pending jobs, seeded.
 
 use super::*;
 

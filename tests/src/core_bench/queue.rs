@@ -1,10 +1,9 @@
-//! The second scenario's cluster: the same, with arrays, dependencies and time limits, as a real
-//! queue looks.
+//! The core benchmark's second cluster: the same with arrays, dependencies and time limits.
 
 use super::cluster::*;
 use super::*;
 
-/// The generated cluster with arrays, dependencies and time limits (see the module doc), and
+/// The generated cluster with arrays, dependencies and time limits (see `core_bench`'s doc), and
 /// how the finished targets of dependencies ended.
 pub(super) struct QueueCluster {
     pub(super) cluster: BenchCluster,

@@ -1,5 +1,4 @@
-//! Tests of the core benchmark on small clusters: its figures, and that its scenarios reach
-//! every path they are meant to.
+//! Tests of the core benchmark on small clusters: its figures, and the paths its scenarios reach.
 
 use super::*;
 use ysched_schedd::core::{PendingReason, Plan};

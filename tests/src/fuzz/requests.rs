@@ -1,5 +1,4 @@
-//! Generators of every part of a request: texts around their limits and odd Unicode, job
-//! names and ranges, dependencies, numbers, scripts and whole job specs.
+//! The fuzz's request generators: edge-length texts, odd Unicode, names, ranges, numbers, specs.
 
 use super::Rng;
 use ysched_proto as pb;

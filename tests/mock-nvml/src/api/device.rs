@@ -1,5 +1,4 @@
-//! Device queries: count, handles by index and UUID, and each GPU's index, name, UUID, memory,
-//! PCI address, NUMA node and MIG mode.
+//! Device queries: count, handles, and each GPU's index, name, UUID, memory, PCI, NUMA and MIG.
 
 use super::*;
 use std::ffi::CStr;

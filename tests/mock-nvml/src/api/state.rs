@@ -1,5 +1,4 @@
-//! The library's state behind one lock: the machine file as last read, the device handles
-//! handed out, and the event sets.
+//! The library's state behind one lock: the machine file as last read, handles and event sets.
 
 use super::{Device, Return, GPU_IS_LOST, INVALID_ARGUMENT, UNINITIALIZED, UNKNOWN};
 use crate::machine::{self, Machine, MockGpu, MACHINE_ENV};

@@ -1,4 +1,4 @@
-//! Topology: each GPU's NVLinks and where they lead, and the PCIe common ancestor of two GPUs.
+//! Topology: each GPU's NVLinks and where they lead, and two GPUs' PCIe common ancestor.
 
 use super::*;
 use crate::machine::MockGpu;

@@ -1,5 +1,4 @@
-//! What the groups share to set up a run: counts from the environment, a cluster of real or
-//! simulated agents, job specs and the API submitter.
+//! What the bench groups share to set up a run: env counts, clusters, job specs, the submitter.
 
 use std::time::{Duration, Instant};
 use ysched_proto as pb;
