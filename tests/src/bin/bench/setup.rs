@@ -1,0 +1,96 @@
+//! What the bench groups share to set up a run: env counts, clusters, job specs, the submitter.
+
+use std::time::{Duration, Instant};
+use ysched_proto as pb;
+use ysched_tests::*;
+
+pub const A100: &str = "NVIDIA A100-SXM4-80GB";
+
+/// A cluster with real agents; `BENCH_NODE_TOML` (e.g. `cgroup_root = "none"`) is added to
+/// their `[node]` table, to compare settings.
+pub fn real_cluster(nodes: Vec<FakeNode>) -> TestCluster {
+    let node_toml = std::env::var("BENCH_NODE_TOML").unwrap_or_default();
+    TestCluster::start_with(nodes, "", &node_toml)
+}
+
+pub fn held_spec(workdir: &str) -> pb::JobSpec {
+    pb::JobSpec {
+        name: "bench".into(),
+        script: "#!/bin/sh\ntrue\n".into(),
+        workdir: workdir.into(),
+        hold: true,
+        env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+        ..Default::default()
+    }
+}
+
+/// A count from the environment, else `default`.
+pub fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Starts `n_nodes` simulated 8-GPU agents against `c`'s schedd and waits until all have
+/// registered; jobs without `YS_SIM_DURATION_MS` run for `default_duration`.
+pub fn start_fleet(
+    rt: &tokio::runtime::Runtime,
+    c: &TestCluster,
+    n_nodes: usize,
+    default_duration: Duration,
+) -> std::sync::Arc<ysched_tests::fleet::FleetStats> {
+    let read = |f: &str| std::fs::read_to_string(c.dir.path().join(f)).unwrap();
+    let config = ysched_tests::fleet::FleetConfig {
+        schedd: format!("127.0.0.1:{}", c.port),
+        ca_cert_pem: read("cluster-ca.crt"),
+        cluster_key: read("cluster.key").trim().to_string(),
+        nodes: n_nodes,
+        gpus_per_node: 8,
+        default_duration,
+        heartbeat: Duration::from_secs(2),
+    };
+    let stats = rt.block_on(async { ysched_tests::fleet::start(config) });
+    wait_until(Duration::from_secs(120), "the fleet registers", || {
+        stats.registered.load(std::sync::atomic::Ordering::Relaxed) >= n_nodes as u64
+    });
+    stats
+}
+
+/// Submits `n` jobs made by `spec(i)` through the API from 64 clients at once; returns each
+/// submit's latency (ms).
+pub fn submit_all(
+    rt: &tokio::runtime::Runtime,
+    c: &TestCluster,
+    n: usize,
+    spec: impl Fn(usize) -> pb::JobSpec + Send + Sync + 'static,
+) -> Vec<f64> {
+    let spec = std::sync::Arc::new(spec);
+    rt.block_on(async {
+        let per = n.div_ceil(64);
+        let mut tasks = Vec::new();
+        for k in 0..64 {
+            let sock = c.socket();
+            let spec = spec.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut client = ysub::client::connect(&sock).await.unwrap();
+                let mut latencies_ms = Vec::new();
+                for i in k * per..((k + 1) * per).min(n) {
+                    let spec = spec(i);
+                    let t = Instant::now();
+                    client
+                        .submit(pb::SubmitRequest { spec: Some(spec) })
+                        .await
+                        .unwrap();
+                    latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                latencies_ms
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    })
+}

@@ -1,0 +1,226 @@
+//! [`TestCluster`]: a real schedd and agents on loopback in a temp dir, started and torn down.
+
+mod agents;
+mod cli;
+mod queue;
+mod schedd;
+
+use crate::{kill_tagged, FakeNode, NvmlNode};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+/// A running test cluster: schedd and its agents in a temp dir of its own; dropping it kills
+/// every process it started.
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub conf: PathBuf,
+    /// A world-writable directory for job files (jobs may run as `nobody`).
+    pub work: PathBuf,
+    pub port: u16,
+    tag: String,
+    bin_dir: PathBuf,
+    schedd: Option<Child>,
+    agents: BTreeMap<String, Child>,
+    nodes: Vec<FakeNode>,
+    nvml_nodes: Vec<NvmlNode>,
+    /// `RLIMIT_AS` (bytes) for schedd, from its next start (see
+    /// [`TestCluster::restart_schedd_with_memory_limit`]).
+    schedd_address_space: Option<u64>,
+}
+
+/// Where cargo put the binaries: next to the test executable's `deps/` directory.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // Tests run from target/<profile>/deps, the bench binary from target/<profile>.
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    for b in ["schedd", "noded", "ysub", "yq", "ycancel", "yctl"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} missing: build the binaries first (scripts/test.sh does `cargo build --bins`)",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestCluster {
+    /// Starts schedd and one agent per node, and waits until every node is registered.
+    pub fn start(nodes: Vec<FakeNode>) -> TestCluster {
+        Self::start_with_config(nodes, "")
+    }
+
+    /// As [`start`], with extra TOML appended to the generated config (e.g. tiers).
+    pub fn start_with_config(nodes: Vec<FakeNode>, extra_toml: &str) -> TestCluster {
+        Self::start_with(nodes, "", extra_toml)
+    }
+
+    /// As [`start`], with `scheduler_toml` added to the `[scheduler]` table and `extra_toml`
+    /// appended after the `[node]` table (node keys, then other tables such as tiers).
+    pub fn start_with(nodes: Vec<FakeNode>, scheduler_toml: &str, extra_toml: &str) -> TestCluster {
+        Self::start_all(nodes, Vec::new(), scheduler_toml, extra_toml)
+    }
+
+    /// As [`start`], with `nvml_nodes` too: agents that find their GPUs through NVML.
+    pub fn start_with_nvml(nodes: Vec<FakeNode>, nvml_nodes: Vec<NvmlNode>) -> TestCluster {
+        Self::start_all(nodes, nvml_nodes, "", "")
+    }
+
+    /// As [`start_with_nvml`], with `scheduler_toml` and `extra_toml` as in [`start_with`].
+    pub fn start_with_nvml_config(
+        nodes: Vec<FakeNode>,
+        nvml_nodes: Vec<NvmlNode>,
+        scheduler_toml: &str,
+        extra_toml: &str,
+    ) -> TestCluster {
+        Self::start_all(nodes, nvml_nodes, scheduler_toml, extra_toml)
+    }
+
+    fn start_all(
+        nodes: Vec<FakeNode>,
+        nvml_nodes: Vec<NvmlNode>,
+        scheduler_toml: &str,
+        extra_toml: &str,
+    ) -> TestCluster {
+        let dir = tempfile::Builder::new().prefix("ys").tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let port = free_port();
+        let conf = dir.path().join("ysched.toml");
+        let d = dir.path().display();
+        std::fs::write(
+            &conf,
+            format!(
+                "[scheduler]\n{scheduler_toml}\nlisten = \"127.0.0.1:{port}\"\nsocket = \"{d}/schedd.sock\"\nstate_dir = \"{d}/state\"\n\
+                 cluster_key_file = \"{d}/cluster.key\"\ncheckpoint_root = \"{d}/work/ckpt\"\nheartbeat_secs = 2\n\
+                 [node]\nspool_dir = \"{d}/spool\"\n{extra_toml}\n"
+            ),
+        )
+        .unwrap();
+        let tag = format!("ystest-{}-{port}", std::process::id());
+        let mut c = TestCluster {
+            dir,
+            conf,
+            work,
+            port,
+            tag,
+            bin_dir: bin_dir(),
+            schedd: None,
+            agents: BTreeMap::new(),
+            nodes: nodes.clone(),
+            nvml_nodes: nvml_nodes.clone(),
+            schedd_address_space: None,
+        };
+        c.start_schedd();
+        for name in nodes
+            .iter()
+            .map(|n| &n.name)
+            .chain(nvml_nodes.iter().map(|n| &n.name))
+        {
+            c.start_agent(name);
+        }
+        c.wait_nodes_up(c.node_count());
+        c
+    }
+
+    /// The nodes the cluster was started with.
+    fn node_count(&self) -> usize {
+        self.nodes.len() + self.nvml_nodes.len()
+    }
+
+    /// Restarts schedd with `scheduler.node_timeout_secs` set (the agents stay connected).
+    pub fn with_node_timeout(mut self, secs: u64) -> TestCluster {
+        let text = std::fs::read_to_string(&self.conf).unwrap();
+        let text = text.replacen(
+            "[scheduler]\n",
+            &format!("[scheduler]\nnode_timeout_secs = {secs}\n"),
+            1,
+        );
+        std::fs::write(&self.conf, text).unwrap();
+        self.stop_schedd(nix::sys::signal::Signal::SIGTERM);
+        self.start_schedd();
+        self.wait_nodes_up(self.node_count());
+        self
+    }
+
+    fn command(&self, bin: &str) -> Command {
+        self.command_at(&self.bin_dir.join(bin))
+    }
+
+    fn command_at(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("YSCHED_CONF", &self.conf)
+            .env("YSCHED_TEST_TAG", &self.tag)
+            .env_remove("RUST_LOG")
+            .current_dir(&self.work);
+        cmd
+    }
+
+    fn log_file(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .unwrap()
+    }
+
+    /// The daemons' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
+            let mut files: Vec<_> = rd
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .collect();
+            files.sort_by_key(|e| e.path());
+            for e in files {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                s.push_str(&format!("--- {}\n", e.path().display()));
+                for l in tail.into_iter().rev() {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.work.join(rel)
+    }
+
+    /// Writes an executable script into the work dir.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.work.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        use nix::sys::signal::Signal::SIGKILL;
+        self.stop_schedd(SIGKILL);
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for n in names {
+            self.stop_agent(&n, SIGKILL);
+        }
+        kill_tagged(&self.tag);
+    }
+}

@@ -1,0 +1,46 @@
+//! Processes seen through `/proc`: killing those a test cluster started, reading one's memory.
+
+use std::time::Duration;
+
+/// SIGKILLs every process whose environment carries `YSCHED_TEST_TAG=<tag>`.
+pub fn kill_tagged(tag: &str) {
+    let needle = format!("YSCHED_TEST_TAG={tag}");
+    for _ in 0..3 {
+        let mut found = false;
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                if pid == std::process::id() as i32 {
+                    continue;
+                }
+                let Ok(env) = std::fs::read(e.path().join("environ")) else {
+                    continue;
+                };
+                if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                    found = true;
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+        if !found {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The resident memory of process `pid` in MiB (`VmRSS`), 0 when it is gone.
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
