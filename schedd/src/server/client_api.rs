@@ -116,11 +116,11 @@ impl pb::ysched_server::Ysched for ClientApi {
         // Bounded before anything is looked up (see `convert::job_filter`).
         let mut filter = super::convert::job_filter(req.get_ref())?;
         let r = req.into_inner();
-        let cluster = Arc::clone(&self.cluster);
         // Names are resolved and finished jobs read from the store on a blocking thread: a
         // listing of the whole history must not hold up the threads that answer everyone.
-        let mut jobs =
-            tokio::task::spawn_blocking(move || -> Result<Vec<pb::JobInfo>, ApiError> {
+        let mut jobs = self
+            .cluster
+            .off_runtime(move |cluster| {
                 if !r.targets.is_empty() {
                     let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
                     filter.ids.extend(named);
@@ -130,8 +130,7 @@ impl pb::ysched_server::Ysched for ClientApi {
                 super::convert::add_expected_starts(&mut jobs, &cluster.expected_starts());
                 Ok(jobs)
             })
-            .await
-            .map_err(|e| ApiError::Internal(format!("listing jobs failed: {e}")))??;
+            .await?;
         super::convert::hide_others_usage(&mut jobs, &caller, self.cluster.config());
         tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
         Ok(Response::new(pb::JobList { jobs }))
@@ -293,11 +292,11 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::AuditList>, Status> {
         let (caller, _) = self.caller(&req).await?;
         let limit = req.get_ref().limit as usize;
-        let cluster = Arc::clone(&self.cluster);
         // A scan of the audit log in the store: on a blocking thread.
-        let entries = tokio::task::spawn_blocking(move || cluster.audit_log(&caller, limit))
-            .await
-            .map_err(|e| ApiError::Internal(format!("reading the audit log failed: {e}")))??;
+        let entries = self
+            .cluster
+            .off_runtime(move |cluster| cluster.audit_log(&caller, limit))
+            .await?;
         Ok(Response::new(pb::AuditList {
             entries: entries.iter().map(Into::into).collect(),
         }))

@@ -222,7 +222,7 @@ impl Cluster {
 
     /// Runs `work` (store reads that may wait for the disk, file system calls) on tokio's
     /// blocking pool: never on a runtime worker, which every other request shares.
-    pub(super) async fn off_runtime<T: Send + 'static>(
+    pub async fn off_runtime<T: Send + 'static>(
         self: &Arc<Self>,
         work: impl FnOnce(&Cluster) -> ApiResult<T> + Send + 'static,
     ) -> ApiResult<T> {
