@@ -109,6 +109,18 @@ impl From<&JobSpec> for pb::JobSpec {
                 .as_ref()
                 .map(|d| d.text.clone())
                 .unwrap_or_default(),
+            nodelist: s.nodelist.clone(),
+            exclude: s.exclude.clone(),
+            exclusive: s.exclusive,
+            begin_unix_secs: s.begin_unix_secs.unwrap_or(0),
+            mail_types: s.mail_types.clone(),
+            mail_user: s.mail_user.clone(),
+            ntasks_per_node: s.ntasks_per_node,
+            partition: s.partition.clone(),
+            qos: s.qos.clone(),
+            slurm_env: s.slurm_env,
+            open_append: s.open_append,
+            comment: s.comment.clone(),
         }
     }
 }
@@ -258,6 +270,18 @@ impl From<pb::JobSpec> for crate::SubmitRequest {
             }),
             array: w.array,
             dependency: w.dependency,
+            nodelist: w.nodelist,
+            exclude: w.exclude,
+            exclusive: w.exclusive,
+            begin_unix_secs: w.begin_unix_secs,
+            mail_types: w.mail_types,
+            mail_user: w.mail_user,
+            ntasks_per_node: w.ntasks_per_node,
+            partition: w.partition,
+            qos: w.qos,
+            slurm_env: w.slurm_env,
+            open_append: w.open_append,
+            comment: w.comment,
         }
     }
 }

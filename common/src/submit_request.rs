@@ -48,4 +48,28 @@ pub struct SubmitRequest {
     pub array: String,
     /// `--dependency` as typed.
     pub dependency: String,
+    /// `-w/--nodelist`: exactly these nodes (names, host lists already expanded).
+    pub nodelist: Vec<String>,
+    /// `-x/--exclude`: never these nodes.
+    pub exclude: Vec<String>,
+    /// `--exclusive`: whole nodes.
+    pub exclusive: bool,
+    /// `--begin`, seconds since the epoch; 0: now.
+    pub begin_unix_secs: u64,
+    /// `--mail-type`, upper case as typed (`BEGIN`, `END`, `ALL`...).
+    pub mail_types: Vec<String>,
+    /// `--mail-user`; empty: the submitting user.
+    pub mail_user: String,
+    /// `--ntasks-per-node`; 0: not given.
+    pub ntasks_per_node: u32,
+    /// Slurm's `--partition`: a tier name or a key of `slurm.partitions`.
+    pub partition: String,
+    /// Slurm's `--qos`: a tier name or a key of `slurm.qos`.
+    pub qos: String,
+    /// `--slurm-env`: set Slurm's `SLURM_*` variables in the job too.
+    pub slurm_env: bool,
+    /// `--open-mode=append`.
+    pub open_append: bool,
+    /// `--comment` (or Slurm's `--wckey`).
+    pub comment: String,
 }

@@ -138,6 +138,42 @@ pub struct JobSpec {
     /// `--dependency`, resolved into job ids at submit.
     #[serde(default)]
     pub dependency: Option<crate::dependency::Dependency>,
+    /// `-w/--nodelist`: the job runs on exactly these nodes.
+    #[serde(default)]
+    pub nodelist: Vec<String>,
+    /// `-x/--exclude`: the job never runs on these nodes.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// `--exclusive`: the job takes whole nodes.
+    #[serde(default)]
+    pub exclusive: bool,
+    /// `--begin`: not started before this time (seconds since the epoch).
+    #[serde(default)]
+    pub begin_unix_secs: Option<u64>,
+    /// `--mail-type`: the events mailed to `mail_user` (upper case, `ALL` expanded).
+    #[serde(default)]
+    pub mail_types: Vec<String>,
+    /// `--mail-user`: the address mailed (empty: the user).
+    #[serde(default)]
+    pub mail_user: String,
+    /// `--ntasks-per-node`: processes the job's own launcher starts per node (0: not given).
+    #[serde(default)]
+    pub ntasks_per_node: u32,
+    /// Slurm's partition as given (the tier it mapped to is `tier`); empty: none given.
+    #[serde(default)]
+    pub partition: String,
+    /// Slurm's QOS as given (mapped to `tier`); empty: none given.
+    #[serde(default)]
+    pub qos: String,
+    /// `--slurm-env`: the job sees Slurm's `SLURM_*` variables too.
+    #[serde(default)]
+    pub slurm_env: bool,
+    /// `--open-mode=append`: output files are appended to.
+    #[serde(default)]
+    pub open_append: bool,
+    /// `--comment`: free text kept with the job.
+    #[serde(default)]
+    pub comment: String,
 }
 
 /// Why a running job was asked to stop.

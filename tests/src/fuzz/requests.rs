@@ -395,6 +395,8 @@ impl Gen {
             } else {
                 self.dependency()
             },
+            // Slurm's options (nodelist, begin, mail...) are fuzzed where they are carried out.
+            ..Default::default()
         }
     }
 

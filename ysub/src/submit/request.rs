@@ -120,6 +120,7 @@ pub fn build_spec(
         }),
         array: text(&options.array),
         dependency: text(&options.dependency),
+        ..Default::default()
     })
 }
 
