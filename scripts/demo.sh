@@ -66,10 +66,23 @@ for _ in $(seq 100); do
 done
 cat > "$dir/stop" <<STOP
 #!/usr/bin/env bash
+# Ends every job of the demo, whoever submitted it, then the daemons. The starter is an
+# administrator when it is root (the only way jobs of other users run here); otherwise every
+# job is its own. Jobs get their grace window; whatever is left after it (a job whose node
+# agent is gone) is killed by its spool path, which only this demo's processes carry.
 export YSCHED_CONF="$dir/ysched.toml"
-"$bin/ycancel" -u "\$(id -un)" 2>/dev/null || true
-sleep 1
+active_ids() {
+  "$bin/yq" --json -t PENDING,HELD,RUNNING,PREEMPTING 2>/dev/null | grep -o '"id": *[0-9]*' | grep -o '[0-9]*$' | sort -u
+}
+# ycancel takes at most 1000 ids a command.
+active_ids | xargs -r -n 500 "$bin/ycancel" >/dev/null 2>&1 || true
+for _ in \$(seq 150); do
+  [ -z "\$(active_ids)" ] && break
+  sleep 0.2
+done
 kill \$(cat "$dir/pids") 2>/dev/null || true
+sleep 0.5
+pkill -KILL -f "$dir/spool/" 2>/dev/null || true
 echo "demo cluster stopped (files kept in $dir)"
 STOP
 chmod +x "$dir/stop"

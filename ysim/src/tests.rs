@@ -293,3 +293,25 @@ fn a_csv_trace_replays() {
         ("vision", 1.0)
     );
 }
+
+#[test]
+fn the_shipped_sample_trace_runs_on_its_cluster() {
+    // docs/simulation.md's first example from a fresh clone: the sample in ysim/samples/.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples");
+    let nodes = crate::workload::csv::read_cluster(&dir.join("nodes.csv")).unwrap();
+    assert_eq!(nodes.len(), 6);
+    let w = crate::workload::csv::read_jobs(&dir.join("week.csv"), nodes).unwrap();
+    assert_eq!(w.jobs.len(), 240);
+    let (r, _) = run_simulation(&w, &builtin("preempt", &BTreeMap::new()).unwrap());
+    assert!(r.completed > 200, "{} of 240 completed", r.completed);
+    assert!(r.preemptions > 0, "the sample has contention worth comparing");
+}
+
+#[test]
+fn a_missing_alibaba_trace_says_where_to_get_it() {
+    let err = crate::workload::alibaba::read_nodes(std::path::Path::new("/nonexistent"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("github.com/alibaba/clusterdata"), "{err}");
+    assert!(err.contains("ysim/samples/week.csv"), "{err}");
+}

@@ -245,3 +245,19 @@ fn tasks_fold() {
     assert_eq!(display_id(JobId(19), Some(&a)), "12_7");
     assert_eq!(display_id(JobId(19), None), "19");
 }
+
+#[test]
+fn the_default_array_limit_is_the_one_the_guides_state() {
+    // User guide, admin guide and the error agree: the largest index is 10000 by default.
+    assert!(ArraySpec::parse("0-10000", DEFAULT_MAX_ARRAY_SIZE).is_ok());
+    assert_eq!(
+        ArraySpec::parse("0-10001", DEFAULT_MAX_ARRAY_SIZE).unwrap_err(),
+        "--array '0-10001': index 10001 is above the largest allowed, 10000 \
+         (scheduler.max_array_size = 10001)"
+    );
+    let guide = include_str!("../../../docs/user-guide.md");
+    assert!(
+        guide.contains("index 10001\nis above the largest allowed, 10000 (scheduler.max_array_size = 10001)"),
+        "the user guide quotes the error as it is"
+    );
+}

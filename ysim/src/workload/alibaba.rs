@@ -28,6 +28,23 @@ use std::path::{Path, PathBuf};
 /// workspace).
 pub const DEFAULT_DIR: &str = "../shared/traces/alibaba-gpu-v2023";
 
+/// Where to get the trace, which the repository does not ship (its licence is unclear).
+const WHERE_TO_GET_IT: &str = "the Alibaba trace is not part of ysched: download \
+    cluster-trace-gpu-v2023/csv/ (openb_node_list_all_node.csv, openb_pod_list_gpuspec33.csv, \
+    openb_pod_list_default.csv) from https://github.com/alibaba/clusterdata into DIR/csv/ and \
+    pass --trace-dir DIR; or try the sample shipped with ysim: --trace ysim/samples/week.csv \
+    --cluster ysim/samples/nodes.csv";
+
+/// Reads one of the trace's files, saying where to get the trace when it is not there.
+fn read_trace_file(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("cannot read {}: not found; {WHERE_TO_GET_IT}", path.display())
+        }
+        read => read.with_context(|| format!("cannot read {} (see --trace-dir)", path.display())),
+    }
+}
+
 /// QoS class -> tier.
 pub const QOS_TIERS: [(&str, &str); 4] = [
     ("LS", "high"),
@@ -68,8 +85,7 @@ fn number(row: &std::collections::BTreeMap<String, String>, col: &str) -> Result
 /// The trace's nodes.
 pub fn read_nodes(dir: &Path) -> Result<Vec<SimNode>> {
     let path = dir.join("csv/openb_node_list_all_node.csv");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {} (see --trace-dir)", path.display()))?;
+    let text = read_trace_file(&path)?;
     let mut nodes = Vec::new();
     for (no, row) in records(&text)? {
         let at = || format!("{} line {no}", path.display());
@@ -132,8 +148,7 @@ pub fn load(opts: &Options) -> Result<Workload> {
         "openb_pod_list_default.csv"
     };
     let path = opts.dir.join("csv").join(file);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {} (see --trace-dir)", path.display()))?;
+    let text = read_trace_file(&path)?;
     let rng = Rng::new(opts.seed).fork(0xA11BABA);
     let (mut tasks, mut unscheduled, mut fractional, mut constrained) = (0, 0, 0, 0);
     let mut jobs = Vec::new();
