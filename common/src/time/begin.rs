@@ -33,6 +33,8 @@ pub trait LocalClock {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemLocalTime;
 
+// `time_t` is 64 bits here but 32 on some targets: the conversions stay for those.
+#[allow(clippy::useless_conversion)]
 impl LocalClock for SystemLocalTime {
     fn civil(&self, secs: i64) -> Option<Civil> {
         let t: libc::time_t = secs.try_into().ok()?;
