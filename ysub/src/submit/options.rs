@@ -143,7 +143,8 @@ pub struct JobOptions {
     /// Give the job Slurm's SLURM_* variables too (SLURM_JOB_ID, SLURM_PROCID...)
     #[arg(long = "slurm-env")]
     pub slurm_env: bool,
-    /// Open the output and error files for appending instead of truncating them
+    /// How the output and error files are opened: `append` to them, or `truncate` them (the
+    /// default)
     #[arg(long = "open-mode", value_name = "MODE", value_enum)]
     pub open_mode: Option<OpenMode>,
     /// Free text kept with the job (at most 1024 bytes), shown by `yctl show job`
