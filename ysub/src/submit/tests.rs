@@ -643,3 +643,61 @@ fn only_terminal_states_end_the_wait() {
     assert!(!is_finished(&finished("PREEMPTING", None, None)));
     assert!(is_finished(&finished("TIMEOUT", None, None)));
 }
+
+#[test]
+fn the_new_options_refuse_empty_values_and_name_their_bounds() {
+    for (args, wanted) in [
+        (&["--mail-user", ""][..], "--mail-user is empty"),
+        (&["--partition", " "], "--partition is empty"),
+        (&["--qos", ""], "--qos is empty"),
+        (&["--comment", ""], "--comment is empty"),
+        (&["--wckey", ""], "--wckey is empty"),
+    ] {
+        let err = spec_for("#!/bin/sh\n", args).unwrap_err().to_string();
+        assert!(err.contains(wanted), "{args:?}: {err}");
+    }
+    for (args, wanted) in [
+        (&["-w", ""][..], "--nodelist '' has an empty name"),
+        (&["-x", "a,"], "--exclude 'a,' has an empty name"),
+        (&["--begin", ""], "invalid --begin ''"),
+        (&["--mail-type", ""], "invalid --mail-type ''"),
+        (
+            &["--ntasks-per-node", "10001"],
+            "--ntasks-per-node 10001 exceeds the maximum of 10000",
+        ),
+        (
+            &["--gpus-per-node", "100001"],
+            "--gpus-per-node 100001 exceeds the maximum of 100000",
+        ),
+        (&["--gres", "gpu:"], "invalid --gres 'gpu:'"),
+        (
+            &["--open-mode", ""],
+            "a value is required for '--open-mode <MODE>'",
+        ),
+    ] {
+        let err = parse_error(&[args, &["s.sh"]].concat());
+        assert!(err.contains(wanted), "{args:?}: {err}");
+    }
+    let long = |n: usize| "x".repeat(n);
+    for (flag, n, wanted) in [
+        ("--partition", 65, "partition is 65 bytes; the limit is 64"),
+        ("--qos", 65, "QOS is 65 bytes; the limit is 64"),
+        (
+            "--mail-user",
+            257,
+            "mail user is 257 bytes; the limit is 256",
+        ),
+        (
+            "--comment",
+            1025,
+            "comment is 1025 bytes; the limit is 1024",
+        ),
+        ("-w", 256, "node name is 256 bytes"),
+    ] {
+        let value = long(n);
+        let err = spec_for("#!/bin/sh\n", &[flag, &value])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(wanted), "{flag}: {err}");
+    }
+}
