@@ -540,7 +540,7 @@ pub(super) fn busy_cluster_gen() -> impl Strategy<Value = Cluster> {
                 if let Some(allocs) = placed {
                     for alloc in &allocs {
                         let view = views.get_mut(alloc.node.as_str()).expect("known node");
-                        view.add_alloc(job.id, Claim::Running, alloc, None);
+                        view.add_alloc(job.id, Claim::Running, alloc, None, job.spec.exclusive);
                     }
                     job.alloc = allocs;
                     job.state = JobState::Running;

@@ -228,7 +228,7 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
                     let view = views
                         .get_mut(alloc.node.as_str())
                         .expect("placed on a known node");
-                    view.add_alloc(job.id, Claim::Running, alloc, None);
+                    view.add_alloc(job.id, Claim::Running, alloc, None, job.spec.exclusive);
                 }
                 job.alloc = allocs;
                 job.state = JobState::Running;
@@ -477,6 +477,7 @@ fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
             | Decision::Reserved(..)
             | Decision::Dependency(_)
             | Decision::OverLimit(_)
+            | Decision::NodesUnavailable
             | Decision::Unsatisfiable(_) => {}
         }
     }
