@@ -21,4 +21,5 @@ mod nvml;
 mod placement;
 mod preemption;
 mod report;
+mod slurm_options;
 mod ysim_agreement;
