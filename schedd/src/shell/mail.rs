@@ -10,7 +10,8 @@
 //! **What.** `BEGIN`: the job started. `END`: it ended, whichever way. `FAIL`: it ended
 //! FAILED, NODE_FAIL, TIMEOUT or OUT_OF_MEMORY. `TIME_LIMIT` (and `TIME_LIMIT_50/80/90`, which
 //! ysched does not tell apart): it reached its time limit (TIMEOUT). `REQUEUE`: it went back to
-//! the queue after running. `INVALID_DEPEND`: its dependency can never be met. One mail per
+//! the queue after running. `INVALID_DEPEND`: its dependency can never be met (its pending
+//! reason becomes `DependencyNeverSatisfied`, or it is cancelled for it). One mail per
 //! event: an end that is a failure at its time limit is one "Reached time limit" mail when
 //! TIME_LIMIT was asked for, else one "Failed" mail when FAIL was, else one "Ended".
 //!
@@ -118,11 +119,7 @@ pub fn collect(rec: &Records, jobs: &[Job], out: &mut Vec<Mail>) {
             continue;
         };
         let per_task = new.array.is_none() || wants(new, "ARRAY_TASKS");
-        let subject_id = if per_task {
-            new.display_id()
-        } else {
-            format!("{}_*", new.array.as_ref().map_or(new.id, |a| a.array_id))
-        };
+        let subject_id = subject_id(new, per_task);
         if !per_task {
             let Some(task) = new.array.as_ref() else {
                 continue;
@@ -148,6 +145,39 @@ pub fn collect(rec: &Records, jobs: &[Job], out: &mut Vec<Mail>) {
         if let Some(mail) = mail_for(new, event, &subject_id, per_task) {
             out.push(mail);
         }
+    }
+}
+
+/// The `INVALID_DEPEND` mails of an event's new pending reasons (kept in memory only, not
+/// among its jobs): a job whose dependency has just become impossible to meet. Cheap when no
+/// reason is that one.
+pub fn collect_reasons(rec: &Records, reasons: &[(JobId, String)], out: &mut Vec<Mail>) {
+    let never = "DependencyNeverSatisfied";
+    for (id, reason) in reasons.iter().filter(|(_, r)| r == never) {
+        let Some(job) = rec.jobs().get(id) else {
+            continue;
+        };
+        if job.reason == never || !wants(job, "INVALID_DEPEND") {
+            continue;
+        }
+        let per_task = job.array.is_none() || wants(job, "ARRAY_TASKS");
+        let lowest = job.spec.array.as_ref().map_or(0, |a| a.min);
+        if !per_task && job.array.as_ref().is_some_and(|a| a.task != lowest) {
+            continue;
+        }
+        let mut job = job.clone();
+        job.reason = reason.clone();
+        let subject_id = subject_id(&job, per_task);
+        out.extend(mail_for(&job, Event::InvalidDepend, &subject_id, per_task));
+    }
+}
+
+/// `12`, `12_7`, or `12_*` for an array that mails as one job.
+fn subject_id(job: &Job, per_task: bool) -> String {
+    if per_task {
+        job.display_id()
+    } else {
+        format!("{}_*", job.array.as_ref().map_or(job.id, |a| a.array_id))
     }
 }
 
@@ -200,8 +230,13 @@ fn mail_for(job: &Job, event: Event, subject_id: &str, per_task: bool) -> Option
             .mail_types
             .iter()
             .any(|t| t.starts_with("TIME_LIMIT"));
+    // `scheduler.kill_invalid_depend` ends such a job CANCELLED with this reason.
+    let never_satisfied = job.reason == "DependencyNeverSatisfied";
     let what = match event {
         Event::Began if wants(job, "BEGIN") => "Began",
+        Event::Ended if never_satisfied && wants(job, "INVALID_DEPEND") => {
+            "Dependency never satisfied"
+        }
         Event::Requeued if wants(job, "REQUEUE") => "Requeued",
         Event::InvalidDepend if wants(job, "INVALID_DEPEND") => "Dependency never satisfied",
         Event::Ended if time_limit => "Reached time limit",

@@ -232,3 +232,27 @@ fn the_mailer_runs_sendmail_with_the_message_and_counts_failures() {
     assert_eq!(broken.counts().failed.load(Ordering::Relaxed), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_dependency_that_can_never_be_met_mails_once() {
+    let pending = with_mail(J::new(8), &["INVALID_DEPEND"]);
+    let rec = records(std::slice::from_ref(&pending));
+    let mut out = Vec::new();
+    let never = vec![(JobId(8), "DependencyNeverSatisfied".to_string())];
+    collect_reasons(&rec, &never, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        out[0].subject,
+        "ysched Job_id=8 Name=job8 Dependency never satisfied"
+    );
+    // Already known: no second mail.
+    let mut told = pending.clone();
+    told.reason = "DependencyNeverSatisfied".into();
+    let mut out = Vec::new();
+    collect_reasons(&records(&[told]), &never, &mut out);
+    assert!(out.is_empty());
+    // Other reasons mail nothing.
+    let mut out = Vec::new();
+    collect_reasons(&rec, &[(JobId(8), "Resources".into())], &mut out);
+    assert!(out.is_empty());
+}

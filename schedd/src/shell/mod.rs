@@ -447,6 +447,10 @@ impl reactor::Observer for ShellObserver<'_> {
         self.metrics.observe_jobs(rec.jobs(), jobs);
         mail::collect(rec, jobs, self.mails);
     }
+
+    fn reasons(&mut self, rec: &Records, reasons: &[(JobId, String)]) {
+        mail::collect_reasons(rec, reasons, self.mails);
+    }
 }
 
 /// schedd's outbox: commands wait for the next flush, which they ask for.
