@@ -298,3 +298,238 @@ mod array_tests {
         );
     }
 }
+
+mod slurm_option_tests {
+    use super::*;
+    use ysched_common::Owner;
+
+    fn alice() -> Caller {
+        Caller::local(Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into()],
+        })
+    }
+
+    fn wire() -> SubmitRequest {
+        SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            workdir: "/tmp".into(),
+            ..Default::default()
+        }
+    }
+
+    fn config() -> Config {
+        Config::parse(
+            "[slurm]\npartitions = { gpu = \"high\", debug = \"low\" }\n\
+             qos = { normal = \"medium\", top = \"critical\" }\n",
+        )
+        .unwrap()
+    }
+
+    fn check(wire: SubmitRequest) -> Result<ValidSubmit, String> {
+        validate(wire, &alice(), &config()).map_err(|e| e.to_string())
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn tier_then_qos_then_partition_then_the_default() {
+        let tier = |tier: &str, qos: &str, partition: &str| {
+            check(SubmitRequest {
+                tier: tier.into(),
+                qos: qos.into(),
+                partition: partition.into(),
+                ..wire()
+            })
+            .map(|v| (v.spec.tier, v.spec.partition, v.spec.qos))
+        };
+        assert_eq!(tier("", "", "").unwrap().0, "medium");
+        assert_eq!(
+            tier("", "", "gpu").unwrap(),
+            ("high".into(), "gpu".into(), String::new())
+        );
+        assert_eq!(tier("", "normal", "gpu").unwrap().0, "medium");
+        assert_eq!(tier("low", "normal", "gpu").unwrap().0, "low");
+        // A tier's own name needs no map entry.
+        assert_eq!(tier("", "", "High").unwrap().0, "high");
+        assert_eq!(
+            tier("", "", "cpu").unwrap_err(),
+            "unknown partition 'cpu' (tiers: critical, high, medium, low; \
+             mapped partition names: debug, gpu)"
+        );
+        // Given but overridden, a typo is still caught.
+        assert!(tier("high", "nromal", "")
+            .unwrap_err()
+            .contains("unknown qos 'nromal'"));
+        // The tier a name maps to is as guarded as the tier itself.
+        let err = validate(
+            SubmitRequest {
+                qos: "top".into(),
+                ..wire()
+            },
+            &alice(),
+            &config(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, ApiError::Denied(_)), "{err}");
+        assert!(err.to_string().contains("tier 'critical'"), "{err}");
+    }
+
+    #[test]
+    fn node_lists_are_names_once_each_and_size_the_job() {
+        let v = check(SubmitRequest {
+            nodelist: names(&["n3", "n1"]),
+            exclude: names(&["n2"]),
+            gpus: 4,
+            ..wire()
+        })
+        .unwrap();
+        assert_eq!(v.spec.nodelist, names(&["n1", "n3"]));
+        assert_eq!(v.spec.exclude, names(&["n2"]));
+        assert_eq!(v.spec.nodes, 2);
+        let refused = |wire: SubmitRequest| check(wire).unwrap_err();
+        assert_eq!(
+            refused(SubmitRequest {
+                nodelist: names(&["n1", "n2"]),
+                nodes: 3,
+                ..wire()
+            }),
+            "--nodes 3 differs from the 2 nodes of --nodelist (the job runs on \
+             each listed node; drop --nodes or list as many nodes)"
+        );
+        assert_eq!(
+            refused(SubmitRequest {
+                nodelist: names(&["n1", "n1"]),
+                ..wire()
+            }),
+            "--nodelist names node 'n1' twice"
+        );
+        assert_eq!(
+            refused(SubmitRequest {
+                nodelist: names(&["n1"]),
+                exclude: names(&["n1"]),
+                ..wire()
+            }),
+            "node 'n1' is both in --nodelist and in --exclude"
+        );
+        assert!(refused(SubmitRequest {
+            exclude: names(&["n\u{7}1"]),
+            ..wire()
+        })
+        .contains("control character"));
+        assert!(refused(SubmitRequest {
+            nodelist: names(&["n1,n2"]),
+            ..wire()
+        })
+        .contains("is not a node name"));
+        assert_eq!(
+            refused(SubmitRequest {
+                nodelist: (0..10_001).map(|i| format!("n{i}")).collect(),
+                ..wire()
+            }),
+            "nodes of --nodelist or --exclude: 10001; the limit is 10000 \
+             (fixed)"
+        );
+        assert!(refused(SubmitRequest {
+            exclude: vec!["n".repeat(300)],
+            ..wire()
+        })
+        .contains("node name is 300 bytes"));
+    }
+
+    #[test]
+    fn begin_mail_tasks_and_comment_are_checked_and_kept() {
+        let v = check(SubmitRequest {
+            begin_unix_secs: 1_900_000_000,
+            exclusive: true,
+            mail_types: names(&["end", "Fail", "ALL"]),
+            mail_user: "alice@example.org".into(),
+            ntasks_per_node: 8,
+            comment: "wckey=vision".into(),
+            slurm_env: true,
+            open_append: true,
+            ..wire()
+        })
+        .unwrap();
+        let s = &v.spec;
+        assert_eq!(s.begin_unix_secs, Some(1_900_000_000));
+        assert!(s.exclusive && s.slurm_env && s.open_append);
+        assert_eq!(
+            s.mail_types,
+            names(&["BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND"])
+        );
+        assert_eq!(
+            (s.mail_user.as_str(), s.ntasks_per_node, s.comment.as_str()),
+            ("alice@example.org", 8, "wckey=vision")
+        );
+        let none = check(SubmitRequest {
+            mail_types: names(&["NONE"]),
+            ..wire()
+        })
+        .unwrap();
+        assert!(none.spec.mail_types.is_empty());
+        let refused = |wire: SubmitRequest| check(wire).unwrap_err();
+        assert!(refused(SubmitRequest {
+            mail_types: names(&["STAGE_OUT"]),
+            ..wire()
+        })
+        .contains("unknown --mail-type 'STAGE_OUT'"));
+        assert!(refused(SubmitRequest {
+            mail_types: names(&["NONE", "END"]),
+            ..wire()
+        })
+        .contains("NONE cannot be given"));
+        assert!(refused(SubmitRequest {
+            mail_types: names(&["ARRAY_TASKS"]),
+            ..wire()
+        })
+        .contains("needs the events to mail too"));
+        assert!(refused(SubmitRequest {
+            begin_unix_secs: u64::MAX,
+            ..wire()
+        })
+        .contains("after the year 9999"));
+        assert_eq!(
+            refused(SubmitRequest {
+                ntasks_per_node: 10_001,
+                ..wire()
+            }),
+            "--ntasks-per-node 10001 is out of range (1 to 10000)"
+        );
+        assert!(refused(SubmitRequest {
+            comment: "x".repeat(1025),
+            ..wire()
+        })
+        .contains("comment is 1025 bytes; the limit is 1024"));
+        assert!(refused(SubmitRequest {
+            comment: "a\nb".into(),
+            ..wire()
+        })
+        .contains("control character"));
+        assert!(refused(SubmitRequest {
+            mail_user: "a@b\r\nBcc: c@d".into(),
+            ..wire()
+        })
+        .contains("control character"));
+        // Mail turned off: refused at once, without looking for sendmail.
+        let mut off = config();
+        off.notify.sendmail = Default::default();
+        let err = validate(
+            SubmitRequest {
+                mail_types: names(&["END"]),
+                ..wire()
+            },
+            &alice(),
+            &off,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("notify.sendmail is empty"),
+            "{err}"
+        );
+    }
+}

@@ -76,6 +76,9 @@ impl Journal for NoJournal {
 pub trait Observer {
     /// Before the records take the event: `rec` as they are, `jobs` the new versions.
     fn applying(&mut self, _rec: &Records, _jobs: &[Job]) {}
+    /// Before the records take the event too: the pending jobs' new reasons (changed in
+    /// memory only, not among `jobs`).
+    fn reasons(&mut self, _rec: &Records, _reasons: &[(JobId, String)]) {}
     /// After the records took it: the runs the event ended.
     fn committed(&mut self, _runs: &[RunRecord]) {}
 }
@@ -174,6 +177,9 @@ impl Reactor {
         // After the event's own checks, so bad input is refused for what it is.
         ports.journal.write(&effects, room)?;
         ports.observer.applying(rec, &effects.jobs);
+        if !effects.reasons.is_empty() {
+            ports.observer.reasons(rec, &effects.reasons);
+        }
         // Written; nothing after the journal reads them from the effects (no copy of a
         // 10,000-task array under the lock).
         let submitted = std::mem::take(&mut effects.submitted);

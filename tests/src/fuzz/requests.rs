@@ -395,8 +395,88 @@ impl Gen {
             } else {
                 self.dependency()
             },
-            // Slurm's options (nodelist, begin, mail...) are fuzzed where they are carried out.
-            ..Default::default()
+            nodelist: self.node_names(),
+            exclude: self.node_names(),
+            exclusive: self.rng.percent(20),
+            begin_unix_secs: self.begin_time(),
+            mail_types: self.mail_types(),
+            mail_user: match self.rng.below(4) {
+                0 => "alice@example.org".into(),
+                1 => self.text(),
+                _ => String::new(),
+            },
+            ntasks_per_node: if self.rng.percent(70) {
+                0
+            } else {
+                self.small_number()
+            },
+            partition: self.slurm_name(),
+            qos: self.slurm_name(),
+            slurm_env: self.rng.percent(20),
+            open_append: self.rng.percent(20),
+            comment: match self.rng.below(5) {
+                0 => self.text(),
+                1 if self.huge() => self.ascii(1 << 20),
+                2 => "wckey=fuzz".into(),
+                _ => String::new(),
+            },
+        }
+    }
+
+    /// `-w` or `-x`: mostly nothing; names a cluster may have, typos, hostile text, duplicates,
+    /// and now and then a list far over its limit.
+    fn node_names(&mut self) -> Vec<String> {
+        match self.rng.below(10) {
+            0 => vec!["node0".into()],
+            1 => vec!["node0".into(), "node1".into(), "node0".into()],
+            2 => (0..1 + self.rng.below(4)).map(|_| self.text()).collect(),
+            3 if self.huge() => (0..20_000).map(|i| format!("n{i}")).collect(),
+            4 => vec!["n[1-3]".into(), "gpu9".into()],
+            _ => Vec::new(),
+        }
+    }
+
+    /// `--begin`: mostly none; the past, soon, the far future, beyond any date.
+    fn begin_time(&mut self) -> u64 {
+        match self.rng.below(8) {
+            0 => 1,
+            1 => 4_000_000_000,
+            2 => u64::MAX - self.rng.below(2),
+            3 => self.rng.next_u64(),
+            _ => 0,
+        }
+    }
+
+    /// `--mail-type`: known types, `ALL`, `NONE` with others, unknown and hostile words, and
+    /// now and then more than the limit.
+    fn mail_types(&mut self) -> Vec<String> {
+        const TYPES: &[&str] = &[
+            "BEGIN",
+            "END",
+            "fail",
+            "ALL",
+            "NONE",
+            "ARRAY_TASKS",
+            "TIME_LIMIT_80",
+            "STAGE_OUT",
+        ];
+        match self.rng.below(6) {
+            0 => (0..1 + self.rng.below(3))
+                .map(|_| self.rng.pick(TYPES).to_string())
+                .collect(),
+            1 => vec![self.text()],
+            2 if self.huge() => vec!["END".to_string(); 100],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Slurm's `--partition` or `--qos`: none, a tier's name, a typical mapped name, text.
+    fn slurm_name(&mut self) -> String {
+        match self.rng.below(6) {
+            0 => "gpu".into(),
+            1 => "low".into(),
+            2 => self.text(),
+            _ => String::new(),
         }
     }
 

@@ -21,5 +21,6 @@ mod nvml;
 mod placement;
 mod preemption;
 mod report;
+mod slurm_options;
 mod slurm_scripts;
 mod ysim_agreement;

@@ -204,6 +204,12 @@ pub struct JobDetailJson<'a> {
     pub array_max_running: u32,
     /// `--dependency` as given (`afterok:12:13`); empty when none.
     pub dependency: &'a str,
+    /// `--begin`, seconds since the epoch; 0: none.
+    pub begin_unix_secs: u64,
+    /// `-w/--nodelist` and `-x/--exclude` (node names); `--exclusive`.
+    pub nodelist: &'a [String],
+    pub exclude: &'a [String],
+    pub exclusive: bool,
     pub events: Vec<EventJson<'a>>,
 }
 
@@ -237,6 +243,10 @@ pub fn job_detail_to_json<'a>(
         array: &spec.array,
         array_max_running: job.array_max_running,
         dependency: &spec.dependency,
+        begin_unix_secs: spec.begin_unix_secs,
+        nodelist: &spec.nodelist,
+        exclude: &spec.exclude,
+        exclusive: spec.exclusive,
         events: events
             .iter()
             .map(|e| EventJson {

@@ -92,7 +92,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         [("ExpectedStart", when)]
     });
 
-    let lines: [&[(&str, String)]; 14] = [
+    let lines: [&[(&str, String)]; 15] = [
         &first,
         &[
             ("UserId", format!("{}({})", job.user, job.uid)),
@@ -119,6 +119,11 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         ],
         &[
             ("SubmitTime", time(job.submit_time_ms)),
+            // `--begin`: not started before then (Slurm's BeginTime).
+            (
+                "BeginTime",
+                time((spec.begin_unix_secs as i64).saturating_mul(1000)),
+            ),
             ("StartTime", usage(time(job.start_time_ms))),
             ("EndTime", usage(time(job.end_time_ms))),
         ],
@@ -147,6 +152,11 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         &[
             ("Interconnect", or(&spec.interconnect, "any")),
             ("Constraints", or(&spec.constraints.join(","), "None")),
+        ],
+        &[
+            ("ReqNodeList", or(&spec.nodelist.join(","), "None")),
+            ("ExcNodeList", or(&spec.exclude.join(","), "None")),
+            ("Exclusive", u8::from(spec.exclusive).to_string()),
         ],
         &[
             ("CheckpointDir", or(&job.checkpoint_dir, "None")),
