@@ -97,9 +97,15 @@ fn hold_and_release_move_between_pending_and_held_only() {
     assert_eq!(fx.jobs[0].state, JobState::Held);
     let mut held = rec.clone();
     held.commit(fx);
-    // Holding a held job again does nothing.
-    let fx = held.hold(&alice(), JobId(1), true, NOW).unwrap();
-    assert!(fx.writes_nothing() && fx.jobs.is_empty());
+    // Holding a held job again, or releasing a pending one, is an error naming it.
+    assert_eq!(
+        held.hold(&alice(), JobId(1), true, NOW).err(),
+        Some(ApiError::Conflict("job 1 is already held".into()))
+    );
+    assert_eq!(
+        rec.hold(&alice(), JobId(1), false, NOW).err(),
+        Some(ApiError::Conflict("job 1 is not held".into()))
+    );
     let fx = held.hold(&alice(), JobId(1), false, NOW).unwrap();
     assert_eq!(fx.jobs[0].state, JobState::Pending);
     let err = rec.hold(&alice(), JobId(2), true, NOW).err().unwrap();

@@ -15,6 +15,7 @@
 //!   nodes.
 //! - `submission`: submit (a job, or every task of an array).
 //! - `client_events`: cancel, hold and release, requeue, drain and resume.
+//! - `update`: `yctl update`, a queued job's tier, time limit, name, dependency or hold.
 //! - `targets`: jobs as users name them (`12`, `12_7`, `12_[1-5]`) resolved into job ids.
 //! - `dependencies`: `--dependency` resolved at submit, and the end states of finished jobs
 //!   that live jobs' dependencies name ([`dependencies::EndedTargets`], the core's
@@ -41,6 +42,7 @@ pub mod plan;
 pub mod reactor;
 pub mod submission;
 pub mod targets;
+pub mod update;
 pub mod usage;
 pub mod views;
 
@@ -60,6 +62,8 @@ mod plan_tests;
 mod prop_tests;
 #[cfg(test)]
 mod reactor_tests;
+#[cfg(test)]
+mod update_tests;
 #[cfg(test)]
 mod usage_tests;
 
