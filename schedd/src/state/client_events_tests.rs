@@ -238,3 +238,41 @@ fn a_refused_requeue_names_the_problem_and_has_no_effects() {
         "{err:?}"
     );
 }
+
+#[test]
+fn jobs_whose_run_ended_badly_stay_listed_for_min_job_age() {
+    use super::{MAX_RECENTLY_ENDED, MIN_JOB_AGE_MS};
+    let ended = |id: u64, state: JobState, started: bool, at: i64| {
+        let mut job = JobBuilder::new(id).build();
+        job.state = state;
+        job.end_time = Some(at);
+        job.start_time = started.then_some(at - 1_000);
+        job
+    };
+    let mut rec = Records::with_jobs(vec![]);
+    let mut fx = super::Effects::default();
+    fx.jobs = vec![
+        ended(1, JobState::Failed, true, NOW),
+        ended(2, JobState::Completed, true, NOW),
+        ended(3, JobState::Cancelled, false, NOW),
+        ended(4, JobState::Cancelled, true, NOW),
+        ended(5, JobState::Timeout, true, NOW),
+    ];
+    rec.commit(fx);
+    let ids = |rec: &Records, now: i64| -> Vec<u64> {
+        rec.recently_ended(now).iter().map(|j| j.id.0).collect()
+    };
+    // Not a completed job, nor one cancelled while queued.
+    assert_eq!(ids(&rec, NOW), [1, 4, 5]);
+    assert_eq!(ids(&rec, NOW + MIN_JOB_AGE_MS), [1, 4, 5]);
+    assert!(ids(&rec, NOW + MIN_JOB_AGE_MS + 1).is_empty());
+    // Bounded: the oldest go first.
+    let mut fx = super::Effects::default();
+    fx.jobs = (0..MAX_RECENTLY_ENDED as u64 + 5)
+        .map(|i| ended(100 + i, JobState::Failed, true, NOW + 1))
+        .collect();
+    rec.commit(fx);
+    let kept = ids(&rec, NOW + 1);
+    assert_eq!(kept.len(), MAX_RECENTLY_ENDED);
+    assert_eq!(kept[0], 105);
+}
