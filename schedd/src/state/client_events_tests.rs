@@ -250,15 +250,16 @@ fn jobs_whose_run_ended_badly_stay_listed_for_min_job_age() {
         job
     };
     let mut rec = Records::with_jobs(vec![]);
-    let mut fx = super::Effects::default();
-    fx.jobs = vec![
-        ended(1, JobState::Failed, true, NOW),
-        ended(2, JobState::Completed, true, NOW),
-        ended(3, JobState::Cancelled, false, NOW),
-        ended(4, JobState::Cancelled, true, NOW),
-        ended(5, JobState::Timeout, true, NOW),
-    ];
-    rec.commit(fx);
+    rec.commit(super::Effects {
+        jobs: vec![
+            ended(1, JobState::Failed, true, NOW),
+            ended(2, JobState::Completed, true, NOW),
+            ended(3, JobState::Cancelled, false, NOW),
+            ended(4, JobState::Cancelled, true, NOW),
+            ended(5, JobState::Timeout, true, NOW),
+        ],
+        ..super::Effects::default()
+    });
     let ids = |rec: &Records, now: i64| -> Vec<u64> {
         rec.recently_ended(now).iter().map(|j| j.id.0).collect()
     };
@@ -267,11 +268,12 @@ fn jobs_whose_run_ended_badly_stay_listed_for_min_job_age() {
     assert_eq!(ids(&rec, NOW + MIN_JOB_AGE_MS), [1, 4, 5]);
     assert!(ids(&rec, NOW + MIN_JOB_AGE_MS + 1).is_empty());
     // Bounded: the oldest go first.
-    let mut fx = super::Effects::default();
-    fx.jobs = (0..MAX_RECENTLY_ENDED as u64 + 5)
-        .map(|i| ended(100 + i, JobState::Failed, true, NOW + 1))
-        .collect();
-    rec.commit(fx);
+    rec.commit(super::Effects {
+        jobs: (0..MAX_RECENTLY_ENDED as u64 + 5)
+            .map(|i| ended(100 + i, JobState::Failed, true, NOW + 1))
+            .collect(),
+        ..super::Effects::default()
+    });
     let kept = ids(&rec, NOW + 1);
     assert_eq!(kept.len(), MAX_RECENTLY_ENDED);
     assert_eq!(kept[0], 105);
