@@ -1,7 +1,9 @@
 //! How jobs are named and shown: the ids users type (`targets`), the `yq` tables (`table`),
 //! the JSON objects (`json`: `yq --json`, `yctl show job --json`) and the `yctl show job` text
-//! (`show`). All take `now_ms` as a parameter so they are pure.
+//! (`show`), and the columns `yq --format` chooses (`format`). All take `now_ms` as a
+//! parameter so they are pure.
 
+pub mod format;
 mod json;
 mod show;
 mod table;
