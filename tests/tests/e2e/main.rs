@@ -21,4 +21,5 @@ mod nvml;
 mod placement;
 mod preemption;
 mod report;
+mod update_and_filters;
 mod ysim_agreement;
