@@ -173,6 +173,13 @@ fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
         array_max_running: j.spec.array.as_ref().map_or(0, |a| a.max_running),
         // Decided per caller by schedd's server.
         usage_private: false,
+        run_ms_before: j.run_ms_before,
+        cancelling: j.state.holds_resources()
+            && matches!(
+                j.stop.as_ref().map(|s| &s.reason),
+                Some(crate::StopReason::Cancel { .. })
+            ),
+        nodes_requested: j.spec.nodes.max(1),
     }
 }
 

@@ -390,6 +390,14 @@ impl Ysched for Relay {
         self.forward(request, |mut c, r| async move { c.resume_gpu(r).await })
             .await
     }
+
+    async fn update_job(
+        &self,
+        request: Request<pb::UpdateJobRequest>,
+    ) -> Result<Response<pb::UpdateJobReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.update_job(r).await })
+            .await
+    }
 }
 
 /// Binds the client socket at `path`: creates its directory, refuses when something already

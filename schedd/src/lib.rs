@@ -12,6 +12,7 @@
 //! - [`store`]: durable state in sled (the only module that knows sled).
 //! - [`server`]: gRPC services (the only module that knows tonic).
 //! - [`submit`]: validation of submits.
+//! - [`update`]: validation of `yctl update`'s changes.
 //! - [`metrics`]: Prometheus metrics (the only module that knows `prometheus-client`).
 //! - [`report`]: usage reports (`yctl report`) as a pure function of recorded runs.
 
@@ -27,3 +28,4 @@ pub mod store;
 pub mod submit;
 #[cfg(test)]
 mod submit_tests;
+pub mod update;

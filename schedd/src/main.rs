@@ -34,7 +34,15 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours())
         .init();
+}
+
+/// Whether the log is coloured: only on a terminal (a log file or journald gets plain text,
+/// no escape codes), and not when `NO_COLOR` is set to anything (no-color.org).
+fn log_colours() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// glibc gives every thread that allocates its own arena (up to eight per core), and memory

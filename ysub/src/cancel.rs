@@ -2,18 +2,20 @@
 
 use crate::client::{self, reply};
 use crate::jobs::{check_target_count, flatten_targets, parse_target_list, TargetList};
+use crate::queue::JobPick;
 use anyhow::{bail, Result};
 use clap::Parser;
 use std::process::ExitCode;
 use ysched_common::text::escape_for_terminal;
-use ysched_proto::{CancelReply, CancelRequest};
+use ysched_common::JobState;
+use ysched_proto::{CancelReply, CancelRequest, JobInfo, ListJobsRequest};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "ycancel",
     version,
     about = "Cancel ysched jobs",
-    override_usage = "ycancel [-v] JOBID...\n       ycancel [-v] -u USER"
+    override_usage = "ycancel [-v] JOBID...\n       ycancel [-v] -u USER\n       ycancel [-v] [-u USER] [-n NAME] [-t STATES] [-p TIER] [JOBID...]"
 )]
 pub struct YcancelCli {
     /// Jobs to cancel (space- or comma-separated): `12` (a job, or every task of array 12 not
@@ -23,15 +25,126 @@ pub struct YcancelCli {
     /// Cancel all active jobs of this user (with JOBIDs: only those of them that are the user's)
     #[arg(short = 'u', long, value_name = "USER")]
     pub user: Option<String>,
-    /// Print the ids of the jobs cancelled (`12_7` for an array task)
+    /// Print the ids of the jobs cancelled (`12_7` for an array task); always so with a
+    /// filter (-n, -t, -p)
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Only jobs with these names (comma list, exact)
+    #[arg(short = 'n', long = "name", value_name = "NAME[,NAME]")]
+    pub names: Option<String>,
+    /// Only jobs in these states (comma list: PENDING/PD, HELD, RUNNING/R, PREEMPTING)
+    #[arg(short = 't', long = "state", value_name = "STATES")]
+    pub states: Option<String>,
+    /// Only jobs of these tiers (comma list, any case)
+    #[arg(short = 'p', long = "priority", value_name = "TIER[,TIER]")]
+    pub tiers: Option<String>,
 }
+
+impl YcancelCli {
+    /// Whether a filter (-n, -t, -p) narrows what is cancelled, as scancel's do.
+    pub fn filtered(&self) -> bool {
+        self.names.is_some() || self.states.is_some() || self.tiers.is_some()
+    }
+}
+
+/// The listing that finds what a filtered cancel cancels: the jobs named (all of them when
+/// none is), of `-u`'s user or else the caller's own (`me`), in the states asked for
+/// (active ones when none is). The filters on names and tiers are applied to its reply.
+pub fn filter_request(cli: &YcancelCli, me: &str) -> Result<ListJobsRequest> {
+    let states = match cli
+        .states
+        .as_deref()
+        .map(crate::queue::parse_states)
+        .transpose()?
+    {
+        None | Some(None) => Vec::new(),
+        Some(Some(states)) => {
+            if let Some(done) = states
+                .iter()
+                .find(|s| JobState::parse(s).is_some_and(JobState::is_terminal))
+            {
+                bail!("-t {done}: a job that has ended cannot be cancelled");
+            }
+            states
+        }
+    };
+    let targets = flatten_targets(&cli.jobs);
+    check_target_count(&targets)?;
+    let user = cli.user.clone().unwrap_or_else(|| me.to_string());
+    ysched_common::limits::USER
+        .check_len(&user)
+        .map_err(anyhow::Error::msg)?;
+    Ok(ListJobsRequest {
+        user,
+        job_ids: Vec::new(),
+        states,
+        all: false,
+        targets: targets.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// The jobs of a filtered listing that a cancel takes: active ones the filters pick, by the
+/// names users type (`12_7`).
+pub fn picked_targets(jobs: &[JobInfo], pick: &JobPick) -> Vec<String> {
+    jobs.iter()
+        .filter(|j| JobState::parse(&j.state).is_some_and(|s| !s.is_terminal()))
+        .filter(|j| pick.picks(j))
+        .map(|j| crate::jobs::display_id(j).into_owned())
+        .collect()
+}
+
+/// A filtered cancel: lists the jobs, cancels those the filters pick (in requests of at most
+/// `limits::TARGETS` names), and says what was cancelled. A job that ends between the
+/// listing and the cancel makes schedd refuse the request: it is listed again, up to
+/// [`FILTER_TRIES`] times.
+async fn cancel_filtered(
+    client: &mut crate::client::Client,
+    cli: &YcancelCli,
+) -> Result<CancelReply> {
+    let me = crate::queue::current_user_name()?;
+    let request = filter_request(cli, &me)?;
+    let pick = JobPick::new(cli.tiers.as_deref(), cli.names.as_deref())?;
+    let mut done = CancelReply::default();
+    for attempt in 1..=FILTER_TRIES {
+        let jobs = reply(client.list_jobs(request.clone()).await)?.jobs;
+        let targets = picked_targets(&crate::queue::without_repeats(jobs), &pick);
+        let mut refused = None;
+        for chunk in targets.chunks(ysched_common::limits::TARGETS.max as usize) {
+            match reply(
+                client
+                    .cancel(CancelRequest {
+                        job_ids: Vec::new(),
+                        user: String::new(),
+                        targets: chunk.to_vec(),
+                    })
+                    .await,
+            ) {
+                Ok(r) => {
+                    done.cancelled.extend(r.cancelled);
+                    done.cancelled_names.extend(r.cancelled_names);
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        match refused {
+            None => return Ok(done),
+            Some(e) if attempt < FILTER_TRIES && e.to_string().contains("already finished") => {}
+            Some(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// How often a filtered cancel lists again when a job ended under it.
+const FILTER_TRIES: u32 = 3;
 
 /// The request: every job as a target, which schedd resolves (`12` being a whole array).
 pub fn cancel_request(cli: &YcancelCli) -> Result<CancelRequest> {
-    if cli.jobs.is_empty() && cli.user.is_none() {
-        bail!("no job id given (ycancel JOBID... or ycancel -u USER)");
+    if cli.jobs.is_empty() && cli.user.is_none() && !cli.filtered() {
+        bail!("no job id given (ycancel JOBID..., ycancel -u USER, or a filter: -n, -t, -p)");
     }
     let targets = flatten_targets(&cli.jobs);
     check_target_count(&targets)?;
@@ -74,6 +187,18 @@ pub fn main() -> ExitCode {
 }
 
 pub async fn run(cli: YcancelCli) -> Result<ExitCode> {
+    if cli.filtered() {
+        // Checked before connecting: a typo cancels nothing.
+        filter_request(&cli, "")?;
+        JobPick::new(cli.tiers.as_deref(), cli.names.as_deref())?;
+        let (mut client, _) = client::connect_from_config().await?;
+        let cancelled = cancel_filtered(&mut client, &cli).await?;
+        if cancelled.cancelled.is_empty() {
+            eprintln!("ycancel: no job matched");
+        }
+        crate::output::print_stdout(&cancelled_lines(&cancelled))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let request = cancel_request(&cli)?;
     let (mut client, _) = client::connect_from_config().await?;
     let cancelled = reply(client.cancel(request).await)?;
@@ -127,6 +252,40 @@ mod tests {
         let err = crate::args::clap_error_message(&parse(&["12_x"]).unwrap_err());
         assert!(err.contains("invalid value '12_x'"), "{err}");
         assert!(err.contains("expected 12, 12_7 or 12_[1-5]"), "{err}");
+    }
+
+    #[test]
+    fn filters_list_the_callers_jobs_and_pick_by_name_state_and_tier() {
+        let cli = parse(&["-n", "a,b", "-t", "PD,R", "-p", "low"]).unwrap();
+        assert!(cli.filtered());
+        let request = filter_request(&cli, "alice").unwrap();
+        assert_eq!(request.user, "alice", "your own jobs unless -u says whose");
+        assert_eq!(request.states, ["PENDING", "RUNNING"]);
+        assert!(request.targets.is_empty());
+        let cli = parse(&["-n", "a", "-u", "bob", "12"]).unwrap();
+        let request = filter_request(&cli, "alice").unwrap();
+        assert_eq!(
+            (request.user.as_str(), request.targets.as_slice()),
+            ("bob", &["12".to_string()][..])
+        );
+        let err = filter_request(&parse(&["-t", "CD"]).unwrap(), "alice").unwrap_err();
+        assert!(err.to_string().contains("cannot be cancelled"), "{err}");
+        assert!(!parse(&["12"]).unwrap().filtered());
+        let job = |id: u64, name: &str, tier: &str, state: &str| JobInfo {
+            id,
+            name: name.into(),
+            tier: tier.into(),
+            state: state.into(),
+            ..Default::default()
+        };
+        let jobs = [
+            job(1, "a", "low", "PENDING"),
+            job(2, "b", "high", "PENDING"),
+            job(3, "a", "low", "COMPLETED"),
+            job(4, "c", "low", "RUNNING"),
+        ];
+        let pick = JobPick::new(Some("LOW"), Some("a,c")).unwrap();
+        assert_eq!(picked_targets(&jobs, &pick), ["1", "4"]);
     }
 
     #[test]

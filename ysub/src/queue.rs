@@ -56,6 +56,56 @@ pub struct YqCli {
     /// Leave out the header line
     #[arg(long)]
     pub noheader: bool,
+    /// Only jobs of these tiers (comma list, any case), as squeue's -p takes partitions
+    #[arg(short = 'p', long = "priority", value_name = "TIER[,TIER]")]
+    pub tiers: Option<String>,
+    /// Only jobs with these names (comma list, exact)
+    #[arg(short = 'n', long = "name", value_name = "NAME[,NAME]")]
+    pub names: Option<String>,
+    /// The columns: squeue's codes (`"%.10i %9P %j %u %T %M %l %D %R"`: %i %j %u %T %t %M %l
+    /// %D %R %P %C %b %N %V %S %a %A %K %Q, each with an optional width, `.` to right-justify)
+    /// or a comma list of column names (`jobid,name,state,time_limit`, any case)
+    #[arg(short = 'o', long = "format", value_name = "FORMAT", conflicts_with_all = ["json", "long", "start"])]
+    pub format: Option<String>,
+}
+
+/// The `-p` and `-n` filters: which of the listed jobs to show. schedd lists by user, id and
+/// state; tiers and names are picked here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobPick {
+    /// Tier names, lower case; empty: every tier.
+    pub tiers: Vec<String>,
+    /// Job names; empty: every name.
+    pub names: Vec<String>,
+}
+
+impl JobPick {
+    /// From `-p` and `-n` (comma lists; an empty item is refused, as a typo).
+    pub fn new(tiers: Option<&str>, names: Option<&str>) -> Result<JobPick> {
+        let list = |flag: &str, text: Option<&str>| -> Result<Vec<String>> {
+            let Some(text) = text else {
+                return Ok(Vec::new());
+            };
+            let items: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
+            if items.iter().any(String::is_empty) {
+                return Err(anyhow!("{flag} '{text}' has an empty item"));
+            }
+            Ok(items)
+        };
+        Ok(JobPick {
+            tiers: list("-p/--priority", tiers)?
+                .into_iter()
+                .map(|t| t.to_ascii_lowercase())
+                .collect(),
+            names: list("-n/--name", names)?,
+        })
+    }
+
+    /// Whether `job` is shown.
+    pub fn picks(&self, job: &JobInfo) -> bool {
+        (self.tiers.is_empty() || self.tiers.iter().any(|t| t.eq_ignore_ascii_case(&job.tier)))
+            && (self.names.is_empty() || self.names.contains(&job.name))
+    }
 }
 
 /// Which states `--states` asks for: `None` means every state (`all`), else the canonical names.
@@ -126,7 +176,7 @@ pub fn without_repeats(mut jobs: Vec<JobInfo>) -> Vec<JobInfo> {
 }
 
 /// The name of the user running this process, for `--me`.
-fn current_user_name() -> Result<String> {
+pub fn current_user_name() -> Result<String> {
     let uid = nix::unistd::getuid();
     match nix::unistd::User::from_uid(uid) {
         Ok(Some(user)) => Ok(user.name),
@@ -149,12 +199,19 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
         None
     };
     let request = list_request(&cli, me)?;
+    let pick = JobPick::new(cli.tiers.as_deref(), cli.names.as_deref())?;
+    let format = cli
+        .format
+        .as_deref()
+        .map(crate::jobs::format::parse_format)
+        .transpose()?;
     let named = !request.targets.is_empty();
     let (mut client, _) = client::connect_from_config().await?;
     let mut jobs = reply(client.list_jobs(request).await)?.jobs;
     if named {
         jobs = without_repeats(jobs);
     }
+    jobs.retain(|job| pick.picks(job));
     let fold = if cli.array {
         Fold::Never
     } else {
@@ -163,6 +220,14 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
     if cli.json {
         let objects: Vec<JobJson> = jobs.iter().map(job_to_json).collect();
         print_json(&objects)?;
+    } else if let Some(format) = &format {
+        let lines = job_lines(&jobs, fold);
+        print_stdout(&crate::jobs::format::format_lines(
+            format,
+            &lines,
+            now_ms(),
+            !cli.noheader,
+        ))?;
     } else if cli.start {
         print_stdout(&format_start_table(&jobs, !cli.noheader, fold))?;
     } else {
@@ -245,6 +310,25 @@ mod tests {
         assert!(!cli(&[]).array);
         assert!(YqCli::try_parse_from(["yq", "--start", "--json"]).is_err());
         assert!(YqCli::try_parse_from(["yq", "--start", "-l"]).is_err());
+    }
+
+    #[test]
+    fn tiers_and_names_pick_jobs() {
+        let job = |tier: &str, name: &str| JobInfo {
+            tier: tier.into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        let parsed = cli(&["-p", "High,low", "-n", "a,b"]);
+        let pick = JobPick::new(parsed.tiers.as_deref(), parsed.names.as_deref()).unwrap();
+        assert!(pick.picks(&job("high", "a")));
+        assert!(pick.picks(&job("low", "b")));
+        assert!(!pick.picks(&job("medium", "a")));
+        assert!(!pick.picks(&job("high", "A")), "names are exact");
+        assert!(JobPick::new(None, None).unwrap().picks(&job("x", "y")));
+        assert!(JobPick::new(Some("high,"), None).is_err());
+        assert!(cli(&["-o", "%i %j"]).format.is_some());
+        assert!(YqCli::try_parse_from(["yq", "-o", "id", "--json"]).is_err());
     }
 
     #[test]

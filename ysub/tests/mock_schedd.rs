@@ -400,6 +400,13 @@ impl Ysched for MockSchedd {
         Err(Status::unimplemented("resume_gpu"))
     }
 
+    async fn update_job(
+        &self,
+        _request: Request<ysched_proto::UpdateJobRequest>,
+    ) -> Result<Response<ysched_proto::UpdateJobReply>, Status> {
+        Err(Status::unimplemented("update_job"))
+    }
+
     async fn audit(&self, request: Request<AuditRequest>) -> Result<Response<AuditList>, Status> {
         let entry = |job_id, action: &str| AuditEntry {
             time_ms: 1_767_225_600_000,

@@ -263,6 +263,10 @@ pub struct Job {
     /// The task of an array this job is (`12_7`); `None` for a plain job.
     #[serde(default)]
     pub array: Option<crate::array::ArrayTask>,
+    /// How long its earlier runs lasted, summed (each from its start to the end that put the
+    /// job back in the queue): with the current run, the job's whole run time (`yq`'s TIME).
+    #[serde(default)]
+    pub run_ms_before: crate::time::Millis,
 }
 
 impl Job {

@@ -327,6 +327,13 @@ impl Ysched for FakeClients {
     ) -> Result<Response<pb::ResumeGpuReply>, Status> {
         self.unimplemented("resume_gpu", &request)
     }
+
+    async fn update_job(
+        &self,
+        request: Request<pb::UpdateJobRequest>,
+    ) -> Result<Response<pb::UpdateJobReply>, Status> {
+        self.unimplemented("update_job", &request)
+    }
 }
 
 /// A fake schedd serving TLS.

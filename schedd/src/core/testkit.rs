@@ -233,6 +233,7 @@ impl JobBuilder {
             parts: Default::default(),
             launch_attempts: 0,
             queued_at: None,
+            run_ms_before: 0,
             array: None,
         };
         JobBuilder {

@@ -200,6 +200,38 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(pb::Empty {}))
     }
 
+    async fn update_job(
+        &self,
+        req: Request<pb::UpdateJobRequest>,
+    ) -> Result<Response<pb::UpdateJobReply>, Status> {
+        let (caller, _) = self.caller(&req).await?;
+        let r = req.into_inner();
+        let job = r
+            .job
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("missing job"))?;
+        let name = named(job)?;
+        let request = crate::update::UpdateRequest {
+            tier: r.tier,
+            time_limit_secs: r.time_limit_secs,
+            name: r.name,
+            dependency: r.dependency,
+            hold: r.hold,
+        };
+        let update = match crate::update::validate(&request, &caller, self.cluster.config()) {
+            Ok(update) => update,
+            Err(ApiError::Denied(why)) => {
+                self.cluster
+                    .update_refused(&caller, name.job_id(), &why)
+                    .await?;
+                return Err(ApiError::Denied(why).into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let changed = self.cluster.update_named(&caller, &name, update).await?;
+        Ok(Response::new(pb::UpdateJobReply { changed }))
+    }
+
     async fn list_nodes(
         &self,
         req: Request<pb::ListNodesRequest>,

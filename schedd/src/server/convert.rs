@@ -258,6 +258,7 @@ pub(crate) fn hide_others_usage(
         job.restart_count = 0;
         job.last_checkpoint_ms = 0;
         job.fair_share = None;
+        job.run_ms_before = 0;
         job.usage_private = true;
     }
 }

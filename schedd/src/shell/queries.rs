@@ -19,8 +19,21 @@ impl Cluster {
         // (finished) before it leaves memory, both under the lock, so a job missing from the
         // copy is already in the store; one that ends in between is in both, and the store's
         // (newer) record wins. Every job appears exactly once.
+        // A plain listing (no ids, states or --all) also shows the jobs whose run ended badly
+        // in the last few minutes (`state::MIN_JOB_AGE_MS`, Slurm's MinJobAge), from memory.
+        let plain = ids.is_empty() && !filter.all && filter.states.is_empty();
+        let mut recent: Vec<(JobId, T)> = Vec::new();
         let active: Vec<(JobId, T)> = {
             let st = lock(&self.state);
+            if plain {
+                recent = st
+                    .rec
+                    .recently_ended(ysched_common::time::now_ms())
+                    .into_iter()
+                    .filter(|j| want(j))
+                    .map(listing)
+                    .collect();
+            }
             if ids.is_empty() {
                 st.rec
                     .jobs()
@@ -54,7 +67,7 @@ impl Cluster {
                 .map(listing)
                 .collect()
         } else {
-            Vec::new()
+            recent
         };
         if finished.is_empty() {
             return Ok(active.into_iter().map(|(_, e)| e).collect());

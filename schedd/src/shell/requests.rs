@@ -282,6 +282,19 @@ impl Cluster {
         self.audit_refusal(caller, record).await
     }
 
+    /// Records, durably, an update refused for want of permission (a tier's allow-list),
+    /// before the refusal is reported.
+    pub async fn update_refused(&self, caller: &Caller, job: JobId, why: &str) -> ApiResult<()> {
+        let record = audit_record(
+            caller,
+            "update_refused",
+            Some(job),
+            why.to_string(),
+            now_ms(),
+        );
+        self.audit_refusal(caller, record).await
+    }
+
     /// Cancels the jobs `ids` and `targets` name (an array's id: all its tasks) and, with
     /// `user`, all of that user's (see [`Records::cancel_targets`]). Returns each cancelled
     /// job with its display id (`12_7` for a task).
@@ -319,6 +332,80 @@ impl Cluster {
             Ok((rec.hold_targets(caller, &resolved, hold, now)?, ()))
         })?;
         self.settle(changed, wake).await
+    }
+
+    /// Changes a queued job, or the queued tasks of an array (see [`Records::update_job`]);
+    /// returns what changed. A dependency is resolved as at submit, its targets read from
+    /// the store first. A refusal for want of permission is recorded in the audit log,
+    /// durably, before it is reported.
+    pub async fn update_named(
+        self: &Arc<Self>,
+        caller: &Caller,
+        name: &Named,
+        update: crate::update::ValidUpdate,
+    ) -> ApiResult<Vec<String>> {
+        let read = {
+            let dependency = update.dependency.clone().flatten();
+            let job = name.job_id();
+            self.off_runtime(move |cluster| {
+                let mut read = match &dependency {
+                    Some(request) => cluster.read_dependency(request)?,
+                    None => Prefetched::default(),
+                };
+                if let std::collections::btree_map::Entry::Vacant(e) = read.jobs.entry(job) {
+                    if !lock(&cluster.state).rec.jobs().contains_key(&job) {
+                        e.insert(cluster.store.job(job)?);
+                    }
+                }
+                Ok(read)
+            })
+            .await?
+        };
+        let finished = |id: JobId| read.job(id, &self.store);
+        let state_of = |id: JobId| read.state(id, &self.store);
+        let crate::update::ValidUpdate {
+            tier,
+            time_limit_secs,
+            name: new_name,
+            dependency,
+            hold,
+        } = update;
+        let outcome = self.run_event(|rec, now| {
+            let resolved = name.resolve(rec, &finished)?;
+            let dependency = match &dependency {
+                None => None,
+                Some(None) => Some(None),
+                Some(Some(request)) => {
+                    Some(Some(rec.resolve_dependency(request, &finished, &state_of)?))
+                }
+            };
+            let update = crate::state::update::JobUpdate {
+                tier: tier.clone(),
+                time_limit_secs,
+                name: new_name.clone(),
+                dependency,
+                hold,
+            };
+            rec.update_job(caller, &resolved, &update, &finished, now)
+        });
+        match outcome {
+            Ok((changed, wake, what)) => {
+                self.settle(changed, wake).await?;
+                Ok(what)
+            }
+            Err(ApiError::Denied(why)) => {
+                let record = audit_record(
+                    caller,
+                    "update_refused",
+                    Some(name.job_id()),
+                    why.clone(),
+                    now_ms(),
+                );
+                self.audit_refusal(caller, record).await?;
+                Err(ApiError::Denied(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Requeues a running job (see [`Records::requeue`]); a name of several tasks is refused.

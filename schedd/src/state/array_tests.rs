@@ -334,9 +334,12 @@ fn hold_and_release_of_a_range_apply_to_every_task_in_the_right_state() {
     assert_eq!(audit[0].action, "hold");
     assert_eq!(audit[0].detail, "2 tasks of array 10 (10_[1,3])");
     rec.commit(fx);
-    // Holding again changes nothing; releasing the whole array releases the held ones.
-    let again = rec.hold_targets(&alice(), &range, true, NOW).unwrap();
-    assert!(again.jobs.is_empty() && again.writes_nothing());
+    // Holding again is refused, naming why; releasing the whole array releases the held ones.
+    let err = rec.hold_targets(&alice(), &range, true, NOW).err().unwrap();
+    assert!(
+        matches!(&err, ApiError::Conflict(m) if m.contains("2 are already held")),
+        "{err:?}"
+    );
     let whole = rec.resolve(&target("10"), &none_finished).unwrap();
     let fx = rec.hold_targets(&alice(), &whole, false, NOW).unwrap();
     let released: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();

@@ -219,7 +219,8 @@ impl Records {
     }
 
     /// Holds a PENDING job (`hold`) or releases a HELD one. Asking for the state a job is
-    /// already in is a no-op with no effects.
+    /// already in is refused (`job 12 is already held`, `job 12 is not held`), as every
+    /// other state is: the user learns that nothing changed.
     pub fn hold(&self, caller: &Caller, id: JobId, hold: bool, now: Millis) -> ApiResult<Effects> {
         let job = self.jobs.get(&id).ok_or_else(|| {
             ApiError::NotFound(format!("invalid job id {id}: no such active job"))
@@ -231,7 +232,11 @@ impl Records {
             (JobState::Held, JobState::Pending)
         };
         if job.state == to {
-            return Ok(Effects::default());
+            return Err(ApiError::Conflict(format!(
+                "job {} is {}",
+                job.display_id(),
+                if hold { "already held" } else { "not held" }
+            )));
         }
         if job.state != from {
             return Err(ApiError::Conflict(format!(
@@ -269,8 +274,8 @@ impl Records {
 
     /// Holds (`hold`) or releases what `target` names. One job: as [`Records::hold`]. Tasks
     /// of an array (all, or a range): every one PENDING (HELD) is held (released), the
-    /// others are passed over; refused only when none is in either state. One audit entry
-    /// for the whole request.
+    /// others are passed over; refused when none is (naming whether they all are in the
+    /// state asked for already). One audit entry for the whole request.
     pub fn hold_targets(
         &self,
         caller: &Caller,
@@ -326,7 +331,12 @@ impl Records {
         }
         if tasks.is_empty() {
             if already > 0 {
-                return Ok(Effects::default());
+                return Err(ApiError::Conflict(format!(
+                    "no task of {} is {from}: {already} {} already {}",
+                    target.target,
+                    if already == 1 { "is" } else { "are" },
+                    if hold { "held" } else { "pending" }
+                )));
             }
             return Err(ApiError::Conflict(format!(
                 "no task of {} is {from}: only {from} jobs can be {}",

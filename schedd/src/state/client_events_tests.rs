@@ -97,9 +97,15 @@ fn hold_and_release_move_between_pending_and_held_only() {
     assert_eq!(fx.jobs[0].state, JobState::Held);
     let mut held = rec.clone();
     held.commit(fx);
-    // Holding a held job again does nothing.
-    let fx = held.hold(&alice(), JobId(1), true, NOW).unwrap();
-    assert!(fx.writes_nothing() && fx.jobs.is_empty());
+    // Holding a held job again, or releasing a pending one, is an error naming it.
+    assert_eq!(
+        held.hold(&alice(), JobId(1), true, NOW).err(),
+        Some(ApiError::Conflict("job 1 is already held".into()))
+    );
+    assert_eq!(
+        rec.hold(&alice(), JobId(1), false, NOW).err(),
+        Some(ApiError::Conflict("job 1 is not held".into()))
+    );
     let fx = held.hold(&alice(), JobId(1), false, NOW).unwrap();
     assert_eq!(fx.jobs[0].state, JobState::Pending);
     let err = rec.hold(&alice(), JobId(2), true, NOW).err().unwrap();
@@ -231,4 +237,44 @@ fn a_refused_requeue_names_the_problem_and_has_no_effects() {
         matches!(&err, ApiError::Conflict(m) if m.contains("already finished (OUT_OF_MEMORY)")),
         "{err:?}"
     );
+}
+
+#[test]
+fn jobs_whose_run_ended_badly_stay_listed_for_min_job_age() {
+    use super::{MAX_RECENTLY_ENDED, MIN_JOB_AGE_MS};
+    let ended = |id: u64, state: JobState, started: bool, at: i64| {
+        let mut job = JobBuilder::new(id).build();
+        job.state = state;
+        job.end_time = Some(at);
+        job.start_time = started.then_some(at - 1_000);
+        job
+    };
+    let mut rec = Records::with_jobs(vec![]);
+    rec.commit(super::Effects {
+        jobs: vec![
+            ended(1, JobState::Failed, true, NOW),
+            ended(2, JobState::Completed, true, NOW),
+            ended(3, JobState::Cancelled, false, NOW),
+            ended(4, JobState::Cancelled, true, NOW),
+            ended(5, JobState::Timeout, true, NOW),
+        ],
+        ..super::Effects::default()
+    });
+    let ids = |rec: &Records, now: i64| -> Vec<u64> {
+        rec.recently_ended(now).iter().map(|j| j.id.0).collect()
+    };
+    // Not a completed job, nor one cancelled while queued.
+    assert_eq!(ids(&rec, NOW), [1, 4, 5]);
+    assert_eq!(ids(&rec, NOW + MIN_JOB_AGE_MS), [1, 4, 5]);
+    assert!(ids(&rec, NOW + MIN_JOB_AGE_MS + 1).is_empty());
+    // Bounded: the oldest go first.
+    rec.commit(super::Effects {
+        jobs: (0..MAX_RECENTLY_ENDED as u64 + 5)
+            .map(|i| ended(100 + i, JobState::Failed, true, NOW + 1))
+            .collect(),
+        ..super::Effects::default()
+    });
+    let kept = ids(&rec, NOW + 1);
+    assert_eq!(kept.len(), MAX_RECENTLY_ENDED);
+    assert_eq!(kept[0], 105);
 }

@@ -50,10 +50,12 @@ pub enum JobEventKind {
     GpuFailed,
     /// A leftover its agent was told to kill is gone.
     LeftoverGone,
+    /// Changed while queued (`yctl update`): what changed.
+    Updated,
 }
 
 impl JobEventKind {
-    pub const ALL: [JobEventKind; 21] = [
+    pub const ALL: [JobEventKind; 22] = [
         JobEventKind::Submitted,
         JobEventKind::Held,
         JobEventKind::Released,
@@ -75,6 +77,7 @@ impl JobEventKind {
         JobEventKind::Fenced,
         JobEventKind::GpuFailed,
         JobEventKind::LeftoverGone,
+        JobEventKind::Updated,
     ];
 
     /// The kind as stored and shown (a contract: stores and scripts read it).
@@ -101,6 +104,7 @@ impl JobEventKind {
             JobEventKind::Fenced => "fenced",
             JobEventKind::GpuFailed => "gpu_failed",
             JobEventKind::LeftoverGone => "leftover_gone",
+            JobEventKind::Updated => "updated",
         }
     }
 

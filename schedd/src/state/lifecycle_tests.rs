@@ -367,8 +367,10 @@ fn a_requested_requeue_goes_back_to_the_queue_whatever_the_end_and_past_max_requ
     let mut job = JobBuilder::new(1)
         .running_on("n1", &[0])
         .submitted(T0 - 1_000)
+        .started(T0)
         .build();
     job.restart_count = 5;
+    job.run_ms_before = 1_000;
     requeue_asked_by(&mut job, "alice");
     let end = PartEnd {
         exit_code: None,
@@ -383,6 +385,10 @@ fn a_requested_requeue_goes_back_to_the_queue_whatever_the_end_and_past_max_requ
     assert!(!out.finished && !out.ignored);
     assert_eq!(job.state, JobState::Pending);
     assert_eq!(job.restart_count, 6);
+    assert_eq!(
+        job.run_ms_before, 6_000,
+        "this run's 5 s are added to the earlier runs' (yq's TIME)"
+    );
     assert_eq!(job.submit_time, T0 - 1_000, "keeps its place in the queue");
     assert_eq!(job.last_checkpoint, Some(T0 + 5_000));
     assert!(job.alloc.is_empty() && job.stop.is_none() && !job.launched);

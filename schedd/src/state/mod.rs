@@ -15,6 +15,7 @@
 //!   nodes.
 //! - `submission`: submit (a job, or every task of an array).
 //! - `client_events`: cancel, hold and release, requeue, drain and resume.
+//! - `update`: `yctl update`, a queued job's tier, time limit, name, dependency or hold.
 //! - `targets`: jobs as users name them (`12`, `12_7`, `12_[1-5]`) resolved into job ids.
 //! - `dependencies`: `--dependency` resolved at submit, and the end states of finished jobs
 //!   that live jobs' dependencies name ([`dependencies::EndedTargets`], the core's
@@ -41,6 +42,7 @@ pub mod plan;
 pub mod reactor;
 pub mod submission;
 pub mod targets;
+pub mod update;
 pub mod usage;
 pub mod views;
 
@@ -60,6 +62,8 @@ mod plan_tests;
 mod prop_tests;
 #[cfg(test)]
 mod reactor_tests;
+#[cfg(test)]
+mod update_tests;
 #[cfg(test)]
 mod usage_tests;
 
@@ -89,6 +93,31 @@ pub struct Records {
     /// change that goes through [`Records::commit`] and [`Records::insert_job`], so that a
     /// submit checks `max_jobs_per_user` in O(log users).
     active_per_user: BTreeMap<u32, UserJobs>,
+    /// Jobs whose run ended badly (FAILED, TIMEOUT, CANCELLED while running, ...) in the last
+    /// [`MIN_JOB_AGE_MS`], oldest end first, at most [`MAX_RECENTLY_ENDED`]: a plain `yq`
+    /// shows them, as squeue shows ended jobs for Slurm's `MinJobAge`, so that a job whose
+    /// launch failed does not vanish from the queue without a word. Memory only.
+    recently_ended: std::collections::VecDeque<Job>,
+}
+
+/// How long a job whose run ended badly stays in a plain `yq` listing: 5 minutes, Slurm's
+/// default `MinJobAge` (300 s).
+pub const MIN_JOB_AGE_MS: ysched_common::time::Millis = 5 * 60 * 1000;
+
+/// The most such jobs kept (the newest): a burst of failures cannot grow memory or listings
+/// without bound.
+pub const MAX_RECENTLY_ENDED: usize = 1000;
+
+/// Whether a plain `yq` keeps showing `job`, which just ended: it ended other than COMPLETED,
+/// and not by a cancel while it was queued (an array of ten thousand cancelled at once
+/// would otherwise fill the listing; the user asked for that end).
+fn shown_after_end(job: &Job) -> bool {
+    use ysched_common::JobState;
+    match job.state {
+        JobState::Completed => false,
+        JobState::Cancelled => job.start_time.is_some(),
+        state => state.is_terminal(),
+    }
 }
 
 /// The limits the state machine enforces, from the config.
@@ -198,6 +227,9 @@ impl Records {
                 if let Some(gone) = self.jobs.remove(&job.id) {
                     self.count_active(&gone, false);
                 }
+                if shown_after_end(&job) {
+                    self.remember_ended(job);
+                }
             } else {
                 self.insert_active(job);
             }
@@ -224,6 +256,35 @@ impl Records {
             wake: effects.wake,
             runs: effects.runs,
         }
+    }
+
+    /// Keeps `job`, which just ended badly, for plain listings (see `recently_ended`),
+    /// forgetting those that ended more than [`MIN_JOB_AGE_MS`] before it, and the oldest
+    /// beyond [`MAX_RECENTLY_ENDED`].
+    fn remember_ended(&mut self, job: Job) {
+        let newest = job.end_time.unwrap_or(0);
+        while self
+            .recently_ended
+            .front()
+            .is_some_and(|old| old.end_time.unwrap_or(0) < newest.saturating_sub(MIN_JOB_AGE_MS))
+            || self.recently_ended.len() >= MAX_RECENTLY_ENDED
+        {
+            self.recently_ended.pop_front();
+        }
+        self.recently_ended.push_back(job);
+    }
+
+    /// The jobs whose run ended badly within [`MIN_JOB_AGE_MS`] before `now` (see
+    /// `recently_ended`), in id order.
+    pub fn recently_ended(&self, now: ysched_common::time::Millis) -> Vec<&Job> {
+        let mut jobs: Vec<&Job> = self
+            .recently_ended
+            .iter()
+            .filter(|j| j.end_time.unwrap_or(0) >= now.saturating_sub(MIN_JOB_AGE_MS))
+            .collect();
+        jobs.sort_by_key(|j| j.id);
+        jobs.dedup_by_key(|j| j.id);
+        jobs
     }
 
     /// Takes a job that is durable into memory (a submit: its id was taken by `commit`).

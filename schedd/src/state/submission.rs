@@ -61,6 +61,7 @@ impl Records {
             parts: Default::default(),
             launch_attempts: 0,
             queued_at: (!held).then_some(now),
+            run_ms_before: 0,
             array,
         };
         let jobs: Vec<Job> = match &tasks {

@@ -33,6 +33,7 @@ pub(super) fn same_but_place(a: &Job, b: &Job) -> bool {
         parts,
         launch_attempts,
         queued_at,
+        run_ms_before,
     } = a;
     (std::sync::Arc::ptr_eq(spec, &b.spec) || **spec == *b.spec)
         && (std::sync::Arc::ptr_eq(owner, &b.owner) || **owner == *b.owner)
@@ -53,6 +54,7 @@ pub(super) fn same_but_place(a: &Job, b: &Job) -> bool {
         && *parts == b.parts
         && *launch_attempts == b.launch_attempts
         && *queued_at == b.queued_at
+        && *run_ms_before == b.run_ms_before
 }
 
 /// An array's tasks as submitted: every task is its first one (`first`, stored slim, like

@@ -35,6 +35,7 @@ fn job(id: u64, state: JobState) -> Job {
         parts: Default::default(),
         launch_attempts: 0,
         queued_at: None,
+        run_ms_before: 0,
         array: None,
     }
 }

@@ -23,4 +23,5 @@ mod preemption;
 mod report;
 mod slurm_options;
 mod slurm_scripts;
+mod update_and_filters;
 mod ysim_agreement;

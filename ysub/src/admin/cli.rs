@@ -70,6 +70,10 @@ pub enum Command {
         #[arg(value_name = "JOBID", required = true, value_parser = parse_target_list)]
         jobs: Vec<TargetList>,
     },
+    /// Change a pending or held job (or an array's pending tasks), as `scontrol update`: its
+    /// tier, time limit (only lower, unless you are an administrator), name, dependency, or
+    /// hold it or release it
+    Update(super::update::UpdateArgs),
     /// Stop running jobs (SIGTERM, SIGKILL after their grace) and queue them again, keeping
     /// their place in the queue; as `scontrol requeue`. Not for jobs submitted with --no-requeue
     Requeue {
@@ -162,6 +166,7 @@ pub fn check_limits(command: &Command) -> Result<()> {
         Command::Hold { jobs } | Command::Release { jobs } | Command::Requeue { jobs } => {
             crate::jobs::check_target_count(&flatten_targets(jobs))
         }
+        Command::Update(args) => super::update::update_request(args).map(|_| ()),
         _ => Ok(()),
     }
 }

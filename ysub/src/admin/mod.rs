@@ -3,10 +3,12 @@
 //! - [`cli`]: its command line, and what it checks before sending anything.
 //! - [`drain`]: drain reasons and what resuming GPUs prints.
 //! - [`audit`]: the audit log as a table and as JSON.
+//! - [`update`]: `yctl update`'s flags and `KEY=VALUE` words, and what it prints.
 
 pub mod audit;
 pub mod cli;
 pub mod drain;
+pub mod update;
 
 pub use audit::{audit_to_json, format_audit_table, AuditJson};
 pub use cli::{check_limits, Command, ShowCommand, YctlCli};
@@ -148,6 +150,23 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         Command::Release { jobs } => {
             for target in flatten_targets(&jobs) {
                 reply(client.release(job_ref(&target)).await)?;
+            }
+        }
+        Command::Update(args) => {
+            let request = update::update_request(&args)?;
+            let job = request
+                .job
+                .as_ref()
+                .map(|j| j.target.clone())
+                .unwrap_or_default();
+            let updated = reply(client.update_job(request).await)?;
+            if args.json {
+                print_json(&update::UpdateJson {
+                    job: &job,
+                    changed: &updated.changed,
+                })?;
+            } else {
+                print_stdout(&update::updated_line(&job, &updated))?;
             }
         }
         Command::Requeue { jobs } => {

@@ -1,7 +1,7 @@
 //! Jobs as JSON: `yq --json` and `yctl show job --json`, borrowing from the reply.
 
 use super::show::warn_signal;
-use super::{display_id, elapsed_secs, gpus_requested, time_or_none};
+use super::{display_id, elapsed_secs, gpus_requested, time_or_none, total_run_secs};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 use std::fmt;
@@ -58,9 +58,21 @@ pub struct JobJson<'a> {
     /// `node`, `nodes`, `gpus`, `start_time`, `end_time`, `restart_count`, `last_checkpoint`
     /// and `fair_share` are empty.
     pub usage_private: bool,
+    /// Seconds run in all, over every run (requeues included): `yq`'s TIME.
+    pub run_secs_total: u64,
+    /// Seconds of the current (or last) run only.
+    pub run_secs_last: u64,
+    /// Running, in the grace of a cancel (`yq` shows COMPLETING, squeue's CG); `state`
+    /// stays RUNNING.
+    pub cancelling: bool,
 }
 
 pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
+    job_to_json_at(job, ysched_common::time::now_ms())
+}
+
+/// [`job_to_json`] with the clock given (the run times of a running job count up to it).
+pub fn job_to_json_at(job: &JobInfo, now_ms: Millis) -> JobJson<'_> {
     JobJson {
         id: job.id,
         display_id: display_id(job),
@@ -92,6 +104,9 @@ pub fn job_to_json(job: &JobInfo) -> JobJson<'_> {
         expected_start: Timestamp(job.expected_start_ms),
         expected_nodes: &job.expected_nodes,
         usage_private: job.usage_private,
+        run_secs_total: total_run_secs(job, now_ms),
+        run_secs_last: elapsed_secs(job, now_ms),
+        cancelling: job.cancelling,
     }
 }
 
@@ -188,8 +203,15 @@ pub struct JobDetailJson<'a> {
     pub mem_mib: u64,
     pub nodes_requested: u32,
     pub workdir: &'a str,
-    pub stdout_path: &'a str,
-    pub stderr_path: &'a str,
+    /// The output file as the job opens it (its patterns filled in, `%N` left: it differs
+    /// per node), as `yctl show job` prints it.
+    pub stdout_path: String,
+    /// The error file, likewise (the output file when none was given).
+    pub stderr_path: String,
+    /// `-o` as given (empty: the default, `ysched-%j.out`).
+    pub stdout_pattern: &'a str,
+    /// `-e` as given (empty: the same file as the output).
+    pub stderr_pattern: &'a str,
     pub args: &'a [String],
     /// Whether it was submitted with `--hold` (the state tells whether it is held now).
     pub hold: bool,
@@ -223,7 +245,7 @@ pub fn job_detail_to_json<'a>(
 ) -> JobDetailJson<'a> {
     let spec = job.spec.as_ref().unwrap_or(&EMPTY_SPEC);
     JobDetailJson {
-        job: job_to_json(job),
+        job: job_to_json_at(job, now_ms),
         gid: job.gid,
         grace: job.grace_secs,
         elapsed: elapsed_secs(job, now_ms),
@@ -232,8 +254,14 @@ pub fn job_detail_to_json<'a>(
         mem_mib: spec.mem_mib,
         nodes_requested: spec.nodes.max(1),
         workdir: &spec.workdir,
-        stdout_path: &spec.stdout_path,
-        stderr_path: &spec.stderr_path,
+        stdout_path: super::expand_output_path(job, &spec.stdout_path),
+        stderr_path: if spec.stderr_path.is_empty() {
+            super::expand_output_path(job, &spec.stdout_path)
+        } else {
+            super::expand_output_path(job, &spec.stderr_path)
+        },
+        stdout_pattern: &spec.stdout_path,
+        stderr_pattern: &spec.stderr_path,
         args: &spec.args,
         hold: spec.hold,
         no_requeue: spec.no_requeue,

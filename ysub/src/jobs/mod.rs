@@ -1,15 +1,17 @@
 //! How jobs are named and shown: the ids users type (`targets`), the `yq` tables (`table`),
 //! the JSON objects (`json`: `yq --json`, `yctl show job --json`) and the `yctl show job` text
-//! (`show`). All take `now_ms` as a parameter so they are pure.
+//! (`show`), and the columns `yq --format` chooses (`format`). All take `now_ms` as a
+//! parameter so they are pure.
 
+pub mod format;
 mod json;
 mod show;
 mod table;
 mod targets;
 
 pub use json::{
-    job_detail_to_json, job_to_json, EventJson, HeldGpus, JobDetailJson, JobJson, NodeAllocs,
-    NodeNames, Timestamp,
+    job_detail_to_json, job_to_json, job_to_json_at, EventJson, HeldGpus, JobDetailJson, JobJson,
+    NodeAllocs, NodeNames, Timestamp,
 };
 pub use show::{expand_output_path, format_job_detail, warn_signal};
 pub use table::{
@@ -51,6 +53,42 @@ pub fn elapsed_secs(job: &JobInfo, now_ms: Millis) -> u64 {
         now_ms
     };
     (end.saturating_sub(job.start_time_ms).max(0) / 1000) as u64
+}
+
+/// Seconds the job has run in all: its earlier runs (before requeues) and the current or
+/// last one (`yq`'s TIME; `--json`'s `run_secs_total`).
+pub fn total_run_secs(job: &JobInfo, now_ms: Millis) -> u64 {
+    (job.run_ms_before.max(0) / 1000) as u64 + elapsed_secs(job, now_ms)
+}
+
+/// The state as `yq` shows it: a running job in the grace of a cancel is `COMPLETING`
+/// (squeue's CG), else the state schedd sent.
+pub fn shown_state(job: &JobInfo) -> &str {
+    if job.cancelling {
+        "COMPLETING"
+    } else {
+        &job.state
+    }
+}
+
+/// The state as squeue's compact code (`%t`): PD, R, CG, CD, F, CA, TO, NF, PR, OOM; HELD
+/// is `PD` (squeue shows a held job pending, its reason saying why) and PREEMPTING `R`.
+pub fn compact_state(job: &JobInfo) -> &'static str {
+    if job.cancelling {
+        return "CG";
+    }
+    match JobState::parse(&job.state) {
+        Some(JobState::Pending | JobState::Held) => "PD",
+        Some(JobState::Running | JobState::Preempting) => "R",
+        Some(JobState::Completed) => "CD",
+        Some(JobState::Failed) => "F",
+        Some(JobState::Cancelled) => "CA",
+        Some(JobState::Timeout) => "TO",
+        Some(JobState::NodeFail) => "NF",
+        Some(JobState::Preempted) => "PR",
+        Some(JobState::OutOfMemory) => "OOM",
+        None => "?",
+    }
 }
 
 /// The nodes the job holds, comma-joined, or `None` when it holds none.

@@ -1,7 +1,7 @@
 //! The `yq` tables: one line per job or array tasks folded as squeue folds them, the long
 //! form (`--long`) and the expected starts (`--start`).
 
-use super::{elapsed_secs, gpus_requested};
+use super::{gpus_requested, shown_state, total_run_secs};
 use crate::output::{decimal_width, display_width, push_decimal, render_table, Column, Row, Table};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -278,7 +278,7 @@ struct JobRow<'a> {
 impl<'a> JobRow<'a> {
     fn new(line: &'a JobLine<'a>, now_ms: Millis) -> Self {
         let job = line.job;
-        let time = match elapsed_secs(job, now_ms) {
+        let time = match total_run_secs(job, now_ms) {
             // Its run time is not the caller's to see (`scheduler.reports_public = false`).
             _ if job.usage_private => Cow::Borrowed("-"),
             0 => Cow::Borrowed("0:00"),
@@ -305,7 +305,7 @@ impl Row for JobRow<'_> {
             1 => display_width(&escape_for_terminal(&job.name)),
             2 => display_width(&escape_for_terminal(&job.user)),
             3 => display_width(&escape_for_terminal(&job.tier)),
-            4 => display_width(&escape_for_terminal(&job.state)),
+            4 => display_width(&escape_for_terminal(shown_state(job))),
             5 => self.time.len(),
             6 => decimal_width(self.gpus.into()),
             _ if !job.alloc.is_empty() => {
@@ -333,7 +333,7 @@ impl Row for JobRow<'_> {
             1 => out.push_str(&escape_for_terminal(&job.name)),
             2 => out.push_str(&escape_for_terminal(&job.user)),
             3 => out.push_str(&escape_for_terminal(&job.tier)),
-            4 => out.push_str(&escape_for_terminal(&job.state)),
+            4 => out.push_str(&escape_for_terminal(shown_state(job))),
             5 => out.push_str(&self.time),
             6 => push_decimal(out, self.gpus.into()),
             _ if !job.alloc.is_empty() => {

@@ -800,3 +800,43 @@ fn a_warning_signal_and_out_of_memory_are_shown() {
     let value = serde_json::to_value(job_detail_to_json(&pending_job(), &[], T0)).unwrap();
     assert_eq!(value["warn_signal"], serde_json::Value::Null);
 }
+
+#[test]
+fn time_counts_every_run_and_a_cancelling_job_is_completing() {
+    let mut job = running_job();
+    job.run_ms_before = 95_000;
+    let now = T0 + 20_000;
+    // 95 s of earlier runs and 10 s of this one.
+    assert_eq!(total_run_secs(&job, now), 105);
+    assert_eq!(elapsed_secs(&job, now), 10);
+    let table = format_job_table(std::slice::from_ref(&job), now, false);
+    assert!(table.contains(" 1:45 "), "{table}");
+    assert!(table.contains("RUNNING"), "{table}");
+    let value = serde_json::to_value(job_to_json_at(&job, now)).unwrap();
+    assert_eq!(value["run_secs_total"], 105);
+    assert_eq!(value["run_secs_last"], 10);
+    assert_eq!(value["cancelling"], false);
+    job.cancelling = true;
+    assert_eq!(
+        (shown_state(&job), compact_state(&job)),
+        ("COMPLETING", "CG")
+    );
+    let table = format_job_table(std::slice::from_ref(&job), now, false);
+    assert!(table.contains("COMPLETING"), "{table}");
+    let value = serde_json::to_value(job_to_json_at(&job, now)).unwrap();
+    assert_eq!(value["state"], "RUNNING", "the wire's state is kept");
+    assert_eq!(value["cancelling"], true);
+}
+
+#[test]
+fn detail_json_expands_output_paths_and_keeps_the_patterns() {
+    let mut job = running_job();
+    if let Some(spec) = job.spec.as_mut() {
+        spec.stdout_path = "logs/%x-%j.out".into();
+    }
+    let value = serde_json::to_value(job_detail_to_json(&job, &[], T0)).unwrap();
+    assert_eq!(value["stdout_path"], "logs/train-17.out");
+    assert_eq!(value["stderr_path"], "logs/train-17.out", "the output file");
+    assert_eq!(value["stdout_pattern"], "logs/%x-%j.out");
+    assert_eq!(value["stderr_pattern"], "");
+}

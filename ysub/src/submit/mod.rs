@@ -7,10 +7,12 @@
 //! - [`options`]: the job options and the command line, with their value parsers.
 //! - [`directives`]: the batch script, its `#YSUB` lines, and the options in effect.
 //! - [`request`]: the job spec built from the options, checked before it is sent.
+//! - [`output_dir`]: the warning for an output directory missing on the submit host.
 //! - [`wait`]: `--wait`, following the jobs to their end, and the lines and exit code it ends with.
 
 pub mod directives;
 pub mod options;
+pub mod output_dir;
 pub mod request;
 pub mod wait;
 
@@ -56,6 +58,7 @@ pub async fn submit_and_report(
     let config = Config::load()?;
     let spec = build_spec(options, script, &SubmitContext::from_process(&config)?)?;
     check_payload_size(&spec, &config)?;
+    output_dir::warn_about_output_dirs(&spec);
     let socket = client::socket_path(&config);
     let mut client = client::connect(&socket).await?;
     let submitted = reply_to(

@@ -208,13 +208,23 @@ pub fn wait_exit_code(job: &JobInfo) -> u8 {
 }
 
 /// The line `ysub --wait` ends with on stderr, e.g. `Job 7 COMPLETED (exit 0)` (`Job 12_7 ...`
-/// for an array task).
+/// for an array task). When the job's own exit code is not the one `ysub` exits with (a job
+/// that exited 0 in the grace of its time limit ends TIMEOUT, and `ysub` exits 1), both are
+/// said: `Job 7 TIMEOUT (job exit code 0, ysub exits 1)`, never an exit the job did not have.
 pub fn final_line(job: &JobInfo, exit_code: u8) -> String {
-    let mut line = format!(
-        "Job {} {} (exit {exit_code}",
-        job_name(job),
-        escape_for_terminal(&job.state)
-    );
+    let own = job.exit_code.filter(|code| *code != i32::from(exit_code));
+    let mut line = match own {
+        Some(code) if job.signal.is_none() => format!(
+            "Job {} {} (job exit code {code}, ysub exits {exit_code}",
+            job_name(job),
+            escape_for_terminal(&job.state)
+        ),
+        _ => format!(
+            "Job {} {} (exit {exit_code}",
+            job_name(job),
+            escape_for_terminal(&job.state)
+        ),
+    };
     if let Some(signal) = job.signal {
         line.push_str(&format!(", signal {signal}"));
     }
@@ -224,4 +234,41 @@ pub fn final_line(job: &JobInfo, exit_code: u8) -> String {
         line.push_str(&escape_for_terminal(&job.reason));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(state: &str, exit_code: Option<i32>, signal: Option<i32>) -> JobInfo {
+        JobInfo {
+            id: 7,
+            state: state.into(),
+            exit_code,
+            signal,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_final_line_never_names_an_exit_the_job_did_not_have() {
+        let mut job = finished("TIMEOUT", Some(0), None);
+        job.reason = "time limit reached".into();
+        let code = wait_exit_code(&job);
+        assert_eq!(code, 1);
+        assert_eq!(
+            final_line(&job, code),
+            "Job 7 TIMEOUT (job exit code 0, ysub exits 1): time limit reached"
+        );
+        // The same code: said once, as before.
+        let job = finished("FAILED", Some(3), None);
+        assert_eq!(final_line(&job, 3), "Job 7 FAILED (exit 3)");
+        let job = finished("TIMEOUT", None, None);
+        assert_eq!(final_line(&job, 1), "Job 7 TIMEOUT (exit 1)");
+        let job = finished("CANCELLED", Some(143), Some(15));
+        assert_eq!(
+            final_line(&job, 143),
+            "Job 7 CANCELLED (exit 143, signal 15)"
+        );
+    }
 }

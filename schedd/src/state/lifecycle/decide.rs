@@ -135,11 +135,18 @@ pub(super) fn decide(end: &RunEnd<'_>) -> Decision {
 }
 
 /// The final state of a run that nothing but (maybe) a cancel stopped, from its decisive end.
-/// The first row that applies decides: a failed launch (FAILED), the kernel's OOM killer
-/// unless cancelled (OUT_OF_MEMORY), the time limit (TIMEOUT), a cancel (CANCELLED), a part its
-/// node's fence stopped (NODE_FAIL), exit code 0 (COMPLETED), anything else (FAILED).
+/// The first row that applies decides: a failed launch of a cancelled job (CANCELLED: a
+/// cancel is final, whatever became of the launch), a failed launch (FAILED), the kernel's
+/// OOM killer unless cancelled (OUT_OF_MEMORY), the time limit (TIMEOUT), a cancel
+/// (CANCELLED), a part its node's fence stopped (NODE_FAIL), exit code 0 (COMPLETED),
+/// anything else (FAILED).
 fn own_end(end: &DecisiveEnd, cancelled_by: Option<&str>, mem_mib: u64) -> Fate {
-    let (state, reason) = if !end.error.is_empty() {
+    let (state, reason) = if let (false, Some(by)) = (end.error.is_empty(), cancelled_by) {
+        (
+            JobState::Cancelled,
+            format!("cancelled by {by} (its launch failed: {})", end.error),
+        )
+    } else if !end.error.is_empty() {
         (JobState::Failed, format!("launch failed: {}", end.error))
     } else if let (Some(oom_node), None) = (&end.oom_on, cancelled_by) {
         // The kernel's OOM killer, in the job's own cgroup: say so, not a bare exit status.

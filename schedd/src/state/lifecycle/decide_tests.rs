@@ -123,9 +123,16 @@ fn a_run_that_ended_on_its_own_or_was_cancelled_ends_as_its_decisive_part_says()
     };
     let rows: Vec<(RunEnd<'_>, JobState, &str)> = vec![
         (
-            run_end(Some(&cancel), launch.clone()),
+            run_end(None, launch.clone()),
             JobState::Failed,
             "launch failed: no such user",
+        ),
+        // A cancel is final: a job cancelled before its launch failed ends CANCELLED, as
+        // the user guide promises, its reason keeping the launch's failure.
+        (
+            run_end(Some(&cancel), launch.clone()),
+            JobState::Cancelled,
+            "cancelled by bob (its launch failed: no such user)",
         ),
         (
             run_end(None, oom.clone()),

@@ -476,6 +476,11 @@ pub fn launch_fault(
 /// Back to the queue for a new run, from `at`: no allocation, no start, no stop request; its
 /// wait begins again (`queued_at`).
 fn requeue(job: &mut Job, at: Millis) {
+    if let Some(start) = job.start_time {
+        job.run_ms_before = job
+            .run_ms_before
+            .saturating_add(at.saturating_sub(start).max(0));
+    }
     job.queued_at = Some(at);
     job.state = JobState::Pending;
     job.alloc.clear();

@@ -1,0 +1,150 @@
+//! The submit-time check of the job's output directories: `-o logs/%x-%j.out` where `logs/`
+//! does not exist fails the job at launch, so `ysub` looks, as the user on the submit host,
+//! and warns (the directory may still exist on the node, as on a node-local disk: the submit
+//! goes ahead).
+
+use std::path::{Path, PathBuf};
+use ysched_common::text::{escape_for_terminal, expand_output_pattern, PatternVars};
+use ysched_proto::JobSpec;
+
+/// Patterns only the job's run knows: a directory holding one cannot be checked at submit.
+const RUN_PATTERNS: [&str; 4] = ["%j", "%A", "%a", "%N"];
+
+/// The directory of the output file `pattern` as the job will open it, relative to `workdir`
+/// (`%x` and `%u` filled in), or `None` when it cannot be known at submit or is the working
+/// directory itself.
+pub fn output_dir(pattern: &str, workdir: &str, job_name: &str, user: &str) -> Option<PathBuf> {
+    let (dir, _) = pattern.rsplit_once('/')?;
+    if dir.is_empty() {
+        return Some(PathBuf::from("/"));
+    }
+    // `%%j` is a literal `%j`, which is fine; anything else naming the run is not known yet.
+    let unescaped = dir.replace("%%", "");
+    if RUN_PATTERNS.iter().any(|p| unescaped.contains(p)) {
+        return None;
+    }
+    let vars = PatternVars {
+        job_id: 0,
+        job_name,
+        user,
+        node: None,
+        array: None,
+    };
+    let dir = expand_output_pattern(dir, &vars);
+    Some(Path::new(workdir).join(dir))
+}
+
+/// Why `dir` would not take the job's output when the job runs as the caller here: it does
+/// not exist, is not a directory, or the caller may not create files in it. `None`: it would.
+pub fn unusable(dir: &Path) -> Option<&'static str> {
+    use nix::unistd::{access, AccessFlags};
+    match std::fs::metadata(dir) {
+        Err(_) => Some("does not exist"),
+        Ok(meta) if !meta.is_dir() => Some("is not a directory"),
+        // access(2) checks the real uid: the user who runs ysub, whom the job runs as.
+        Ok(_) if access(dir, AccessFlags::W_OK | AccessFlags::X_OK).is_err() => {
+            Some("is not writable by you")
+        }
+        Ok(_) => None,
+    }
+}
+
+/// The warnings for `spec`'s output and error files, one per directory (`warning: the output
+/// directory 'logs' does not exist here; ...`), shown as the user typed the path.
+pub fn output_dir_warnings(spec: &JobSpec, user: &str) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for (what, pattern) in [("output", &spec.stdout_path), ("error", &spec.stderr_path)] {
+        let Some(dir) = output_dir(pattern, &spec.workdir, &spec.name, user) else {
+            continue;
+        };
+        if seen.contains(&dir) {
+            continue;
+        }
+        let Some(why) = unusable(&dir) else {
+            continue;
+        };
+        let shown = pattern.rsplit_once('/').map_or("", |(d, _)| d);
+        warnings.push(format!(
+            "warning: the {what} directory '{}' {why} here; the job will fail at launch unless \
+             it exists{} on the node",
+            escape_for_terminal(if shown.is_empty() { "/" } else { shown }),
+            if why == "does not exist" {
+                ""
+            } else {
+                " and is writable"
+            }
+        ));
+        seen.push(dir);
+    }
+    warnings
+}
+
+/// Prints [`output_dir_warnings`] on stderr; the submit goes ahead.
+pub fn warn_about_output_dirs(spec: &JobSpec) {
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_default();
+    for warning in output_dir_warnings(spec, &user) {
+        eprintln!("{warning}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(workdir: &Path, stdout: &str, stderr: &str) -> JobSpec {
+        JobSpec {
+            name: "train".into(),
+            workdir: workdir.display().to_string(),
+            stdout_path: stdout.into(),
+            stderr_path: stderr.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn directories_are_found_with_what_submit_knows() {
+        let dir = |p| output_dir(p, "/work", "train", "alice");
+        assert_eq!(dir("logs/%x-%j.out"), Some(PathBuf::from("/work/logs")));
+        assert_eq!(
+            dir("/data/%u/%x/o.txt"),
+            Some(PathBuf::from("/data/alice/train"))
+        );
+        assert_eq!(dir("out-%j.txt"), None, "the working directory itself");
+        assert_eq!(dir("/o.txt"), Some(PathBuf::from("/")));
+        assert_eq!(dir("logs/%j/o.txt"), None, "known only when it runs");
+        assert_eq!(dir("logs/%N/o.txt"), None);
+        assert_eq!(
+            dir("logs/100%%j/o"),
+            Some(PathBuf::from("/work/logs/100%j"))
+        );
+    }
+
+    #[test]
+    fn a_missing_output_directory_is_warned_about_once() {
+        let tmp = std::env::temp_dir().join(format!("ysub-outdir-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("present")).unwrap();
+        let warnings =
+            output_dir_warnings(&spec(&tmp, "logs/%x-%j.out", "logs/%x-%j.err"), "alice");
+        assert_eq!(
+            warnings,
+            [
+                "warning: the output directory 'logs' does not exist here; the job will fail at \
+              launch unless it exists on the node"
+            ]
+        );
+        assert!(output_dir_warnings(&spec(&tmp, "present/%j.out", ""), "alice").is_empty());
+        std::fs::write(tmp.join("file"), "").unwrap();
+        let warnings = output_dir_warnings(&spec(&tmp, "", "file/e.txt"), "alice");
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("error directory 'file' is not a directory"),
+            "{warnings:?}"
+        );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
