@@ -33,15 +33,15 @@ impl ValidUpdate {
     }
 }
 
-/// The tier `text` names: a tier's name in any case. (Slurm's partition and QOS names reach
-/// schedd as the tier they stand for where the config maps them; see the submit.)
+/// The tier `text` names: a tier's name in any case, else a Slurm partition or QOS name the
+/// config's `[slurm]` maps (`yctl update JOB Partition=gpu` and `QOS=` reach schedd as this
+/// text, as `--priority` does).
 pub fn resolve_tier(config: &Config, text: &str) -> Option<String> {
-    let text = text.trim();
+    use ysched_common::config::SlurmName;
     config
-        .tiers
-        .keys()
-        .find(|k| k.eq_ignore_ascii_case(text))
-        .cloned()
+        .tier_of_slurm_name(SlurmName::Partition, text)
+        .or_else(|_| config.tier_of_slurm_name(SlurmName::Qos, text))
+        .ok()
 }
 
 /// An update as the client asked for it (the wire's `UpdateJobRequest` without its job),
@@ -69,8 +69,20 @@ pub fn validate(
         limits::TIER.check_len(text).map_err(invalid)?;
         check_printable("tier", text).map_err(invalid)?;
         let Some(name) = resolve_tier(config, text) else {
+            let mapped: Vec<&str> = config
+                .slurm
+                .partitions
+                .keys()
+                .chain(config.slurm.qos.keys())
+                .map(String::as_str)
+                .collect();
+            let mapped = if mapped.is_empty() {
+                String::new()
+            } else {
+                format!("; partitions and QOS names mapped to tiers: {}", mapped.join(", "))
+            };
             return Err(invalid(format!(
-                "unknown tier '{}' (tiers: {})",
+                "unknown tier '{}' (tiers: {}{mapped})",
                 excerpt(text, 64),
                 config.tier_names().join(", ")
             )));
