@@ -21,6 +21,9 @@ pub struct ValidSubmit {
     pub dependency: Option<DependencyRequest>,
 }
 
+/// The most processes per node `--ntasks-per-node` may ask a job's launcher to start.
+pub const MAX_NTASKS_PER_NODE: u32 = 10_000;
+
 /// Checks a submit and resolves defaults, without looking at the cluster's state (so without
 /// its lock).
 pub fn validate(
@@ -211,6 +214,14 @@ pub fn validate(
     } else {
         Some(DependencyRequest::parse(&wire.dependency).map_err(invalid)?)
     };
+    // `--ntasks-per-node`: 0 is "not given"; the job's own launcher starts that many
+    // processes per node, so an absurd count is refused rather than passed to it.
+    if wire.ntasks_per_node > MAX_NTASKS_PER_NODE {
+        return Err(invalid(format!(
+            "--ntasks-per-node {} exceeds the maximum of {MAX_NTASKS_PER_NODE}",
+            wire.ntasks_per_node
+        )));
+    }
     let opt = |s: String| (!s.trim().is_empty()).then_some(s);
     let spec = JobSpec {
         name: if wire.name.is_empty() {
@@ -252,6 +263,9 @@ pub fn validate(
         warn_signal,
         array,
         dependency: None,
+        ntasks_per_node: wire.ntasks_per_node,
+        slurm_env: wire.slurm_env,
+        open_append: wire.open_append,
         ..Default::default()
     };
     Ok(ValidSubmit {
@@ -275,11 +289,8 @@ fn refuse_unsupported(wire: &SubmitRequest) -> Result<(), String> {
         ("--begin", wire.begin_unix_secs != 0),
         ("--mail-type", !wire.mail_types.is_empty()),
         ("--mail-user", !wire.mail_user.is_empty()),
-        ("--ntasks-per-node", wire.ntasks_per_node != 0),
         ("--partition", !wire.partition.is_empty()),
         ("--qos", !wire.qos.is_empty()),
-        ("--slurm-env", wire.slurm_env),
-        ("--open-mode", wire.open_append),
         ("--comment", !wire.comment.is_empty()),
     ];
     match given.iter().find(|(_, set)| *set) {
