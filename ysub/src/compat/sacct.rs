@@ -279,7 +279,7 @@ pub fn format_jobs(
 /// Whether the job is in the window: submitted by `end`, and not ended before `start`.
 pub fn in_window(job: &JobInfo, start: Option<Millis>, end: Option<Millis>) -> bool {
     let ended_before = |start: Millis| job.end_time_ms > 0 && job.end_time_ms < start;
-    !start.is_some_and(ended_before) && !end.is_some_and(|end| job.submit_time_ms > end)
+    !start.is_some_and(ended_before) && end.is_none_or(|end| job.submit_time_ms <= end)
 }
 
 /// Comma-list values of a filter.
