@@ -1,9 +1,14 @@
 //! Time in one place: epoch milliseconds, dates read and written (RFC 3339 and plain days, on
 //! the `time` crate's calendar), and the duration forms users type besides Slurm's time limits
 //! (`parse::parse_time_limit`): report spans (`7d`), trace durations (`1.5h`, `01:30:00`) and
-//! humantime strings (the config's `"7d"`). The scheduling core takes `now` as a parameter;
-//! only the daemons call [`now_ms`].
+//! humantime strings (the config's `"7d"`); and Slurm's `--begin` times, in local time
+//! (`begin`). The scheduling core takes `now` as a parameter; only the daemons call [`now_ms`].
 
+mod begin;
+
+pub use begin::{
+    parse_begin, BeginError, Civil, LocalClock, SystemLocalTime, MAX_BEGIN_AHEAD_SECS,
+};
 use std::time::{SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use time::{Date, Month, OffsetDateTime};

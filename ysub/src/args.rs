@@ -219,9 +219,9 @@ fn generic(error: &clap::Error) -> String {
 }
 
 /// The hints clap gives after an error's message, each paragraph after a blank line: its
-/// tips (a similar argument or subcommand), the usage, and where to find more (when
-/// `help_flag` is `Some`).
-fn hints(error: &clap::Error, help_flag: Option<&str>) -> String {
+/// tips (a similar argument or subcommand, unless `with_tips` is false), the usage, and where
+/// to find more (when `help_flag` is `Some`).
+fn hints(error: &clap::Error, help_flag: Option<&str>, with_tips: bool) -> String {
     let mut tips = Vec::new();
     for (kind, what) in [
         (ContextKind::SuggestedSubcommand, "subcommand"),
@@ -246,6 +246,9 @@ fn hints(error: &clap::Error, help_flag: Option<&str>) -> String {
     }
     if let Some(ContextValue::StyledStrs(suggestions)) = error.get(ContextKind::Suggested) {
         tips.extend(suggestions.iter().map(|s| format!("  tip: {s}")));
+    }
+    if !with_tips {
+        tips.clear();
     }
     let mut paragraphs = Vec::new();
     if !tips.is_empty() {
@@ -284,6 +287,31 @@ fn help_flag(command: &clap::Command) -> Option<String> {
 /// hints (tip, usage, where to find more) when it has any. `command` is the tool's command
 /// (its help flag is named). Control characters in it are escaped.
 pub fn clap_error_text(tool: &str, command: &clap::Command, error: &clap::Error) -> String {
+    clap_error_text_with(tool, command, error, None)
+}
+
+/// A tool's own word on a command line clap refused, in place of clap's message and tips
+/// (ysub names the Slurm options it refuses, with what to do instead); `None` leaves clap's.
+pub type ErrorHook = fn(&clap::Error) -> Option<String>;
+
+/// [`clap_error_text`] with the tool's own message for the errors `hook` knows better.
+pub fn clap_error_text_with_hook(
+    tool: &str,
+    command: &clap::Command,
+    error: &clap::Error,
+    hook: ErrorHook,
+) -> String {
+    clap_error_text_with(tool, command, error, hook(error))
+}
+
+/// [`clap_error_text`], with `own` (a tool's own message) in place of clap's message and tips
+/// when it is `Some`.
+fn clap_error_text_with(
+    tool: &str,
+    command: &clap::Command,
+    error: &clap::Error,
+    own: Option<String>,
+) -> String {
     if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         // The "error" is the tool's help, printed as it is after a line saying what is missing.
         return format!(
@@ -291,8 +319,13 @@ pub fn clap_error_text(tool: &str, command: &clap::Command, error: &clap::Error)
             error.render().to_string().trim_end()
         );
     }
-    let mut text = format!("{tool}: error: {}\n", clap_error_message(error));
-    let hints = hints(error, help_flag(command).as_deref());
+    let with_tips = own.is_none();
+    let message = match own {
+        Some(own) => escape_for_terminal(&own).into_owned(),
+        None => clap_error_message(error),
+    };
+    let mut text = format!("{tool}: error: {message}\n");
+    let hints = hints(error, help_flag(command).as_deref(), with_tips);
     if !hints.is_empty() {
         text.push('\n');
         text.push_str(&escape_lines(&hints));
@@ -339,6 +372,15 @@ pub fn parse_args<C: clap::Parser>(tool: &str) -> Result<C, ExitCode> {
 
 /// [`parse_args`] on given arguments (the first is the program name).
 pub fn parse_args_from<C: clap::Parser>(tool: &str, args: Vec<OsString>) -> Result<C, ExitCode> {
+    parse_args_with(tool, args, |_| None)
+}
+
+/// [`parse_args_from`] with the tool's own message for the errors `hook` knows better.
+pub fn parse_args_with<C: clap::Parser>(
+    tool: &str,
+    args: Vec<OsString>,
+    hook: ErrorHook,
+) -> Result<C, ExitCode> {
     if let Err(message) = check_utf8_args(&args) {
         eprintln!("{tool}: error: {message}");
         return Err(ExitCode::FAILURE);
@@ -350,7 +392,10 @@ pub fn parse_args_from<C: clap::Parser>(tool: &str, args: Vec<OsString>) -> Resu
             Err(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprint!("{}", clap_error_text(tool, &C::command(), &e));
+            eprint!(
+                "{}",
+                clap_error_text_with_hook(tool, &C::command(), &e, hook)
+            );
             Err(ExitCode::FAILURE)
         }
     }

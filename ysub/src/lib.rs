@@ -6,7 +6,8 @@
 //! * [`client`]: connecting to schedd's Unix socket, turning RPC failures into error messages,
 //!   and the shared `main` wrapper ([`client::run_tool`]).
 //! * [`output`]: aligned text tables and writing to stdout.
-//! * [`script`]: `#YSUB` directives and `--export` lists.
+//! * [`script`]: `#YSUB` and `#SBATCH` directives and `--export` lists.
+//! * [`slurm`]: the table of sbatch's options, and their translation into ysub's.
 //! * [`jobs`] / [`nodes`]: the text and JSON renderings of jobs and nodes, shared by the tools.
 //! * [`ysched_common::topo_matrix`]: a node's GPU matrix as `nvidia-smi topo -m` prints it.
 //! * [`shares`]: `yctl shares`, fair share per account.
@@ -27,4 +28,5 @@ pub mod queue;
 pub mod report;
 pub mod script;
 pub mod shares;
+pub mod slurm;
 pub mod submit;

@@ -1,5 +1,5 @@
-//! What `ysub` reads besides its command line: `#YSUB` directives in the batch script and the
-//! `--export` list.
+//! What `ysub` reads besides its command line: `#YSUB` and `#SBATCH` directives in the batch
+//! script and the `--export` list.
 
 use crate::args::show_os_str;
 use std::collections::HashMap;
@@ -8,6 +8,8 @@ use ysched_common::text::escape_for_terminal;
 
 /// The directive prefix, as `#SBATCH` is for sbatch.
 pub const DIRECTIVE_PREFIX: &str = "#YSUB";
+/// sbatch's directive prefix: its lines are read too, through the table of Slurm's options.
+pub const SBATCH_PREFIX: &str = "#SBATCH";
 
 /// The option words of one `#YSUB` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +26,18 @@ pub struct Directive {
 /// like a shell would split them (quotes, backslashes), up to an unquoted `#` that begins a
 /// trailing comment.
 pub fn script_directives(script: &str) -> Result<Vec<Directive>, String> {
+    directives_with_prefix(script, DIRECTIVE_PREFIX)
+}
+
+/// The `#SBATCH` lines of a batch script, found and split as [`script_directives`] finds and
+/// splits the `#YSUB` lines (sbatch's own rules: from the top, through comments and blank
+/// lines only).
+pub fn sbatch_directives(script: &str) -> Result<Vec<Directive>, String> {
+    directives_with_prefix(script, SBATCH_PREFIX)
+}
+
+/// The directives of one prefix, in order.
+fn directives_with_prefix(script: &str, prefix: &str) -> Result<Vec<Directive>, String> {
     let mut directives = Vec::new();
     for (index, raw_line) in script.lines().enumerate() {
         let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
@@ -34,10 +48,10 @@ pub fn script_directives(script: &str) -> Result<Vec<Directive>, String> {
         if !trimmed.starts_with('#') {
             break;
         }
-        let Some(rest) = line.strip_prefix(DIRECTIVE_PREFIX) else {
+        let Some(rest) = line.strip_prefix(prefix) else {
             continue;
         };
-        // `#YSUBX` is a comment, not a directive.
+        // `#YSUBX` (`#SBATCHX`) is a comment, not a directive.
         if rest.chars().next().is_some_and(|c| !c.is_whitespace()) {
             continue;
         }

@@ -165,3 +165,112 @@ fn humantime_strings() {
         Err(TimeError::Humantime(_))
     ));
 }
+
+/// A zone at a fixed offset east of UTC, so that `--begin` tests do not depend on the host's.
+struct FixedZone(i64);
+
+impl LocalClock for FixedZone {
+    fn civil(&self, secs: i64) -> Option<Civil> {
+        let t = OffsetDateTime::from_unix_timestamp(secs + self.0).ok()?;
+        Some(Civil {
+            date: t.date(),
+            hour: t.hour(),
+            minute: t.minute(),
+            second: t.second(),
+        })
+    }
+
+    fn unix(&self, c: Civil) -> Option<i64> {
+        let t = c
+            .date
+            .with_hms(c.hour, c.minute, c.second)
+            .ok()?
+            .assume_utc();
+        Some(t.unix_timestamp() - self.0)
+    }
+}
+
+#[test]
+fn begin_forms_in_local_time() {
+    // 2026-01-05 10:30:00 at UTC+1 (09:30:00Z).
+    let zone = FixedZone(3600);
+    let now = MON / 1000 + 9 * 3600 + 30 * 60;
+    let begin = |text: &str| parse_begin(text, now, &zone);
+    let local = |day: i64, h: i64, m: i64, s: i64| {
+        (MON / 1000 + day * 86_400 + h * 3600 + m * 60 + s - 3600) as u64
+    };
+    assert_eq!(begin("now"), Ok(now as u64));
+    assert_eq!(begin("now+60"), Ok(now as u64 + 60));
+    assert_eq!(begin("now+30minutes"), Ok(now as u64 + 1800));
+    assert_eq!(begin("NOW+1hour"), Ok(now as u64 + 3600));
+    assert_eq!(begin("now+2days"), Ok(now as u64 + 2 * 86_400));
+    assert_eq!(begin("now+1w"), Ok(now as u64 + 7 * 86_400));
+    // A time of day: today while ahead, else tomorrow.
+    assert_eq!(begin("16:00"), Ok(local(0, 16, 0, 0)));
+    assert_eq!(begin("16:00:30"), Ok(local(0, 16, 0, 30)));
+    assert_eq!(begin("10:30"), Ok(local(1, 10, 30, 0)));
+    assert_eq!(begin("9:15"), Ok(local(1, 9, 15, 0)));
+    assert_eq!(begin("4:00 PM"), Ok(local(0, 16, 0, 0)));
+    assert_eq!(begin("12:00am"), Ok(local(1, 0, 0, 0)));
+    assert_eq!(begin("midnight"), Ok(local(1, 0, 0, 0)));
+    assert_eq!(begin("noon"), Ok(local(0, 12, 0, 0)));
+    assert_eq!(begin("elevenses"), Ok(local(0, 11, 0, 0)));
+    assert_eq!(begin("fika"), Ok(local(0, 15, 0, 0)));
+    assert_eq!(begin("teatime"), Ok(local(0, 16, 0, 0)));
+    assert_eq!(begin("today"), Ok(local(0, 0, 0, 0)));
+    assert_eq!(begin("tomorrow"), Ok(local(1, 0, 0, 0)));
+    assert_eq!(begin("2026-12-24"), Ok(local(353, 0, 0, 0)));
+    assert_eq!(begin("2026-12-24T16:00"), Ok(local(353, 16, 0, 0)));
+    assert_eq!(begin("2026-12-24T16:00:05"), Ok(local(353, 16, 0, 5)));
+    // A day in the past is kept: the job may start at once.
+    assert_eq!(begin("2026-01-01"), Ok(local(-4, 0, 0, 0)));
+}
+
+#[test]
+fn begin_refusals_name_the_input() {
+    let zone = FixedZone(0);
+    let now = MON / 1000;
+    for bad in [
+        "",
+        "later",
+        "now+",
+        "now+x",
+        "now+5years",
+        "now-5",
+        "25:00",
+        "12:60",
+        "1:2:3:4",
+        "13:00pm",
+        "2026-13-01",
+        "2026-02-30",
+        "2026-1-5",
+        "2026-01-05T24:00",
+        "16",
+    ] {
+        let err = parse_begin(bad, now, &zone).unwrap_err();
+        assert!(matches!(err, BeginError::Form(_)), "{bad:?}: {err}");
+        assert!(err.to_string().starts_with("invalid --begin '"), "{err}");
+    }
+    for far in [
+        "now+366days",
+        "now+99999999999999999999999",
+        "2027-01-06",
+        "2099-01-01T00:00",
+    ] {
+        assert_eq!(
+            parse_begin(far, now, &zone).unwrap_err().to_string(),
+            format!("--begin '{far}' is more than 365 days ahead")
+        );
+    }
+    assert!(parse_begin("now+365days", now, &zone).is_ok());
+}
+
+#[test]
+fn begin_in_the_hosts_zone_round_trips() {
+    // Whatever the host's zone, a time of day comes back as that local time.
+    let now = now_ms() / 1000;
+    let secs = parse_begin("16:00", now, &SystemLocalTime).unwrap() as i64;
+    let civil = SystemLocalTime.civil(secs).unwrap();
+    assert_eq!((civil.hour, civil.minute, civil.second), (16, 0, 0));
+    assert!(secs > now && secs <= now + 86_400 + 3600);
+}

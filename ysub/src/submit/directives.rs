@@ -1,26 +1,14 @@
 //! The batch script `ysub` submits (a file, or `--wrap`) and the options in effect: its
-//! `#YSUB` lines, parsed with the command line's own definitions, overridden by the command
-//! line.
+//! `#SBATCH` lines (translated), overridden by its `#YSUB` lines (parsed with the command
+//! line's own definitions), overridden by the command line.
 
+use super::options::OptionWords;
 use super::{JobOptions, YsubCli};
 use crate::args::clap_error_message;
 use crate::script::script_directives;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use std::path::Path;
-
-/// Just the job options, for parsing one `#YSUB` line with the same definitions.
-#[derive(Parser, Debug)]
-#[command(
-    name = "#YSUB",
-    no_binary_name = true,
-    disable_help_flag = true,
-    disable_version_flag = true
-)]
-struct DirectiveLine {
-    #[command(flatten)]
-    options: JobOptions,
-}
 
 /// The batch script to submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,17 +66,26 @@ pub fn resolve(cli: YsubCli) -> Result<(JobOptions, BatchScript)> {
     Ok((options, script))
 }
 
-/// The options set by a script's `#YSUB` lines, later lines overriding earlier ones except that
-/// `--constraint`s add up. `script_name` only labels errors.
+/// The options set by a script's directives: its `#SBATCH` lines translated through the
+/// table of Slurm's options ([`crate::slurm`]), overridden by its `#YSUB` lines. Later lines
+/// override earlier ones, except that `#YSUB --constraint`s add up. `script_name` only labels
+/// errors.
 pub fn options_from_directives(contents: &str, script_name: &str) -> Result<JobOptions> {
+    let sbatch = crate::slurm::options_from_sbatch_lines(contents)
+        .map_err(|e| anyhow!("{script_name}: {e}"))?;
+    Ok(sbatch.overridden_by(options_from_ysub_lines(contents, script_name)?))
+}
+
+/// The options set by a script's `#YSUB` lines alone.
+fn options_from_ysub_lines(contents: &str, script_name: &str) -> Result<JobOptions> {
     let directives = script_directives(contents).map_err(|e| anyhow!("{script_name}: {e}"))?;
     let mut options = JobOptions::default();
     for directive in directives {
-        let line = DirectiveLine::try_parse_from(&directive.words).map_err(|e| {
+        let line = OptionWords::try_parse_from(&directive.words).map_err(|e| {
             anyhow!(
                 "{script_name}: line {}: invalid #YSUB directive: {}",
                 directive.line,
-                clap_error_message(&e)
+                crate::slurm::slurm_flag_message(&e).unwrap_or_else(|| clap_error_message(&e))
             )
         })?;
         let mut constraints = std::mem::take(&mut options.constraint);

@@ -1,7 +1,7 @@
 //! `ysub`: submit a batch script, like sbatch.
 //!
-//! Options come from three places, later ones winning: the `#YSUB` lines of the script (top to
-//! bottom), then the command line. Everything is checked before schedd is contacted, so a bad
+//! Options come from four places, later ones winning: the `#SBATCH` lines of the script (top to
+//! bottom, translated by [`crate::slurm`]), its `#YSUB` lines, then the command line. Everything is checked before schedd is contacted, so a bad
 //! option never submits anything.
 //!
 //! - [`options`]: the job options and the command line, with their value parsers.
@@ -28,7 +28,13 @@ use ysched_proto::SubmitRequest;
 
 /// The `ysub` binary.
 pub fn main() -> ExitCode {
-    match crate::args::parse_args::<YsubCli>("ysub") {
+    let args = std::env::args_os().collect();
+    // Slurm's flags that ysub refuses get the table's alternative instead of clap's tip.
+    match crate::args::parse_args_with::<YsubCli>("ysub", args, crate::slurm::slurm_flag_message) {
+        Ok(cli) if cli.slurm_options_markdown => {
+            print!("{}", crate::slurm::markdown::options_table());
+            ExitCode::SUCCESS
+        }
         Ok(cli) => client::run_tool("ysub", || run(cli)),
         Err(code) => code,
     }
@@ -36,8 +42,19 @@ pub fn main() -> ExitCode {
 
 pub async fn run(cli: YsubCli) -> Result<ExitCode> {
     let (options, script) = resolve(cli)?;
+    submit_and_report(&options, script, "Submitted job").await
+}
+
+/// Submits the job `options` and `script` make, prints `<submitted> <id>` (or the id alone
+/// with `--parsable`), and with `--wait` follows it to its end: ysub's and an sbatch front
+/// end's (`"Submitted batch job"`) submission alike.
+pub async fn submit_and_report(
+    options: &JobOptions,
+    script: BatchScript,
+    submitted_line: &str,
+) -> Result<ExitCode> {
     let config = Config::load()?;
-    let spec = build_spec(&options, script, &SubmitContext::from_process(&config)?)?;
+    let spec = build_spec(options, script, &SubmitContext::from_process(&config)?)?;
     check_payload_size(&spec, &config)?;
     let socket = client::socket_path(&config);
     let mut client = client::connect(&socket).await?;
@@ -50,7 +67,7 @@ pub async fn run(cli: YsubCli) -> Result<ExitCode> {
     if options.parsable {
         println!("{job_id}");
     } else {
-        println!("Submitted job {job_id}");
+        println!("{submitted_line} {job_id}");
     }
     if !options.wait {
         return Ok(ExitCode::SUCCESS);

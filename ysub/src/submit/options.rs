@@ -64,7 +64,7 @@ pub struct JobOptions {
     #[arg(long, value_name = "ALL|NONE|VARS")]
     pub export: Option<String>,
     /// Submit the job held: it does not start until `yctl release`
-    #[arg(long)]
+    #[arg(short = 'H', long)]
     pub hold: bool,
     /// Wait for the job to end and exit with its exit code; for an array, for every task, and
     /// exit with the highest of their codes
@@ -75,13 +75,16 @@ pub struct JobOptions {
           allow_negative_numbers = true)]
     pub nodes: Option<u32>,
     /// Do not requeue the job when it is preempted
-    #[arg(long = "no-requeue")]
+    #[arg(long = "no-requeue", overrides_with = "requeue")]
     pub no_requeue: bool,
+    /// Requeue the job when it is preempted (the default; cancels an earlier --no-requeue)
+    #[arg(long, hide = true, overrides_with = "no_requeue")]
+    pub requeue: bool,
     /// Required GPU interconnect, e.g. `nvlink`
     #[arg(long, value_name = "KIND")]
     pub interconnect: Option<String>,
     /// Required node feature(s); repeatable or a comma list
-    #[arg(long, value_name = "FEATURE")]
+    #[arg(short = 'C', long, value_name = "FEATURE")]
     pub constraint: Vec<String>,
     /// Print only the job id
     #[arg(long)]
@@ -97,6 +100,196 @@ pub struct JobOptions {
     /// user runs). An ID is a job, an array (all its tasks) or a task (`12_7`)
     #[arg(short = 'd', long, value_name = "TYPE:ID[:ID...][,...]", value_parser = dependency)]
     pub dependency: Option<String>,
+    /// Run on exactly these nodes: names or a host list, e.g. `node[1-4,7],gpu01` (at most
+    /// 10000); the job's node count defaults to their number
+    #[arg(short = 'w', long, value_name = "HOSTS", value_parser = host_list("--nodelist"))]
+    pub nodelist: Option<NodeNames>,
+    /// Never run on these nodes: names or a host list
+    #[arg(short = 'x', long, value_name = "HOSTS", value_parser = host_list("--exclude"))]
+    pub exclude: Option<NodeNames>,
+    /// Take whole nodes: every GPU, every CPU and all the memory of each of the job's nodes
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Do not start before TIME, in this host's local time: now+1hour, now+30minutes, 16:00,
+    /// 2026-12-24, 2026-12-24T16:00, midnight, noon, teatime, tomorrow...; at most 365 days ahead
+    #[arg(short = 'b', long, value_name = "TIME", value_parser = begin_time)]
+    pub begin: Option<u64>,
+    /// Mail on these events: NONE, BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, TIME_LIMIT_50,
+    /// TIME_LIMIT_80, TIME_LIMIT_90, ARRAY_TASKS, INVALID_DEPEND or ALL (a comma list)
+    #[arg(long = "mail-type", value_name = "TYPES", value_parser = mail_types)]
+    pub mail_type: Option<MailTypes>,
+    /// Where the mail goes [default: your user name]
+    #[arg(long = "mail-user", value_name = "ADDRESS")]
+    pub mail_user: Option<String>,
+    /// Processes your launcher (torchrun, mpirun) starts per node, 1 to 10000: the job sees
+    /// YS_NTASKS_PER_NODE and YS_NTASKS; the script still starts once per node
+    #[arg(long = "ntasks-per-node", value_name = "N",
+          value_parser = bounded("--ntasks-per-node", 1, MAX_TASKS_PER_NODE),
+          allow_negative_numbers = true)]
+    pub ntasks_per_node: Option<u32>,
+    /// GPUs on each node (the job's GPUs are N times its nodes), instead of -G
+    #[arg(long = "gpus-per-node", value_name = "N", hide = true,
+          value_parser = bounded("--gpus-per-node", 0, MAX_GPUS), allow_negative_numbers = true)]
+    pub gpus_per_node: Option<u32>,
+    /// Slurm's `gpu[:TYPE][:N]`: N GPUs (default 1) on each node, of model TYPE
+    #[arg(long, value_name = "gpu[:TYPE][:N]", hide = true, value_parser = gres)]
+    pub gres: Option<GresGpus>,
+    /// Slurm's partition: a tier name, or one the site maps to a tier (`-p` is the tier itself)
+    #[arg(long, value_name = "NAME", hide = true)]
+    pub partition: Option<String>,
+    /// Slurm's QOS: a tier name, or one the site maps to a tier
+    #[arg(short = 'q', long, value_name = "NAME", hide = true)]
+    pub qos: Option<String>,
+    /// Give the job Slurm's SLURM_* variables too (SLURM_JOB_ID, SLURM_PROCID...)
+    #[arg(long = "slurm-env")]
+    pub slurm_env: bool,
+    /// Open the output and error files for appending instead of truncating them
+    #[arg(long = "open-mode", value_name = "MODE", value_enum)]
+    pub open_mode: Option<OpenMode>,
+    /// Free text kept with the job (at most 1024 bytes), shown by `yctl show job`
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
+    /// Slurm's workload key, kept as the comment `wckey=KEY` unless --comment is given
+    #[arg(long, value_name = "KEY", hide = true)]
+    pub wckey: Option<String>,
+    /// Slurm's `-c/--cpus-per-task` in `#SBATCH` lines: CPUs per task, times the tasks per
+    /// node. Not a ysub flag: ysub's `-c` is CPUs per node.
+    #[arg(skip)]
+    pub cpus_per_task: Option<u32>,
+    /// Slurm's `-n/--ntasks` in `#SBATCH` lines: tasks in all (nodes times tasks per node).
+    #[arg(skip)]
+    pub ntasks: Option<u32>,
+}
+
+/// The most processes per node `--ntasks-per-node` may name.
+pub const MAX_TASKS_PER_NODE: u32 = 10_000;
+
+/// Node names, a host list already expanded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeNames(pub Vec<String>);
+
+/// `--gres gpu[:TYPE][:N]`: GPUs per node and their model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GresGpus {
+    pub per_node: u32,
+    pub gpu_type: Option<String>,
+}
+
+/// `--mail-type`'s events, upper case; empty for `NONE`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MailTypes(pub Vec<String>);
+
+/// `--open-mode`: how the output and error files are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpenMode {
+    Append,
+    Truncate,
+}
+
+/// The mail events Slurm names and ysched sends.
+pub const MAIL_TYPES: &[&str] = &[
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "TIME_LIMIT",
+    "TIME_LIMIT_50",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_90",
+    "ARRAY_TASKS",
+    "INVALID_DEPEND",
+    "ALL",
+];
+
+/// The value parser of `--nodelist` and `--exclude`: a host list, expanded here.
+fn host_list(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<NodeNames, OptionError> + Clone + Send + Sync + 'static {
+    move |value| {
+        crate::slurm::expand_hostlist(flag, value, crate::slurm::MAX_HOSTS)
+            .map(NodeNames)
+            .map_err(OptionError)
+    }
+}
+
+/// The value parser of `--begin`: the instant, read now in this host's local time.
+fn begin_time(value: &str) -> Result<u64, OptionError> {
+    let now = ysched_common::time::now_ms() / 1000;
+    ysched_common::time::parse_begin(value, now, &ysched_common::time::SystemLocalTime)
+        .map_err(|e| OptionError(e.to_string()))
+}
+
+/// The value parser of `--mail-type`: a comma list of [`MAIL_TYPES`], any case; `NONE` only
+/// alone.
+fn mail_types(value: &str) -> Result<MailTypes, OptionError> {
+    let mut types: Vec<String> = Vec::new();
+    for item in value.split(',').map(str::trim) {
+        let upper = item.to_ascii_uppercase();
+        if !MAIL_TYPES.contains(&upper.as_str()) {
+            return Err(OptionError(format!(
+                "invalid --mail-type '{}': '{}' is not one of {}",
+                ysched_common::text::excerpt(value, 60),
+                ysched_common::text::excerpt(item, 30),
+                MAIL_TYPES.join(", ")
+            )));
+        }
+        if !types.contains(&upper) {
+            types.push(upper);
+        }
+    }
+    if types.iter().any(|t| t == "NONE") {
+        if types.len() > 1 {
+            return Err(OptionError(format!(
+                "invalid --mail-type '{}': NONE cannot be combined with other types",
+                ysched_common::text::excerpt(value, 60)
+            )));
+        }
+        types.clear();
+    }
+    Ok(MailTypes(types))
+}
+
+/// The value parser of `--gres`: `gpu`, `gpu:N`, `gpu:TYPE` or `gpu:TYPE:N` (N from 0 to
+/// 100000, default 1); another resource, or more than one, is refused.
+pub(crate) fn gres(value: &str) -> Result<GresGpus, OptionError> {
+    let text = value.trim();
+    let bad = |why: String| {
+        OptionError(format!(
+            "invalid --gres '{}': {why}",
+            ysched_common::text::excerpt(text, 60)
+        ))
+    };
+    if text.contains(',') {
+        return Err(bad("give one resource, gpu[:TYPE][:N]".into()));
+    }
+    let mut fields = text.split(':');
+    let name = fields.next().unwrap_or_default();
+    if name != "gpu" {
+        return Err(bad(format!(
+            "ysched schedules GPUs only ('{}' is not gpu): give gpu[:TYPE][:N], and -C/--constraint for node features",
+            ysched_common::text::excerpt(name, 30)
+        )));
+    }
+    let rest: Vec<&str> = fields.collect();
+    let count = |text: &str| {
+        parse_bounded_u32("--gres", text, 0, MAX_GPUS).map_err(|e| OptionError(e.to_string()))
+    };
+    let is_number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let (gpu_type, per_node) = match rest[..] {
+        [] => (None, 1),
+        [n] if is_number(n) => (None, count(n)?),
+        [model] => (Some(model), 1),
+        [model, n] => (Some(model), count(n)?),
+        _ => return Err(bad("use gpu[:TYPE][:N]".into())),
+    };
+    if gpu_type.is_some_and(|t| t.trim().is_empty()) {
+        return Err(bad("the GPU type is empty".into()));
+    }
+    Ok(GresGpus {
+        per_node,
+        gpu_type: gpu_type.map(str::to_string),
+    })
 }
 
 /// The value parser of a whole-number option that must lie in `min..=max`; its errors name
@@ -139,13 +332,27 @@ fn dependency(value: &str) -> Result<String, OptionError> {
 impl JobOptions {
     /// These options overridden by `later`: each value `later` sets replaces ours, a list
     /// `later` gives replaces ours, and a flag set in either stays set.
+    ///
+    /// The GPU count is one choice however it is given (`-G`, `--gpus-per-node`, `--gres`): a
+    /// later source giving any of them replaces all three. So are the CPUs (ysub's `-c` per
+    /// node, Slurm's `--cpus-per-task` in `#SBATCH` lines).
     pub fn overridden_by(self, later: JobOptions) -> JobOptions {
+        let later_gpus =
+            later.gpus.is_some() || later.gpus_per_node.is_some() || later.gres.is_some();
+        let (gpus, gpus_per_node, gres) = if later_gpus {
+            (later.gpus, later.gpus_per_node, later.gres)
+        } else {
+            (self.gpus, self.gpus_per_node, self.gres)
+        };
+        let (cpus, cpus_per_task) = if later.cpus.is_some() || later.cpus_per_task.is_some() {
+            (later.cpus, later.cpus_per_task)
+        } else {
+            (self.cpus, self.cpus_per_task)
+        };
         JobOptions {
             job_name: later.job_name.or(self.job_name),
             tier: later.tier.or(self.tier),
-            gpus: later.gpus.or(self.gpus),
             gpu_type: later.gpu_type.or(self.gpu_type),
-            cpus: later.cpus.or(self.cpus),
             mem: later.mem.or(self.mem),
             time: later.time.or(self.time),
             signal: later.signal.or(self.signal),
@@ -159,7 +366,9 @@ impl JobOptions {
             hold: later.hold || self.hold,
             wait: later.wait || self.wait,
             nodes: later.nodes.or(self.nodes),
-            no_requeue: later.no_requeue || self.no_requeue,
+            // `--requeue` cancels an earlier `--no-requeue`, and the other way round.
+            no_requeue: !later.requeue && (later.no_requeue || self.no_requeue),
+            requeue: !later.no_requeue && (later.requeue || self.requeue),
             interconnect: later.interconnect.or(self.interconnect),
             constraint: if later.constraint.is_empty() {
                 self.constraint
@@ -169,8 +378,41 @@ impl JobOptions {
             parsable: later.parsable || self.parsable,
             array: later.array.or(self.array),
             dependency: later.dependency.or(self.dependency),
+            nodelist: later.nodelist.or(self.nodelist),
+            exclude: later.exclude.or(self.exclude),
+            exclusive: later.exclusive || self.exclusive,
+            begin: later.begin.or(self.begin),
+            mail_type: later.mail_type.or(self.mail_type),
+            mail_user: later.mail_user.or(self.mail_user),
+            ntasks_per_node: later.ntasks_per_node.or(self.ntasks_per_node),
+            ntasks: later.ntasks.or(self.ntasks),
+            partition: later.partition.or(self.partition),
+            qos: later.qos.or(self.qos),
+            slurm_env: later.slurm_env || self.slurm_env,
+            open_mode: later.open_mode.or(self.open_mode),
+            comment: later.comment.or(self.comment),
+            wckey: later.wckey.or(self.wckey),
+            gpus,
+            gpus_per_node,
+            gres,
+            cpus,
+            cpus_per_task,
         }
     }
+}
+
+/// Just the job options, for parsing option words with the command line's definitions: a
+/// `#YSUB` line, or the ysub options an sbatch option translates to.
+#[derive(Parser, Debug)]
+#[command(
+    name = "#YSUB",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+pub(crate) struct OptionWords {
+    #[command(flatten)]
+    pub options: JobOptions,
 }
 
 #[derive(Parser, Debug)]
@@ -179,7 +421,7 @@ impl JobOptions {
     version,
     about = "Submit a batch job to ysched",
     override_usage = "ysub [OPTIONS] SCRIPT [ARGS]...\n       ysub [OPTIONS] --wrap COMMAND",
-    after_help = "Options may also be given in the script on `#YSUB` lines placed among the comments at its top; the command line overrides them."
+    after_help = "Options may also be given in the script on `#YSUB` lines placed among the comments at its top; the command line overrides them. `#SBATCH` lines are read too, through the table of Slurm's options in the user guide; `#YSUB` lines override them."
 )]
 pub struct YsubCli {
     #[command(flatten)]
@@ -187,6 +429,9 @@ pub struct YsubCli {
     /// Run COMMAND (with /bin/sh) instead of a script
     #[arg(long, value_name = "COMMAND")]
     pub wrap: Option<String>,
+    /// Print the user guide's table of sbatch's options, as Markdown, and exit
+    #[arg(long = "slurm-options-markdown", hide = true)]
+    pub slurm_options_markdown: bool,
     /// The batch script, then the arguments passed to it (options after SCRIPT belong to it)
     #[arg(value_name = "SCRIPT [ARGS]", trailing_var_arg = true, num_args = 0..)]
     pub command: Vec<String>,

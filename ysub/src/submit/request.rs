@@ -2,12 +2,13 @@
 //! check that can be made before schedd is contacted (the same ones schedd makes, with the
 //! same messages).
 
+use super::options::{OpenMode, MAX_TASKS_PER_NODE};
 use super::{BatchScript, JobOptions};
 use crate::script::{current_environment, exported_environment};
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
-use ysched_common::parse::{parse_job_mem_mib, parse_time_limit};
+use ysched_common::parse::{parse_job_mem_mib, parse_time_limit, MAX_CPUS, MAX_GPUS, MAX_NODES};
 use ysched_common::text::check_printable;
 use ysched_common::ArraySpec;
 use ysched_common::Config;
@@ -89,13 +90,32 @@ pub fn build_spec(
     if let Some(array) = &options.array {
         ArraySpec::parse(array, context.max_array_size).map_err(|e| anyhow!(e))?;
     }
+    check_slurm_texts(options)?;
+    let shape = job_shape(options)?;
+    let gpu_type = match (
+        &options.gpu_type,
+        options.gres.as_ref().and_then(|g| g.gpu_type.as_ref()),
+    ) {
+        (Some(given), Some(gres)) if !given.eq_ignore_ascii_case(gres) => {
+            bail!("--gpu-type {given} and --gres gpu:{gres} name different GPU models: give one")
+        }
+        (Some(given), _) => given.clone(),
+        (None, Some(gres)) => gres.clone(),
+        (None, None) => String::new(),
+    };
+    // Slurm's --wckey has no place of its own: it is kept as the comment, unless one is given.
+    let comment = match (&options.comment, &options.wckey) {
+        (Some(comment), _) => comment.clone(),
+        (None, Some(key)) => format!("wckey={key}"),
+        (None, None) => String::new(),
+    };
 
     Ok(JobSpec {
         name,
         tier: text(&options.tier),
-        gpus: options.gpus.unwrap_or(0),
-        gpu_type: text(&options.gpu_type),
-        cpus: options.cpus.unwrap_or(0),
+        gpus: shape.gpus,
+        gpu_type,
+        cpus: shape.cpus,
         mem_mib,
         time_limit_secs,
         grace_secs: options.grace,
@@ -109,7 +129,7 @@ pub fn build_spec(
         args: script.args,
         env,
         hold: options.hold,
-        nodes: options.nodes.unwrap_or(0),
+        nodes: shape.nodes,
         no_requeue: options.no_requeue,
         interconnect: text(&options.interconnect),
         constraints,
@@ -120,8 +140,169 @@ pub fn build_spec(
         }),
         array: text(&options.array),
         dependency: text(&options.dependency),
-        ..Default::default()
+        nodelist: options.nodelist.clone().map(|n| n.0).unwrap_or_default(),
+        exclude: options.exclude.clone().map(|n| n.0).unwrap_or_default(),
+        exclusive: options.exclusive,
+        begin_unix_secs: options.begin.unwrap_or(0),
+        mail_types: options.mail_type.clone().map(|m| m.0).unwrap_or_default(),
+        mail_user: text(&options.mail_user),
+        ntasks_per_node: shape.ntasks_per_node,
+        partition: text(&options.partition),
+        qos: text(&options.qos),
+        slurm_env: options.slurm_env,
+        open_append: options.open_mode == Some(OpenMode::Append),
+        comment,
     })
+}
+
+/// The counts a job's options come to once every source is merged: GPUs however they were
+/// given (`-G` for the job, `--gpus-per-node` or `--gres` per node), CPUs per node (ysub's
+/// `-c`, or Slurm's CPUs per task times the tasks per node), and tasks per node (given, or
+/// Slurm's `--ntasks` over the nodes). Zero means "not given", as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct JobShape {
+    nodes: u32,
+    gpus: u32,
+    cpus: u32,
+    ntasks_per_node: u32,
+}
+
+fn job_shape(options: &JobOptions) -> Result<JobShape> {
+    let gpu_forms = [
+        options.gpus.is_some(),
+        options.gpus_per_node.is_some(),
+        options.gres.is_some(),
+    ];
+    if gpu_forms.iter().filter(|given| **given).count() > 1 {
+        bail!("give the GPUs once: -G/--gpus (for the job), --gpus-per-node or --gres (per node)");
+    }
+    let listed = options
+        .nodelist
+        .as_ref()
+        .map(|names| names.0.len() as u32)
+        .filter(|n| *n > 0);
+    let mut nodes = options.nodes.or(listed);
+    let mut ntasks_per_node = options.ntasks_per_node;
+    if let Some(tasks) = options.ntasks {
+        match (nodes, ntasks_per_node) {
+            (Some(n), Some(per_node)) if u64::from(n) * u64::from(per_node) != u64::from(tasks) => {
+                bail!(
+                    "--ntasks {tasks} is not --nodes {n} × --ntasks-per-node {per_node}: \
+                     ysched starts the same number of tasks on every node; give \
+                     --ntasks-per-node alone"
+                )
+            }
+            (Some(_), Some(_)) => {}
+            (None, Some(per_node)) => {
+                if tasks % per_node != 0 {
+                    bail!(
+                        "--ntasks {tasks} is not a multiple of --ntasks-per-node {per_node}: \
+                         ysched starts the same number of tasks on every node"
+                    );
+                }
+                let count = tasks / per_node;
+                if count > MAX_NODES {
+                    bail!(
+                        "--ntasks {tasks} over --ntasks-per-node {per_node} makes {count} \
+                         nodes; the most is {MAX_NODES}"
+                    );
+                }
+                nodes = Some(count);
+            }
+            (n, None) => {
+                let n = n.unwrap_or(1);
+                if tasks % n != 0 {
+                    bail!(
+                        "--ntasks {tasks} does not divide over {n} nodes: ysched starts the \
+                         same number of tasks on every node; give --ntasks-per-node"
+                    );
+                }
+                // One task per node is how every job runs: nothing to ask for.
+                let per_node = tasks / n;
+                if per_node > MAX_TASKS_PER_NODE {
+                    bail!(
+                        "--ntasks {tasks} over {n} nodes is {per_node} tasks per node; the \
+                         most is {MAX_TASKS_PER_NODE}"
+                    );
+                }
+                ntasks_per_node = (per_node > 1).then_some(per_node);
+            }
+        }
+    }
+    let node_count = nodes.unwrap_or(1);
+    let per_node_gpus = options
+        .gpus_per_node
+        .or(options.gres.as_ref().map(|g| g.per_node));
+    let gpus = match (options.gpus, per_node_gpus) {
+        (Some(total), _) => total,
+        (None, Some(per_node)) => {
+            let total = u64::from(per_node) * u64::from(node_count);
+            if total > u64::from(MAX_GPUS) {
+                bail!(
+                    "{per_node} GPUs per node on {node_count} nodes is {total} GPUs; the most \
+                     is {MAX_GPUS}"
+                );
+            }
+            total as u32
+        }
+        (None, None) => 0,
+    };
+    let cpus = match (options.cpus, options.cpus_per_task) {
+        (Some(per_node), _) => per_node,
+        (None, Some(per_task)) => {
+            let tasks = ntasks_per_node.unwrap_or(1);
+            let total = u64::from(per_task) * u64::from(tasks);
+            if total > u64::from(MAX_CPUS) {
+                bail!(
+                    "--cpus-per-task {per_task} × {tasks} tasks per node is {total} CPUs per \
+                     node; the most is {MAX_CPUS}"
+                );
+            }
+            total as u32
+        }
+        (None, None) => 0,
+    };
+    Ok(JobShape {
+        nodes: nodes.unwrap_or(0),
+        gpus,
+        cpus,
+        ntasks_per_node: ntasks_per_node.unwrap_or(0),
+    })
+}
+
+/// The most bytes of `--comment` (and of `wckey=KEY`).
+pub const MAX_COMMENT_BYTES: usize = 1024;
+/// The most bytes of `--mail-user`.
+pub const MAX_MAIL_USER_BYTES: usize = 256;
+
+/// The texts of Slurm's options: printable and within their bounds (partition and QOS as a
+/// tier name, a node name as `limits::NODE_NAME`), checked before anything is sent.
+fn check_slurm_texts(options: &JobOptions) -> Result<()> {
+    let bounded = |what: &str, value: &Option<String>, max: usize| -> Result<()> {
+        let Some(value) = value else { return Ok(()) };
+        if value.len() > max {
+            bail!(
+                "{what} is {} bytes; the limit is {max} (fixed)",
+                value.len()
+            );
+        }
+        check_printable(what, value).map_err(|e| anyhow!(e))
+    };
+    let tier_bytes = ysched_common::limits::TIER.max as usize;
+    bounded("partition", &options.partition, tier_bytes)?;
+    bounded("QOS", &options.qos, tier_bytes)?;
+    bounded("mail user", &options.mail_user, MAX_MAIL_USER_BYTES)?;
+    bounded("comment", &options.comment, MAX_COMMENT_BYTES)?;
+    bounded("wckey", &options.wckey, MAX_COMMENT_BYTES - "wckey=".len())?;
+    for names in [&options.nodelist, &options.exclude].into_iter().flatten() {
+        for name in &names.0 {
+            ysched_common::limits::NODE_NAME
+                .check_len(name)
+                .map_err(|e| anyhow!(e))?;
+            check_printable("node name", name).map_err(|e| anyhow!(e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuses options given with an empty value (`-p ''`, `-D ''`): each would silently mean
@@ -157,6 +338,23 @@ fn check_not_empty(options: &JobOptions) -> Result<()> {
         ("-t/--time", &options.time, "a time limit such as 1:00:00"),
         ("--array", &options.array, "indices such as 0-99"),
         ("--dependency", &options.dependency, "e.g. afterok:12"),
+        (
+            "--mail-user",
+            &options.mail_user,
+            "an address, or leave --mail-user out for your user name",
+        ),
+        (
+            "--partition",
+            &options.partition,
+            "a partition, or leave --partition out",
+        ),
+        ("--qos", &options.qos, "a QOS, or leave --qos out"),
+        (
+            "--comment",
+            &options.comment,
+            "some text, or leave --comment out",
+        ),
+        ("--wckey", &options.wckey, "a key, or leave --wckey out"),
     ];
     for (flag, value, expected) in given {
         if value.as_deref().is_some_and(|v| v.trim().is_empty()) {

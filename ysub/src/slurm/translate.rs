@@ -1,0 +1,413 @@
+//! sbatch's option words (an `#SBATCH` line, or sbatch's command line) read as getopt_long
+//! reads them, and each option turned into ysub's options through [`super::table`].
+//!
+//! An option ysub has too is parsed by ysub's own definition (the same checks and messages);
+//! the others are converted here from Slurm's form. Later options override earlier ones.
+
+use super::table::{self, Action, Conversion, SbatchOption, Takes};
+use crate::args::clap_error_message;
+use crate::submit::options::{gres, JobOptions, OptionWords, MAX_TASKS_PER_NODE};
+use clap::Parser;
+use std::fmt;
+use ysched_common::parse::{
+    parse_bounded_u32, parse_job_mem_mib, parse_mem_mib, parse_time_limit, MAX_CPUS, MAX_NODES,
+};
+use ysched_common::text::{escape_for_terminal, excerpt};
+
+/// Where sbatch words come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// An `#SBATCH` line of a script (1-based line number).
+    Line(usize),
+    /// sbatch's command line.
+    CommandLine,
+}
+
+/// Why an sbatch option was refused, naming it (and the line) and what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmOptionError {
+    pub place: Place,
+    /// The option as written (`--mem-per-gpu`, `-n`), or the stray word.
+    pub option: String,
+    pub problem: Problem,
+}
+
+/// What is wrong with an option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// An sbatch option ysched does not carry out; what to do instead.
+    NotSupported(&'static str),
+    /// Not an sbatch option at all.
+    Unknown,
+    /// A value was needed and none came.
+    MissingValue,
+    /// A flag was given `=value`.
+    NoValueTaken,
+    /// The value is wrong; the message names it.
+    Value(String),
+    /// A word that is not an option where only options may be.
+    Stray,
+}
+
+impl fmt::Display for SlurmOptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let option = escape_for_terminal(&excerpt(&self.option, 60)).into_owned();
+        let option = match self.place {
+            Place::Line(line) => {
+                write!(f, "line {line}: ")?;
+                format!("#SBATCH {option}")
+            }
+            Place::CommandLine => option,
+        };
+        match &self.problem {
+            Problem::NotSupported(instead) => write!(f, "{option} is not supported: {instead}"),
+            Problem::Unknown => write!(f, "{option} is not an sbatch option"),
+            Problem::MissingValue => write!(f, "{option} needs a value"),
+            Problem::NoValueTaken => write!(f, "{option} takes no value"),
+            Problem::Value(message) => {
+                write!(f, "{option}: {}", escape_for_terminal(message))
+            }
+            Problem::Stray if self.option == "hetjob" => write!(
+                f,
+                "{option}: ysched has no heterogeneous jobs: submit each part as a job of its \
+                 own, linked with -d/--dependency"
+            ),
+            Problem::Stray => write!(
+                f,
+                "{option}: not an option (an #SBATCH line holds options only)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SlurmOptionError {}
+
+/// What sbatch words add up to: the job options, and `--wrap`'s command.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SbatchOptions {
+    pub options: JobOptions,
+    pub wrap: Option<String>,
+}
+
+/// Reads `words` as sbatch options into `into`, later ones overriding earlier ones. On the
+/// command line, the first word that is not an option (the script) ends them, and `--` does
+/// too; its index is returned (`words.len()` if none). In an `#SBATCH` line, every word must
+/// be an option.
+pub fn apply_sbatch_words(
+    words: &[String],
+    place: Place,
+    into: &mut SbatchOptions,
+) -> Result<usize, SlurmOptionError> {
+    let error = |option: &str, problem: Problem| SlurmOptionError {
+        place,
+        option: option.to_string(),
+        problem,
+    };
+    let mut i = 0;
+    while i < words.len() {
+        let word = words[i].as_str();
+        if let Some(body) = word.strip_prefix("--") {
+            if body.is_empty() {
+                if place == Place::CommandLine {
+                    return Ok(i + 1);
+                }
+                return Err(error(word, Problem::Stray));
+            }
+            let (name, joined) = match body.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (body, None),
+            };
+            let written = format!("--{name}");
+            let entry = table::by_long(name).ok_or_else(|| error(&written, Problem::Unknown))?;
+            let value = match entry.takes {
+                Takes::Nothing if joined.is_some() => {
+                    return Err(error(&written, Problem::NoValueTaken))
+                }
+                Takes::Nothing | Takes::Optional(_) => joined.map(str::to_string),
+                Takes::Value(_) => match joined {
+                    Some(value) => Some(value.to_string()),
+                    None => {
+                        i += 1;
+                        Some(
+                            words
+                                .get(i)
+                                .ok_or_else(|| error(&written, Problem::MissingValue))?
+                                .clone(),
+                        )
+                    }
+                },
+            };
+            apply(entry, value, &written, place, into)?;
+        } else if word.len() > 1 && word.starts_with('-') {
+            // A cluster of short options, as getopt reads it: `-HW`, `-t60`, `-t 60`.
+            let letters: Vec<char> = word[1..].chars().collect();
+            let mut j = 0;
+            while j < letters.len() {
+                let written = format!("-{}", letters[j]);
+                let entry =
+                    table::by_short(letters[j]).ok_or_else(|| error(&written, Problem::Unknown))?;
+                let rest: String = letters[j + 1..].iter().collect();
+                match entry.takes {
+                    Takes::Nothing => {
+                        apply(entry, None, &written, place, into)?;
+                        j += 1;
+                        continue;
+                    }
+                    Takes::Optional(_) => {
+                        let value = (!rest.is_empty()).then_some(rest);
+                        apply(entry, value, &written, place, into)?;
+                    }
+                    Takes::Value(_) => {
+                        let value = if rest.is_empty() {
+                            i += 1;
+                            words
+                                .get(i)
+                                .ok_or_else(|| error(&written, Problem::MissingValue))?
+                                .clone()
+                        } else {
+                            rest
+                        };
+                        apply(entry, Some(value), &written, place, into)?;
+                    }
+                }
+                break;
+            }
+        } else if place == Place::CommandLine {
+            return Ok(i);
+        } else {
+            return Err(error(word, Problem::Stray));
+        }
+        i += 1;
+    }
+    Ok(words.len())
+}
+
+/// Carries out one option of the table with its value.
+fn apply(
+    entry: &SbatchOption,
+    value: Option<String>,
+    written: &str,
+    place: Place,
+    into: &mut SbatchOptions,
+) -> Result<(), SlurmOptionError> {
+    let error = |problem: Problem| SlurmOptionError {
+        place,
+        option: written.to_string(),
+        problem,
+    };
+    let bad = |message: String| error(Problem::Value(message));
+    let value_text = value.clone().unwrap_or_default();
+    let ysub_words: Vec<String> = match entry.action {
+        Action::Refuse => return Err(error(Problem::NotSupported(entry.note))),
+        Action::Accept => return Ok(()),
+        Action::Same(ysub) => {
+            // ysub checks a time limit only when it builds the job: checked here, the
+            // message names the line.
+            if ysub == "time" {
+                parse_time_limit(&value_text).map_err(|e| bad(e.to_string()))?;
+            }
+            match value {
+                Some(value) => vec![format!("--{ysub}={value}")],
+                None => vec![format!("--{ysub}")],
+            }
+        }
+        Action::Convert(conversion) => match conversion {
+            Conversion::Gpus | Conversion::GpusPerNode => {
+                let flag = if conversion == Conversion::Gpus {
+                    "--gpus"
+                } else {
+                    "--gpus-per-node"
+                };
+                let mut words = Vec::new();
+                let count = match value_text.rsplit_once(':') {
+                    Some((model, count)) => {
+                        words.push(format!("--gpu-type={model}"));
+                        count
+                    }
+                    None => value_text.as_str(),
+                };
+                words.push(format!("{flag}={count}"));
+                words
+            }
+            Conversion::Gres => {
+                let gpus = gres(&value_text).map_err(|e| bad(e.0))?;
+                let mut words = vec![format!("--gpus-per-node={}", gpus.per_node)];
+                if let Some(model) = gpus.gpu_type {
+                    words.push(format!("--gpu-type={model}"));
+                }
+                words
+            }
+            Conversion::Mem => vec![format!("--mem={}", slurm_mem(&value_text).map_err(bad)?)],
+            Conversion::Nodes => vec![format!(
+                "--nodes={}",
+                slurm_nodes(&value_text).map_err(bad)?
+            )],
+            Conversion::CpusPerTask => {
+                let cpus = parse_bounded_u32("--cpus-per-task", &value_text, 1, MAX_CPUS)
+                    .map_err(|e| bad(e.to_string()))?;
+                return merge(
+                    into,
+                    JobOptions {
+                        cpus_per_task: Some(cpus),
+                        ..Default::default()
+                    },
+                );
+            }
+            Conversion::Ntasks => {
+                let tasks =
+                    parse_bounded_u32("--ntasks", &value_text, 1, MAX_NODES * MAX_TASKS_PER_NODE)
+                        .map_err(|e| bad(e.to_string()))?;
+                return merge(
+                    into,
+                    JobOptions {
+                        ntasks: Some(tasks),
+                        ..Default::default()
+                    },
+                );
+            }
+            Conversion::Output | Conversion::Error => {
+                check_output_pattern(&value_text).map_err(bad)?;
+                let flag = if conversion == Conversion::Output {
+                    "--output"
+                } else {
+                    "--error"
+                };
+                vec![format!("{flag}={value_text}")]
+            }
+            Conversion::Constraint => {
+                vec![format!(
+                    "--constraint={}",
+                    slurm_constraint(&value_text).map_err(bad)?
+                )]
+            }
+            Conversion::Exclusive => match value.as_deref() {
+                None | Some("") => vec!["--exclusive".to_string()],
+                Some(kind) => {
+                    return Err(bad(format!(
+                        "'{}' is not supported: ysched gives each node of an --exclusive job \
+                         to that job alone; give --exclusive without a value",
+                        excerpt(kind, 30)
+                    )))
+                }
+            },
+            Conversion::Wrap => {
+                if place != Place::CommandLine {
+                    return Err(error(Problem::NotSupported(
+                        "--wrap belongs on the command line: put the command in the script",
+                    )));
+                }
+                into.wrap = Some(value_text);
+                return Ok(());
+            }
+        },
+    };
+    let parsed =
+        OptionWords::try_parse_from(&ysub_words).map_err(|e| bad(clap_error_message(&e)))?;
+    merge(into, parsed.options)
+}
+
+/// `later` over what `into` holds.
+fn merge(into: &mut SbatchOptions, later: JobOptions) -> Result<(), SlurmOptionError> {
+    into.options = std::mem::take(&mut into.options).overridden_by(later);
+    Ok(())
+}
+
+/// Slurm's `--mem` as ysub's: `KB`, `MB`, `GB`, `TB` (as submitit writes them) are `K`, `M`,
+/// `G`, `T`; `0`, all of a node's memory in Slurm, is refused with what to give instead.
+fn slurm_mem(value: &str) -> Result<String, String> {
+    let trimmed = value.trim();
+    let size = match trimmed.strip_suffix(['B', 'b']) {
+        Some(head) if head.ends_with(|c: char| "KMGTkmgt".contains(c)) => head,
+        _ => trimmed,
+    };
+    if parse_mem_mib(size) == Ok(0) {
+        return Err(
+            "--mem=0 (all of a node's memory) is not supported: give --exclusive for whole \
+             nodes, or a size such as 64G"
+                .into(),
+        );
+    }
+    parse_job_mem_mib(size).map_err(|e| e.to_string())?;
+    Ok(size.to_string())
+}
+
+/// Slurm's `-N`: `N`, or `MIN-MAX` with MIN = MAX.
+fn slurm_nodes(value: &str) -> Result<String, String> {
+    let trimmed = value.trim();
+    let one_number = || {
+        format!(
+            "'{}': ysched runs a job on exactly N nodes: give one number",
+            excerpt(trimmed, 30)
+        )
+    };
+    if trimmed.contains([',', ':']) {
+        return Err(one_number());
+    }
+    match trimmed.split_once('-') {
+        None => Ok(trimmed.to_string()),
+        Some((low, high))
+            if !low.is_empty() && low.trim_start_matches('0') == high.trim_start_matches('0') =>
+        {
+            Ok(low.to_string())
+        }
+        Some(_) => Err(one_number()),
+    }
+}
+
+/// Slurm's `-C` as ysub's: `&` and `,` both mean "and"; the rest of Slurm's feature
+/// expressions (OR, brackets, counts, negation) has no ysched meaning.
+fn slurm_constraint(value: &str) -> Result<String, String> {
+    if let Some(bad) = value.chars().find(|c| "|[]*()!".contains(*c)) {
+        return Err(format!(
+            "'{}': '{bad}' is not supported: ysched's features are all required (a&b or a,b); \
+             for one of several, submit to each or ask for a common feature",
+            excerpt(value, 60)
+        ));
+    }
+    Ok(value.replace('&', ","))
+}
+
+/// The letters Slurm's output patterns take that ysched does not, and what they stand for.
+const PATTERN_LETTERS_NOT_TAKEN: &[(char, &str)] = &[
+    ('J', "job id.step id"),
+    ('s', "step id"),
+    ('t', "task id"),
+    ('n', "node id relative to the job"),
+    ('b', "array task id modulo 10"),
+];
+
+/// Refuses an `-o`/`-e` pattern with a `%` letter ysched does not expand, or with padding
+/// (`%4j`), naming it: a file name with `%t` left in it would surprise.
+fn check_output_pattern(pattern: &str) -> Result<(), String> {
+    let taken = "use %j %x %A %a %N %u or %%";
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        let mut width = String::new();
+        while let Some(d) = chars.next_if(char::is_ascii_digit) {
+            width.push(d);
+        }
+        match chars.next() {
+            Some(letter @ ('j' | 'x' | 'A' | 'a' | 'N' | 'u')) if !width.is_empty() => {
+                return Err(format!(
+                    "'%{width}{letter}': padding is not supported; write %{letter}"
+                ))
+            }
+            Some('j' | 'x' | 'A' | 'a' | 'N' | 'u' | '%') | None => {}
+            Some(letter) => {
+                let meaning = PATTERN_LETTERS_NOT_TAKEN
+                    .iter()
+                    .find(|(l, _)| *l == letter)
+                    .map(|(_, m)| format!(" ({m})"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "'%{letter}'{meaning} in '{}' has no ysched meaning: {taken}",
+                    excerpt(pattern, 60)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
