@@ -174,6 +174,21 @@ pub const DRAIN_REASON: Limit = bytes("drain reason", "yctl drain --reason", 256
 /// A node has at most 64 GPUs (the scheduling core's masks).
 pub const GPUS_NAMED: Limit = items("GPUs in one request", "yctl drain|resume --gpu", 64);
 pub const REPORT_BY: Limit = bytes("report grouping", "yctl report --by", 32);
+/// `-w/--nodelist` and `-x/--exclude`, each, as node names (host lists expanded).
+pub const NODES_LISTED: Limit = items(
+    "nodes of --nodelist or --exclude",
+    "ysub -w, -x (each list, host lists expanded)",
+    10_000,
+);
+pub const PARTITION: Limit = bytes("partition", "ysub --partition", 64);
+pub const QOS: Limit = bytes("QOS", "ysub --qos", 64);
+pub const MAIL_USER: Limit = bytes("mail address", "ysub --mail-user", 256);
+pub const MAIL_TYPES: Limit = items("mail types of --mail-type", "ysub --mail-type", 16);
+pub const MAIL_TYPE: Limit = bytes("mail type", "ysub --mail-type (each type)", 32);
+pub const COMMENT: Limit = bytes("comment", "ysub --comment", 1024);
+/// The latest `--begin` (seconds since the epoch): the end of year 9999 UTC, as far as dates
+/// are written with four digits.
+pub const MAX_BEGIN_UNIX_SECS: u64 = 253_402_300_799;
 
 /// The script, and separately the environment (names and values, plus two bytes each).
 pub const SCRIPT: Limit = Limit {
@@ -239,6 +254,13 @@ pub const ALL: &[Limit] = &[
     DRAIN_REASON,
     GPUS_NAMED,
     REPORT_BY,
+    NODES_LISTED,
+    PARTITION,
+    QOS,
+    MAIL_USER,
+    MAIL_TYPES,
+    MAIL_TYPE,
+    COMMENT,
     JOBS_PER_USER,
 ];
 
@@ -389,6 +411,20 @@ pub fn check_submit_texts(spec: &crate::SubmitRequest) -> Result<(), String> {
     }
     ARRAY.check_len(&spec.array)?;
     DEPENDENCY.check_len(&spec.dependency)?;
+    for list in [&spec.nodelist, &spec.exclude] {
+        NODES_LISTED.check_count(list.len() as u64)?;
+        for node in list {
+            NODE_NAME.check_len(node)?;
+        }
+    }
+    PARTITION.check_len(&spec.partition)?;
+    QOS.check_len(&spec.qos)?;
+    MAIL_USER.check_len(&spec.mail_user)?;
+    MAIL_TYPES.check_count(spec.mail_types.len() as u64)?;
+    for mail_type in &spec.mail_types {
+        MAIL_TYPE.check_len(mail_type)?;
+    }
+    COMMENT.check_len(&spec.comment)?;
     for (what, path) in [
         ("working directory", spec.workdir.clone()),
         (

@@ -21,9 +21,6 @@ pub struct ValidSubmit {
     pub dependency: Option<DependencyRequest>,
 }
 
-/// The most processes per node `--ntasks-per-node` may ask a job's launcher to start.
-pub const MAX_NTASKS_PER_NODE: u32 = 10_000;
-
 /// Checks a submit and resolves defaults, without looking at the cluster's state (so without
 /// its lock).
 pub fn validate(
@@ -48,7 +45,6 @@ pub fn validate(
     // Every text first, by its length, before anything looks at its content, then what the
     // job will carry to its node: the same limits `ysub` checks (`ysched_common::limits`).
     limits::check_submit_texts(&wire).map_err(invalid)?;
-    refuse_unsupported(&wire).map_err(invalid)?;
     // Names and accounts are printed by `yq` and friends on other users' terminals.
     check_printable("job name", &wire.name).map_err(invalid)?;
     check_printable("account", &wire.account).map_err(invalid)?;
@@ -57,6 +53,10 @@ pub fn validate(
     for feature in &wire.constraints {
         check_printable("feature", feature).map_err(invalid)?;
     }
+    check_printable("partition", &wire.partition).map_err(invalid)?;
+    check_printable("QOS", &wire.qos).map_err(invalid)?;
+    check_printable("mail address", &wire.mail_user).map_err(invalid)?;
+    check_printable("comment", &wire.comment).map_err(invalid)?;
     // The same bounds `ysub` enforces, for clients that bypass it.
     for (flag, value, max) in [
         ("--gpus", u64::from(wire.gpus), u64::from(parse::MAX_GPUS)),
@@ -86,21 +86,12 @@ pub fn validate(
             parse::MAX_TIME_LIMIT_SECS
         )));
     }
-    // Tier names match case-insensitively, whatever case the config spells them in.
-    let tier_name = if wire.tier.trim().is_empty() {
-        config.scheduler.default_tier.clone()
-    } else {
-        config
-            .tiers
-            .keys()
-            .find(|k| k.eq_ignore_ascii_case(wire.tier.trim()))
-            .cloned()
-            .unwrap_or_else(|| wire.tier.trim().to_string())
-    };
+    let tier_name = resolve_tier(&wire, config).map_err(invalid)?;
     let Some(tier) = config.tier(&tier_name) else {
+        // Unreachable: a resolved name is a configured tier.
         return Err(invalid(format!(
             "unknown tier '{}' (tiers: {})",
-            excerpt(&wire.tier, 64),
+            excerpt(&tier_name, 64),
             config.tier_names().join(", ")
         )));
     };
@@ -139,7 +130,56 @@ pub fn validate(
             )));
         }
     }
-    let nodes_wanted = wire.nodes.max(1);
+    let nodelist = node_names("--nodelist", &wire.nodelist).map_err(invalid)?;
+    let exclude = node_names("--exclude", &wire.exclude).map_err(invalid)?;
+    if let Some(both) = nodelist.iter().find(|n| exclude.contains(n)) {
+        return Err(invalid(format!(
+            "node '{}' is both in --nodelist and in --exclude",
+            excerpt(both, 64)
+        )));
+    }
+    // `-w` names the job's nodes: it runs on each of them, so their number is its size.
+    let nodes_wanted = match u32::try_from(nodelist.len()) {
+        Ok(0) => wire.nodes.max(1),
+        Ok(listed) if wire.nodes == 0 || wire.nodes == listed => listed,
+        _ => {
+            return Err(invalid(format!(
+                "--nodes {} differs from the {} nodes of --nodelist (the job runs on each \
+                 listed node; drop --nodes or list as many nodes)",
+                wire.nodes,
+                nodelist.len()
+            )))
+        }
+    };
+    if nodes_wanted > parse::MAX_NODES {
+        return Err(invalid(format!(
+            "--nodelist of {nodes_wanted} nodes exceeds the maximum of {} nodes",
+            parse::MAX_NODES
+        )));
+    }
+    let begin_unix_secs = match wire.begin_unix_secs {
+        0 => None,
+        secs if secs > limits::MAX_BEGIN_UNIX_SECS => {
+            return Err(invalid(format!(
+                "--begin {secs} (seconds since the epoch) is after the year 9999"
+            )))
+        }
+        secs => Some(secs),
+    };
+    let mail_types = mail_types(&wire.mail_types).map_err(invalid)?;
+    if !mail_types.is_empty() && config.notify.sendmail().is_none() {
+        return Err(invalid(
+            "--mail-type needs sendmail on the scheduler host, and mail is turned off there \
+             (notify.sendmail is empty); ask your administrator or drop --mail-type"
+                .into(),
+        ));
+    }
+    if wire.ntasks_per_node > MAX_NTASKS_PER_NODE {
+        return Err(invalid(format!(
+            "--ntasks-per-node {} is out of range (1 to {MAX_NTASKS_PER_NODE})",
+            wire.ntasks_per_node
+        )));
+    }
     if !wire.gpus.is_multiple_of(nodes_wanted) {
         return Err(invalid(format!(
             "--gpus {} cannot be split evenly over --nodes {nodes_wanted}",
@@ -214,14 +254,6 @@ pub fn validate(
     } else {
         Some(DependencyRequest::parse(&wire.dependency).map_err(invalid)?)
     };
-    // `--ntasks-per-node`: 0 is "not given"; the job's own launcher starts that many
-    // processes per node, so an absurd count is refused rather than passed to it.
-    if wire.ntasks_per_node > MAX_NTASKS_PER_NODE {
-        return Err(invalid(format!(
-            "--ntasks-per-node {} exceeds the maximum of {MAX_NTASKS_PER_NODE}",
-            wire.ntasks_per_node
-        )));
-    }
     let opt = |s: String| (!s.trim().is_empty()).then_some(s);
     let spec = JobSpec {
         name: if wire.name.is_empty() {
@@ -263,10 +295,19 @@ pub fn validate(
         warn_signal,
         array,
         dependency: None,
+        nodelist,
+        exclude,
+        exclusive: wire.exclusive,
+        begin_unix_secs,
+        mail_types,
+        mail_user: wire.mail_user.trim().to_string(),
         ntasks_per_node: wire.ntasks_per_node,
+        partition: wire.partition.trim().to_string(),
+        qos: wire.qos.trim().to_string(),
+        // noded's business (see `LaunchJob`): only flags to keep.
         slurm_env: wire.slurm_env,
         open_append: wire.open_append,
-        ..Default::default()
+        comment: wire.comment,
     };
     Ok(ValidSubmit {
         spec,
@@ -279,24 +320,130 @@ pub fn validate(
     })
 }
 
-/// The request's options this schedd does not carry out yet, refused rather than dropped
-/// (issue 22 adds them one by one; each removed from here lands with its implementation).
-fn refuse_unsupported(wire: &SubmitRequest) -> Result<(), String> {
-    let given = [
-        ("--nodelist", !wire.nodelist.is_empty()),
-        ("--exclude", !wire.exclude.is_empty()),
-        ("--exclusive", wire.exclusive),
-        ("--begin", wire.begin_unix_secs != 0),
-        ("--mail-type", !wire.mail_types.is_empty()),
-        ("--mail-user", !wire.mail_user.is_empty()),
-        ("--partition", !wire.partition.is_empty()),
-        ("--qos", !wire.qos.is_empty()),
-        ("--comment", !wire.comment.is_empty()),
-    ];
-    match given.iter().find(|(_, set)| *set) {
-        Some((flag, _)) => Err(format!("{flag} is not supported by this scheduler")),
-        None => Ok(()),
+/// The most processes per node `--ntasks-per-node` may announce.
+pub const MAX_NTASKS_PER_NODE: u32 = 10_000;
+
+/// The mail types `--mail-type` accepts (Slurm's, less those of features ysched lacks), in
+/// the order they are stored.
+pub const MAIL_TYPES: [&str; 9] = [
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "INVALID_DEPEND",
+    "TIME_LIMIT",
+    "TIME_LIMIT_50",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_90",
+];
+
+/// What `ALL` stands for, as in Slurm: every event of a job's life, not the time-limit
+/// warnings.
+const MAIL_ALL: [&str; 5] = ["BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND"];
+
+/// `--mail-type` checked, upper-cased, `ALL` expanded and in [`MAIL_TYPES`]' order (plus
+/// `ARRAY_TASKS` last); `NONE` alone is no mail.
+fn mail_types(given: &[String]) -> Result<Vec<String>, String> {
+    use ysched_common::text::excerpt;
+    let mut wanted = std::collections::BTreeSet::new();
+    let mut array_tasks = false;
+    let mut none = false;
+    for raw in given {
+        let word = raw.trim().to_ascii_uppercase();
+        match word.as_str() {
+            "NONE" => none = true,
+            "ALL" => wanted.extend(MAIL_ALL),
+            "ARRAY_TASKS" => array_tasks = true,
+            other => match MAIL_TYPES.iter().find(|t| **t == other) {
+                Some(known) => {
+                    wanted.insert(*known);
+                }
+                None => {
+                    return Err(format!(
+                        "unknown --mail-type '{}' (known: NONE, {}, ARRAY_TASKS, ALL)",
+                        excerpt(raw, 32),
+                        MAIL_TYPES.join(", ")
+                    ))
+                }
+            },
+        }
     }
+    if none && (array_tasks || !wanted.is_empty()) {
+        return Err("--mail-type NONE cannot be given with other mail types".into());
+    }
+    if array_tasks && wanted.is_empty() {
+        return Err(
+            "--mail-type ARRAY_TASKS needs the events to mail too (e.g. \
+                    END,ARRAY_TASKS)"
+                .into(),
+        );
+    }
+    let mut types: Vec<String> = MAIL_TYPES
+        .iter()
+        .filter(|t| wanted.contains(*t))
+        .map(|t| t.to_string())
+        .collect();
+    if array_tasks {
+        types.push("ARRAY_TASKS".into());
+    }
+    Ok(types)
+}
+
+/// `-w` or `-x`'s node names, each printable, not empty, and named once; sorted.
+fn node_names(flag: &str, names: &[String]) -> Result<Vec<String>, String> {
+    use ysched_common::text::{check_printable, excerpt};
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let name = name.trim();
+        check_printable("node name", name)?;
+        if name.is_empty() || name.contains(',') || name.contains(char::is_whitespace) {
+            return Err(format!(
+                "{flag}: '{}' is not a node name (give names, host lists expanded)",
+                excerpt(name, 64)
+            ));
+        }
+        if !seen.insert(name) {
+            return Err(format!("{flag} names node '{}' twice", excerpt(name, 64)));
+        }
+        out.push(name.to_string());
+    }
+    // Sorted: placement looks names up by binary search (`core::fit::listed`).
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The job's tier: `-p/--priority` (a tier name, any case) wins, then Slurm's `--qos`, then
+/// `--partition` (each a tier name or a name `[slurm]` maps), else `scheduler.default_tier`.
+/// Every partition and QOS given must mean a tier, used or not, so that a typo is caught.
+fn resolve_tier(wire: &SubmitRequest, config: &Config) -> Result<String, String> {
+    use ysched_common::config::SlurmName;
+    use ysched_common::text::excerpt;
+    let from_qos = (!wire.qos.trim().is_empty())
+        .then(|| config.tier_of_slurm_name(SlurmName::Qos, &wire.qos))
+        .transpose()?;
+    let from_partition = (!wire.partition.trim().is_empty())
+        .then(|| config.tier_of_slurm_name(SlurmName::Partition, &wire.partition))
+        .transpose()?;
+    let tier = wire.tier.trim();
+    if tier.is_empty() {
+        return Ok(from_qos
+            .or(from_partition)
+            .unwrap_or_else(|| config.scheduler.default_tier.clone()));
+    }
+    // Tier names match case-insensitively, whatever case the config spells them in.
+    config
+        .tiers
+        .keys()
+        .find(|k| k.eq_ignore_ascii_case(tier))
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "unknown tier '{}' (tiers: {})",
+                excerpt(&wire.tier, 64),
+                config.tier_names().join(", ")
+            )
+        })
 }
 
 /// The size limits of what a job carries to its node, each text, the script and the

@@ -340,7 +340,7 @@ mod slurm_flag_tests {
         .unwrap_err();
         assert!(
             err.to_string()
-                .contains("--ntasks-per-node 10001 exceeds the maximum of 10000"),
+                .contains("--ntasks-per-node 10001 is out of range (1 to 10000)"),
             "{err}"
         );
     }

@@ -5,10 +5,12 @@
 //! - [`sections`]: the `[scheduler]`, `[node]`, `[tiers.*]` and `[accounts.*]` tables and
 //!   their defaults.
 //! - `validate`: what a config must satisfy beyond its types, checked when it is parsed.
+//! - [`slurm`]: the `[slurm]` table (partition and QOS names → tiers) and `[notify]` (mail).
 //! - `access`: who is an administrator and whose usage a caller sees.
 
 mod access;
 mod sections;
+pub mod slurm;
 mod validate;
 
 pub use sections::{
@@ -16,6 +18,7 @@ pub use sections::{
     DEFAULT_CLIENT_CONNECTIONS, DEFAULT_CONNECTIONS_PER_USER, DEFAULT_GPU_HEALTH_SECS,
     ROLE_COMPUTE, ROLE_LOGIN,
 };
+pub use slurm::{NotifyConfig, SlurmConfig, SlurmName, DEFAULT_SENDMAIL};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,6 +46,10 @@ pub struct Config {
     /// Accounts (teams) jobs are charged to, by name. An account that is not listed still
     /// exists (shares 1, no parent); listing one gives it shares, a parent and members.
     pub accounts: BTreeMap<String, AccountConfig>,
+    /// Slurm's partition and QOS names as tiers (`[slurm]`).
+    pub slurm: SlurmConfig,
+    /// Mail about jobs (`[notify]`).
+    pub notify: NotifyConfig,
 }
 
 impl Default for Config {
@@ -52,6 +59,8 @@ impl Default for Config {
             node: NodeConfig::default(),
             tiers: default_tiers(),
             accounts: BTreeMap::new(),
+            slurm: SlurmConfig::default(),
+            notify: NotifyConfig::default(),
         }
     }
 }

@@ -159,3 +159,51 @@ fn rejects_typos_and_bad_tiers() {
     )
     .is_err());
 }
+
+#[test]
+fn slurm_names_map_to_configured_tiers_only() {
+    let c = Config::parse(
+        "[slurm]\npartitions = { gpu = \"high\", debug = \"low\" }\nqos = { normal = \"medium\" }\n",
+    )
+    .unwrap();
+    assert_eq!(c.slurm.partitions["gpu"], "high");
+    assert_eq!(
+        c.tier_of_slurm_name(SlurmName::Partition, "gpu").unwrap(),
+        "high"
+    );
+    // A tier's own name needs no entry, in any case.
+    assert_eq!(c.tier_of_slurm_name(SlurmName::Qos, "LOW").unwrap(), "low");
+    let err = c
+        .tier_of_slurm_name(SlurmName::Partition, "cpu")
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "unknown partition 'cpu' (tiers: critical, high, medium, low; mapped partition \
+         names: debug, gpu)"
+    );
+    let err = Config::default()
+        .tier_of_slurm_name(SlurmName::Qos, "normal")
+        .unwrap_err();
+    assert!(err.contains("none in slurm.qos"), "{err}");
+    let err = Config::parse("[slurm]\npartitions = { gpu = \"huge\" }\n").unwrap_err();
+    assert!(
+        err.contains("slurm.partitions.gpu = \"huge\" is not a defined tier"),
+        "{err}"
+    );
+    let err = Config::parse("[slurm]\nqos = { \"a\\u0007\" = \"low\" }\n").unwrap_err();
+    assert!(err.contains("slurm.qos"), "{err}");
+    assert!(Config::parse("[slurm]\nfoo = 1\n").is_err());
+}
+
+#[test]
+fn sendmail_defaults_to_the_usual_path_and_may_be_turned_off() {
+    let c = Config::default();
+    assert_eq!(
+        c.notify.sendmail(),
+        Some(std::path::Path::new("/usr/sbin/sendmail"))
+    );
+    let c = Config::parse("[notify]\nsendmail = \"\"\n").unwrap();
+    assert_eq!(c.notify.sendmail(), None);
+    let err = Config::parse("[notify]\nsendmail = \"sendmail\"\n").unwrap_err();
+    assert!(err.contains("absolute path"), "{err}");
+}

@@ -152,6 +152,6 @@ impl Config {
                 return Err(format!("tier '{name}': default_grace exceeds max_grace"));
             }
         }
-        Ok(())
+        self.validate_slurm()
     }
 }

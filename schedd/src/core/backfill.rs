@@ -108,7 +108,8 @@ pub(crate) fn earliest_start(
             }
         }
         for (job, alloc) in promised_on.get(name).into_iter().flatten() {
-            fresh.add_alloc(*job, Claim::Reserved, alloc, None);
+            let whole = jobs.get(job).is_some_and(|j| j.spec.exclusive);
+            fresh.add_alloc(*job, Claim::Reserved, alloc, None, whole);
         }
         future.insert(name, fresh);
     }

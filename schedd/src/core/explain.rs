@@ -90,6 +90,13 @@ fn held_back_why(job: &Job, held: HeldBack) -> String {
     let text = job.spec.dependency.as_ref().map_or("", |d| d.text.as_str());
     let reason = held.reason();
     match held {
+        HeldBack::BeginTime => {
+            let begin = job.spec.begin_unix_secs.map_or(0, super::pass::begin_ms);
+            format!(
+                "the job may not start before {} (--begin, {reason})",
+                ysched_common::time::rfc3339(begin)
+            )
+        }
         HeldBack::Dependency => format!("the job waits for its dependency {text} ({reason})"),
         HeldBack::NeverSatisfied => {
             format!("the job's dependency {text} can never be satisfied ({reason})")

@@ -82,6 +82,13 @@ pub(crate) struct NodeDemand<'a> {
     pub(crate) gpu_kind: GpuKind<'a>,
     /// Features the node must advertise, all of them.
     pub(crate) constraints: &'a [String],
+    /// `-w/--nodelist`, sorted at submit: only these nodes (empty: any).
+    pub(crate) nodelist: &'a [String],
+    /// `-x/--exclude`, sorted at submit: never these nodes.
+    pub(crate) exclude: &'a [String],
+    /// `--exclusive`: only a node nothing else holds, taken whole (every GPU in service,
+    /// every CPU, all its memory).
+    pub(crate) exclusive: bool,
     /// The worst path allowed between two of the job's GPUs on one node: `NvLink` for
     /// `--interconnect nvlink`, [`Path::ANY`] otherwise. Preemption tightens it to what evicting
     /// everything eligible would give, so that a smaller eviction may not buy a worse set.
@@ -113,10 +120,19 @@ impl<'a> NodeDemand<'a> {
                 GpuKind::Types(&spec.gpu_types)
             },
             constraints: &spec.constraints,
+            nodelist: &spec.nodelist,
+            exclude: &spec.exclude,
+            exclusive: spec.exclusive,
             worst_path: required_path(spec),
             ends_by: None,
             accepted: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Whether the job may run on node `name` at all: listed by its `--nodelist` (if it has
+    /// one) and not by its `--exclude`.
+    pub(crate) fn allows(&self, name: &str) -> bool {
+        (self.nodelist.is_empty() || listed(self.nodelist, name)) && !listed(self.exclude, name)
     }
 
     /// The same demand for a job that would end by `ends_by` (see the field).
@@ -161,6 +177,11 @@ impl<'a> NodeDemand<'a> {
     }
 }
 
+/// Whether `list` (sorted at submit, see `submit::validate`) names `name`.
+pub(crate) fn listed(list: &[String], name: &str) -> bool {
+    list.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
+}
+
 /// Why resources on a node are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {
@@ -188,6 +209,18 @@ pub(crate) struct Hold {
     /// candidates here. Cleared once a preemptor of this pass claimed it, since its resources
     /// are then promised.
     pub(crate) evictable: Option<Evictable>,
+    /// The job took the node whole (`--exclusive`): nothing else may be placed beside it,
+    /// whatever room its allocation leaves (a GPU returned to service meanwhile).
+    pub(crate) whole: bool,
+}
+
+/// Whether a job that ends by `ends_by` may use the room of a hold with this claim: only a
+/// backfill reservation that starts once it is gone.
+fn crossable(claim: Claim, ends_by: Option<Millis>) -> bool {
+    match (claim, ends_by) {
+        (Claim::Backfill(at), Some(end)) => end <= at,
+        _ => false,
+    }
 }
 
 /// A node together with what is taken on it. The free resources are derived from the holds and
@@ -289,10 +322,7 @@ impl<'a> NodeView<'a> {
     /// every hold added later only takes room, except a reservation this job may cross, which
     /// it ignores.
     pub(crate) fn free_for(&self, ends_by: Option<Millis>) -> (u64, u32, u64) {
-        let crossable = |claim: Claim| match (claim, ends_by) {
-            (Claim::Backfill(at), Some(end)) => end <= at,
-            _ => false,
-        };
+        let crossable = |claim: Claim| crossable(claim, ends_by);
         if self.n_backfill == 0 || !self.holds.iter().any(|h| crossable(h.claim)) {
             return (self.free_gpus, self.free_cpus, self.free_mem_mib);
         }
@@ -306,13 +336,22 @@ impl<'a> NodeView<'a> {
         (gpus, cpus, mem)
     }
 
-    /// `job` takes what `alloc` names on this node.
+    /// The holds a job that ends by `ends_by` must leave alone: all but the backfill
+    /// reservations it may cross.
+    pub(crate) fn holds_binding(&self, ends_by: Option<Millis>) -> impl Iterator<Item = &Hold> {
+        self.holds
+            .iter()
+            .filter(move |h| !crossable(h.claim, ends_by))
+    }
+
+    /// `job` takes what `alloc` names on this node; `whole`: the node, for `--exclusive`.
     pub(crate) fn add_alloc(
         &mut self,
         job: JobId,
         claim: Claim,
         alloc: &NodeAlloc,
         evictable: Option<Evictable>,
+        whole: bool,
     ) {
         self.add_hold(Hold {
             job,
@@ -321,6 +360,7 @@ impl<'a> NodeView<'a> {
             cpus: alloc.cpus,
             mem_mib: alloc.mem_mib,
             evictable,
+            whole,
         });
     }
 
@@ -369,6 +409,10 @@ impl<'a> NodeView<'a> {
 /// evicted) could make room.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Misfit<'d> {
+    /// Not one of the job's `--nodelist`.
+    NotListed,
+    /// One of the job's `--exclude`.
+    Excluded,
     MissingFeatures(Vec<&'d str>),
     GpuCapacity {
         kind: GpuKind<'d>,
@@ -410,6 +454,14 @@ pub(crate) enum Misfit<'d> {
         needed: u64,
         free: u64,
     },
+    /// The job takes whole nodes (`--exclusive`) and `jobs` other jobs hold part of this one.
+    NotWhole {
+        jobs: usize,
+    },
+    /// Job `job` holds this node whole (`--exclusive`).
+    HeldWhole {
+        job: JobId,
+    },
 }
 
 impl Misfit<'_> {
@@ -421,6 +473,8 @@ impl Misfit<'_> {
                 | Misfit::GpusScattered { .. }
                 | Misfit::CpusBusy { .. }
                 | Misfit::MemBusy { .. }
+                | Misfit::NotWhole { .. }
+                | Misfit::HeldWhole { .. }
         )
     }
 }
@@ -428,6 +482,16 @@ impl Misfit<'_> {
 impl fmt::Display for Misfit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Misfit::NotListed => f.write_str("not in the job's --nodelist"),
+            Misfit::Excluded => f.write_str("excluded by the job's --exclude"),
+            Misfit::NotWhole { jobs } => write!(
+                f,
+                "the job takes whole nodes (--exclusive), and {} hold part of this one",
+                plural(*jobs as u32, "other job")
+            ),
+            Misfit::HeldWhole { job } => {
+                write!(f, "job {job} holds this node whole (--exclusive)")
+            }
             Misfit::MissingFeatures(missing) if missing.len() == 1 => {
                 write!(f, "missing feature {}", missing[0])
             }
@@ -509,6 +573,12 @@ pub(crate) fn fit_on_node<'d>(
     let node = view.node();
     let topo = view.topology();
     // Fixed properties of the node first: they explain a misfit better than momentary load.
+    if !demand.nodelist.is_empty() && !listed(demand.nodelist, &node.name) {
+        return Err(Misfit::NotListed);
+    }
+    if listed(demand.exclude, &node.name) {
+        return Err(Misfit::Excluded);
+    }
     if !demand.constraints.iter().all(|c| node.features.contains(c)) {
         return Err(Misfit::MissingFeatures(
             demand
@@ -553,6 +623,16 @@ pub(crate) fn fit_on_node<'d>(
         });
     }
 
+    // `--exclusive` both ways: a whole node for the job, and nothing beside a job that has one.
+    if let Some(whole) = view.holds_binding(demand.ends_by).find(|h| h.whole) {
+        return Err(Misfit::HeldWhole { job: whole.job });
+    }
+    if demand.exclusive {
+        let others: BTreeSet<JobId> = view.holds_binding(demand.ends_by).map(|h| h.job).collect();
+        if !others.is_empty() {
+            return Err(Misfit::NotWhole { jobs: others.len() });
+        }
+    }
     let (free_gpus, free_cpus, free_mem_mib) = view.free_for(demand.ends_by);
     let n_free = (free_gpus & accepted).count_ones();
     if n_free < demand.gpus {
@@ -582,6 +662,16 @@ pub(crate) fn fit_on_node<'d>(
             most: topo.most_connected(free_gpus, accepted, demand.worst_path),
         });
     };
+    if demand.exclusive {
+        // Nothing binding is held here: the free room is the whole node (in service).
+        return Ok(Fit {
+            gpus: free_gpus,
+            conn: choice.rank.conn,
+            n_free,
+            cpus: free_cpus,
+            mem_mib: free_mem_mib,
+        });
+    }
     Ok(Fit {
         gpus: choice.gpus,
         conn: choice.rank.conn,
@@ -742,6 +832,11 @@ pub(crate) fn capacity_views<'a>(
 
 /// [`check_satisfiable`] against prebuilt [`capacity_views`], so a pass builds them once.
 pub(crate) fn satisfiable_on(capacity: &Views<'_>, spec: &JobSpec) -> Result<(), String> {
+    check_named_nodes(
+        spec,
+        |name| capacity.contains_key(name),
+        || capacity.keys().copied().collect(),
+    )?;
     if enough_fit_alone(capacity.values(), spec) {
         return Ok(());
     }
@@ -784,6 +879,11 @@ pub fn check_satisfiable_with(
     nodes: &BTreeMap<String, Node>,
     topologies: &mut Topologies,
 ) -> Result<(), String> {
+    check_named_nodes(
+        spec,
+        |name| nodes.contains_key(name),
+        || nodes.keys().map(String::as_str).collect(),
+    )?;
     // Every submit asks this: look at nodes one by one, as their views are made, and stop at
     // the first that answer (see `enough_fit_alone`).
     let views = nodes
@@ -795,22 +895,74 @@ pub fn check_satisfiable_with(
     satisfiable_on(&capacity_views(nodes, topologies), spec)
 }
 
+/// Refuses a `--nodelist` or `--exclude` naming a node that is not registered (a typo would
+/// otherwise wait forever, or exclude nothing): "no node named 'gpu9' (nodes: gpu1, gpu2)".
+fn check_named_nodes<'n>(
+    spec: &JobSpec,
+    known: impl Fn(&str) -> bool,
+    names: impl FnOnce() -> Vec<&'n str>,
+) -> Result<(), String> {
+    let Some(unknown) = spec
+        .nodelist
+        .iter()
+        .chain(&spec.exclude)
+        .find(|name| !known(name))
+    else {
+        return Ok(());
+    };
+    // A few names are enough to spot a typo; the whole list of a large cluster is not.
+    const SHOWN: usize = 20;
+    let all = names();
+    let mut shown = all
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if all.len() > SHOWN {
+        shown.push_str(&format!(", ... ({} in all)", all.len()));
+    }
+    if all.is_empty() {
+        shown = "none registered".into();
+    }
+    Err(format!(
+        "no node named '{}' (nodes: {shown})",
+        ysched_common::text::excerpt(unknown, 64)
+    ))
+}
+
 /// Names the first reason no node could ever hold the job. Only called once `find_placement`
 /// failed on empty nodes, so the last sentence (no node has everything together) is true when
 /// every single requirement is met somewhere.
 fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
-    let nodes: Vec<&Node> = capacity.values().map(|v| v.node()).collect();
-    if nodes.is_empty() {
+    if capacity.is_empty() {
         return "no nodes are registered".into();
     }
     let demand = NodeDemand::of(spec);
+    // Only the nodes the job may use (`--nodelist`, `--exclude`) speak for it.
+    let capacity: Views<'_> = capacity
+        .iter()
+        .filter(|(name, _)| demand.allows(name))
+        .map(|(name, view)| (*name, view.clone()))
+        .collect();
+    let nodes: Vec<&Node> = capacity.values().map(|v| v.node()).collect();
     let n_nodes = n_nodes(spec);
     if n_nodes as usize > nodes.len() {
+        let outside = if spec.exclude.is_empty() {
+            ""
+        } else {
+            " outside its --exclude"
+        };
         return format!(
-            "the job needs {n_nodes} nodes, only {} are registered",
+            "the job needs {n_nodes} nodes, only {} are registered{outside}",
             nodes.len()
         );
     }
+    let on_listed = if spec.nodelist.is_empty() {
+        ""
+    } else {
+        " of its --nodelist"
+    };
     let on_each = if n_nodes > 1 {
         format!(", and the job needs that on each of {n_nodes} nodes")
     } else {
@@ -818,7 +970,7 @@ fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
     };
     for feature in demand.constraints {
         if !nodes.iter().any(|n| n.features.contains(feature)) {
-            return format!("no node has feature {feature}");
+            return format!("no node{on_listed} has feature {feature}");
         }
     }
     if demand.gpus > 0 {
@@ -835,7 +987,7 @@ fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
                     models.into_iter().collect::<Vec<_>>().join(", ")
                 };
                 return format!(
-                    "no node has GPU type {} (models: {models})",
+                    "no node{on_listed} has GPU type {} (models: {models})",
                     types.join("|")
                 );
             }
@@ -843,7 +995,7 @@ fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
         let largest = capacity.values().map(accepted).max().unwrap_or(0);
         if largest < demand.gpus {
             return format!(
-                "no node has {}{} (largest has {largest}){on_each}",
+                "no node{on_listed} has {}{} (largest has {largest}){on_each}",
                 plural(demand.gpus, "GPU"),
                 demand.gpu_kind
             );
@@ -859,7 +1011,7 @@ fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
                 .unwrap_or(0);
             if most < demand.gpus {
                 return format!(
-                    "no node has {}{} linked by {} (the most on one node is {most}){on_each}",
+                    "no node{on_listed} has {}{} linked by {} (the most on one node is {most}){on_each}",
                     plural(demand.gpus, "GPU"),
                     demand.gpu_kind,
                     demand.worst_path
@@ -870,19 +1022,19 @@ fn why_unsatisfiable(capacity: &Views<'_>, spec: &JobSpec) -> String {
     let largest_cpus = nodes.iter().map(|n| n.cpus).max().unwrap_or(0);
     if largest_cpus < demand.cpus {
         return format!(
-            "no node has {} (largest has {largest_cpus}){on_each}",
+            "no node{on_listed} has {} (largest has {largest_cpus}){on_each}",
             plural(demand.cpus, "CPU")
         );
     }
     let largest_mem = nodes.iter().map(|n| n.mem_mib).max().unwrap_or(0);
     if largest_mem < demand.mem_mib {
         return format!(
-            "no node has {} MiB of memory (largest has {largest_mem} MiB){on_each}",
+            "no node{on_listed} has {} MiB of memory (largest has {largest_mem} MiB){on_each}",
             demand.mem_mib
         );
     }
     if n_nodes == 1 {
-        format!("no node has {} together", describe(&demand))
+        format!("no node{on_listed} has {} together", describe(&demand))
     } else {
         let one_model = if demand.gpus > 0 {
             " with one GPU model"

@@ -42,6 +42,8 @@ mod backfill_tests;
 mod dependency_tests;
 #[cfg(test)]
 mod prop_tests;
+#[cfg(test)]
+mod slurm_options_tests;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 #[cfg(test)]

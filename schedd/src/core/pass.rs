@@ -82,12 +82,17 @@ pub(crate) enum Decision {
     /// `AccountLimit` or `UserLimit` (over a tier quota), or `JobArrayTaskLimit` (its array's
     /// `%N` tasks run): later jobs are not held up by it.
     OverLimit(PendingReason),
+    /// `ReqNodeNotAvail`: a node of its `--nodelist` cannot take jobs (drained, down, not
+    /// connected). It waits for that node, not for room: later jobs are not held up by it.
+    NodesUnavailable,
     Unsatisfiable(String),
 }
 
 /// Why a job is not considered for room at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeldBack {
+    /// Its `--begin` time has not come.
+    BeginTime,
     /// Its dependency may still be met.
     Dependency,
     /// Its dependency can never be met.
@@ -102,6 +107,7 @@ impl HeldBack {
     /// The pending reason, as Slurm names it.
     pub(crate) fn reason(self) -> PendingReason {
         match self {
+            HeldBack::BeginTime => PendingReason::BeginTime,
             HeldBack::Dependency | HeldBack::Singleton => PendingReason::Dependency,
             HeldBack::NeverSatisfied => PendingReason::DependencyNeverSatisfied,
             HeldBack::ArrayLimit => PendingReason::JobArrayTaskLimit,
@@ -119,6 +125,9 @@ struct Shape<'a> {
     mem_mib: u64,
     gpu_types: &'a [String],
     constraints: &'a [String],
+    nodelist: &'a [String],
+    exclude: &'a [String],
+    exclusive: bool,
     worst_path: Path,
 }
 
@@ -132,6 +141,9 @@ impl<'a> Shape<'a> {
             mem_mib: spec.mem_mib,
             gpu_types: &spec.gpu_types,
             constraints: &spec.constraints,
+            nodelist: &spec.nodelist,
+            exclude: &spec.exclude,
+            exclusive: spec.exclusive,
             worst_path: required_path(spec),
         }
     }
@@ -316,7 +328,7 @@ impl<'a> Pass<'a> {
             }
             allocs.extend(job.alloc.iter().map(|alloc| {
                 let node = NameKey::of(&alloc.node);
-                (node, job.id, alloc, evictable)
+                (node, job.id, alloc, evictable, job.spec.exclusive)
             }));
             if let (
                 JobState::Preempting,
@@ -338,8 +350,8 @@ impl<'a> Pass<'a> {
             let name = NameKey::of(name);
             // Allocations on nodes that are unknown or unschedulable are passed over.
             while allocs.next_if(|a| a.0 < name).is_some() {}
-            while let Some((_, job, alloc, evictable)) = allocs.next_if(|a| a.0 == name) {
-                view.add_alloc(job, Claim::Running, alloc, evictable);
+            while let Some((_, job, alloc, evictable, whole)) = allocs.next_if(|a| a.0 == name) {
+                view.add_alloc(job, Claim::Running, alloc, evictable, whole);
             }
         }
         Pass {
@@ -417,6 +429,7 @@ impl<'a> Pass<'a> {
         if let Some(held) = self.held_back(job) {
             return match held {
                 HeldBack::ArrayLimit => Decision::OverLimit(held.reason()),
+                // Not waiting for room: like a dependency, it holds up nobody.
                 _ => Decision::Dependency(held.reason()),
             };
         }
@@ -435,6 +448,12 @@ impl<'a> Pass<'a> {
         }
         if let Some(limit) = self.quotas.exceeded(job, self.tiers) {
             return Decision::OverLimit(limit);
+        }
+        // It runs on every listed node or not at one: one that takes no jobs (drained, down,
+        // not connected) keeps it waiting, whatever is free elsewhere (Slurm's word).
+        let listed = &job.spec.nodelist;
+        if listed.iter().any(|n| !self.views.contains_key(n.as_str())) {
+            return Decision::NodesUnavailable;
         }
         let ends_by = self.ends_by(job);
         // Never ending crosses no reservation: it is the latest end of all.
@@ -482,6 +501,13 @@ impl<'a> Pass<'a> {
     /// Why `job` is not considered for room at all, if it is not: its dependency, `singleton`,
     /// or its array's `%N` limit (see the module doc).
     pub(crate) fn held_back(&mut self, job: &'a Job) -> Option<HeldBack> {
+        if job
+            .spec
+            .begin_unix_secs
+            .is_some_and(|begin| begin_ms(begin) > self.now)
+        {
+            return Some(HeldBack::BeginTime);
+        }
         if let Some(dependency) = &job.spec.dependency {
             match self.dependency_status(job, dependency) {
                 DepStatus::Satisfied => {}
@@ -613,7 +639,7 @@ impl<'a> Pass<'a> {
             Decision::Placed(allocs) => {
                 for alloc in allocs {
                     if let Some(view) = self.views.get_mut(alloc.node.as_str()) {
-                        view.add_alloc(job.id, Claim::Placed, alloc, None);
+                        view.add_alloc(job.id, Claim::Placed, alloc, None, job.spec.exclusive);
                     }
                 }
                 self.plan.placements.push(Placement {
@@ -637,7 +663,7 @@ impl<'a> Pass<'a> {
                     }
                 }
                 for target in &preemption.targets {
-                    self.reserve(job.id, target);
+                    self.reserve(job, target);
                 }
                 self.promise(job.id, &preemption.targets);
                 let ids: Vec<JobId> = preemption.victims.iter().map(|(id, _)| *id).collect();
@@ -650,7 +676,7 @@ impl<'a> Pass<'a> {
                 targets,
             } => {
                 for target in targets {
-                    self.reserve(job.id, target);
+                    self.reserve(job, target);
                 }
                 self.promise(job.id, targets);
                 self.wait(
@@ -660,12 +686,29 @@ impl<'a> Pass<'a> {
             }
             Decision::Waiting(reason) => self.wait(job, reason.clone()),
             Decision::Reserved(reason, reservation) => {
-                self.keep_for(job.id, reservation);
+                self.keep_for(job, reservation);
                 self.wait(job, reason.clone());
             }
             Decision::Dependency(reason) => {
-                // Not `someone_waiting`: it waits for other jobs to end, not for room.
+                // Not `someone_waiting`: it waits for other jobs to end (or its time to
+                // come), not for room.
+                if let (PendingReason::BeginTime, Some(begin)) = (reason, job.spec.begin_unix_secs)
+                {
+                    // Slurm's StartTime of a job waiting for its begin time: that time (where
+                    // is not known until then).
+                    let at = begin_ms(begin);
+                    let nodes = Vec::new();
+                    self.plan
+                        .expected_starts
+                        .insert(job.id, ExpectedStart { at, nodes });
+                }
                 self.plan.pending_reasons.insert(job.id, reason.clone());
+            }
+            Decision::NodesUnavailable => {
+                // Not `someone_waiting`: it waits for its nodes to come back, not for room.
+                self.plan
+                    .pending_reasons
+                    .insert(job.id, PendingReason::ReqNodeNotAvail);
             }
             Decision::OverLimit(limit) => {
                 // Not `someone_waiting`: it waits for its own account's (array's) jobs, not
@@ -706,7 +749,8 @@ impl<'a> Pass<'a> {
 
     /// Keeps the room of `reservation` that is free now for `job` (the rest is held by jobs
     /// that end by its start): only jobs that end by then may use it.
-    fn keep_for(&mut self, job: JobId, reservation: &Reservation) {
+    fn keep_for(&mut self, job: &Job, reservation: &Reservation) {
+        let (whole, job) = (job.spec.exclusive, job.id);
         for alloc in &reservation.allocs {
             let Some(view) = self.views.get_mut(alloc.node.as_str()) else {
                 continue;
@@ -718,6 +762,7 @@ impl<'a> Pass<'a> {
                 cpus: alloc.cpus.min(view.free_cpus()),
                 mem_mib: alloc.mem_mib.min(view.free_mem_mib()),
                 evictable: None,
+                whole,
             };
             view.add_hold(hold);
         }
@@ -745,7 +790,8 @@ impl<'a> Pass<'a> {
     /// Keeps for `job` the part of `target` that is free now; its victims hold the rest until
     /// they exit. Lower jobs later in this pass therefore cannot take it, and the next pass
     /// renews the reservation while the eviction is in flight.
-    fn reserve(&mut self, job: JobId, target: &NodeAlloc) {
+    fn reserve(&mut self, job: &Job, target: &NodeAlloc) {
+        let (whole, job) = (job.spec.exclusive, job.id);
         let Some(view) = self.views.get_mut(target.node.as_str()) else {
             return;
         };
@@ -756,6 +802,7 @@ impl<'a> Pass<'a> {
             cpus: target.cpus.min(view.free_cpus()),
             mem_mib: target.mem_mib.min(view.free_mem_mib()),
             evictable: None,
+            whole,
         };
         view.add_hold(hold);
     }
@@ -807,6 +854,13 @@ impl<'n> NameKey<'n> {
             name,
         }
     }
+}
+
+/// `--begin` (seconds since the epoch) in the pass's milliseconds.
+pub(crate) fn begin_ms(begin_unix_secs: u64) -> Millis {
+    i64::try_from(begin_unix_secs)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000)
 }
 
 /// The array whose `%N` limit applies to `job`, if it is a task of one with a limit.

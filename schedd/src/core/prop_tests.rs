@@ -67,6 +67,10 @@ struct JobGen {
     checkpoint_min_ago: Option<i64>,
     /// Which pending job a PREEMPTING one is being evicted for.
     preemptor_idx: usize,
+    /// Slurm's options: 0: `--nodelist`, 1: `--exclude` (of the nodes `node_mask` picks),
+    /// 2: `--exclusive`, 3: `--begin` in the future, 4: begin in the past; else none.
+    slurm_option: u8,
+    node_mask: u8,
 }
 
 fn node_gen() -> impl Strategy<Value = NodeGen> {
@@ -128,6 +132,11 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
                 (tier, gpus_per_node, cpus, mem_mib, gpu_type, nodes, wants_ib),
                 (start, submit_min, ran_min, checkpoint_min_ago, preemptor_idx, nvlink),
             )| JobGen {
+                // Drawn from bits `preemptor_idx` has to spare, so that the clusters generated
+                // stay those of before (the preemption test counts what they exercise); most
+                // jobs get none.
+                slurm_option: (preemptor_idx >> 40) as u8 % 24,
+                node_mask: (preemptor_idx >> 48) as u8,
                 tier,
                 gpus_per_node,
                 cpus,
@@ -146,14 +155,28 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
 }
 
 /// A cluster whose running jobs were packed by the core's own placement (so their allocations
-/// never overlap and stay within capacity), with `low` sometimes protected by a min_runtime.
+/// never overlap and stay within capacity), with `low` sometimes protected by a min_runtime,
+/// and some jobs with Slurm's placement options (`-w`, `-x`, `--exclusive`, `--begin`).
 pub(super) fn cluster_gen() -> impl Strategy<Value = Cluster> {
+    cluster_gen_with(true)
+}
+
+/// [`cluster_gen`], with Slurm's options or without (the clusters of before, whose share of
+/// preemptions and NVLink placements a test counts).
+fn cluster_gen_with(slurm_options: bool) -> impl Strategy<Value = Cluster> {
     (
         prop::collection::vec(node_gen(), 1..7),
         prop::collection::vec(job_gen(), 1..28),
         prop::sample::select(vec![0u64, 0, 3600]),
     )
-        .prop_map(|(nodes, jobs, low_min_runtime)| build(&nodes, &jobs, low_min_runtime))
+        .prop_map(move |(nodes, mut jobs, low_min_runtime)| {
+            if !slurm_options {
+                for job in &mut jobs {
+                    job.slurm_option = u8::MAX;
+                }
+            }
+            build(&nodes, &jobs, low_min_runtime)
+        })
 }
 
 fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
@@ -220,6 +243,24 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
         if gen.start == Start::Held {
             builder = builder.held();
         }
+        let picked: Vec<&str> = node_map
+            .keys()
+            .enumerate()
+            .filter(|(i, _)| gen.node_mask >> (i % 8) & 1 == 1)
+            .map(|(_, name)| name.as_str())
+            .collect();
+        match gen.slurm_option {
+            0 if !picked.is_empty() => {
+                builder = builder
+                    .nodelist(&picked)
+                    .gpus(gen.gpus_per_node * picked.len() as u32);
+            }
+            1 => builder = builder.exclude(&picked),
+            2 => builder = builder.exclusive(),
+            3 => builder = builder.begin(NOW + MINUTE),
+            4 => builder = builder.begin(NOW - MINUTE),
+            _ => {}
+        }
         let mut job = builder.build();
         if matches!(gen.start, Start::Running | Start::Preempting) {
             // Jobs that find no room stay pending.
@@ -228,7 +269,7 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
                     let view = views
                         .get_mut(alloc.node.as_str())
                         .expect("placed on a known node");
-                    view.add_alloc(job.id, Claim::Running, alloc, None);
+                    view.add_alloc(job.id, Claim::Running, alloc, None, job.spec.exclusive);
                 }
                 job.alloc = allocs;
                 job.state = JobState::Running;
@@ -312,6 +353,29 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
         prop_assert!(cpus_used.get(name.as_str()).copied().unwrap_or(0) <= u64::from(node.cpus));
         prop_assert!(mem_used.get(name.as_str()).copied().unwrap_or(0) <= node.mem_mib);
     }
+    // `--exclusive`: a node a job holds whole holds no other job.
+    let mut on_node: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+    let holders = cluster
+        .jobs
+        .values()
+        .filter(|j| j.state.holds_resources())
+        .map(|j| (j.id, &j.alloc));
+    let placements = plan.placements.iter().map(|p| (p.job, &p.alloc));
+    for (job, allocs) in holders.chain(placements) {
+        for alloc in allocs {
+            on_node.entry(&alloc.node).or_default().push(job);
+        }
+    }
+    for (node, jobs) in &on_node {
+        let whole = jobs.iter().find(|id| cluster.jobs[*id].spec.exclusive);
+        prop_assert!(
+            whole.is_none() || jobs.len() == 1,
+            "node {} held whole by {:?} shared with {:?}",
+            node,
+            whole,
+            jobs
+        );
+    }
     for placement in &plan.placements {
         let job = &cluster.jobs[&placement.job];
         let demand = NodeDemand::of(&job.spec);
@@ -325,7 +389,21 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
                 "placed on unschedulable {}",
                 node.name
             );
-            prop_assert_eq!(alloc.gpus.len() as u32, demand.gpus);
+            prop_assert!(
+                demand.allows(&alloc.node),
+                "job {} on {}",
+                job.id,
+                alloc.node
+            );
+            if job.spec.exclusive {
+                // Every GPU in service, every CPU, all the memory.
+                let in_service = node.gpus.len() - node.unusable_gpus().count();
+                prop_assert_eq!(alloc.gpus.len(), in_service);
+                prop_assert_eq!(alloc.cpus, node.cpus);
+                prop_assert_eq!(alloc.mem_mib, node.mem_mib);
+            } else {
+                prop_assert_eq!(alloc.gpus.len() as u32, demand.gpus);
+            }
             for index in &alloc.gpus {
                 prop_assert!(
                     !node.gpu_out_of_service(*index),
@@ -335,14 +413,23 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
                     node.name
                 );
                 let gpu = node.gpus.iter().find(|g| g.index == *index);
-                prop_assert!(gpu.is_some_and(|g| demand.gpu_kind.accepts(g)));
+                // A job taking the node whole gets its GPUs of every model.
+                prop_assert!(gpu.is_some_and(|g| job.spec.exclusive || demand.gpu_kind.accepts(g)));
                 models.extend(gpu.map(|g| g.model.as_str()));
             }
         }
-        if job.spec.nodes > 1 {
+        if job.spec.nodes > 1 && !job.spec.exclusive {
             prop_assert!(models.len() <= 1, "gang {} mixes models", job.id);
         }
-        if job.spec.interconnect.is_some() {
+        prop_assert!(
+            job.spec
+                .begin_unix_secs
+                .is_none_or(|b| super::pass::begin_ms(b) <= NOW),
+            "job {} placed before its begin time",
+            job.id
+        );
+        // A job taking whole nodes gets every GPU, linked or not (it was checked for its -G).
+        if job.spec.interconnect.is_some() && !job.spec.exclusive {
             for alloc in &placement.alloc {
                 prop_assert!(
                     fully_nvlinked(&cluster.nodes[&alloc.node], &alloc.gpus),
@@ -382,6 +469,12 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
             .start_time
             .is_some_and(|s| NOW - s >= victim_tier.min_runtime as i64 * 1000));
         prop_assert!(victim.alloc.iter().any(|a| a.node == eviction.node));
+        prop_assert!(
+            NodeDemand::of(&preemptor.spec).allows(&eviction.node),
+            "job {} evicts on {}, which it may not use",
+            preemptor.id,
+            eviction.node
+        );
         prop_assert_eq!(eviction.grace_secs, victim.grace_secs);
         prop_assert_eq!(preemptor.state, JobState::Pending);
         prop_assert!(cluster.tiers[&preemptor.spec.tier].may_preempt);
@@ -448,7 +541,9 @@ fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
                     prop_assert!(fit_on_node(&freed, demand).is_ok());
                     let free = freed.free_gpu_indices();
                     prop_assert!(target.gpus.iter().all(|g| free.contains(g)));
-                    prop_assert_eq!(target.gpus.len() as u32, demand.gpus);
+                    if !job.spec.exclusive {
+                        prop_assert_eq!(target.gpus.len() as u32, demand.gpus);
+                    }
                 }
                 for (victim, node) in &preemption.victims {
                     prop_assert!(targets.iter().any(|(t, _, _)| t.node == *node));
@@ -477,6 +572,7 @@ fn check_decisions(cluster: &Cluster) -> Result<(), TestCaseError> {
             | Decision::Reserved(..)
             | Decision::Dependency(_)
             | Decision::OverLimit(_)
+            | Decision::NodesUnavailable
             | Decision::Unsatisfiable(_) => {}
         }
     }
@@ -629,7 +725,7 @@ proptest! {
 #[test]
 fn generated_clusters_exercise_preemption() {
     let mut runner = TestRunner::deterministic();
-    let strategy = cluster_gen();
+    let strategy = cluster_gen_with(false);
     let (mut with_evictions, mut with_placements, mut with_in_flight) = (0, 0, 0);
     let (mut gang_evictions, mut nvlink_placements, mut nvlink_evictions) = (0, 0, 0);
     for _ in 0..128 {

@@ -23,6 +23,10 @@ pub enum PendingReason {
     AccountLimit,
     /// Starting it would take its user over its tier's `max_gpus_per_user`.
     UserLimit,
+    /// Its `--begin` time has not come.
+    BeginTime,
+    /// A node of its `--nodelist` is drained, down or not connected.
+    ReqNodeNotAvail,
     /// Its victims are being stopped for it.
     Preempting {
         victims: Vec<JobId>,
@@ -43,6 +47,8 @@ impl PendingReason {
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
             PendingReason::AccountLimit => "AccountLimit",
             PendingReason::UserLimit => "UserLimit",
+            PendingReason::BeginTime => "BeginTime",
+            PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
             PendingReason::Preempting { .. } | PendingReason::Unsatisfiable(_) => return None,
         })
     }
@@ -121,6 +127,11 @@ mod tests {
         let never = PendingReason::Unsatisfiable("no node has 9 GPUs".into());
         assert_eq!(never.to_string(), "Unsatisfiable: no node has 9 GPUs");
         assert!(PendingReason::Priority == "Priority");
+        assert_eq!(PendingReason::BeginTime.to_string(), "BeginTime");
+        assert_eq!(
+            PendingReason::ReqNodeNotAvail.to_string(),
+            "ReqNodeNotAvail"
+        );
         assert!(PendingReason::Priority != "Resources");
     }
 }

@@ -317,6 +317,36 @@ impl JobBuilder {
         self
     }
 
+    /// `-w`: exactly these nodes (as many as listed; sorted, as submit stores them).
+    pub fn nodelist(mut self, nodes: &[&str]) -> Self {
+        let mut list: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+        list.sort();
+        let spec = self.spec();
+        spec.nodes = list.len() as u32;
+        spec.nodelist = list;
+        self
+    }
+
+    /// `-x`: never these nodes (sorted, as submit stores them).
+    pub fn exclude(mut self, nodes: &[&str]) -> Self {
+        let mut list: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+        list.sort();
+        self.spec().exclude = list;
+        self
+    }
+
+    /// `--exclusive`: whole nodes.
+    pub fn exclusive(mut self) -> Self {
+        self.spec().exclusive = true;
+        self
+    }
+
+    /// `--begin`: not before `at` (rounded down to the second, as the wire carries it).
+    pub fn begin(mut self, at: Millis) -> Self {
+        self.spec().begin_unix_secs = Some((at / 1000) as u64);
+        self
+    }
+
     /// Charged to `account` (default `research`).
     pub fn account(mut self, account: &str) -> Self {
         self.spec().account = account.to_string();

@@ -12,9 +12,11 @@
 //! - `agents`: agent sessions and their reports.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
 //! - `usage`: usage reports (off the lock) and imports of usage.
+//! - `mail`: the mail users asked for about their jobs, sent after the flush.
 
 mod agents;
 use agents::RelayToken;
+pub mod mail;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Named};
 pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};
@@ -138,6 +140,8 @@ pub struct State {
     /// Agent messages waiting for the next flush: never sent before the change they carry is
     /// durable, and sent in the order they were queued.
     outbox: Vec<(String, AgentCommand)>,
+    /// Job mails waiting for the next flush, like the outbox (see `mail`).
+    mails: Vec<mail::Mail>,
     /// Node topologies for the submit-time check (the scheduling loop keeps its own).
     topologies: core::Topologies,
     /// The books every event keeps (fair share's usage, the end states dependencies read),
@@ -188,6 +192,8 @@ pub struct Cluster {
     /// Woken after each node's word on its GPUs that changed something: resumes of GPUs wait
     /// on it for the node's confirmation.
     gpu_reports: Notify,
+    /// Sends job mails (`notify.sendmail`), off the lock and off the runtime.
+    mailer: mail::Mailer,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -208,6 +214,7 @@ impl Cluster {
         metrics.recovered(rec.active_jobs.values());
         let deps = EndedTargets::rebuild(&rec.active_jobs, |id| store.job_state(id))?;
         let limits = crate::state::RecordLimits::from_config(&config);
+        let config_notify = config.notify.clone();
         let cluster = Arc::new(Cluster {
             metrics,
             started: now_ms(),
@@ -218,6 +225,7 @@ impl Cluster {
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),
+                mails: Vec::new(),
                 topologies: core::Topologies::default(),
                 reactor: Reactor::new(usage_book, deps),
                 queue_view: Default::default(),
@@ -233,6 +241,7 @@ impl Cluster {
             upkeep_wake: Notify::new(),
             refusals: Default::default(),
             gpu_reports: Notify::new(),
+            mailer: mail::Mailer::new(&config_notify),
         });
         cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));
@@ -273,7 +282,13 @@ impl Cluster {
             while let Ok(w) = rx.try_recv() {
                 waiters.extend(w);
             }
-            let outbox = std::mem::take(&mut lock(&self.state).outbox);
+            let (outbox, mails) = {
+                let mut st = lock(&self.state);
+                (
+                    std::mem::take(&mut st.outbox),
+                    std::mem::take(&mut st.mails),
+                )
+            };
             let flushed = {
                 let _busy = StoreWatch::busy(&self.store_watch.flush_since);
                 self.store.flush().await
@@ -289,6 +304,9 @@ impl Cluster {
                         let _ = s.tx.send(msg);
                     }
                 }
+                drop(st);
+                // Durable now: the users may be told (queued, never waited for).
+                self.mailer.send(mails);
             }
             for w in waiters {
                 let _ = w.send(ok);
@@ -417,12 +435,17 @@ impl reactor::Journal for StoreJournal<'_> {
     }
 }
 
-/// schedd's observer: the metrics moved by events.
-struct MetricsObserver<'a>(&'a crate::metrics::Metrics);
+/// schedd's observer: the metrics moved by events, and the job mails they call for (sent
+/// after the flush).
+struct ShellObserver<'a> {
+    metrics: &'a crate::metrics::Metrics,
+    mails: &'a mut Vec<mail::Mail>,
+}
 
-impl reactor::Observer for MetricsObserver<'_> {
+impl reactor::Observer for ShellObserver<'_> {
     fn applying(&mut self, rec: &Records, jobs: &[Job]) {
-        self.0.observe_jobs(rec.jobs(), jobs);
+        self.metrics.observe_jobs(rec.jobs(), jobs);
+        mail::collect(rec, jobs, self.mails);
     }
 }
 
@@ -448,15 +471,24 @@ impl State {
         clock: &dyn Clock,
         event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<reactor::Done<T>> {
+        let mails_before = self.mails.len();
         let ports = Ports {
             clock,
             journal: &mut StoreJournal(cluster),
-            observer: &mut MetricsObserver(&cluster.metrics),
+            observer: &mut ShellObserver {
+                metrics: &cluster.metrics,
+                mails: &mut self.mails,
+            },
             outbox: &mut FlushedOutbox {
                 outbox: &mut self.outbox,
                 flush_tx: &cluster.flush_tx,
             },
         };
-        self.reactor.run(&mut self.rec, ports, room, event)
+        let done = self.reactor.run(&mut self.rec, ports, room, event);
+        if self.mails.len() > mails_before {
+            // The mails leave after a flush: make sure one comes.
+            let _ = cluster.flush_tx.send(None);
+        }
+        done
     }
 }

@@ -100,7 +100,12 @@ impl Cluster {
         let (home_exists, read) = {
             let home = home.clone();
             let dependency = dependency.clone();
+            let wants_mail = !spec.mail_types.is_empty();
             self.off_runtime(move |cluster| {
+                if wants_mail {
+                    super::mail::check_sendmail(&cluster.config.notify)
+                        .map_err(ApiError::Invalid)?;
+                }
                 let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
                 let read = match &dependency {
                     Some(request) => cluster.read_dependency(request)?,
