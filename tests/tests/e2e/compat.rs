@@ -205,7 +205,7 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).starts_with("sbatch: error: option --licenses is not supported"),
+        stderr(&out).starts_with("sbatch: error: --licenses is not supported"),
         "{}",
         stderr(&out)
     );

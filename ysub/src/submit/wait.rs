@@ -17,7 +17,7 @@ const WATCH_RETRIES: u32 = 60;
 /// `--wait`: follows jobs `first`, `first + 1`, ... (`count` of them: an array's tasks have
 /// consecutive job ids, the first being the array's id) one after another until each has
 /// ended, and returns them as they ended, without their specs. Shows a spinner on a terminal.
-pub(crate) async fn wait_for_jobs(
+pub(super) async fn wait_for_jobs(
     mut client: Client,
     socket: &Path,
     first: u64,
