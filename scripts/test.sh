@@ -103,6 +103,32 @@ echo "fast stage: $((SECONDS - stage_start)) s"
 # `--bins` alone, several dependencies and every workspace crate are built twice).
 stage_start=$SECONDS
 cargo build --workspace --all-targets --quiet
+# submitit from PyPI (pinned) for the Slurm-compatibility test (tests/tests/e2e/compat.rs), in
+# target/submitit-venv. Where that cannot be made (no venv module, no PyPI), the reason goes to
+# target/submitit-venv.failed and the test says SKIPPED with it.
+prepare_submitit() {
+  local venv=target/submitit-venv
+  rm -f "$venv.failed"
+  if "$venv/bin/python" -c 'import submitit; assert submitit.__version__ == "1.5.4"' 2>/dev/null; then
+    return
+  fi
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get install -y -qq python3-venv >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null 2>&1; } || true
+    fi
+    rm -rf "$venv"
+    if ! python3 -m venv "$venv" >"$venv.failed" 2>&1; then
+      return
+    fi
+  fi
+  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check submitit==1.5.4 >"$venv.failed" 2>&1; then
+    return
+  fi
+  rm -f "$venv.failed"
+}
+prepare_submitit
 # Every integration test target: the end-to-end binary `ysched-tests --test e2e` and the
 # crates' own (a daemon or CLI against a fake peer).
 run_tests cargo test --workspace --test '*' --quiet -- --test-threads="${YS_TEST_THREADS:-4}"

@@ -43,6 +43,11 @@ impl From<&pb::LaunchJob> for JobParams {
                 task_min: j.array_task_min,
                 task_max: j.array_task_max,
             }),
+            slurm_env: j.slurm_env,
+            open_append: j.open_append,
+            ntasks_per_node: j.ntasks_per_node,
+            partition: j.partition.clone(),
+            account: j.account.clone(),
         }
     }
 }

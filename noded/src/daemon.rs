@@ -137,6 +137,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         client_socket: client_socket.clone(),
         runs_jobs: !login,
         spool_reserve_mib: config.node.spool_reserve_mib,
+        slurm_env: config.node.slurm_env,
         ..LauncherOptions::new(&spool_dir, &name)
     })
     .with_context(|| format!("cannot open the spool {}", spool_dir.display()))?;

@@ -533,3 +533,50 @@ mod slurm_option_tests {
         );
     }
 }
+
+mod slurm_flag_tests {
+    use super::*;
+    use ysched_common::Owner;
+
+    fn submit(wire: SubmitRequest) -> Result<ValidSubmit, ApiError> {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            groups: vec!["alice".into()],
+        };
+        let wire = SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            workdir: "/tmp".into(),
+            ..wire
+        };
+        validate(wire, &Caller::local(owner), &Config::default())
+    }
+
+    #[test]
+    fn slurm_env_open_mode_and_tasks_per_node_are_kept() {
+        let spec = submit(SubmitRequest {
+            slurm_env: true,
+            open_append: true,
+            ntasks_per_node: 8,
+            ..Default::default()
+        })
+        .unwrap()
+        .spec;
+        assert!(spec.slurm_env && spec.open_append);
+        assert_eq!(spec.ntasks_per_node, 8);
+        let plain = submit(SubmitRequest::default()).unwrap().spec;
+        assert!(!plain.slurm_env && !plain.open_append);
+        assert_eq!(plain.ntasks_per_node, 0);
+        let err = submit(SubmitRequest {
+            ntasks_per_node: MAX_NTASKS_PER_NODE + 1,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--ntasks-per-node 10001 is out of range (1 to 10000)"),
+            "{err}"
+        );
+    }
+}

@@ -13,11 +13,14 @@
 //! * [`shares`]: `yctl shares`, fair share per account.
 //! * [`submit`], [`queue`], [`cancel`], [`admin`]: the four tools; [`report`]: `yctl report`
 //!   and `yctl usage import`.
+//! * [`compat`]: `yslurm`, Slurm's commands (sbatch, squeue, scancel, sinfo, sacct, srun) for
+//!   the tools that call them.
 
 pub mod admin;
 pub mod args;
 pub mod cancel;
 pub mod client;
+pub mod compat;
 pub mod jobs;
 pub mod nodes;
 pub mod output;

@@ -154,6 +154,9 @@ pub struct NodeConfig {
     /// uncorrectable ECC errors, pages pending retirement, a GPU the driver lost); schedd
     /// takes a failing GPU out of service. 0: GPU health is not watched.
     pub gpu_health_secs: u64,
+    /// Every job run here also sees Slurm's `SLURM_*` variables, as if each had asked with
+    /// `ysub --slurm-env`: for nodes whose users' tools read them (Lightning, submitit).
+    pub slurm_env: bool,
 }
 
 /// Default of `node.gpu_health_secs`: a GPU fallen off the bus is out of service within
@@ -267,6 +270,7 @@ impl Default for NodeConfig {
             spool_reserve_mib: 16,
             nvml_library: PathBuf::new(),
             gpu_health_secs: DEFAULT_GPU_HEALTH_SECS,
+            slurm_env: false,
         }
     }
 }

@@ -64,6 +64,22 @@ pub struct JobParams {
     /// Which task of which array this job is; `None`: not an array task.
     #[serde(default)]
     pub array: Option<ArrayTaskParams>,
+    /// The job also gets Slurm's `SLURM_*` variables (`--slurm-env`, or the node's
+    /// `node.slurm_env` default, applied by the launcher before planning).
+    #[serde(default)]
+    pub slurm_env: bool,
+    /// `--open-mode=append`: the output files are appended to from the first run on.
+    #[serde(default)]
+    pub open_append: bool,
+    /// `--ntasks-per-node`: processes the job's own launcher starts per node; 0: not given.
+    #[serde(default)]
+    pub ntasks_per_node: u32,
+    /// Slurm's partition as given, else the tier (for `SLURM_JOB_PARTITION`).
+    #[serde(default)]
+    pub partition: String,
+    /// The account charged (for `SLURM_JOB_ACCOUNT`).
+    #[serde(default)]
+    pub account: String,
 }
 
 /// An array task's place in its array (`LaunchJob.array_*`).
@@ -103,7 +119,8 @@ pub struct ExecPlan {
     pub stderr: Option<PathBuf>,
     /// A requeued job appends to the output of its earlier runs, and the parts of a
     /// multi-node job append to one shared file (truncating would let one part erase another's
-    /// first lines, in whatever order the parts start).
+    /// first lines, in whatever order the parts start); `--open-mode=append` asks for it from
+    /// the first run on (submitit keeps one log across its requeues and its `srun`).
     pub append_output: bool,
     /// Created (as the job user) before the job starts.
     pub checkpoint_dir: Option<PathBuf>,
@@ -234,7 +251,7 @@ pub fn plan_job(
         interpreter,
         stdout,
         stderr,
-        append_output: job.restart_count > 0 || job.nnodes > 1,
+        append_output: job.restart_count > 0 || job.nnodes > 1 || job.open_append,
         checkpoint_dir,
         cgroup: None,
     })
@@ -458,6 +475,17 @@ mod tests {
         assert!(!plan.append_output);
 
         assert_eq!(plan.interpreter, None);
+
+        // --open-mode=append: appended to from the first run on.
+        let appending = JobParams {
+            open_append: true,
+            ..job.clone()
+        };
+        assert!(
+            plan_job(&appending, "n1", Path::new("/s"), None)
+                .unwrap()
+                .append_output
+        );
 
         // Checked later, as the job user.
         let missing = JobParams {

@@ -110,6 +110,8 @@ pub struct LauncherOptions {
     /// `node.spool_reserve_mib`: with less free on the spool's file system, the node takes
     /// no job (see [`Launcher::check_health`]); 0: only a write is tried.
     pub spool_reserve_mib: u64,
+    /// `node.slurm_env`: every job gets Slurm's `SLURM_*` variables, asked for or not.
+    pub slurm_env: bool,
 }
 
 impl LauncherOptions {
@@ -125,6 +127,7 @@ impl LauncherOptions {
             client_socket: None,
             runs_jobs: true,
             spool_reserve_mib: 0,
+            slurm_env: false,
         }
     }
 }
@@ -155,6 +158,8 @@ struct Shared {
     node_name: String,
     shepherd_program: PathBuf,
     allow_root_jobs: bool,
+    /// `node.slurm_env` (see [`LauncherOptions::slurm_env`]).
+    slurm_env: bool,
     containment: Containment,
     client_socket: Option<PathBuf>,
     runs_jobs: bool,
@@ -248,6 +253,7 @@ impl Launcher {
             node_name: options.node_name,
             shepherd_program: options.shepherd_program,
             allow_root_jobs: options.allow_root_jobs,
+            slurm_env: options.slurm_env,
             containment,
             client_socket: options.client_socket,
             runs_jobs: options.runs_jobs,

@@ -186,6 +186,16 @@ fn launch_job(order: &LaunchOrder) -> pb::LaunchJob {
         array_task_count: spec.array.as_ref().map_or(0, |a| a.count),
         array_task_min: spec.array.as_ref().map_or(0, |a| a.min),
         array_task_max: spec.array.as_ref().map_or(0, |a| a.max),
+        slurm_env: spec.slurm_env,
+        open_append: spec.open_append,
+        ntasks_per_node: spec.ntasks_per_node,
+        // SLURM_JOB_PARTITION: what the job was submitted to, in the words it used.
+        partition: if spec.partition.is_empty() {
+            spec.tier.clone()
+        } else {
+            spec.partition.clone()
+        },
+        account: spec.account.clone(),
     }
 }
 

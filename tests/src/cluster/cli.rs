@@ -6,6 +6,12 @@ use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
 impl TestCluster {
+    /// A command running `program` as the CLIs run (the cluster's config, its test tag, in
+    /// the work dir), for programs outside the build (a link to a tool, a test driver).
+    pub fn program(&self, program: &std::path::Path) -> std::process::Command {
+        self.command_at(program)
+    }
+
     /// Runs a CLI tool (as the test's user).
     pub fn run(&self, bin: &str, args: &[&str]) -> Output {
         self.command(bin)

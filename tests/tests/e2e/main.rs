@@ -4,6 +4,7 @@
 mod arrays;
 mod bounds;
 mod checkpoint_eviction;
+mod compat;
 mod containment;
 mod fair_share;
 mod foundation;

@@ -55,7 +55,9 @@ impl Supervisor {
     /// also marks the node unhealthy (see [`crate::launch::Shared::spool_write_failed`]).
     pub(super) async fn start(&mut self) -> Result<(Shepherd, Announcement), LaunchFailure> {
         let shared = self.shared.clone();
-        let job = self.record.job.clone();
+        let mut job = self.record.job.clone();
+        // The node's default, for the plan only: the record keeps what schedd sent.
+        job.slurm_env |= shared.slurm_env;
         let plan = tokio::task::spawn_blocking(move || -> Result<_, LaunchFailure> {
             let spool_failure = |what: &str, e: std::io::Error| {
                 shared.spool_write_failed(&e);

@@ -1,0 +1,431 @@
+//! `srun` inside a batch job: runs a command as the job's tasks on this node and waits for
+//! them. ysched starts the batch script once on every node of a job, so each node's `srun`
+//! starts that node's tasks; there is no interactive srun (no allocation is made here).
+//!
+//! Each task gets `SLURM_PROCID` (its rank in the job), `SLURM_LOCALID` (on this node) and
+//! the step's counts; `--output`/`--error` patterns name its files. `srun` exits with the
+//! highest exit code of its tasks (128 + N for a task killed by signal N), and passes SIGINT,
+//! SIGTERM, SIGUSR1 and SIGUSR2 it receives on to them.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitCode, Stdio};
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "srun",
+    about = "Slurm's srun inside a ysched batch job: run a command as the job's tasks on this node",
+    override_usage = "srun [OPTIONS] COMMAND [ARGS]...",
+    disable_version_flag = true
+)]
+pub struct SrunCli {
+    /// Tasks in all, spread over the job's nodes as evenly as Slurm's block distribution
+    /// [default: SLURM_NTASKS_PER_NODE (or YS_NTASKS_PER_NODE) on each node, else 1]
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub ntasks: Option<u32>,
+    /// Tasks on each node
+    #[arg(long = "ntasks-per-node", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub ntasks_per_node: Option<u32>,
+    /// Nodes: accepted when it is at most the job's (each node's srun runs that node's tasks)
+    #[arg(short = 'N', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes: Option<u32>,
+    /// Each task's standard output: %j job id, %A array id, %a array index, %t task rank,
+    /// %n node rank, %N node name, %x job name, %u user, %% a percent sign
+    #[arg(short = 'o', long, value_name = "PATTERN")]
+    pub output: Option<String>,
+    /// Each task's standard error [default: with --output, the same file]
+    #[arg(short = 'e', long, value_name = "PATTERN")]
+    pub error: Option<String>,
+    /// append or truncate [default: the job's --open-mode, else truncate]
+    #[arg(long = "open-mode", value_name = "MODE")]
+    pub open_mode: Option<String>,
+    /// Accepted: task output is never buffered by srun here
+    #[arg(short = 'u', long)]
+    pub unbuffered: bool,
+    /// Accepted: the step's name is the job's
+    #[arg(short = 'J', long = "job-name", value_name = "NAME")]
+    pub job_name: Option<String>,
+    /// Accepted: the tasks share the job's CPUs
+    #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
+    pub cpus_per_task: Option<u32>,
+    /// The command and its arguments
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, num_args = 1.., required = true)]
+    pub command: Vec<OsString>,
+}
+
+/// The refusal outside a batch job.
+pub const NO_INTERACTIVE: &str = "ysched has no interactive srun: srun runs only inside a \
+    batch job (YS_JOB_ID is not set here); submit with `sbatch` or `ysub --wait` instead \
+    (ysub --wrap 'COMMAND' --wait runs one command and waits for it)";
+
+/// Where this node's tasks stand in the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Rank of the first task of this node.
+    pub first_rank: u32,
+    /// Tasks on this node.
+    pub count: u32,
+    /// Tasks in all.
+    pub total: u32,
+}
+
+/// The job as its environment describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobContext {
+    pub job_id: String,
+    pub array_job_id: Option<String>,
+    pub array_task_id: Option<String>,
+    pub name: String,
+    pub user: String,
+    pub node: String,
+    pub node_rank: u32,
+    pub nnodes: u32,
+    pub tasks_per_node: Option<u32>,
+    pub open_append: bool,
+}
+
+impl JobContext {
+    /// From the variables noded sets (`YS_*`, and `SLURM_*` where the job has them).
+    pub fn from_env(env: &BTreeMap<String, String>) -> Option<JobContext> {
+        let get = |names: &[&str]| names.iter().find_map(|n| env.get(*n).cloned());
+        let number = |names: &[&str]| get(names).and_then(|v| v.parse::<u32>().ok());
+        Some(JobContext {
+            job_id: get(&["YS_JOB_ID", "SLURM_JOB_ID"]).filter(|id| !id.is_empty())?,
+            array_job_id: get(&["YS_ARRAY_JOB_ID", "SLURM_ARRAY_JOB_ID"]),
+            array_task_id: get(&["YS_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_ID"]),
+            name: get(&["YS_JOB_NAME", "SLURM_JOB_NAME"]).unwrap_or_default(),
+            user: get(&["USER", "SLURM_JOB_USER"]).unwrap_or_default(),
+            node: get(&["YS_NODE", "SLURMD_NODENAME"]).unwrap_or_default(),
+            node_rank: number(&["YS_NODE_RANK", "SLURM_NODEID"]).unwrap_or(0),
+            nnodes: number(&["YS_NNODES", "SLURM_JOB_NUM_NODES"])
+                .unwrap_or(1)
+                .max(1),
+            tasks_per_node: number(&["SLURM_NTASKS_PER_NODE", "YS_NTASKS_PER_NODE"]),
+            open_append: get(&["SLURM_OPEN_MODE"]).is_some_and(|m| m.starts_with('a')),
+        })
+    }
+}
+
+/// This node's tasks: `--ntasks-per-node`, else `-n` spread over the nodes (block: the first
+/// `n % nodes` nodes take one more), else the job's tasks per node, else 1.
+pub fn step(cli: &SrunCli, job: &JobContext) -> Result<Step> {
+    let nodes = job.nnodes;
+    if let Some(asked) = cli.nodes {
+        if asked > nodes {
+            bail!("-N {asked} is more than the job's {nodes} node(s)");
+        }
+    }
+    let rank = job.node_rank.min(nodes - 1);
+    if let Some(per_node) = cli.ntasks_per_node.or(if cli.ntasks.is_none() {
+        job.tasks_per_node
+    } else {
+        None
+    }) {
+        return Ok(Step {
+            first_rank: rank * per_node,
+            count: per_node,
+            total: per_node * nodes,
+        });
+    }
+    let total = cli.ntasks.unwrap_or(nodes);
+    let (base, extra) = (total / nodes, total % nodes);
+    Ok(Step {
+        first_rank: rank * base + rank.min(extra),
+        count: base + u32::from(rank < extra),
+        total,
+    })
+}
+
+/// An output pattern expanded for the task of rank `rank`.
+pub fn expand(pattern: &str, job: &JobContext, rank: u32) -> String {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(&job.job_id),
+            Some('A') => out.push_str(job.array_job_id.as_deref().unwrap_or(&job.job_id)),
+            Some('a') => out.push_str(job.array_task_id.as_deref().unwrap_or("0")),
+            Some('t') => out.push_str(&rank.to_string()),
+            Some('n') => out.push_str(&job.node_rank.to_string()),
+            Some('N') => out.push_str(&job.node),
+            Some('x') => out.push_str(&job.name),
+            Some('u') => out.push_str(&job.user),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// The `srun` command.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    match crate::args::parse_args_from::<SrunCli>("srun", args) {
+        Ok(cli) => crate::client::run_tool("srun", || run(cli)),
+        Err(code) => code,
+    }
+}
+
+/// Opens the files of a pattern once each, shared by the tasks that name the same one.
+struct Files {
+    append: bool,
+    open: BTreeMap<String, File>,
+}
+
+impl Files {
+    fn get(&mut self, path: String) -> Result<Stdio> {
+        if !self.open.contains_key(&path) {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .append(self.append)
+                .truncate(!self.append)
+                .mode(0o644)
+                .open(&path)
+                .with_context(|| format!("cannot open {path}"))?;
+            self.open.insert(path.clone(), file);
+        }
+        let file = self.open[&path]
+            .try_clone()
+            .with_context(|| format!("cannot share {path}"))?;
+        Ok(Stdio::from(file))
+    }
+}
+
+pub async fn run(cli: SrunCli) -> Result<ExitCode> {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let Some(job) = JobContext::from_env(&env) else {
+        bail!(NO_INTERACTIVE);
+    };
+    let step = step(&cli, &job)?;
+    let append = match cli.open_mode.as_deref() {
+        None => job.open_append,
+        Some("append" | "a") => true,
+        Some("truncate" | "t") => false,
+        Some(other) => bail!("--open-mode '{other}': use append or truncate"),
+    };
+    let mut files = Files {
+        append,
+        open: BTreeMap::new(),
+    };
+    let (program, args) = cli
+        .command
+        .split_first()
+        .ok_or_else(|| anyhow!("no command given"))?;
+    // Listened for before any task starts, so that none is missed.
+    let streams = signal_streams();
+    let mut children = Vec::with_capacity(step.count as usize);
+    for local in 0..step.count {
+        let rank = step.first_rank + local;
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .env("SLURM_PROCID", rank.to_string())
+            .env("SLURM_LOCALID", local.to_string())
+            .env("SLURM_NODEID", job.node_rank.to_string())
+            .env("SLURM_NTASKS", step.total.to_string())
+            .env("SLURM_NPROCS", step.total.to_string())
+            .env("SLURM_STEP_NUM_TASKS", step.total.to_string())
+            .env("SLURM_STEP_ID", "0")
+            .env("SLURM_STEPID", "0")
+            .env("SLURM_JOB_ID", &job.job_id)
+            .env("YS_TASK_RANK", rank.to_string())
+            .env("YS_TASK_LOCAL_RANK", local.to_string())
+            .kill_on_drop(false);
+        if let Some(output) = &cli.output {
+            command.stdout(files.get(expand(output, &job, rank))?);
+            let error = cli.error.as_deref().unwrap_or(output);
+            command.stderr(files.get(expand(error, &job, rank))?);
+        } else if let Some(error) = &cli.error {
+            command.stderr(files.get(expand(error, &job, rank))?);
+        }
+        let child = command.spawn().with_context(|| {
+            format!(
+                "cannot run {}",
+                crate::args::show_os_str(program.as_os_str())
+            )
+        })?;
+        children.push(child);
+    }
+    drop(files);
+    let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
+    let forward = tokio::spawn(forward_signals(streams, pids));
+    let mut highest = 0u8;
+    for mut child in children {
+        let status = child.wait().await.context("cannot wait for a task")?;
+        let code = match (status.code(), status.signal()) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 1,
+        };
+        highest = highest.max(u8::try_from(code.clamp(0, 255)).unwrap_or(255));
+    }
+    forward.abort();
+    Ok(ExitCode::from(highest))
+}
+
+type SignalStreams = Vec<(tokio::signal::unix::Signal, nix::sys::signal::Signal)>;
+
+/// Listens for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2.
+fn signal_streams() -> SignalStreams {
+    let kinds = [
+        (SignalKind::interrupt(), nix::sys::signal::Signal::SIGINT),
+        (SignalKind::terminate(), nix::sys::signal::Signal::SIGTERM),
+        (
+            SignalKind::user_defined1(),
+            nix::sys::signal::Signal::SIGUSR1,
+        ),
+        (
+            SignalKind::user_defined2(),
+            nix::sys::signal::Signal::SIGUSR2,
+        ),
+    ];
+    kinds
+        .into_iter()
+        .filter_map(|(kind, sig)| signal(kind).ok().map(|stream| (stream, sig)))
+        .collect()
+}
+
+/// Passes the signals srun receives on to the tasks, as Slurm's srun does.
+async fn forward_signals(mut streams: SignalStreams, pids: Vec<u32>) {
+    loop {
+        let received = futures_first(&mut streams).await;
+        let Some(sig) = received else { return };
+        for pid in &pids {
+            if let Ok(pid) = i32::try_from(*pid) {
+                // A task that already ended is no error.
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }
+    }
+}
+
+/// The next signal any of `streams` receives.
+async fn futures_first(streams: &mut SignalStreams) -> Option<nix::sys::signal::Signal> {
+    if streams.is_empty() {
+        return None;
+    }
+    std::future::poll_fn(|cx| {
+        for (stream, sig) in streams.iter_mut() {
+            if let std::task::Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                return std::task::Poll::Ready(Some(*sig));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> SrunCli {
+        SrunCli::try_parse_from(std::iter::once("srun").chain(args.iter().copied())).unwrap()
+    }
+
+    fn job(rank: u32, nodes: u32, per_node: Option<u32>) -> JobContext {
+        JobContext {
+            job_id: "19".into(),
+            array_job_id: Some("12".into()),
+            array_task_id: Some("7".into()),
+            name: "train".into(),
+            user: "alice".into(),
+            node: "n2".into(),
+            node_rank: rank,
+            nnodes: nodes,
+            tasks_per_node: per_node,
+            open_append: false,
+        }
+    }
+
+    #[test]
+    fn tasks_per_node_and_ranks() {
+        let step_of = |args: &[&str], job: JobContext| step(&cli(args), &job).unwrap();
+        assert_eq!(
+            step_of(&["true"], job(1, 2, Some(4))),
+            Step {
+                first_rank: 4,
+                count: 4,
+                total: 8
+            }
+        );
+        assert_eq!(
+            step_of(&["true"], job(0, 1, None)),
+            Step {
+                first_rank: 0,
+                count: 1,
+                total: 1
+            }
+        );
+        // -n 5 over 2 nodes: 3 on the first, 2 on the second.
+        assert_eq!(
+            step_of(&["-n", "5", "true"], job(0, 2, Some(4))),
+            Step {
+                first_rank: 0,
+                count: 3,
+                total: 5
+            }
+        );
+        assert_eq!(
+            step_of(&["-n5", "true"], job(1, 2, None)),
+            Step {
+                first_rank: 3,
+                count: 2,
+                total: 5
+            }
+        );
+        assert_eq!(
+            step_of(&["--ntasks-per-node", "2", "true"], job(1, 3, Some(8))),
+            Step {
+                first_rank: 2,
+                count: 2,
+                total: 6
+            }
+        );
+        assert!(step(&cli(&["-N", "3", "true"]), &job(0, 2, None)).is_err());
+        assert!(SrunCli::try_parse_from(["srun"]).is_err());
+        assert!(SrunCli::try_parse_from(["srun", "-l", "true"]).is_err());
+    }
+
+    #[test]
+    fn patterns_and_context() {
+        assert_eq!(
+            expand("/f/%A_%a_%t_log.out", &job(0, 1, None), 3),
+            "/f/12_7_3_log.out"
+        );
+        assert_eq!(
+            expand("%j-%x-%N-%n-%u-%%-%q", &job(1, 2, None), 0),
+            "19-train-n2-1-alice-%-%q"
+        );
+        let env: BTreeMap<String, String> = [
+            ("YS_JOB_ID", "19"),
+            ("YS_NODE", "n1"),
+            ("YS_NNODES", "2"),
+            ("YS_NODE_RANK", "1"),
+            ("SLURM_NTASKS_PER_NODE", "4"),
+            ("SLURM_OPEN_MODE", "a"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let context = JobContext::from_env(&env).unwrap();
+        assert_eq!(context.tasks_per_node, Some(4));
+        assert!(context.open_append);
+        assert_eq!((context.node_rank, context.nnodes), (1, 2));
+        assert_eq!(JobContext::from_env(&BTreeMap::new()), None);
+    }
+}
