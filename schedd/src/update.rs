@@ -79,7 +79,10 @@ pub fn validate(
             let mapped = if mapped.is_empty() {
                 String::new()
             } else {
-                format!("; partitions and QOS names mapped to tiers: {}", mapped.join(", "))
+                format!(
+                    "; partitions and QOS names mapped to tiers: {}",
+                    mapped.join(", ")
+                )
             };
             return Err(invalid(format!(
                 "unknown tier '{}' (tiers: {}{mapped})",

@@ -304,7 +304,10 @@ fn the_shipped_sample_trace_runs_on_its_cluster() {
     assert_eq!(w.jobs.len(), 240);
     let (r, _) = run_simulation(&w, &builtin("preempt", &BTreeMap::new()).unwrap());
     assert!(r.completed > 200, "{} of 240 completed", r.completed);
-    assert!(r.preemptions > 0, "the sample has contention worth comparing");
+    assert!(
+        r.preemptions > 0,
+        "the sample has contention worth comparing"
+    );
 }
 
 #[test]

@@ -257,7 +257,9 @@ fn the_default_array_limit_is_the_one_the_guides_state() {
     );
     let guide = include_str!("../../../docs/user-guide.md");
     assert!(
-        guide.contains("index 10001\nis above the largest allowed, 10000 (scheduler.max_array_size = 10001)"),
+        guide.contains(
+            "index 10001\nis above the largest allowed, 10000 (scheduler.max_array_size = 10001)"
+        ),
         "the user guide quotes the error as it is"
     );
 }

@@ -39,7 +39,10 @@ const WHERE_TO_GET_IT: &str = "the Alibaba trace is not part of ysched: download
 fn read_trace_file(path: &Path) -> Result<String> {
     match std::fs::read_to_string(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("cannot read {}: not found; {WHERE_TO_GET_IT}", path.display())
+            bail!(
+                "cannot read {}: not found; {WHERE_TO_GET_IT}",
+                path.display()
+            )
         }
         read => read.with_context(|| format!("cannot read {} (see --trace-dir)", path.display())),
     }

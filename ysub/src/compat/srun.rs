@@ -4,8 +4,11 @@
 //!
 //! Each task gets `SLURM_PROCID` (its rank in the job), `SLURM_LOCALID` (on this node) and
 //! the step's counts; `--output`/`--error` patterns name its files. `srun` exits with the
-//! highest exit code of its tasks (128 + N for a task killed by signal N), and passes SIGINT,
-//! SIGTERM, SIGUSR1 and SIGUSR2 it receives on to them.
+//! highest exit code of its tasks (128 + N for a task killed by signal N). It outlives SIGINT,
+//! SIGTERM, SIGUSR1 and SIGUSR2 without passing them on: ysched delivers a job's signals (a
+//! stop's SIGTERM, `--signal` without `B:`) to every process of the job, the tasks included,
+//! so a task would get each twice if srun forwarded it, and submitit's USR2 handler would
+//! checkpoint twice; srun dying of USR2's default action would end the batch step early.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -225,8 +228,9 @@ pub async fn run(cli: SrunCli) -> Result<ExitCode> {
         .command
         .split_first()
         .ok_or_else(|| anyhow!("no command given"))?;
-    // Listened for before any task starts, so that none is missed.
-    let streams = signal_streams();
+    // Caught before any task starts, so that a signal for the whole job does not kill srun
+    // (the tasks get it themselves) and the script waits for its tasks as Slurm's would.
+    let caught = catch_job_signals();
     let mut children = Vec::with_capacity(step.count as usize);
     for local in 0..step.count {
         let rank = step.first_rank + local;
@@ -261,8 +265,6 @@ pub async fn run(cli: SrunCli) -> Result<ExitCode> {
         children.push(child);
     }
     drop(files);
-    let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
-    let forward = tokio::spawn(forward_signals(streams, pids));
     let mut highest = 0u8;
     for mut child in children {
         let status = child.wait().await.context("cannot wait for a task")?;
@@ -273,159 +275,20 @@ pub async fn run(cli: SrunCli) -> Result<ExitCode> {
         };
         highest = highest.max(u8::try_from(code.clamp(0, 255)).unwrap_or(255));
     }
-    forward.abort();
+    drop(caught);
     Ok(ExitCode::from(highest))
 }
 
-type SignalStreams = Vec<(tokio::signal::unix::Signal, nix::sys::signal::Signal)>;
-
-/// Listens for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2.
-fn signal_streams() -> SignalStreams {
-    let kinds = [
-        (SignalKind::interrupt(), nix::sys::signal::Signal::SIGINT),
-        (SignalKind::terminate(), nix::sys::signal::Signal::SIGTERM),
-        (
-            SignalKind::user_defined1(),
-            nix::sys::signal::Signal::SIGUSR1,
-        ),
-        (
-            SignalKind::user_defined2(),
-            nix::sys::signal::Signal::SIGUSR2,
-        ),
-    ];
-    kinds
-        .into_iter()
-        .filter_map(|(kind, sig)| signal(kind).ok().map(|stream| (stream, sig)))
-        .collect()
-}
-
-/// Passes the signals srun receives on to the tasks, as Slurm's srun does.
-async fn forward_signals(mut streams: SignalStreams, pids: Vec<u32>) {
-    loop {
-        let received = futures_first(&mut streams).await;
-        let Some(sig) = received else { return };
-        for pid in &pids {
-            if let Ok(pid) = i32::try_from(*pid) {
-                // A task that already ended is no error.
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-            }
-        }
-    }
-}
-
-/// The next signal any of `streams` receives.
-async fn futures_first(streams: &mut SignalStreams) -> Option<nix::sys::signal::Signal> {
-    if streams.is_empty() {
-        return None;
-    }
-    std::future::poll_fn(|cx| {
-        for (stream, sig) in streams.iter_mut() {
-            if let std::task::Poll::Ready(Some(())) = stream.poll_recv(cx) {
-                return std::task::Poll::Ready(Some(*sig));
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cli(args: &[&str]) -> SrunCli {
-        SrunCli::try_parse_from(std::iter::once("srun").chain(args.iter().copied())).unwrap()
-    }
-
-    fn job(rank: u32, nodes: u32, per_node: Option<u32>) -> JobContext {
-        JobContext {
-            job_id: "19".into(),
-            array_job_id: Some("12".into()),
-            array_task_id: Some("7".into()),
-            name: "train".into(),
-            user: "alice".into(),
-            node: "n2".into(),
-            node_rank: rank,
-            nnodes: nodes,
-            tasks_per_node: per_node,
-            open_append: false,
-        }
-    }
-
-    #[test]
-    fn tasks_per_node_and_ranks() {
-        let step_of = |args: &[&str], job: JobContext| step(&cli(args), &job).unwrap();
-        assert_eq!(
-            step_of(&["true"], job(1, 2, Some(4))),
-            Step {
-                first_rank: 4,
-                count: 4,
-                total: 8
-            }
-        );
-        assert_eq!(
-            step_of(&["true"], job(0, 1, None)),
-            Step {
-                first_rank: 0,
-                count: 1,
-                total: 1
-            }
-        );
-        // -n 5 over 2 nodes: 3 on the first, 2 on the second.
-        assert_eq!(
-            step_of(&["-n", "5", "true"], job(0, 2, Some(4))),
-            Step {
-                first_rank: 0,
-                count: 3,
-                total: 5
-            }
-        );
-        assert_eq!(
-            step_of(&["-n5", "true"], job(1, 2, None)),
-            Step {
-                first_rank: 3,
-                count: 2,
-                total: 5
-            }
-        );
-        assert_eq!(
-            step_of(&["--ntasks-per-node", "2", "true"], job(1, 3, Some(8))),
-            Step {
-                first_rank: 2,
-                count: 2,
-                total: 6
-            }
-        );
-        assert!(step(&cli(&["-N", "3", "true"]), &job(0, 2, None)).is_err());
-        assert!(SrunCli::try_parse_from(["srun"]).is_err());
-        assert!(SrunCli::try_parse_from(["srun", "-l", "true"]).is_err());
-    }
-
-    #[test]
-    fn patterns_and_context() {
-        assert_eq!(
-            expand("/f/%A_%a_%t_log.out", &job(0, 1, None), 3),
-            "/f/12_7_3_log.out"
-        );
-        assert_eq!(
-            expand("%j-%x-%N-%n-%u-%%-%q", &job(1, 2, None), 0),
-            "19-train-n2-1-alice-%-%q"
-        );
-        let env: BTreeMap<String, String> = [
-            ("YS_JOB_ID", "19"),
-            ("YS_NODE", "n1"),
-            ("YS_NNODES", "2"),
-            ("YS_NODE_RANK", "1"),
-            ("SLURM_NTASKS_PER_NODE", "4"),
-            ("SLURM_OPEN_MODE", "a"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let context = JobContext::from_env(&env).unwrap();
-        assert_eq!(context.tasks_per_node, Some(4));
-        assert!(context.open_append);
-        assert_eq!((context.node_rank, context.nnodes), (1, 2));
-        assert_eq!(JobContext::from_env(&BTreeMap::new()), None);
-    }
+/// Catches SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 for as long as the streams live (and, with
+/// tokio, afterwards: the handler stays installed), so that none ends srun.
+fn catch_job_signals() -> Vec<tokio::signal::unix::Signal> {
+    [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::user_defined1(),
+        SignalKind::user_defined2(),
+    ]
+    .into_iter()
+    .filter_map(|kind| signal(kind).ok())
+    .collect()
 }

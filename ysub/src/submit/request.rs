@@ -270,30 +270,27 @@ fn job_shape(options: &JobOptions) -> Result<JobShape> {
     })
 }
 
-/// The most bytes of `--comment` (and of `wckey=KEY`).
-pub const MAX_COMMENT_BYTES: usize = 1024;
-/// The most bytes of `--mail-user`.
-pub const MAX_MAIL_USER_BYTES: usize = 256;
-
-/// The texts of Slurm's options: printable and within their bounds (partition and QOS as a
-/// tier name, a node name as `limits::NODE_NAME`), checked before anything is sent.
+/// The texts of Slurm's options: printable and within the limits schedd applies
+/// (`ysched_common::limits`: partition, QOS, mail user, comment, node names), checked before
+/// anything is sent.
 fn check_slurm_texts(options: &JobOptions) -> Result<()> {
-    let bounded = |what: &str, value: &Option<String>, max: usize| -> Result<()> {
+    use ysched_common::limits::{self, Limit};
+    let bounded = |what: &str, value: &Option<String>, limit: &Limit| -> Result<()> {
         let Some(value) = value else { return Ok(()) };
-        if value.len() > max {
-            bail!(
-                "{what} is {} bytes; the limit is {max} (fixed)",
-                value.len()
-            );
-        }
+        limit.check_len(value).map_err(|e| anyhow!(e))?;
         check_printable(what, value).map_err(|e| anyhow!(e))
     };
-    let tier_bytes = ysched_common::limits::TIER.max as usize;
-    bounded("partition", &options.partition, tier_bytes)?;
-    bounded("QOS", &options.qos, tier_bytes)?;
-    bounded("mail user", &options.mail_user, MAX_MAIL_USER_BYTES)?;
-    bounded("comment", &options.comment, MAX_COMMENT_BYTES)?;
-    bounded("wckey", &options.wckey, MAX_COMMENT_BYTES - "wckey=".len())?;
+    bounded("partition", &options.partition, &limits::PARTITION)?;
+    bounded("QOS", &options.qos, &limits::QOS)?;
+    bounded("mail user", &options.mail_user, &limits::MAIL_USER)?;
+    bounded("comment", &options.comment, &limits::COMMENT)?;
+    if let Some(key) = &options.wckey {
+        // Sent as the comment `wckey=KEY`.
+        limits::COMMENT
+            .check_len(&format!("wckey={key}"))
+            .map_err(|e| anyhow!(e))?;
+        check_printable("wckey", key).map_err(|e| anyhow!(e))?;
+    }
     for names in [&options.nodelist, &options.exclude].into_iter().flatten() {
         for name in &names.0 {
             ysched_common::limits::NODE_NAME

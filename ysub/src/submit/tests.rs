@@ -685,7 +685,7 @@ fn the_new_options_refuse_empty_values_and_name_their_bounds() {
         (
             "--mail-user",
             257,
-            "mail user is 257 bytes; the limit is 256",
+            "mail address is 257 bytes; the limit is 256",
         ),
         (
             "--comment",
