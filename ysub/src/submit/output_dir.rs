@@ -80,15 +80,40 @@ pub fn output_dir_warnings(spec: &JobSpec, user: &str) -> Vec<String> {
     warnings
 }
 
-/// Prints [`output_dir_warnings`] on stderr; the submit goes ahead.
+/// How long the look may take: a directory on a hung network or FUSE mount would otherwise
+/// hold the submit forever, for a warning.
+const LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Prints [`output_dir_warnings`] on stderr; the submit goes ahead. The look runs on a thread
+/// of its own and is given [`LOOK_TIMEOUT`]: past it, ysub says it could not look and submits
+/// (the thread is left behind; the process's exit ends it).
 pub fn warn_about_output_dirs(spec: &JobSpec) {
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()
         .map(|u| u.name)
         .unwrap_or_default();
-    for warning in output_dir_warnings(spec, &user) {
-        eprintln!("{warning}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let looked_at = spec.clone();
+    let spawned = std::thread::Builder::new()
+        .name("output-dir".into())
+        .spawn(move || {
+            let _ = tx.send(output_dir_warnings(&looked_at, &user));
+        });
+    if spawned.is_err() {
+        return;
+    }
+    match rx.recv_timeout(LOOK_TIMEOUT) {
+        Ok(warnings) => {
+            for warning in warnings {
+                eprintln!("{warning}");
+            }
+        }
+        Err(_) => eprintln!(
+            "warning: could not check the output directory here within {} s (a slow or hung \
+             filesystem?); submitting anyway",
+            LOOK_TIMEOUT.as_secs()
+        ),
     }
 }
 
