@@ -12,6 +12,29 @@ impl TestCluster {
         self.command_at(program)
     }
 
+    /// Runs `command` to its end, trying again while its program is busy: a fork by another
+    /// test thread can briefly hold a fresh copy (`bin_copy`) open for writing (ETXTBSY).
+    pub fn output_when_free(command: &mut std::process::Command) -> std::io::Result<Output> {
+        Self::when_free(|| command.output())
+    }
+
+    /// Starts `command`, trying again while its program is busy (see [`Self::output_when_free`]).
+    pub fn spawn_when_free(command: &mut std::process::Command) -> std::io::Result<Child> {
+        Self::when_free(|| command.spawn())
+    }
+
+    fn when_free<T>(mut run: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+        for _ in 0..100 {
+            match run() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                res => return res,
+            }
+        }
+        run()
+    }
+
     /// Runs a CLI tool (as the test's user).
     pub fn run(&self, bin: &str, args: &[&str]) -> Output {
         self.command(bin)

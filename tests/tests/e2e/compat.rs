@@ -14,12 +14,13 @@ const SECS: fn(u64) -> Duration = Duration::from_secs;
 /// `yslurm install DIR` with the tools linked to the cluster's copy of yslurm.
 fn install(c: &TestCluster, dir: &Path, path_var: &str) -> Output {
     let yslurm = c.bin_copy("yslurm");
-    c.program(&yslurm)
-        .args(["install", &dir.display().to_string()])
-        .env("PATH", path_var)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run yslurm install")
+    TestCluster::output_when_free(
+        c.program(&yslurm)
+            .args(["install", &dir.display().to_string()])
+            .env("PATH", path_var)
+            .stdin(Stdio::null()),
+    )
+    .expect("run yslurm install")
 }
 
 /// A Slurm command from the links in `bin`, with `bin` first on PATH (as the jobs see it).
@@ -81,10 +82,10 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
              echo after srun $?\n"
         ),
     );
-    let out = slurm(&c, &bin, "sbatch")
-        .args(["--parsable", &script.display().to_string()])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(
+        slurm(&c, &bin, "sbatch").args(["--parsable", &script.display().to_string()]),
+    )
+    .unwrap();
     let id: u64 = ok(out, "sbatch --parsable", &c)
         .trim()
         .parse()
@@ -118,10 +119,13 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
     assert_eq!(kept, "written before the job\nafter srun 0\n");
 
     // sbatch's default line; squeue's columns while it runs; scancel; sacct's account of it.
-    let out = slurm(&c, &bin, "sbatch")
-        .args(["-J", "sleeper", "--wrap", "sleep 300"])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(slurm(&c, &bin, "sbatch").args([
+        "-J",
+        "sleeper",
+        "--wrap",
+        "sleep 300",
+    ]))
+    .unwrap();
     let line = ok(out, "sbatch", &c);
     let sleeper: u64 = line
         .trim()
@@ -130,15 +134,19 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
         .parse()
         .unwrap();
     c.wait_state(sleeper, "RUNNING", SECS(30));
-    let out = slurm(&c, &bin, "squeue")
-        .args(["-h", "-o", "%i|%j|%t|%T|%D|%P", "-j", &sleeper.to_string()])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(slurm(&c, &bin, "squeue").args([
+        "-h",
+        "-o",
+        "%i|%j|%t|%T|%D|%P",
+        "-j",
+        &sleeper.to_string(),
+    ]))
+    .unwrap();
     assert_eq!(
         ok(out, "squeue -o", &c),
         format!("{sleeper}|sleeper|R|RUNNING|1|medium\n")
     );
-    let out = slurm(&c, &bin, "squeue").output().unwrap();
+    let out = TestCluster::output_when_free(&mut slurm(&c, &bin, "squeue")).unwrap();
     let listing = ok(out, "squeue", &c);
     assert!(
         listing.starts_with(
@@ -146,40 +154,37 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
         ),
         "{listing}"
     );
-    let out = slurm(&c, &bin, "sinfo")
-        .args(["-h", "-o", "%P %D %t"])
-        .output()
-        .unwrap();
+    let out =
+        TestCluster::output_when_free(slurm(&c, &bin, "sinfo").args(["-h", "-o", "%P %D %t"]))
+            .unwrap();
     assert_eq!(ok(out, "sinfo", &c), sinfo_lines(&c));
 
     // scancel refuses --signal; cancels by id.
-    let out = slurm(&c, &bin, "scancel")
-        .args(["--signal", "USR1", &sleeper.to_string()])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(slurm(&c, &bin, "scancel").args([
+        "--signal",
+        "USR1",
+        &sleeper.to_string(),
+    ]))
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with("scancel: error: --signal is not supported"),
         "{}",
         stderr(&out)
     );
-    let out = slurm(&c, &bin, "scancel")
-        .arg(sleeper.to_string())
-        .output()
-        .unwrap();
+    let out =
+        TestCluster::output_when_free(slurm(&c, &bin, "scancel").arg(sleeper.to_string())).unwrap();
     ok(out, "scancel", &c);
     c.wait_state(sleeper, "CANCELLED", SECS(30));
 
-    let out = slurm(&c, &bin, "sacct")
-        .args([
-            "-o",
-            "JobID,JobName,State,ExitCode",
-            "--parsable2",
-            "-j",
-            &format!("{id},{sleeper}"),
-        ])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(slurm(&c, &bin, "sacct").args([
+        "-o",
+        "JobID,JobName,State,ExitCode",
+        "--parsable2",
+        "-j",
+        &format!("{id},{sleeper}"),
+    ]))
+    .unwrap();
     assert_eq!(
         ok(out, "sacct --parsable2", &c),
         format!(
@@ -187,10 +192,13 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
             cancelled_line(&c, sleeper)
         )
     );
-    let out = slurm(&c, &bin, "sacct")
-        .args(["-o", "JobID,Bogus", "-j", &id.to_string()])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(slurm(&c, &bin, "sacct").args([
+        "-o",
+        "JobID,Bogus",
+        "-j",
+        &id.to_string(),
+    ]))
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("Invalid field requested: \"Bogus\""),
@@ -199,10 +207,12 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
     );
 
     // Unknown sbatch options are refused by name, nothing submitted.
-    let out = slurm(&c, &bin, "sbatch")
-        .args(["--licenses=matlab", "--wrap", "true"])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(slurm(&c, &bin, "sbatch").args([
+        "--licenses=matlab",
+        "--wrap",
+        "true",
+    ]))
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with("sbatch: error: --licenses is not supported"),
@@ -211,12 +221,13 @@ fn slurms_commands_submit_list_account_and_cancel_in_slurms_formats() {
     );
 
     // srun outside a job: there is no interactive srun.
-    let out = slurm(&c, &bin, "srun")
-        .env_remove("YS_JOB_ID")
-        .env_remove("SLURM_JOB_ID")
-        .arg("true")
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(
+        slurm(&c, &bin, "srun")
+            .env_remove("YS_JOB_ID")
+            .env_remove("SLURM_JOB_ID")
+            .arg("true"),
+    )
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("ysched has no interactive srun"),
@@ -276,18 +287,18 @@ fn install_refuses_to_shadow_another_program_of_the_same_name() {
 
     // With a prefix, the commands go in beside the real one, under their prefixed names.
     let yslurm = c.bin_copy("yslurm");
-    let out = c
-        .program(&yslurm)
-        .args(["install", &target.display().to_string(), "--prefix", "ys-"])
-        .env("PATH", &path_var)
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(
+        c.program(&yslurm)
+            .args(["install", &target.display().to_string(), "--prefix", "ys-"])
+            .env("PATH", &path_var),
+    )
+    .unwrap();
     ok(out, "yslurm install --prefix ys-", &c);
-    let out = c
-        .program(&target.join("ys-sinfo"))
-        .args(["-h", "-o", "%n %t"])
-        .output()
-        .unwrap();
+    let out = TestCluster::output_when_free(
+        c.program(&target.join("ys-sinfo"))
+            .args(["-h", "-o", "%n %t"]),
+    )
+    .unwrap();
     assert_eq!(ok(out, "ys-sinfo", &c), "n1 idle\n");
 }
 
@@ -327,16 +338,16 @@ fn submitit_runs_a_function_and_an_array_through_slurms_commands() {
     let bin = installed(&c);
     let folder = c.path("submitit");
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("submitit/driver.py");
-    let mut child = c
-        .program(&python)
-        .arg(&driver)
-        .arg(&folder)
-        .env("PATH", path_with(&bin))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the submitit driver");
+    let mut child = TestCluster::spawn_when_free(
+        c.program(&python)
+            .arg(&driver)
+            .arg(&folder)
+            .env("PATH", path_with(&bin))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .expect("run the submitit driver");
     let deadline = std::time::Instant::now() + SECS(240);
     while child.try_wait().unwrap().is_none() {
         if std::time::Instant::now() > deadline {
