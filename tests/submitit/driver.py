@@ -57,8 +57,17 @@ def main() -> int:
     expected_ids = [f"{array_id}_{i}" for i in range(len(inputs))]
     if [j.job_id for j in array] != expected_ids:
         failures.append(f"array task ids {[j.job_id for j in array]} != {expected_ids}")
-    # sacct as submitit reads it: every job COMPLETED.
-    states = [job.watcher.get_state(j.job_id, mode="force") for j in [job, *array]]
+    # sacct as submitit reads it: every job COMPLETED. A result is there as soon as the task
+    # wrote it, while its script may still be finishing (RUNNING, as on Slurm): look until
+    # every job has ended, for at most a minute.
+    deadline = time.time() + 60
+    while True:
+        states = [job.watcher.get_state(j.job_id, mode="force") for j in [job, *array]]
+        if all(state not in ("PENDING", "RUNNING", "COMPLETING") for state in states):
+            break
+        if time.time() > deadline:
+            break
+        time.sleep(0.2)
     print(f"states {states}", flush=True)
     if any(state != "COMPLETED" for state in states):
         failures.append(f"states {states}")
