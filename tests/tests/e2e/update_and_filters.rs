@@ -186,7 +186,7 @@ fn yq_filters_and_formats_and_ycancel_cancels_what_its_filters_pick() {
         out.split_whitespace().collect::<Vec<_>>(),
         ["alpha", "HELD"]
     );
-    refused(&c, "yq", &["-o", "%i %z"], "unknown code '%z'");
+    refused(&c, "yq", &["-o", "%i %z"], "unknown field %z");
     refused(&c, "yq", &["-o", "id,colour"], "unknown column 'colour'");
 
     // Filters alone: your own jobs that match, each printed.

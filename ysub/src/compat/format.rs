@@ -22,6 +22,8 @@ const MAX_WIDTH: usize = 1024;
 
 /// Reads a `%[.][WIDTH]CODE` format; `known` are the codes the command has. `%%` is a `%`.
 pub fn parse_percent_format(format: &str, known: &[char]) -> Result<Vec<Piece>, String> {
+    // What the user typed goes back into messages: escaped for the terminal.
+    let shown = ysched_common::text::escape_for_terminal(format);
     let mut pieces = Vec::new();
     let mut text = String::new();
     let mut chars = format.chars().peekable();
@@ -41,12 +43,13 @@ pub fn parse_percent_format(format: &str, known: &[char]) -> Result<Vec<Piece>, 
             digits.push(d);
         }
         let Some(code) = chars.next() else {
-            return Err(format!("format '{format}' ends inside a field"));
+            return Err(format!("format '{shown}' ends inside a field"));
         };
         if !known.contains(&code) {
             let list: String = known.iter().map(|k| format!(" %{k}")).collect();
             return Err(format!(
-                "format '{format}': unknown field %{code} (known:{list})"
+                "format '{shown}': unknown field %{} (known:{list})",
+                ysched_common::text::escape_for_terminal(&code.to_string())
             ));
         }
         let width = match digits.as_str() {
@@ -55,7 +58,7 @@ pub fn parse_percent_format(format: &str, known: &[char]) -> Result<Vec<Piece>, 
                 d.parse::<usize>()
                     .ok()
                     .filter(|w| *w <= MAX_WIDTH)
-                    .ok_or_else(|| format!("format '{format}': width {d} is over {MAX_WIDTH}"))?,
+                    .ok_or_else(|| format!("format '{shown}': width {d} is over {MAX_WIDTH}"))?,
             ),
         };
         if !text.is_empty() {

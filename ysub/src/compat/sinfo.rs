@@ -4,7 +4,7 @@
 use super::format::{parse_percent_format, render_line, Piece};
 use super::slurm_words::{compress_hostlist, node_state, parse_node_states};
 use crate::client::{self, reply};
-use crate::nodes::short_model;
+use crate::nodes::gpu_model_counts;
 use anyhow::{anyhow, Result};
 use clap::Parser;
 use std::ffi::OsString;
@@ -76,14 +76,7 @@ pub fn pieces(cli: &SinfoCli) -> Result<Vec<Piece>> {
 
 /// `gpu:MODEL:N` per model, comma-joined, or `(null)` without GPUs.
 fn gres(node: &NodeInfo) -> String {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for gpu in &node.gpus {
-        let model = short_model(&gpu.model);
-        match counts.iter_mut().find(|(m, _)| *m == model) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((model, 1)),
-        }
-    }
+    let counts = gpu_model_counts(node);
     if counts.is_empty() {
         return "(null)".into();
     }

@@ -186,63 +186,29 @@ pub fn parse_format(text: &str) -> Result<Format> {
     Ok(Format::Columns(fields))
 }
 
-/// squeue's format: `%[.][width]code`, other text kept as is (`%%`: a percent sign).
+/// squeue's format: `%[.][width]code`, other text kept as is (`%%`: a percent sign), read by
+/// the parser `squeue` itself uses (`crate::compat::format`), each code then named here.
 fn parse_squeue(text: &str) -> Result<Vec<Piece>> {
-    let mut pieces = Vec::new();
-    let mut literal = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            literal.push(c);
-            continue;
-        }
-        if chars.peek() == Some(&'%') {
-            chars.next();
-            literal.push('%');
-            continue;
-        }
-        let right = chars.next_if_eq(&'.').is_some();
-        let mut digits = String::new();
-        while let Some(d) = chars.next_if(char::is_ascii_digit) {
-            digits.push(d);
-        }
-        let Some(code) = chars.next() else {
-            bail!("--format ends in the middle of a code ({})", known());
-        };
-        let Some(field) = FIELDS
-            .iter()
-            .find(|(c, _, _, _)| *c == Some(code))
-            .map(|(_, _, f, _)| *f)
-        else {
-            bail!(
-                "unknown code '%{}' in --format ({})",
-                escape_for_terminal(&code.to_string()),
-                known()
-            );
-        };
-        let width = match digits.as_str() {
-            "" => None,
-            // A width past any line's is a typo, not a column.
-            d => Some(
-                d.parse::<usize>()
-                    .ok()
-                    .filter(|w| *w <= 1000)
-                    .ok_or_else(|| anyhow::anyhow!("width {d} in --format is larger than 1000"))?,
-            ),
-        };
-        if !literal.is_empty() {
-            pieces.push(Piece::Text(std::mem::take(&mut literal)));
-        }
-        pieces.push(Piece::Code {
-            field,
-            width,
-            right,
-        });
-    }
-    if !literal.is_empty() {
-        pieces.push(Piece::Text(literal));
-    }
-    Ok(pieces)
+    use crate::compat::format::{parse_percent_format, Piece as Percent};
+    let codes: Vec<char> = FIELDS.iter().filter_map(|(code, _, _, _)| *code).collect();
+    let pieces = parse_percent_format(text, &codes)
+        // `format '...': unknown field %z (known: ...)` becomes `--format '...': ...`.
+        .map_err(|why| anyhow::anyhow!("--{why}"))?;
+    Ok(pieces
+        .into_iter()
+        .map(|piece| match piece {
+            Percent::Text(text) => Piece::Text(text),
+            Percent::Field(f) => Piece::Code {
+                field: FIELDS
+                    .iter()
+                    .find(|(code, _, _, _)| *code == Some(f.code))
+                    .map(|(_, _, field, _)| *field)
+                    .expect("parse_percent_format keeps to the codes it is given"),
+                width: f.width,
+                right: f.right,
+            },
+        })
+        .collect())
 }
 
 /// One field of a line's job, as text (escaped for the terminal).
@@ -404,7 +370,7 @@ mod tests {
     fn squeue_codes_with_widths_and_text_between() {
         let format = parse_format("%.6i %-8j|%t %M %l %D %R %P %C %b %Q").unwrap_err();
         // `-` is not squeue's: refused as an unknown code.
-        assert!(format.to_string().contains("unknown code '%-'"), "{format}");
+        assert!(format.to_string().contains("unknown field %-"), "{format}");
         let format = parse_format("%.6i %8j|%t %M %l %D %R %P %C %b %Q %%").unwrap();
         let jobs = [running_job()];
         let out = format_lines(&format, &lines(&jobs), T0 + 20_000, true);
@@ -436,7 +402,7 @@ mod tests {
     #[test]
     fn unknown_codes_and_columns_are_named_with_the_valid_ones() {
         let err = parse_format("%i %z").unwrap_err().to_string();
-        assert!(err.contains("unknown code '%z'"), "{err}");
+        assert!(err.contains("--format '%i %z': unknown field %z"), "{err}");
         assert!(err.contains("%i %j %u"), "{err}");
         let err = parse_format("id,colour").unwrap_err().to_string();
         assert!(err.contains("unknown column 'colour'"), "{err}");

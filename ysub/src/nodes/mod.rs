@@ -54,7 +54,8 @@ pub fn gpus_out(node: &NodeInfo) -> usize {
         .count()
 }
 
-fn gpu_models(node: &NodeInfo) -> String {
+/// A node's GPUs per model (short names, as `short_model`), in the order first seen.
+pub fn gpu_model_counts(node: &NodeInfo) -> Vec<(&str, usize)> {
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for gpu in &node.gpus {
         let model = short_model(&gpu.model);
@@ -63,6 +64,11 @@ fn gpu_models(node: &NodeInfo) -> String {
             None => counts.push((model, 1)),
         }
     }
+    counts
+}
+
+fn gpu_models(node: &NodeInfo) -> String {
+    let counts = gpu_model_counts(node);
     if counts.is_empty() {
         return "0".into();
     }
