@@ -69,7 +69,7 @@ pub struct FuzzStats {
 }
 
 /// The RPCs of the `Ysched` service, as named in the stats.
-pub const RPCS: [&str; 20] = [
+pub const RPCS: [&str; 21] = [
     "Submit",
     "ListJobs",
     "GetJob",
@@ -88,6 +88,7 @@ pub const RPCS: [&str; 20] = [
     "ImportUsage",
     "DrainGpu",
     "ResumeGpu",
+    "UpdateJob",
     // Submits that are valid, so that there are jobs (and arrays) to name.
     "Submit(valid)",
     "ListJobs(targets)",

@@ -212,6 +212,25 @@ impl Gen {
         }
     }
 
+    /// A `yctl update` with every field arbitrary (each given or not).
+    pub(super) fn update(&mut self) -> pb::UpdateJobRequest {
+        let tiers = ["low", "medium", "high", "critical", "gpu", ""];
+        pb::UpdateJobRequest {
+            job: Some(self.job_ref()),
+            tier: self.rng.percent(40).then(|| {
+                if self.rng.percent(70) {
+                    self.rng.pick(&tiers).to_string()
+                } else {
+                    self.text()
+                }
+            }),
+            time_limit_secs: self.rng.percent(40).then(|| self.big_number()),
+            name: self.rng.percent(30).then(|| self.text()),
+            dependency: self.rng.percent(30).then(|| self.dependency()),
+            hold: self.rng.percent(30).then(|| self.rng.percent(50)),
+        }
+    }
+
     fn dependency(&mut self) -> String {
         let kinds = [
             "after",

@@ -74,6 +74,11 @@ pub(super) async fn send(client: &mut Client, g: &mut Gen, rpc: &str) -> (String
             };
             (code(answer.map(|_| ())), size)
         }
+        "UpdateJob" => {
+            let request = g.update();
+            let size = request.encoded_len();
+            (code(client.update_job(request).await.map(|_| ())), size)
+        }
         "WatchJob" => {
             let r = g.job_ref();
             let size = r.encoded_len();
