@@ -431,19 +431,13 @@ fn resolve_tier(wire: &SubmitRequest, config: &Config) -> Result<String, String>
             .or(from_partition)
             .unwrap_or_else(|| config.scheduler.default_tier.clone()));
     }
-    // Tier names match case-insensitively, whatever case the config spells them in.
-    config
-        .tiers
-        .keys()
-        .find(|k| k.eq_ignore_ascii_case(tier))
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "unknown tier '{}' (tiers: {})",
-                excerpt(&wire.tier, 64),
-                config.tier_names().join(", ")
-            )
-        })
+    config.tier_named(tier).ok_or_else(|| {
+        format!(
+            "unknown tier '{}' (tiers: {})",
+            excerpt(&wire.tier, 64),
+            config.tier_names().join(", ")
+        )
+    })
 }
 
 /// The size limits of what a job carries to its node, each text, the script and the

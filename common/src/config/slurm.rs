@@ -70,12 +70,22 @@ impl SlurmName {
 }
 
 impl super::Config {
+    /// The configured tier `name` names, in the config's spelling: tier names match in any
+    /// case (`-p HIGH` is `high`).
+    pub fn tier_named(&self, name: &str) -> Option<String> {
+        let name = name.trim();
+        self.tiers
+            .keys()
+            .find(|t| t.eq_ignore_ascii_case(name))
+            .cloned()
+    }
+
     /// The tier a Slurm partition or QOS name stands for: a tier of that name (any case),
     /// else the map's entry (exact name). The error names the known tiers and mapped names.
     pub fn tier_of_slurm_name(&self, kind: SlurmName, name: &str) -> Result<String, String> {
         let name = name.trim();
-        if let Some(tier) = self.tiers.keys().find(|t| t.eq_ignore_ascii_case(name)) {
-            return Ok(tier.clone());
+        if let Some(tier) = self.tier_named(name) {
+            return Ok(tier);
         }
         let map = match kind {
             SlurmName::Partition => &self.slurm.partitions,

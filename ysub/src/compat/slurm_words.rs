@@ -33,6 +33,19 @@ pub fn slurm_state(state: &str) -> SlurmState {
     SlurmState { long, short }
 }
 
+/// A listed job's state in Slurm's words: COMPLETING (`CG`) also while the grace of a cancel
+/// runs (schedd says `cancelling`), as squeue shows such a job.
+pub fn slurm_job_state(job: &JobInfo) -> SlurmState {
+    if job.cancelling {
+        SlurmState {
+            long: "COMPLETING",
+            short: "CG",
+        }
+    } else {
+        slurm_state(&job.state)
+    }
+}
+
 /// The Slurm state words a user may filter by (`squeue -t`, `sacct -s`, `scancel -t`), long
 /// or short, any case, as the Slurm long names they match; `all` matches every state.
 pub fn parse_slurm_states(list: &str) -> Result<Option<Vec<&'static str>>, String> {
@@ -242,15 +255,6 @@ pub fn parse_node_states(list: &str) -> Result<Vec<&'static str>, String> {
         }
     }
     Ok(states)
-}
-
-/// The name of the user running this process.
-pub fn current_user_name() -> anyhow::Result<String> {
-    let uid = nix::unistd::getuid();
-    match nix::unistd::User::from_uid(uid) {
-        Ok(Some(user)) => Ok(user.name),
-        _ => Err(anyhow::anyhow!("cannot find the user name of uid {uid}")),
-    }
 }
 
 #[cfg(test)]

@@ -2,14 +2,15 @@
 
 use super::format::{parse_named_format, parse_percent_format, render_line, Piece};
 use super::slurm_words::{
-    current_user_name, job_nodes, parse_slurm_states, slurm_state, slurm_time, squeue_duration,
-    time_limit, ysched_states_for,
+    job_nodes, parse_slurm_states, slurm_job_state, slurm_time, squeue_duration, time_limit,
+    ysched_states_for,
 };
 use crate::client::{self, reply};
 use crate::jobs::{
     check_target_count, display_id, elapsed_secs, flatten_targets, job_lines, parse_target_list,
     Fold, JobLine, TargetList,
 };
+use crate::queue::current_user_name;
 use anyhow::{anyhow, Result};
 use clap::Parser;
 use std::ffi::OsString;
@@ -175,7 +176,7 @@ pub fn wanted(cli: &SqueueCli, job: &JobInfo) -> bool {
 /// The value of field `code` for one line of the queue.
 pub fn field(line: &JobLine, code: char, now: Millis) -> String {
     let job = line.job;
-    let state = slurm_state(&job.state);
+    let state = slurm_job_state(job);
     let reason = || {
         if job.reason.is_empty() {
             "None".to_string()

@@ -71,24 +71,11 @@ pub fn shown_state(job: &JobInfo) -> &str {
     }
 }
 
-/// The state as squeue's compact code (`%t`): PD, R, CG, CD, F, CA, TO, NF, PR, OOM; HELD
-/// is `PD` (squeue shows a held job pending, its reason saying why) and PREEMPTING `R`.
+/// The state as squeue's compact code (`%t`): PD (pending or held: squeue shows a held job
+/// pending, its reason saying why), R, CG (in a cancel's grace, or being preempted), CD, F,
+/// CA, TO, NF, PR, OOM: Slurm's words as `squeue` itself (`crate::compat`) gives them.
 pub fn compact_state(job: &JobInfo) -> &'static str {
-    if job.cancelling {
-        return "CG";
-    }
-    match JobState::parse(&job.state) {
-        Some(JobState::Pending | JobState::Held) => "PD",
-        Some(JobState::Running | JobState::Preempting) => "R",
-        Some(JobState::Completed) => "CD",
-        Some(JobState::Failed) => "F",
-        Some(JobState::Cancelled) => "CA",
-        Some(JobState::Timeout) => "TO",
-        Some(JobState::NodeFail) => "NF",
-        Some(JobState::Preempted) => "PR",
-        Some(JobState::OutOfMemory) => "OOM",
-        None => "?",
-    }
+    crate::compat::slurm_words::slurm_job_state(job).short
 }
 
 /// The nodes the job holds, comma-joined, or `None` when it holds none.

@@ -88,11 +88,7 @@ const LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// of its own and is given [`LOOK_TIMEOUT`]: past it, ysub says it could not look and submits
 /// (the thread is left behind; the process's exit ends it).
 pub fn warn_about_output_dirs(spec: &JobSpec) {
-    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or_default();
+    let user = crate::queue::current_user_name().unwrap_or_default();
     let (tx, rx) = std::sync::mpsc::channel();
     let looked_at = spec.clone();
     let spawned = std::thread::Builder::new()
