@@ -10,10 +10,10 @@ use ysched_proto as pb;
 use ysched_tests::power_loss::PowerLoss;
 use ysched_tests::*;
 
-/// `POWER_LOSS_ROUNDS` (10) rounds: 32 API clients submit held jobs as fast as they can, the
-/// power goes after 0.5–2 s (a different time each round) (schedd killed with SIGKILL, its state directory cut
-/// back to what it synced, see `ysched_tests::power_loss`), schedd restarts: every submit
-/// acknowledged before the kill must be listed. The first round starts on an empty state
+/// `POWER_LOSS_ROUNDS` (10) rounds: 32 API clients submit held jobs as fast as they can, and
+/// after 0.5–2 s (a different time each round) the power goes: schedd killed with SIGKILL, its
+/// state directory cut back to what it synced (see `ysched_tests::power_loss`). schedd
+/// restarts, and every submit acknowledged before the kill must be listed. The first round starts on an empty state
 /// directory; the others go on from what the previous power loss left.
 pub fn power_loss(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     use nix::sys::signal::Signal::{SIGKILL, SIGTERM};
