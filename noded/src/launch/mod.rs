@@ -32,6 +32,7 @@ pub mod containment;
 mod environment;
 mod health;
 mod job;
+pub mod journal;
 pub mod lease;
 mod process;
 pub mod shepherd;

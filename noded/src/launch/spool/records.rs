@@ -9,7 +9,7 @@ use crate::launch::job::{ExecPlan, JobParams};
 use serde::{Deserialize, Serialize};
 
 /// What noded keeps about a job it supervises: enough to resume after a restart.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     pub job: JobParams,
     /// How the shepherd runs it; `None` when it could not be planned (launch error).
