@@ -259,6 +259,16 @@ pub fn wait_until_empty(events: &File, mut between: impl FnMut()) -> io::Result<
     }
 }
 
+/// Whether the cgroup whose `cgroup.events` is open as `events` has a process, read through
+/// that descriptor: the read re-arms its poll notification (`POLLPRI` on the next change).
+pub fn read_populated(events: &File) -> io::Result<bool> {
+    let mut text = String::new();
+    let mut reader = events;
+    reader.seek(SeekFrom::Start(0))?;
+    reader.read_to_string(&mut text)?;
+    Ok(parse_populated(&text))
+}
+
 fn parse_populated(events: &str) -> bool {
     keyed_value(events, "populated").is_some_and(|n| n > 0)
 }

@@ -34,6 +34,7 @@ mod health;
 mod job;
 pub mod journal;
 pub mod lease;
+pub mod node_supervisor;
 mod process;
 pub mod shepherd;
 pub mod spool;
@@ -172,6 +173,9 @@ struct Shared {
     spool_reserve_bytes: u64,
     /// Ends that could not be written to the spool, kept until schedd acknowledges them.
     unwritten_ends: Mutex<BTreeMap<u64, FinishedRecord>>,
+    /// Held while the node's supervisor is being started, so that concurrent launches start
+    /// one.
+    starting_supervisor: tokio::sync::Mutex<()>,
 }
 
 struct JobHandle {
@@ -209,6 +213,63 @@ impl Shared {
         self.unwritten_ends
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A connection to the node's supervisor; with `start`, the supervisor is started first
+    /// when none answers (it exits when idle, see [`node_supervisor::IDLE_EXIT`]).
+    async fn connect_supervisor(&self, start: bool) -> io::Result<tokio::net::UnixStream> {
+        let path = self.spool.root().join(node_supervisor::SOCKET_FILE);
+        match tokio::net::UnixStream::connect(&path).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) if !start => return Err(e),
+            Err(_) => {}
+        }
+        let _starting = self.starting_supervisor.lock().await;
+        if let Ok(stream) = tokio::net::UnixStream::connect(&path).await {
+            return Ok(stream);
+        }
+        self.start_supervisor()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            match tokio::net::UnixStream::connect(&path).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) if std::time::Instant::now() > deadline => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("the supervisor did not come up on {}: {e}", path.display()),
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Starts `noded __supervisor <spool>`: spawned without a fork of this many-threaded
+    /// process (no `pre_exec`: the supervisor makes its own session), its stderr its log.
+    fn start_supervisor(&self) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(spool::FILE_MODE)
+            .open(self.spool.root().join(node_supervisor::LOG_FILE))?;
+        let mut child = tokio::process::Command::new(&self.shepherd_program)
+            .arg0("noded")
+            .arg(node_supervisor::SUPERVISOR_SUBCOMMAND)
+            .arg(self.spool.root())
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(false)
+            .spawn()?;
+        tracing::info!("started the node's supervisor, pid {:?}", child.id());
+        // Reaped when it exits (idle), so that it leaves no zombie.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        Ok(())
     }
 }
 
@@ -263,6 +324,7 @@ impl Launcher {
             health: Mutex::default(),
             spool_reserve_bytes: options.spool_reserve_mib.saturating_mul(1024 * 1024),
             unwritten_ends: Mutex::default(),
+            starting_supervisor: tokio::sync::Mutex::new(()),
         });
         let launcher = Launcher {
             shared,
@@ -467,14 +529,23 @@ impl Launcher {
                     tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
                 }
             }
+            let connection = if record.supervised {
+                self.attach(job_id).await
+            } else {
+                None
+            };
+            let shepherd = match connection {
+                Some(_) => Some(Shepherd::Supervised),
+                None => shepherd,
+            };
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             match shepherd {
                 Some(shepherd) => {
-                    tracing::info!("job {job_id}: re-attached to its shepherd");
+                    tracing::info!("job {job_id}: re-attached to its supervisor");
                     let mut jobs = self.shared.jobs();
                     tokio::spawn(until_cancelled(
                         self.supervision.clone(),
-                        supervisor.resume(shepherd),
+                        supervisor.resume(shepherd, connection),
                     ));
                     jobs.insert(
                         job_id,
@@ -494,6 +565,23 @@ impl Launcher {
             }
         }
         Ok(recovery)
+    }
+}
+
+impl Launcher {
+    /// Asks the node's supervisor to follow job `job_id` again: its connection, or `None`
+    /// when no supervisor runs or it does not know the job (it ended, or never started).
+    async fn attach(&self, job_id: u64) -> Option<process::Announcement> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut stream = self.shared.connect_supervisor(false).await.ok()?;
+        let dir = self.shared.spool.job_dir(job_id);
+        let request = format!("attach {}\n", dir.path().display());
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        match lines.next_line().await {
+            Ok(Some(line)) if line == "attached" => Some(lines),
+            _ => None,
+        }
     }
 }
 

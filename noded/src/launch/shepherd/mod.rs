@@ -39,10 +39,10 @@
 // Everywhere else in the shepherd, `unsafe` is refused.
 #![deny(unsafe_code)]
 
-mod child;
+pub(super) mod child;
 mod fence;
 #[allow(unsafe_code)]
-mod sys;
+pub(super) mod sys;
 
 use super::spool::{ExitRecord, JobDir, JobRecord};
 use super::tracking::JobProcesses;

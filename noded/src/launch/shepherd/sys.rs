@@ -21,7 +21,7 @@ use ysched_common::time::now_ms;
 
 /// Descriptors noded did not mean to pass on (a library's without close-on-exec) would
 /// otherwise reach the job. Keeps stdin, stdout (the pipe to noded) and stderr (the log).
-pub(super) fn close_inherited_fds() {
+pub(in crate::launch) fn close_inherited_fds() {
     // SAFETY: close_range only closes descriptors; none above 2 is in use yet.
     let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
     if closed < 0 {
@@ -31,7 +31,7 @@ pub(super) fn close_inherited_fds() {
 
 /// noded's stop requests go to the job's processes, not here; a stray SIGTERM or SIGHUP (the
 /// session of a terminal, a broad `kill`) must not orphan the job.
-pub(super) fn ignore_termination_signals() {
+pub(in crate::launch) fn ignore_termination_signals() {
     for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
         // SAFETY: installing SIG_IGN involves no handler code.
         if let Err(e) = unsafe { signal(sig, SigHandler::SigIgn) } {
@@ -42,7 +42,7 @@ pub(super) fn ignore_termination_signals() {
 
 /// Orphans of the job (a daemon's parent exiting, a double fork) become this process's
 /// children instead of init's, so their zombies are reaped even where init does not.
-pub(super) fn become_subreaper() {
+pub(in crate::launch) fn become_subreaper() {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
         log(&format!(
@@ -77,7 +77,7 @@ pub(super) fn announce_start(pid: u32) {
 }
 
 /// Everything the child needs, prepared before the fork so the child only makes syscalls.
-pub(super) struct ChildSetup {
+pub(in crate::launch) struct ChildSetup {
     /// `cgroup.procs` of each of the job's cgroups, written "0" (this process) first thing.
     pub(super) join_cgroups: Vec<OwnedFd>,
     pub(super) switch_user: bool,
@@ -113,14 +113,16 @@ pub(super) fn spawn_with_setup(
 
 /// Runs in the forked child, before exec: new session, user switch, directories, output.
 pub(super) fn setup_child(s: &ChildSetup) -> io::Result<()> {
-    let report = |step: Step, refused: Option<Refused>| {
-        let bytes = [step as u8, refused.map_or(0, |r| r as u8)];
-        // SAFETY: write(2) of two bytes from a live local to a pipe fd we own; one write of
-        // less than PIPE_BUF bytes arrives whole.
-        unsafe { libc::write(s.step_report.as_raw_fd(), bytes.as_ptr().cast(), 2) };
+    let report = |step: Step, refused: Option<Refused>, error: &io::Error| {
+        report_step(
+            &s.step_report,
+            step as u8,
+            refused.map_or(0, |r| r as u8),
+            error,
+        );
     };
     let fail = |step: Step, error: io::Error| -> io::Error {
-        report(step, None);
+        report(step, None, &error);
         error
     };
     let check = |step: Step, ret: libc::c_int| -> io::Result<()> {
@@ -177,11 +179,19 @@ pub(super) fn setup_child(s: &ChildSetup) -> io::Result<()> {
                 libc::access(interpreter.as_ptr(), libc::X_OK),
             )?;
         }
-        for dir in &s.checkpoint_dirs {
-            if libc::mkdir(dir.as_ptr(), 0o755) < 0 {
-                let error = io::Error::last_os_error();
-                if error.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(fail(Step::CheckpointDir, error));
+        // The directory itself first: where its parents exist (every job of a user after
+        // the first), one mkdir; `mkdir -p` of every ancestor only when one is missing.
+        let made = match s.checkpoint_dirs.last() {
+            Some(dir) => libc::mkdir(dir.as_ptr(), 0o755) == 0 || errno() == libc::EEXIST,
+            None => true,
+        };
+        if !made {
+            for dir in &s.checkpoint_dirs {
+                if libc::mkdir(dir.as_ptr(), 0o755) < 0 {
+                    let error = io::Error::last_os_error();
+                    if error.raw_os_error() != Some(libc::EEXIST) {
+                        return Err(fail(Step::CheckpointDir, error));
+                    }
                 }
             }
         }
@@ -206,10 +216,96 @@ fn fail_output(
     step: Step,
     refused: Option<Refused>,
     error: io::Error,
-    report: &impl Fn(Step, Option<Refused>),
+    report: &impl Fn(Step, Option<Refused>, &io::Error),
 ) -> io::Error {
-    report(step, refused);
+    report(step, refused, &error);
     error
+}
+
+/// The length of a failure report on the step pipe: the step (0: the exec itself), what was
+/// refused (0: nothing), and the errno, little-endian.
+pub(in crate::launch) const STEP_REPORT_LEN: usize = 6;
+
+/// Writes a failure report (see [`STEP_REPORT_LEN`]) on the step pipe. Async-signal-safe.
+fn report_step(pipe: &OwnedFd, step: u8, refused: u8, error: &io::Error) {
+    let errno = error.raw_os_error().unwrap_or(libc::EIO).to_le_bytes();
+    let bytes = [step, refused, errno[0], errno[1], errno[2], errno[3]];
+    // SAFETY: write(2) of a live local to a pipe fd we own; one write of less than
+    // PIPE_BUF bytes arrives whole.
+    unsafe { libc::write(pipe.as_raw_fd(), bytes.as_ptr().cast(), STEP_REPORT_LEN) };
+}
+
+/// The job's program, arguments and environment as `execve` takes them, made before the fork
+/// (the child may not allocate).
+pub(in crate::launch) struct ExecArgs {
+    program: CString,
+    /// Owns what `argv` and `envp` point into.
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+impl ExecArgs {
+    pub(in crate::launch) fn new(
+        program: CString,
+        args: Vec<CString>,
+        env: Vec<CString>,
+    ) -> ExecArgs {
+        let argc = args.len();
+        let mut strings = Vec::with_capacity(1 + argc + env.len());
+        strings.push(program.clone());
+        strings.extend(args);
+        strings.extend(env);
+        let pointers = |range: &[CString]| -> Vec<*const libc::c_char> {
+            range
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        // The CStrings' heap buffers do not move when the Vec holding them does.
+        let argv = pointers(&strings[..1 + argc]);
+        let envp = pointers(&strings[1 + argc..]);
+        ExecArgs {
+            program,
+            _strings: strings,
+            argv,
+            envp,
+        }
+    }
+}
+
+/// Forks the job's first process, which runs [`setup_child`] and then execs the job; returns
+/// its pid at once. The parent never waits for the child's setup, which may block (a hung
+/// network filesystem): the step pipe's end of file says the exec is done, a report on it
+/// (see [`STEP_REPORT_LEN`]) that a step, or the exec itself, failed.
+///
+/// Only for a single-threaded process, or one whose other threads hold no lock the child
+/// needs: the child makes only async-signal-safe calls on data prepared before the fork.
+pub(in crate::launch) fn fork_job(exec: &ExecArgs, setup: &ChildSetup) -> io::Result<u32> {
+    // SAFETY: the child runs only async-signal-safe code on memory prepared before the fork
+    // (setup_child, execve, write, _exit) and never returns into the parent's code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        if setup_child(setup).is_ok() {
+            // SAFETY: NUL-terminated arrays of pointers into CStrings `exec` owns.
+            unsafe {
+                libc::execve(
+                    exec.program.as_ptr(),
+                    exec.argv.as_ptr(),
+                    exec.envp.as_ptr(),
+                )
+            };
+            report_step(&setup.step_report, 0, 0, &io::Error::last_os_error());
+        }
+        // SAFETY: _exit ends the child without running the parent's atexit handlers or
+        // destructors.
+        unsafe { libc::_exit(127) };
+    }
+    Ok(pid as u32)
 }
 
 /// Opens an output file of the job (in the child, as the job user) so that it cannot block:
@@ -250,6 +346,82 @@ unsafe fn open_output(
         return Err((None, error));
     }
     Ok(fd)
+}
+
+/// The calling thread's errno (async-signal-safe).
+fn errno() -> libc::c_int {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Collects one ended child without waiting: its pid and wait status; `None` when no child
+/// has ended (or there is none).
+pub(in crate::launch) fn reap_one() -> Option<(u32, libc::c_int)> {
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG on any child, into a live local.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    (pid > 0).then_some((pid as u32, status))
+}
+
+/// A pidfd of `pid` (a child not reaped yet, so the pid cannot have been reused): readable
+/// once it has ended.
+pub(in crate::launch) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd (close-on-exec) or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall just returned this fd, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// poll(2) over `fds` for up to `timeout_ms`; an interrupted poll counts as a timeout.
+pub(in crate::launch) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<()> {
+    // SAFETY: `fds` is a live slice of pollfd, its length given.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if ready < 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// The uid of the process at the other end of a Unix socket (`SO_PEERCRED`).
+pub(in crate::launch) fn peer_uid(socket: &impl AsRawFd) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a live ucred whose size is given.
+    let ret = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Takes an exclusive `flock` on `file` without waiting: `Ok(false)` when another holds it.
+pub(in crate::launch) fn try_lock(file: &impl AsRawFd) -> io::Result<bool> {
+    // SAFETY: flock on a descriptor the caller keeps open.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    match io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        e => Err(e),
+    }
 }
 
 /// `n` in decimal, in `buf` (async-signal-safe: no allocation).

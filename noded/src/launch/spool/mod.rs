@@ -207,6 +207,10 @@ pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
                 shepherd_pid: Some(pid),
                 ..
             }) => Some(*pid).filter(|&pid| is_shepherd_of(pid, dir.path())),
+            // Supervised: the node's supervisor is asked (see `Launcher::recover`).
+            Ok(JobRecord {
+                supervised: true, ..
+            }) => None,
             // noded stopped before recording the pid (or the state): look for it.
             _ => find_shepherd(dir.path()),
         };

@@ -14,7 +14,13 @@ pub struct JobRecord {
     pub job: JobParams,
     /// How the shepherd runs it; `None` when it could not be planned (launch error).
     pub plan: Option<ExecPlan>,
+    /// The shepherd of a job started by an older noded (one process per job); `None` for
+    /// jobs started through the node's supervisor.
     pub shepherd_pid: Option<u32>,
+    /// The job was handed to the node's supervisor (see
+    /// [`crate::launch::node_supervisor`]); false in older records.
+    #[serde(default)]
+    pub supervised: bool,
     /// The job's pid, which is also its process group id (it runs in its own session).
     pub job_pid: Option<u32>,
     pub start_time_ms: i64,
@@ -35,6 +41,7 @@ impl JobRecord {
             },
             plan: None,
             shepherd_pid: None,
+            supervised: false,
             job_pid: None,
             start_time_ms: 0,
             launch_time_ms: 0,

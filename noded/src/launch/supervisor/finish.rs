@@ -138,7 +138,7 @@ impl Supervisor {
                 finished.job_id
             );
             self.shared.spool_write_failed(&e);
-            if self.record.shepherd_pid.is_none() {
+            if self.record.shepherd_pid.is_none() && !self.record.supervised {
                 // It never started, and its directory holds nothing a restarted noded could
                 // use: gone, so that it finds no job there to report as lost.
                 let _ = self.shared.spool.remove_job(finished.job_id);

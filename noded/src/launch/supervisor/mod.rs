@@ -13,11 +13,12 @@ mod finish;
 mod signals;
 mod start;
 
+use super::process::Announcement;
 use super::process::Shepherd;
 use super::spool::{ExitRecord, JobDir, JobRecord, StopState};
 use super::{Control, JobEvent, JobParams, JobStarted, Shared};
 use nix::sys::signal::Signal;
-use start::{Announcement, LaunchFailure};
+use start::LaunchFailure;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -43,6 +44,7 @@ impl Supervisor {
             job,
             plan: None,
             shepherd_pid: None,
+            supervised: false,
             job_pid: None,
             start_time_ms: 0,
             launch_time_ms: now_ms(),
@@ -106,8 +108,8 @@ impl Supervisor {
     }
 
     /// A job whose shepherd survived a noded restart: supervise it from where it was.
-    pub async fn resume(self, shepherd: Shepherd) {
-        self.supervise(shepherd, None).await
+    pub async fn resume(self, shepherd: Shepherd, connection: Option<Announcement>) {
+        self.supervise(shepherd, connection).await
     }
 
     async fn supervise(mut self, mut shepherd: Shepherd, mut announcement: Option<Announcement>) {
@@ -116,11 +118,12 @@ impl Supervisor {
             tokio::select! {
                 // Biased: a start announcement is handled before the exit that may follow it.
                 biased;
+                // The supervisor's connection: its lines, then its end when the job is over.
                 line = next_line(&mut announcement), if announcement.is_some() => {
-                    announcement = None;
                     match line {
-                        Some(line) => self.on_started(&line),
-                        None => tracing::debug!("job {}: shepherd announced no start", self.job_id()),
+                        Some(line) if line.starts_with("started ") => self.on_started(&line),
+                        Some(_) => {}
+                        None => break,
                     }
                 }
                 Some(control) = self.controls.recv() => self.on_control(control),

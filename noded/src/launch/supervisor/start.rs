@@ -8,16 +8,8 @@ use super::Supervisor;
 use crate::launch::checkpoint;
 use crate::launch::containment::JobLimits;
 use crate::launch::job::{plan_job, write_script};
-use crate::launch::process::Shepherd;
-use crate::launch::spool::FILE_MODE;
-use crate::launch::SHEPHERD_SUBCOMMAND;
-use std::os::unix::fs::OpenOptionsExt;
-use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::ChildStdout;
-
-/// The shepherd's start announcement: `started <pid> <time_ms>`.
-pub(super) type Announcement = Lines<BufReader<ChildStdout>>;
+use crate::launch::process::{Announcement, Shepherd};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Why a job could not be started: the message for `FinishedRecord::error`, and whether the
 /// reason is the node's (its spool, cgroups, processes), so that another node may run it,
@@ -134,44 +126,24 @@ impl Supervisor {
             )));
         }
 
-        let mut child = self.spawn_shepherd().map_err(|e| {
-            let error = format!("cannot start the job's shepherd: {e}");
+        let connection = self.hand_to_supervisor().await.map_err(|e| {
+            let error = format!("cannot hand the job to the node's supervisor: {e}");
             self.shared.launch_fault(&error);
             LaunchFailure::node(error)
         })?;
-        self.record.shepherd_pid = child.id();
-        self.persist();
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| LaunchFailure::node("the shepherd has no stdout pipe".into()))?;
-        Ok((Shepherd::Child(child), BufReader::new(stdout).lines()))
+        Ok((Shepherd::Supervised, connection))
     }
 
-    fn spawn_shepherd(&self) -> std::io::Result<tokio::process::Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(FILE_MODE)
-            .open(self.dir.shepherd_log())?;
-        let mut command = tokio::process::Command::new(&self.shared.shepherd_program);
-        command
-            .arg0("noded")
-            .arg(SHEPHERD_SUBCOMMAND)
-            .arg(self.dir.path())
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .kill_on_drop(false);
-        // SAFETY: setsid is async-signal-safe. Its own session keeps the shepherd out of
-        // noded's process group, so it outlives noded.
-        unsafe {
-            command.pre_exec(|| {
-                nix::unistd::setsid()?;
-                Ok(())
-            });
-        }
-        command.spawn()
+    /// Asks the node's supervisor (started if none runs) to start the job; its connection
+    /// then says when the job has started and, by its end, when it is over.
+    async fn hand_to_supervisor(&mut self) -> std::io::Result<Announcement> {
+        let mut stream = self.shared.connect_supervisor(true).await?;
+        // Recorded before the request: a noded that stops now asks the supervisor about the
+        // job after its restart, and never looks for a shepherd.
+        self.record.supervised = true;
+        self.persist();
+        let request = format!("start {}\n", self.dir.path().display());
+        stream.write_all(request.as_bytes()).await?;
+        Ok(BufReader::new(stream).lines())
     }
 }
