@@ -517,6 +517,15 @@ impl Launcher {
                 let dir = self.shared.spool.job_dir(job_id);
                 is_shepherd_of(pid, dir.path()).then_some(shepherd)
             });
+            let connection = if record.supervised {
+                self.attach(job_id).await
+            } else {
+                None
+            };
+            let shepherd = match connection {
+                Some(_) => Some(Shepherd::Supervised),
+                None => shepherd,
+            };
             let (controls, receiver) = mpsc::unbounded_channel();
             let restart_count = record.job.restart_count;
             let checkpoint_dir = record.plan.as_ref().and_then(ExecPlan::checkpoint);
@@ -529,15 +538,6 @@ impl Launcher {
                     tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
                 }
             }
-            let connection = if record.supervised {
-                self.attach(job_id).await
-            } else {
-                None
-            };
-            let shepherd = match connection {
-                Some(_) => Some(Shepherd::Supervised),
-                None => shepherd,
-            };
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             match shepherd {
                 Some(shepherd) => {
