@@ -1,19 +1,22 @@
 //! Running jobs: real processes, real signals, surviving noded restarts.
 //!
-//! Each job gets a *shepherd* (the noded binary re-executed as `noded __shepherd <job dir>`,
-//! see [`shepherd`]) in its own session, which forks the job as the submitting user and
-//! records its pid and exit status in the job's spool directory (see [`spool`]). Where the host
-//! allows, each job runs in its own cgroup, created by noded before the shepherd starts, which
-//! holds every process the job starts and carries its limits (see [`containment`]); otherwise
-//! in its own process group. The shepherd ends when the last of those processes has, so
-//! noded, which supervises each job in one task, learns of the job's end as an event (child
-//! wait, or a pidfd after a restart). That task also runs the warning, time-limit and grace
+//! Every job is handed to the node's *supervisor* (one long-lived process per node, the noded
+//! binary run as `noded __supervisor <spool>` in its own session, see [`node_supervisor`]),
+//! which forks the job as the submitting user and records its pid and exit status in the
+//! job's spool directory (see [`spool`]). It replaced a shepherd process per job
+//! ([`shepherd`]: a restarted noded still adopts an older noded's live shepherds). Where the
+//! host allows, each job runs in its own cgroup, created by noded before the job is handed
+//! over, which holds every process the job starts and carries its limits (see
+//! [`containment`]); otherwise in its own process group. The supervisor closes the job's
+//! connection when the last of those processes has ended, so noded, which follows each job
+//! in one task, learns of the job's end as an event. That task also runs the warning, time-limit and grace
 //! timers and reports [`JobEvent`]s on a channel.
 //!
-//! After a restart, [`Launcher::recover`] scans the spool, re-attaches to live shepherds and
-//! resumes their timers from `state.json`, and reports jobs whose shepherd is gone.
+//! After a restart, [`Launcher::recover`] scans the spool, re-attaches through the supervisor
+//! (or to an older noded's live shepherds), resumes their timers from `state.json`, and
+//! reports the jobs nobody supervises any more as lost.
 //!
-//! Shepherds also stop their jobs on their own when the node's fence lease runs out (see
+//! The supervisor also stops the jobs on its own when the node's fence lease runs out (see
 //! [`lease`]): the agent renews it while schedd answers.
 //!
 //! The launcher also knows whether this node can take jobs ([`Launcher::unhealthy_reason`]):

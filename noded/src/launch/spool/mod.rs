@@ -19,10 +19,12 @@
 //! |                 | shepherd   | noded makes it blank before starting the shepherd, which |
 //! |                 |            | rewrites it in place (no space needed on a full spool)   |
 //! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
-//! | `shepherd.log`  | shepherd   | the shepherd's own diagnostics                           |
+//! | `shepherd.log`  | shepherd   | an older noded's shepherd's diagnostics                  |
 //!
-//! Beside `jobs/`, the spool's root holds `lease`, the node's fence lease (see
-//! [`super::lease`]), which the agent writes and every shepherd reads.
+//! ("shepherd" above: the node's supervisor, [`super::node_supervisor`], for the jobs this
+//! noded starts.) Beside `jobs/`, the spool's root holds `lease`, the node's fence lease (see
+//! [`super::lease`]), which the agent writes and the supervisor reads, and the supervisor's
+//! `supervisor.sock`, `supervisor.lock` and `supervisor.log`.
 //!
 //! Jobs' scripts and environments are private: `jobs/` and each `jobs/<id>/` are mode 0711,
 //! owned by noded's user (root), so other users can neither list them nor create anything in
