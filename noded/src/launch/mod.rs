@@ -571,6 +571,10 @@ impl Launcher {
     }
 }
 
+/// How long a restarted noded waits for the supervisor's answer about a job before it
+/// follows the job anyway (see [`Launcher::attach`]).
+const ATTACH_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Launcher {
     /// Asks the node's supervisor to follow job `job_id` again: its connection, or `None`
     /// when no supervisor runs or it does not know the job (it ended, or never started).
@@ -581,9 +585,13 @@ impl Launcher {
         let request = format!("attach {}\n", dir.path().display());
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut lines = tokio::io::BufReader::new(stream).lines();
-        match lines.next_line().await {
-            Ok(Some(line)) if line == "attached" => Some(lines),
-            _ => None,
+        // A supervisor that does not answer at once (stopped, or busy) is alive: the job is
+        // followed, and its answer read by the job's task ("unknown" ends it there).
+        let answer = tokio::time::timeout(ATTACH_ANSWER, lines.next_line()).await;
+        match answer {
+            Ok(Ok(Some(line))) if line == "attached" => Some(lines),
+            Err(_) => Some(lines),
+            Ok(_) => None,
         }
     }
 }

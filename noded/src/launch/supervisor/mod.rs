@@ -122,6 +122,8 @@ impl Supervisor {
                 line = next_line(&mut announcement), if announcement.is_some() => {
                     match line {
                         Some(line) if line.starts_with("started ") => self.on_started(&line),
+                        // A late answer to a restarted noded's attach: the job is not there.
+                        Some(line) if line == "unknown" => break,
                         Some(_) => {}
                         None => break,
                     }
