@@ -2,9 +2,14 @@
 # Builds ysched in release mode and prints the benchmark figures (see docs/benchmarks.md).
 #   scripts/bench.sh                 all groups
 #   scripts/bench.sh cluster core    only these groups (cluster, preempt, core; fleet, throughput,
-#                                    loaded, restart, report, array, neighbour and fuzz only when
-#                                    named)
+#                                    loaded, restart, report, array, neighbour, power_loss, hq and
+#                                    fuzz only when named)
+#   HQ_BIN=/path/to/hq scripts/bench.sh hq
+#                                    ysched and HyperQueue side by side (HQ_BIN: an `hq` you built
+#                                    from its public repository; not built here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins --quiet
+# The power-loss shim (a cdylib, which --bins leaves out) for the power_loss group.
+cargo build --release -p ysched-powerloss --quiet
 exec target/release/bench "$@"

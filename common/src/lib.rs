@@ -10,6 +10,7 @@ pub mod array;
 pub mod config;
 pub mod convert;
 pub mod dependency;
+pub mod durable;
 pub mod edge;
 pub mod identity;
 pub mod limits;

@@ -89,7 +89,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     raise_open_files_limit(&config);
     ysched_common::edge::peer_log::spawn_summaries();
-    std::fs::create_dir_all(&config.scheduler.state_dir)?;
+    // Durable entries: a power loss right after the first start must not take the directory.
+    ysched_common::durable::create_dir_all(&config.scheduler.state_dir)?;
     let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
     let ca = server::load_or_create_ca(&config.ca_cert_path(), &config.ca_key_path())?;
     let tls = server::tls_server_config(&ca)?;

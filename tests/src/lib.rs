@@ -10,6 +10,7 @@ pub mod core_bench;
 pub mod fleet;
 pub mod fuzz;
 pub mod neighbour;
+pub mod power_loss;
 
 mod as_user;
 mod cluster;

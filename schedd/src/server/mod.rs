@@ -64,7 +64,7 @@ pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
     std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
     let key: String = raw.iter().map(|b| format!("{b:02x}")).collect();
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        ysched_common::durable::create_dir_all(dir)?;
     }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -74,6 +74,9 @@ pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
         .map_err(|e| anyhow::anyhow!("cannot create cluster key file {}: {e}", path.display()))?;
     std::io::Write::write_all(&mut f, format!("{key}\n").as_bytes())?;
     f.sync_all()?;
+    // The file's name too: a key lost to a power loss would be replaced by a new one, which
+    // every agent would refuse.
+    ysched_common::durable::sync_parent(path)?;
     tracing::info!("created cluster key {}", path.display());
     Ok(key)
 }

@@ -63,7 +63,7 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
         (None, None) => {
             let ca = ClusterCa::generate()?;
             if let Some(dir) = cert_path.parent() {
-                std::fs::create_dir_all(dir)?;
+                ysched_common::durable::create_dir_all(dir)?;
             }
             let write = |p: &Path, mode: u32, text: &str| -> anyhow::Result<()> {
                 let mut f = std::fs::OpenOptions::new()
@@ -74,6 +74,9 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
                     .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))?;
                 std::io::Write::write_all(&mut f, text.as_bytes())?;
                 f.sync_all()?;
+                // Its name too: a CA lost to a power loss would be replaced, and refused by
+                // every agent that pinned this one.
+                ysched_common::durable::sync_parent(p)?;
                 Ok(())
             };
             write(key_path, 0o600, &ca.key_pem())?;

@@ -22,6 +22,10 @@ pub enum Error {
     Statvfs { dir: String, source: nix::Error },
     #[error("state store unwritable: writes are refused (a test's failure injection)")]
     Injected,
+    /// A sync that makes flushed writes survive a power loss failed (see `stable`): what it
+    /// covered may be lost, so nothing it covered may be acknowledged.
+    #[error("state store: cannot make the flushed writes durable: {0}")]
+    Sync(std::io::Error),
 }
 
 impl Error {
@@ -29,7 +33,7 @@ impl Error {
     /// as after ENOSPC in the middle of a write), and only a restart from what is on disk
     /// is safe.
     pub fn is_fatal_write(&self) -> bool {
-        matches!(self, Error::Sled(_))
+        matches!(self, Error::Sled(_) | Error::Sync(_))
     }
 
     /// The store could not take a write (disk full, I/O error): the request was refused and

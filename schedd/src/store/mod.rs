@@ -28,7 +28,8 @@
 //!   one range scan; a run written again (the same end, job and restart) replaces itself and
 //!   is never counted twice.
 //!
-//! Writes become durable on [`Store::flush`]; callers acknowledge only after it.
+//! Writes become durable on [`Store::flush`], against a power loss too (see [`stable`]);
+//! callers acknowledge only after it.
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
@@ -41,6 +42,7 @@ mod batch;
 mod ended;
 mod error;
 mod reads;
+mod stable;
 mod upkeep;
 mod usage;
 
@@ -77,6 +79,8 @@ pub struct Store {
     reserve_bytes: u64,
     /// Bytes the audit log holds (see [`Store::audit_bytes`]).
     audit_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// What makes a flush survive a power loss (see [`stable`]).
+    stability: std::sync::Arc<stable::Stability>,
     db: sled::Db,
     jobs: sled::Tree,
     payloads: sled::Tree,
@@ -143,8 +147,10 @@ impl Store {
             path: dir.display().to_string(),
             source,
         })?;
+        let stability = stable::Stability::open(dir).map_err(Error::Sync)?;
         let audit = db.open_tree("audit")?;
         Ok(Store {
+            stability: std::sync::Arc::new(stability),
             dir: dir.to_path_buf(),
             fail_writes: Default::default(),
             reserve_bytes: reserve_mib.saturating_mul(1024 * 1024),
@@ -418,9 +424,14 @@ impl Store {
         Ok((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
     }
 
-    /// Makes everything applied so far durable against a process crash.
+    /// Makes everything applied so far durable, against a process crash and a power loss:
+    /// sled's flush, then the syncs it leaves out (see [`stable`]), on a blocking thread.
     pub async fn flush(&self) -> Result<()> {
         self.db.flush_async().await?;
-        Ok(())
+        let stability = self.stability.clone();
+        tokio::task::spawn_blocking(move || stability.settle())
+            .await
+            .map_err(|e| Error::Sync(std::io::Error::other(e)))?
+            .map_err(Error::Sync)
     }
 }

@@ -111,8 +111,8 @@ impl TestCluster {
     /// Starts `noded` for node `name` (whose inventory or machine file is written), with
     /// spool, log and client socket named after `instance`.
     fn spawn_agent(&self, name: &str, instance: &str) -> Child {
-        let spool = self.dir.path().join("spool").join(instance);
-        let mut cmd = self.command("noded");
+        let spool = self.spool_dir(instance);
+        let mut cmd = self.daemon_command("noded", instance);
         cmd.args(["-v", "--name", name, "--cpus", "64", "--mem", "512G"]);
         if self.nvml_nodes.iter().any(|n| n.name == name) {
             cmd.arg("--nvml-library")

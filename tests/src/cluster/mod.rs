@@ -28,6 +28,9 @@ pub struct TestCluster {
     /// `RLIMIT_AS` (bytes) for schedd, from its next start (see
     /// [`TestCluster::restart_schedd_with_memory_limit`]).
     schedd_address_space: Option<u64>,
+    /// Extra environment for a daemon, from its next start: `schedd`, or an agent's name
+    /// (see [`TestCluster::set_daemon_env`]).
+    daemon_env: BTreeMap<String, Vec<(std::ffi::OsString, std::ffi::OsString)>>,
 }
 
 /// Where cargo put the binaries: next to the test executable's `deps/` directory.
@@ -124,6 +127,7 @@ impl TestCluster {
             nodes: nodes.clone(),
             nvml_nodes: nvml_nodes.clone(),
             schedd_address_space: None,
+            daemon_env: BTreeMap::new(),
         };
         c.start_schedd();
         for name in nodes
@@ -155,6 +159,33 @@ impl TestCluster {
         self.start_schedd();
         self.wait_nodes_up(self.node_count());
         self
+    }
+
+    /// Sets the extra environment `daemon` (`schedd`, or an agent's name) starts with from its
+    /// next start on (e.g. the power-loss shim's, see [`crate::power_loss`]); empty: none.
+    pub fn set_daemon_env(
+        &mut self,
+        daemon: &str,
+        env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    ) {
+        self.daemon_env.insert(daemon.to_string(), env);
+    }
+
+    /// A daemon's command, with the extra environment set for it.
+    fn daemon_command(&self, bin: &str, daemon: &str) -> Command {
+        let mut cmd = self.command(bin);
+        cmd.envs(self.daemon_env.get(daemon).into_iter().flatten().cloned());
+        cmd
+    }
+
+    /// schedd's state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Node `name`'s spool directory.
+    pub fn spool_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join("spool").join(name)
     }
 
     fn command(&self, bin: &str) -> Command {

@@ -18,7 +18,7 @@ impl TestCluster {
     pub fn start_schedd(&mut self) {
         use std::os::unix::process::CommandExt;
         assert!(self.schedd.is_none(), "schedd already running");
-        let mut cmd = self.command("schedd");
+        let mut cmd = self.daemon_command("schedd", "schedd");
         cmd.arg("-v")
             .stdout(Stdio::null())
             .stderr(self.log_file("schedd"));

@@ -20,6 +20,7 @@ mod metrics;
 mod multihost;
 mod nvml;
 mod placement;
+mod power_loss;
 mod preemption;
 mod report;
 mod slurm_options;

@@ -88,6 +88,8 @@ impl Spool {
         let root = root.canonicalize()?;
         let jobs = root.join("jobs");
         set_mode(&jobs, DIR_MODE)?;
+        ysched_common::durable::sync_dir(&root)?;
+        ysched_common::durable::sync_parent(&root)?;
         for dir in [root.as_path(), jobs.as_path()] {
             let mode = std::fs::metadata(dir)?.permissions().mode();
             if mode & 0o001 == 0 {
@@ -162,6 +164,9 @@ impl Spool {
             .create(dir.path())?;
         // The mode given to mkdir is filtered by the umask; the job user needs to search it.
         set_mode(dir.path(), DIR_MODE)?;
+        // Durable before the job starts: a power loss must not take the record of a job the
+        // node reported running.
+        ysched_common::durable::sync_dir(&self.jobs)?;
         Ok(dir)
     }
 
@@ -254,8 +259,9 @@ pub(super) fn write_json_atomic<T: Serialize>(path: &Path, value: &T, mode: u32)
     write_atomic(path, &bytes, mode)
 }
 
-/// Writes `bytes` to `path` so that readers see either the old or the new content: a
-/// temporary file in the same directory, flushed to disk, renamed over the target. The
+/// Writes `bytes` to `path` so that readers see either the old or the new content, durably: a
+/// temporary file in the same directory, flushed to disk, renamed over the target, and the
+/// directory synced. The
 /// temporary file is named after the writing process: noded and a shepherd's fence may write
 /// `stopping` at the same time.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
@@ -272,5 +278,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(mode))?;
     file.write_all(bytes)?;
     file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    // The rename too: until its directory is synced, a power loss may undo it.
+    ysched_common::durable::sync_parent(path)
 }

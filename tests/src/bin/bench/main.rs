@@ -7,8 +7,10 @@ mod cluster;
 mod figure;
 mod fleet;
 mod fuzz;
+mod hyperqueue;
 mod loaded;
 mod neighbour;
+mod power_loss;
 mod preempt;
 mod report;
 mod restart;
@@ -17,7 +19,7 @@ mod throughput;
 
 use figure::Figure;
 
-/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|array|neighbour|fuzz]...`: the named groups of
+/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|array|neighbour|power_loss|hq|fuzz]...`: the named groups of
 /// figures; `cluster`, `preempt` and `core` by default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -56,6 +58,12 @@ fn main() {
     }
     if groups.iter().any(|g| g == "neighbour") {
         figures.extend(neighbour::noisy_neighbour());
+    }
+    if groups.iter().any(|g| g == "hq") {
+        figures.extend(hyperqueue::hyperqueue());
+    }
+    if groups.iter().any(|g| g == "power_loss") {
+        figures.extend(power_loss::power_loss(&rt));
     }
     if groups.iter().any(|g| g == "fuzz") {
         figures.extend(fuzz::fuzz(&rt));

@@ -1,0 +1,280 @@
+//! The `hq` group: ysched and HyperQueue side by side, on the same workloads, in one window.
+//!
+//! HyperQueue is not part of ysched and is not built here: give its `hq` binary in `HQ_BIN`
+//! (built by you from its public repository, github.com/It4innovations/hyperqueue); without it
+//! the group says so and measures nothing. Both are driven through their command lines, as a
+//! user would: `ysub` and `hq submit`, rounds alternating (`HQ_ROUNDS`, 2) so that both see
+//! the same machine.
+
+use crate::figure::{median, percentile, Figure};
+use crate::setup::{env_usize, real_cluster, A100};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use ysched_tests::*;
+
+/// The workload: `HQ_JOBS` (2,000) one-GPU `true` jobs as one array, on two agents/workers of
+/// 8 GPUs; `HQ_LATENCY_JOBS` (20) single jobs on the idle cluster, submit → first instruction;
+/// `HQ_SEQUENTIAL` (200) submits one after another, each a new CLI process.
+struct Workload {
+    jobs: usize,
+    latency_jobs: usize,
+    sequential: usize,
+}
+
+/// One system's figures in one round.
+#[derive(Default)]
+struct Round {
+    jobs_per_sec: f64,
+    latency_ms: Vec<f64>,
+    sequential_per_sec: f64,
+    submit_p99_ms: f64,
+}
+
+pub fn hyperqueue() -> Vec<Figure> {
+    let Some(hq) = std::env::var_os("HQ_BIN").map(PathBuf::from) else {
+        println!("  hq: HQ_BIN is not set (the path of HyperQueue's `hq` binary): skipped");
+        return Vec::new();
+    };
+    let work = Workload {
+        jobs: env_usize("HQ_JOBS", 2_000),
+        latency_jobs: env_usize("HQ_LATENCY_JOBS", 20),
+        sequential: env_usize("HQ_SEQUENTIAL", 200),
+    };
+    let rounds = env_usize("HQ_ROUNDS", 2);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let y = ysched_round(&work);
+        println!(
+            "  round {round} ysched: {:.0} jobs/s, submit→start median {:.1} ms, {:.0} sequential \
+             submits/s (p99 {:.1} ms)",
+            y.jobs_per_sec,
+            median(&mut y.latency_ms.clone()),
+            y.sequential_per_sec,
+            y.submit_p99_ms
+        );
+        let h = hq_round(&hq, &work);
+        println!(
+            "  round {round} HyperQueue: {:.0} jobs/s, submit→start median {:.1} ms, {:.0} \
+             sequential submits/s (p99 {:.1} ms)",
+            h.jobs_per_sec,
+            median(&mut h.latency_ms.clone()),
+            h.sequential_per_sec,
+            h.submit_p99_ms
+        );
+        ours.push(y);
+        theirs.push(h);
+    }
+    let ratio = |f: fn(&Round) -> f64| {
+        let a: f64 = ours.iter().map(f).sum();
+        let b: f64 = theirs.iter().map(f).sum();
+        a / b.max(f64::MIN_POSITIVE)
+    };
+    let latency = |rs: &[Round]| {
+        median(
+            &mut rs
+                .iter()
+                .flat_map(|r| r.latency_ms.clone())
+                .collect::<Vec<_>>(),
+        )
+    };
+    vec![
+        Figure {
+            name: "end-to-end `true` jobs/s, ysched ÷ HyperQueue",
+            value: ratio(|r| r.jobs_per_sec),
+            unit: "×",
+            target: 1.0,
+            higher_is_better: true,
+        },
+        Figure {
+            name: "idle submit→start via the CLI, ysched (median)",
+            value: latency(&ours),
+            unit: "ms",
+            target: latency(&theirs),
+            higher_is_better: false,
+        },
+        Figure {
+            name: "sequential CLI submits/s, ysched ÷ HyperQueue",
+            value: ratio(|r| r.sequential_per_sec),
+            unit: "×",
+            target: 1.0,
+            higher_is_better: true,
+        },
+    ]
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Waits for `stamp` (a job's `date +%s%N`) and returns the ms from `t0_ns` to it.
+fn stamp_latency_ms(stamp: &Path, t0_ns: u128) -> f64 {
+    wait_until(Duration::from_secs(30), "the job's start stamp", || {
+        std::thread::sleep(Duration::from_micros(200));
+        stamp.exists()
+    });
+    let ns: u128 = std::fs::read_to_string(stamp)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    ns.saturating_sub(t0_ns) as f64 / 1e6
+}
+
+/// `sequential` submits of `submit()`, one after another: (submits/s, p99 ms).
+fn sequential(sequential: usize, mut submit: impl FnMut()) -> (f64, f64) {
+    let mut each = Vec::new();
+    let t = Instant::now();
+    for _ in 0..sequential {
+        let s = Instant::now();
+        submit();
+        each.push(s.elapsed().as_secs_f64() * 1e3);
+    }
+    (
+        sequential as f64 / t.elapsed().as_secs_f64(),
+        percentile(&mut each, 0.99),
+    )
+}
+
+fn ysched_round(work: &Workload) -> Round {
+    let c = real_cluster(vec![
+        FakeNode::uniform("n1", 8, A100),
+        FakeNode::uniform("n2", 8, A100),
+    ]);
+    let mut round = Round::default();
+    for i in 0..work.latency_jobs {
+        let stamp = c.work.join(format!("start-{i}"));
+        let cmd = format!("date +%s%N > {0}.tmp && mv {0}.tmp {0}", stamp.display());
+        let t0 = now_ns();
+        c.submit(&["-G", "1", "--wrap", &cmd]);
+        round.latency_ms.push(stamp_latency_ms(&stamp, t0));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t = Instant::now();
+    let array = format!("1-{}", work.jobs);
+    let out = c.run(
+        "ysub",
+        &["-W", "-G", "1", "--array", &array, "--wrap", "true"],
+    );
+    assert!(out.status.success(), "ysub -W: {}", stderr(&out));
+    round.jobs_per_sec = work.jobs as f64 / t.elapsed().as_secs_f64();
+    (round.sequential_per_sec, round.submit_p99_ms) = sequential(work.sequential, || {
+        c.submit(&["-H", "-G", "1", "--wrap", "true"]);
+    });
+    round
+}
+
+/// A HyperQueue server and two workers of 8 GPUs in a temp dir; killed when dropped.
+struct HqCluster {
+    hq: PathBuf,
+    dir: tempfile::TempDir,
+    children: Vec<Child>,
+}
+
+impl HqCluster {
+    fn start(hq: &Path) -> HqCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = HqCluster {
+            hq: hq.to_path_buf(),
+            dir,
+            children: Vec::new(),
+        };
+        let server = c.spawn(&["server", "start", "--host", "127.0.0.1"]);
+        c.children.push(server);
+        wait_until(Duration::from_secs(30), "the HyperQueue server", || {
+            std::thread::sleep(Duration::from_millis(100));
+            c.command(&["server", "info"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        for _ in 0..2 {
+            let worker = c.spawn(&[
+                "worker",
+                "start",
+                "--cpus",
+                "8",
+                "--resource",
+                "gpus/nvidia=range(0-7)",
+            ]);
+            c.children.push(worker);
+        }
+        wait_until(Duration::from_secs(30), "two HyperQueue workers", || {
+            std::thread::sleep(Duration::from_millis(100));
+            c.command(&["worker", "list", "--output-mode", "quiet"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().count() >= 2)
+        });
+        c
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.hq);
+        cmd.arg("--server-dir")
+            .arg(self.dir.path().join("server"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.hq.display()))
+    }
+
+    fn submit(&self, args: &[&str]) {
+        let out = self
+            .command(&[&["submit"], args].concat())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hq submit {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for HqCluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn hq_round(hq: &Path, work: &Workload) -> Round {
+    let c = HqCluster::start(hq);
+    let mut round = Round::default();
+    for i in 0..work.latency_jobs {
+        let stamp = c.dir.path().join(format!("start-{i}"));
+        let cmd = format!("date +%s%N > {0}.tmp && mv {0}.tmp {0}", stamp.display());
+        let t0 = now_ns();
+        c.submit(&["--resource", "gpus/nvidia=1", "--", "sh", "-c", &cmd]);
+        round.latency_ms.push(stamp_latency_ms(&stamp, t0));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t = Instant::now();
+    let array = format!("1-{}", work.jobs);
+    c.submit(&[
+        "--wait",
+        "--array",
+        &array,
+        "--resource",
+        "gpus/nvidia=1",
+        "--",
+        "true",
+    ]);
+    round.jobs_per_sec = work.jobs as f64 / t.elapsed().as_secs_f64();
+    (round.sequential_per_sec, round.submit_p99_ms) = sequential(work.sequential, || {
+        c.submit(&["--resource", "gpus/nvidia=1", "--", "true"]);
+    });
+    round
+}
