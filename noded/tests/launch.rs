@@ -360,14 +360,21 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
     events.wait_for_start(1001).await;
     drop(launcher);
     drop(events);
-    // The job ends while no noded watches (its shepherd fills in the blank exit record).
-    let job_dir = JobDir::new(fx.spool.path().join("jobs/1001"));
+    // The job ends while no noded watches (its supervisor records the end in the journal).
+    let root = fx.spool.path().canonicalize().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while job_dir.read_exit().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "shepherd never wrote exit.json");
+    while ysched_noded::launch::journal::read_live(&root)
+        .unwrap()
+        .jobs[&1001]
+        .ended
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor never recorded the end"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await; // let the shepherd exit
 
     // A job whose shepherd vanished without a word (pid 2^22+1 is beyond pid_max's default).
     let spool = Spool::open(fx.spool.path()).unwrap();
@@ -524,8 +531,8 @@ async fn scripts_and_environments_in_the_spool_are_private() {
 
     let jobs = fx.spool.path().join("jobs");
     let dir = jobs.join("1301");
-    for file in ["script", "state.json", "shepherd.log", "pid"] {
-        let path = dir.join(file);
+    let journal = fx.spool.path().join("journal");
+    for path in [dir.join("script"), journal.clone()] {
         let out = as_other_user("cat", &[&path]);
         assert!(
             !out.status.success(),
@@ -544,7 +551,7 @@ async fn scripts_and_environments_in_the_spool_are_private() {
     let meta = std::fs::metadata(dir.join("script")).unwrap();
     assert_eq!(meta.uid(), nobody.uid.as_raw());
     assert_eq!(meta.mode() & 0o777, 0o700);
-    let meta = std::fs::metadata(dir.join("state.json")).unwrap();
+    let meta = std::fs::metadata(&journal).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
 
     // And the jobs still run, as nobody, from their scripts.

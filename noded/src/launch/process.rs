@@ -49,8 +49,12 @@ pub fn find_shepherd(job_dir: &Path) -> Option<u32> {
 }
 
 /// The node supervisor's connection for one job, read line by line (see
-/// [`super::node_supervisor`]'s protocol).
-pub type Announcement = tokio::io::Lines<tokio::io::BufReader<tokio::net::UnixStream>>;
+/// [`super::node_supervisor`]'s protocol); its write half is the job's task's.
+pub type Announcement = tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>;
+
+/// The write half of a job's connection to the node's supervisor: the job's stop progress
+/// goes there (`stop <json>`).
+pub type SupervisorWriter = tokio::net::unix::OwnedWriteHalf;
 
 /// What noded waits on for a job's end.
 pub enum Shepherd {

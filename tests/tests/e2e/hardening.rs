@@ -369,7 +369,7 @@ fn a_second_agent_with_a_taken_name_is_refused_and_the_first_keeps_its_jobs() {
 
 /// The supervisor of this cluster's node `node` (which supervises its jobs), found by its
 /// command line (`noded __supervisor <spool>`; other tests' clusters have their own).
-fn supervisor_pid(c: &TestCluster, node: &str) -> Option<i32> {
+pub(crate) fn supervisor_pid(c: &TestCluster, node: &str) -> Option<i32> {
     let spool = c.dir.path().join("spool").join(node).canonicalize().ok()?;
     let spool = spool.to_string_lossy().into_owned();
     for e in std::fs::read_dir("/proc").ok()?.flatten() {

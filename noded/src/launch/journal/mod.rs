@@ -261,6 +261,16 @@ impl Receipt {
     pub fn wait(self) -> Result<(), CommitError> {
         self.0.blocking_recv().unwrap_or_else(|_| Err(closed()))
     }
+
+    /// The commit's result if it is known yet (for a poll loop woken by
+    /// [`Journal::set_wake`]).
+    pub fn try_take(&mut self) -> Option<Result<(), CommitError>> {
+        match self.0.try_recv() {
+            Ok(result) => Some(result),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(closed())),
+        }
+    }
 }
 
 fn closed() -> CommitError {
@@ -306,6 +316,8 @@ pub struct Journal {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Written one byte after each batch's receipts are resolved (see [`Journal::set_wake`]).
+    on_commit: Mutex<Option<File>>,
 }
 
 #[derive(Default)]
@@ -389,6 +401,7 @@ impl Journal {
                 ..Default::default()
             }),
             wake: Condvar::new(),
+            on_commit: Mutex::new(None),
         });
         let committer = Committer {
             shared: shared.clone(),
@@ -455,6 +468,16 @@ impl Journal {
     pub fn stats(&self) -> JournalStats {
         self.shared.queue().stats
     }
+
+    /// After each batch, a byte is written to `pipe` (non-blocking: a full pipe already
+    /// wakes its reader), so that a poll loop learns that receipts may be resolved.
+    pub fn set_wake(&self, pipe: File) {
+        *self
+            .shared
+            .on_commit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(pipe);
+    }
 }
 
 impl Drop for Journal {
@@ -500,6 +523,15 @@ impl Committer {
                 std::mem::take(&mut queue.pending)
             };
             self.commit(batch);
+            if let Some(pipe) = &*self
+                .shared
+                .on_commit
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+            {
+                use std::io::Write;
+                let _ = (&*pipe).write(&[1]);
+            }
             if self.end > self.compact_at {
                 self.compact();
             }
@@ -662,6 +694,25 @@ fn allocate(file: &File, from: u64, to: u64) -> io::Result<()> {
         }
         e => Err(e),
     }
+}
+
+/// What the journal in the spool root `dir` says now, read without writing anything (its
+/// writer may be running): for tests and diagnostics. A torn tail ends it, as in a replay.
+pub fn read_live(dir: &Path) -> io::Result<Live> {
+    let path = dir.join(JOURNAL_FILE);
+    let bytes = std::fs::read(&path)?;
+    let mut live = Live::default();
+    if bytes.iter().all(|&b| b == 0) {
+        return Ok(live);
+    }
+    let decoded = frame::decode_all(&bytes)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    for payload in &decoded.payloads {
+        if let Ok(entry) = serde_json::from_slice::<Entry>(payload) {
+            live.apply(&entry);
+        }
+    }
+    Ok(live)
 }
 
 /// Makes a rename or a new file in `dir` survive a power loss.

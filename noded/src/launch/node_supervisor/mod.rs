@@ -21,18 +21,32 @@
 //! - The fence: it reads the node's lease (see [`super::lease`]) every second, for all jobs
 //!   at once, and when it has run out stops every job itself (the `stopping` notice, SIGTERM,
 //!   the grace, SIGKILL), needing no noded; their exit records say `fenced`.
-//! - It writes each job's `pid` and `exit.json` in the job's spool directory as the shepherd
-//!   did, so noded reads a job's end the same way.
+//! - It is the writer of the node's journal (see [`super::journal`]): each job's launch, start,
+//!   stop progress and end, and schedd's acknowledgements, group-committed. A launch is
+//!   started only once its record is synced, and an end is told to noded only once synced:
+//!   so the end of a job is recorded even while noded is gone, and survives a power loss.
+//!   A supervisor that starts finds in the journal the jobs a dead predecessor ran (it died,
+//!   or the host restarted): their processes are not its children, and they are recorded as
+//!   lost (what is left in their cgroup killed).
 //!
 //! noded talks to it over a Unix socket, `<spool>/supervisor.sock` (mode 0600; a peer other
 //! than root or the supervisor's own user, as `SO_PEERCRED` names it, is refused). A socket
 //! rather than inherited pipes: a restarted noded finds it by its path, with no state handed
-//! over. One connection per job, one line each way:
-//! - `start <job dir>`: start the job planned in `<job dir>/state.json`. The supervisor
-//!   answers `started <pid> <time_ms>` once it has exec'd, and closes the connection once the
-//!   job is over and `exit.json` written (a start that failed: closed without `started`).
-//! - `attach <job dir>`: a restarted noded following a job: `attached` (then as above), or
-//!   `unknown` (the supervisor has no such job: it ended, or was never started).
+//! over. One connection per job, and one per request otherwise, one line each way:
+//! - `launch <JobRecord json>`: record the launch (synced) and start the job. The supervisor
+//!   answers `started <pid> <time_ms>` once it has exec'd, and `ended <FinishedRecord json>`
+//!   once it is over and its end synced, then closes; `refused <why>` when the launch cannot
+//!   be recorded (a full spool: nothing was started).
+//! - `attach <job id>`: a restarted noded following a job: `attached` (then as above),
+//!   `ended <json>` (it ended meanwhile), or `unknown`.
+//! - `stop <StopState json>`, on a job's connection: noded's stop progress, before its first
+//!   signal (the others then keep their grace when the main process ends). Journaled, not
+//!   synced.
+//! - `record <FinishedRecord json>`: an end noded made (a launch that failed before it was
+//!   handed over): `recorded` once synced, or `failed <why>`.
+//! - `list`: `job <JobRecord json>` per job it runs, `ended <json>` per end schedd has not
+//!   acknowledged, then `done`.
+//! - `ack <job id>`: schedd recorded the job's end: journaled, not synced.
 //!
 //! A second supervisor for the same spool exits at once (an `flock` on `supervisor.lock`).
 //! With no job and no connection for [`IDLE_EXIT`] it exits; noded starts it again for the
@@ -41,10 +55,13 @@
 #![deny(unsafe_code)]
 
 use super::cgroup::read_populated;
+use super::journal::{Entry, Journal, JournalOptions, Receipt};
 use super::lease::{boottime_ms, Lease, LEASE_FILE};
+use super::process::newest_mtime_ms;
 use super::shepherd::child::{self, StartError};
 use super::shepherd::sys;
-use super::spool::{ExitRecord, JobDir, JobRecord, FILE_MODE};
+use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState, FILE_MODE};
+use super::supervisor::{checkpoint_to_check, finished_record, saved_since, LOST};
 use super::tracking::JobProcesses;
 use super::ExecPlan;
 use nix::sys::signal::Signal;
@@ -103,6 +120,33 @@ pub fn run(spool: &Path) -> ExitCode {
         }
     };
     sys::become_subreaper();
+    let (journal, replay) = match Journal::open(spool, JournalOptions::default()) {
+        Ok(opened) => opened,
+        Err(e) => {
+            log(&format!("cannot open the node's journal: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    if replay.torn_tail {
+        log("the journal ended in a torn record (a crash or power loss mid-write): dropped");
+    }
+    let (wake_read, wake_write) =
+        match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK) {
+            Ok(pipe) => pipe,
+            Err(e) => {
+                log(&format!("cannot create a pipe: {e}"));
+                return ExitCode::FAILURE;
+            }
+        };
+    let wake_write = File::from(wake_write);
+    let checkpoint_wake = match wake_write.try_clone() {
+        Ok(clone) => clone,
+        Err(e) => {
+            log(&format!("cannot duplicate a pipe: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    journal.set_wake(wake_write);
     let listener = match listen(spool) {
         Ok(listener) => listener,
         Err(e) => {
@@ -122,7 +166,15 @@ pub fn run(spool: &Path) -> ExitCode {
         jobs: BTreeMap::new(),
         lease: LeaseWatch::default(),
         idle_since: Instant::now(),
+        journal,
+        wake: File::from(wake_read),
+        checkpoint_wake,
+        launching: Vec::new(),
+        ending: Vec::new(),
+        checking: Vec::new(),
+        recording: Vec::new(),
     };
+    supervisor.record_lost(replay.live.unended().cloned().collect());
     let code = supervisor.run();
     drop(lock);
     code
@@ -184,17 +236,47 @@ struct Supervisor {
     listener: UnixListener,
     connections: BTreeMap<u64, Connection>,
     next_connection: u64,
-    /// By job directory.
-    jobs: BTreeMap<PathBuf, Job>,
+    /// By job id.
+    jobs: BTreeMap<u64, Job>,
     lease: LeaseWatch,
     idle_since: Instant,
+    journal: Journal,
+    /// Readable once the journal committed a batch, or a checkpoint look is done.
+    wake: File,
+    /// Given to the threads that look at checkpoint directories.
+    checkpoint_wake: File,
+    /// Launches whose record is not synced yet: started once it is.
+    launching: Vec<Launching>,
+    /// Ends whose record is not synced yet: told once it is.
+    ending: Vec<Ending>,
+    /// Ends waiting for a look at the job's checkpoint directory (see
+    /// [`checkpoint_to_check`]): on a thread, as a hung file system must not stop the loop.
+    checking: Vec<Checking>,
+    /// `record` requests whose end is not synced yet: answered once it is.
+    recording: Vec<(u64, Receipt)>,
 }
 
 struct Connection {
     stream: UnixStream,
     input: Vec<u8>,
     /// The job this connection follows, once it asked.
-    job: Option<PathBuf>,
+    job: Option<u64>,
+}
+
+struct Launching {
+    record: JobRecord,
+    receipt: Receipt,
+}
+
+struct Ending {
+    finished: FinishedRecord,
+    receipt: Receipt,
+}
+
+struct Checking {
+    record: JobRecord,
+    exit: ExitRecord,
+    saved: std::sync::mpsc::Receiver<bool>,
 }
 
 /// The lease as last read, for every job at once.
@@ -210,8 +292,13 @@ struct LeaseWatch {
 
 struct Job {
     dir: JobDir,
+    /// As launched, with noded's stop progress (`stop` lines) folded in.
+    record: JobRecord,
     plan: ExecPlan,
     grace_secs: u32,
+    /// A stop began (noded's, or the fence's): when its SIGTERM was sent, 0 for a kill at
+    /// once. The main process's end then leaves the others their grace.
+    stop_notice: Option<i64>,
     pid: u32,
     /// Readable once the main process has ended; dropped once it is reaped.
     pidfd: Option<OwnedFd>,
@@ -244,6 +331,7 @@ enum Token {
     Listener,
     Connection(u64),
     StepPipe(usize),
+    Wake,
     /// Wake-ups only: every job is looked at after each poll.
     Pidfd,
     Events,
@@ -252,7 +340,7 @@ enum Token {
 impl Supervisor {
     fn run(&mut self) -> ExitCode {
         loop {
-            let keys: Vec<PathBuf> = self.jobs.keys().cloned().collect();
+            let keys: Vec<u64> = self.jobs.keys().copied().collect();
             let mut fds = Vec::new();
             let mut tokens = Vec::new();
             let mut watch = |fd: i32, events: i16, token: Token| {
@@ -264,6 +352,7 @@ impl Supervisor {
                 tokens.push(token);
             };
             watch(self.listener.as_raw_fd(), libc::POLLIN, Token::Listener);
+            watch(self.wake.as_raw_fd(), libc::POLLIN, Token::Wake);
             for (&id, connection) in &self.connections {
                 watch(
                     connection.stream.as_raw_fd(),
@@ -299,6 +388,10 @@ impl Supervisor {
                 }
                 match token {
                     Token::Listener => self.accept(),
+                    Token::Wake => {
+                        let mut drain = [0u8; 256];
+                        while matches!((&self.wake).read(&mut drain), Ok(n) if n > 0) {}
+                    }
                     Token::Connection(id) => self.read_connection(id),
                     Token::StepPipe(index) => {
                         if let Some(job) = self.jobs.get_mut(&keys[index]) {
@@ -309,12 +402,16 @@ impl Supervisor {
                     Token::Pidfd | Token::Events => {}
                 }
             }
+            self.start_committed_launches();
             self.reap();
             self.announce_starts();
             self.drain_and_finish();
+            self.end_checked();
+            self.tell_committed_ends();
+            self.answer_committed_records();
             self.check_lease();
             self.fence_deadlines();
-            if self.jobs.is_empty() && self.connections.is_empty() {
+            if self.is_idle() {
                 if self.idle_since.elapsed() >= IDLE_EXIT && self.exit_if_still_idle() {
                     log("idle: exiting");
                     return ExitCode::SUCCESS;
@@ -344,10 +441,20 @@ impl Supervisor {
         if group_draining {
             until = until.min(now + GROUP_POLL);
         }
-        if self.jobs.is_empty() && self.connections.is_empty() {
+        if self.is_idle() {
             until = until.min(self.idle_since + IDLE_EXIT);
         }
         until.saturating_duration_since(now)
+    }
+
+    /// No job, no connection, nothing waiting for the journal.
+    fn is_idle(&self) -> bool {
+        self.jobs.is_empty()
+            && self.connections.is_empty()
+            && self.launching.is_empty()
+            && self.ending.is_empty()
+            && self.checking.is_empty()
+            && self.recording.is_empty()
     }
 
     /// Idle: removes the socket so that no new connection can come, then serves any that
@@ -431,27 +538,35 @@ impl Supervisor {
     }
 
     fn request(&mut self, id: u64, line: &str) {
-        let (verb, dir) = line.split_once(' ').unwrap_or((line, ""));
-        let dir = PathBuf::from(dir);
+        let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
         match verb {
-            "start" if self.jobs.contains_key(&dir) => self.follow(id, dir),
-            "start" => {
-                self.start(&dir);
-                if self.jobs.contains_key(&dir) {
-                    self.follow(id, dir);
-                } else {
-                    // Over before it began: its exit record is written.
+            "launch" => match serde_json::from_str::<JobRecord>(rest) {
+                Ok(record) => self.launch(id, record),
+                Err(e) => self.refuse(id, &format!("unreadable launch: {e}")),
+            },
+            "attach" => match rest.parse::<u64>() {
+                Ok(job_id) => self.attach(id, job_id),
+                Err(_) => self.refuse(id, &format!("bad job id {rest:?}")),
+            },
+            "stop" => match serde_json::from_str::<StopState>(rest) {
+                Ok(stop) => self.stop(id, stop),
+                Err(e) => log(&format!("unreadable stop progress: {e}")),
+            },
+            "record" => match serde_json::from_str::<FinishedRecord>(rest) {
+                Ok(finished) => {
+                    let receipt = self.journal.append(Entry::Ended(finished));
+                    self.recording.push((id, receipt));
+                }
+                Err(e) => {
+                    self.send(id, &format!("failed unreadable end: {e}\n"));
                     self.connections.remove(&id);
                 }
-            }
-            "attach" if self.jobs.contains_key(&dir) => {
-                self.send(id, "attached\n");
-                self.follow(id, dir.clone());
-                // Started before this noded came: it reads the pid from the job's `pid`.
-            }
-            "attach" => {
-                self.send(id, "unknown\n");
-                self.connections.remove(&id);
+            },
+            "list" => self.list(id),
+            "ack" => {
+                if let Ok(job_id) = rest.parse::<u64>() {
+                    let _ = self.journal.append(Entry::Acked { job_id });
+                }
             }
             _ => {
                 log(&format!("unknown request {line:?}"));
@@ -460,10 +575,140 @@ impl Supervisor {
         }
     }
 
-    fn follow(&mut self, id: u64, dir: PathBuf) {
-        if let Some(connection) = self.connections.get_mut(&id) {
-            connection.job = Some(dir);
+    fn refuse(&mut self, id: u64, why: &str) {
+        log(&format!("refused: {why}"));
+        self.send(id, &format!("refused {why}\n"));
+        self.connections.remove(&id);
+    }
+
+    /// A new job: its launch is recorded (synced) first, and it starts once that is done
+    /// (see [`Supervisor::start_committed_launches`]).
+    fn launch(&mut self, id: u64, record: JobRecord) {
+        let job_id = record.job.job_id;
+        self.follow(id, job_id);
+        if self.jobs.contains_key(&job_id)
+            || self.launching.iter().any(|l| l.record.job.job_id == job_id)
+        {
+            // A repeated launch (noded refuses another run of a running job itself).
+            return;
         }
+        let receipt = self
+            .journal
+            .append(Entry::Launched(Box::new(record.clone())));
+        self.launching.push(Launching { record, receipt });
+    }
+
+    /// A restarted noded follows a job: `attached`, `ended` if it ended meanwhile, or
+    /// `unknown`.
+    fn attach(&mut self, id: u64, job_id: u64) {
+        let following = self.jobs.contains_key(&job_id)
+            || self.launching.iter().any(|l| l.record.job.job_id == job_id)
+            || self.checking.iter().any(|c| c.record.job.job_id == job_id)
+            || self.ending.iter().any(|e| e.finished.job_id == job_id);
+        if following {
+            self.send(id, "attached\n");
+            self.follow(id, job_id);
+            return;
+        }
+        let ended = self
+            .journal
+            .with_live(|live| live.jobs.get(&job_id).and_then(|j| j.ended.clone()));
+        match ended.map(|finished| serde_json::to_string(&finished)) {
+            Some(Ok(json)) => self.send(id, &format!("ended {json}\n")),
+            _ => self.send(id, "unknown\n"),
+        }
+        self.connections.remove(&id);
+    }
+
+    /// noded's stop progress for the job its connection follows.
+    fn stop(&mut self, id: u64, stop: StopState) {
+        let Some(job_id) = self.connections.get(&id).and_then(|c| c.job) else {
+            return;
+        };
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            if stop.term_time_ms > 0 || stop.kill_sent {
+                job.stop_notice = Some(stop.term_time_ms);
+            }
+            job.record.stop = stop.clone();
+        } else if let Some(launching) = self
+            .launching
+            .iter_mut()
+            .find(|l| l.record.job.job_id == job_id)
+        {
+            launching.record.stop = stop.clone();
+        }
+        let _ = self.journal.append(Entry::Stop { job_id, stop });
+    }
+
+    /// The jobs it runs and the ends schedd has not acknowledged, for a restarted noded.
+    fn list(&mut self, id: u64) {
+        let mut lines = String::new();
+        let running = self
+            .jobs
+            .values()
+            .map(|job| {
+                let mut record = job.record.clone();
+                if job.announced {
+                    record.job_pid = Some(job.pid);
+                }
+                record
+            })
+            .chain(self.launching.iter().map(|l| l.record.clone()));
+        for record in running {
+            if let Ok(json) = serde_json::to_string(&record) {
+                lines.push_str(&format!("job {json}\n"));
+            }
+        }
+        let ended: Vec<FinishedRecord> = self
+            .journal
+            .with_live(|live| live.unacked_ends().cloned().collect());
+        let pending = self
+            .ending
+            .iter()
+            .map(|e| e.finished.job_id)
+            .chain(self.checking.iter().map(|c| c.record.job.job_id));
+        let pending: Vec<u64> = pending.collect();
+        for finished in ended {
+            if pending.contains(&finished.job_id) || self.jobs.contains_key(&finished.job_id) {
+                continue;
+            }
+            if let Ok(json) = serde_json::to_string(&finished) {
+                lines.push_str(&format!("ended {json}\n"));
+            }
+        }
+        lines.push_str("done\n");
+        self.send_all(id, lines.as_bytes());
+        self.connections.remove(&id);
+    }
+
+    fn follow(&mut self, id: u64, job_id: u64) {
+        if let Some(connection) = self.connections.get_mut(&id) {
+            connection.job = Some(job_id);
+        }
+    }
+
+    /// A longer answer (a list): written blocking, with a bound, as noded reads it at once.
+    fn send_all(&mut self, id: u64, bytes: &[u8]) {
+        let Some(connection) = self.connections.get_mut(&id) else {
+            return;
+        };
+        let stream = &connection.stream;
+        let sent = stream
+            .set_nonblocking(false)
+            .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))))
+            .and_then(|()| (&connection.stream).write_all(bytes));
+        if let Err(e) = sent {
+            log(&format!("cannot answer noded: {e}"));
+        }
+    }
+
+    /// The connections following job `job_id`.
+    fn followers(&self, job_id: u64) -> Vec<u64> {
+        self.connections
+            .iter()
+            .filter(|(_, c)| c.job == Some(job_id))
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     fn send(&mut self, id: u64, line: &str) {
@@ -476,38 +721,52 @@ impl Supervisor {
         }
     }
 
-    /// Starts the job planned in `dir`: forks its first process and watches it. A job that
-    /// cannot start is recorded at once (its `exit.json`) and not kept.
-    fn start(&mut self, dir: &Path) {
-        let job_dir = JobDir::new(dir);
-        let (plan, grace_secs) = match job_dir.read_record() {
-            Ok(JobRecord {
-                plan: Some(plan),
-                job,
-                ..
-            }) => (plan, job.grace_secs),
-            Ok(_) => {
-                return record_exit(
-                    &job_dir,
-                    None,
-                    failed("the job has no execution plan", false),
-                )
+    /// Starts the jobs whose launch is synced now; answers `refused` for those whose launch
+    /// could not be recorded.
+    fn start_committed_launches(&mut self) {
+        let mut index = 0;
+        while index < self.launching.len() {
+            let Some(result) = self.launching[index].receipt.try_take() else {
+                index += 1;
+                continue;
+            };
+            let launching = self.launching.remove(index);
+            let job_id = launching.record.job.job_id;
+            match result {
+                Ok(()) => self.start(launching.record),
+                Err(e) => {
+                    log(&format!(
+                        "job {job_id}: launch not recorded, not started: {e}"
+                    ));
+                    for id in self.followers(job_id) {
+                        self.send(id, &format!("refused {e}\n"));
+                        self.connections.remove(&id);
+                    }
+                }
             }
-            Err(e) => {
-                return record_exit(
-                    &job_dir,
-                    None,
-                    failed(&format!("cannot read the job's state: {e}"), true),
-                )
-            }
+        }
+    }
+
+    /// Starts a job whose launch is recorded: forks its first process and watches it. A job
+    /// that cannot start ends at once.
+    fn start(&mut self, record: JobRecord) {
+        let job_id = record.job.job_id;
+        let dir = JobDir::new(self.spool.join("jobs").join(job_id.to_string()));
+        let Some(plan) = record.plan.clone() else {
+            let exit = failed("the job has no execution plan", false);
+            return self.finish(record, exit);
         };
-        match fork(&job_dir, &plan) {
+        match fork(&dir, &plan) {
             Ok((pid, pidfd, step_pipe, events)) => {
-                log(&format!("job {}: forked as pid {pid}", dir.display()));
+                log(&format!("job {job_id}: forked as pid {pid}"));
+                let stop_notice = (record.stop.term_time_ms > 0 || record.stop.kill_sent)
+                    .then_some(record.stop.term_time_ms);
                 let job = Job {
-                    dir: job_dir,
+                    dir,
+                    grace_secs: record.job.grace_secs,
+                    record,
                     plan,
-                    grace_secs,
+                    stop_notice,
                     pid,
                     pidfd: Some(pidfd),
                     step_pipe: Some(step_pipe),
@@ -519,46 +778,188 @@ impl Supervisor {
                     said_slow: false,
                     fence: Fence::default(),
                 };
-                self.jobs.insert(dir.to_path_buf(), job);
+                self.jobs.insert(job_id, job);
                 // The lease may have run out already: fenced from its first moment.
                 if self.lease.out {
                     self.fence_jobs();
                 }
             }
             Err(error) => {
+                log(&format!("job {job_id}: did not start: {}", error.error));
+                if let Some(cgroup) = &plan.cgroup {
+                    if let Err(e) = cgroup.remove() {
+                        log(&format!("cannot remove the job's cgroups: {e}"));
+                    }
+                }
                 let exit = ExitRecord {
                     error: Some(error.error),
                     node_fault: error.node_fault,
                     end_time_ms: now_ms(),
                     ..Default::default()
                 };
-                record_exit(&job_dir, plan.cgroup.as_ref(), exit);
+                self.finish(record, exit);
             }
         }
     }
 
-    /// Records the pid of every job that has exec'd since the last look, and tells the
-    /// connections following it (`started <pid> <time_ms>`), once.
+    /// A job is over: its end is recorded (after a look at its checkpoint directory where
+    /// it matters), then told.
+    fn finish(&mut self, record: JobRecord, exit: ExitRecord) {
+        match checkpoint_to_check(&record, &exit) {
+            Some((dir, term_time_ms)) => {
+                let (tell, saved) = std::sync::mpsc::channel();
+                let wake = self.checkpoint_wake.try_clone();
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("checkpoint".into())
+                        .spawn(move || {
+                            let _ = tell.send(saved_since(newest_mtime_ms(&dir), term_time_ms));
+                            if let Ok(wake) = wake {
+                                let _ = (&wake).write(&[1]);
+                            }
+                        });
+                match spawned {
+                    Ok(_) => self.checking.push(Checking {
+                        record,
+                        exit,
+                        saved,
+                    }),
+                    Err(e) => {
+                        log(&format!("cannot look at the checkpoint directory: {e}"));
+                        self.record_end(finished_record(&record, exit, false));
+                    }
+                }
+            }
+            None => self.record_end(finished_record(&record, exit, false)),
+        }
+    }
+
+    /// Ends whose checkpoint look is done.
+    fn end_checked(&mut self) {
+        let mut index = 0;
+        while index < self.checking.len() {
+            let saved = match self.checking[index].saved.try_recv() {
+                Ok(saved) => saved,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    index += 1;
+                    continue;
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => false,
+            };
+            let Checking { record, exit, .. } = self.checking.remove(index);
+            self.record_end(finished_record(&record, exit, saved));
+        }
+    }
+
+    fn record_end(&mut self, finished: FinishedRecord) {
+        let receipt = self.journal.append(Entry::Ended(finished.clone()));
+        self.ending.push(Ending { finished, receipt });
+    }
+
+    /// Tells noded the ends now synced (`ended <json>`), and closes their connections.
+    fn tell_committed_ends(&mut self) {
+        let mut index = 0;
+        while index < self.ending.len() {
+            let Some(result) = self.ending[index].receipt.try_take() else {
+                index += 1;
+                continue;
+            };
+            let Ending { finished, .. } = self.ending.remove(index);
+            if let Err(e) = result {
+                // The room reserved for it makes this a failing disk: noded keeps it in
+                // memory until schedd has it.
+                log(&format!(
+                    "job {}: cannot record its end in the journal: {e}",
+                    finished.job_id
+                ));
+            }
+            let line = match serde_json::to_string(&finished) {
+                Ok(json) => format!("ended {json}\n"),
+                Err(e) => {
+                    log(&format!("job {}: {e}", finished.job_id));
+                    continue;
+                }
+            };
+            for id in self.followers(finished.job_id) {
+                self.send(id, &line);
+                self.connections.remove(&id);
+            }
+        }
+    }
+
+    /// Answers the `record` requests now synced.
+    fn answer_committed_records(&mut self) {
+        let mut index = 0;
+        while index < self.recording.len() {
+            let Some(result) = self.recording[index].1.try_take() else {
+                index += 1;
+                continue;
+            };
+            let (id, _) = self.recording.remove(index);
+            match result {
+                Ok(()) => self.send(id, "recorded\n"),
+                Err(e) => self.send(id, &format!("failed {e}\n")),
+            }
+            self.connections.remove(&id);
+        }
+    }
+
+    /// The jobs a dead predecessor ran (the journal's launches without an end): lost, as
+    /// their processes are nobody's children now. What is left in their cgroups is killed
+    /// (a process group id may be someone else's by now: left alone).
+    fn record_lost(&mut self, unended: Vec<JobRecord>) {
+        for record in unended {
+            let job_id = record.job.job_id;
+            log(&format!(
+                "job {job_id}: launched by an earlier supervisor that is gone: lost"
+            ));
+            if let Some(cgroup) = record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
+                if let Some(processes) = JobProcesses::of(Some(cgroup), None) {
+                    let _ = processes.kill();
+                    // A moment for them to go, so that the cgroup can be removed; an
+                    // unkillable one (uninterruptible I/O) leaves it behind, said below.
+                    for _ in 0..100 {
+                        if !processes.any_alive().unwrap_or(false) {
+                            break;
+                        }
+                        std::thread::sleep(GROUP_POLL);
+                    }
+                }
+                if let Err(e) = cgroup.remove() {
+                    log(&format!("job {job_id}: cannot remove its cgroups: {e}"));
+                }
+            }
+            let exit = ExitRecord {
+                end_time_ms: now_ms(),
+                error: Some(LOST.into()),
+                ..Default::default()
+            };
+            self.record_end(finished_record(&record, exit, false));
+        }
+    }
+
+    /// Journals the pid of every job that has exec'd since the last look (unsynced: a pid
+    /// means nothing after a power loss), and tells the connections following it
+    /// (`started <pid> <time_ms>`), once.
     fn announce_starts(&mut self) {
         let mut lines = Vec::new();
-        for (dir, job) in &mut self.jobs {
+        for (&job_id, job) in &mut self.jobs {
             if job.announced || job.step_pipe.is_some() || job.failure.is_some() {
                 continue;
             }
             job.announced = true;
-            if let Err(e) = job.dir.write_job_pid(job.pid) {
-                log(&format!("cannot record the job pid: {e}"));
-            }
-            lines.push((dir.clone(), format!("started {} {}\n", job.pid, now_ms())));
+            let start_time_ms = now_ms();
+            job.record.job_pid = Some(job.pid);
+            job.record.start_time_ms = start_time_ms;
+            let _ = self.journal.append(Entry::Started {
+                job_id,
+                job_pid: job.pid,
+                start_time_ms,
+            });
+            lines.push((job_id, format!("started {} {start_time_ms}\n", job.pid)));
         }
-        for (dir, line) in lines {
-            let followers: Vec<u64> = self
-                .connections
-                .iter()
-                .filter(|(_, c)| c.job.as_deref() == Some(dir.as_path()))
-                .map(|(&id, _)| id)
-                .collect();
-            for id in followers {
+        for (job_id, line) in lines {
+            for id in self.followers(job_id) {
                 self.send(id, &line);
             }
         }
@@ -582,23 +983,24 @@ impl Supervisor {
 
     /// Finishes the jobs whose every process is gone.
     fn drain_and_finish(&mut self) {
-        let over: Vec<PathBuf> = self
+        let over: Vec<u64> = self
             .jobs
             .iter_mut()
-            .filter_map(|(dir, job)| (job.draining.is_some() && job.all_gone()).then_some(dir))
-            .cloned()
-            .collect::<Vec<_>>()
-            .into_iter()
+            .filter_map(|(&job_id, job)| {
+                (job.draining.is_some() && job.all_gone()).then_some(job_id)
+            })
             .collect();
-        for dir in over {
-            let Some(job) = self.jobs.remove(&dir) else {
+        for job_id in over {
+            let Some(job) = self.jobs.remove(&job_id) else {
                 continue;
             };
             let exit = job.exit_record();
-            record_exit(&job.dir, job.plan.cgroup.as_ref(), exit);
-            // Closing tells noded the job is over: it reads `exit.json`.
-            self.connections
-                .retain(|_, c| c.job.as_deref() != Some(dir.as_path()));
+            if let Some(cgroup) = &job.plan.cgroup {
+                if let Err(e) = cgroup.remove() {
+                    log(&format!("job {job_id}: cannot remove its cgroups: {e}"));
+                }
+            }
+            self.finish(job.record, exit);
         }
     }
 
@@ -711,24 +1113,6 @@ fn failed(error: &str, node_fault: bool) -> ExitRecord {
     }
 }
 
-/// Removes the job's cgroups (empty now) and records how it ended in `exit.json`.
-fn record_exit(dir: &JobDir, cgroup: Option<&super::JobCgroup>, exit: ExitRecord) {
-    if let Some(error) = &exit.error {
-        log(&format!(
-            "job {}: did not start: {error}",
-            dir.path().display()
-        ));
-    }
-    if let Some(cgroup) = cgroup {
-        if let Err(e) = cgroup.remove() {
-            log(&format!("cannot remove the job's cgroups: {e}"));
-        }
-    }
-    if let Err(e) = dir.write_exit(&exit) {
-        log(&format!("cannot write {}: {e}", dir.exit().display()));
-    }
-}
-
 impl Job {
     /// Reads the step pipe: end of file means the exec is done (or the child died before);
     /// a report, that a step or the exec failed.
@@ -753,7 +1137,7 @@ impl Job {
         if self.step_pipe.is_some() {
             self.read_step_pipe();
         }
-        let stopping = self.dir.has_stop_notice();
+        let stopping = self.stop_notice.is_some();
         if self.failure.is_none() {
             if stopping {
                 log("main process ended during a stop; waiting for the job's other processes");
@@ -846,7 +1230,8 @@ impl Job {
         }
         let now = now_ms();
         let grace_ms = i64::from(self.grace_secs) * 1000;
-        let term_time_ms = match self.dir.read_stop_notice() {
+        let mut began_stop = false;
+        let term_time_ms = match self.stop_notice {
             Some(term) if term > 0 => {
                 log(&format!(
                     "fence: the node's lease ran out during a stop begun at {}: killing what \
@@ -863,21 +1248,20 @@ impl Job {
                 log(&format!(
                     "fence: the node's lease ran out (no word from schedd): stopping job {}, \
                      SIGTERM now, SIGKILL after {}s",
-                    self.dir.path().display(),
-                    self.grace_secs
+                    self.record.job.job_id, self.grace_secs
                 ));
-                if let Err(e) = self.dir.write_stop_notice(now) {
-                    log(&format!(
-                        "cannot write the stop notice, so the main process's end will end the \
-                         others' grace: {e}"
-                    ));
-                }
+                // Noted before the first signal (below, once `processes` is let go): the
+                // main process's end then leaves the others their grace.
+                began_stop = true;
                 if let Err(e) = processes.signal(Signal::SIGTERM) {
                     log(&format!("fence: cannot send SIGTERM to {processes}: {e}"));
                 }
                 now
             }
         };
+        if began_stop {
+            self.stop_notice = Some(now);
+        }
         let wait_ms = u64::try_from(term_time_ms + grace_ms - now_ms()).unwrap_or(0);
         self.fence = Fence {
             fenced: true,

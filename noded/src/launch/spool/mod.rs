@@ -164,9 +164,8 @@ impl Spool {
             .create(dir.path())?;
         // The mode given to mkdir is filtered by the umask; the job user needs to search it.
         set_mode(dir.path(), DIR_MODE)?;
-        // Durable before the job starts: a power loss must not take the record of a job the
-        // node reported running.
-        ysched_common::durable::sync_dir(&self.jobs)?;
+        // Not synced: it holds only the job's script, which means nothing after a power loss
+        // (the node's journal records the job as lost then).
         Ok(dir)
     }
 
@@ -194,12 +193,17 @@ pub(super) struct FoundJob {
     pub shepherd_pid: Option<u32>,
 }
 
-/// The spool's jobs that are not finished yet (no `finished.json`), each with its live
-/// shepherd's pid when there is one.
+/// The jobs of an older noded's shepherds (a `state.json` in their directory) that are not
+/// finished yet (no `finished.json`), each with its live shepherd's pid when there is one.
+/// The directories of this noded's jobs hold only their script: the node's journal has the
+/// rest.
 pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
     let mut found = Vec::new();
     for job_id in spool.job_ids()? {
         let dir = spool.job_dir(job_id);
+        if !dir.state().exists() {
+            continue;
+        }
         match dir.read_finished() {
             Ok(Some(_)) => continue, // ended earlier, waiting for schedd's acknowledgement
             Ok(None) => {}
@@ -214,10 +218,6 @@ pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
                 shepherd_pid: Some(pid),
                 ..
             }) => Some(*pid).filter(|&pid| is_shepherd_of(pid, dir.path())),
-            // Supervised: the node's supervisor is asked (see `Launcher::recover`).
-            Ok(JobRecord {
-                supervised: true, ..
-            }) => None,
             // noded stopped before recording the pid (or the state): look for it.
             _ => find_shepherd(dir.path()),
         };

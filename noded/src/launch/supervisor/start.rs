@@ -1,6 +1,9 @@
-//! Starting a new job: its spool directory, plan, script, cgroups, then its shepherd.
+//! Starting a new job: its spool directory, plan, script, cgroups, then the node's supervisor
+//! records its launch in the node's journal and starts it.
 //!
-//! The planning runs on a blocking thread (it looks users up and writes files). A failure
+//! The planning runs on a blocking thread (it looks users up and writes files). The job's
+//! spool directory holds only its script, which is not synced: after a power loss the
+//! journal says the job was lost, and nothing runs the script again. A failure
 //! says whose fault it is ([`LaunchFailure`]): the node's (its spool, cgroups, processes:
 //! the node is marked unhealthy and schedd places the job elsewhere) or the job's.
 
@@ -43,7 +46,7 @@ impl From<String> for LaunchFailure {
 }
 
 impl Supervisor {
-    /// Prepares the spool directory and starts the shepherd. A failure to write the spool
+    /// Prepares the spool directory and hands the job to the node's supervisor. A failure to write the spool
     /// also marks the node unhealthy (see [`crate::launch::Shared::spool_write_failed`]).
     pub(super) async fn start(&mut self) -> Result<(Shepherd, Announcement), LaunchFailure> {
         let shared = self.shared.clone();
@@ -86,10 +89,6 @@ impl Supervisor {
             }
             write_script(&dir.script(), &job, &plan)
                 .map_err(|e| spool_failure("the job script", e))?;
-            // Where the shepherd records the job's end, made now so that it needs no space
-            // then.
-            dir.prepare_exit()
-                .map_err(|e| spool_failure("the job's exit record", e))?;
             // Last: nothing after it can fail and leave the cgroup behind unrecorded.
             let mut plan = plan;
             plan.cgroup = shared
@@ -118,13 +117,6 @@ impl Supervisor {
             }
         }
         self.record.plan = Some(plan);
-        // The shepherd reads its plan from here, so this write must succeed.
-        if let Err(e) = self.dir.write_record(&self.record) {
-            self.shared.spool_write_failed(&e);
-            return Err(LaunchFailure::node(format!(
-                "cannot write the job state: {e}"
-            )));
-        }
 
         let connection = self.hand_to_supervisor().await.map_err(|e| {
             let error = format!("cannot hand the job to the node's supervisor: {e}");
@@ -134,16 +126,17 @@ impl Supervisor {
         Ok((Shepherd::Supervised, connection))
     }
 
-    /// Asks the node's supervisor (started if none runs) to start the job; its connection
-    /// then says when the job has started and, by its end, when it is over.
+    /// Asks the node's supervisor (started if none runs) to record the job's launch in the
+    /// node's journal and start it; its connection then says when the job has started and
+    /// how it ended.
     async fn hand_to_supervisor(&mut self) -> std::io::Result<Announcement> {
-        let mut stream = self.shared.connect_supervisor(true).await?;
-        // Recorded before the request: a noded that stops now asks the supervisor about the
-        // job after its restart, and never looks for a shepherd.
-        self.record.supervised = true;
-        self.persist();
-        let request = format!("start {}\n", self.dir.path().display());
-        stream.write_all(request.as_bytes()).await?;
-        Ok(BufReader::new(stream).lines())
+        let stream = self.shared.connect_supervisor(true).await?;
+        let (read, mut write) = stream.into_split();
+        let record = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
+        write
+            .write_all(format!("launch {record}\n").as_bytes())
+            .await?;
+        self.link = Some(write);
+        Ok(BufReader::new(read).lines())
     }
 }
