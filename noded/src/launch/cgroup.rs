@@ -181,6 +181,16 @@ impl JobCgroup {
             .collect()
     }
 
+    /// The job's v2 cgroup directory, open (for `clone3`'s `CLONE_INTO_CGROUP`).
+    pub fn open_dir(&self) -> io::Result<OwnedFd> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&self.dir)
+            .map(OwnedFd::from)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.dir.display())))
+    }
+
     /// `cgroup.events`, for [`wait_until_empty`].
     pub fn open_events(&self) -> io::Result<File> {
         File::open(self.file("cgroup.events"))

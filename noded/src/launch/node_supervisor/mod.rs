@@ -1075,7 +1075,38 @@ impl Supervisor {
     }
 }
 
-/// Forks the job planned as `plan`: its pid, pidfd, step pipe and `cgroup.events`.
+/// How jobs with a cgroup are created: `clone3` into their cgroup until the kernel refuses
+/// it once (then fork and a `cgroup.procs` write, for the rest of this supervisor's life).
+/// Said once in the log, either way.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CloneMode {
+    Untried,
+    IntoCgroup,
+    Fork,
+}
+
+static CLONE_MODE: std::sync::Mutex<CloneMode> = std::sync::Mutex::new(CloneMode::Untried);
+
+fn clone_mode() -> CloneMode {
+    *CLONE_MODE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn set_clone_mode(mode: CloneMode, why: &str) {
+    let mut current = CLONE_MODE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *current != mode {
+        *current = mode;
+        log(why);
+    }
+}
+
+/// Creates the job planned as `plan`: its pid, pidfd, step pipe and `cgroup.events`. With a
+/// cgroup, the child is born in its v2 cgroup (`clone3`, see
+/// [`sys::clone_job_into_cgroup`]) and joins only its v1 ones (limits, on hybrid hosts);
+/// else, or where the kernel has no such `clone3`, it is forked and joins them all.
 fn fork(
     dir: &JobDir,
     plan: &ExecPlan,
@@ -1084,6 +1115,41 @@ fn fork(
         error: format!("cannot use the job's cgroup: {e}"),
         node_fault: true,
     };
+    let exec = child::exec_args(plan)?;
+    if let Some(cgroup) = plan
+        .cgroup
+        .as_ref()
+        .filter(|_| clone_mode() != CloneMode::Fork)
+    {
+        let events = cgroup.open_events().map_err(cgroup_fault)?;
+        let cgroup_dir = cgroup.open_dir().map_err(cgroup_fault)?;
+        // The v2 cgroup's `cgroup.procs` is the first; the child is born there.
+        let join = cgroup
+            .open_procs_files()
+            .map_err(cgroup_fault)?
+            .into_iter()
+            .skip(1)
+            .collect();
+        let prepared = child::prepare(dir, plan, join)?;
+        match sys::clone_job_into_cgroup(&exec, &prepared.setup, &cgroup_dir) {
+            Ok((pid, pidfd)) => {
+                set_clone_mode(
+                    CloneMode::IntoCgroup,
+                    "jobs are born in their cgroup (clone3 with CLONE_INTO_CGROUP)",
+                );
+                drop(prepared.setup);
+                return Ok((pid, pidfd, prepared.step_read, Some(events)));
+            }
+            Err(e) if sys::clone3_unsupported(&e) => set_clone_mode(
+                CloneMode::Fork,
+                &format!(
+                    "clone3 into a cgroup refused ({e}): jobs are forked and join their \
+                     cgroup themselves"
+                ),
+            ),
+            Err(e) => return Err(child::failure(plan, &[], e)),
+        }
+    }
     let (join, events) = match &plan.cgroup {
         Some(cgroup) => (
             cgroup.open_procs_files().map_err(cgroup_fault)?,
@@ -1091,7 +1157,6 @@ fn fork(
         ),
         None => (Vec::new(), None),
     };
-    let exec = child::exec_args(plan)?;
     let prepared = child::prepare(dir, plan, join)?;
     let pid = sys::fork_job(&exec, &prepared.setup).map_err(|e| child::failure(plan, &[], e))?;
     // Dropping the setup closes the parent's copy of the pipe's write end and of the cgroup
