@@ -710,3 +710,44 @@ async fn jobs_get_the_client_socket_of_their_node() {
         "socket=/run/ysched/test-noded.sock\n"
     );
 }
+
+/// A spool whose supervisor socket's path is too long for a Unix socket's address (108
+/// bytes): the supervisor is reached through the open spool directory, and jobs run, end
+/// and are found again after a restart as on any spool.
+#[tokio::test]
+async fn a_spool_too_deep_for_a_socket_address_still_runs_jobs() {
+    let fx = Fixture::new();
+    let deep = fx
+        .spool
+        .path()
+        .join("a-spool-directory-whose-path-is-long")
+        .join("enough-that-its-supervisor-socket-does-not-fit-in-sun-path")
+        .join("of-a-unix-socket-address");
+    assert!(deep.join("supervisor.sock").as_os_str().len() > 108);
+    let launcher = |spool: &Path| {
+        let (launcher, events) =
+            ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
+                shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+                ..ysched_noded::launch::LauncherOptions::new(spool, NODE)
+            })
+            .unwrap();
+        (launcher, Events::new(events))
+    };
+    let (first, mut events) = launcher(&deep);
+    first.launch(fx.job(3101, "#!/bin/sh\nexit 4\n")).unwrap();
+    let finished = events.wait_for_end(3101).await.finished;
+    assert_eq!(finished.exit_code, Some(4), "{finished:?}");
+    first
+        .launch(fx.job(3102, "#!/bin/sh\nsleep 1\nexit 6\n"))
+        .unwrap();
+    events.wait_for_start(3102).await;
+    drop(first);
+    drop(events);
+
+    let (again, mut events) = launcher(&deep);
+    let recovery = again.recover().await.unwrap();
+    assert_eq!(recovery.ended, [3101]);
+    assert_eq!(recovery.reattached, [3102]);
+    let finished = events.wait_for_end(3102).await.finished;
+    assert_eq!(finished.exit_code, Some(6), "{finished:?}");
+}

@@ -160,6 +160,8 @@ struct Shared {
     /// Part of every job cgroup's name (see [`containment::instance_tag`]).
     cgroup_instance: String,
     spool: Spool,
+    /// Where the node's supervisor is reached (see [`node_supervisor::SocketAddress`]).
+    socket: node_supervisor::SocketAddress,
     node_name: String,
     shepherd_program: PathBuf,
     allow_root_jobs: bool,
@@ -251,8 +253,7 @@ impl Shared {
     /// The same, blocking (off the async threads), to a supervisor that runs already.
     fn record_end_blocking(&self, finished: &FinishedRecord) -> io::Result<()> {
         use std::io::{BufRead, Write};
-        let path = self.spool.root().join(node_supervisor::SOCKET_FILE);
-        let mut stream = std::os::unix::net::UnixStream::connect(path)?;
+        let mut stream = std::os::unix::net::UnixStream::connect(self.socket.path())?;
         stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
         let json = serde_json::to_string(finished).map_err(io::Error::other)?;
         stream.write_all(format!("record {json}\n").as_bytes())?;
@@ -269,26 +270,32 @@ impl Shared {
     /// A connection to the node's supervisor; with `start`, the supervisor is started first
     /// when none answers (it exits when idle, see [`node_supervisor::IDLE_EXIT`]).
     async fn connect_supervisor(&self, start: bool) -> io::Result<tokio::net::UnixStream> {
-        let path = self.spool.root().join(node_supervisor::SOCKET_FILE);
-        match tokio::net::UnixStream::connect(&path).await {
+        let path = self.socket.path();
+        match tokio::net::UnixStream::connect(path).await {
             Ok(stream) => return Ok(stream),
             Err(e) if !start => return Err(e),
             Err(_) => {}
         }
         let _starting = self.starting_supervisor.lock().await;
-        if let Ok(stream) = tokio::net::UnixStream::connect(&path).await {
+        if let Ok(stream) = tokio::net::UnixStream::connect(path).await {
             return Ok(stream);
         }
         self.start_supervisor()?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            match tokio::net::UnixStream::connect(&path).await {
+            match tokio::net::UnixStream::connect(path).await {
                 Ok(stream) => return Ok(stream),
                 Err(e) if std::time::Instant::now() > deadline => {
                     return Err(io::Error::new(
                         e.kind(),
-                        format!("the supervisor did not come up on {}: {e}", path.display()),
+                        format!(
+                            "the supervisor did not come up on {}: {e}",
+                            self.spool
+                                .root()
+                                .join(node_supervisor::SOCKET_FILE)
+                                .display()
+                        ),
                     ))
                 }
                 Err(_) => {}
@@ -361,8 +368,10 @@ impl Launcher {
         };
         let (events, receiver) = mpsc::unbounded_channel();
         let cgroup_instance = containment::instance_tag(&options.node_name, &options.spool_dir);
+        let socket = node_supervisor::SocketAddress::of_spool(spool.root())?;
         let shared = Arc::new(Shared {
             cgroup_instance,
+            socket,
             spool,
             node_name: options.node_name,
             shepherd_program: options.shepherd_program,

@@ -76,6 +76,37 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use ysched_common::time::{now_ms, rfc3339};
 
+/// The longest path a Unix socket's address holds (`sun_path`, with its NUL).
+const SUN_PATH_MAX: usize = 108;
+
+/// Where the supervisor's socket is reached: its path, or where that is too long for a
+/// socket's address (108 bytes), the same through `/proc/self/fd/<spool dir>`, valid while
+/// this holds the spool directory open.
+pub struct SocketAddress {
+    path: PathBuf,
+    _dir: Option<File>,
+}
+
+impl SocketAddress {
+    pub fn of_spool(spool: &Path) -> io::Result<SocketAddress> {
+        let path = spool.join(SOCKET_FILE);
+        if path.as_os_str().len() < SUN_PATH_MAX {
+            return Ok(SocketAddress { path, _dir: None });
+        }
+        let dir = File::open(spool)?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}/{SOCKET_FILE}", dir.as_raw_fd()));
+        Ok(SocketAddress {
+            path,
+            _dir: Some(dir),
+        })
+    }
+
+    /// The path to bind or connect to (short enough).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// The hidden subcommand that turns the noded binary into the node's supervisor.
 pub const SUPERVISOR_SUBCOMMAND: &str = "__supervisor";
 /// The supervisor's socket, in the spool's root.
@@ -195,9 +226,9 @@ fn take_lock(spool: &Path) -> io::Result<Option<File>> {
         match sys::try_lock(&lock) {
             Ok(true) => return Ok(Some(lock)),
             Ok(false) => {
-                if UnixStream::connect(spool.join(SOCKET_FILE)).is_ok()
-                    || since.elapsed() > Duration::from_secs(5)
-                {
+                let connected = SocketAddress::of_spool(spool)
+                    .and_then(|address| UnixStream::connect(address.path()));
+                if connected.is_ok() || since.elapsed() > Duration::from_secs(5) {
                     return Ok(None);
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -214,7 +245,8 @@ fn listen(spool: &Path) -> io::Result<UnixListener> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let listener = UnixListener::bind(&path)?;
+    let address = SocketAddress::of_spool(spool)?;
+    let listener = UnixListener::bind(address.path())?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(FILE_MODE))?;
     listener.set_nonblocking(true)?;
     Ok(listener)
