@@ -39,7 +39,6 @@ pub mod journal;
 pub mod lease;
 pub mod node_supervisor;
 mod process;
-pub mod shepherd;
 pub mod spool;
 mod supervisor;
 mod tracking;

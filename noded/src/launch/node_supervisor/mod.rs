@@ -52,14 +52,19 @@
 //! With no job and no connection for [`IDLE_EXIT`] it exits; noded starts it again for the
 //! next job.
 
+// Everywhere but `sys`, `unsafe` is refused.
 #![deny(unsafe_code)]
+
+mod child;
+#[allow(unsafe_code)]
+mod sys;
+
+use child::StartError;
 
 use super::cgroup::read_populated;
 use super::journal::{Entry, Journal, JournalOptions, Receipt};
 use super::lease::{boottime_ms, Lease, LEASE_FILE};
 use super::process::newest_mtime_ms;
-use super::shepherd::child::{self, StartError};
-use super::shepherd::sys;
 use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState, FILE_MODE};
 use super::supervisor::{checkpoint_to_check, finished_record, saved_since, LOST};
 use super::tracking::JobProcesses;

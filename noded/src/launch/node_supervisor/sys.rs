@@ -15,9 +15,6 @@ use nix::unistd::{Gid, Uid};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
-use ysched_common::time::now_ms;
 
 /// Descriptors noded did not mean to pass on (a library's without close-on-exec) would
 /// otherwise reach the job. Keeps stdin, stdout (the pipe to noded) and stderr (the log).
@@ -52,30 +49,6 @@ pub(in crate::launch) fn become_subreaper() {
     }
 }
 
-/// Collects the exit status of every child that has ended (orphaned job processes the
-/// shepherd inherited as their subreaper), without waiting.
-pub(super) fn reap_orphans() {
-    let mut status = 0;
-    // SAFETY: waitpid with WNOHANG on any child, into a live local.
-    while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
-}
-
-/// Tells noded the job's pid and start time: one line on stdout, then stdout is closed so
-/// noded sees the end. A noded that is gone makes this fail with EPIPE, which is fine: it
-/// reads the `pid` file when it comes back.
-pub(super) fn announce_start(pid: u32) {
-    let line = format!("started {pid} {}\n", now_ms());
-    // SAFETY: plain writes and dup2 on the standard descriptors this process owns.
-    unsafe {
-        libc::write(1, line.as_ptr().cast(), line.len());
-        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if devnull >= 0 {
-            libc::dup2(devnull, 1);
-            libc::close(devnull);
-        }
-    }
-}
-
 /// Everything the child needs, prepared before the fork so the child only makes syscalls.
 pub(in crate::launch) struct ChildSetup {
     /// `cgroup.procs` of each of the job's cgroups, written "0" (this process) first thing.
@@ -98,21 +71,8 @@ pub(in crate::launch) struct ChildSetup {
     pub(super) group_file: Option<OwnedFd>,
 }
 
-/// Spawns `command`, whose child runs [`setup_child`] between its fork and its exec.
-pub(super) fn spawn_with_setup(
-    mut command: Command,
-    setup: ChildSetup,
-) -> io::Result<std::process::Child> {
-    // SAFETY: the closure only makes async-signal-safe system calls on data prepared before
-    // the fork (see the module's docs).
-    unsafe {
-        command.pre_exec(move || setup_child(&setup));
-    }
-    command.spawn()
-}
-
 /// Runs in the forked child, before exec: new session, user switch, directories, output.
-pub(super) fn setup_child(s: &ChildSetup) -> io::Result<()> {
+fn setup_child(s: &ChildSetup) -> io::Result<()> {
     let report = |step: Step, refused: Option<Refused>, error: &io::Error| {
         report_step(
             &s.step_report,

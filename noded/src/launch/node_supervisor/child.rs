@@ -4,19 +4,18 @@
 //! [`sys::setup_child`]); when it fails, the step it reports says what the failure means:
 //! whose fault it is (the node's or the job's), and the message for the job's end.
 
-use super::sys::{self, ChildSetup, ExecArgs, STEP_REPORT_LEN};
+use super::sys::{ChildSetup, ExecArgs, STEP_REPORT_LEN};
 use crate::launch::spool::JobDir;
 use crate::launch::ExecPlan;
 use nix::unistd::{Gid, Uid};
 use std::ffi::CString;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// Why the job could not be started (the message for `FinishedRecord::error`), and whether that
-/// is the node's fault (see [`super::launch_failed`]).
+/// is the node's fault (another node may run the job).
 pub(in crate::launch) struct StartError {
     pub(in crate::launch) error: String,
     pub(in crate::launch) node_fault: bool,
@@ -136,29 +135,6 @@ pub(in crate::launch) fn exec_args(plan: &ExecPlan) -> Result<ExecArgs, StartErr
         .map(|(k, v)| text(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
     Ok(ExecArgs::new(program, args, env))
-}
-
-/// Forks and execs the job.
-pub(super) fn start_job(
-    dir: &JobDir,
-    plan: &ExecPlan,
-    join_cgroups: Vec<OwnedFd>,
-) -> Result<std::process::Child, StartError> {
-    let Prepared { setup, step_read } = prepare(dir, plan, join_cgroups)?;
-    let mut command = Command::new(&plan.program);
-    command
-        .args(&plan.args)
-        .env_clear()
-        .envs(&plan.env)
-        .stdin(Stdio::null());
-    // Consumes `command`, and with it the setup's copy of the pipe's write end: reading sees
-    // end-of-file once the child has exec'd or died.
-    let spawned = sys::spawn_with_setup(command, setup);
-    let mut failed_step = [0u8; STEP_REPORT_LEN];
-    let reported = std::fs::File::from(step_read)
-        .read(&mut failed_step)
-        .unwrap_or(0);
-    spawned.map_err(|e| failure(plan, &failed_step[..reported], e))
 }
 
 /// What a failed start means: `report` is what the child wrote on its step pipe (empty when
