@@ -2,9 +2,10 @@
 //!
 //! Every job is handed to the node's *supervisor* (one long-lived process per node, the noded
 //! binary run as `noded __supervisor <spool>` in its own session, see [`node_supervisor`]),
-//! which forks the job as the submitting user and records its pid and exit status in the
-//! job's spool directory (see [`spool`]). It replaced a shepherd process per job
-//! ([`shepherd`]: a restarted noded still adopts an older noded's live shepherds). Where the
+//! which records its launch in the node's journal (see [`journal`]), starts it as the
+//! submitting user, and records its end there. It replaced a shepherd process per job (a
+//! restarted noded still adopts an older noded's live shepherds, from their files in the
+//! [`spool`]). Where the
 //! host allows, each job runs in its own cgroup, created by noded before the job is handed
 //! over, which holds every process the job starts and carries its limits (see
 //! [`containment`]); otherwise in its own process group. The supervisor closes the job's
@@ -12,9 +13,11 @@
 //! in one task, learns of the job's end as an event. That task also runs the warning, time-limit and grace
 //! timers and reports [`JobEvent`]s on a channel.
 //!
-//! After a restart, [`Launcher::recover`] scans the spool, re-attaches through the supervisor
-//! (or to an older noded's live shepherds), resumes their timers from `state.json`, and
-//! reports the jobs nobody supervises any more as lost.
+//! After a restart, [`Launcher::recover`] asks the supervisor for its jobs and the ends schedd
+//! has not acknowledged (or reads its journal, when it does not answer), re-attaches to them
+//! and resumes their timers from their journaled stop progress; an older noded's live
+//! shepherds are adopted from their spool files. A supervisor that starts after another died
+//! reports the jobs the journal says were running as lost.
 //!
 //! The supervisor also stops the jobs on its own when the node's fence lease runs out (see
 //! [`lease`]): the agent renews it while schedd answers.
@@ -24,9 +27,9 @@
 //! heartbeat, [`Launcher::check_health`], fails or finds less than `node.spool_reserve_mib`
 //! free), nor for a while after a launch failed for a reason of the node's (its cgroups,
 //! forking). The agent tells schedd, which drains the node meanwhile. A full spool never
-//! ends a running job: the lease is rewritten in place, the shepherd records the job's end in
-//! a file made before the job started, and an end that cannot be written is kept in memory
-//! until schedd acknowledges it.
+//! ends a running job: the lease is rewritten in place, the journal keeps room allocated for
+//! the end of every running job, and an end that cannot be recorded is kept in memory until
+//! schedd acknowledges it.
 
 pub mod cgroup;
 mod checkpoint;

@@ -307,6 +307,8 @@ struct Launching {
 
 struct Ending {
     finished: FinishedRecord,
+    /// The job's record, listed as running until its end is synced and told.
+    record: JobRecord,
     receipt: Receipt,
 }
 
@@ -690,7 +692,10 @@ impl Supervisor {
                 }
                 record
             })
-            .chain(self.launching.iter().map(|l| l.record.clone()));
+            .chain(self.launching.iter().map(|l| l.record.clone()))
+            // Ended, but not yet told: a restarted noded attaches and is told then.
+            .chain(self.checking.iter().map(|c| c.record.clone()))
+            .chain(self.ending.iter().map(|e| e.record.clone()));
         for record in running {
             if let Ok(json) = serde_json::to_string(&record) {
                 lines.push_str(&format!("job {json}\n"));
@@ -863,11 +868,14 @@ impl Supervisor {
                     }),
                     Err(e) => {
                         log(&format!("cannot look at the checkpoint directory: {e}"));
-                        self.record_end(finished_record(&record, exit, false));
+                        self.record_end(finished_record(&record, exit, false), record);
                     }
                 }
             }
-            None => self.record_end(finished_record(&record, exit, false)),
+            None => {
+                let finished = finished_record(&record, exit, false);
+                self.record_end(finished, record)
+            }
         }
     }
 
@@ -884,13 +892,18 @@ impl Supervisor {
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => false,
             };
             let Checking { record, exit, .. } = self.checking.remove(index);
-            self.record_end(finished_record(&record, exit, saved));
+            let finished = finished_record(&record, exit, saved);
+            self.record_end(finished, record);
         }
     }
 
-    fn record_end(&mut self, finished: FinishedRecord) {
+    fn record_end(&mut self, finished: FinishedRecord, record: JobRecord) {
         let receipt = self.journal.append(Entry::Ended(finished.clone()));
-        self.ending.push(Ending { finished, receipt });
+        self.ending.push(Ending {
+            finished,
+            record,
+            receipt,
+        });
     }
 
     /// Tells noded the ends now synced (`ended <json>`), and closes their connections.
@@ -971,7 +984,8 @@ impl Supervisor {
                 error: Some(LOST.into()),
                 ..Default::default()
             };
-            self.record_end(finished_record(&record, exit, false));
+            let finished = finished_record(&record, exit, false);
+            self.record_end(finished, record);
         }
     }
 

@@ -1,44 +1,35 @@
-//! The spool: one directory per job, what noded needs to supervise it across restarts.
+//! The spool: the node's journal, the jobs' scripts, and an older noded's files per job.
 //!
-//! Each job's directory, `<spool>/jobs/<id>`, holds everything needed to supervise the job
-//! across noded restarts and to report its end until schedd acknowledges it.
+//! | path                      | written by     | content                                  |
+//! |---------------------------|----------------|------------------------------------------|
+//! | `journal`                 | the supervisor | every job's launch ([`JobRecord`], its   |
+//! |                           |                | environment included), start, stop       |
+//! |                           |                | progress and end ([`FinishedRecord`]),   |
+//! |                           |                | until schedd acknowledges it (see        |
+//! |                           |                | [`super::journal`])                      |
+//! | `jobs/<id>/script`        | noded          | the batch script, mode 0700, owned by    |
+//! |                           |                | the job user; not synced                 |
+//! | `jobs/<id>/group`         | the job's      | without cgroups: its process group,      |
+//! |                           | first process  | recorded before anything that can block, |
+//! |                           |                | so that a stop reaches a job that has    |
+//! |                           |                | not exec'd yet                           |
+//! | `lease`                   | the agent      | the node's fence lease (see              |
+//! |                           |                | [`super::lease`])                        |
+//! | `supervisor.sock`, `.lock`, `.log` | the supervisor | its socket, lock and diagnostics |
 //!
-//! | file            | written by | content                                                  |
-//! |-----------------|------------|----------------------------------------------------------|
-//! | `state.json`    | noded      | [`JobRecord`]: launch parameters (environment included), |
-//! |                 |            | resolved plan, pids, start time, stop/term state         |
-//! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
-//! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
-//! | `group`         | the job's  | without cgroups: its process group, recorded before      |
-//! |                 | first      | anything that can block, so that a stop reaches a job    |
-//! |                 | process    | that has not exec'd yet                                  |
-//! | `stopping`      | noded,     | present once a stop began (noded's, or the shepherd's    |
-//! |                 | shepherd   | fence): the shepherd then waits for every process of the |
-//! |                 |            | job, not only the main one                               |
-//! | `exit.json`     | noded,     | [`ExitRecord`]: how the job ended, or why it never began;|
-//! |                 | shepherd   | noded makes it blank before starting the shepherd, which |
-//! |                 |            | rewrites it in place (no space needed on a full spool)   |
-//! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
-//! | `shepherd.log`  | shepherd   | an older noded's shepherd's diagnostics                  |
-//!
-//! ("shepherd" above: the node's supervisor, [`super::node_supervisor`], for the jobs this
-//! noded starts.) Beside `jobs/`, the spool's root holds `lease`, the node's fence lease (see
-//! [`super::lease`]), which the agent writes and the supervisor reads, and the supervisor's
-//! `supervisor.sock`, `supervisor.lock` and `supervisor.log`.
+//! A job of an older noded (one shepherd process per job) keeps its files in `jobs/<id>/`
+//! until schedd acknowledges its end: `state.json` ([`JobRecord`]), `pid`, `stopping` (a
+//! stop began: its shepherd waits for every process of the job), `exit.json` ([`ExitRecord`],
+//! written by its shepherd into a blank made before it started, in place) and
+//! `finished.json` ([`FinishedRecord`]). A restarted noded adopts such jobs from those files
+//! (see [`scan_spool`]); every JSON file is written atomically (temporary file, fsync,
+//! rename, directory fsync).
 //!
 //! Jobs' scripts and environments are private: `jobs/` and each `jobs/<id>/` are mode 0711,
 //! owned by noded's user (root), so other users can neither list them nor create anything in
 //! them, and every file is mode 0600 (root only) except `script`, which the job user needs
 //! to run and only they may read. A spool left by an older noded with wider modes is
 //! tightened when it is opened.
-//!
-//! Every JSON file and `pid` is written atomically (temporary file + rename), so a reader
-//! never sees half a file, whichever process crashes when; except `exit.json`, which the
-//! shepherd writes once, in place, into the blank noded made before starting it, and which
-//! noded reads only once the shepherd is gone. So a job's end is recorded even on a spool
-//! with no space left; if `finished.json` cannot be written then, noded keeps the report in
-//! memory until schedd acknowledges it (see [`super::Launcher::unacked_finished`]), and a
-//! restarted noded rebuilds it from `exit.json`.
 
 mod job_dir;
 mod records;

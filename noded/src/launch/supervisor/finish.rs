@@ -1,8 +1,11 @@
-//! A job's end: read from its shepherd's `exit.json`, recorded in the spool and reported.
+//! A job's end: how it is made ([`finished_record`]), recorded and reported.
 //!
 //! The end ([`FinishedRecord`]) says how the job was stopped (asked, timed out, fenced,
-//! killed) and whether it saved a checkpoint after its SIGTERM; one that cannot be written
-//! to the spool is kept in memory until schedd acknowledges it.
+//! killed) and whether it saved a checkpoint after its SIGTERM. The node's supervisor makes
+//! it for the jobs it ran (with these functions) and records it in the journal; noded makes
+//! it for a launch that failed before the hand-over, a job whose supervisor went away, and
+//! an older noded's shepherd's job (from its `exit.json`). One that cannot be recorded is kept
+//! in memory until schedd acknowledges it.
 
 use super::Supervisor;
 use crate::launch::checkpoint_scan::CheckpointDir;

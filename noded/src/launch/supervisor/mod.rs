@@ -1,13 +1,14 @@
 //! One task per job, which starts or adopts it, stops it when due, and reports its end.
 //!
-//! The task creates the job's cgroups and starts its shepherd (or adopts it after a
-//! restart), sends the warning signal, SIGTERM and SIGKILL to every process of the job when
-//! asked or when the time limit and grace run out, and reports the job's end. All of it
-//! reacts to events (shepherd exit, control messages, timers); nothing polls.
+//! The task creates the job's cgroups and hands the job to the node's supervisor (or
+//! re-attaches to it after a restart, or to an older noded's shepherd), sends the warning
+//! signal, SIGTERM and SIGKILL to every process of the job when asked or when the time limit
+//! and grace run out (its stop progress told to the supervisor before each signal), and
+//! reports the job's end. All of it reacts to events (the supervisor's lines, control
+//! messages, timers); nothing polls.
 //!
-//! Its parts: [`start`] (the job's spool directory, cgroups and shepherd), [`signals`]
-//! (reaching every process of the job) and [`finish`] (the job's end, recorded and
-//! reported).
+//! Its parts: [`start`] (the job's script, cgroups and hand-over), [`signals`] (reaching
+//! every process of the job) and [`finish`] (the job's end, recorded and reported).
 
 mod finish;
 mod signals;
@@ -76,7 +77,8 @@ impl Supervisor {
             link: None,
             old_layout: false,
         };
-        // noded may have stopped between the shepherd writing `pid` and noded recording it.
+        // An older noded's shepherd may have written `pid` after its noded last saved the
+        // record.
         if supervisor.record.plan.is_some() && supervisor.record.job_pid.is_none() {
             if let Some(pid) = supervisor.dir.read_job_pid() {
                 supervisor.record.job_pid = Some(pid);
@@ -98,7 +100,8 @@ impl Supervisor {
         self.record.job.job_id
     }
 
-    /// A new job's whole life: plan it, start its shepherd, supervise it, report its end.
+    /// A new job's whole life: plan it, hand it to the node's supervisor, supervise it, report
+    /// its end.
     pub async fn launch(mut self) {
         match self.start().await {
             Ok((shepherd, announcement)) => self.supervise(shepherd, Some(announcement)).await,
@@ -204,14 +207,14 @@ impl Supervisor {
         let mut words = line.split_whitespace();
         let (Some("started"), Some(pid), time) = (words.next(), words.next(), words.next()) else {
             tracing::warn!(
-                "job {}: unexpected shepherd message {line:?}",
+                "job {}: unexpected supervisor message {line:?}",
                 self.job_id()
             );
             return;
         };
         let Ok(pid) = pid.parse::<u32>() else {
             tracing::warn!(
-                "job {}: bad pid in shepherd message {line:?}",
+                "job {}: bad pid in supervisor message {line:?}",
                 self.job_id()
             );
             return;
@@ -265,7 +268,7 @@ impl Supervisor {
         self.persist();
     }
 
-    /// SIGTERM to every process now, SIGKILL due after `grace_secs`. The shepherd is told
+    /// SIGTERM to every process now, SIGKILL due after `grace_secs`. The supervisor is told
     /// first, so that the main process dying of the SIGTERM does not end the others' grace.
     fn terminate(&mut self, now: i64, grace_secs: u32) {
         self.record.stop.term_time_ms = now;
