@@ -206,7 +206,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     tokio::select! {
         () = agent.run() => Ok(()),
         signal = shutdown_signal() => {
-            tracing::info!("{signal}: stopping; jobs keep running under their shepherds");
+            tracing::info!("{signal}: stopping; jobs keep running under the node's supervisor");
             Ok(())
         }
     }

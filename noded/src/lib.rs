@@ -3,9 +3,10 @@
 //! It reports what the host has ([`gpu`], [`host`], gathered in [`inventory`]), watches its
 //! GPUs' health on a thread of its own ([`gpu_watch`]), keeps one session with schedd
 //! ([`agent`], which converts the launcher's requests and events to and from the wire in
-//! [`convert`]), and runs jobs as real processes under a per-job shepherd
-//! so that they survive a restart of noded itself ([`launch`]); its shepherds stop them on
-//! their own when the node has lost schedd for `node.fence_after_secs` ([`launch::lease`]).
+//! [`convert`]), and runs jobs as real processes under the node's supervisor (one process
+//! per node, which journals every launch and end) so that they survive a restart of noded
+//! itself ([`launch`]); the supervisor stops them on its own when the node has lost schedd
+//! for `node.fence_after_secs` ([`launch::lease`]).
 //! It serves the host's client socket and relays its requests to schedd over the agent's
 //! session ([`relay`]). `noded --inventory` prints what it would report, with the GPU matrix
 //! of [`ysched_common::topo_matrix`].

@@ -62,17 +62,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Internal {
-    /// Supervises one job; started by noded itself.
-    #[command(name = "__shepherd", hide = true)]
-    Shepherd { job_dir: PathBuf },
+    /// Starts and watches every job of the spool; started by noded itself.
+    #[command(name = "__supervisor", hide = true)]
+    Supervisor { spool: PathBuf },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Before anything else: the shepherd starts no async runtime (it forks the job; only
-    // then does its fence's watcher thread start) and logs to its own stderr.
-    if let Some(Internal::Shepherd { job_dir }) = &cli.internal {
-        return launch::shepherd::run(job_dir);
+    // Before anything else: the supervisor starts no async runtime (it forks jobs from a
+    // process with no thread but its journal's) and logs to its own stderr.
+    match &cli.internal {
+        Some(Internal::Supervisor { spool }) => return launch::node_supervisor::run(spool),
+        None => {}
     }
     init_logging(cli.verbose);
     let options = daemon::Options {

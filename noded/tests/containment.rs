@@ -334,10 +334,13 @@ async fn job_ignoring_sigterm_is_killed_after_the_grace(mode: Mode, offset: u64)
     launcher
         .launch(fx.job(
             job_id,
-            "#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n",
+            "#!/bin/sh\ntrap '' TERM\necho trapped\nwhile :; do sleep 1; done\n",
         ))
         .unwrap();
     let started = events.wait_for_start(job_id).await;
+    // Its start is told once it has exec'd: the shell may not have read its trap yet.
+    fx.wait_for_output(&format!("ysched-{job_id}.out"), "trapped")
+        .await;
     let stop_time = Instant::now();
     assert!(launcher.stop(job_id, 1));
     let finished = events.wait_for_end(job_id).await.finished;

@@ -91,12 +91,8 @@ async fn the_shepherd_fences_its_job_when_the_lease_runs_out(mode: Mode, offset:
         );
         let out = fx.output(&format!("ysched-{}.out", finished.job_id));
         assert!(out.contains("got-term"), "its SIGTERM handler ran: {out:?}");
-        let log = std::fs::read_to_string(
-            fx.spool
-                .path()
-                .join(format!("jobs/{}/shepherd.log", finished.job_id)),
-        )
-        .unwrap();
+        // The node's supervisor logs for every job.
+        let log = std::fs::read_to_string(fx.spool.path().join("supervisor.log")).unwrap();
         assert!(log.contains("fence: the node's lease ran out"), "{log}");
     }
     assert_eq!(saved.exit_code, Some(0), "{saved:?}");
@@ -137,9 +133,7 @@ async fn no_fence_without_a_deadline() {
             !finished.fenced && finished.term_time_ms == 0,
             "{finished:?}"
         );
-        let log =
-            std::fs::read_to_string(fx.spool.path().join(format!("jobs/{job_id}/shepherd.log")))
-                .unwrap();
+        let log = std::fs::read_to_string(fx.spool.path().join("supervisor.log")).unwrap();
         assert!(!log.contains("fence:"), "{log}");
         if *job_id == 3102 {
             assert_eq!(

@@ -1,7 +1,7 @@
 //! A node whose spool fills up (a small tmpfs, filled to the last byte) while a real job
-//! runs: the job runs on (its fence lease is renewed in place), its end is recorded and
-//! reported, a launch is refused as the node's fault (not the job's), and the node says it
-//! cannot take jobs until there is room again.
+//! runs: the job runs on (its fence lease is renewed in place), its end is recorded (in the
+//! room the node's journal keeps for it) and reported, a launch is refused as the node's
+//! fault (not the job's), and the node says it cannot take jobs until there is room again.
 
 mod support;
 
@@ -165,7 +165,7 @@ async fn a_full_spool_keeps_running_jobs_and_their_ends_and_refuses_launches_as_
     ));
     renewing.store(false, std::sync::atomic::Ordering::SeqCst);
     renewer.join().unwrap();
-    // Its end could not be written to the spool: kept in memory until acknowledged.
+    // Both ends are in the node's journal, in the room it keeps for ends: none is lost.
     let job1 = fx.spool.path().join("jobs/1");
     assert!(!job1.join("finished.json").exists());
     let unacked: Vec<u64> = launcher
@@ -177,24 +177,24 @@ async fn a_full_spool_keeps_running_jobs_and_their_ends_and_refuses_launches_as_
     // The probe finds the spool still full.
     assert_eq!(launcher.check_health(), full);
 
-    // A noded restarted before schedd acknowledged the end rebuilds it from the record the
-    // shepherd wrote in place.
+    // A noded restarted before schedd acknowledged the ends reports them again from the
+    // journal.
     drop(launcher);
     let (launcher, mut events) = self::launcher(&fx);
     let recovery = launcher.recover().await.unwrap();
-    assert_eq!(recovery.ended, [1]);
+    assert_eq!(recovery.ended, [1, 2]);
     events
         .until("job 1's end again", |e| e.finished(1).is_some())
         .await;
     let again = events.finished(1).unwrap();
     assert_eq!(again.exit_code, Some(0), "{again:?}");
-    assert_eq!(launcher.unacked_finished(), [again]);
+    assert_eq!(launcher.unacked_finished(), [again, refused]);
 
-    // Room again: the node takes jobs, and the end is written to the spool.
+    // Room again: the node takes jobs.
     std::fs::remove_file(filler).unwrap();
     assert_eq!(launcher.check_health(), None);
-    assert!(job1.join("finished.json").exists());
     launcher.ack(1).unwrap();
+    launcher.ack(2).unwrap();
     assert!(launcher.unacked_finished().is_empty());
     launcher
         .launch(fx.job(3, "#!/bin/sh\necho three\n"))

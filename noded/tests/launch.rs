@@ -360,14 +360,21 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
     events.wait_for_start(1001).await;
     drop(launcher);
     drop(events);
-    // The job ends while no noded watches (its shepherd fills in the blank exit record).
-    let job_dir = JobDir::new(fx.spool.path().join("jobs/1001"));
+    // The job ends while no noded watches (its supervisor records the end in the journal).
+    let root = fx.spool.path().canonicalize().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while job_dir.read_exit().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "shepherd never wrote exit.json");
+    while ysched_noded::launch::journal::read_live(&root)
+        .unwrap()
+        .jobs[&1001]
+        .ended
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor never recorded the end"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await; // let the shepherd exit
 
     // A job whose shepherd vanished without a word (pid 2^22+1 is beyond pid_max's default).
     let spool = Spool::open(fx.spool.path()).unwrap();
@@ -524,8 +531,8 @@ async fn scripts_and_environments_in_the_spool_are_private() {
 
     let jobs = fx.spool.path().join("jobs");
     let dir = jobs.join("1301");
-    for file in ["script", "state.json", "shepherd.log", "pid"] {
-        let path = dir.join(file);
+    let journal = fx.spool.path().join("journal");
+    for path in [dir.join("script"), journal.clone()] {
         let out = as_other_user("cat", &[&path]);
         assert!(
             !out.status.success(),
@@ -544,7 +551,7 @@ async fn scripts_and_environments_in_the_spool_are_private() {
     let meta = std::fs::metadata(dir.join("script")).unwrap();
     assert_eq!(meta.uid(), nobody.uid.as_raw());
     assert_eq!(meta.mode() & 0o777, 0o700);
-    let meta = std::fs::metadata(dir.join("state.json")).unwrap();
+    let meta = std::fs::metadata(&journal).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
 
     // And the jobs still run, as nobody, from their scripts.
@@ -702,4 +709,45 @@ async fn jobs_get_the_client_socket_of_their_node() {
         fx.output("ysched-902.out"),
         "socket=/run/ysched/test-noded.sock\n"
     );
+}
+
+/// A spool whose supervisor socket's path is too long for a Unix socket's address (108
+/// bytes): the supervisor is reached through the open spool directory, and jobs run, end
+/// and are found again after a restart as on any spool.
+#[tokio::test]
+async fn a_spool_too_deep_for_a_socket_address_still_runs_jobs() {
+    let fx = Fixture::new();
+    let deep = fx
+        .spool
+        .path()
+        .join("a-spool-directory-whose-path-is-long")
+        .join("enough-that-its-supervisor-socket-does-not-fit-in-sun-path")
+        .join("of-a-unix-socket-address");
+    assert!(deep.join("supervisor.sock").as_os_str().len() > 108);
+    let launcher = |spool: &Path| {
+        let (launcher, events) =
+            ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
+                shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+                ..ysched_noded::launch::LauncherOptions::new(spool, NODE)
+            })
+            .unwrap();
+        (launcher, Events::new(events))
+    };
+    let (first, mut events) = launcher(&deep);
+    first.launch(fx.job(3101, "#!/bin/sh\nexit 4\n")).unwrap();
+    let finished = events.wait_for_end(3101).await.finished;
+    assert_eq!(finished.exit_code, Some(4), "{finished:?}");
+    first
+        .launch(fx.job(3102, "#!/bin/sh\nsleep 1\nexit 6\n"))
+        .unwrap();
+    events.wait_for_start(3102).await;
+    drop(first);
+    drop(events);
+
+    let (again, mut events) = launcher(&deep);
+    let recovery = again.recover().await.unwrap();
+    assert_eq!(recovery.ended, [3101]);
+    assert_eq!(recovery.reattached, [3102]);
+    let finished = events.wait_for_end(3102).await.finished;
+    assert_eq!(finished.exit_code, Some(6), "{finished:?}");
 }

@@ -7,7 +7,7 @@
 //! schedd answers the registration and every heartbeat (numbered from 1 in each session)
 //! with an acknowledgement; each one renews the node's fence lease from the time the agent
 //! *sent* what it acknowledges (see [`crate::launch::lease`]), so that the jobs stop on their
-//! own, under their shepherds, once schedd has not heard from this node for
+//! own, under the node's supervisor, once schedd has not heard from this node for
 //! `node.fence_after_secs`.
 //!
 //! While registered, the session's [`RelayLink`] is in a [`SessionSlot`], where the client

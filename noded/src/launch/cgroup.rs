@@ -2,11 +2,11 @@
 //!
 //! A cgroup in the v2 hierarchy holds every process of the job (tracking, signals,
 //! `cgroup.kill`, `cgroup.events`), and on hybrid hosts cgroups in v1 controller hierarchies
-//! carry its limits. noded creates them (see
-//! [`super::containment`]); the shepherd's child joins them before exec; the shepherd waits
-//! for them to empty and removes them.
+//! carry its limits. noded creates them (see [`super::containment`]); the job's first process
+//! is born in the v2 one (or joins it) and joins the v1 ones before exec; the node's
+//! supervisor waits for them to empty and removes them.
 //!
-//! Everything here works on paths recorded in `state.json`, so a noded that restarted finds
+//! Everything here works on paths recorded in the job's plan (journaled), so a noded that restarted finds
 //! the job's processes without trusting any pid it remembers.
 
 use nix::sys::signal::Signal;
@@ -165,7 +165,7 @@ impl JobCgroup {
 
     /// The `cgroup.procs` files the job's first process writes "0" to before exec, so that it
     /// and everything it starts are in the job's cgroups from the first instruction. Opened
-    /// by the shepherd (root) before the fork: the child may no longer be root when it writes.
+    /// by the supervisor (root) before the fork: the child may no longer be root when it writes.
     pub fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
         std::iter::once(&self.dir)
             .chain(&self.v1_dirs)
@@ -179,6 +179,16 @@ impl JobCgroup {
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
             })
             .collect()
+    }
+
+    /// The job's v2 cgroup directory, open (for `clone3`'s `CLONE_INTO_CGROUP`).
+    pub fn open_dir(&self) -> io::Result<OwnedFd> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&self.dir)
+            .map(OwnedFd::from)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.dir.display())))
     }
 
     /// `cgroup.events`, for [`wait_until_empty`].
@@ -257,6 +267,16 @@ pub fn wait_until_empty(events: &File, mut between: impl FnMut()) -> io::Result<
         }
         between();
     }
+}
+
+/// Whether the cgroup whose `cgroup.events` is open as `events` has a process, read through
+/// that descriptor: the read re-arms its poll notification (`POLLPRI` on the next change).
+pub fn read_populated(events: &File) -> io::Result<bool> {
+    let mut text = String::new();
+    let mut reader = events;
+    reader.seek(SeekFrom::Start(0))?;
+    reader.read_to_string(&mut text)?;
+    Ok(parse_populated(&text))
 }
 
 fn parse_populated(events: &str) -> bool {

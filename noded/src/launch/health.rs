@@ -192,17 +192,22 @@ impl Shared {
         shared.health().problem.as_ref().map(|p| p.reason.clone())
     }
 
-    /// Writes the ends kept in memory to the spool, now that it can be written.
+    /// Records the ends kept in memory, now that the spool can be written: in the node's
+    /// journal through a running supervisor (none running: tried at the next probe), or for
+    /// an older noded's shepherd in its `finished.json`.
     fn write_unwritten_ends(&self) {
         let ends: Vec<FinishedRecord> = self.unwritten_ends().values().cloned().collect();
         for end in ends {
             let dir = self.spool.job_dir(end.job_id);
-            if !dir.path().is_dir() {
-                continue; // no job directory (its launch could not make one): memory only
-            }
-            match dir.write_finished(&end) {
+            let written = if dir.state().exists() {
+                dir.write_finished(&end)
+            } else {
+                self.record_end_blocking(&end)
+            };
+            match written {
                 Ok(()) => {
                     self.unwritten_ends().remove(&end.job_id);
+                    self.recorded_ends().insert(end.job_id, end);
                 }
                 Err(e) => tracing::debug!("job {}: end still not written: {e}", end.job_id),
             }

@@ -1,19 +1,25 @@
 //! Running jobs: real processes, real signals, surviving noded restarts.
 //!
-//! Each job gets a *shepherd* (the noded binary re-executed as `noded __shepherd <job dir>`,
-//! see [`shepherd`]) in its own session, which forks the job as the submitting user and
-//! records its pid and exit status in the job's spool directory (see [`spool`]). Where the host
-//! allows, each job runs in its own cgroup, created by noded before the shepherd starts, which
-//! holds every process the job starts and carries its limits (see [`containment`]); otherwise
-//! in its own process group. The shepherd ends when the last of those processes has, so
-//! noded, which supervises each job in one task, learns of the job's end as an event (child
-//! wait, or a pidfd after a restart). That task also runs the warning, time-limit and grace
+//! Every job is handed to the node's *supervisor* (one long-lived process per node, the noded
+//! binary run as `noded __supervisor <spool>` in its own session, see [`node_supervisor`]),
+//! which records its launch in the node's journal (see [`journal`]), starts it as the
+//! submitting user, and records its end there. It replaced a shepherd process per job (a
+//! restarted noded still adopts an older noded's live shepherds, from their files in the
+//! [`spool`]). Where the
+//! host allows, each job runs in its own cgroup, created by noded before the job is handed
+//! over, which holds every process the job starts and carries its limits (see
+//! [`containment`]); otherwise in its own process group. The supervisor closes the job's
+//! connection when the last of those processes has ended, so noded, which follows each job
+//! in one task, learns of the job's end as an event. That task also runs the warning, time-limit and grace
 //! timers and reports [`JobEvent`]s on a channel.
 //!
-//! After a restart, [`Launcher::recover`] scans the spool, re-attaches to live shepherds and
-//! resumes their timers from `state.json`, and reports jobs whose shepherd is gone.
+//! After a restart, [`Launcher::recover`] asks the supervisor for its jobs and the ends schedd
+//! has not acknowledged (or reads its journal, when it does not answer), re-attaches to them
+//! and resumes their timers from their journaled stop progress; an older noded's live
+//! shepherds are adopted from their spool files. A supervisor that starts after another died
+//! reports the jobs the journal says were running as lost.
 //!
-//! Shepherds also stop their jobs on their own when the node's fence lease runs out (see
+//! The supervisor also stops the jobs on its own when the node's fence lease runs out (see
 //! [`lease`]): the agent renews it while schedd answers.
 //!
 //! The launcher also knows whether this node can take jobs ([`Launcher::unhealthy_reason`]):
@@ -21,9 +27,9 @@
 //! heartbeat, [`Launcher::check_health`], fails or finds less than `node.spool_reserve_mib`
 //! free), nor for a while after a launch failed for a reason of the node's (its cgroups,
 //! forking). The agent tells schedd, which drains the node meanwhile. A full spool never
-//! ends a running job: the lease is rewritten in place, the shepherd records the job's end in
-//! a file made before the job started, and an end that cannot be written is kept in memory
-//! until schedd acknowledges it.
+//! ends a running job: the lease is rewritten in place, the journal keeps room allocated for
+//! the end of every running job, and an end that cannot be recorded is kept in memory until
+//! schedd acknowledges it.
 
 pub mod cgroup;
 mod checkpoint;
@@ -32,9 +38,10 @@ pub mod containment;
 mod environment;
 mod health;
 mod job;
+pub mod journal;
 pub mod lease;
+pub mod node_supervisor;
 mod process;
-pub mod shepherd;
 pub mod spool;
 mod supervisor;
 mod tracking;
@@ -155,6 +162,8 @@ struct Shared {
     /// Part of every job cgroup's name (see [`containment::instance_tag`]).
     cgroup_instance: String,
     spool: Spool,
+    /// Where the node's supervisor is reached (see [`node_supervisor::SocketAddress`]).
+    socket: node_supervisor::SocketAddress,
     node_name: String,
     shepherd_program: PathBuf,
     allow_root_jobs: bool,
@@ -171,6 +180,12 @@ struct Shared {
     spool_reserve_bytes: u64,
     /// Ends that could not be written to the spool, kept until schedd acknowledges them.
     unwritten_ends: Mutex<BTreeMap<u64, FinishedRecord>>,
+    /// Ends recorded in the node's journal, as reported, until schedd acknowledges them
+    /// (the journal is the supervisor's: noded keeps what it was told).
+    recorded_ends: Mutex<BTreeMap<u64, FinishedRecord>>,
+    /// Held while the node's supervisor is being started, so that concurrent launches start
+    /// one.
+    starting_supervisor: tokio::sync::Mutex<()>,
 }
 
 struct JobHandle {
@@ -208,6 +223,114 @@ impl Shared {
         self.unwritten_ends
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn recorded_ends(&self) -> MutexGuard<'_, BTreeMap<u64, FinishedRecord>> {
+        self.recorded_ends
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a job's end that its supervisor did not see (its launch failed before it was
+    /// handed over, or the supervisor went away) in the node's journal, through the
+    /// supervisor (started if none runs): `record <json>`, answered `recorded` once synced.
+    async fn record_end(&self, finished: &FinishedRecord) -> io::Result<()> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let stream = self.connect_supervisor(true).await?;
+        let (read, mut write) = stream.into_split();
+        let json = serde_json::to_string(finished).map_err(io::Error::other)?;
+        write
+            .write_all(format!("record {json}\n").as_bytes())
+            .await?;
+        let answer = tokio::io::BufReader::new(read).lines().next_line().await?;
+        match answer.as_deref() {
+            Some("recorded") => Ok(()),
+            Some(line) => Err(io::Error::other(
+                line.strip_prefix("failed ").unwrap_or(line).to_string(),
+            )),
+            None => Err(io::Error::other("the supervisor closed the connection")),
+        }
+    }
+
+    /// The same, blocking (off the async threads), to a supervisor that runs already.
+    fn record_end_blocking(&self, finished: &FinishedRecord) -> io::Result<()> {
+        use std::io::{BufRead, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(self.socket.path())?;
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+        let json = serde_json::to_string(finished).map_err(io::Error::other)?;
+        stream.write_all(format!("record {json}\n").as_bytes())?;
+        let mut answer = String::new();
+        std::io::BufReader::new(stream).read_line(&mut answer)?;
+        match answer.trim_end() {
+            "recorded" => Ok(()),
+            line => Err(io::Error::other(
+                line.strip_prefix("failed ").unwrap_or(line).to_string(),
+            )),
+        }
+    }
+
+    /// A connection to the node's supervisor; with `start`, the supervisor is started first
+    /// when none answers (it exits when idle, see [`node_supervisor::IDLE_EXIT`]).
+    async fn connect_supervisor(&self, start: bool) -> io::Result<tokio::net::UnixStream> {
+        let path = self.socket.path();
+        match tokio::net::UnixStream::connect(path).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) if !start => return Err(e),
+            Err(_) => {}
+        }
+        let _starting = self.starting_supervisor.lock().await;
+        if let Ok(stream) = tokio::net::UnixStream::connect(path).await {
+            return Ok(stream);
+        }
+        self.start_supervisor()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            match tokio::net::UnixStream::connect(path).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) if std::time::Instant::now() > deadline => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "the supervisor did not come up on {}: {e}",
+                            self.spool
+                                .root()
+                                .join(node_supervisor::SOCKET_FILE)
+                                .display()
+                        ),
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Starts `noded __supervisor <spool>`: spawned without a fork of this many-threaded
+    /// process (no `pre_exec`: the supervisor makes its own session), its stderr its log.
+    /// It inherits noded's environment (an `LD_PRELOAD` a test gave noded included); jobs
+    /// never do, their environment is their plan's.
+    fn start_supervisor(&self) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(spool::FILE_MODE)
+            .open(self.spool.root().join(node_supervisor::LOG_FILE))?;
+        let mut child = tokio::process::Command::new(&self.shepherd_program)
+            .arg0("noded")
+            .arg(node_supervisor::SUPERVISOR_SUBCOMMAND)
+            .arg(self.spool.root())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(false)
+            .spawn()?;
+        tracing::info!("started the node's supervisor, pid {:?}", child.id());
+        // Reaped when it exits (idle), so that it leaves no zombie.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        Ok(())
     }
 }
 
@@ -247,8 +370,10 @@ impl Launcher {
         };
         let (events, receiver) = mpsc::unbounded_channel();
         let cgroup_instance = containment::instance_tag(&options.node_name, &options.spool_dir);
+        let socket = node_supervisor::SocketAddress::of_spool(spool.root())?;
         let shared = Arc::new(Shared {
             cgroup_instance,
+            socket,
             spool,
             node_name: options.node_name,
             shepherd_program: options.shepherd_program,
@@ -262,6 +387,8 @@ impl Launcher {
             health: Mutex::default(),
             spool_reserve_bytes: options.spool_reserve_mib.saturating_mul(1024 * 1024),
             unwritten_ends: Mutex::default(),
+            recorded_ends: Mutex::default(),
+            starting_supervisor: tokio::sync::Mutex::new(()),
         });
         let launcher = Launcher {
             shared,
@@ -368,11 +495,16 @@ impl Launcher {
             .collect()
     }
 
-    /// Every job's end that schedd has not acknowledged yet: those in the spool, and those
-    /// that could not be written there (kept in memory).
+    /// Every job's end that schedd has not acknowledged yet: those recorded in the node's
+    /// journal (as the supervisor reported them, or as it listed them at
+    /// [`recover`](Self::recover)), those of an older noded's shepherds in the spool, and
+    /// those that could not be written anywhere (kept in memory).
     pub fn unacked_finished(&self) -> Vec<FinishedRecord> {
         let spool = &self.shared.spool;
         let mut ends: BTreeMap<u64, FinishedRecord> = self.shared.unwritten_ends().clone();
+        for (id, finished) in self.shared.recorded_ends().iter() {
+            ends.entry(*id).or_insert_with(|| finished.clone());
+        }
         let ids = match spool.job_ids() {
             Ok(ids) => ids,
             Err(e) => {
@@ -392,7 +524,9 @@ impl Launcher {
         ends.into_values().collect()
     }
 
-    /// schedd has recorded the job's end: forget it (delete its spool directory).
+    /// schedd has recorded the job's end: forget it (its spool directory, and in the node's
+    /// journal an acknowledgement, unsynced: one lost means the end is reported again,
+    /// which schedd takes as the same end).
     pub fn ack(&self, job_id: u64) -> io::Result<()> {
         if self.shared.jobs().contains_key(&job_id) {
             tracing::warn!(
@@ -401,6 +535,20 @@ impl Launcher {
             return Ok(());
         }
         self.shared.unwritten_ends().remove(&job_id);
+        let journaled = self.shared.recorded_ends().remove(&job_id).is_some();
+        if journaled {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let shared = self.shared.clone();
+                runtime.spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    // No supervisor running: it replays the end at its next start, and a
+                    // restarted noded reports it again.
+                    if let Ok(mut stream) = shared.connect_supervisor(false).await {
+                        let _ = stream.write_all(format!("ack {job_id}\n").as_bytes()).await;
+                    }
+                });
+            }
+        }
         self.shared.spool.remove_job(job_id)
     }
 
@@ -429,15 +577,106 @@ impl Launcher {
         move || shared.check_health()
     }
 
-    /// Picks up the jobs of an earlier noded from the spool: re-attaches to live shepherds
-    /// (resuming their timers) and finishes the jobs whose shepherd is gone. Call once, at
-    /// start, before launching anything.
+    /// Picks up the jobs of an earlier noded: asks the node's supervisor (started when the
+    /// node has a journal and none runs, which then records the jobs its dead predecessor
+    /// ran as lost) for the jobs it runs, re-attaches to them (resuming their timers), and
+    /// reports the ends schedd has not acknowledged; then re-attaches to an older noded's
+    /// live shepherds (`jobs/<id>/state.json`) and finishes those whose shepherd is gone.
+    /// Call once, at start, before launching anything.
     pub async fn recover(&self) -> io::Result<Recovery> {
+        let mut recovery = Recovery::default();
+        self.recover_journal(&mut recovery).await?;
+        self.recover_old_layout(&mut recovery).await?;
+        Ok(recovery)
+    }
+
+    async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<()> {
+        let has_journal = self
+            .shared
+            .spool
+            .root()
+            .join(journal::JOURNAL_FILE)
+            .exists();
+        let stream = match self.shared.connect_supervisor(has_journal).await {
+            Ok(stream) => stream,
+            Err(_) if !has_journal => return Ok(()),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot reach the node's supervisor: {e}"),
+                ))
+            }
+        };
+        let listed = tokio::time::timeout(LIST_ANSWER, list_jobs(stream)).await;
+        let (running, ended) = match listed {
+            Ok(listed) => listed?,
+            Err(_) => {
+                // Alive (it took the connection) but not answering: stopped, or busy. Its
+                // journal says the same, as of its last write.
+                tracing::warn!(
+                    "the node's supervisor did not list its jobs within {LIST_ANSWER:?}: \
+                     reading its journal"
+                );
+                let root = self.shared.spool.root().to_path_buf();
+                let live = tokio::task::spawn_blocking(move || journal::read_live(&root))
+                    .await
+                    .map_err(io::Error::other)??;
+                let running: Vec<JobRecord> = live.unended().cloned().collect();
+                let ended: Vec<FinishedRecord> = live.unacked_ends().cloned().collect();
+                (running, ended)
+            }
+        };
+        for finished in ended {
+            let job_id = finished.job_id;
+            tracing::info!("job {job_id}: ended while noded was away");
+            self.shared.recorded_ends().insert(job_id, finished.clone());
+            self.shared.emit(JobEvent::Finished(finished));
+            recovery.ended.push(job_id);
+        }
+        for record in running {
+            let job_id = record.job.job_id;
+            if self.shared.jobs().contains_key(&job_id) {
+                continue;
+            }
+            let connection = self.attach(job_id).await;
+            let (controls, receiver) = mpsc::unbounded_channel();
+            let restart_count = record.job.restart_count;
+            let checkpoint_dir = record.plan.as_ref().and_then(ExecPlan::checkpoint);
+            if let Some(cgroup) = record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
+                // noded may have stopped while it had the job frozen to signal it.
+                if let Err(e) = cgroup.thaw() {
+                    tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
+                }
+            }
+            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
+            tracing::info!("job {job_id}: re-attached to its supervisor");
+            let mut jobs = self.shared.jobs();
+            // With no connection (the supervisor went away meanwhile), the job's task finds
+            // it lost at once.
+            tokio::spawn(until_cancelled(
+                self.supervision.clone(),
+                supervisor.resume(Shepherd::Supervised, connection),
+            ));
+            jobs.insert(
+                job_id,
+                JobHandle {
+                    restart_count,
+                    controls,
+                    checkpoint_dir,
+                },
+            );
+            recovery.reattached.push(job_id);
+        }
+        Ok(())
+    }
+
+    /// The jobs of an older noded, one process (a shepherd) per job and a directory of
+    /// files per job (see [`spool`]).
+    async fn recover_old_layout(&self, recovery: &mut Recovery) -> io::Result<()> {
         let spool = self.shared.spool.clone();
         let found = tokio::task::spawn_blocking(move || spool::scan_spool(&spool))
             .await
             .map_err(io::Error::other)??;
-        let mut recovery = Recovery::default();
         for job in found {
             let job_id = job.job_id;
             if self.shared.jobs().contains_key(&job_id) {
@@ -466,14 +705,16 @@ impl Launcher {
                     tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
                 }
             }
-            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
+            // An older noded's job: its stop progress and end go to its own files.
+            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver)
+                .of_old_layout();
             match shepherd {
                 Some(shepherd) => {
                     tracing::info!("job {job_id}: re-attached to its shepherd");
                     let mut jobs = self.shared.jobs();
                     tokio::spawn(until_cancelled(
                         self.supervision.clone(),
-                        supervisor.resume(shepherd),
+                        supervisor.resume(shepherd, None),
                     ));
                     jobs.insert(
                         job_id,
@@ -492,7 +733,61 @@ impl Launcher {
                 }
             }
         }
-        Ok(recovery)
+        Ok(())
+    }
+}
+
+impl Launcher {
+    /// Asks the node's supervisor to follow job `job_id` again: its connection, or `None`
+    /// when no supervisor runs or it does not know the job. An end the supervisor recorded
+    /// meanwhile comes as the connection's first line (`ended <json>`).
+    async fn attach(
+        &self,
+        job_id: u64,
+    ) -> Option<(process::Announcement, process::SupervisorWriter)> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let stream = self.shared.connect_supervisor(false).await.ok()?;
+        let (read, mut write) = stream.into_split();
+        write
+            .write_all(format!("attach {job_id}\n").as_bytes())
+            .await
+            .ok()?;
+        let lines = tokio::io::BufReader::new(read).lines();
+        // The answer (`attached`, `ended`, `unknown`) is read by the job's task: a
+        // supervisor that does not answer at once (stopped, busy) hangs no recovery.
+        Some((lines, write))
+    }
+}
+
+/// How long a restarted noded waits for the supervisor's list of jobs before it reads the
+/// journal itself (a stopped supervisor must not hang noded's start).
+const LIST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Asks the node's supervisor for the jobs it runs and the ends schedd has not acknowledged
+/// (`list`, see [`node_supervisor`]).
+async fn list_jobs(
+    stream: tokio::net::UnixStream,
+) -> io::Result<(Vec<JobRecord>, Vec<FinishedRecord>)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (read, mut write) = stream.into_split();
+    write.write_all(b"list\n").await?;
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut running = Vec::new();
+    let mut ended = Vec::new();
+    loop {
+        let line = lines
+            .next_line()
+            .await?
+            .ok_or_else(|| io::Error::other("the node's supervisor closed its list"))?;
+        let bad = |e: serde_json::Error| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{line:?}: {e}"))
+        };
+        match line.split_once(' ') {
+            Some(("job", json)) => running.push(serde_json::from_str(json).map_err(bad)?),
+            Some(("ended", json)) => ended.push(serde_json::from_str(json).map_err(bad)?),
+            _ if line == "done" => return Ok((running, ended)),
+            _ => tracing::warn!("unexpected line from the node's supervisor: {line:?}"),
+        }
     }
 }
 

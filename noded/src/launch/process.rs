@@ -48,11 +48,21 @@ pub fn find_shepherd(job_dir: &Path) -> Option<u32> {
         .find(|&pid| is_shepherd_of(pid, job_dir))
 }
 
-/// A shepherd whose end noded waits for.
+/// The node supervisor's connection for one job, read line by line (see
+/// [`super::node_supervisor`]'s protocol); its write half is the job's task's.
+pub type Announcement = tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>;
+
+/// The write half of a job's connection to the node's supervisor: the job's stop progress
+/// goes there (`stop <json>`).
+pub type SupervisorWriter = tokio::net::unix::OwnedWriteHalf;
+
+/// What noded waits on for a job's end.
 pub enum Shepherd {
-    /// Started by this noded: wait for the child.
-    Child(tokio::process::Child),
-    /// Found after a restart (not our child): its pidfd becomes readable when it exits.
+    /// The job runs under the node's supervisor: its connection's end (read as the
+    /// announcement, see the per-job task) is the job's.
+    Supervised,
+    /// The shepherd of a job an older noded started, found after a restart (not our
+    /// child): its pidfd becomes readable when it exits.
     Adopted(AsyncFd<OwnedFd>),
 }
 
@@ -76,11 +86,7 @@ impl Shepherd {
     /// Resolves when the shepherd has exited.
     pub async fn exited(&mut self) {
         match self {
-            Shepherd::Child(child) => {
-                if let Err(e) = child.wait().await {
-                    tracing::warn!("waiting for shepherd: {e}");
-                }
-            }
+            Shepherd::Supervised => std::future::pending().await,
             Shepherd::Adopted(pidfd) => {
                 if let Err(e) = pidfd.readable().await {
                     tracing::warn!("waiting on pidfd {}: {e}", pidfd.get_ref().as_raw_fd());

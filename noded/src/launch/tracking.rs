@@ -1,19 +1,13 @@
 //! Every process of one job: its cgroup, or without cgroups its process group.
 //!
 //! A process can leave its process group (with `setsid`), not its cgroup. noded signals them on
-//! a stop; the shepherd waits until they are all gone before the job is over.
+//! a stop; the node's supervisor waits until they are all gone before the job is over.
 
-use super::cgroup::{self, JobCgroup};
+use super::cgroup::JobCgroup;
 use super::process::signal_group;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use std::fs::File;
 use std::io;
-use std::time::Duration;
-
-/// How often the shepherd looks whether a process group is empty: a group's end is no event
-/// it can wait for (cgroups have one).
-const GROUP_POLL: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, Copy)]
 pub enum JobProcesses<'a> {
@@ -60,27 +54,6 @@ impl<'a> JobProcesses<'a> {
             JobProcesses::Group(pgid) => Ok(group_exists(*pgid)),
         }
     }
-
-    /// Blocks until every process of the job is gone. `between` runs between looks: the
-    /// shepherd, as the job's subreaper, collects the zombies of orphaned job processes
-    /// there (a zombie still counts as a member of its process group). `events` is the
-    /// cgroup's open `cgroup.events`, waited on; a process group is looked at every 20 ms.
-    pub fn wait_until_gone(
-        &self,
-        events: Option<&File>,
-        mut between: impl FnMut(),
-    ) -> io::Result<()> {
-        match (self, events) {
-            (JobProcesses::Cgroup(_), Some(events)) => cgroup::wait_until_empty(events, between),
-            _ => loop {
-                between();
-                if !self.any_alive()? {
-                    return Ok(());
-                }
-                std::thread::sleep(GROUP_POLL);
-            },
-        }
-    }
 }
 
 impl std::fmt::Display for JobProcesses<'_> {
@@ -118,7 +91,6 @@ mod tests {
         let gone = JobProcesses::Group(4_194_305);
         assert!(!gone.any_alive().unwrap());
         assert!(!gone.signal(Signal::SIGTERM).unwrap());
-        gone.wait_until_gone(None, || {}).unwrap();
         assert!(JobProcesses::of(None, None).is_none());
     }
 }

@@ -14,7 +14,7 @@ use tempfile::TempDir;
 use tokio::sync::mpsc::UnboundedReceiver;
 use ysched_noded::launch::{
     CgroupRoot, Containment, FinishedRecord, JobCgroup, JobEvent, JobParams, JobStarted, Launcher,
-    LauncherOptions, Spool,
+    LauncherOptions,
 };
 
 pub const NODE: &str = "n1";
@@ -240,10 +240,11 @@ impl Fixture {
         (launcher, Events::new(events))
     }
 
-    /// The cgroups noded recorded for a job (in its spool directory, until acknowledged).
+    /// The cgroups noded recorded for a job (in the node's journal, until acknowledged).
     pub fn job_cgroup(&self, job_id: u64) -> Option<JobCgroup> {
-        let spool = Spool::open(self.spool.path()).unwrap();
-        let record = spool.job_dir(job_id).read_record().unwrap();
+        let root = self.spool.path().canonicalize().unwrap();
+        let live = ysched_noded::launch::journal::read_live(&root).unwrap();
+        let record = live.jobs.get(&job_id)?.record.clone()?;
         record.plan.and_then(|plan| plan.cgroup)
     }
 

@@ -249,10 +249,22 @@ fn a_full_spool_drains_its_node_and_never_fails_or_kills_a_job() {
     yctl(&c, &["drain", "n2", "--reason", "elsewhere"]);
     let running = c.submit(&["-G", "4", "--wrap", "sleep 12; echo done"]);
     assert_eq!(c.wait_state(running, "RUNNING", SECS(20))["node"], "n1");
+    // Started on the node (its launch recorded there), not only sent to it.
+    wait_until(SECS(20), "the job started", || {
+        c.job(running)["reason"] == ""
+    });
 
-    // Room for the node's probe of 4 KiB, not for a launch's files.
+    // Room for the node's probe of 4 KiB, not for a launch's files (its script, of 64 KiB:
+    // the node's journal keeps room for its records ahead).
     let almost = fill_leaving(&spool, 8 * 1024);
-    let placed = c.submit(&["-G", "4", "--wrap", "echo placed ran"]);
+    let placed_script = c.script(
+        "placed.sh",
+        &format!(
+            "#!/bin/sh\n{}echo placed ran\n",
+            format!("# {}\n", "a".repeat(1000)).repeat(64)
+        ),
+    );
+    let placed = c.submit(&["-G", "4", placed_script.to_str().unwrap()]);
     wait_until(SECS(20), "n1 drained by its agent", || {
         node(&c.nodes(), "n1")["reason"] == "spool full: No space left on device (noded)"
     });

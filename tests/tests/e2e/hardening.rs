@@ -367,17 +367,11 @@ fn a_second_agent_with_a_taken_name_is_refused_and_the_first_keeps_its_jobs() {
     c.wait_state(id2, "COMPLETED", SECS(10));
 }
 
-/// The shepherd of job `job` of this cluster's node `node`, found by its command line (other
-/// tests' clusters have jobs of the same id).
-fn shepherd_pid(c: &TestCluster, node: &str, job: u64) -> Option<i32> {
-    let job_dir = c
-        .dir
-        .path()
-        .join("spool")
-        .join(node)
-        .join("jobs")
-        .join(job.to_string());
-    let job_dir = job_dir.to_string_lossy().into_owned();
+/// The supervisor of this cluster's node `node` (which supervises its jobs), found by its
+/// command line (`noded __supervisor <spool>`; other tests' clusters have their own).
+pub(crate) fn supervisor_pid(c: &TestCluster, node: &str) -> Option<i32> {
+    let spool = c.dir.path().join("spool").join(node).canonicalize().ok()?;
+    let spool = spool.to_string_lossy().into_owned();
     for e in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -389,7 +383,7 @@ fn shepherd_pid(c: &TestCluster, node: &str, job: u64) -> Option<i32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "__shepherd") && args.contains(&job_dir) {
+        if args.get(1).is_some_and(|a| a == "__supervisor") && args.get(2) == Some(&spool) {
             return Some(pid);
         }
     }
@@ -409,12 +403,13 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     c.wait_state(a, "RUNNING", SECS(10));
     wait_until(SECS(10), "job started", || c.job(a)["reason"] == "");
     std::thread::sleep(Duration::from_millis(500));
-    // The agent dies; its job goes on under its shepherd; schedd fails it after the timeout.
+    // The agent dies; its job goes on under the node's supervisor; schedd fails it after the
+    // timeout.
     c.stop_agent("n1", SIGKILL);
     c.wait_state(a, "NODE_FAIL", SECS(20));
     let b = c.submit(&["-G", "1", "--wrap", "true"]);
-    // The shepherd is frozen, so the leftover's end cannot be reported when it is killed.
-    let shepherd = shepherd_pid(&c, "n1", a).expect("shepherd of the leftover job");
+    // The supervisor is frozen, so the leftover's end cannot be reported when it is killed.
+    let shepherd = supervisor_pid(&c, "n1").expect("supervisor of the leftover job");
     let shepherd = nix::unistd::Pid::from_raw(shepherd);
     nix::sys::signal::kill(shepherd, SIGSTOP).unwrap();
     c.start_agent("n1");

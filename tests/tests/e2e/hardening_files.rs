@@ -195,22 +195,18 @@ impl Drop for HungMount {
     }
 }
 
-/// Whether the launch of job `id` of `c` is stuck in the kernel before its exec: its first
-/// process (still the shepherd's image, `noded __shepherd <spool>/jobs/<id>`) in an
-/// uninterruptible wait, i.e. blocked on the hung mount.
-fn stuck_before_exec(c: &TestCluster, id: u64) -> bool {
-    let job_dir = c
-        .dir
-        .path()
-        .canonicalize()
-        .unwrap()
-        .join(format!("spool/n1/jobs/{id}"));
+/// Whether a launch on node n1 of `c` is stuck in the kernel before its exec: a job's first
+/// process (still the image of the node's supervisor, `noded __supervisor <spool>`, from
+/// which it was forked) in an uninterruptible wait, i.e. blocked on the hung mount. One
+/// launch at a time is stuck in these tests, so `_id` needs no telling apart.
+fn stuck_before_exec(c: &TestCluster, _id: u64) -> bool {
+    let job_dir = c.dir.path().canonicalize().unwrap().join("spool/n1");
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
         let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
             return false;
         };
         let mut args = cmdline.split(|b| *b == 0);
-        let is_launch = args.nth(1) == Some(b"__shepherd".as_slice())
+        let is_launch = args.nth(1) == Some(b"__supervisor".as_slice())
             && args.next() == Some(job_dir.as_os_str().as_encoded_bytes());
         let state = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
         // The state follows the command name in parentheses.

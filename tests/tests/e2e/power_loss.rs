@@ -120,6 +120,11 @@ fn a_node_reports_every_job_end_it_recorded_after_a_power_loss() {
     }
     // The agent records each end as the job's last process goes, and reports it at once.
     std::thread::sleep(SECS(2));
+    // The power goes for every process: the node's supervisor (which writes its journal)
+    // too.
+    if let Some(supervisor) = crate::hardening::supervisor_pid(&c, "n1") {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), SIGKILL).unwrap();
+    }
     c.stop_agent("n1", SIGKILL);
     nix::sys::signal::kill(schedd, SIGCONT).ok();
     c.stop_schedd(SIGKILL);

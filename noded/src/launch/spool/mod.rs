@@ -1,42 +1,35 @@
-//! The spool: one directory per job, what noded needs to supervise it across restarts.
+//! The spool: the node's journal, the jobs' scripts, and an older noded's files per job.
 //!
-//! Each job's directory, `<spool>/jobs/<id>`, holds everything needed to supervise the job
-//! across noded restarts and to report its end until schedd acknowledges it.
+//! | path                      | written by     | content                                  |
+//! |---------------------------|----------------|------------------------------------------|
+//! | `journal`                 | the supervisor | every job's launch ([`JobRecord`], its   |
+//! |                           |                | environment included), start, stop       |
+//! |                           |                | progress and end ([`FinishedRecord`]),   |
+//! |                           |                | until schedd acknowledges it (see        |
+//! |                           |                | [`super::journal`])                      |
+//! | `jobs/<id>/script`        | noded          | the batch script, mode 0700, owned by    |
+//! |                           |                | the job user; not synced                 |
+//! | `jobs/<id>/group`         | the job's      | without cgroups: its process group,      |
+//! |                           | first process  | recorded before anything that can block, |
+//! |                           |                | so that a stop reaches a job that has    |
+//! |                           |                | not exec'd yet                           |
+//! | `lease`                   | the agent      | the node's fence lease (see              |
+//! |                           |                | [`super::lease`])                        |
+//! | `supervisor.sock`, `.lock`, `.log` | the supervisor | its socket, lock and diagnostics |
 //!
-//! | file            | written by | content                                                  |
-//! |-----------------|------------|----------------------------------------------------------|
-//! | `state.json`    | noded      | [`JobRecord`]: launch parameters (environment included), |
-//! |                 |            | resolved plan, pids, start time, stop/term state         |
-//! | `script`        | noded      | the batch script, mode 0700, owned by the job user       |
-//! | `pid`           | shepherd   | the job's pid (= its process group id)                   |
-//! | `group`         | the job's  | without cgroups: its process group, recorded before      |
-//! |                 | first      | anything that can block, so that a stop reaches a job    |
-//! |                 | process    | that has not exec'd yet                                  |
-//! | `stopping`      | noded,     | present once a stop began (noded's, or the shepherd's    |
-//! |                 | shepherd   | fence): the shepherd then waits for every process of the |
-//! |                 |            | job, not only the main one                               |
-//! | `exit.json`     | noded,     | [`ExitRecord`]: how the job ended, or why it never began;|
-//! |                 | shepherd   | noded makes it blank before starting the shepherd, which |
-//! |                 |            | rewrites it in place (no space needed on a full spool)   |
-//! | `finished.json` | noded      | [`FinishedRecord`]: the report sent to schedd, until acked |
-//! | `shepherd.log`  | shepherd   | the shepherd's own diagnostics                           |
-//!
-//! Beside `jobs/`, the spool's root holds `lease`, the node's fence lease (see
-//! [`super::lease`]), which the agent writes and every shepherd reads.
+//! A job of an older noded (one shepherd process per job) keeps its files in `jobs/<id>/`
+//! until schedd acknowledges its end: `state.json` ([`JobRecord`]), `pid`, `stopping` (a
+//! stop began: its shepherd waits for every process of the job), `exit.json` ([`ExitRecord`],
+//! written by its shepherd into a blank made before it started, in place) and
+//! `finished.json` ([`FinishedRecord`]). A restarted noded adopts such jobs from those files
+//! (see [`scan_spool`]); every JSON file is written atomically (temporary file, fsync,
+//! rename, directory fsync).
 //!
 //! Jobs' scripts and environments are private: `jobs/` and each `jobs/<id>/` are mode 0711,
 //! owned by noded's user (root), so other users can neither list them nor create anything in
 //! them, and every file is mode 0600 (root only) except `script`, which the job user needs
 //! to run and only they may read. A spool left by an older noded with wider modes is
 //! tightened when it is opened.
-//!
-//! Every JSON file and `pid` is written atomically (temporary file + rename), so a reader
-//! never sees half a file, whichever process crashes when; except `exit.json`, which the
-//! shepherd writes once, in place, into the blank noded made before starting it, and which
-//! noded reads only once the shepherd is gone. So a job's end is recorded even on a spool
-//! with no space left; if `finished.json` cannot be written then, noded keeps the report in
-//! memory until schedd acknowledges it (see [`super::Launcher::unacked_finished`]), and a
-//! restarted noded rebuilds it from `exit.json`.
 
 mod job_dir;
 mod records;
@@ -162,9 +155,8 @@ impl Spool {
             .create(dir.path())?;
         // The mode given to mkdir is filtered by the umask; the job user needs to search it.
         set_mode(dir.path(), DIR_MODE)?;
-        // Durable before the job starts: a power loss must not take the record of a job the
-        // node reported running.
-        ysched_common::durable::sync_dir(&self.jobs)?;
+        // Not synced: it holds only the job's script, which means nothing after a power loss
+        // (the node's journal records the job as lost then).
         Ok(dir)
     }
 
@@ -192,12 +184,17 @@ pub(super) struct FoundJob {
     pub shepherd_pid: Option<u32>,
 }
 
-/// The spool's jobs that are not finished yet (no `finished.json`), each with its live
-/// shepherd's pid when there is one.
+/// The jobs of an older noded's shepherds (a `state.json` in their directory) that are not
+/// finished yet (no `finished.json`), each with its live shepherd's pid when there is one.
+/// The directories of this noded's jobs hold only their script: the node's journal has the
+/// rest.
 pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
     let mut found = Vec::new();
     for job_id in spool.job_ids()? {
         let dir = spool.job_dir(job_id);
+        if !dir.state().exists() {
+            continue;
+        }
         match dir.read_finished() {
             Ok(Some(_)) => continue, // ended earlier, waiting for schedd's acknowledgement
             Ok(None) => {}

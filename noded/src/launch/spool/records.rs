@@ -1,20 +1,26 @@
-//! What the spool's JSON files hold: a job's record, its exit, and its reported end.
+//! What the journal's records hold: a job's record, its exit, and its reported end.
 //!
-//! The job's [`JobRecord`] (`state.json`), how it ended as its shepherd saw it
-//! ([`ExitRecord`], `exit.json`), and the end reported to schedd ([`FinishedRecord`],
-//! `finished.json`). Fields marked `serde(default)` are newer than the first records: they
-//! read as their default from the files of an older noded.
+//! The job's [`JobRecord`] (an older noded's `state.json`), how it ended as its supervisor
+//! saw it ([`ExitRecord`], an older shepherd's `exit.json`), and the end reported to schedd
+//! ([`FinishedRecord`], an older noded's `finished.json`). Fields marked `serde(default)`
+//! are newer than the first records: they read as their default from older records.
 
 use crate::launch::job::{ExecPlan, JobParams};
 use serde::{Deserialize, Serialize};
 
 /// What noded keeps about a job it supervises: enough to resume after a restart.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     pub job: JobParams,
-    /// How the shepherd runs it; `None` when it could not be planned (launch error).
+    /// How the supervisor runs it; `None` when it could not be planned (launch error).
     pub plan: Option<ExecPlan>,
+    /// The shepherd of a job started by an older noded (one process per job); `None` for
+    /// jobs started through the node's supervisor.
     pub shepherd_pid: Option<u32>,
+    /// The job was handed to the node's supervisor (see
+    /// [`crate::launch::node_supervisor`]); false in older records.
+    #[serde(default)]
+    pub supervised: bool,
     /// The job's pid, which is also its process group id (it runs in its own session).
     pub job_pid: Option<u32>,
     pub start_time_ms: i64,
@@ -35,6 +41,7 @@ impl JobRecord {
             },
             plan: None,
             shepherd_pid: None,
+            supervised: false,
             job_pid: None,
             start_time_ms: 0,
             launch_time_ms: 0,
@@ -64,7 +71,7 @@ pub struct StopState {
     pub warn_sent: bool,
 }
 
-/// How a job ended, written by its shepherd.
+/// How a job ended, as its supervisor (or an older noded's shepherd) saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitRecord {
     pub exit_code: Option<i32>,

@@ -1,23 +1,26 @@
 //! One task per job, which starts or adopts it, stops it when due, and reports its end.
 //!
-//! The task creates the job's cgroups and starts its shepherd (or adopts it after a
-//! restart), sends the warning signal, SIGTERM and SIGKILL to every process of the job when
-//! asked or when the time limit and grace run out, and reports the job's end. All of it
-//! reacts to events (shepherd exit, control messages, timers); nothing polls.
+//! The task creates the job's cgroups and hands the job to the node's supervisor (or
+//! re-attaches to it after a restart, or to an older noded's shepherd), sends the warning
+//! signal, SIGTERM and SIGKILL to every process of the job when asked or when the time limit
+//! and grace run out (its stop progress told to the supervisor before each signal), and
+//! reports the job's end. All of it reacts to events (the supervisor's lines, control
+//! messages, timers); nothing polls.
 //!
-//! Its parts: [`start`] (the job's spool directory, cgroups and shepherd), [`signals`]
-//! (reaching every process of the job) and [`finish`] (the job's end, recorded and
-//! reported).
+//! Its parts: [`start`] (the job's script, cgroups and hand-over), [`signals`] (reaching
+//! every process of the job) and [`finish`] (the job's end, recorded and reported).
 
 mod finish;
 mod signals;
 mod start;
 
-use super::process::Shepherd;
-use super::spool::{ExitRecord, JobDir, JobRecord, StopState};
+pub(in crate::launch) use finish::{checkpoint_to_check, finished_record, saved_since, LOST};
+
+use super::process::{Announcement, Shepherd, SupervisorWriter};
+use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState};
 use super::{Control, JobEvent, JobParams, JobStarted, Shared};
 use nix::sys::signal::Signal;
-use start::{Announcement, LaunchFailure};
+use start::LaunchFailure;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -31,6 +34,13 @@ pub(super) struct Supervisor {
     /// The stop's SIGTERM reached a process of the job (maybe before its exec, which it then
     /// ended): it is not sent again when the job's start is announced.
     term_delivered: bool,
+    /// The write half of the job's connection to the node's supervisor, which its stop
+    /// progress goes to; `None` for an older noded's shepherd (then `state.json` and
+    /// `stopping` in the job's directory) or before the job is handed over.
+    link: Option<SupervisorWriter>,
+    /// A job of an older noded's shepherd: its state, stop notice and end in its directory's
+    /// files.
+    old_layout: bool,
 }
 
 impl Supervisor {
@@ -43,6 +53,7 @@ impl Supervisor {
             job,
             plan: None,
             shepherd_pid: None,
+            supervised: false,
             job_pid: None,
             start_time_ms: 0,
             launch_time_ms: now_ms(),
@@ -63,8 +74,11 @@ impl Supervisor {
             record,
             controls,
             term_delivered: false,
+            link: None,
+            old_layout: false,
         };
-        // noded may have stopped between the shepherd writing `pid` and noded recording it.
+        // An older noded's shepherd may have written `pid` after its noded last saved the
+        // record.
         if supervisor.record.plan.is_some() && supervisor.record.job_pid.is_none() {
             if let Some(pid) = supervisor.dir.read_job_pid() {
                 supervisor.record.job_pid = Some(pid);
@@ -76,11 +90,18 @@ impl Supervisor {
         supervisor
     }
 
+    /// Marks a job of an older noded's shepherd (see [`Supervisor::old_layout`]).
+    pub fn of_old_layout(mut self) -> Self {
+        self.old_layout = true;
+        self
+    }
+
     fn job_id(&self) -> u64 {
         self.record.job.job_id
     }
 
-    /// A new job's whole life: plan it, start its shepherd, supervise it, report its end.
+    /// A new job's whole life: plan it, hand it to the node's supervisor, supervise it, report
+    /// its end.
     pub async fn launch(mut self) {
         match self.start().await {
             Ok((shepherd, announcement)) => self.supervise(shepherd, Some(announcement)).await,
@@ -105,28 +126,79 @@ impl Supervisor {
         }
     }
 
-    /// A job whose shepherd survived a noded restart: supervise it from where it was.
-    pub async fn resume(self, shepherd: Shepherd) {
-        self.supervise(shepherd, None).await
+    /// A job whose supervisor (or older noded's shepherd) survived a noded restart:
+    /// supervise it from where it was. `connection`: the supervisor's, with its write half.
+    pub async fn resume(
+        mut self,
+        shepherd: Shepherd,
+        connection: Option<(Announcement, SupervisorWriter)>,
+    ) {
+        let announcement = connection.map(|(lines, writer)| {
+            self.link = Some(writer);
+            lines
+        });
+        self.supervise(shepherd, announcement).await
     }
 
     async fn supervise(mut self, mut shepherd: Shepherd, mut announcement: Option<Announcement>) {
+        // How the supervisor's connection ended: the job's recorded end, or why it failed.
+        let mut ended: Option<FinishedRecord> = None;
+        let mut refused: Option<String> = None;
         loop {
             let deadline = self.next_deadline_ms();
             tokio::select! {
                 // Biased: a start announcement is handled before the exit that may follow it.
                 biased;
+                // The supervisor's connection: its lines, then its end when the job is over.
                 line = next_line(&mut announcement), if announcement.is_some() => {
-                    announcement = None;
                     match line {
-                        Some(line) => self.on_started(&line),
-                        None => tracing::debug!("job {}: shepherd announced no start", self.job_id()),
+                        Some(line) if line.starts_with("started ") => self.on_started(&line),
+                        Some(line) if line.starts_with("ended ") => {
+                            match serde_json::from_str(&line["ended ".len()..]) {
+                                Ok(finished) => ended = Some(finished),
+                                Err(e) => tracing::error!(
+                                    "job {}: unreadable end from the supervisor: {e}",
+                                    self.job_id()
+                                ),
+                            }
+                            break;
+                        }
+                        Some(line) if line.starts_with("refused ") => {
+                            refused = Some(line["refused ".len()..].to_string());
+                            break;
+                        }
+                        // A late answer to a restarted noded's attach: the job is not there.
+                        Some(line) if line == "unknown" => break,
+                        Some(line) if line == "attached" => {}
+                        Some(line) => tracing::warn!(
+                            "job {}: unexpected word from the supervisor {line:?}",
+                            self.job_id()
+                        ),
+                        None => break,
                     }
                 }
                 Some(control) = self.controls.recv() => self.on_control(control),
                 () = sleep_until_ms(deadline) => self.on_deadline(),
                 () = shepherd.exited() => break,
             }
+        }
+        if let Some(finished) = ended {
+            // Recorded in the journal by the supervisor already.
+            return self.report_end(finished);
+        }
+        if let Some(error) = refused {
+            // Its launch could not be recorded (a full spool): it never started.
+            let error = format!("cannot record the launch in the node's journal: {error}");
+            self.shared.launch_fault(&error);
+            self.shared
+                .spool_write_failed(&std::io::Error::other(error.clone()));
+            let exit = ExitRecord {
+                end_time_ms: now_ms(),
+                error: Some(error),
+                node_fault: true,
+                ..Default::default()
+            };
+            return self.finish(exit).await;
         }
         self.finish_after_shepherd(true).await
     }
@@ -135,14 +207,14 @@ impl Supervisor {
         let mut words = line.split_whitespace();
         let (Some("started"), Some(pid), time) = (words.next(), words.next(), words.next()) else {
             tracing::warn!(
-                "job {}: unexpected shepherd message {line:?}",
+                "job {}: unexpected supervisor message {line:?}",
                 self.job_id()
             );
             return;
         };
         let Ok(pid) = pid.parse::<u32>() else {
             tracing::warn!(
-                "job {}: bad pid in shepherd message {line:?}",
+                "job {}: bad pid in supervisor message {line:?}",
                 self.job_id()
             );
             return;
@@ -196,7 +268,7 @@ impl Supervisor {
         self.persist();
     }
 
-    /// SIGTERM to every process now, SIGKILL due after `grace_secs`. The shepherd is told
+    /// SIGTERM to every process now, SIGKILL due after `grace_secs`. The supervisor is told
     /// first, so that the main process dying of the SIGTERM does not end the others' grace.
     fn terminate(&mut self, now: i64, grace_secs: u32) {
         self.record.stop.term_time_ms = now;
@@ -206,7 +278,12 @@ impl Supervisor {
         self.term_delivered = self.signal_job(Signal::SIGTERM);
     }
 
+    /// Tells the job's supervisor that the job is being stopped, before the first signal (its
+    /// stop progress, or for an older noded's shepherd the `stopping` notice).
     fn announce_stop(&self) {
+        if self.link.is_some() {
+            return self.persist();
+        }
         if let Err(e) = self.dir.write_stop_notice(self.record.stop.term_time_ms) {
             tracing::warn!(
                 "job {}: cannot tell its shepherd about the stop, so the job's main process \
@@ -280,7 +357,34 @@ impl Supervisor {
         self.persist();
     }
 
+    /// Saves the job's stop progress: sent to the node's supervisor (which journals it and
+    /// keeps the others' grace when the main process ends), or for an older noded's
+    /// shepherd written to `state.json`.
     fn persist(&self) {
+        if let Some(link) = &self.link {
+            let line = match serde_json::to_string(&self.record.stop) {
+                Ok(json) => format!("stop {json}\n"),
+                Err(e) => return tracing::error!("job {}: {e}", self.job_id()),
+            };
+            // A line into a socket the supervisor keeps reading: written whole at once, or
+            // the supervisor is gone (its connection's end says so).
+            match link.try_write(line.as_bytes()) {
+                Ok(n) if n == line.len() => {}
+                Ok(_) => tracing::error!(
+                    "job {}: its stop progress was cut short on the way to the supervisor",
+                    self.job_id()
+                ),
+                Err(e) => tracing::warn!(
+                    "job {}: cannot tell the supervisor about its stop: {e}",
+                    self.job_id()
+                ),
+            }
+            return;
+        }
+        if !self.old_layout {
+            // Not handed over yet: the launch carries it.
+            return;
+        }
         if let Err(e) = self.dir.write_record(&self.record) {
             tracing::error!(
                 "job {}: cannot save its state (a noded restart would lose track): {e}",

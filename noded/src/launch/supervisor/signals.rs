@@ -89,18 +89,24 @@ impl Supervisor {
 
     /// SIGKILL to every process of the job, noting whether any was still alive (the grace
     /// covers them all, so the job counts as killed even when its main process had ended).
+    /// The stop progress is saved before the signal: the node's supervisor records the end
+    /// the signal brings with what it was last told.
     pub(super) fn kill_job(&mut self) {
         let job_id = self.job_id();
-        let Some(processes) = self.processes() else {
+        let Some(alive) = self
+            .processes()
+            .map(|processes| processes.any_alive().unwrap_or(true))
+        else {
             return tracing::debug!("job {job_id}: no process yet, SIGKILL deferred");
         };
-        let alive = processes.any_alive().unwrap_or(true);
-        let result = processes.kill();
-        if let Err(e) = result {
-            tracing::warn!("job {job_id}: cannot kill {processes}: {e}");
-        }
         if alive {
             self.record.stop.kill_found_processes = true;
+        }
+        self.persist();
+        if let Some(processes) = self.processes() {
+            if let Err(e) = processes.kill() {
+                tracing::warn!("job {job_id}: cannot kill {processes}: {e}");
+            }
         }
     }
 }

@@ -1,6 +1,9 @@
-//! Starting a new job: its spool directory, plan, script, cgroups, then its shepherd.
+//! Starting a new job: its spool directory, plan, script, cgroups, then the node's supervisor
+//! records its launch in the node's journal and starts it.
 //!
-//! The planning runs on a blocking thread (it looks users up and writes files). A failure
+//! The planning runs on a blocking thread (it looks users up and writes files). The job's
+//! spool directory holds only its script, which is not synced: after a power loss the
+//! journal says the job was lost, and nothing runs the script again. A failure
 //! says whose fault it is ([`LaunchFailure`]): the node's (its spool, cgroups, processes:
 //! the node is marked unhealthy and schedd places the job elsewhere) or the job's.
 
@@ -8,16 +11,8 @@ use super::Supervisor;
 use crate::launch::checkpoint;
 use crate::launch::containment::JobLimits;
 use crate::launch::job::{plan_job, write_script};
-use crate::launch::process::Shepherd;
-use crate::launch::spool::FILE_MODE;
-use crate::launch::SHEPHERD_SUBCOMMAND;
-use std::os::unix::fs::OpenOptionsExt;
-use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::ChildStdout;
-
-/// The shepherd's start announcement: `started <pid> <time_ms>`.
-pub(super) type Announcement = Lines<BufReader<ChildStdout>>;
+use crate::launch::process::{Announcement, Shepherd};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Why a job could not be started: the message for `FinishedRecord::error`, and whether the
 /// reason is the node's (its spool, cgroups, processes), so that another node may run it,
@@ -51,7 +46,7 @@ impl From<String> for LaunchFailure {
 }
 
 impl Supervisor {
-    /// Prepares the spool directory and starts the shepherd. A failure to write the spool
+    /// Prepares the spool directory and hands the job to the node's supervisor. A failure to write the spool
     /// also marks the node unhealthy (see [`crate::launch::Shared::spool_write_failed`]).
     pub(super) async fn start(&mut self) -> Result<(Shepherd, Announcement), LaunchFailure> {
         let shared = self.shared.clone();
@@ -94,10 +89,6 @@ impl Supervisor {
             }
             write_script(&dir.script(), &job, &plan)
                 .map_err(|e| spool_failure("the job script", e))?;
-            // Where the shepherd records the job's end, made now so that it needs no space
-            // then.
-            dir.prepare_exit()
-                .map_err(|e| spool_failure("the job's exit record", e))?;
             // Last: nothing after it can fail and leave the cgroup behind unrecorded.
             let mut plan = plan;
             plan.cgroup = shared
@@ -126,52 +117,26 @@ impl Supervisor {
             }
         }
         self.record.plan = Some(plan);
-        // The shepherd reads its plan from here, so this write must succeed.
-        if let Err(e) = self.dir.write_record(&self.record) {
-            self.shared.spool_write_failed(&e);
-            return Err(LaunchFailure::node(format!(
-                "cannot write the job state: {e}"
-            )));
-        }
 
-        let mut child = self.spawn_shepherd().map_err(|e| {
-            let error = format!("cannot start the job's shepherd: {e}");
+        let connection = self.hand_to_supervisor().await.map_err(|e| {
+            let error = format!("cannot hand the job to the node's supervisor: {e}");
             self.shared.launch_fault(&error);
             LaunchFailure::node(error)
         })?;
-        self.record.shepherd_pid = child.id();
-        self.persist();
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| LaunchFailure::node("the shepherd has no stdout pipe".into()))?;
-        Ok((Shepherd::Child(child), BufReader::new(stdout).lines()))
+        Ok((Shepherd::Supervised, connection))
     }
 
-    fn spawn_shepherd(&self) -> std::io::Result<tokio::process::Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(FILE_MODE)
-            .open(self.dir.shepherd_log())?;
-        let mut command = tokio::process::Command::new(&self.shared.shepherd_program);
-        command
-            .arg0("noded")
-            .arg(SHEPHERD_SUBCOMMAND)
-            .arg(self.dir.path())
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .kill_on_drop(false);
-        // SAFETY: setsid is async-signal-safe. Its own session keeps the shepherd out of
-        // noded's process group, so it outlives noded.
-        unsafe {
-            command.pre_exec(|| {
-                nix::unistd::setsid()?;
-                Ok(())
-            });
-        }
-        command.spawn()
+    /// Asks the node's supervisor (started if none runs) to record the job's launch in the
+    /// node's journal and start it; its connection then says when the job has started and
+    /// how it ended.
+    async fn hand_to_supervisor(&mut self) -> std::io::Result<Announcement> {
+        let stream = self.shared.connect_supervisor(true).await?;
+        let (read, mut write) = stream.into_split();
+        let record = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
+        write
+            .write_all(format!("launch {record}\n").as_bytes())
+            .await?;
+        self.link = Some(write);
+        Ok(BufReader::new(read).lines())
     }
 }

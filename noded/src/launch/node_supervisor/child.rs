@@ -4,22 +4,21 @@
 //! [`sys::setup_child`]); when it fails, the step it reports says what the failure means:
 //! whose fault it is (the node's or the job's), and the message for the job's end.
 
-use super::sys::{self, ChildSetup};
+use super::sys::{ChildSetup, ExecArgs, STEP_REPORT_LEN};
 use crate::launch::spool::JobDir;
 use crate::launch::ExecPlan;
 use nix::unistd::{Gid, Uid};
 use std::ffi::CString;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// Why the job could not be started (the message for `FinishedRecord::error`), and whether that
-/// is the node's fault (see [`super::launch_failed`]).
-pub(super) struct StartError {
-    pub(super) error: String,
-    pub(super) node_fault: bool,
+/// is the node's fault (another node may run the job).
+pub(in crate::launch) struct StartError {
+    pub(in crate::launch) error: String,
+    pub(in crate::launch) node_fault: bool,
 }
 
 impl StartError {
@@ -36,12 +35,19 @@ fn c_path(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
 }
 
-/// Forks and execs the job.
-pub(super) fn start_job(
+/// What forking the job needs, prepared: the child's setup, and the read end of its step
+/// pipe.
+pub(in crate::launch) struct Prepared {
+    pub(in crate::launch) setup: ChildSetup,
+    pub(in crate::launch) step_read: OwnedFd,
+}
+
+/// Resolves everything the job's child needs before the fork (see [`sys::setup_child`]).
+pub(in crate::launch) fn prepare(
     dir: &JobDir,
     plan: &ExecPlan,
     join_cgroups: Vec<OwnedFd>,
-) -> Result<std::process::Child, StartError> {
+) -> Result<Prepared, StartError> {
     let (step_read, step_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| StartError {
             error: format!("cannot create a pipe: {e}"),
@@ -110,48 +116,67 @@ pub(super) fn start_job(
         step_report: step_write,
         group_file,
     };
+    Ok(Prepared { setup, step_read })
+}
 
-    let mut command = Command::new(&plan.program);
-    command
-        .args(&plan.args)
-        .env_clear()
-        .envs(&plan.env)
-        .stdin(Stdio::null());
-    // Consumes `command`, and with it the setup's copy of the pipe's write end: reading sees
-    // end-of-file once the child has exec'd or died.
-    let spawned = sys::spawn_with_setup(command, setup);
-    let mut failed_step = [0u8; 2];
-    let reported = std::fs::File::from(step_read)
-        .read(&mut failed_step)
-        .unwrap_or(0);
+/// The job's program, arguments and environment for `execve` (the environment is the plan's
+/// only: nothing of the supervisor's).
+pub(in crate::launch) fn exec_args(plan: &ExecPlan) -> Result<ExecArgs, StartError> {
+    let text = |s: &str| CString::new(s).map_err(|_| StartError::job(format!("NUL byte in {s:?}")));
+    let program = c_path(&plan.program).map_err(StartError::job)?;
+    let args = plan
+        .args
+        .iter()
+        .map(|a| text(a))
+        .collect::<Result<_, _>>()?;
+    let env = plan
+        .env
+        .iter()
+        .map(|(k, v)| text(&format!("{k}={v}")))
+        .collect::<Result<_, _>>()?;
+    Ok(ExecArgs::new(program, args, env))
+}
 
-    spawned.map_err(|e| {
-        let step = Step::from_byte(failed_step[0]).filter(|_| reported == 2);
-        if let (Some(step), Some(refused)) = (step, Refused::from_byte(failed_step[1])) {
-            return StartError::job(step.refusal(plan, refused));
+/// What a failed start means: `report` is what the child wrote on its step pipe (empty when
+/// no step failed), `e` the error of the fork or the exec.
+pub(in crate::launch) fn failure(plan: &ExecPlan, report: &[u8], e: io::Error) -> StartError {
+    let step = Step::from_byte(report.first().copied().unwrap_or(0))
+        .filter(|_| report.len() == STEP_REPORT_LEN);
+    if let (Some(step), Some(refused)) = (step, report.get(1).and_then(|&b| Refused::from_byte(b)))
+    {
+        return StartError::job(step.refusal(plan, refused));
+    }
+    if let (Some(Step::Interpreter), Some(interpreter)) = (step, &plan.interpreter) {
+        if e.kind() == io::ErrorKind::NotFound {
+            return StartError::job(format!(
+                "the script's interpreter {} does not exist on this node",
+                interpreter.display()
+            ));
         }
-        if let (Some(Step::Interpreter), Some(interpreter)) = (step, &plan.interpreter) {
-            if e.kind() == io::ErrorKind::NotFound {
-                return StartError::job(format!(
-                    "the script's interpreter {} does not exist on this node",
-                    interpreter.display()
-                ));
-            }
+    }
+    let (what, node_fault) = match step {
+        Some(step) => (step.describe(plan), step.is_node_fault()),
+        // No step failed: the fork itself (out of processes or memory: the node's), or
+        // the exec (the job's program).
+        None => (
+            format!("cannot execute {}", plan.program.display()),
+            matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
+        ),
+    };
+    StartError {
+        error: format!("{what}: {e}"),
+        node_fault,
+    }
+}
+
+/// The error a failure report (see [`STEP_REPORT_LEN`]) carries.
+pub(in crate::launch) fn reported_error(report: &[u8]) -> io::Error {
+    match report.get(2..STEP_REPORT_LEN) {
+        Some(errno) => {
+            io::Error::from_raw_os_error(i32::from_le_bytes(errno.try_into().expect("4 bytes")))
         }
-        let (what, node_fault) = match step {
-            Some(step) => (step.describe(plan), step.is_node_fault()),
-            // No step failed: the fork itself (out of processes or memory: the node's), or
-            // the exec (the job's program).
-            None => (
-                format!("cannot execute {}", plan.program.display()),
-                matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
-            ),
-        };
-        StartError {
-            error: format!("{what}: {e}"),
-            node_fault,
-        }
-    })
+        None => io::Error::other("the job's first process ended before its exec"),
+    }
 }
 
 /// Setup steps done in the forked child; on failure the child reports which one on a pipe
