@@ -51,12 +51,21 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         spec
     });
     wait_until(Duration::from_secs(600), "every job completes", || {
-        std::thread::sleep(Duration::from_millis(50));
+        // A scrape costs schedd about 0.2 ms: a few a second stay out of its figure.
+        std::thread::sleep(Duration::from_millis(200));
         completed(metrics_port) >= n
     });
     let rate = n as f64 / t.elapsed().as_secs_f64();
     let per_job = |before: f64, after: f64| (after - before) / n as f64;
     let schedd_after = cpu(schedd);
+    let metrics = scrape(metrics_port).unwrap_or_default();
+    let passes = sample(&metrics, "ysched_scheduling_pass_duration_seconds_count");
+    let pass_secs = sample(&metrics, "ysched_scheduling_pass_duration_seconds_sum");
+    println!(
+        "  ({passes:.0} scheduling passes, {:.2} per job, {:.2} ms each on average)",
+        passes / n as f64,
+        pass_secs * 1e3 / passes.max(1.0)
+    );
     let mut figures = vec![
         Figure {
             name: "2 real agents: `true` jobs submitted, run, ended /s",
@@ -90,21 +99,31 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     figures
 }
 
-/// How many jobs have ended COMPLETED, from schedd's metrics (`GET /metrics`), summed over
-/// the tiers; 0 when the scrape fails.
+/// How many jobs have ended COMPLETED, from schedd's metrics, summed over the tiers; 0 when
+/// the scrape fails.
 fn completed(port: u16) -> usize {
-    let scrape = || -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
-        let mut answer = String::new();
-        s.read_to_string(&mut answer)?;
-        Ok(answer)
-    };
-    scrape()
+    scrape(port)
         .unwrap_or_default()
         .lines()
         .filter(|l| l.starts_with("ysched_jobs_ended_total{") && l.contains("state=\"COMPLETED\""))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum::<f64>() as usize
+}
+
+/// schedd's metrics as text (`GET /metrics`).
+fn scrape(port: u16) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// The value of the sample `name` (without labels) in a scrape; 0 when absent.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
