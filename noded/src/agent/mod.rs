@@ -19,6 +19,7 @@
 //! a schedd restart.
 
 mod heartbeat;
+mod messages;
 mod reconnect;
 
 use crate::gpu_watch::GpuWatch;
@@ -376,37 +377,19 @@ impl Agent {
         }
     }
 
-    /// `first` and the job events already queued behind it, as the messages that tell them,
-    /// in order: a start whose end is among them goes out inside that end (one message, and
-    /// one event for schedd, where there were two: a short job often ends before its start
-    /// is sent when the agent is busy).
+    /// `first` and the job events already queued behind it, as the messages that tell them
+    /// (see [`messages::job_messages`]).
     fn messages(&mut self, first: JobEvent) -> Vec<AgentMsg> {
         /// Enough to empty the queue of a busy node, few enough to send without delay.
         const MOST_AT_ONCE: usize = 256;
-        let mut messages: Vec<AgentMsg> = Vec::new();
-        let mut next = Some(first);
-        while let Some(event) = next.take() {
-            match event {
-                JobEvent::Started(started) => messages.push(AgentMsg::Started((&started).into())),
-                JobEvent::Finished(finished) => {
-                    let mut end = pb::JobFinished::from(&finished);
-                    let start = messages.iter().position(
-                        |m| matches!(m, AgentMsg::Started(s) if s.job_id == finished.job_id),
-                    );
-                    if let Some(AgentMsg::Started(s)) = start.map(|i| messages.remove(i)) {
-                        end.started = Some(s);
-                    }
-                    messages.push(AgentMsg::Finished(end));
-                }
-                // At once, ahead of the end of a launch that failed for it: schedd drains
-                // (or resumes) the node before it places that job again.
-                JobEvent::Health(_) => messages.push(AgentMsg::Heartbeat(self.heartbeat())),
-            }
-            if messages.len() < MOST_AT_ONCE {
-                next = self.events.try_recv().ok();
+        let mut events = vec![first];
+        while events.len() < MOST_AT_ONCE {
+            match self.events.try_recv() {
+                Ok(event) => events.push(event),
+                Err(_) => break,
             }
         }
-        messages
+        messages::job_messages(events, || self.heartbeat())
     }
 
     /// The next heartbeat of this session, numbered and remembered as sent now, with why
