@@ -127,7 +127,7 @@ impl From<&JobSpec> for pb::JobSpec {
 
 impl From<&Job> for pb::JobInfo {
     fn from(j: &Job) -> Self {
-        job_info(j, Some(j.spec.as_ref().into()))
+        job_info(j, Some(Box::new(j.spec.as_ref().into())))
     }
 }
 
@@ -137,7 +137,7 @@ pub fn job_listing(j: &Job) -> pb::JobInfo {
     job_info(j, None)
 }
 
-fn job_info(j: &Job, spec: Option<pb::JobSpec>) -> pb::JobInfo {
+fn job_info(j: &Job, spec: Option<Box<pb::JobSpec>>) -> pb::JobInfo {
     pb::JobInfo {
         id: j.id.0,
         name: j.spec.name.clone(),

@@ -79,6 +79,7 @@ impl From<&FinishedRecord> for pb::JobFinished {
             out_of_memory: f.out_of_memory,
             fenced: f.fenced,
             node_fault: f.node_fault,
+            started: None,
         }
     }
 }
@@ -159,6 +160,7 @@ mod tests {
                 out_of_memory: true,
                 fenced: true,
                 node_fault: true,
+                started: None,
             }
         );
         let started = JobStarted {

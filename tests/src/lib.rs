@@ -28,7 +28,7 @@ pub use connections::{count_closed, NonBlocking};
 pub use disk::{fill, fill_leaving, free_bytes, mount_tmpfs, Mounted};
 pub use nodes::{FakeGpu, FakeNode, NvmlNode};
 pub use output::{job_gpus, stderr, stdout};
-pub use process::{kill_tagged, rss_mib};
+pub use process::{cpu_ms, kill_tagged, rss_mib};
 pub use skip::skipped;
 pub use wait::{read_when_exists, wait_until};
 pub use ysched_mock_nvml::machine as mock_nvml;

@@ -44,3 +44,18 @@ pub fn rss_mib(pid: u32) -> f64 {
         .unwrap_or(0.0)
         / 1024.0
 }
+
+/// The CPU time process `pid` has used so far, in ms: its own (user + system), and that of
+/// its children it has reaped (`cutime + cstime`: for `noded`, its shepherds and their jobs).
+/// `None` when it is gone.
+pub fn cpu_ms(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count the fields after its `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // After the name: state is field 3; utime, stime, cutime, cstime are fields 14 to 17.
+    let tick = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
+    // SAFETY: sysconf only reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ms = |ticks: f64| ticks * 1e3 / hz;
+    Some((ms(tick(14)? + tick(15)?), ms(tick(16)? + tick(17)?)))
+}

@@ -73,10 +73,10 @@ fn job(id: u64, state: &str) -> JobInfo {
         tier: "high".into(),
         state: state.into(),
         submit_time_ms: 1_767_225_600_000,
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             gpus: 2,
             ..Default::default()
-        }),
+        })),
         ..Default::default()
     }
 }

@@ -19,6 +19,7 @@
 //! a schedd restart.
 
 mod heartbeat;
+mod messages;
 mod reconnect;
 
 use crate::gpu_watch::GpuWatch;
@@ -334,14 +335,9 @@ impl Agent {
                     }
                 }
                 Some(event) = self.events.recv() => {
-                    let message = match event {
-                        JobEvent::Started(started) => AgentMsg::Started((&started).into()),
-                        JobEvent::Finished(finished) => AgentMsg::Finished((&finished).into()),
-                        // At once, ahead of the end of a launch that failed for it: schedd
-                        // drains (or resumes) the node before it places that job again.
-                        JobEvent::Health(_) => AgentMsg::Heartbeat(self.heartbeat()),
-                    };
-                    send(&outbox, message).await?;
+                    for message in self.messages(event) {
+                        send(&outbox, message).await?;
+                    }
                 }
                 _ = heartbeat.tick() => {
                     let beat = self.heartbeat();
@@ -379,6 +375,21 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// `first` and the job events already queued behind it, as the messages that tell them
+    /// (see [`messages::job_messages`]).
+    fn messages(&mut self, first: JobEvent) -> Vec<AgentMsg> {
+        /// Enough to empty the queue of a busy node, few enough to send without delay.
+        const MOST_AT_ONCE: usize = 256;
+        let mut events = vec![first];
+        while events.len() < MOST_AT_ONCE {
+            match self.events.try_recv() {
+                Ok(event) => events.push(event),
+                Err(_) => break,
+            }
+        }
+        messages::job_messages(events, || self.heartbeat())
     }
 
     /// The next heartbeat of this session, numbered and remembered as sent now, with why

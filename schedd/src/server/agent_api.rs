@@ -104,6 +104,16 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Finished(f)),
                     }) => {
+                        // A part that ended before its start was sent: the start first, as
+                        // if it had come on its own just before.
+                        if let Some(s) = &f.started {
+                            let started = AgentReport::Started {
+                                job_id: s.job_id,
+                                pid: s.pid,
+                                time: s.time_ms,
+                            };
+                            cluster.report(&name, session_id, started);
+                        }
                         let ended = AgentReport::Finished(super::part_end(&f));
                         cluster.report(&name, session_id, ended)
                     }

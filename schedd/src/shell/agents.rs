@@ -393,11 +393,26 @@ impl Cluster {
             match self.run_cluster_event(|rec, now| {
                 let effects = rec.agent_reports(&reports, limits, now);
                 let saves = preempted_checkpoint_saves(rec.jobs(), &effects.jobs, &reports);
-                Ok((effects, saves))
+                let answered = !effects.commands.is_empty();
+                Ok((effects, (saves, answered)))
             }) {
-                Ok((changed, wake, saves)) => {
+                Ok((changed, wake, (saves, answered))) => {
                     self.metrics.checkpoints_saved(&saves);
-                    self.settle_report(changed, wake)
+                    if wake {
+                        self.wake.notify_one();
+                    }
+                    self.changed(changed);
+                    // Reports that only say jobs started are answered by nothing: their
+                    // change becomes durable with the next flush, whoever asks for it (a
+                    // launch or a stop they lead to leaves after the pass's own flush). An
+                    // end is acknowledged after the flush that covers it (the outbox asked
+                    // for it); the next batch is taken once that flush is done, so that what
+                    // arrives meanwhile is one event, one store write, one flush and one
+                    // scheduling pass, however many agents report. Nothing waits longer for
+                    // it: the acknowledgements leave after this flush in any case.
+                    if answered {
+                        let _ = self.request_flush().await;
+                    }
                 }
                 // The store cannot take the reports now: end the sessions they came on, so
                 // that their agents register again (resending what they have not had

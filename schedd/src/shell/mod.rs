@@ -263,11 +263,19 @@ impl Cluster {
 
     /// Waits until everything applied so far is durable, then delivers queued agent messages.
     async fn commit(&self) -> ApiResult<()> {
+        self.request_flush().await
+    }
+
+    /// Asks for a flush of everything applied so far (at once, not when polled); the future
+    /// is ready once it is durable and the queued agent messages are delivered.
+    fn request_flush(&self) -> impl std::future::Future<Output = ApiResult<()>> {
         let (tx, rx) = oneshot::channel();
         let _ = self.flush_tx.send(Some(tx));
-        match rx.await {
-            Ok(true) => Ok(()),
-            _ => Err(ApiError::Internal("state store flush failed".into())),
+        async move {
+            match rx.await {
+                Ok(true) => Ok(()),
+                _ => Err(ApiError::Internal("state store flush failed".into())),
+            }
         }
     }
 

@@ -139,7 +139,11 @@ impl Store {
                 // job records are small and read rarely, but a usage report walks a week of
                 // runs (a million, some 80 MiB of pages), which this keeps in memory after
                 // the first: a report from cached pages takes half the time of one read from
-                // the file.
+                // the file. Measured in issue 23: with 32 MiB the report over a million runs
+                // took 5.3 s instead of 2.0 s (below the tree's size every page is read again),
+                // while schedd's RSS at 10,000 queued jobs stayed the same (66.7 against
+                // 67 MiB: their pages take less than either bound). It was the listings'
+                // 1 KiB `JobInfo` that had raised that RSS.
                 .cache_capacity(128 * 1024 * 1024)
                 .open()
         };

@@ -243,7 +243,7 @@ pub fn job_detail_to_json<'a>(
     events: &'a [JobEvent],
     now_ms: Millis,
 ) -> JobDetailJson<'a> {
-    let spec = job.spec.as_ref().unwrap_or(&EMPTY_SPEC);
+    let spec = job.spec.as_deref().unwrap_or(&EMPTY_SPEC);
     JobDetailJson {
         job: job_to_json_at(job, now_ms),
         gid: job.gid,

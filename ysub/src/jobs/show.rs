@@ -26,7 +26,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
     let Some(job) = &detail.job else {
         return String::from("(no job in reply)\n");
     };
-    let spec = job.spec.as_ref().unwrap_or(&EMPTY_SPEC);
+    let spec = job.spec.as_deref().unwrap_or(&EMPTY_SPEC);
     let or = |value: &str, default: &'static str| -> String {
         if value.is_empty() {
             default.to_string()

@@ -39,7 +39,7 @@ pub fn running_job() -> JobInfo {
         submit_time_ms: T0,
         start_time_ms: T0 + 10_000,
         end_time_ms: 0,
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             name: "train".into(),
             gpus: 4,
             gpu_type: "A100".into(),
@@ -51,7 +51,7 @@ pub fn running_job() -> JobInfo {
             nodes: 2,
             constraints: vec!["ib".into()],
             ..Default::default()
-        }),
+        })),
         checkpoint_dir: "/ckpt/17".into(),
         grace_secs: 30,
         gpus_requested: 4,
@@ -72,10 +72,10 @@ pub fn pending_job() -> JobInfo {
         state: "PENDING".into(),
         reason: "Resources".into(),
         submit_time_ms: T0,
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             gpus: 1,
             ..Default::default()
-        }),
+        })),
         ..Default::default()
     }
 }

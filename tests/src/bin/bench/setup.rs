@@ -9,8 +9,13 @@ pub const A100: &str = "NVIDIA A100-SXM4-80GB";
 /// A cluster with real agents; `BENCH_NODE_TOML` (e.g. `cgroup_root = "none"`) is added to
 /// their `[node]` table, to compare settings.
 pub fn real_cluster(nodes: Vec<FakeNode>) -> TestCluster {
+    real_cluster_with(nodes, "")
+}
+
+/// [`real_cluster`] with `scheduler_toml` added to the `[scheduler]` table.
+pub fn real_cluster_with(nodes: Vec<FakeNode>, scheduler_toml: &str) -> TestCluster {
     let node_toml = std::env::var("BENCH_NODE_TOML").unwrap_or_default();
-    TestCluster::start_with(nodes, "", &node_toml)
+    TestCluster::start_with(nodes, scheduler_toml, &node_toml)
 }
 
 pub fn held_spec(workdir: &str) -> pb::JobSpec {
