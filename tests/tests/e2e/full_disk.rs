@@ -247,12 +247,12 @@ fn a_full_spool_drains_its_node_and_never_fails_or_kills_a_job() {
         node(&c.nodes(), "n1")["state"] == "IDLE"
     });
     yctl(&c, &["drain", "n2", "--reason", "elsewhere"]);
-    let running = c.submit(&["-G", "4", "--wrap", "sleep 12; echo done"]);
+    let started = c.path("running-started");
+    let wrap = format!("echo up > {}; sleep 12; echo done", started.display());
+    let running = c.submit(&["-G", "4", "--wrap", &wrap]);
     assert_eq!(c.wait_state(running, "RUNNING", SECS(20))["node"], "n1");
     // Started on the node (its launch recorded there), not only sent to it.
-    wait_until(SECS(20), "the job started", || {
-        c.job(running)["reason"] == ""
-    });
+    read_when_exists(&started, SECS(20));
 
     // Room for the node's probe of 4 KiB, not for a launch's files (its script, of 64 KiB:
     // the node's journal keeps room for its records ahead).

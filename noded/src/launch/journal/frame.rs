@@ -13,8 +13,10 @@ use std::io;
 pub const MAGIC: &[u8; 8] = b"YSJRNL01";
 /// Bytes before each record's payload.
 pub const HEADER_LEN: usize = 8;
-/// The largest payload a frame may carry: anything longer is garbage (a torn length).
-pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024;
+/// The largest payload a frame may carry: anything longer is garbage (a torn length). A
+/// launch's record holds the job's script, environment and arguments (10 MiB at schedd's
+/// default bounds), as JSON, which may escape some bytes at 6 for 1.
+pub const MAX_PAYLOAD: usize = 64 * 1024 * 1024;
 
 /// Appends the frame of `payload` to `out`.
 pub fn encode(payload: &[u8], out: &mut Vec<u8>) -> io::Result<()> {

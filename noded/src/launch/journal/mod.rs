@@ -53,6 +53,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
+/// The largest record (and so the largest launch the supervisor takes).
+pub const MAX_RECORD_BYTES: usize = frame::MAX_PAYLOAD;
 /// The journal's file name, in the spool's root.
 pub const JOURNAL_FILE: &str = "journal";
 /// Where compaction writes the new journal before renaming it over the old one.

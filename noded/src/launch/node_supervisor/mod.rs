@@ -132,8 +132,9 @@ const LEASE_RECHECK: Duration = Duration::from_millis(50);
 const GROUP_POLL: Duration = Duration::from_millis(20);
 /// After this long waiting for a job's last processes, the supervisor says so in its log.
 const SLOW_END: Duration = Duration::from_secs(60);
-/// The longest request line.
-const MAX_LINE: usize = 8192;
+/// The longest request line: a launch carries the job's script, environment and arguments
+/// (schedd bounds them at 2 × `scheduler.max_script_mib` + 2 MiB), as JSON.
+const MAX_LINE: usize = super::journal::MAX_RECORD_BYTES;
 
 /// Runs the supervisor of the spool at `spool`; the process's whole life.
 pub fn run(spool: &Path) -> ExitCode {
@@ -296,6 +297,8 @@ struct Supervisor {
 struct Connection {
     stream: UnixStream,
     input: Vec<u8>,
+    /// How much of `input` holds no end of line.
+    scanned: usize,
     /// The job this connection follows, once it asked.
     job: Option<u64>,
 }
@@ -540,6 +543,7 @@ impl Supervisor {
                 Connection {
                     stream,
                     input: Vec::new(),
+                    scanned: 0,
                     job: None,
                 },
             );
@@ -551,7 +555,7 @@ impl Supervisor {
         let Some(connection) = self.connections.get_mut(&id) else {
             return;
         };
-        let mut buf = [0u8; 4096];
+        let mut buf = vec![0u8; 64 * 1024];
         let closed = loop {
             match connection.stream.read(&mut buf) {
                 Ok(0) => break true,
@@ -562,17 +566,25 @@ impl Supervisor {
             }
         };
         let mut lines = Vec::new();
-        while let Some(end) = connection.input.iter().position(|&b| b == b'\n') {
+        // Only what came since the last look is searched: a launch's line can be megabytes.
+        while let Some(end) = connection.input[connection.scanned..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|at| connection.scanned + at)
+        {
             let line: Vec<u8> = connection.input.drain(..=end).collect();
             lines.push(String::from_utf8_lossy(&line[..end]).into_owned());
+            connection.scanned = 0;
         }
-        if closed || connection.input.len() > MAX_LINE {
-            // noded went away (or sent garbage): the job goes on without it.
-            self.connections.remove(&id);
-            return;
-        }
+        connection.scanned = connection.input.len();
+        let garbage = connection.input.len() > MAX_LINE;
+        // What came before the end of the connection is served (an `ack`, then closed).
         for line in lines {
             self.request(id, &line);
+        }
+        if closed || garbage {
+            // noded went away (or sent garbage): the job goes on without it.
+            self.connections.remove(&id);
         }
     }
 
