@@ -1,5 +1,5 @@
 //! The `throughput` group: jobs run end to end per second on two real agents, and the CPU
-//! each role (schedd, each noded with its shepherds and jobs) used per job.
+//! each role (schedd, each noded with its node's supervisor and jobs) used per job.
 
 use crate::figure::Figure;
 use crate::setup::{env_usize, held_spec, real_cluster_with, submit_all, A100};
@@ -9,17 +9,18 @@ use ysched_tests::*;
 
 /// The agents of the run, by name: their figures' names are `'static`.
 const AGENTS: [(&str, &str); 2] = [
-    ("n1", "noded n1 CPU per job (with shepherds, jobs)"),
-    ("n2", "noded n2 CPU per job (with shepherds, jobs)"),
+    ("n1", "noded n1 CPU per job (with supervisor, jobs)"),
+    ("n2", "noded n2 CPU per job (with supervisor, jobs)"),
 ];
 
 /// End-to-end throughput on two real `noded` agents: `THROUGHPUT_JOBS` (2,000) jobs running
 /// `true` (no GPUs), submitted by 64 API clients, counted until every one has ended
-/// COMPLETED. Each is a real shepherd and a real job process with their spool records.
+/// COMPLETED. Each is a real job process, started by its node's supervisor and journaled.
 ///
 /// Also the CPU time each role used per job over the run (submits included), from
-/// `/proc/<pid>/stat`: schedd's own, and each `noded`'s own plus its reaped children's (the
-/// shepherds, and the jobs they reaped). The completions are counted from schedd's
+/// `/proc/<pid>/stat`: schedd's own, and each `noded`'s own plus its reaped children's, plus
+/// its node's supervisor's own and its reaped children's (the jobs). The supervisor is
+/// started with the first job and lives on for a few seconds after the last. The completions are counted from schedd's
 /// `ysched_jobs_ended_total` counter, whose scrape costs the same at any queue length
 /// (listing the COMPLETED jobs would cost schedd CPU growing with their number).
 pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
@@ -42,8 +43,20 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         .map(|(name, _)| c.agent_pid(name).expect("agent runs") as u32)
         .collect();
     let cpu = |pid: u32| cpu_ms(pid).expect("process runs");
+    // A node's CPU: its agent and its supervisor (if one runs), each with reaped children.
+    let node_cpu = |name: &str, agent: u32| {
+        let (own, children) = cpu(agent);
+        let (sup_own, sup_children) = supervisor_of(&c.spool_dir(name))
+            .and_then(cpu_ms)
+            .unwrap_or_default();
+        (own + sup_own, children + sup_children)
+    };
     let schedd_before = cpu(schedd);
-    let agents_before: Vec<(f64, f64)> = agents.iter().map(|p| cpu(*p)).collect();
+    let agents_before: Vec<(f64, f64)> = AGENTS
+        .iter()
+        .zip(&agents)
+        .map(|((name, _), pid)| node_cpu(name, *pid))
+        .collect();
     let t = Instant::now();
     submit_all(rt, &c, n, move |_| {
         let mut spec = held_spec(&work);
@@ -82,11 +95,14 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
             higher_is_better: false,
         },
     ];
-    for (((_, name), pid), before) in AGENTS.iter().zip(&agents).zip(&agents_before) {
-        let after = cpu(*pid);
+    for (((node, name), pid), before) in AGENTS.iter().zip(&agents).zip(&agents_before) {
+        let after = node_cpu(node, *pid);
         let own = per_job(before.0, after.0);
         let children = per_job(before.1, after.1);
-        println!("  ({name}: {own:.2} ms its own, {children:.2} ms its reaped children)");
+        println!(
+            "  ({name}: {own:.2} ms noded's and the supervisor's own, {children:.2} ms their \
+             reaped children)"
+        );
         figures.push(Figure {
             name,
             value: own + children,
@@ -97,6 +113,27 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         });
     }
     figures
+}
+
+/// The pid of the node supervisor serving `spool` (`noded __supervisor <spool>`), if one runs.
+fn supervisor_of(spool: &std::path::Path) -> Option<u32> {
+    let spool = std::fs::canonicalize(spool).ok()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let serves = args.windows(2).any(|w| {
+                w[0] == b"__supervisor"
+                    && std::fs::canonicalize(
+                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(w[1]),
+                    )
+                    .is_ok_and(|p| p == spool)
+            });
+            serves.then_some(pid)
+        })
 }
 
 /// How many jobs have ended COMPLETED, from schedd's metrics, summed over the tiers; 0 when
