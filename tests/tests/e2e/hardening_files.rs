@@ -553,8 +553,10 @@ fn private_usage_hides_other_accounts_gpus_run_times_and_fair_share_in_every_vie
     assert_eq!(r["node"], "n1");
     assert!(c.job(waiting)["fair_share"].is_f64());
     assert_eq!(c.nodes()[0]["gpus"][0]["job"], running);
-    // Every job is still queued or running (a sleep 60 has no reason to end by itself).
-    for id in [running, waiting, mine] {
+    // Every job is still queued or running (a sleep 60 has no reason to end by itself). The
+    // waiting job is cancelled first: once the running one is gone, it starts and ends
+    // (`true`) before the next ycancel.
+    for id in [waiting, running, mine] {
         let j = c.job(id);
         assert!(
             j["state"] == "RUNNING" || j["state"] == "PENDING",
