@@ -22,25 +22,7 @@ const LIBRARY_FILE: &str = "libysched_powerloss.so";
 
 /// The shim, built by `cargo build --workspace` beside the tests.
 pub fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let dir = exe.parent().expect("the test's directory");
-    let candidates = [
-        dir.join(LIBRARY_FILE),
-        dir.join("deps").join(LIBRARY_FILE),
-        dir.parent()
-            .map_or_else(PathBuf::new, |up| up.join(LIBRARY_FILE)),
-    ];
-    candidates
-        .iter()
-        .find(|path| path.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "{LIBRARY_FILE} is not beside {}: build it with `cargo build -p ysched-powerloss` \
-                 (scripts/test.sh builds the whole workspace)",
-                exe.display()
-            )
-        })
+    ysched_mock_nvml::machine::built_library(LIBRARY_FILE, "ysched-powerloss")
 }
 
 /// One tree under simulated power loss.

@@ -427,13 +427,19 @@ impl MockGpu {
 /// for binaries, `target/<profile>/deps/` for tests, where cargo builds it as a dependency)
 /// or one level up.
 pub fn library() -> PathBuf {
+    built_library(LIBRARY_FILE, "ysched-mock-nvml")
+}
+
+/// A library `file` of the workspace (package `package`) built beside the running test or
+/// bench binary; panics saying how to build it when it is not there. Shared with the tests'
+/// other preloaded library (the power-loss shim).
+pub fn built_library(file: &str, package: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     let dir = exe.parent().expect("the test's directory");
     let candidates = [
-        dir.join(LIBRARY_FILE),
-        dir.join("deps").join(LIBRARY_FILE),
-        dir.parent()
-            .map_or_else(PathBuf::new, |up| up.join(LIBRARY_FILE)),
+        dir.join(file),
+        dir.join("deps").join(file),
+        dir.parent().map_or_else(PathBuf::new, |up| up.join(file)),
     ];
     candidates
         .iter()
@@ -441,8 +447,8 @@ pub fn library() -> PathBuf {
         .cloned()
         .unwrap_or_else(|| {
             panic!(
-                "{LIBRARY_FILE} is not beside {}: build it with `cargo build -p ysched-mock-nvml` \
-                 (a crate that depends on ysched-mock-nvml gets it built)",
+                "{file} is not beside {}: build it with `cargo build -p {package}` \
+                 (scripts/test.sh builds the whole workspace)",
                 exe.display()
             )
         })
