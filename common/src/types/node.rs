@@ -108,6 +108,11 @@ pub struct Node {
     /// Its agent has a live session.
     pub connected: bool,
     pub last_seen: Millis,
+    /// When its agent first registered (epoch ms), kept across re-registrations and
+    /// restarts: reports count the node's capacity from then on. 0: not known (the node was
+    /// recorded by a schedd from before this field), counted as always there.
+    #[serde(default)]
+    pub registered_at: Millis,
     /// Jobs schedd no longer counts as running that the agent still ran when it registered
     /// (they were failed while it was away) and is killing now. Their GPUs are in use until
     /// the agent reports them gone, so the node takes no new job meanwhile. Not persisted:

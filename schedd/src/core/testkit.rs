@@ -45,6 +45,7 @@ impl NodeBuilder {
             drained_by_node: false,
             connected: true,
             last_seen: T0,
+            registered_at: 0,
             killing: Default::default(),
             fence_after_secs: 0,
             gpus_out_of_service: Default::default(),

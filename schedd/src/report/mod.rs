@@ -6,7 +6,9 @@ mod trace;
 mod usage;
 
 pub use trace::{trace, Trace, TraceBuilder, TraceRow, TraceSpec};
-pub use usage::{build, Builder, ClusterLines, Day, Group, GroupBy, Params, Report, Waits};
+pub use usage::{
+    build, Builder, ClusterLines, Day, Group, GroupBy, NodeCapacity, Params, Report, Waits,
+};
 
 use std::collections::HashMap;
 pub use ysched_common::time::DAY_MS;

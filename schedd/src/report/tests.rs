@@ -26,7 +26,10 @@ fn params(by: GroupBy) -> Params {
         to: MON + 7 * DAY_MS,
         now: MON + 10 * DAY_MS,
         by,
-        gpus: 16,
+        nodes: vec![NodeCapacity {
+            gpus: 16,
+            registered_at: 0,
+        }],
         tier_order: ["critical", "high", "medium", "low"]
             .map(String::from)
             .to_vec(),
@@ -76,6 +79,57 @@ fn gpu_time_is_clipped_to_the_window_and_counts_are_of_runs_ending_in_it() {
         [("COMPLETED".to_string(), 2)],
         "outcomes of runs that ended in the window"
     );
+}
+
+#[test]
+fn capacity_counts_each_node_from_its_first_registration() {
+    // A week's window; one node of 8 GPUs there all along (registered before the window, or
+    // not known), one of 4 that joined two days before the window's end, one of 2 after it.
+    let mut p = params(GroupBy::Account);
+    let end = p.to;
+    p.nodes = vec![
+        NodeCapacity {
+            gpus: 8,
+            registered_at: MON - 30 * DAY_MS,
+        },
+        NodeCapacity {
+            gpus: 4,
+            registered_at: end - 2 * DAY_MS - 6 * H,
+        },
+        NodeCapacity {
+            gpus: 2,
+            registered_at: end + H,
+        },
+    ];
+    let r = build(p.clone(), &[], &[], |_| true);
+    assert_eq!(r.cluster.gpus, 14, "the GPUs of the nodes known now");
+    assert_eq!(
+        r.cluster.capacity_gpu_ms,
+        (8 * 7 * 24 * H + 4 * (2 * 24 + 6) * H) as u64
+    );
+    // Per day: the young node's first day counts its 18 hours, then whole days.
+    let caps: Vec<u64> = r.days.iter().map(|d| d.capacity_gpu_ms).collect();
+    let day = (8 * 24 * H) as u64;
+    assert_eq!(
+        caps,
+        [
+            day,
+            day,
+            day,
+            day,
+            day + (4 * 6 * H) as u64,
+            day + (4 * 24 * H) as u64,
+            day + (4 * 24 * H) as u64
+        ]
+    );
+    // A cluster whose every node joined two days ago: two days of capacity, not seven.
+    p.nodes = vec![NodeCapacity {
+        gpus: 16,
+        registered_at: end - 2 * DAY_MS,
+    }];
+    let r = build(p, &[], &[], |_| true);
+    assert_eq!(r.cluster.capacity_gpu_ms, (16 * 2 * 24 * H) as u64);
+    assert_eq!(r.days[0].capacity_gpu_ms, 0);
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //!   or requeue, to their start), as p50/p95 by the nearest-rank method;
 //! - jobs: the distinct jobs with any of the above in the window;
 //! - running: jobs still running now that have time in the window;
-//! - capacity: the GPUs of the nodes schedd knows now times the window. An approximation: it
-//!   ignores nodes added, removed or down during the window;
+//! - capacity: for each node schedd knows now, its GPUs times the part of the window from its
+//!   first registration on (a node of an older store, whose registration is not known: the
+//!   whole window). Nodes removed before now are not counted, time a node was down is;
 //! - days: UTC days, each with its part of the capacity and its GPU time, per group too.
 //!
 //! With `reports_public = false` a caller who is no administrator sees only the groups made of
@@ -63,12 +64,28 @@ pub struct Params {
     /// The report's time: usage after it is not counted (the window ends at `min(to, now)`).
     pub now: Millis,
     pub by: GroupBy,
-    /// GPUs of the cluster (the capacity's basis).
-    pub gpus: u32,
+    /// The nodes schedd knows now (the capacity's basis).
+    pub nodes: Vec<NodeCapacity>,
     /// Tier names, highest first: the order of wait lines (others follow by name).
     pub tier_order: Vec<String>,
     /// Every account is visible (`reports_public`, or an administrator).
     pub all_accounts: bool,
+}
+
+/// One node's part of the capacity: its GPUs, from its first registration on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeCapacity {
+    pub gpus: u32,
+    /// When it first registered (epoch ms); 0: not known, counted over the whole window.
+    pub registered_at: Millis,
+}
+
+/// The GPU time `nodes` offered in `[from, to)`: each node from its registration on.
+fn capacity(nodes: &[NodeCapacity], from: Millis, to: Millis) -> u64 {
+    nodes
+        .iter()
+        .map(|n| u64::from(n.gpus).saturating_mul(overlap(n.registered_at, to, from, to)))
+        .fold(0, u64::saturating_add)
 }
 
 /// How long runs of one tier waited to start.
@@ -256,8 +273,8 @@ impl<'v> Builder<'v> {
             0
         };
         let cluster = ClusterLines {
-            gpus: p.gpus,
-            capacity_gpu_ms: u64::from(p.gpus).saturating_mul((end - p.from) as u64),
+            gpus: p.nodes.iter().map(|n| n.gpus).fold(0, u32::saturating_add),
+            capacity_gpu_ms: capacity(&p.nodes, p.from, end),
             ..ClusterLines::default()
         };
         Builder {
@@ -467,12 +484,11 @@ impl<'v> Builder<'v> {
                 let start = (self.first_day + d as i64) * DAY_MS;
                 Day {
                     start_ms: start,
-                    capacity_gpu_ms: u64::from(self.p.gpus).saturating_mul(overlap(
-                        start,
-                        start + DAY_MS,
-                        from,
-                        end,
-                    )),
+                    capacity_gpu_ms: capacity(
+                        &self.p.nodes,
+                        start.max(from),
+                        (start + DAY_MS).min(end),
+                    ),
                     used_gpu_ms: used,
                     groups: groups
                         .iter()

@@ -58,7 +58,7 @@ impl Cluster {
         let by = GroupBy::parse(by).map_err(ApiError::Invalid)?;
         let now = now_ms();
         let (from, to) = window(from_ms, to_ms, now)?;
-        let (running, gpus) = {
+        let (running, nodes) = {
             let st = lock(&self.state);
             let running: Vec<RunRecord> = st
                 .rec
@@ -66,8 +66,16 @@ impl Cluster {
                 .values()
                 .filter_map(|j| usage::running_run(j, now))
                 .collect();
-            let gpus: usize = st.rec.nodes().values().map(|n| n.gpus.len()).sum();
-            (running, gpus as u32)
+            let nodes: Vec<report::NodeCapacity> = st
+                .rec
+                .nodes()
+                .values()
+                .map(|n| report::NodeCapacity {
+                    gpus: n.gpus.len() as u32,
+                    registered_at: n.registered_at,
+                })
+                .collect();
+            (running, nodes)
         };
         let mut tiers: Vec<(&String, i64)> = self
             .config
@@ -81,7 +89,7 @@ impl Cluster {
             to,
             now,
             by,
-            gpus,
+            nodes,
             tier_order: tiers.into_iter().map(|(n, _)| n.clone()).collect(),
             all_accounts: self.config.sees_all_usage(caller),
         };

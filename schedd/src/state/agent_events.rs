@@ -382,6 +382,8 @@ impl Records {
             drained_by_node,
             connected: true,
             last_seen: now,
+            // The first registration's time; an older store's 0 (not known) stays 0.
+            registered_at: prev.map_or(now, |p| p.registered_at),
             killing: kill_jobs.iter().copied().collect(),
             fence_after_secs: reg.fence_after_secs,
             // Only an administrator returns a GPU, whatever the node says now.

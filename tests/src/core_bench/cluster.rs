@@ -180,6 +180,7 @@ pub(super) fn node(name: &str, model: &str, wiring: Wiring, ib: bool) -> Node {
         drained_by_node: false,
         connected: true,
         last_seen: NOW,
+        registered_at: 0,
         killing: Default::default(),
         fence_after_secs: 0,
         gpus_out_of_service: Default::default(),
