@@ -7,7 +7,7 @@ use ysched_proto::ReportReply;
 use ysched_report::csv_rows::{write_rows, CsvError};
 
 /// The columns of every row before the waits, in [`UsageRow`]'s order.
-const COLUMNS: [&str; 15] = [
+const COLUMNS: [&str; 16] = [
     "by",
     "name",
     "gpu_hours",
@@ -23,6 +23,7 @@ const COLUMNS: [&str; 15] = [
     "checkpoints_saved",
     "checkpoint_rate",
     "lost_gpu_hours",
+    "share_of_used",
 ];
 
 /// One row of the CSV: a group's figures (`by` = `account`, `user` or `tier`) or the whole
@@ -53,6 +54,9 @@ struct UsageRow<'a> {
     checkpoint_rate: Option<f64>,
     #[serde(serialize_with = "decimals_6")]
     lost_gpu_hours: f64,
+    /// Of the GPU-hours every group used (for the cluster: 1 when it used any).
+    #[serde(serialize_with = "optional_decimals_6")]
+    share_of_used: Option<f64>,
     /// One per tier of the header, in its order.
     waits: Vec<TierWaits>,
 }
@@ -150,6 +154,7 @@ pub fn report_csv(r: &ReportReply) -> Result<String, CsvError> {
             checkpoints_saved: g.checkpoints_saved,
             checkpoint_rate: g.checkpoint_rate,
             lost_gpu_hours: g.lost_gpu_hours,
+            share_of_used: g.share_of_used,
             waits: tier_waits(&tiers, &g.waits),
         })
         .collect();
@@ -171,6 +176,7 @@ pub fn report_csv(r: &ReportReply) -> Result<String, CsvError> {
         checkpoints_saved: c.checkpoints_saved,
         checkpoint_rate: c.checkpoint_rate,
         lost_gpu_hours: c.lost_gpu_hours,
+        share_of_used: (c.used_gpu_seconds > 0.0).then_some(1.0),
         waits: tier_waits(&tiers, &c.start_latency),
     });
     write_rows(&header, &rows)

@@ -65,7 +65,7 @@ pub fn report_html(r: &ReportReply) -> Result<String> {
     let mut rows = vec![[
         j.by.as_str(),
         "GPU-hours",
-        "Share of capacity",
+        "Share of GPU-hours used",
         "Jobs",
         "Runs",
         "Running",
@@ -82,7 +82,7 @@ pub fn report_html(r: &ReportReply) -> Result<String> {
         rows.push(vec![
             g.name.clone(),
             format!("{:.2}", gj.gpu_hours),
-            percent(gj.capacity_share),
+            percent(gj.share_of_used),
             g.jobs.to_string(),
             g.runs.to_string(),
             g.running.to_string(),

@@ -69,6 +69,9 @@ pub struct GroupJson {
     pub gpu_seconds: f64,
     /// gpu_hours / the cluster's capacity.
     pub capacity_share: Option<f64>,
+    /// gpu_hours / the GPU-hours every group used in the window (the whole cluster's, also
+    /// when only some groups are shown): the SHARE column; null when nothing was used.
+    pub share_of_used: Option<f64>,
     pub cpu_hours: f64,
     pub jobs: u64,
     pub runs: u64,
@@ -147,6 +150,7 @@ pub fn report_json(r: &ReportReply) -> ReportJson {
                 gpu_hours: hours(g.gpu_ms),
                 gpu_seconds: secs(g.gpu_ms),
                 capacity_share: ratio(g.gpu_ms, c.capacity_gpu_ms),
+                share_of_used: ratio(g.gpu_ms, c.used_gpu_ms),
                 cpu_hours: hours(g.cpu_ms),
                 jobs: g.jobs,
                 runs: g.runs,

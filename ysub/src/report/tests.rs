@@ -39,7 +39,7 @@ fn reply() -> ReportReply {
             checkpoints_saved: 1,
             lost_gpu_ms: 2 * H,
             restarts: 2,
-            start_latency: vec![wait("critical", 1_000, 2_000), wait("low", 60_000, 600_000)],
+            start_latency: vec![wait("critical", 1_030, 2_500), wait("low", 60_000, 600_000)],
         }),
         groups: vec![
             ReportGroup {
@@ -72,7 +72,7 @@ fn reply() -> ReportReply {
                 jobs: 2,
                 runs: 2,
                 preemptions_caused: 2,
-                waits: vec![wait("critical", 1_000, 2_000)],
+                waits: vec![wait("critical", 1_030, 2_500)],
                 ..Default::default()
             },
         ],
@@ -210,6 +210,12 @@ fn json_has_stable_names_hours_seconds_and_rates() {
         g["capacity_share"].as_f64().unwrap(),
         (64.0 * H as f64 + 1.0) / (768.0 * H as f64)
     );
+    // The SHARE column: of the GPU-hours used, not of the capacity.
+    assert_eq!(
+        g["share_of_used"].as_f64().unwrap(),
+        (64.0 * H as f64 + 1.0) / (96.0 * H as f64 + 1.0)
+    );
+    assert_eq!(c["start_latency"][0]["wait_p50_secs"], 1.03);
     assert_eq!(g["checkpoint_rate"], 0.5);
     assert_eq!(g["lost_gpu_hours"], 2.0);
     assert_eq!(g["outcomes"]["REQUEUED"], 2);
@@ -219,6 +225,23 @@ fn json_has_stable_names_hours_seconds_and_rates() {
     // It reads back as what it is.
     let back: ReportJson = serde_json::from_value(v).unwrap();
     assert_eq!(back, report_json(&reply()));
+}
+
+#[test]
+fn waits_are_never_rounded_up() {
+    use super::text::wait_text;
+    for (ms, text) in [
+        (1_030, "1.03s"),
+        (0, "0.00s"),
+        (-5, "0.00s"),
+        (400, "0.40s"),
+        (59_999, "59.99s"),
+        (60_000, "1:00"),
+        (61_999, "1:01"),
+        (4_331_000, "1:12:11"),
+    ] {
+        assert_eq!(wait_text(ms), text, "{ms} ms");
+    }
 }
 
 #[test]
@@ -237,7 +260,7 @@ fn the_table_shows_the_cluster_then_a_row_per_group() {
         "{out}"
     );
     assert!(
-        out.contains("Start latency p50/p95 (starts): critical 0:01/0:02 (4), low 1:00/10:00 (4)"),
+        out.contains("Start latency p50/p95 (starts): critical 1.03s/2.50s (4), low 1:00/10:00 (4)"),
         "{out}"
     );
     assert!(
@@ -250,6 +273,10 @@ fn the_table_shows_the_cluster_then_a_row_per_group() {
         rows[1].starts_with("vision") && rows[1].contains("1/2 (50.0%)"),
         "{out}"
     );
+    // SHARE is of the GPU-hours used (64 of 96), not of the capacity (8.3%).
+    let share = rows[0].find("SHARE").unwrap();
+    assert_eq!(rows[1][..share + 5].split_whitespace().last(), Some("66.7%"));
+    assert!(rows[2].contains("critical 1.03s/2.50s (4)"), "{out}");
     let empty = ReportReply {
         groups: vec![],
         ..reply()
@@ -594,17 +621,17 @@ fn the_csv_is_rfc_4180_to_the_byte() {
         report_csv(&reply()).unwrap(),
         "by,name,gpu_hours,gpu_seconds,capacity_share,cpu_hours,jobs,runs,running,restarts,\
          preemptions_suffered,preemptions_caused,checkpoints_saved,checkpoint_rate,\
-         lost_gpu_hours,starts_critical,wait_p50_secs_critical,wait_p95_secs_critical,\
-         starts_low,wait_p50_secs_low,wait_p95_secs_low\n\
+         lost_gpu_hours,share_of_used,starts_critical,wait_p50_secs_critical,\
+         wait_p95_secs_critical,starts_low,wait_p50_secs_low,wait_p95_secs_low\n\
          account,vision,64.000000,230400.001,0.083333,128.000000,3,4,1,2,2,0,1,0.500000,\
-         2.000000,0,,,4,60,600\n\
+         2.000000,0.666667,0,,,4,60,600\n\
          account,\"nlp, \"\"research\"\" <team>\",32.000000,115200.000,0.041667,0.000000,2,2,\
-         0,0,0,2,0,,0.000000,4,1,2,0,,\n\
-         cluster,,96.000000,345600.001,0.125000,,5,6,1,2,2,2,1,0.500000,2.000000,4,1,2,4,60,\
-         600\n"
+         0,0,0,2,0,,0.000000,0.333333,4,1.03,2.5,0,,\n\
+         cluster,,96.000000,345600.001,0.125000,,5,6,1,2,2,2,1,0.500000,2.000000,1.000000,4,\
+         1.03,2.5,4,60,600\n"
     );
     let out = report_csv(&reply()).unwrap();
     let row = split_rfc4180(out.lines().nth(2).unwrap());
     assert_eq!(row[1], "nlp, \"research\" <team>");
-    assert_eq!(row.len(), 21);
+    assert_eq!(row.len(), 22);
 }

@@ -9,8 +9,17 @@ use ysched_common::time::{format_elapsed, Millis};
 use ysched_proto::{ReportReply, TierWait};
 use ysched_report::percent;
 
-fn wait_text(ms: Millis) -> String {
-    format_elapsed((ms.max(0) as u64).div_ceil(1000))
+/// A wait as the table and the HTML page show it, never rounded up (as whole seconds rounded
+/// up, a 1.03 s wait once read `0:02`): under a minute in seconds to the hundredth, cut
+/// (`1.03s`, `0.40s`); from a minute on `M:SS`, `H:MM:SS` or `D-HH:MM:SS`, in whole seconds
+/// cut. The exact value is in `--json` and `--csv` (seconds, to the millisecond).
+pub(super) fn wait_text(ms: Millis) -> String {
+    let ms = ms.max(0) as u64;
+    if ms < 60_000 {
+        format!("{}.{:02}s", ms / 1000, ms % 1000 / 10)
+    } else {
+        format_elapsed(ms / 1000)
+    }
 }
 
 pub(super) fn waits_text(w: &[TierWait]) -> String {
@@ -105,7 +114,7 @@ pub fn format_report(r: &ReportReply) -> String {
         table.push_row([
             escape_for_terminal(&g.name),
             Cow::Owned(format!("{:.1}", gj.gpu_hours)),
-            Cow::Owned(percent(gj.capacity_share)),
+            Cow::Owned(percent(gj.share_of_used)),
             Cow::Owned(g.jobs.to_string()),
             Cow::Owned(g.runs.to_string()),
             Cow::Owned(g.running.to_string()),
