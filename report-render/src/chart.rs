@@ -73,14 +73,26 @@ pub struct BarSeries {
     pub legend: Option<(String, RGBColor)>,
 }
 
-/// Bars over labelled slots (days, tiers), from 0 to `top`; a legend in the upper right when
-/// a series is named.
+/// How a bar chart's y axis runs up to its top.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum YScale {
+    /// From 0.
+    Linear,
+    /// From this bottom (> 0), log scale: for values of several orders of magnitude (waits
+    /// of seconds beside waits of hours). A bar's ends are kept inside the axis, so a bar
+    /// at or below the bottom is not seen.
+    Log(f64),
+}
+
+/// Bars over labelled slots (days, tiers), up to `top` on a `y` scale; a legend in the upper
+/// right when a series is named.
 #[derive(Debug, Clone)]
 pub struct BarChart {
     pub frame: Frame,
     /// One per slot, left to right.
     pub labels: Vec<String>,
     pub top: f64,
+    pub y: YScale,
     pub series: Vec<BarSeries>,
 }
 
@@ -130,6 +142,22 @@ fn legend_mark(colour: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)>
 
 /// The bar chart as SVG text.
 pub fn bar_chart(c: &BarChart) -> DrawResult<String> {
+    match c.y {
+        YScale::Linear => draw_bars(c, 0f64..c.top, 0.0),
+        YScale::Log(bottom) => {
+            // A log axis needs 0 < bottom < top.
+            let bottom = if bottom > 0.0 { bottom } else { 1e-3 };
+            let top = c.top.max(bottom * 10.0);
+            draw_bars(c, (bottom..top).log_scale(), bottom)
+        }
+    }
+}
+
+fn draw_bars<Y>(c: &BarChart, y: Y, bottom: f64) -> DrawResult<String>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
     let f = &c.frame;
     let mut svg = String::new();
     {
@@ -142,22 +170,27 @@ pub fn bar_chart(c: &BarChart) -> DrawResult<String> {
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(f.y_label_area)
-            .build_cartesian_2d((0u32..last).into_segmented(), 0f64..c.top)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
+            .build_cartesian_2d((0u32..last).into_segmented(), y)?;
+        let x_label = |v: &SegmentValue<u32>| label_at(&c.labels, v);
+        // A log axis's marks are powers of ten: `1000`, `0.1`, not `1000.0`.
+        let shortest = |v: &f64| format!("{v}");
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh()
             .light_line_style(WHITE)
             .label_style(("sans-serif", 13))
             .x_labels(c.labels.len().max(1))
-            .x_label_formatter(&|v| label_at(&c.labels, v))
-            .y_desc(&f.y_desc)
-            .draw()?;
+            .x_label_formatter(&x_label)
+            .y_desc(&f.y_desc);
+        if matches!(c.y, YScale::Log(_)) {
+            mesh.y_label_formatter(&shortest);
+        }
+        mesh.draw()?;
         for series in &c.series {
             let bars = series.bars.iter().map(|b| {
                 let mut bar = Rectangle::new(
                     [
-                        (SegmentValue::Exact(b.slot), b.low),
-                        (SegmentValue::Exact(b.slot + 1), b.high),
+                        (SegmentValue::Exact(b.slot), b.low.max(bottom)),
+                        (SegmentValue::Exact(b.slot + 1), b.high.max(bottom)),
                     ],
                     b.colour.filled(),
                 );
@@ -263,6 +296,7 @@ mod tests {
             frame: frame("GPU-hours per account and day"),
             labels: vec!["2026-01-05".into(), "2026-01-06".into()],
             top: 10.0,
+            y: YScale::Linear,
             series: vec![BarSeries {
                 bars: vec![Bar {
                     slot: 1,
@@ -287,6 +321,63 @@ mod tests {
             ..chart
         };
         assert!(!bar_chart(&empty).unwrap().contains("vision"));
+    }
+
+    #[test]
+    fn bars_draw_on_a_log_scale_with_their_legend() {
+        let bar = |slot, high, colour| Bar {
+            slot,
+            low: 0.0,
+            high,
+            colour,
+            margin: 6,
+        };
+        let chart = BarChart {
+            frame: frame("Wait to start by tier"),
+            labels: ["critical p50", "critical p95", "low p50", "low p95"]
+                .map(String::from)
+                .to_vec(),
+            top: 100_000.0,
+            y: YScale::Log(0.1),
+            series: vec![
+                BarSeries {
+                    bars: vec![bar(0, 1.03, bar_colour(4)), bar(2, 3_000.0, bar_colour(4))],
+                    legend: Some(("p50".into(), bar_colour(4))),
+                },
+                BarSeries {
+                    bars: vec![bar(1, 0.0, bar_colour(5)), bar(3, 9_000.0, bar_colour(5))],
+                    legend: Some(("p95".into(), bar_colour(5))),
+                },
+            ],
+        };
+        let svg = bar_chart(&chart).unwrap();
+        // The legend's names and the axis's marks are lines of their own.
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        for text in ["p50", "p95", "critical p95", "low p50", "10", "10000"] {
+            assert!(texts.contains(&text), "{text} missing: {texts:?}");
+        }
+        // A bar's height is its value's decades above the bottom: the 3,000 s bar (4.5
+        // decades) is far more than twice the 1.03 s one (1 decade), and far less than
+        // 3,000 times it, as it would be on a linear axis.
+        let heights: Vec<f64> = svg
+            .split("<rect ")
+            .skip(1)
+            // The p50 bars, not the legend's mark.
+            .filter(|r| r.contains("fill=\"#56B4E9") && !r.contains("width=\"10\""))
+            .filter_map(|r| {
+                let h = r.split("height=\"").nth(1)?.split('"').next()?;
+                h.parse().ok()
+            })
+            .collect();
+        assert_eq!(heights.len(), 2, "{svg}");
+        let ratio = heights[1] / heights[0];
+        assert!((3.0..6.0).contains(&ratio), "{heights:?}");
+        // A bottom that is no bottom still draws.
+        let odd = BarChart {
+            y: YScale::Log(0.0),
+            ..chart
+        };
+        assert!(bar_chart(&odd).is_ok());
     }
 
     #[test]

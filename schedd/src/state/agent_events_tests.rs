@@ -869,12 +869,20 @@ fn a_multi_node_part_that_failed_for_its_node_stops_the_others_then_requeues() {
 
 #[test]
 fn a_node_keeps_its_first_registration_time_which_an_older_store_did_not_know() {
-    let mut rec = Records::new(Default::default(), Default::default(), 1, Default::default());
+    let mut rec = Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    );
     let (fx, _) = rec.register(&registration(&[], vec![]), LIMITS, NOW);
     assert_eq!(fx.nodes[0].registered_at, NOW, "first seen now");
     rec.commit(fx);
     let (fx, _) = rec.register(&registration(&[], vec![]), LIMITS, NOW + 86_400_000);
-    assert_eq!(fx.nodes[0].registered_at, NOW, "kept when it registers again");
+    assert_eq!(
+        fx.nodes[0].registered_at, NOW,
+        "kept when it registers again"
+    );
     // A node stored by a schedd from before the field: not known (0), and it stays so
     // rather than pretending the node joined at the upgrade.
     let mut json = serde_json::to_value(&fx.nodes[0]).unwrap();

@@ -1,10 +1,11 @@
 //! The three charts of `yctl report --html` as data for `ysched_report::chart`: daily
-//! utilization, GPU-hours per group stacked per day, and the wait to start by tier.
+//! utilization, GPU-hours per group stacked per day, and the wait to start by tier (p50 and
+//! p95, named in a legend, on a log scale: waits of seconds beside waits of hours).
 
 use super::json::{day_label, hours};
 use ysched_proto::ReportReply;
 use ysched_report::chart::{
-    bar_chart, bar_colour, Bar, BarChart, BarSeries, DrawResult, Frame, PALETTE,
+    bar_chart, bar_colour, Bar, BarChart, BarSeries, DrawResult, Frame, YScale, PALETTE,
 };
 
 fn frame(caption: String, y_desc: &str, y_label_area: u32) -> Frame {
@@ -49,6 +50,7 @@ pub fn utilization(r: &ReportReply) -> DrawResult<String> {
         frame: frame("Daily GPU utilization (%)".into(), "% of capacity", 50),
         labels: day_labels(r),
         top,
+        y: YScale::Linear,
         series: vec![BarSeries { bars, legend: None }],
     })
 }
@@ -99,11 +101,28 @@ pub fn gpu_hours_by_day(r: &ReportReply) -> DrawResult<String> {
         frame: frame(format!("GPU-hours per {} and day", r.by), "GPU-hours", 60),
         labels: day_labels(r),
         top,
+        y: YScale::Linear,
         series,
     })
 }
 
-/// Start latency per tier: p50 and p95 side by side.
+/// The bottom of a log axis for `values` (any order): a decade below the smallest one above
+/// 0, so that it shows as a bar; 1 when none is.
+fn log_bottom(values: &[f64]) -> f64 {
+    let least = values
+        .iter()
+        .copied()
+        .filter(|v| *v > 0.0)
+        .fold(f64::MAX, f64::min);
+    if least == f64::MAX {
+        1.0
+    } else {
+        10f64.powf(least.log10().floor() - 1.0)
+    }
+}
+
+/// Start latency per tier: p50 and p95 side by side in two colours named in the legend, on a
+/// log scale (a wait of 0 draws no bar).
 pub fn wait_by_tier(r: &ReportReply) -> DrawResult<String> {
     let waits = r
         .cluster
@@ -122,27 +141,43 @@ pub fn wait_by_tier(r: &ReportReply) -> DrawResult<String> {
     let mut values = Vec::new();
     for w in &waits {
         labels.push(format!("{} p50", w.tier));
-        values.push(w.wait_p50_ms as f64 / per);
+        values.push(w.wait_p50_ms.max(0) as f64 / per);
         labels.push(format!("{} p95", w.tier));
-        values.push(w.wait_p95_ms as f64 / per);
+        values.push(w.wait_p95_ms.max(0) as f64 / per);
     }
-    let top = values.iter().copied().fold(0.0, f64::max).max(1.0) * 1.1;
-    let bars = values
-        .iter()
+    let bottom = log_bottom(&values);
+    // Two decades above the highest bar: room for the legend.
+    let top = values.iter().copied().fold(bottom, f64::max) * 100.0;
+    let colours = [PALETTE[4], PALETTE[5]];
+    let series = ["p50", "p95"]
+        .into_iter()
+        .zip(colours)
         .enumerate()
-        .map(|(i, v)| Bar {
-            slot: i as u32,
-            low: 0.0,
-            high: *v,
-            // p50 and p95 in two colours.
-            colour: PALETTE[if i % 2 == 0 { 4 } else { 5 }],
-            margin: 8,
+        .map(|(k, (name, colour))| BarSeries {
+            bars: values
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 2 == k)
+                .map(|(i, v)| Bar {
+                    slot: i as u32,
+                    low: 0.0,
+                    high: *v,
+                    colour,
+                    margin: 8,
+                })
+                .collect(),
+            legend: Some((name.to_string(), colour)),
         })
         .collect();
     bar_chart(&BarChart {
-        frame: frame(format!("Wait to start by tier ({unit})"), unit, 60),
+        frame: frame(
+            format!("Wait to start by tier ({unit}, log scale)"),
+            &format!("{unit} (log scale)"),
+            60,
+        ),
         labels,
         top,
-        series: vec![BarSeries { bars, legend: None }],
+        y: YScale::Log(bottom),
+        series,
     })
 }

@@ -260,7 +260,9 @@ fn the_table_shows_the_cluster_then_a_row_per_group() {
         "{out}"
     );
     assert!(
-        out.contains("Start latency p50/p95 (starts): critical 1.03s/2.50s (4), low 1:00/10:00 (4)"),
+        out.contains(
+            "Start latency p50/p95 (starts): critical 1.03s/2.50s (4), low 1:00/10:00 (4)"
+        ),
         "{out}"
     );
     assert!(
@@ -275,7 +277,10 @@ fn the_table_shows_the_cluster_then_a_row_per_group() {
     );
     // SHARE is of the GPU-hours used (64 of 96), not of the capacity (8.3%).
     let share = rows[0].find("SHARE").unwrap();
-    assert_eq!(rows[1][..share + 5].split_whitespace().last(), Some("66.7%"));
+    assert_eq!(
+        rows[1][..share + 5].split_whitespace().last(),
+        Some("66.7%")
+    );
     assert!(rows[2].contains("critical 1.03s/2.50s (4)"), "{out}");
     let empty = ReportReply {
         groups: vec![],
@@ -319,7 +324,13 @@ fn html_is_one_self_contained_file_with_three_charts() {
     assert_eq!(html.matches("<svg").count(), 3, "three charts");
     assert!(html.contains("Daily GPU utilization (%)"));
     assert!(html.contains("GPU-hours per account and day"));
-    assert!(html.contains("Wait to start by tier (minutes)"));
+    // Waits of 1 s and of 10 min on one log axis, p50 and p95 named in the legend; the
+    // table's waits as the text report shows them.
+    assert!(html.contains("Wait to start by tier (minutes, log scale)"));
+    let lines: Vec<&str> = html.lines().map(str::trim).collect();
+    assert!(lines.contains(&"p50") && lines.contains(&"p95"), "legend");
+    assert!(html.contains("critical 1.03s/2.50s (4)"));
+    assert!(html.contains("Share of GPU-hours used"));
     assert!(html.contains("2026-01-06"), "day labels");
     assert!(
         html.contains("nlp, &quot;research&quot; &lt;team&gt;"),
