@@ -9,9 +9,12 @@
 //!   whose checkpoint was written within the grace.
 //! - **GPU-hours lost**: work thrown away by preempted runs (since their last checkpoint, when
 //!   the grace was too short to write one), which had to be done again.
-//! - **Restarts per week**: preempted runs that went back to the queue and ended inside the
-//!   window, per week of window.
+//! - **Restarts**: preempted runs that went back to the queue and ended inside the window, in
+//!   all and per week of window (the output shows the totals for a window shorter than a
+//!   week: a rate from minutes of trace would be an extrapolation, not a measurement).
 //! - **Team share**: each account's part of the GPU-time used inside the window.
+//! - **Per team** (account), as per tier: start latency over the team's jobs that started,
+//!   and its runs preempted, checkpoints saved and restarts.
 
 use crate::engine::PolicySpec;
 use crate::outcome::Outcome;
@@ -56,6 +59,8 @@ pub struct Results {
     pub passes: u64,
     pub tiers: Vec<TierResults>,
     pub teams: Vec<TeamShare>,
+    /// Start latency and preemptions per team (account), by name: every team with a job.
+    pub team_results: Vec<TeamResults>,
     /// Utilization (0 to 1) in [`SERIES_POINTS`] equal slices of the window.
     pub utilization_series: Vec<f64>,
 }
@@ -88,6 +93,40 @@ pub struct TeamShare {
     pub gpu_hours: f64,
     /// Of all GPU-time used in the window.
     pub share: f64,
+}
+
+/// What one team's (account's) jobs waited and suffered: the per-tier figures, per team.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TeamResults {
+    pub account: String,
+    pub jobs: u64,
+    pub started: u64,
+    pub latency_mean_s: Option<f64>,
+    pub latency_p50_s: Option<f64>,
+    pub latency_p95_s: Option<f64>,
+    pub latency_max_s: Option<f64>,
+    /// Runs of the team's jobs preempted, and of those, checkpoints saved within the grace.
+    pub preempted: u64,
+    pub checkpoints_saved: u64,
+    /// Preempted runs of the team that went back to the queue inside the window.
+    pub restarts: u64,
+}
+
+/// The window is shorter than a week: the output shows restarts as totals, not per week.
+pub fn restarts_as_totals(window_hours: f64) -> bool {
+    window_hours * (HOUR as f64) < WEEK as f64
+}
+
+/// Mean, p50, p95 and max (seconds) of sorted latencies (ms); `None` each without any.
+fn latency_summary(sorted: &[Millis]) -> [Option<f64>; 4] {
+    let mean = (!sorted.is_empty())
+        .then(|| sorted.iter().map(|v| secs(*v)).sum::<f64>() / sorted.len() as f64);
+    [
+        mean,
+        percentile(sorted, 50.0).map(secs),
+        percentile(sorted, 95.0).map(secs),
+        sorted.last().copied().map(secs),
+    ]
 }
 
 /// Nearest-rank percentile `p` (0 to 100) of sorted values.
@@ -155,15 +194,20 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         restarts: u64,
     }
     let mut tiers: BTreeMap<String, TierAcc> = BTreeMap::new();
+    // The same per team (account); `jobs` and latencies from the workload, the rest from runs.
+    let mut teams: BTreeMap<String, TierAcc> = BTreeMap::new();
     let (mut preemptions, mut saved, mut lost_ms, mut estimate_secs) = (0u64, 0u64, 0i64, 0u64);
     let mut restarts = 0u64;
     for run in out.runs.iter().filter(|r| r.preempted_by.is_some()) {
         preemptions += 1;
         let t = tiers.entry(run.tier.clone()).or_default();
         t.preempted += 1;
+        let team = teams.entry(run.account.clone()).or_default();
+        team.preempted += 1;
         if run.checkpoint_saved {
             saved += 1;
             t.saved += 1;
+            team.saved += 1;
         }
         let lost = lost_by_run
             .get(&(run.job_id.0, run.restart_count))
@@ -175,6 +219,7 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         if run.outcome == REQUEUED && run.end <= window {
             restarts += 1;
             t.restarts += 1;
+            teams.entry(run.account.clone()).or_default().restarts += 1;
         }
     }
     let (mut completed, mut refused, mut never_started) = (0u64, 0u64, 0u64);
@@ -188,6 +233,8 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         let tier = o.tier.as_ref().unwrap_or(&job.tier);
         let t = tiers.entry(tier.clone()).or_default();
         t.jobs += 1;
+        let team = teams.entry(job.account.clone()).or_default();
+        team.jobs += 1;
         if let Some(why) = &o.refused {
             refused += 1;
             *refused_reasons.entry(why.clone()).or_default() += 1;
@@ -195,7 +242,10 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         }
         match (o.first_start, o.final_state.as_deref()) {
             (None, _) => never_started += 1,
-            (Some(start), _) => t.latencies.push(start - job.submit_ms),
+            (Some(start), _) => {
+                t.latencies.push(start - job.submit_ms);
+                team.latencies.push(start - job.submit_ms);
+            }
         }
         match o.final_state.as_deref() {
             Some("COMPLETED") => completed += 1,
@@ -218,16 +268,15 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
             let mut acc = tiers.remove(&name).unwrap_or_default();
             acc.latencies.sort_unstable();
             let l = &acc.latencies;
-            let mean =
-                (!l.is_empty()).then(|| l.iter().map(|v| secs(*v)).sum::<f64>() / l.len() as f64);
+            let [mean, p50, p95, max] = latency_summary(l);
             TierResults {
                 tier: name,
                 jobs: acc.jobs,
                 started: l.len() as u64,
                 latency_mean_s: mean,
-                latency_p50_s: percentile(l, 50.0).map(secs),
-                latency_p95_s: percentile(l, 95.0).map(secs),
-                latency_max_s: l.last().copied().map(secs),
+                latency_p50_s: p50,
+                latency_p95_s: p95,
+                latency_max_s: max,
                 preempted: acc.preempted,
                 checkpoints_saved: acc.saved,
                 checkpoint_success: ratio(acc.saved, acc.preempted),
@@ -241,6 +290,25 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
                         .filter_map(|k| percentile(l, f64::from(k) * 5.0).map(secs))
                         .collect()
                 },
+            }
+        })
+        .collect();
+    let team_results = teams
+        .into_iter()
+        .map(|(account, mut acc)| {
+            acc.latencies.sort_unstable();
+            let [mean, p50, p95, max] = latency_summary(&acc.latencies);
+            TeamResults {
+                account,
+                jobs: acc.jobs,
+                started: acc.latencies.len() as u64,
+                latency_mean_s: mean,
+                latency_p50_s: p50,
+                latency_p95_s: p95,
+                latency_max_s: max,
+                preempted: acc.preempted,
+                checkpoints_saved: acc.saved,
+                restarts: acc.restarts,
             }
         })
         .collect();
@@ -275,6 +343,7 @@ pub fn measure(workload: &Workload, policy: &PolicySpec, out: &Outcome) -> Resul
         passes: out.passes,
         tiers: tier_results,
         teams,
+        team_results,
         utilization_series,
     }
 }

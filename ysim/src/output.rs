@@ -2,7 +2,7 @@
 //! file with SVG charts, drawn by `ysched_report` as `yctl report --html` draws its own: no
 //! script, no font file, no link.
 
-use crate::metrics::{Results, TierResults, SERIES_POINTS};
+use crate::metrics::{restarts_as_totals, Results, TeamResults, TierResults, SERIES_POINTS};
 use crate::Report;
 use anyhow::{anyhow, Result};
 use std::collections::BTreeSet;
@@ -58,14 +58,20 @@ fn team_names(r: &Report) -> Vec<String> {
     set.into_iter().collect()
 }
 
+/// Restarts shown as totals (the window is shorter than a week) rather than per week.
+fn restart_totals(r: &Report) -> bool {
+    restarts_as_totals(r.workload.window_hours)
+}
+
 fn summary_rows(r: &Report) -> Vec<Vec<String>> {
+    let totals = restart_totals(r);
     let mut rows = vec![[
         "policy",
         "GPU util",
         "preemptions",
         "ckpt saved",
         "GPU-h lost",
-        "restarts/wk",
+        if totals { "restarts" } else { "restarts/wk" },
         "completed",
         "other end",
         "never ran",
@@ -81,7 +87,11 @@ fn summary_rows(r: &Report) -> Vec<Vec<String>> {
             p.preemptions.to_string(),
             percent(p.checkpoint_success),
             format!("{:.1}", p.lost_gpu_hours),
-            format!("{:.1}", p.restarts_per_week),
+            if totals {
+                p.restarts.to_string()
+            } else {
+                format!("{:.1}", p.restarts_per_week)
+            },
             p.completed.to_string(),
             p.other_ends.values().sum::<u64>().to_string(),
             p.never_started.to_string(),
@@ -136,22 +146,89 @@ fn latency_rows(r: &Report) -> Vec<Vec<String>> {
     )
 }
 
+/// `N restarts` over the window, or `N.N restarts/wk` for a window of a week or more.
+fn restarts_text(totals: bool, restarts: u64, per_week: f64) -> String {
+    if totals {
+        format!("{restarts} restarts")
+    } else {
+        format!("{per_week:.1} restarts/wk")
+    }
+}
+
 fn preemption_rows(r: &Report) -> Vec<Vec<String>> {
+    let totals = restart_totals(r);
     per_tier_rows(
         r,
         &["victim tier"],
         |tier| vec![tier.to_string()],
         |t| match t {
             Some(t) if t.preempted > 0 => format!(
-                "{} ({} saved, {:.1} GPU-h, {:.1} restarts/wk)",
+                "{} ({} saved, {:.1} GPU-h, {})",
                 t.preempted,
                 percent(t.checkpoint_success),
                 t.lost_gpu_hours,
-                t.restarts_per_week
+                restarts_text(totals, t.restarts, t.restarts_per_week)
             ),
             _ => "0".into(),
         },
     )
+}
+
+/// Every team (account) with a job, by name.
+fn result_team_names(r: &Report) -> Vec<String> {
+    let set: BTreeSet<String> = r
+        .policies
+        .iter()
+        .flat_map(|p| p.team_results.iter().map(|t| t.account.clone()))
+        .collect();
+    set.into_iter().collect()
+}
+
+/// A row per team: its name and jobs, then per policy what `cell` makes of the team's
+/// results (`None`: no job of that team).
+fn per_team_rows(r: &Report, cell: impl Fn(Option<&TeamResults>) -> String) -> Vec<Vec<String>> {
+    let mut head = vec!["team".to_string(), "jobs".to_string()];
+    head.extend(r.policies.iter().map(|p| p.policy.clone()));
+    let mut rows = vec![head];
+    fn of<'p>(p: &'p Results, team: &str) -> Option<&'p TeamResults> {
+        p.team_results.iter().find(|t| t.account == team)
+    }
+    for team in result_team_names(r) {
+        let jobs = r
+            .policies
+            .iter()
+            .find_map(|p| of(p, &team))
+            .map_or(0, |t| t.jobs);
+        let mut row = vec![team.clone(), jobs.to_string()];
+        row.extend(r.policies.iter().map(|p| cell(of(p, &team))));
+        rows.push(row);
+    }
+    rows
+}
+
+/// Each team's start latency: mean / p50 / p95.
+fn team_latency_rows(r: &Report) -> Vec<Vec<String>> {
+    per_team_rows(r, |t| match t {
+        Some(t) if t.started > 0 => format!(
+            "{} / {} / {}",
+            duration(t.latency_mean_s),
+            duration(t.latency_p50_s),
+            duration(t.latency_p95_s)
+        ),
+        _ => "-".into(),
+    })
+}
+
+/// Each team's runs preempted, checkpoints saved and restarts (totals over the window: a
+/// team's weekly figure is the week's run of ysim).
+fn team_preemption_rows(r: &Report) -> Vec<Vec<String>> {
+    per_team_rows(r, |t| match t {
+        Some(t) if t.preempted > 0 => format!(
+            "{} ({} saved, {} restarts)",
+            t.preempted, t.checkpoints_saved, t.restarts
+        ),
+        _ => "0".into(),
+    })
 }
 
 fn team_rows(r: &Report) -> Vec<Vec<String>> {
@@ -196,6 +273,10 @@ pub fn table(r: &Report) -> String {
     s.push_str(&render(&preemption_rows(r)));
     s.push_str("\nteam share of the GPU-hours used in the window\n");
     s.push_str(&render(&team_rows(r)));
+    s.push_str("\nstart latency (first start - submit) by team: mean / p50 / p95\n");
+    s.push_str(&render(&team_latency_rows(r)));
+    s.push_str("\npreempted runs by team (checkpoints saved, restarts in the window)\n");
+    s.push_str(&render(&team_preemption_rows(r)));
     let refusals = refusals(r);
     if !refusals.is_empty() {
         s.push_str("\nrefused at submit\n");
@@ -368,6 +449,10 @@ pub fn html(r: &Report) -> Result<String> {
     h.push_str(&html_table(&preemption_rows(r)));
     h.push_str("<h2>Team share of the GPU-hours used</h2>\n");
     h.push_str(&html_table(&team_rows(r)));
+    h.push_str("<h2>Start latency by team (mean / p50 / p95)</h2>\n");
+    h.push_str(&html_table(&team_latency_rows(r)));
+    h.push_str("<h2>Preempted runs by team (checkpoints saved, restarts)</h2>\n");
+    h.push_str(&html_table(&team_preemption_rows(r)));
     let refusals = refusals(r);
     if !refusals.is_empty() {
         h.push_str("<h2>Refused at submit</h2>\n<ul>\n");

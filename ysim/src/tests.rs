@@ -318,3 +318,77 @@ fn a_missing_alibaba_trace_says_where_to_get_it() {
     assert!(err.contains("github.com/alibaba/clusterdata"), "{err}");
     assert!(err.contains("ysim/samples/week.csv"), "{err}");
 }
+
+/// The hand-computed scenario with two teams: a, b and f of vision, c, d and e of nlp. Each
+/// team's waits and preemptions are its jobs' own; the window (2 h) is shorter than a week,
+/// so restarts are shown as totals, not extrapolated per week.
+#[test]
+fn teams_get_their_waits_and_preemptions_and_a_short_window_shows_restart_totals() {
+    let mut w = hand_workload();
+    for job in &mut w.jobs {
+        job.account = if ["a", "b", "f"].contains(&job.name.as_str()) {
+            "vision".into()
+        } else {
+            "nlp".into()
+        };
+    }
+    let policy = builtin("preempt", &BTreeMap::new()).unwrap();
+    let report = compare(&w, &[policy], 1, |_, _| {});
+    let r = &report.policies[0];
+    let team = |name: &str| r.team_results.iter().find(|t| t.account == name).unwrap();
+    let names: Vec<&str> = r.team_results.iter().map(|t| t.account.as_str()).collect();
+    assert_eq!(names, ["nlp", "vision"]);
+    // vision: a and b at once, f after 30 min; a preempted once, saved, requeued.
+    let v = team("vision");
+    assert_eq!((v.jobs, v.started), (3, 3));
+    assert_eq!(
+        (v.latency_mean_s, v.latency_p50_s, v.latency_p95_s),
+        (Some(600.0), Some(0.0), Some(1800.0))
+    );
+    assert_eq!((v.preempted, v.checkpoints_saved, v.restarts), (1, 1, 1));
+    // nlp: c at once, e after 30 s, d after 20 min; never preempted.
+    let n = team("nlp");
+    assert_eq!(
+        (n.latency_mean_s, n.latency_p50_s, n.latency_p95_s),
+        (Some(410.0), Some(30.0), Some(1200.0))
+    );
+    assert_eq!((n.preempted, n.restarts), (0, 0));
+
+    let text = output::table(&report);
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines.iter().find(|l| l.starts_with("policy")).unwrap();
+    assert!(
+        header.contains(" restarts ") && !header.contains("restarts/wk"),
+        "{text}"
+    );
+    assert!(!text.contains("restarts/wk"), "{text}");
+    assert!(text.contains("(100.0% saved, 0.0 GPU-h, 1 restarts)"), "{text}");
+    assert!(text.contains("start latency (first start - submit) by team"), "{text}");
+    let row = |name: &str, after: &str| {
+        let at = text.find(after).unwrap();
+        text[at..]
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row("vision", "by team: mean"), "vision 3 10.0m / 0s / 30.0m");
+    assert_eq!(row("nlp", "by team: mean"), "nlp 3 6.8m / 30s / 20.0m");
+    assert_eq!(
+        row("vision", "preempted runs by team"),
+        "vision 3 1 (1 saved, 1 restarts)"
+    );
+    let json: serde_json::Value = serde_json::from_str(&output::json(&report)).unwrap();
+    assert_eq!(json["policies"][0]["team_results"][1]["latency_p95_s"], 1800.0);
+    assert_eq!(json["policies"][0]["team_results"][1]["preempted"], 1);
+    let html = output::html(&report).unwrap();
+    assert!(html.contains("Start latency by team") && html.contains("Preempted runs by team"));
+
+    // A week or more: per week, as before.
+    w.window_ms = 2 * WEEK;
+    let report = compare(&w, &[builtin("preempt", &BTreeMap::new()).unwrap()], 1, |_, _| {});
+    let text = output::table(&report);
+    assert!(text.contains("restarts/wk"), "{text}");
+}
