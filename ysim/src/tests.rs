@@ -362,8 +362,14 @@ fn teams_get_their_waits_and_preemptions_and_a_short_window_shows_restart_totals
         "{text}"
     );
     assert!(!text.contains("restarts/wk"), "{text}");
-    assert!(text.contains("(100.0% saved, 0.0 GPU-h, 1 restarts)"), "{text}");
-    assert!(text.contains("start latency (first start - submit) by team"), "{text}");
+    assert!(
+        text.contains("(100.0% saved, 0.0 GPU-h, 1 restarts)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("start latency (first start - submit) by team"),
+        "{text}"
+    );
     let row = |name: &str, after: &str| {
         let at = text.find(after).unwrap();
         text[at..]
@@ -374,21 +380,32 @@ fn teams_get_their_waits_and_preemptions_and_a_short_window_shows_restart_totals
             .collect::<Vec<_>>()
             .join(" ")
     };
-    assert_eq!(row("vision", "by team: mean"), "vision 3 10.0m / 0s / 30.0m");
+    assert_eq!(
+        row("vision", "by team: mean"),
+        "vision 3 10.0m / 0s / 30.0m"
+    );
     assert_eq!(row("nlp", "by team: mean"), "nlp 3 6.8m / 30s / 20.0m");
     assert_eq!(
         row("vision", "preempted runs by team"),
         "vision 3 1 (1 saved, 1 restarts)"
     );
     let json: serde_json::Value = serde_json::from_str(&output::json(&report)).unwrap();
-    assert_eq!(json["policies"][0]["team_results"][1]["latency_p95_s"], 1800.0);
+    assert_eq!(
+        json["policies"][0]["team_results"][1]["latency_p95_s"],
+        1800.0
+    );
     assert_eq!(json["policies"][0]["team_results"][1]["preempted"], 1);
     let html = output::html(&report).unwrap();
     assert!(html.contains("Start latency by team") && html.contains("Preempted runs by team"));
 
     // A week or more: per week, as before.
     w.window_ms = 2 * WEEK;
-    let report = compare(&w, &[builtin("preempt", &BTreeMap::new()).unwrap()], 1, |_, _| {});
+    let report = compare(
+        &w,
+        &[builtin("preempt", &BTreeMap::new()).unwrap()],
+        1,
+        |_, _| {},
+    );
     let text = output::table(&report);
     assert!(text.contains("restarts/wk"), "{text}");
 }

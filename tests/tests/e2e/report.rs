@@ -624,3 +624,105 @@ fn an_exported_trace_is_read_and_replayed_by_ysim() {
         );
     }
 }
+
+/// The weekly report of a cluster that is minutes old, from runs a migration brought: its
+/// capacity counts from when its node registered (not seven days of it), SHARE is each
+/// team's part of the GPU-hours used (not 0.0% of a capacity it never had), a 1.03 s wait
+/// reads 1.03 s everywhere, and the HTML draws the waits on a log scale with a legend.
+#[test]
+fn a_young_cluster_s_weekly_report_counts_from_its_nodes_and_shares_what_was_used() {
+    let began = ysched_common::time::now_ms();
+    let c = TestCluster::start_with_config(vec![FakeNode::uniform("n1", 4, A100)], ACCOUNTS);
+    let now = ysched_common::time::now_ms();
+    let hour = 3_600_000;
+    let file = c.work.join("migrated.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&serde_json::json!([
+            {"job_id": 910001, "account": "vision", "user": "ana", "tier": "low",
+             "gpus": 3, "start": now - 3 * hour, "end": now - 2 * hour},
+            {"job_id": 910002, "account": "nlp", "user": "bo", "tier": "critical",
+             "gpus": 1, "queued_at": now - 2 * hour - 1_030, "start": now - 2 * hour,
+             "end": now - hour},
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = c.run("yctl", &["usage", "import", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let r = report(&c, &["--since", "7d"]);
+    let cl = &r["cluster"];
+    // 4 GPUs since the node registered (after `began`), not 4 x 168 GPU-hours.
+    let lived_hours = (ysched_common::time::now_ms() - began) as f64 / hour as f64;
+    let capacity = cl["capacity_gpu_hours"].as_f64().unwrap();
+    assert!(
+        capacity > 0.0 && capacity <= 4.0 * lived_hours,
+        "capacity {capacity} GPU-hours after {lived_hours} h: {cl:#}"
+    );
+    let days = r["days"].as_array().unwrap();
+    assert_eq!(
+        days.iter()
+            .filter(|d| d["capacity_gpu_hours"].as_f64().unwrap() > 0.0)
+            .count(),
+        if began / ysched_common::time::DAY_MS == now / ysched_common::time::DAY_MS {
+            1
+        } else {
+            2
+        },
+        "only the days the node was there: {days:#?}"
+    );
+    // Shares of the 4 GPU-hours used: 3 and 1.
+    assert_eq!(group(&r, "vision")["share_of_used"], 0.75);
+    assert_eq!(group(&r, "nlp")["share_of_used"], 0.25);
+    let critical = &group(&r, "nlp")["waits"][0];
+    assert_eq!(
+        (
+            critical["tier"].as_str(),
+            critical["wait_p50_secs"].as_f64()
+        ),
+        (Some("critical"), Some(1.03))
+    );
+
+    let out = c.run("yctl", &["report", "--since", "7d"]);
+    let text = stdout(&out);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row: {text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("vision")[2], "75.0%", "{text}");
+    assert_eq!(row("nlp")[2], "25.0%", "{text}");
+    assert!(text.contains("critical 1.03s/1.03s (1)"), "{text}");
+    let out = c.run("yctl", &["report", "--since", "7d", "--csv"]);
+    let csv = stdout(&out);
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let nlp: Vec<&str> = csv
+        .lines()
+        .find(|l| l.starts_with("account,nlp,"))
+        .unwrap()
+        .split(',')
+        .collect();
+    let field = |name: &str| nlp[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(field("wait_p50_secs_critical"), "1.03", "{csv}");
+    assert_eq!(field("share_of_used"), "0.250000", "{csv}");
+    let html_path = c.work.join("young.html");
+    let out = c.run(
+        "yctl",
+        &[
+            "report",
+            "--since",
+            "7d",
+            "--html",
+            html_path.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(html.contains("log scale"), "the wait chart's axis");
+    let lines: Vec<&str> = html.lines().map(str::trim).collect();
+    assert!(lines.contains(&"p50") && lines.contains(&"p95"), "legend");
+    assert!(html.contains("critical 1.03s/1.03s (1)"));
+}
