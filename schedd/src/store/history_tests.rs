@@ -369,3 +369,51 @@ fn usage_records_expire_by_their_own_cutoff() {
         .collect();
     assert_eq!(left, [3]);
 }
+
+#[tokio::test]
+async fn an_array_cancelled_while_queued_expires_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let store = Store::open(dir.path()).unwrap();
+    let tasks = submit_array(&store, &mut rec, "0-39");
+    // Cancelled while queued: the tasks are kept in the array's record, not one by one.
+    let caller = ysched_common::Caller::local(owner());
+    let target = ysched_common::JobTarget::parse(&tasks[0].id.to_string()).unwrap();
+    let (fx, _) = rec
+        .cancel_targets(
+            &caller,
+            &[target],
+            "",
+            &|id| store.job(id).map_err(crate::error::ApiError::from),
+            5_000,
+        )
+        .unwrap();
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    assert!(store.jobs.is_empty(), "kept in the array's record");
+    assert_eq!(
+        ids(&store.finished_between(5_000, 5_001).unwrap()),
+        ids(&tasks),
+        "found by their end"
+    );
+    // Not yet past the cutoff: nothing goes.
+    assert_eq!(
+        store
+            .expire_finished(5_000, 1_000, &BTreeSet::new())
+            .unwrap()
+            .jobs,
+        0
+    );
+    assert_eq!(store.arrays.len(), 1);
+    // Past it, in two steps: the record stays until its last task goes.
+    let done = store.expire_finished(6_000, 30, &BTreeSet::new()).unwrap();
+    assert_eq!(done.jobs, 30);
+    assert_eq!(store.arrays.len(), 1);
+    let done = store.expire_finished(6_000, 30, &BTreeSet::new()).unwrap();
+    assert_eq!(done.jobs, 10);
+    assert!(store.arrays.is_empty() && store.array_specs.is_empty() && store.events.is_empty());
+    for task in &tasks {
+        assert!(store.job(task.id).unwrap().is_none(), "task {}", task.id);
+    }
+    assert!(store.recover().unwrap().active_jobs.is_empty());
+}
