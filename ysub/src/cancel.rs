@@ -80,6 +80,7 @@ pub fn filter_request(cli: &YcancelCli, me: &str) -> Result<ListJobsRequest> {
         states,
         all: false,
         targets: targets.iter().map(ToString::to_string).collect(),
+        ..Default::default()
     })
 }
 

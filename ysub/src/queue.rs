@@ -37,6 +37,17 @@ pub struct YqCli {
     /// Include finished jobs
     #[arg(short = 'a', long)]
     pub all: bool,
+    /// Finished jobs that ended since then, with the active ones (implies --all): a span back
+    /// from now (`7d`, `36h`, `90m`) or a date (`2026-01-05`, RFC 3339). schedd finds them
+    /// by their end, so a week of a long history costs what it returns
+    #[arg(long, value_name = "SPAN|DATE")]
+    pub since: Option<String>,
+    /// Only jobs submitted before this date (`2026-01-05`, RFC 3339), as sacct's -E
+    #[arg(long, value_name = "DATE")]
+    pub until: Option<String>,
+    /// Only jobs charged to these accounts (comma list, exact)
+    #[arg(short = 'A', long = "account", value_name = "ACCOUNT[,ACCOUNT]")]
+    pub accounts: Option<String>,
     /// Print a JSON array of jobs instead of the table (one object per job: array tasks are
     /// never folded)
     #[arg(long)]
@@ -77,6 +88,8 @@ pub struct JobPick {
     pub tiers: Vec<String>,
     /// Job names; empty: every name.
     pub names: Vec<String>,
+    /// Accounts; empty: every account.
+    pub accounts: Vec<String>,
 }
 
 impl JobPick {
@@ -98,13 +111,27 @@ impl JobPick {
                 .map(|t| t.to_ascii_lowercase())
                 .collect(),
             names: list("-n/--name", names)?,
+            accounts: Vec::new(),
         })
+    }
+
+    /// With `-A` (a comma list; an empty item is refused).
+    pub fn with_accounts(mut self, accounts: Option<&str>) -> Result<JobPick> {
+        if let Some(text) = accounts {
+            let items: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
+            if items.iter().any(String::is_empty) {
+                return Err(anyhow!("-A/--account '{text}' has an empty item"));
+            }
+            self.accounts = items;
+        }
+        Ok(self)
     }
 
     /// Whether `job` is shown.
     pub fn picks(&self, job: &JobInfo) -> bool {
         (self.tiers.is_empty() || self.tiers.iter().any(|t| t.eq_ignore_ascii_case(&job.tier)))
             && (self.names.is_empty() || self.names.contains(&job.name))
+            && (self.accounts.is_empty() || self.accounts.contains(&job.account))
     }
 }
 
@@ -154,7 +181,19 @@ pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> 
             .check_len(user)
             .map_err(anyhow::Error::msg)?;
     }
+    let now = ysched_common::time::now_ms();
+    let since_ms = match cli.since.as_deref() {
+        None => 0,
+        Some(text) => since_ms(text, now)?,
+    };
+    let until_ms = match cli.until.as_deref() {
+        None => 0,
+        Some(text) => crate::report::parse_date(text)
+            .map_err(|e| anyhow!("invalid --until '{text}': {e} (e.g. 2026-01-05)"))?,
+    };
     Ok(ListJobsRequest {
+        since_ms,
+        until_ms,
         user: cli.user.clone().or(me).unwrap_or_default(),
         job_ids: targets
             .iter()
@@ -165,6 +204,20 @@ pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> 
         all,
         targets: targets.iter().map(ToString::to_string).collect(),
     })
+}
+
+/// `--since`: a span back from `now` (`7d`) or a date; never before the epoch's first
+/// millisecond (0 means "no bound" on the wire).
+fn since_ms(text: &str, now: i64) -> Result<i64> {
+    let at = match crate::report::parse_span(text) {
+        Ok(span) => now.saturating_sub(span),
+        Err(_) => crate::report::parse_date(text).map_err(|e| {
+            anyhow!(
+                "invalid --since '{text}': {e} (a span like 7d or 36h, or a date like 2026-01-05)"
+            )
+        })?,
+    };
+    Ok(at.max(1))
 }
 
 /// The jobs of a reply without repeats, in their order: a job named both by id and by target
@@ -199,7 +252,8 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
         None
     };
     let request = list_request(&cli, me)?;
-    let pick = JobPick::new(cli.tiers.as_deref(), cli.names.as_deref())?;
+    let pick = JobPick::new(cli.tiers.as_deref(), cli.names.as_deref())?
+        .with_accounts(cli.accounts.as_deref())?;
     let format = cli
         .format
         .as_deref()

@@ -197,6 +197,16 @@ impl Config {
         Ok(ms)
     }
 
+    /// `scheduler.keep_finished` in milliseconds; `None`: kept however old.
+    pub fn keep_finished_ms(&self) -> Result<Option<i64>, String> {
+        retention_ms("keep_finished", &self.scheduler.keep_finished)
+    }
+
+    /// `scheduler.keep_usage` in milliseconds; `None`: kept however old.
+    pub fn keep_usage_ms(&self) -> Result<Option<i64>, String> {
+        retention_ms("keep_usage", &self.scheduler.keep_usage)
+    }
+
     /// The account `name`'s settings: its `[accounts.NAME]` entry, else the defaults.
     pub fn account(&self, name: &str) -> AccountConfig {
         self.accounts.get(name).cloned().unwrap_or_default()
@@ -216,3 +226,19 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// A retention setting (`scheduler.NAME = TEXT`) in milliseconds: `0` keeps forever (`None`).
+fn retention_ms(name: &str, text: &str) -> Result<Option<i64>, String> {
+    if text.trim() == "0" {
+        return Ok(None);
+    }
+    let ms = crate::time::parse_humantime_ms(text.trim()).map_err(|e| {
+        format!("scheduler.{name} = {text:?}: {e} (e.g. \"30d\", \"2y\"; \"0\": keep forever)")
+    })?;
+    if ms < crate::time::SECOND_MS {
+        return Err(format!(
+            "scheduler.{name} = {text:?} is under a second (\"0\" keeps forever)"
+        ));
+    }
+    Ok(Some(ms))
+}

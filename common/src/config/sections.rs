@@ -85,6 +85,14 @@ pub struct SchedulerConfig {
     /// Fair share's decay: past usage counts half after this long (`7d`, `36h`; as Slurm's
     /// `PriorityDecayHalfLife`).
     pub fair_share_half_life: String,
+    /// Finished jobs (their records, histories and scripts) are kept this long after their
+    /// end (`30d`, `12h`), then removed in the background; `0`: kept
+    /// however old. Usage records, which reports and fair share read, follow `keep_usage`.
+    pub keep_finished: String,
+    /// Usage records (one per run: what `yctl report` and fair share count) are kept this
+    /// long after the run's end (`2y`, `400d`; at least as long as `keep_finished`); `0`:
+    /// kept however old.
+    pub keep_usage: String,
     /// HTTP address of the Prometheus metrics (`/metrics`), e.g. `0.0.0.0:9717`; empty: off.
     pub metrics_listen: String,
     /// Every account's usage is visible to everyone; `false`: a user who is no administrator
@@ -242,6 +250,8 @@ impl Default for SchedulerConfig {
             admin_group: String::new(),
             admin_hosts: Vec::new(),
             fair_share_half_life: "7d".into(),
+            keep_finished: "30d".into(),
+            keep_usage: "2y".into(),
             metrics_listen: String::new(),
             reports_public: true,
             max_array_size: crate::array::DEFAULT_MAX_ARRAY_SIZE,

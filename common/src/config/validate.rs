@@ -116,6 +116,23 @@ impl Config {
             ));
         }
         self.fair_share_half_life_ms()?;
+        match (self.keep_finished_ms()?, self.keep_usage_ms()?) {
+            (None, Some(_)) => {
+                return Err(format!(
+                    "scheduler.keep_usage = {:?} is shorter than scheduler.keep_finished = \"0\" \
+                     (forever): usage records must outlive the jobs they count",
+                    self.scheduler.keep_usage
+                ))
+            }
+            (Some(jobs), Some(usage)) if usage < jobs => {
+                return Err(format!(
+                    "scheduler.keep_usage = {:?} is shorter than scheduler.keep_finished = {:?}: \
+                     usage records must outlive the jobs they count",
+                    self.scheduler.keep_usage, self.scheduler.keep_finished
+                ))
+            }
+            _ => {}
+        }
         for (name, a) in &self.accounts {
             crate::text::check_printable("account name", name)?;
             crate::limits::ACCOUNT

@@ -353,7 +353,9 @@ pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
         user: req.user.clone(),
         ids: req.job_ids.iter().map(|id| JobId(*id)).collect(),
         states,
-        all: req.all,
+        all: req.all || req.since_ms != 0,
+        since: (req.since_ms != 0).then_some(req.since_ms),
+        until: (req.until_ms != 0).then_some(req.until_ms),
     })
 }
 

@@ -59,6 +59,13 @@ impl Cluster {
                 .filter(|j| j.state.is_terminal() && want(j))
                 .map(listing)
                 .collect()
+        } else if filter.windowed() {
+            self.store
+                .finished_between(filter.since.unwrap_or(i64::MIN), i64::MAX)?
+                .iter()
+                .filter(|j| want(j))
+                .map(listing)
+                .collect()
         } else if filter.all || filter.states.iter().any(|s| s.is_terminal()) {
             self.store
                 .finished_jobs()?
@@ -294,6 +301,11 @@ pub struct JobFilter {
     pub states: Vec<JobState>,
     /// Finished jobs too (they are shown anyway when `states` or `ids` ask for them).
     pub all: bool,
+    /// Finished jobs that ended at or after this (ms), found by their end (see
+    /// `store::history`): the listing costs what it returns, not the whole history.
+    pub since: Option<i64>,
+    /// Only jobs submitted before this (ms), as sacct's `-E`.
+    pub until: Option<i64>,
 }
 
 impl JobFilter {
@@ -302,6 +314,12 @@ impl JobFilter {
         (self.user.is_empty() || j.owner.user == self.user || Some(j.owner.uid) == uid)
             && (self.ids.is_empty() || self.ids.contains(&j.id))
             && (self.states.is_empty() || self.states.contains(&j.state))
+            && self.until.is_none_or(|until| j.submit_time < until)
+    }
+
+    /// Whether history is asked for by its end time.
+    fn windowed(&self) -> bool {
+        self.since.is_some()
     }
 }
 

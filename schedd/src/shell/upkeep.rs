@@ -1,6 +1,7 @@
-//! Keeping the state disk usable, off the state lock: the ballast and the audit log's
-//! retention (see `store::upkeep`), once a minute and whenever the audit log has grown past
-//! its limit; and the bound on how fast users' refused requests are audited.
+//! Keeping the state disk usable, off the state lock: the ballast, the audit log's retention
+//! (see `store::upkeep`) and the history's (`scheduler.keep_finished`, `keep_usage`: see
+//! `store::history`), once a minute and whenever the audit log has grown past its limit; and
+//! the bound on how fast users' refused requests are audited.
 
 use super::*;
 use std::collections::HashMap;
@@ -105,13 +106,18 @@ impl Cluster {
         self.commit().await
     }
 
-    /// Runs the upkeep now and then every [`UPKEEP_EVERY`], or sooner when woken (the audit
-    /// log grew past its limit).
+    /// Runs the upkeep now and then every [`UPKEEP_EVERY`] (or half of a shorter
+    /// `scheduler.keep_finished`, at least a second apart, so that a finished job is gone
+    /// soon after its time), or sooner when woken (the audit log grew past its limit).
     pub(super) async fn upkeep_loop(self: Arc<Self>) {
+        let every = match self.config.keep_finished_ms().ok().flatten() {
+            Some(keep) => UPKEEP_EVERY.min(Duration::from_millis((keep / 2).max(1000) as u64)),
+            None => UPKEEP_EVERY,
+        };
         loop {
             self.upkeep().await;
             tokio::select! {
-                () = tokio::time::sleep(UPKEEP_EVERY) => {}
+                () = tokio::time::sleep(every) => {}
                 () = self.upkeep_wake.notified() => {}
             }
         }
@@ -143,6 +149,86 @@ impl Cluster {
             }
         }
         self.expire_audit().await;
+        self.expire_history().await;
+    }
+
+    /// Removes finished jobs past `scheduler.keep_finished` and usage records past
+    /// `scheduler.keep_usage`, [`EXPIRE_BATCH`] index entries at a time with a pause between,
+    /// never under the state lock. The end states live dependencies need are kept.
+    async fn expire_history(&self) {
+        // Validated with the config.
+        let keep_finished = self.config.keep_finished_ms().ok().flatten();
+        let keep_usage = self.config.keep_usage_ms().ok().flatten();
+        let (mut jobs, mut runs) = (0usize, 0usize);
+        if let Some(keep) = keep_finished {
+            let cutoff = now_ms().saturating_sub(keep);
+            let needed = Arc::new(lock(&self.state).reactor.ended_targets().needed());
+            loop {
+                let store = self.store.clone();
+                let needed = Arc::clone(&needed);
+                let step = {
+                    let _busy = StoreWatch::busy(&self.store_watch.write_since);
+                    tokio::task::spawn_blocking(move || {
+                        store.expire_finished(cutoff, EXPIRE_BATCH, &needed)
+                    })
+                    .await
+                };
+                match step {
+                    Ok(Ok(done)) => {
+                        jobs += done.jobs;
+                        // Every entry looked at was kept (needed, or its array still has
+                        // queued tasks): the next round looks again.
+                        if done.jobs == 0 {
+                            break;
+                        }
+                    }
+                    Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
+                    Ok(Err(e)) => {
+                        tracing::warn!("history retention paused: {e}");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!("history retention failed: {e}");
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        if let Some(keep) = keep_usage {
+            let cutoff = now_ms().saturating_sub(keep);
+            loop {
+                let store = self.store.clone();
+                let step = {
+                    let _busy = StoreWatch::busy(&self.store_watch.write_since);
+                    tokio::task::spawn_blocking(move || store.expire_usage(cutoff, EXPIRE_BATCH))
+                        .await
+                };
+                match step {
+                    Ok(Ok(0)) => break,
+                    Ok(Ok(n)) => runs += n,
+                    Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
+                    Ok(Err(e)) => {
+                        tracing::warn!("usage retention paused: {e}");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!("usage retention failed: {e}");
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        if jobs + runs > 0 {
+            let _ = self.flush_tx.send(None);
+            tracing::info!(
+                "history: removed {jobs} finished jobs (scheduler.keep_finished = {}) and \
+                 {runs} usage records (scheduler.keep_usage = {})",
+                self.config.scheduler.keep_finished,
+                self.config.scheduler.keep_usage
+            );
+        }
     }
 
     /// Removes audit entries past `scheduler.audit_keep_days` or `scheduler.audit_max_mib`,

@@ -198,6 +198,14 @@ impl EndedTargets {
         Arc::clone(&self.ended)
     }
 
+    /// The jobs whose end state live dependencies may still need (named by a job in memory,
+    /// or by a submit not yet there): the history keeps them past its retention.
+    pub fn needed(&self) -> BTreeSet<JobId> {
+        let mut needed = self.named.clone();
+        needed.extend(self.pinned.values().flatten().copied());
+        needed
+    }
+
     /// How many finished jobs are kept (for tests and logs).
     pub fn len(&self) -> usize {
         self.ended.len()

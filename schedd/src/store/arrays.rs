@@ -135,7 +135,15 @@ impl Store {
         };
         let record: ArrayRecord = decode(&k, &v)?;
         let place = id.0 - record.first.id.0;
-        Ok((place < u64::from(record.count)).then_some((record, place as usize)))
+        if place >= u64::from(record.count) {
+            return Ok(None);
+        }
+        // In an array with no task as submitted left, a task without a record of its own is
+        // one kept as it ended, or one expired from the history (see `history`).
+        if record.ended_at(place as usize).is_none() && !self.array_is_live(record.first.id)? {
+            return Ok(None);
+        }
+        Ok(Some((record, place as usize)))
     }
 
     /// A decoded job record made whole: an array task gets the spec its array shares (read

@@ -4,6 +4,7 @@
 //! room check.
 
 use super::arrays::{same_but_place, spec_placeholder, spec_shared, ArrayRecord};
+use super::history::{index_of, IndexWrite};
 use super::upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES};
 use super::{ended, usage, Payload};
 use crate::state::Effects;
@@ -21,6 +22,8 @@ pub struct Batch {
     pub(super) runs: Vec<(usage::RunKey, Vec<u8>)>,
     pub(super) array_specs: Vec<(JobId, Vec<u8>)>,
     pub(super) arrays: Vec<(JobId, Vec<u8>)>,
+    /// The history index's entries for the jobs and arrays written (see [`super::history`]).
+    pub(super) index: Vec<IndexWrite>,
     /// About how many bytes the batch writes (keys and values), for [`Store::check_room`].
     pub(super) bytes: u64,
 }
@@ -94,6 +97,7 @@ impl From<&Effects> for Batch {
 
 impl Batch {
     pub fn put_job(&mut self, job: &Job) {
+        self.index.push(index_of(job));
         let write = if ended::candidate(job) {
             self.bytes += ENDED_TASK_BYTES;
             JobWrite::EndedTask(Box::new(job.clone()))
@@ -169,6 +173,12 @@ impl Batch {
         let value = serde_json::to_vec(&slim).expect("array record serializes");
         self.bytes += 8 + value.len() as u64;
         self.arrays.push((first.id, value));
+        self.index.push(IndexWrite::LiveArray(first.id));
+        for task in tasks {
+            if let IndexWrite::Ended(id, end) = index_of(task) {
+                self.index.push(IndexWrite::Ended(id, end));
+            }
+        }
         self.put_array_spec(first.id, &first.spec);
     }
 

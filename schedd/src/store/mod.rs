@@ -27,6 +27,9 @@
 //!   written in the batch of the event that ended it. Ordered by end time, so a time range is
 //!   one range scan; a run written again (the same end, job and restart) replaces itself and
 //!   is never counted twice.
+//! - `index`:    which jobs are active, which arrays may have tasks as submitted, and which
+//!   jobs ended when (see [`history`]): start-up reads only the active, history queries and
+//!   retention go by end time.
 //!
 //! Writes become durable on [`Store::flush`], against a power loss too (see [`stable`]);
 //! callers acknowledge only after it.
@@ -41,6 +44,7 @@ mod arrays;
 mod batch;
 mod ended;
 mod error;
+mod history;
 mod reads;
 mod stable;
 mod upkeep;
@@ -52,6 +56,8 @@ use arrays::{same_but_place, spec_shared, ArrayRecord, Shared};
 pub use batch::Batch;
 use batch::{encode_job, JobWrite};
 pub use error::{Error, Result};
+pub use history::Expired;
+use history::IndexWrite;
 
 pub use crate::state::commands::Payload;
 pub use crate::state::reactor::Room;
@@ -59,6 +65,8 @@ pub use upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES, BALLAST_BYTES, BALLAST_
 
 #[cfg(test)]
 mod array_tests;
+#[cfg(test)]
+mod history_tests;
 #[cfg(test)]
 mod tests;
 
@@ -91,6 +99,7 @@ pub struct Store {
     usage: sled::Tree,
     array_specs: sled::Tree,
     arrays: sled::Tree,
+    index: sled::Tree,
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
@@ -153,7 +162,7 @@ impl Store {
         })?;
         let stability = stable::Stability::open(dir).map_err(Error::Sync)?;
         let audit = db.open_tree("audit")?;
-        Ok(Store {
+        let store = Store {
             stability: std::sync::Arc::new(stability),
             dir: dir.to_path_buf(),
             fail_writes: Default::default(),
@@ -168,29 +177,41 @@ impl Store {
             usage: db.open_tree("usage")?,
             array_specs: db.open_tree("array_specs")?,
             arrays: db.open_tree("arrays")?,
+            index: db.open_tree("index")?,
             db,
-        })
+        };
+        store.build_index()?;
+        Ok(store)
     }
 
+    /// What start-up needs: the active jobs (read through the index, so that the time does
+    /// not grow with the history), the nodes and the id counter.
     pub fn recover(&self) -> Result<Recovered> {
         let mut active_jobs = BTreeMap::new();
-        let mut max_id = 0;
         let mut shared = Shared::default();
-        for kv in self.jobs.iter() {
-            let (k, v) = kv?;
-            let job: Job = decode(&k, &v)?;
-            max_id = max_id.max(job.id.0);
+        for id in self.active_ids() {
+            let id = id?;
+            let key = id.0.to_be_bytes();
+            let Some(v) = self.jobs.get(key)? else {
+                continue;
+            };
+            let job: Job = decode(&key, &v)?;
             if !job.state.is_terminal() {
                 let job = self.complete(job, &mut shared)?;
                 active_jobs.insert(job.id, job);
             }
         }
-        // Tasks still as submitted: every task of an array without a record of its own.
-        for kv in self.arrays.iter() {
-            let (k, v) = kv?;
-            let record: ArrayRecord = decode(&k, &v)?;
-            let array_id = record.first.id;
-            max_id = max_id.max(array_id.0 + u64::from(record.count).saturating_sub(1));
+        // Tasks still as submitted: every task of a live array without a record of its own
+        // that has not ended. An array with none left is live no more.
+        let mut done = Vec::new();
+        for array_id in self.live_array_ids() {
+            let array_id = array_id?;
+            let key = array_id.0.to_be_bytes();
+            let Some(v) = self.arrays.get(key)? else {
+                done.push(array_id);
+                continue;
+            };
+            let record: ArrayRecord = decode(&key, &v)?;
             let mut first: Option<Job> = None;
             for i in 0..record.count as usize {
                 let id = JobId(array_id.0 + i as u64);
@@ -206,6 +227,24 @@ impl Store {
                 let job = first.as_ref().expect("set above");
                 active_jobs.insert(id, record.task(job, i));
             }
+            if first.is_none() {
+                done.push(array_id);
+            }
+        }
+        if !done.is_empty() && !self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            self.arrays_done(&done)?;
+        }
+        // The highest id ever given: the counter, or (in stores from before it was kept)
+        // the last record's.
+        let mut max_id = 0;
+        if let Some(k) = self.jobs.last()?.map(|(k, _)| k) {
+            if let Ok(bytes) = <[u8; 8]>::try_from(k.as_ref()) {
+                max_id = u64::from_be_bytes(bytes);
+            }
+        }
+        if let Some((k, v)) = self.arrays.last()? {
+            let record: ArrayRecord = decode(&k, &v)?;
+            max_id = max_id.max(record.first.id.0 + u64::from(record.count).saturating_sub(1));
         }
         let mut nodes = BTreeMap::new();
         for kv in self.nodes.iter() {
@@ -269,9 +308,24 @@ impl Store {
             &self.usage,
             &self.array_specs,
             &self.arrays,
+            &self.index,
         )
             .transaction(
-                |(jobs, payloads, ev, nodes, au, meta, usage, specs, arrays)| {
+                |(jobs, payloads, ev, nodes, au, meta, usage, specs, arrays, index)| {
+                    for write in &batch.index {
+                        match *write {
+                            IndexWrite::Active(id) => {
+                                index.insert(&history::active_key(id), &[])?;
+                            }
+                            IndexWrite::Ended(id, end) => {
+                                index.remove(&history::active_key(id))?;
+                                index.insert(&history::ended_key(end, id), &[])?;
+                            }
+                            IndexWrite::LiveArray(id) => {
+                                index.insert(&history::live_array_key(id), &[])?;
+                            }
+                        }
+                    }
                     // Arrays first: a task may end in the batch that submits it.
                     for (id, v) in &batch.array_specs {
                         specs.insert(&id.0.to_be_bytes(), v.as_slice())?;

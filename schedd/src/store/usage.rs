@@ -20,7 +20,8 @@ const VERSION: u8 = 1;
 const SAVED: u8 = 1;
 const HAS_PREEMPTOR_ACCOUNT: u8 = 2;
 
-fn time_bytes(ms: i64) -> [u8; 8] {
+/// `ms` as bytes that sort as the numbers do (the sign bit flipped, big-endian).
+pub(super) fn time_bytes(ms: i64) -> [u8; 8] {
     ((ms as u64) ^ (1 << 63)).to_be_bytes()
 }
 

@@ -55,6 +55,9 @@ pub(super) async fn send(client: &mut Client, g: &mut Gen, rpc: &str) -> (String
                 } else {
                     g.targets()
                 },
+                // History by end time, any bounds (negative, reversed, far future).
+                since_ms: if g.rng.percent(20) { g.time() } else { 0 },
+                until_ms: if g.rng.percent(20) { g.time() } else { 0 },
             };
             let size = request.encoded_len();
             (code(client.list_jobs(request).await.map(|_| ())), size)

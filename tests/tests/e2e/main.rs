@@ -16,6 +16,7 @@ mod hardening_cli;
 mod hardening_conns;
 mod hardening_files;
 mod hardening_node;
+mod history;
 mod metrics;
 mod multihost;
 mod nvml;

@@ -347,6 +347,10 @@ pub async fn run(cli: SacctCli) -> Result<ExitCode> {
                 all: states.is_empty(),
                 states,
                 targets: targets.iter().map(ToString::to_string).collect(),
+                // schedd finds the finished jobs by their end (older servers ignore these:
+                // `in_window` below applies the same window).
+                since_ms: start.unwrap_or(0),
+                until_ms: end.map_or(0, |e| e.saturating_add(1)),
             })
             .await,
     )?

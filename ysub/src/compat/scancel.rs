@@ -136,6 +136,7 @@ pub async fn run(cli: ScancelCli) -> Result<ExitCode> {
                     states,
                     all: false,
                     targets: targets.clone(),
+                    ..Default::default()
                 })
                 .await,
         )?

@@ -160,6 +160,7 @@ pub fn list_request(cli: &SqueueCli, me: Option<String>) -> Result<ListJobsReque
         states,
         all,
         targets: targets.iter().map(ToString::to_string).collect(),
+        ..Default::default()
     })
 }
 

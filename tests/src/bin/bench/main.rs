@@ -7,6 +7,7 @@ mod cluster;
 mod figure;
 mod fleet;
 mod fuzz;
+mod history;
 mod hyperqueue;
 mod loaded;
 mod neighbour;
@@ -19,7 +20,7 @@ mod throughput;
 
 use figure::Figure;
 
-/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|array|neighbour|power_loss|hq|fuzz]...`: the named groups of
+/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz]...`: the named groups of
 /// figures; `cluster`, `preempt` and `core` by default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +53,9 @@ fn main() {
     }
     if groups.iter().any(|g| g == "report") {
         figures.extend(report::report());
+    }
+    if groups.iter().any(|g| g == "history") {
+        figures.extend(history::history(&rt));
     }
     if groups.iter().any(|g| g == "array") {
         figures.extend(array::array(&rt));

@@ -1,0 +1,392 @@
+//! The history's indexes and its retention: which jobs are active (start-up reads only
+//! those, however long the history), which ended when (history queries by end time, expiry
+//! oldest first), and the removal of what is past `scheduler.keep_finished` and
+//! `scheduler.keep_usage`.
+//!
+//! The `index` tree holds three kinds of keys, all with empty values, written in the same
+//! transaction as the records they index (see [`Store::apply`]):
+//! - `j` ++ job id: a job whose record in `jobs` is not finished;
+//! - `a` ++ array id: an array that may still have tasks as submitted (no record of their
+//!   own, not ended): recovery makes those tasks from the array's record. An array whose
+//!   every task has a record of its own or ended loses its key at recovery or at expiry;
+//!   a task without a record of its own in an array without the key does not exist
+//!   (expired), whatever the array's record says;
+//! - `e` ++ end time (i64, sign bit flipped, big-endian) ++ job id: a finished job, by when it
+//!   ended, array tasks kept in their array's record included.
+//!
+//! Stores written before the index have it built once, at open ([`Store::build_index`]).
+//!
+//! **Expiry** ([`Store::expire_finished`]) walks the `e` keys oldest first, in small batches,
+//! never under schedd's lock: a plain job's record, payload and events go, then its key. An
+//! array's task goes only once its array has no task as submitted left (else the array's
+//! record would make it again, as submitted); the array's record, spec, payload and events
+//! (its submit's, and its first task's, which share its id) go with its last task. Usage
+//! records are kept apart, for `keep_usage` ([`Store::expire_usage`]).
+
+use super::arrays::ArrayRecord;
+use super::{decode, usage, Result, Store};
+use std::collections::{BTreeMap, BTreeSet};
+use ysched_common::time::Millis;
+use ysched_common::{Job, JobId};
+
+/// `index` key of an active job.
+const ACTIVE: u8 = b'j';
+/// `index` key of an array that may have tasks as submitted.
+const LIVE_ARRAY: u8 = b'a';
+/// `index` key of a finished job, by its end.
+const ENDED: u8 = b'e';
+
+/// `meta` key: the index's version, once built.
+pub(super) const INDEX_VERSION: &[u8] = b"index_version";
+
+/// A job's or an array's change to the index, written with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum IndexWrite {
+    /// A job whose record is not finished.
+    Active(JobId),
+    /// A job that ended at this time.
+    Ended(JobId, Millis),
+    /// An array submitted with tasks as submitted.
+    LiveArray(JobId),
+}
+
+pub(super) fn active_key(id: JobId) -> [u8; 9] {
+    prefixed(ACTIVE, id)
+}
+
+pub(super) fn live_array_key(id: JobId) -> [u8; 9] {
+    prefixed(LIVE_ARRAY, id)
+}
+
+fn prefixed(kind: u8, id: JobId) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = kind;
+    k[1..].copy_from_slice(&id.0.to_be_bytes());
+    k
+}
+
+pub(super) fn ended_key(end: Millis, id: JobId) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = ENDED;
+    k[1..9].copy_from_slice(&usage::time_bytes(end));
+    k[9..].copy_from_slice(&id.0.to_be_bytes());
+    k
+}
+
+/// The end and job of an `e` key.
+fn parse_ended(key: &[u8]) -> Option<(Millis, JobId)> {
+    let key: &[u8; 17] = key.try_into().ok()?;
+    let end = (u64::from_be_bytes(key[1..9].try_into().ok()?) ^ (1 << 63)) as i64;
+    Some((end, JobId(u64::from_be_bytes(key[9..].try_into().ok()?))))
+}
+
+/// The job of a `j` or `a` key.
+fn parse_prefixed(key: &[u8]) -> Option<JobId> {
+    let key: &[u8; 9] = key.try_into().ok()?;
+    Some(JobId(u64::from_be_bytes(key[1..].try_into().ok()?)))
+}
+
+/// The index entry a job's write makes: active, or ended (at its end; a finished record
+/// without one, which schedd does not write, at its submit).
+pub(super) fn index_of(job: &Job) -> IndexWrite {
+    if job.state.is_terminal() {
+        IndexWrite::Ended(job.id, job.end_time.unwrap_or(job.submit_time))
+    } else {
+        IndexWrite::Active(job.id)
+    }
+}
+
+/// What one call of [`Store::expire_finished`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    /// Finished jobs removed.
+    pub jobs: usize,
+    /// Index entries looked at (removed or left for later).
+    pub examined: usize,
+}
+
+impl Store {
+    /// Builds the index of a store written before it (once: its version is kept in `meta`).
+    /// Reads every record once; a crash in between builds it again.
+    pub(super) fn build_index(&self) -> Result<()> {
+        if self.meta.get(INDEX_VERSION)?.is_some() {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        let mut written = 0usize;
+        for kv in self.jobs.iter() {
+            let (k, v) = kv?;
+            let job: Job = decode(&k, &v)?;
+            match index_of(&job) {
+                IndexWrite::Active(id) => batch.insert(&active_key(id), &[]),
+                IndexWrite::Ended(id, end) => batch.insert(&ended_key(end, id), &[]),
+                IndexWrite::LiveArray(_) => unreachable!("a job is no array"),
+            }
+            written += 1;
+            if written % 10_000 == 0 {
+                self.index.apply_batch(std::mem::take(&mut batch))?;
+            }
+        }
+        for kv in self.arrays.iter() {
+            let (k, v) = kv?;
+            let record: ArrayRecord = decode(&k, &v)?;
+            // Recovery drops the key of an array with no task as submitted left.
+            batch.insert(&live_array_key(record.first.id), &[]);
+            for group in &record.ended {
+                let end = group.end_time.unwrap_or(record.first.submit_time);
+                for place in group.iter() {
+                    let id = JobId(record.first.id.0 + u64::from(place));
+                    batch.insert(&ended_key(end, id), &[]);
+                }
+            }
+        }
+        self.index.apply_batch(batch)?;
+        self.meta.insert(INDEX_VERSION, &[1u8])?;
+        if written > 0 {
+            tracing::info!(jobs = written, "state store: built the history index");
+        }
+        Ok(())
+    }
+
+    /// The ids of the jobs recorded active, in order.
+    pub(super) fn active_ids(&self) -> impl Iterator<Item = Result<JobId>> + '_ {
+        self.index
+            .scan_prefix([ACTIVE])
+            .keys()
+            .map(|k| Ok(parse_prefixed(&k?).unwrap_or(JobId(0))))
+    }
+
+    /// The ids of the arrays that may have tasks as submitted, in order.
+    pub(super) fn live_array_ids(&self) -> impl Iterator<Item = Result<JobId>> + '_ {
+        self.index
+            .scan_prefix([LIVE_ARRAY])
+            .keys()
+            .map(|k| Ok(parse_prefixed(&k?).unwrap_or(JobId(0))))
+    }
+
+    /// Whether array `id` may have tasks as submitted (see the module docs).
+    pub(super) fn array_is_live(&self, id: JobId) -> Result<bool> {
+        Ok(self.index.contains_key(live_array_key(id))?)
+    }
+
+    /// Forgets that arrays `ids` may have tasks as submitted (none is left).
+    pub(super) fn arrays_done(&self, ids: &[JobId]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for id in ids {
+            batch.remove(&live_array_key(*id));
+        }
+        Ok(self.index.apply_batch(batch)?)
+    }
+
+    /// The ids of the jobs that ended in `[from_ms, to_ms)`, in id order, each once.
+    pub fn ended_between(&self, from_ms: Millis, to_ms: Millis) -> Result<Vec<JobId>> {
+        if from_ms >= to_ms {
+            return Ok(Vec::new());
+        }
+        let mut ids = BTreeSet::new();
+        let from = ended_key(from_ms, JobId(0));
+        let to = ended_key(to_ms, JobId(0));
+        for key in self.index.range(from..to).keys() {
+            if let Some((_, id)) = parse_ended(&key?) {
+                ids.insert(id);
+            }
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    /// Finished jobs that ended in `[from_ms, to_ms)`, in id order: what the index names,
+    /// read by id (the cost of what is returned, not of the history).
+    pub fn finished_between(&self, from_ms: Millis, to_ms: Millis) -> Result<Vec<Job>> {
+        let ids = self.ended_between(from_ms, to_ms)?;
+        Ok(self
+            .jobs_by_id(ids)?
+            .into_iter()
+            .filter(|j| j.state.is_terminal())
+            .collect())
+    }
+
+    /// Whether every task of array `record` has a record of its own or ended (no task as
+    /// submitted is left): then its key `a` may go.
+    fn no_task_as_submitted(&self, record: &ArrayRecord) -> Result<bool> {
+        let first = record.first.id.0;
+        let own: BTreeSet<u64> = self
+            .jobs
+            .range(first.to_be_bytes()..(first + u64::from(record.count)).to_be_bytes())
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter_map(|k| <[u8; 8]>::try_from(k.as_ref()).ok().map(u64::from_be_bytes))
+            .collect();
+        Ok((0..record.count as usize)
+            .all(|place| own.contains(&(first + place as u64)) || record.ended_at(place).is_some()))
+    }
+
+    /// Removes finished jobs that ended before `cutoff_ms`, oldest first, looking at no more
+    /// than `limit` index entries. Jobs in `keep` (the end states live dependencies still
+    /// need) stay, as do the tasks of an array that still has tasks as submitted; they are
+    /// looked at again by a later call.
+    pub fn expire_finished(
+        &self,
+        cutoff_ms: Millis,
+        limit: usize,
+        keep: &BTreeSet<JobId>,
+    ) -> Result<Expired> {
+        let mut done = Expired::default();
+        let mut keys_removed = sled::Batch::default();
+        let mut jobs_removed = sled::Batch::default();
+        let mut payloads_removed = sled::Batch::default();
+        let mut events_removed = sled::Batch::default();
+        let mut arrays_touched: BTreeMap<JobId, Option<ArrayRecord>> = BTreeMap::new();
+        let mut arrays_finished = Vec::new();
+        let upto = ended_key(cutoff_ms, JobId(0));
+        let mut ids_removed = Vec::new();
+        for key in self.index.range(ended_key(i64::MIN, JobId(0))..upto).keys() {
+            if done.examined >= limit {
+                break;
+            }
+            done.examined += 1;
+            let key = key?;
+            let Some((_, id)) = parse_ended(&key) else {
+                keys_removed.remove(key);
+                continue;
+            };
+            if keep.contains(&id) {
+                continue;
+            }
+            let job: Option<Job> = match self.jobs.get(id.0.to_be_bytes())? {
+                Some(v) => Some(decode(&id.0.to_be_bytes(), &v)?),
+                None => None,
+            };
+            if job.as_ref().is_some_and(|j| !j.state.is_terminal()) {
+                // Written again since (never done to a finished job): not history.
+                keys_removed.remove(key);
+                continue;
+            }
+            let array_id = match &job {
+                Some(j) => j.array.map(|t| t.array_id),
+                // A task kept in its array's record (or already gone).
+                None => self.submitted_task(id)?.map(|(r, _)| r.first.id),
+            };
+            if let Some(array_id) = array_id {
+                let record = match arrays_touched.entry(array_id) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        let key = array_id.0.to_be_bytes();
+                        let record: Option<ArrayRecord> = match self.arrays.get(key)? {
+                            Some(v) => Some(decode(&key, &v)?),
+                            None => None,
+                        };
+                        if let Some(r) = &record {
+                            if self.array_is_live(array_id)? {
+                                if !self.no_task_as_submitted(r)? {
+                                    // Tasks as submitted are left: removing this one's
+                                    // record would make it one of them again.
+                                    e.insert(None);
+                                    continue;
+                                }
+                                arrays_finished.push(array_id);
+                            }
+                        }
+                        e.insert(record)
+                    }
+                };
+                if record.is_none() && self.arrays.contains_key(array_id.0.to_be_bytes())? {
+                    continue;
+                }
+                // The first task's events share the array's id: they go with the array.
+                if id != array_id {
+                    for k in self.events.scan_prefix(id.0.to_be_bytes()).keys() {
+                        events_removed.remove(k?);
+                    }
+                }
+            } else {
+                payloads_removed.remove(&id.0.to_be_bytes());
+                for k in self.events.scan_prefix(id.0.to_be_bytes()).keys() {
+                    events_removed.remove(k?);
+                }
+            }
+            if job.is_some() {
+                jobs_removed.remove(&id.0.to_be_bytes());
+            }
+            keys_removed.remove(key);
+            ids_removed.push(id);
+            done.jobs += 1;
+        }
+        if done.examined == 0 {
+            return Ok(done);
+        }
+        self.check_room(64 * done.examined as u64, super::Room::Cluster)?;
+        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(super::Error::Injected);
+        }
+        // Arrays with no task as submitted left lose their key before any task's record goes.
+        self.arrays_done(&arrays_finished)?;
+        self.jobs.apply_batch(jobs_removed)?;
+        self.payloads.apply_batch(payloads_removed)?;
+        self.events.apply_batch(events_removed)?;
+        // An array goes with its last task: no record of a task of its own left, every task
+        // kept in its record ended before the cutoff.
+        for (array_id, record) in arrays_touched {
+            let Some(record) = record else { continue };
+            let first = array_id.0;
+            let own_left = self
+                .jobs
+                .range(first.to_be_bytes()..(first + u64::from(record.count)).to_be_bytes())
+                .next()
+                .is_some();
+            let kept_ended_before = record
+                .ended
+                .iter()
+                .all(|g| g.end_time.unwrap_or(record.first.submit_time) < cutoff_ms);
+            let kept_left = record.ended.iter().any(|g| {
+                g.iter().any(|place| {
+                    let id = JobId(first + u64::from(place));
+                    !ids_removed.contains(&id)
+                        && self
+                            .index
+                            .contains_key(ended_key(
+                                g.end_time.unwrap_or(record.first.submit_time),
+                                id,
+                            ))
+                            .unwrap_or(true)
+                })
+            });
+            if own_left || !kept_ended_before || kept_left {
+                continue;
+            }
+            let key = array_id.0.to_be_bytes();
+            let mut events = sled::Batch::default();
+            for k in self.events.scan_prefix(key).keys() {
+                events.remove(k?);
+            }
+            self.events.apply_batch(events)?;
+            self.payloads.remove(key)?;
+            self.array_specs.remove(key)?;
+            self.arrays.remove(key)?;
+        }
+        // The index's keys last: a crash before leaves them, and the next call removes again.
+        self.index.apply_batch(keys_removed)?;
+        Ok(done)
+    }
+
+    /// Removes usage records of runs that ended before `cutoff_ms`, at most `limit`; how many.
+    pub fn expire_usage(&self, cutoff_ms: Millis, limit: usize) -> Result<usize> {
+        let mut batch = sled::Batch::default();
+        let mut removed = 0;
+        for key in self.usage.range(..usage::time_bytes(cutoff_ms)).keys() {
+            if removed >= limit {
+                break;
+            }
+            batch.remove(key?);
+            removed += 1;
+        }
+        if removed == 0 {
+            return Ok(0);
+        }
+        self.check_room(32 * removed as u64, super::Room::Cluster)?;
+        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(super::Error::Injected);
+        }
+        self.usage.apply_batch(batch)?;
+        Ok(removed)
+    }
+}

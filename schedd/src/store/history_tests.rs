@@ -1,0 +1,419 @@
+//! The history's index and retention: start-up reads only active jobs, an old store gets its
+//! index built, history by end time, and expiry of plain jobs, arrays and usage records
+//! without ever making an expired task pending again.
+
+use super::*;
+use crate::state::submission::NewJob;
+use crate::state::Records;
+use std::collections::BTreeSet;
+use ysched_common::{ArraySpec, JobSpec, JobState, Owner, RunRecord};
+
+fn owner() -> Owner {
+    Owner {
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        groups: vec!["alice".into()],
+    }
+}
+
+fn job(id: u64, state: JobState, end: Option<i64>) -> Job {
+    Job {
+        id: JobId(id),
+        spec: std::sync::Arc::new(JobSpec::default()),
+        owner: std::sync::Arc::new(owner()),
+        tier_value: 100,
+        state,
+        reason: String::new(),
+        alloc: vec![],
+        restart_count: 0,
+        exit_code: None,
+        signal: None,
+        submit_time: 1,
+        start_time: None,
+        end_time: end,
+        launched: false,
+        grace_secs: 30,
+        checkpoint_dir: String::new(),
+        stop: None,
+        last_checkpoint: None,
+        parts: Default::default(),
+        launch_attempts: 0,
+        queued_at: None,
+        run_ms_before: 0,
+        array: None,
+    }
+}
+
+fn payload() -> Payload {
+    Payload {
+        script: "#!/bin/sh\ntrue\n".into(),
+        env: Default::default(),
+    }
+}
+
+fn reopen(dir: &Path) -> Store {
+    // sled's flusher may still hold the lock briefly after drop.
+    loop {
+        match Store::open(dir) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Plain job `id`: submitted at 1, ended at `end` (`None`: still pending), with an event
+/// and a payload of its own.
+fn write_plain(store: &Store, id: u64, end: Option<i64>) {
+    let mut b = Batch::default();
+    b.put_job(&job(id, JobState::Pending, None));
+    b.put_payload(JobId(id), &payload());
+    b.event(JobId(id), 1, "submitted", "");
+    store.apply(b).unwrap();
+    if let Some(end) = end {
+        let mut b = Batch::default();
+        b.put_job(&job(id, JobState::Completed, Some(end)));
+        b.event(JobId(id), end, "completed", "");
+        store.apply(b).unwrap();
+    }
+}
+
+fn records() -> Records {
+    Records::new(
+        Default::default(),
+        Default::default(),
+        1,
+        Default::default(),
+    )
+}
+
+/// Submits an array of `indices` on `rec` and writes it.
+fn submit_array(store: &Store, rec: &mut Records, indices: &str) -> Vec<Job> {
+    let dir = |id: JobId| format!("/ckpt/{id}");
+    let new = NewJob {
+        owner: owner(),
+        from_host: None,
+        spec: JobSpec {
+            name: "sweep".into(),
+            tier: "low".into(),
+            gpus: 1,
+            array: Some(ArraySpec::parse(indices, 10_001).unwrap()),
+            ..JobSpec::default()
+        },
+        payload: payload(),
+        grace_secs: 30,
+        tier_value: 100,
+        checkpoint_dir: &dir,
+    };
+    let fx = rec.submit(new, 1_000);
+    let jobs = fx.submitted.clone();
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    rec.insert_jobs(jobs.clone());
+    jobs
+}
+
+/// Task `task` written as ended at `end` (a record of its own, as after a run).
+fn end_task(store: &Store, task: &Job, end: i64) {
+    let mut ended = task.clone();
+    ended.state = JobState::Completed;
+    ended.start_time = Some(end - 10);
+    ended.end_time = Some(end);
+    let mut b = Batch::default();
+    b.put_job(&ended);
+    b.event(task.id, end, "completed", "");
+    store.apply(b).unwrap();
+}
+
+fn ids(jobs: &[Job]) -> Vec<u64> {
+    jobs.iter().map(|j| j.id.0).collect()
+}
+
+#[test]
+fn start_up_reads_only_the_active_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        write_plain(&store, 1, Some(100));
+        write_plain(&store, 2, None);
+        write_plain(&store, 3, Some(300));
+        let mut b = Batch::default();
+        b.set_next_job_id(4);
+        store.apply(b).unwrap();
+        // A finished record start-up would choke on, were it read.
+        store
+            .jobs
+            .insert(1u64.to_be_bytes(), &b"not json"[..])
+            .unwrap();
+    }
+    let store = reopen(dir.path());
+    let rec = store.recover().unwrap();
+    assert_eq!(
+        rec.active_jobs.keys().map(|id| id.0).collect::<Vec<_>>(),
+        [2]
+    );
+    assert_eq!(rec.next_job_id, 4);
+}
+
+#[test]
+fn a_store_from_before_the_index_gets_it_built_once() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        write_plain(&store, 1, Some(100));
+        write_plain(&store, 2, None);
+        write_plain(&store, 3, Some(300));
+        // As an older schedd left it: no index at all.
+        store.index.clear().unwrap();
+        store.meta.remove(history::INDEX_VERSION).unwrap();
+    }
+    let store = reopen(dir.path());
+    assert!(store.meta.get(history::INDEX_VERSION).unwrap().is_some());
+    let rec = store.recover().unwrap();
+    assert_eq!(
+        rec.active_jobs.keys().map(|id| id.0).collect::<Vec<_>>(),
+        [2]
+    );
+    assert_eq!(ids(&store.finished_between(0, 1_000).unwrap()), [1, 3]);
+}
+
+#[test]
+fn history_is_read_by_end_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in 1..=10 {
+        write_plain(&store, id, (id % 3 != 0).then_some(id as i64 * 100));
+    }
+    // [300, 800): the jobs that ended at 400, 500, 700.
+    assert_eq!(ids(&store.finished_between(300, 800).unwrap()), [4, 5, 7]);
+    assert!(store.finished_between(800, 300).unwrap().is_empty());
+    assert_eq!(store.finished_between(0, i64::MAX).unwrap().len(), 7);
+}
+
+#[test]
+fn plain_jobs_past_the_cutoff_expire_with_their_events_and_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in 1..=6 {
+        write_plain(&store, id, (id != 6).then_some(id as i64 * 100));
+    }
+    // Job 2's end state is still needed by a dependency.
+    let keep: BTreeSet<JobId> = [JobId(2)].into();
+    let done = store.expire_finished(450, 1_000, &keep).unwrap();
+    assert_eq!(done.jobs, 3, "{done:?}");
+    for id in [1, 3, 4] {
+        assert!(store.job(JobId(id)).unwrap().is_none(), "job {id}");
+        assert!(store.events(JobId(id)).unwrap().is_empty(), "job {id}");
+        assert_eq!(store.payload(JobId(id)).unwrap(), Payload::default());
+    }
+    for id in [2, 5, 6] {
+        assert!(store.job(JobId(id)).unwrap().is_some(), "job {id}");
+        assert!(!store.events(JobId(id)).unwrap().is_empty(), "job {id}");
+    }
+    assert_eq!(ids(&store.finished_between(0, i64::MAX).unwrap()), [2, 5]);
+    // In small steps: at most `limit` entries looked at per call.
+    let done = store.expire_finished(10_000, 1, &BTreeSet::new()).unwrap();
+    assert_eq!((done.jobs, done.examined), (1, 1));
+    let done = store.expire_finished(10_000, 10, &BTreeSet::new()).unwrap();
+    assert_eq!(done.jobs, 1);
+    assert_eq!(
+        store
+            .expire_finished(10_000, 10, &BTreeSet::new())
+            .unwrap()
+            .examined,
+        0
+    );
+    // The active job is untouched and still recovered.
+    let rec = store.recover().unwrap();
+    assert_eq!(
+        rec.active_jobs.keys().map(|id| id.0).collect::<Vec<_>>(),
+        [6]
+    );
+}
+
+#[test]
+fn an_array_expires_only_once_no_task_is_left_as_submitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let tasks;
+    {
+        let store = Store::open(dir.path()).unwrap();
+        tasks = submit_array(&store, &mut rec, "0-9");
+        // Tasks 0-4 ran and ended long ago; 5-9 are still queued as submitted.
+        for task in &tasks[..5] {
+            end_task(&store, task, 100);
+        }
+        let done = store
+            .expire_finished(1_000_000, 1_000, &BTreeSet::new())
+            .unwrap();
+        assert_eq!(done.jobs, 0, "{done:?}");
+        for task in &tasks[..5] {
+            let read = store.job(task.id).unwrap().unwrap();
+            assert_eq!(read.state, JobState::Completed, "task {}", task.id);
+        }
+    }
+    // Still so after a restart: the queued tasks come back, the ended ones do not.
+    let store = reopen(dir.path());
+    let recovered = store.recover().unwrap();
+    assert_eq!(
+        recovered
+            .active_jobs
+            .keys()
+            .map(|id| id.0)
+            .collect::<Vec<_>>(),
+        ids(&tasks[5..])
+    );
+    // The rest ends; everything goes, the array's record, spec, payload and events too.
+    for task in &tasks[5..] {
+        end_task(&store, task, 200);
+    }
+    let done = store
+        .expire_finished(1_000_000, 1_000, &BTreeSet::new())
+        .unwrap();
+    assert_eq!(done.jobs, 10, "{done:?}");
+    let array_id = tasks[0].id;
+    for task in &tasks {
+        assert!(store.job(task.id).unwrap().is_none(), "task {}", task.id);
+        assert!(store.job_state(task.id).unwrap().is_none());
+        assert!(store.events(task.id).unwrap().is_empty());
+    }
+    assert!(store.arrays.is_empty() && store.array_specs.is_empty());
+    assert_eq!(store.payload(array_id).unwrap(), Payload::default());
+    assert!(store.recover().unwrap().active_jobs.is_empty());
+    let store = {
+        drop(store);
+        reopen(dir.path())
+    };
+    assert!(store.recover().unwrap().active_jobs.is_empty());
+    assert!(store.finished_between(0, i64::MAX).unwrap().is_empty());
+}
+
+#[test]
+fn an_array_whose_tasks_ended_partly_expired_never_brings_them_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let store = Store::open(dir.path()).unwrap();
+    let tasks = submit_array(&store, &mut rec, "0-3");
+    // Every task ran: 0 and 1 ended long ago, 2 and 3 recently.
+    for task in &tasks[..2] {
+        end_task(&store, task, 100);
+    }
+    for task in &tasks[2..] {
+        end_task(&store, task, 5_000);
+    }
+    let done = store
+        .expire_finished(1_000, 1_000, &BTreeSet::new())
+        .unwrap();
+    assert_eq!(done.jobs, 2, "{done:?}");
+    // The expired tasks are gone, not made again from the array's record as submitted.
+    for task in &tasks[..2] {
+        assert!(store.job(task.id).unwrap().is_none(), "task {}", task.id);
+    }
+    for task in &tasks[2..] {
+        assert_eq!(
+            store.job(task.id).unwrap().unwrap().state,
+            JobState::Completed
+        );
+    }
+    assert!(store.recover().unwrap().active_jobs.is_empty());
+    // The array's submit event (under its first task's id) stays while tasks are left.
+    let kinds: Vec<String> = store
+        .job_events(&store.job(tasks[2].id).unwrap().unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["submitted", "completed"]);
+    assert_eq!(store.arrays.len(), 1);
+    store
+        .expire_finished(10_000, 1_000, &BTreeSet::new())
+        .unwrap();
+    assert!(store.arrays.is_empty());
+    assert!(store.events.is_empty());
+}
+
+#[test]
+fn usage_records_expire_by_their_own_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut b = Batch::default();
+    for (job, end) in [(1, 100), (2, 200), (3, 300)] {
+        b.put_run(&RunRecord {
+            job_id: JobId(job),
+            restart_count: 0,
+            account: "ml".into(),
+            user: "alice".into(),
+            uid: 1000,
+            tier: "low".into(),
+            gpus: 1,
+            cpus: 1,
+            queued_at: end - 60,
+            start: end - 50,
+            end,
+            outcome: "COMPLETED".into(),
+            preempted_by: None,
+            preemptor_account: None,
+            checkpoint_saved: false,
+            lost_gpu_secs: 0,
+        });
+    }
+    store.apply(b).unwrap();
+    assert_eq!(store.expire_usage(250, 1).unwrap(), 1);
+    assert_eq!(store.expire_usage(250, 10).unwrap(), 1);
+    assert_eq!(store.expire_usage(250, 10).unwrap(), 0);
+    let left: Vec<u64> = store
+        .runs_between(0, i64::MAX)
+        .unwrap()
+        .iter()
+        .map(|r| r.job_id.0)
+        .collect();
+    assert_eq!(left, [3]);
+}
+
+#[tokio::test]
+async fn an_array_cancelled_while_queued_expires_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let store = Store::open(dir.path()).unwrap();
+    let tasks = submit_array(&store, &mut rec, "0-39");
+    // Cancelled while queued: the tasks are kept in the array's record, not one by one.
+    let caller = ysched_common::Caller::local(owner());
+    let target = ysched_common::JobTarget::parse(&tasks[0].id.to_string()).unwrap();
+    let (fx, _) = rec
+        .cancel_targets(
+            &caller,
+            &[target],
+            "",
+            &|id| store.job(id).map_err(crate::error::ApiError::from),
+            5_000,
+        )
+        .unwrap();
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    assert!(store.jobs.is_empty(), "kept in the array's record");
+    assert_eq!(
+        ids(&store.finished_between(5_000, 5_001).unwrap()),
+        ids(&tasks),
+        "found by their end"
+    );
+    // Not yet past the cutoff: nothing goes.
+    assert_eq!(
+        store
+            .expire_finished(5_000, 1_000, &BTreeSet::new())
+            .unwrap()
+            .jobs,
+        0
+    );
+    assert_eq!(store.arrays.len(), 1);
+    // Past it, in two steps: the record stays until its last task goes.
+    let done = store.expire_finished(6_000, 30, &BTreeSet::new()).unwrap();
+    assert_eq!(done.jobs, 30);
+    assert_eq!(store.arrays.len(), 1);
+    let done = store.expire_finished(6_000, 30, &BTreeSet::new()).unwrap();
+    assert_eq!(done.jobs, 10);
+    assert!(store.arrays.is_empty() && store.array_specs.is_empty() && store.events.is_empty());
+    for task in &tasks {
+        assert!(store.job(task.id).unwrap().is_none(), "task {}", task.id);
+    }
+    assert!(store.recover().unwrap().active_jobs.is_empty());
+}
