@@ -195,6 +195,7 @@ pub fn run(spool: &Path) -> ExitCode {
         }
     };
     log("started");
+    crate::stamp::stamp("s.up", 0);
     let mut supervisor = Supervisor {
         spool: spool.to_path_buf(),
         listener,
@@ -592,7 +593,10 @@ impl Supervisor {
         let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
         match verb {
             "launch" => match serde_json::from_str::<JobRecord>(rest) {
-                Ok(record) => self.launch(id, record),
+                Ok(record) => {
+                    crate::stamp::stamp("s.launch_req", record.job.job_id);
+                    self.launch(id, record)
+                }
                 Err(e) => self.refuse(id, &format!("unreadable launch: {e}")),
             },
             "attach" => match rest.parse::<u64>() {
@@ -787,7 +791,10 @@ impl Supervisor {
             let launching = self.launching.remove(index);
             let job_id = launching.record.job.job_id;
             match result {
-                Ok(()) => self.start(launching.record),
+                Ok(()) => {
+                    crate::stamp::stamp("s.launch_synced", job_id);
+                    self.start(launching.record)
+                }
                 Err(e) => {
                     log(&format!(
                         "job {job_id}: launch not recorded, not started: {e}"
@@ -812,6 +819,7 @@ impl Supervisor {
         };
         match fork(&dir, &plan) {
             Ok((pid, pidfd, step_pipe, events)) => {
+                crate::stamp::stamp("s.forked", job_id);
                 log(&format!("job {job_id}: forked as pid {pid}"));
                 let stop_notice = (record.stop.term_time_ms > 0 || record.stop.kill_sent)
                     .then_some(record.stop.term_time_ms);
@@ -910,6 +918,7 @@ impl Supervisor {
     }
 
     fn record_end(&mut self, finished: FinishedRecord, record: JobRecord) {
+        crate::stamp::stamp("s.end_appended", finished.job_id);
         let receipt = self.journal.append(Entry::Ended(finished.clone()));
         self.ending.push(Ending {
             finished,
@@ -927,6 +936,7 @@ impl Supervisor {
                 continue;
             };
             let Ending { finished, .. } = self.ending.remove(index);
+            crate::stamp::stamp("s.end_synced", finished.job_id);
             if let Err(e) = result {
                 // The room reserved for it makes this a failing disk: noded keeps it in
                 // memory until schedd has it.
@@ -946,6 +956,7 @@ impl Supervisor {
                 self.send(id, &line);
                 self.connections.remove(&id);
             }
+            crate::stamp::stamp("s.end_told", finished.job_id);
         }
     }
 
@@ -1019,6 +1030,7 @@ impl Supervisor {
                 job_pid: job.pid,
                 start_time_ms,
             });
+            crate::stamp::stamp("s.started_told", job_id);
             lines.push((job_id, format!("started {} {start_time_ms}\n", job.pid)));
         }
         for (job_id, line) in lines {
@@ -1037,6 +1049,7 @@ impl Supervisor {
                 .values_mut()
                 .find(|j| j.pid == pid && j.status.is_none())
             {
+                crate::stamp::stamp("s.reaped", job.record.job.job_id);
                 job.status = Some(status);
                 job.pidfd = None;
                 job.main_ended();
@@ -1057,12 +1070,14 @@ impl Supervisor {
             let Some(job) = self.jobs.remove(&job_id) else {
                 continue;
             };
+            crate::stamp::stamp("s.all_gone", job_id);
             let exit = job.exit_record();
             if let Some(cgroup) = &job.plan.cgroup {
                 if let Err(e) = cgroup.remove() {
                     log(&format!("job {job_id}: cannot remove its cgroups: {e}"));
                 }
             }
+            crate::stamp::stamp("s.cgroup_removed", job_id);
             self.finish(job.record, exit);
         }
     }
@@ -1255,6 +1270,7 @@ impl Job {
             let error = child::reported_error(&report[..read]);
             self.failure = Some(child::failure(&self.plan, &report[..read], error));
         } else {
+            crate::stamp::stamp("s.exec_done", self.record.job.job_id);
             log(&format!("job started as pid {}", self.pid));
         }
     }
