@@ -61,7 +61,7 @@ mod sys;
 
 use child::StartError;
 
-use super::cgroup::read_populated;
+use super::cgroup::{read_populated, JobCgroup};
 use super::journal::{Entry, Journal, JournalOptions, Receipt};
 use super::lease::{boottime_ms, Lease, LEASE_FILE};
 use super::process::newest_mtime_ms;
@@ -211,6 +211,7 @@ pub fn run(spool: &Path) -> ExitCode {
         ending: Vec::new(),
         checking: Vec::new(),
         recording: Vec::new(),
+        late_joins: None,
     };
     supervisor.record_lost(replay.live.unended().cloned().collect());
     let code = supervisor.run();
@@ -293,6 +294,11 @@ struct Supervisor {
     checking: Vec<Checking>,
     /// `record` requests whose end is not synced yet: answered once it is.
     recording: Vec<(u64, Receipt)>,
+    /// To the thread that moves jobs into the cgroups they join after their exec (see
+    /// [`JobCgroup::join_after_exec`]), started at the first: a `cgroup.procs` write of a
+    /// v1 hierarchy can take milliseconds (an RCU grace period), which this loop must not
+    /// wait for.
+    late_joins: Option<std::sync::mpsc::Sender<(u64, JobCgroup)>>,
 }
 
 struct Connection {
@@ -1017,6 +1023,7 @@ impl Supervisor {
     /// (`started <pid> <time_ms>`), once.
     fn announce_starts(&mut self) {
         let mut lines = Vec::new();
+        let mut late_joins = Vec::new();
         for (&job_id, job) in &mut self.jobs {
             if job.announced || job.step_pipe.is_some() || job.failure.is_some() {
                 continue;
@@ -1025,6 +1032,14 @@ impl Supervisor {
             let start_time_ms = now_ms();
             job.record.job_pid = Some(job.pid);
             job.record.start_time_ms = start_time_ms;
+            if let Some(cgroup) = job
+                .plan
+                .cgroup
+                .as_ref()
+                .filter(|c| !c.v1_joined_after_exec.is_empty())
+            {
+                late_joins.push((job_id, cgroup.clone()));
+            }
             let _ = self.journal.append(Entry::Started {
                 job_id,
                 job_pid: job.pid,
@@ -1037,6 +1052,42 @@ impl Supervisor {
             for id in self.followers(job_id) {
                 self.send(id, &line);
             }
+        }
+        for (job_id, cgroup) in late_joins {
+            self.join_after_exec(job_id, cgroup);
+        }
+    }
+
+    /// Hands a job that has exec'd to the thread that moves it into the cgroups it joins
+    /// after its exec (started at the first); done here, blocking, when no thread can be
+    /// started.
+    fn join_after_exec(&mut self, job_id: u64, cgroup: JobCgroup) {
+        let join = |job_id: u64, cgroup: &JobCgroup| {
+            if let Err(e) = cgroup.join_after_exec() {
+                log(&format!("job {job_id}: cannot apply its CPU limit: {e}"));
+            }
+            crate::stamp::stamp("s.late_joined", job_id);
+        };
+        if self.late_joins.is_none() {
+            let (send, receive) = std::sync::mpsc::channel::<(u64, JobCgroup)>();
+            let spawned = std::thread::Builder::new()
+                .name("cgroup-join".into())
+                .spawn(move || {
+                    for (job_id, cgroup) in receive {
+                        join(job_id, &cgroup);
+                    }
+                });
+            match spawned {
+                Ok(_) => self.late_joins = Some(send),
+                Err(e) => log(&format!("cannot start a thread: {e}")),
+            }
+        }
+        let unsent = match &self.late_joins {
+            Some(late_joins) => late_joins.send((job_id, cgroup)).err().map(|e| e.0 .1),
+            None => Some(cgroup),
+        };
+        if let Some(cgroup) = unsent {
+            join(job_id, &cgroup);
         }
     }
 
