@@ -186,6 +186,9 @@ struct Shared {
     /// Held while the node's supervisor is being started, so that concurrent launches start
     /// one.
     starting_supervisor: tokio::sync::Mutex<()>,
+    /// Set once the task holding the supervisor's keep-alive connection is started (see
+    /// [`Launcher::keep_supervisor`]).
+    keeping_supervisor: std::sync::atomic::AtomicBool,
 }
 
 struct JobHandle {
@@ -390,6 +393,7 @@ impl Launcher {
             unwritten_ends: Mutex::default(),
             recorded_ends: Mutex::default(),
             starting_supervisor: tokio::sync::Mutex::new(()),
+            keeping_supervisor: std::sync::atomic::AtomicBool::new(false),
         });
         let launcher = Launcher {
             shared,
@@ -433,6 +437,7 @@ impl Launcher {
             }));
             return Ok(());
         }
+        self.keep_supervisor();
         let (controls, receiver) = mpsc::unbounded_channel();
         let restart_count = params.restart_count;
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
@@ -588,7 +593,48 @@ impl Launcher {
         let mut recovery = Recovery::default();
         self.recover_journal(&mut recovery).await?;
         self.recover_old_layout(&mut recovery).await?;
+        self.keep_supervisor();
         Ok(recovery)
+    }
+
+    /// Keeps the node's supervisor running while this launcher lives (not on a login node):
+    /// a task holds a connection to it, on which nothing is said, so that it never sits
+    /// idle and exits (see [`node_supervisor::IDLE_EXIT`]). Else a job submitted to an idle
+    /// node would wait for a supervisor to be started, every time. When the supervisor goes
+    /// (killed, or its host's power), the task starts it again a moment later. Started once,
+    /// by the first call; stopped when the launcher is dropped.
+    fn keep_supervisor(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.shared.runs_jobs || self.shared.keeping_supervisor.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.shared
+                .keeping_supervisor
+                .store(false, Ordering::SeqCst);
+            return;
+        };
+        let shared = self.shared.clone();
+        runtime.spawn(until_cancelled(self.supervision.clone(), async move {
+            use tokio::io::AsyncReadExt;
+            let mut retry = SUPERVISOR_RESTART;
+            loop {
+                match shared.connect_supervisor(true).await {
+                    Ok(mut stream) => {
+                        retry = SUPERVISOR_RESTART;
+                        // Nothing comes on it: the read ends when the supervisor goes.
+                        let mut buf = [0u8; 64];
+                        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+                        tracing::debug!("the node's supervisor went away");
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot keep the node's supervisor running: {e}");
+                        retry = (retry * 2).min(SUPERVISOR_RESTART * 30);
+                    }
+                }
+                tokio::time::sleep(retry).await;
+            }
+        }));
     }
 
     async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<()> {
@@ -759,6 +805,10 @@ impl Launcher {
         Some((lines, write))
     }
 }
+
+/// How long after the node's supervisor went away it is started again (see
+/// [`Launcher::keep_supervisor`]); doubled after each failure to start it.
+const SUPERVISOR_RESTART: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a restarted noded waits for the supervisor's list of jobs before it reads the
 /// journal itself (a stopped supervisor must not hang noded's start).

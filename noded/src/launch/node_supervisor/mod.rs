@@ -49,8 +49,10 @@
 //! - `ack <job id>`: schedd recorded the job's end: journaled, not synced.
 //!
 //! A second supervisor for the same spool exits at once (an `flock` on `supervisor.lock`).
-//! With no job and no connection for [`IDLE_EXIT`] it exits; noded starts it again for the
-//! next job.
+//! With no job and no connection for [`IDLE_EXIT`] it exits. noded holds a connection open
+//! while it runs (saying nothing on it), so that a job submitted to an idle node does not
+//! wait for a supervisor to be started: it exits only once noded is gone for that long, and
+//! noded starts it again when it comes back.
 
 // Everywhere but `sys`, `unsafe` is refused.
 #![deny(unsafe_code)]
@@ -120,7 +122,8 @@ pub const SOCKET_FILE: &str = "supervisor.sock";
 const LOCK_FILE: &str = "supervisor.lock";
 /// The supervisor's own diagnostics, in the spool's root.
 pub const LOG_FILE: &str = "supervisor.log";
-/// With no job and no connection this long, the supervisor exits.
+/// With no job and no connection this long (noded gone: it holds one while it runs), the
+/// supervisor exits.
 pub const IDLE_EXIT: Duration = Duration::from_secs(5);
 /// How often the lease is read.
 const LEASE_CHECK: Duration = Duration::from_secs(1);
