@@ -591,9 +591,10 @@ impl Launcher {
     /// Call once, at start, before launching anything.
     pub async fn recover(&self) -> io::Result<Recovery> {
         let mut recovery = Recovery::default();
-        self.recover_journal(&mut recovery).await?;
+        if self.recover_journal(&mut recovery).await? {
+            self.keep_supervisor();
+        }
         self.recover_old_layout(&mut recovery).await?;
-        self.keep_supervisor();
         Ok(recovery)
     }
 
@@ -602,7 +603,9 @@ impl Launcher {
     /// idle and exits (see [`node_supervisor::IDLE_EXIT`]). Else a job submitted to an idle
     /// node would wait for a supervisor to be started, every time. When the supervisor goes
     /// (killed, or its host's power), the task starts it again a moment later. Started once,
-    /// by the first call; stopped when the launcher is dropped.
+    /// by the first call: the first launch, or a recovery that found a supervisor or a
+    /// journal (a node that never ran a job starts none); stopped when the launcher is
+    /// dropped.
     fn keep_supervisor(&self) {
         use std::sync::atomic::Ordering;
         if !self.shared.runs_jobs || self.shared.keeping_supervisor.swap(true, Ordering::SeqCst) {
@@ -637,7 +640,8 @@ impl Launcher {
         }));
     }
 
-    async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<()> {
+    /// Whether a supervisor runs now (one ran, or the node has a journal).
+    async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<bool> {
         let has_journal = self
             .shared
             .spool
@@ -646,7 +650,7 @@ impl Launcher {
             .exists();
         let stream = match self.shared.connect_supervisor(has_journal).await {
             Ok(stream) => stream,
-            Err(_) if !has_journal => return Ok(()),
+            Err(_) if !has_journal => return Ok(false),
             Err(e) => {
                 return Err(io::Error::new(
                     e.kind(),
@@ -714,7 +718,7 @@ impl Launcher {
             );
             recovery.reattached.push(job_id);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The jobs of an older noded, one process (a shepherd) per job and a directory of
