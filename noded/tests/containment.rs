@@ -434,6 +434,30 @@ async fn memory_limit_kills_only_its_job_and_says_so() {
     if let Some(quota) = read(limit_file(&layout.cpu, "cpu.max", "cpu.cfs_quota_us")) {
         assert!(quota.starts_with("200000"), "2 CPUs a period: {quota}");
     }
+    if let LimitSource::V1(base) = &layout.cpu {
+        // The CPU limit's v1 cgroup is joined just after the exec, by the node's supervisor:
+        // every process of the job is in it soon after the start.
+        let cpu_procs = base
+            .join(cgroup.dir.file_name().unwrap())
+            .join("cgroup.procs");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let in_job = cgroup.pids().unwrap();
+            let in_cpu: Vec<u32> = std::fs::read_to_string(&cpu_procs)
+                .unwrap()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            if !in_job.is_empty() && in_job.iter().all(|pid| in_cpu.contains(pid)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the job's processes {in_job:?} are not all in its CPU cgroup: {in_cpu:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 
     let mut greedy = fx.job(
         2602,

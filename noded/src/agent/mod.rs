@@ -389,6 +389,11 @@ impl Agent {
                 Err(_) => break,
             }
         }
+        for event in &events {
+            if let JobEvent::Finished(finished) = event {
+                crate::stamp::stamp("n.finished_out", finished.job_id);
+            }
+        }
         messages::job_messages(events, || self.heartbeat())
     }
 
@@ -453,6 +458,7 @@ impl Agent {
     fn handle(&mut self, message: pb::SchedulerMessage) -> bool {
         match message.msg {
             Some(SchedulerMsg::Launch(job)) => {
+                crate::stamp::stamp("n.launch_in", job.job_id);
                 tracing::info!(
                     "job {}: launch as {} (uid {})",
                     job.job_id,

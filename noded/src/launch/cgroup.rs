@@ -3,8 +3,9 @@
 //! A cgroup in the v2 hierarchy holds every process of the job (tracking, signals,
 //! `cgroup.kill`, `cgroup.events`), and on hybrid hosts cgroups in v1 controller hierarchies
 //! carry its limits. noded creates them (see [`super::containment`]); the job's first process
-//! is born in the v2 one (or joins it) and joins the v1 ones before exec; the node's
-//! supervisor waits for them to empty and removes them.
+//! is born in the v2 one (or joins it) and joins the v1 ones before exec, but for the CPU
+//! limit's, which the node's supervisor moves the job into just after (see
+//! [`JobCgroup::join_after_exec`]); the supervisor waits for them to empty and removes them.
 //!
 //! Everything here works on paths recorded in the job's plan (journaled), so a noded that restarted finds
 //! the job's processes without trusting any pid it remembers.
@@ -38,6 +39,11 @@ pub struct JobCgroup {
     /// they carry limits only.
     #[serde(default)]
     pub v1_dirs: Vec<PathBuf>,
+    /// Those of `v1_dirs` the node's supervisor moves the job into just after its exec
+    /// (the CPU limit's, see [`super::containment`]), rather than its first process before
+    /// it. Empty in the plans of an older noded: all were joined before the exec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub v1_joined_after_exec: Vec<PathBuf>,
 }
 
 impl JobCgroup {
@@ -164,11 +170,16 @@ impl JobCgroup {
     }
 
     /// The `cgroup.procs` files the job's first process writes "0" to before exec, so that it
-    /// and everything it starts are in the job's cgroups from the first instruction. Opened
-    /// by the supervisor (root) before the fork: the child may no longer be root when it writes.
+    /// and everything it starts are in the job's cgroups from the first instruction (all but
+    /// those joined after the exec, see [`JobCgroup::join_after_exec`]). Opened by the
+    /// supervisor (root) before the fork: the child may no longer be root when it writes.
     pub fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
         std::iter::once(&self.dir)
-            .chain(&self.v1_dirs)
+            .chain(
+                self.v1_dirs
+                    .iter()
+                    .filter(|dir| !self.v1_joined_after_exec.contains(dir)),
+            )
             .map(|dir| {
                 let path = dir.join("cgroup.procs");
                 std::fs::OpenOptions::new()
@@ -179,6 +190,53 @@ impl JobCgroup {
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
             })
             .collect()
+    }
+
+    /// Moves every process of the job into its cgroups joined after the exec
+    /// ([`JobCgroup::v1_joined_after_exec`]): rounds of "list the v2 cgroup, move who is
+    /// new", as a process forked before its parent moved was born outside, while one forked
+    /// after is born inside. A process is moved only while the v2 cgroup holds it (so a pid
+    /// reused by someone else is left alone); one gone meanwhile needs nothing.
+    pub fn join_after_exec(&self) -> io::Result<()> {
+        if self.v1_joined_after_exec.is_empty() {
+            return Ok(());
+        }
+        let mut moved = BTreeSet::new();
+        for _ in 0..KILL_ROUNDS {
+            let fresh: Vec<u32> = self
+                .pids()?
+                .into_iter()
+                .filter(|pid| moved.insert(*pid))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for pid in fresh {
+                let Ok(raw) = libc::pid_t::try_from(pid) else {
+                    continue;
+                };
+                for dir in &self.v1_joined_after_exec {
+                    if !in_cgroup(raw, &self.name) {
+                        break;
+                    }
+                    let procs = dir.join("cgroup.procs");
+                    match std::fs::write(&procs, pid.to_string()) {
+                        Ok(()) => {}
+                        // Gone meanwhile, or the job is over and its cgroups removed.
+                        Err(e)
+                            if e.raw_os_error() == Some(libc::ESRCH)
+                                || e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("cannot write {pid} to {}: {e}", procs.display()),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The job's v2 cgroup directory, open (for `clone3`'s `CLONE_INTO_CGROUP`).
@@ -374,6 +432,7 @@ mod tests {
             dir: PathBuf::from("/nonexistent/ysched/job_1"),
             name: "/ysched/job_1".into(),
             v1_dirs: vec![PathBuf::from("/nonexistent/memory/job_1")],
+            v1_joined_after_exec: Vec::new(),
         };
         assert_eq!(gone.pids().unwrap(), Vec::<u32>::new());
         assert!(!gone.is_populated().unwrap());

@@ -8,7 +8,14 @@
 //! stay in), so a stop reaches all of them and the job is over when the cgroup is empty. The
 //! job's limits go to the v2 controllers when they are enabled there, else, on hybrid hosts, to
 //! a cgroup of the same name in the v1 controller hierarchy (memory, cpu, pids), under noded's
-//! own cgroup there.
+//! own cgroup there: only for the limits the job has (a job without `--mem` gets no v1 memory
+//! cgroup). Joining a v1 cgroup costs: each `cgroup.procs` write takes the kernel's global
+//! cgroup lock, and the first after a quiet moment waits for an RCU grace period (6-7 ms on
+//! the 2-core VM; measured, it was most of an idle job's start). So the job's first process
+//! joins before its exec only the v1 cgroups whose limit must hold from its first instruction
+//! (memory, pids); its CPU limit's cgroup is joined by the node's supervisor just after the
+//! exec, off the job's start (a CPU quota is a rate: a few milliseconds unthrottled at the
+//! start give the job at most those milliseconds).
 //!
 //! The root is `node.cgroup_root`, else detected: where systemd delegated a subtree to noded
 //! (`Delegate=yes` with `DelegateSubgroup=`, noded running in a subgroup of its unit's cgroup,
@@ -177,7 +184,7 @@ impl CgroupLayout {
         instance: &str,
         limits: JobLimits,
     ) -> Result<JobCgroup, String> {
-        let v1_bases = self.v1_bases();
+        let v1_bases = self.v1_bases(limits);
         for attempt in 1..=NAME_ATTEMPTS {
             let name = if attempt == 1 {
                 format!("job_{job_id}.{instance}")
@@ -187,7 +194,12 @@ impl CgroupLayout {
             let cgroup = JobCgroup {
                 dir: self.root.join(&name),
                 name: format!("{}/{name}", self.root_name.trim_end_matches('/')),
-                v1_dirs: v1_bases.iter().map(|base| base.join(&name)).collect(),
+                v1_dirs: v1_bases.iter().map(|(base, _)| base.join(&name)).collect(),
+                v1_joined_after_exec: v1_bases
+                    .iter()
+                    .filter(|(_, before_exec)| !before_exec)
+                    .map(|(base, _)| base.join(&name))
+                    .collect(),
             };
             match create_all(&cgroup) {
                 Ok(true) => {}
@@ -208,14 +220,28 @@ impl CgroupLayout {
         ))
     }
 
-    /// The distinct v1 directories jobs' cgroups go under.
-    fn v1_bases(&self) -> Vec<PathBuf> {
-        let mut bases = Vec::new();
-        for source in [&self.memory, &self.cpu, &self.pids] {
-            if let LimitSource::V1(base) = source {
-                if !bases.contains(base) {
-                    bases.push(base.clone());
-                }
+    /// The distinct v1 directories a job with `limits` needs a cgroup under (those of the
+    /// limits it has), each with whether it must be joined before the job's exec: all but
+    /// the CPU limit's (see the module docs).
+    fn v1_bases(&self, limits: JobLimits) -> Vec<(PathBuf, bool)> {
+        let mut bases: Vec<(PathBuf, bool)> = Vec::new();
+        let needed = [
+            (&self.memory, limits.mem_bytes > 0, true),
+            (&self.cpu, limits.cpus > 0, false),
+            (&self.pids, self.pids_max > 0, true),
+        ];
+        for (source, limited, before_exec) in needed {
+            let LimitSource::V1(base) = source else {
+                continue;
+            };
+            if !limited {
+                continue;
+            }
+            // Controllers mounted together share a directory: joined before the exec if
+            // any of them must be.
+            match bases.iter_mut().find(|(b, _)| b == base) {
+                Some((_, before)) => *before |= before_exec,
+                None => bases.push((base.clone(), before_exec)),
             }
         }
         bases

@@ -186,6 +186,9 @@ struct Shared {
     /// Held while the node's supervisor is being started, so that concurrent launches start
     /// one.
     starting_supervisor: tokio::sync::Mutex<()>,
+    /// Set once the task holding the supervisor's keep-alive connection is started (see
+    /// [`Launcher::keep_supervisor`]).
+    keeping_supervisor: std::sync::atomic::AtomicBool,
 }
 
 struct JobHandle {
@@ -326,6 +329,7 @@ impl Shared {
             .kill_on_drop(false)
             .spawn()?;
         tracing::info!("started the node's supervisor, pid {:?}", child.id());
+        crate::stamp::stamp("n.spawned_supervisor", 0);
         // Reaped when it exits (idle), so that it leaves no zombie.
         tokio::spawn(async move {
             let _ = child.wait().await;
@@ -389,6 +393,7 @@ impl Launcher {
             unwritten_ends: Mutex::default(),
             recorded_ends: Mutex::default(),
             starting_supervisor: tokio::sync::Mutex::new(()),
+            keeping_supervisor: std::sync::atomic::AtomicBool::new(false),
         });
         let launcher = Launcher {
             shared,
@@ -432,6 +437,7 @@ impl Launcher {
             }));
             return Ok(());
         }
+        self.keep_supervisor();
         let (controls, receiver) = mpsc::unbounded_channel();
         let restart_count = params.restart_count;
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
@@ -585,12 +591,57 @@ impl Launcher {
     /// Call once, at start, before launching anything.
     pub async fn recover(&self) -> io::Result<Recovery> {
         let mut recovery = Recovery::default();
-        self.recover_journal(&mut recovery).await?;
+        if self.recover_journal(&mut recovery).await? {
+            self.keep_supervisor();
+        }
         self.recover_old_layout(&mut recovery).await?;
         Ok(recovery)
     }
 
-    async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<()> {
+    /// Keeps the node's supervisor running while this launcher lives (not on a login node):
+    /// a task holds a connection to it, on which nothing is said, so that it never sits
+    /// idle and exits (see [`node_supervisor::IDLE_EXIT`]). Else a job submitted to an idle
+    /// node would wait for a supervisor to be started, every time. When the supervisor goes
+    /// (killed, or its host's power), the task starts it again a moment later. Started once,
+    /// by the first call: the first launch, or a recovery that found a supervisor or a
+    /// journal (a node that never ran a job starts none); stopped when the launcher is
+    /// dropped.
+    fn keep_supervisor(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.shared.runs_jobs || self.shared.keeping_supervisor.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.shared
+                .keeping_supervisor
+                .store(false, Ordering::SeqCst);
+            return;
+        };
+        let shared = self.shared.clone();
+        runtime.spawn(until_cancelled(self.supervision.clone(), async move {
+            use tokio::io::AsyncReadExt;
+            let mut retry = SUPERVISOR_RESTART;
+            loop {
+                match shared.connect_supervisor(true).await {
+                    Ok(mut stream) => {
+                        retry = SUPERVISOR_RESTART;
+                        // Nothing comes on it: the read ends when the supervisor goes.
+                        let mut buf = [0u8; 64];
+                        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+                        tracing::debug!("the node's supervisor went away");
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot keep the node's supervisor running: {e}");
+                        retry = (retry * 2).min(SUPERVISOR_RESTART * 30);
+                    }
+                }
+                tokio::time::sleep(retry).await;
+            }
+        }));
+    }
+
+    /// Whether a supervisor runs now (one ran, or the node has a journal).
+    async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<bool> {
         let has_journal = self
             .shared
             .spool
@@ -599,7 +650,7 @@ impl Launcher {
             .exists();
         let stream = match self.shared.connect_supervisor(has_journal).await {
             Ok(stream) => stream,
-            Err(_) if !has_journal => return Ok(()),
+            Err(_) if !has_journal => return Ok(false),
             Err(e) => {
                 return Err(io::Error::new(
                     e.kind(),
@@ -667,7 +718,7 @@ impl Launcher {
             );
             recovery.reattached.push(job_id);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The jobs of an older noded, one process (a shepherd) per job and a directory of
@@ -758,6 +809,10 @@ impl Launcher {
         Some((lines, write))
     }
 }
+
+/// How long after the node's supervisor went away it is started again (see
+/// [`Launcher::keep_supervisor`]); doubled after each failure to start it.
+const SUPERVISOR_RESTART: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a restarted noded waits for the supervisor's list of jobs before it reads the
 /// journal itself (a stopped supervisor must not hang noded's start).

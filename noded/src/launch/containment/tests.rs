@@ -280,3 +280,65 @@ fn only_old_empty_cgroups_count_as_leftovers() {
     age(&dir);
     assert!(!remove_if_stale(&dir), "a process is in it");
 }
+
+#[test]
+fn v1_cgroups_only_for_the_limits_a_job_has_and_the_cpu_one_joined_after_exec() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (v2, memory, cpu) = (
+        tmp.path().join("v2"),
+        tmp.path().join("memory"),
+        tmp.path().join("cpu"),
+    );
+    for dir in [&v2, &memory, &cpu] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let layout = CgroupLayout {
+        root: v2.clone(),
+        root_name: "/".into(),
+        memory: LimitSource::V1(memory.clone()),
+        cpu: LimitSource::V1(cpu.clone()),
+        pids: LimitSource::Unavailable("node.job_pids_max is 0".into()),
+        pids_max: 0,
+    };
+    // No memory limit: no v1 memory cgroup to join (and no grace period to wait for).
+    let cpus_only = JobLimits {
+        mem_bytes: 0,
+        cpus: 2,
+    };
+    let cgroup = layout
+        .create_job_cgroup(3, "n1.0000abcd", cpus_only)
+        .unwrap();
+    let cpu_dir = cpu.join("job_3.n1.0000abcd");
+    assert_eq!(cgroup.v1_dirs, vec![cpu_dir.clone()]);
+    assert_eq!(cgroup.v1_joined_after_exec, vec![cpu_dir.clone()]);
+    assert!(!memory.join("job_3.n1.0000abcd").exists());
+    assert_eq!(
+        std::fs::read_to_string(cpu_dir.join("cpu.cfs_quota_us")).unwrap(),
+        "200000"
+    );
+
+    // A memory limit holds from the first instruction: joined before the exec.
+    let both = JobLimits {
+        mem_bytes: 4096,
+        cpus: 1,
+    };
+    let cgroup = layout.create_job_cgroup(4, "n1.0000abcd", both).unwrap();
+    let memory_dir = memory.join("job_4.n1.0000abcd");
+    assert_eq!(
+        cgroup.v1_dirs,
+        vec![memory_dir.clone(), cpu.join("job_4.n1.0000abcd")]
+    );
+    assert_eq!(
+        cgroup.v1_joined_after_exec,
+        vec![cpu.join("job_4.n1.0000abcd")]
+    );
+
+    // memory and cpu mounted together: one directory, joined before the exec.
+    let together = CgroupLayout {
+        cpu: LimitSource::V1(memory.clone()),
+        ..layout
+    };
+    let cgroup = together.create_job_cgroup(5, "n1.0000abcd", both).unwrap();
+    assert_eq!(cgroup.v1_dirs, vec![memory.join("job_5.n1.0000abcd")]);
+    assert!(cgroup.v1_joined_after_exec.is_empty());
+}

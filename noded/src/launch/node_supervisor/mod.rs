@@ -49,8 +49,10 @@
 //! - `ack <job id>`: schedd recorded the job's end: journaled, not synced.
 //!
 //! A second supervisor for the same spool exits at once (an `flock` on `supervisor.lock`).
-//! With no job and no connection for [`IDLE_EXIT`] it exits; noded starts it again for the
-//! next job.
+//! With no job and no connection for [`IDLE_EXIT`] it exits. noded holds a connection open
+//! while it runs (saying nothing on it), so that a job submitted to an idle node does not
+//! wait for a supervisor to be started: it exits only once noded is gone for that long, and
+//! noded starts it again when it comes back.
 
 // Everywhere but `sys`, `unsafe` is refused.
 #![deny(unsafe_code)]
@@ -61,7 +63,7 @@ mod sys;
 
 use child::StartError;
 
-use super::cgroup::read_populated;
+use super::cgroup::{read_populated, JobCgroup};
 use super::journal::{Entry, Journal, JournalOptions, Receipt};
 use super::lease::{boottime_ms, Lease, LEASE_FILE};
 use super::process::newest_mtime_ms;
@@ -120,7 +122,8 @@ pub const SOCKET_FILE: &str = "supervisor.sock";
 const LOCK_FILE: &str = "supervisor.lock";
 /// The supervisor's own diagnostics, in the spool's root.
 pub const LOG_FILE: &str = "supervisor.log";
-/// With no job and no connection this long, the supervisor exits.
+/// With no job and no connection this long (noded gone: it holds one while it runs), the
+/// supervisor exits.
 pub const IDLE_EXIT: Duration = Duration::from_secs(5);
 /// How often the lease is read.
 const LEASE_CHECK: Duration = Duration::from_secs(1);
@@ -195,6 +198,7 @@ pub fn run(spool: &Path) -> ExitCode {
         }
     };
     log("started");
+    crate::stamp::stamp("s.up", 0);
     let mut supervisor = Supervisor {
         spool: spool.to_path_buf(),
         listener,
@@ -210,6 +214,7 @@ pub fn run(spool: &Path) -> ExitCode {
         ending: Vec::new(),
         checking: Vec::new(),
         recording: Vec::new(),
+        late_joins: None,
     };
     supervisor.record_lost(replay.live.unended().cloned().collect());
     let code = supervisor.run();
@@ -292,6 +297,11 @@ struct Supervisor {
     checking: Vec<Checking>,
     /// `record` requests whose end is not synced yet: answered once it is.
     recording: Vec<(u64, Receipt)>,
+    /// To the thread that moves jobs into the cgroups they join after their exec (see
+    /// [`JobCgroup::join_after_exec`]), started at the first: a `cgroup.procs` write of a
+    /// v1 hierarchy can take milliseconds (an RCU grace period), which this loop must not
+    /// wait for.
+    late_joins: Option<std::sync::mpsc::Sender<(u64, JobCgroup)>>,
 }
 
 struct Connection {
@@ -592,7 +602,10 @@ impl Supervisor {
         let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
         match verb {
             "launch" => match serde_json::from_str::<JobRecord>(rest) {
-                Ok(record) => self.launch(id, record),
+                Ok(record) => {
+                    crate::stamp::stamp("s.launch_req", record.job.job_id);
+                    self.launch(id, record)
+                }
                 Err(e) => self.refuse(id, &format!("unreadable launch: {e}")),
             },
             "attach" => match rest.parse::<u64>() {
@@ -787,7 +800,10 @@ impl Supervisor {
             let launching = self.launching.remove(index);
             let job_id = launching.record.job.job_id;
             match result {
-                Ok(()) => self.start(launching.record),
+                Ok(()) => {
+                    crate::stamp::stamp("s.launch_synced", job_id);
+                    self.start(launching.record)
+                }
                 Err(e) => {
                     log(&format!(
                         "job {job_id}: launch not recorded, not started: {e}"
@@ -812,6 +828,7 @@ impl Supervisor {
         };
         match fork(&dir, &plan) {
             Ok((pid, pidfd, step_pipe, events)) => {
+                crate::stamp::stamp("s.forked", job_id);
                 log(&format!("job {job_id}: forked as pid {pid}"));
                 let stop_notice = (record.stop.term_time_ms > 0 || record.stop.kill_sent)
                     .then_some(record.stop.term_time_ms);
@@ -910,6 +927,7 @@ impl Supervisor {
     }
 
     fn record_end(&mut self, finished: FinishedRecord, record: JobRecord) {
+        crate::stamp::stamp("s.end_appended", finished.job_id);
         let receipt = self.journal.append(Entry::Ended(finished.clone()));
         self.ending.push(Ending {
             finished,
@@ -927,6 +945,7 @@ impl Supervisor {
                 continue;
             };
             let Ending { finished, .. } = self.ending.remove(index);
+            crate::stamp::stamp("s.end_synced", finished.job_id);
             if let Err(e) = result {
                 // The room reserved for it makes this a failing disk: noded keeps it in
                 // memory until schedd has it.
@@ -946,6 +965,7 @@ impl Supervisor {
                 self.send(id, &line);
                 self.connections.remove(&id);
             }
+            crate::stamp::stamp("s.end_told", finished.job_id);
         }
     }
 
@@ -1006,6 +1026,7 @@ impl Supervisor {
     /// (`started <pid> <time_ms>`), once.
     fn announce_starts(&mut self) {
         let mut lines = Vec::new();
+        let mut late_joins = Vec::new();
         for (&job_id, job) in &mut self.jobs {
             if job.announced || job.step_pipe.is_some() || job.failure.is_some() {
                 continue;
@@ -1014,17 +1035,62 @@ impl Supervisor {
             let start_time_ms = now_ms();
             job.record.job_pid = Some(job.pid);
             job.record.start_time_ms = start_time_ms;
+            if let Some(cgroup) = job
+                .plan
+                .cgroup
+                .as_ref()
+                .filter(|c| !c.v1_joined_after_exec.is_empty())
+            {
+                late_joins.push((job_id, cgroup.clone()));
+            }
             let _ = self.journal.append(Entry::Started {
                 job_id,
                 job_pid: job.pid,
                 start_time_ms,
             });
+            crate::stamp::stamp("s.started_told", job_id);
             lines.push((job_id, format!("started {} {start_time_ms}\n", job.pid)));
         }
         for (job_id, line) in lines {
             for id in self.followers(job_id) {
                 self.send(id, &line);
             }
+        }
+        for (job_id, cgroup) in late_joins {
+            self.join_after_exec(job_id, cgroup);
+        }
+    }
+
+    /// Hands a job that has exec'd to the thread that moves it into the cgroups it joins
+    /// after its exec (started at the first); done here, blocking, when no thread can be
+    /// started.
+    fn join_after_exec(&mut self, job_id: u64, cgroup: JobCgroup) {
+        let join = |job_id: u64, cgroup: &JobCgroup| {
+            if let Err(e) = cgroup.join_after_exec() {
+                log(&format!("job {job_id}: cannot apply its CPU limit: {e}"));
+            }
+            crate::stamp::stamp("s.late_joined", job_id);
+        };
+        if self.late_joins.is_none() {
+            let (send, receive) = std::sync::mpsc::channel::<(u64, JobCgroup)>();
+            let spawned = std::thread::Builder::new()
+                .name("cgroup-join".into())
+                .spawn(move || {
+                    for (job_id, cgroup) in receive {
+                        join(job_id, &cgroup);
+                    }
+                });
+            match spawned {
+                Ok(_) => self.late_joins = Some(send),
+                Err(e) => log(&format!("cannot start a thread: {e}")),
+            }
+        }
+        let unsent = match &self.late_joins {
+            Some(late_joins) => late_joins.send((job_id, cgroup)).err().map(|e| e.0 .1),
+            None => Some(cgroup),
+        };
+        if let Some(cgroup) = unsent {
+            join(job_id, &cgroup);
         }
     }
 
@@ -1037,6 +1103,7 @@ impl Supervisor {
                 .values_mut()
                 .find(|j| j.pid == pid && j.status.is_none())
             {
+                crate::stamp::stamp("s.reaped", job.record.job.job_id);
                 job.status = Some(status);
                 job.pidfd = None;
                 job.main_ended();
@@ -1057,12 +1124,14 @@ impl Supervisor {
             let Some(job) = self.jobs.remove(&job_id) else {
                 continue;
             };
+            crate::stamp::stamp("s.all_gone", job_id);
             let exit = job.exit_record();
             if let Some(cgroup) = &job.plan.cgroup {
                 if let Err(e) = cgroup.remove() {
                     log(&format!("job {job_id}: cannot remove its cgroups: {e}"));
                 }
             }
+            crate::stamp::stamp("s.cgroup_removed", job_id);
             self.finish(job.record, exit);
         }
     }
@@ -1255,6 +1324,7 @@ impl Job {
             let error = child::reported_error(&report[..read]);
             self.failure = Some(child::failure(&self.plan, &report[..read], error));
         } else {
+            crate::stamp::stamp("s.exec_done", self.record.job.job_id);
             log(&format!("job started as pid {}", self.pid));
         }
     }
