@@ -126,7 +126,7 @@ impl Store {
                 IndexWrite::LiveArray(_) => unreachable!("a job is no array"),
             }
             written += 1;
-            if written % 10_000 == 0 {
+            if written.is_multiple_of(10_000) {
                 self.index.apply_batch(std::mem::take(&mut batch))?;
             }
         }
