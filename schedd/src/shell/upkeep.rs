@@ -163,23 +163,26 @@ impl Cluster {
         if let Some(keep) = keep_finished {
             let cutoff = now_ms().saturating_sub(keep);
             let needed = Arc::new(lock(&self.state).reactor.ended_targets().needed());
+            let mut resume: Option<Vec<u8>> = None;
             loop {
                 let store = self.store.clone();
                 let needed = Arc::clone(&needed);
+                let from = resume.take();
                 let step = {
                     let _busy = StoreWatch::busy(&self.store_watch.write_since);
                     tokio::task::spawn_blocking(move || {
-                        store.expire_finished(cutoff, EXPIRE_BATCH, &needed)
+                        store.expire_finished(cutoff, EXPIRE_BATCH, &needed, from.as_deref())
                     })
                     .await
                 };
                 match step {
                     Ok(Ok(done)) => {
                         jobs += done.jobs;
-                        // Every entry looked at was kept (needed, or its array still has
-                        // queued tasks): the next round looks again.
-                        if done.jobs == 0 {
-                            break;
+                        // Entries kept (needed, or their array still has queued tasks) are
+                        // passed over in this round and looked at again in the next.
+                        match done.resume {
+                            Some(next) if done.examined > 0 => resume = Some(next),
+                            _ => break,
                         }
                     }
                     Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),

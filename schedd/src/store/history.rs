@@ -97,12 +97,15 @@ pub(super) fn index_of(job: &Job) -> IndexWrite {
 }
 
 /// What one call of [`Store::expire_finished`] did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Expired {
     /// Finished jobs removed.
     pub jobs: usize,
     /// Index entries looked at (removed or left for later).
     pub examined: usize,
+    /// Where the next call goes on (after the last entry looked at), so that entries left
+    /// for later are not looked at again in the same round; `None` once past the cutoff.
+    pub resume: Option<Vec<u8>>,
 }
 
 impl Store {
@@ -123,7 +126,7 @@ impl Store {
                 IndexWrite::LiveArray(_) => unreachable!("a job is no array"),
             }
             written += 1;
-            if written % 10_000 == 0 {
+            if written.is_multiple_of(10_000) {
                 self.index.apply_batch(std::mem::take(&mut batch))?;
             }
         }
@@ -221,14 +224,16 @@ impl Store {
     }
 
     /// Removes finished jobs that ended before `cutoff_ms`, oldest first, looking at no more
-    /// than `limit` index entries. Jobs in `keep` (the end states live dependencies still
-    /// need) stay, as do the tasks of an array that still has tasks as submitted; they are
-    /// looked at again by a later call.
+    /// than `limit` index entries, from the start or after `resume` (from the previous
+    /// call's [`Expired::resume`]). Jobs in `keep` (the end states live dependencies still
+    /// need) stay, as do the tasks of an array that still has tasks as submitted; a later
+    /// round looks at them again.
     pub fn expire_finished(
         &self,
         cutoff_ms: Millis,
         limit: usize,
         keep: &BTreeSet<JobId>,
+        resume: Option<&[u8]>,
     ) -> Result<Expired> {
         let mut done = Expired::default();
         let mut keys_removed = sled::Batch::default();
@@ -239,12 +244,24 @@ impl Store {
         let mut arrays_finished = Vec::new();
         let upto = ended_key(cutoff_ms, JobId(0));
         let mut ids_removed = Vec::new();
-        for key in self.index.range(ended_key(i64::MIN, JobId(0))..upto).keys() {
+        let start = ended_key(i64::MIN, JobId(0));
+        let range = match resume {
+            Some(after) => self.index.range::<&[u8], _>((
+                std::ops::Bound::Excluded(after),
+                std::ops::Bound::Excluded(&upto[..]),
+            )),
+            None => self.index.range::<&[u8], _>((
+                std::ops::Bound::Included(&start[..]),
+                std::ops::Bound::Excluded(&upto[..]),
+            )),
+        };
+        for key in range.keys() {
             if done.examined >= limit {
                 break;
             }
             done.examined += 1;
             let key = key?;
+            done.resume = Some(key.to_vec());
             let Some((_, id)) = parse_ended(&key) else {
                 keys_removed.remove(key);
                 continue;

@@ -199,7 +199,7 @@ fn plain_jobs_past_the_cutoff_expire_with_their_events_and_payload() {
     }
     // Job 2's end state is still needed by a dependency.
     let keep: BTreeSet<JobId> = [JobId(2)].into();
-    let done = store.expire_finished(450, 1_000, &keep).unwrap();
+    let done = store.expire_finished(450, 1_000, &keep, None).unwrap();
     assert_eq!(done.jobs, 3, "{done:?}");
     for id in [1, 3, 4] {
         assert!(store.job(JobId(id)).unwrap().is_none(), "job {id}");
@@ -212,13 +212,17 @@ fn plain_jobs_past_the_cutoff_expire_with_their_events_and_payload() {
     }
     assert_eq!(ids(&store.finished_between(0, i64::MAX).unwrap()), [2, 5]);
     // In small steps: at most `limit` entries looked at per call.
-    let done = store.expire_finished(10_000, 1, &BTreeSet::new()).unwrap();
+    let done = store
+        .expire_finished(10_000, 1, &BTreeSet::new(), None)
+        .unwrap();
     assert_eq!((done.jobs, done.examined), (1, 1));
-    let done = store.expire_finished(10_000, 10, &BTreeSet::new()).unwrap();
+    let done = store
+        .expire_finished(10_000, 10, &BTreeSet::new(), None)
+        .unwrap();
     assert_eq!(done.jobs, 1);
     assert_eq!(
         store
-            .expire_finished(10_000, 10, &BTreeSet::new())
+            .expire_finished(10_000, 10, &BTreeSet::new(), None)
             .unwrap()
             .examined,
         0
@@ -244,7 +248,7 @@ fn an_array_expires_only_once_no_task_is_left_as_submitted() {
             end_task(&store, task, 100);
         }
         let done = store
-            .expire_finished(1_000_000, 1_000, &BTreeSet::new())
+            .expire_finished(1_000_000, 1_000, &BTreeSet::new(), None)
             .unwrap();
         assert_eq!(done.jobs, 0, "{done:?}");
         for task in &tasks[..5] {
@@ -268,7 +272,7 @@ fn an_array_expires_only_once_no_task_is_left_as_submitted() {
         end_task(&store, task, 200);
     }
     let done = store
-        .expire_finished(1_000_000, 1_000, &BTreeSet::new())
+        .expire_finished(1_000_000, 1_000, &BTreeSet::new(), None)
         .unwrap();
     assert_eq!(done.jobs, 10, "{done:?}");
     let array_id = tasks[0].id;
@@ -302,7 +306,7 @@ fn an_array_whose_tasks_ended_partly_expired_never_brings_them_back() {
         end_task(&store, task, 5_000);
     }
     let done = store
-        .expire_finished(1_000, 1_000, &BTreeSet::new())
+        .expire_finished(1_000, 1_000, &BTreeSet::new(), None)
         .unwrap();
     assert_eq!(done.jobs, 2, "{done:?}");
     // The expired tasks are gone, not made again from the array's record as submitted.
@@ -326,7 +330,7 @@ fn an_array_whose_tasks_ended_partly_expired_never_brings_them_back() {
     assert_eq!(kinds, ["submitted", "completed"]);
     assert_eq!(store.arrays.len(), 1);
     store
-        .expire_finished(10_000, 1_000, &BTreeSet::new())
+        .expire_finished(10_000, 1_000, &BTreeSet::new(), None)
         .unwrap();
     assert!(store.arrays.is_empty());
     assert!(store.events.is_empty());
@@ -399,21 +403,46 @@ async fn an_array_cancelled_while_queued_expires_whole() {
     // Not yet past the cutoff: nothing goes.
     assert_eq!(
         store
-            .expire_finished(5_000, 1_000, &BTreeSet::new())
+            .expire_finished(5_000, 1_000, &BTreeSet::new(), None)
             .unwrap()
             .jobs,
         0
     );
     assert_eq!(store.arrays.len(), 1);
     // Past it, in two steps: the record stays until its last task goes.
-    let done = store.expire_finished(6_000, 30, &BTreeSet::new()).unwrap();
+    let done = store
+        .expire_finished(6_000, 30, &BTreeSet::new(), None)
+        .unwrap();
     assert_eq!(done.jobs, 30);
     assert_eq!(store.arrays.len(), 1);
-    let done = store.expire_finished(6_000, 30, &BTreeSet::new()).unwrap();
+    let done = store
+        .expire_finished(6_000, 30, &BTreeSet::new(), None)
+        .unwrap();
     assert_eq!(done.jobs, 10);
     assert!(store.arrays.is_empty() && store.array_specs.is_empty() && store.events.is_empty());
     for task in &tasks {
         assert!(store.job(task.id).unwrap().is_none(), "task {}", task.id);
     }
     assert!(store.recover().unwrap().active_jobs.is_empty());
+}
+
+#[test]
+fn entries_kept_at_the_front_do_not_hold_up_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in 1..=4 {
+        write_plain(&store, id, Some(id as i64 * 100));
+    }
+    let keep: BTreeSet<JobId> = [JobId(1), JobId(2)].into();
+    let first = store.expire_finished(10_000, 2, &keep, None).unwrap();
+    assert_eq!((first.jobs, first.examined), (0, 2));
+    let next = store
+        .expire_finished(10_000, 2, &keep, first.resume.as_deref())
+        .unwrap();
+    assert_eq!((next.jobs, next.examined), (2, 2));
+    let last = store
+        .expire_finished(10_000, 2, &keep, next.resume.as_deref())
+        .unwrap();
+    assert_eq!(last.examined, 0);
+    assert_eq!(ids(&store.finished_between(0, i64::MAX).unwrap()), [1, 2]);
 }

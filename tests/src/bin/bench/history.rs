@@ -116,7 +116,7 @@ pub fn history(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
             };
             batch.put_job(&job(id, &owner, &spec, JobState::Completed, Some(end)));
             batch.event(JobId(id), end, "completed", "exit 0");
-            if id % 20_000 == 0 {
+            if id.is_multiple_of(20_000) {
                 store.apply(std::mem::take(&mut batch)).expect("write jobs");
             }
         }
