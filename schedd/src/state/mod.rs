@@ -98,7 +98,14 @@ pub struct Records {
     /// shows them, as squeue shows ended jobs for Slurm's `MinJobAge`, so that a job whose
     /// launch failed does not vanish from the queue without a word. Memory only.
     recently_ended: std::collections::VecDeque<Job>,
+    /// Each active job's entry in listings as the server encoded it (bytes `state/` never
+    /// reads), dropped whenever the job changes (see [`Records::visit_listed`]): a listing of
+    /// ten thousand jobs encodes only those changed since the last one. Memory only.
+    listings: BTreeMap<JobId, ListingBytes>,
 }
+
+/// A job's entry in listings, encoded by the server (see [`Records::visit_listed`]).
+pub type ListingBytes = std::sync::Arc<[u8]>;
 
 /// How long a job whose run ended badly stays in a plain `yq` listing: 5 minutes, Slurm's
 /// default `MinJobAge` (300 s).
@@ -222,7 +229,7 @@ impl Records {
             None => effects.changed.contains(id),
         };
         for job in effects.jobs {
-            self.touched.insert(job.id);
+            self.changed(job.id);
             if job.state.is_terminal() {
                 if let Some(gone) = self.jobs.remove(&job.id) {
                     self.count_active(&gone, false);
@@ -236,7 +243,10 @@ impl Records {
         }
         for (id, reason) in effects.reasons {
             if let Some(job) = self.jobs.get_mut(&id) {
-                job.reason = reason;
+                if job.reason != reason {
+                    job.reason = reason;
+                    self.listings.remove(&id);
+                }
                 if !was_changed(&id) {
                     changed_reasons.push(id);
                 }
@@ -290,7 +300,7 @@ impl Records {
     /// Takes a job that is durable into memory (a submit: its id was taken by `commit`).
     #[cfg(test)]
     pub(crate) fn insert_job(&mut self, job: Job) {
-        self.touched.insert(job.id);
+        self.changed(job.id);
         self.insert_active(job);
     }
 
@@ -410,9 +420,53 @@ impl Records {
     /// [`Records::insert_jobs`] for jobs counted by [`Records::reserve_active`].
     pub(crate) fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
         for job in jobs {
-            self.touched.insert(job.id);
+            self.changed(job.id);
             self.jobs.insert(job.id, job);
         }
+    }
+
+    /// Notes that job `id`'s record changed (or came, or went): the scheduler's copy takes it
+    /// again at its next refresh, and its listing entry is made afresh.
+    fn changed(&mut self, id: JobId) {
+        self.touched.insert(id);
+        self.listings.remove(&id);
+    }
+
+    /// Visits the active jobs of a listing in id order: every one when `ids` is empty, else
+    /// those of `ids`; of them those `want` keeps. With `encode`, each comes with its listing
+    /// entry, made by `encode` only when the job has none kept: it is new, or changed since
+    /// it was last listed.
+    pub fn visit_listed(
+        &mut self,
+        ids: &BTreeSet<JobId>,
+        want: impl Fn(&Job) -> bool,
+        encode: Option<&dyn Fn(&Job) -> ListingBytes>,
+        mut visit: impl FnMut(&Job, Option<&ListingBytes>),
+    ) {
+        let Records { jobs, listings, .. } = self;
+        let mut one = |job: &Job| {
+            if !want(job) {
+                return;
+            }
+            match encode {
+                Some(encode) => {
+                    let kept = listings.entry(job.id).or_insert_with(|| encode(job));
+                    visit(job, Some(kept));
+                }
+                None => visit(job, None),
+            }
+        };
+        if ids.is_empty() {
+            jobs.values().for_each(&mut one);
+        } else {
+            ids.iter().filter_map(|id| jobs.get(id)).for_each(&mut one);
+        }
+    }
+
+    /// The listing entries kept, for tests that check each one against its job.
+    #[cfg(test)]
+    pub(crate) fn kept_listings(&self) -> &BTreeMap<JobId, ListingBytes> {
+        &self.listings
     }
 
     /// Brings `copy` (the jobs the scheduler looks at, as of its last refresh: every job not
