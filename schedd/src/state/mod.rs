@@ -72,7 +72,8 @@ pub use heartbeat::HeartbeatSeen;
 pub use history::{HistoryEntry, JobEventKind};
 
 use std::collections::{BTreeMap, BTreeSet};
-use ysched_common::{Job, JobId, Node};
+use std::sync::Arc;
+use ysched_common::{Job, JobId, Node, Owner};
 
 /// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
 /// the store), the nodes, and the next job id. Changed only by the state machine (events
@@ -102,10 +103,15 @@ pub struct Records {
     /// reads), dropped whenever the job changes (see [`Records::visit_listed`]): a listing of
     /// ten thousand jobs encodes only those changed since the last one. Memory only.
     listings: BTreeMap<JobId, ListingBytes>,
+    /// One `Owner` per user among the active jobs, by uid: every job of theirs that comes into
+    /// memory is made to share it (see [`share_owner`]), so that ten thousand queued jobs of
+    /// one user hold one copy of their name and groups, not one each. Dropped with the user's
+    /// last active job.
+    owners: BTreeMap<u32, Arc<Owner>>,
 }
 
 /// A job's entry in listings, encoded by the server (see [`Records::visit_listed`]).
-pub type ListingBytes = std::sync::Arc<[u8]>;
+pub type ListingBytes = Arc<[u8]>;
 
 /// How long a job whose run ended badly stays in a plain `yq` listing: 5 minutes, Slurm's
 /// default `MinJobAge` (300 s).
@@ -192,6 +198,9 @@ impl Records {
             ..Records::default()
         };
         rec.active_per_user = rec.recount_active();
+        for job in rec.jobs.values_mut() {
+            share_owner(&mut rec.owners, job);
+        }
         rec
     }
 
@@ -306,7 +315,8 @@ impl Records {
 
     /// Puts an active job in `jobs`, counting it for its owner unless its earlier version
     /// was counted already.
-    fn insert_active(&mut self, job: Job) {
+    fn insert_active(&mut self, mut job: Job) {
+        share_owner(&mut self.owners, &mut job);
         match self.jobs.get(&job.id) {
             Some(old) if old.owner.uid == job.owner.uid && old.spec.tier == job.spec.tier => {}
             Some(old) => {
@@ -320,6 +330,9 @@ impl Records {
 
     fn count_active(&mut self, job: &Job, add: bool) {
         count_active(&mut self.active_per_user, job, add);
+        if !add && !self.active_per_user.contains_key(&job.owner.uid) {
+            self.owners.remove(&job.owner.uid);
+        }
     }
 
     /// Records whose jobs were put in place as a whole (tests' literals): the per-user
@@ -413,14 +426,15 @@ impl Records {
 
     pub(crate) fn release_reserved(&mut self, jobs: &[Job]) {
         for job in jobs {
-            count_active(&mut self.active_per_user, job, false);
+            self.count_active(job, false);
         }
     }
 
     /// [`Records::insert_jobs`] for jobs counted by [`Records::reserve_active`].
     pub(crate) fn insert_reserved_jobs(&mut self, jobs: impl IntoIterator<Item = Job>) {
-        for job in jobs {
+        for mut job in jobs {
             self.changed(job.id);
+            share_owner(&mut self.owners, &mut job);
             self.jobs.insert(job.id, job);
         }
     }
@@ -508,6 +522,19 @@ fn for_scheduler(job: &Job) -> Job {
     Job {
         checkpoint_dir: String::new(),
         ..job.clone()
+    }
+}
+
+/// Makes `job` share its owner with the other active jobs of the same user (`owners`, by
+/// uid); an owner that differs from the one kept (the user's groups changed between two
+/// submits) becomes the one kept, for the jobs that come after it.
+fn share_owner(owners: &mut BTreeMap<u32, Arc<Owner>>, job: &mut Job) {
+    match owners.get(&job.owner.uid) {
+        Some(kept) if Arc::ptr_eq(kept, &job.owner) => {}
+        Some(kept) if **kept == *job.owner => job.owner = Arc::clone(kept),
+        _ => {
+            owners.insert(job.owner.uid, Arc::clone(&job.owner));
+        }
     }
 }
 

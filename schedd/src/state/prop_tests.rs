@@ -633,6 +633,13 @@ proptest! {
                 });
                 prop_assert!(stale.is_empty(), "listing entries kept after a change: {:?}", stale);
                 prop_assert!(rec.kept_listings().keys().all(|id| rec.jobs.contains_key(id)));
+                // One owner kept per user with active jobs, shared by their jobs.
+                let users: BTreeSet<u32> = rec.jobs.values().map(|j| j.owner.uid).collect();
+                prop_assert_eq!(rec.owners.keys().copied().collect::<BTreeSet<u32>>(), users);
+                prop_assert!(rec
+                    .jobs
+                    .values()
+                    .all(|j| Arc::ptr_eq(&j.owner, &rec.owners[&j.owner.uid])));
             }
             history.push(rec.clone());
         }
