@@ -1,4 +1,5 @@
-//! The `Ysched` service for local clients.
+//! The `Ysched` service for local clients (and those agents relay), with `ListJobs`
+//! answered from the listing entries active jobs keep (see [`ClientService`]).
 
 use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};

@@ -20,8 +20,7 @@ pub trait Listing {
         None
     }
     /// An active job's entry from what it keeps (`kept`, made by [`Listing::encode`]).
-    fn kept_entry(&self, job: &Job, kept: &ListingBytes) -> Self::Entry {
-        let _ = kept;
+    fn kept_entry(&self, job: &Job, _kept: &ListingBytes) -> Self::Entry {
         self.entry(job)
     }
 }
@@ -75,12 +74,6 @@ impl Cluster {
                     .map(listed)
                     .collect();
             }
-            let total = st.rec.jobs().len();
-            active.reserve(if ids.is_empty() {
-                total
-            } else {
-                ids.len().min(total)
-            });
             st.rec
                 .visit_listed(ids, want, listing.encode(), |job, kept| {
                     active.push((
