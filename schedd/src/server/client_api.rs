@@ -1,9 +1,11 @@
 //! The `Ysched` service for local clients (and those agents relay), with `ListJobs`
 //! answered from the listing entries active jobs keep (see [`ClientService`]).
 
+use super::convert::JobListReply;
 use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
+use prost::Message;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -61,7 +63,7 @@ impl ClientApi {
 
     /// `ListJobs`' reply, encoded: the jobs the request selects, as the caller may see them
     /// (see `convert::WireListing`).
-    async fn job_list(&self, req: Request<pb::ListJobsRequest>) -> Result<EncodedJobList, Status> {
+    async fn job_list(&self, req: Request<pb::ListJobsRequest>) -> Result<JobListReply, Status> {
         let t = std::time::Instant::now();
         let (caller, _) = self.caller(&req).await?;
         // Bounded before anything is looked up (see `convert::job_filter`).
@@ -69,7 +71,7 @@ impl ClientApi {
         let r = req.into_inner();
         // Names are resolved and finished jobs read from the store on a blocking thread: a
         // listing of the whole history must not hold up the threads that answer everyone.
-        let (n, encoded) = self
+        let reply = self
             .cluster
             .off_runtime(move |cluster| {
                 if !r.targets.is_empty() {
@@ -80,46 +82,17 @@ impl ClientApi {
                 let listing =
                     super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
                 let jobs = cluster.list_jobs_with(&filter, &listing)?;
-                Ok((jobs.len(), listing.encode(jobs)))
+                Ok(listing.encode(jobs))
             })
             .await?;
-        tracing::debug!(n, bytes = encoded.len(), took = ?t.elapsed(), "list_jobs");
-        Ok(EncodedJobList(encoded))
+        let (n, bytes) = (reply.jobs(), reply.encoded_len());
+        tracing::debug!(n, bytes, took = ?t.elapsed(), "list_jobs");
+        Ok(reply)
     }
 }
 
-/// A `JobList` already encoded (by `convert::WireListing`), sent as it is: its jobs were
-/// encoded once per change, not once per listing.
-#[derive(Debug, Default)]
-struct EncodedJobList(Vec<u8>);
-
-impl prost::Message for EncodedJobList {
-    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    /// Never decoded (clients decode a `JobList`): whatever comes is skipped.
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl prost::bytes::Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-}
-
-/// The client service with `ListJobs` answered from the kept listing entries (sending bytes
-/// the generated service would have to decode into a `JobList` first) and every other
+/// The client service: `ListJobs` answered from the listing entries active jobs keep (the
+/// generated service could only send a `JobList` of `JobInfo`s made afresh), every other
 /// method passed to the generated service.
 #[derive(Clone)]
 pub struct ClientService {
@@ -152,9 +125,9 @@ const LIST_JOBS_PATH: &str = "/ysched.v1.Ysched/ListJobs";
 struct ListJobsFast(Arc<ClientApi>);
 
 impl tonic::server::UnaryService<pb::ListJobsRequest> for ListJobsFast {
-    type Response = EncodedJobList;
+    type Response = JobListReply;
     type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Response<EncodedJobList>, Status>> + Send>>;
+        Pin<Box<dyn std::future::Future<Output = Result<Response<JobListReply>, Status>> + Send>>;
 
     fn call(&mut self, request: Request<pb::ListJobsRequest>) -> Self::Future {
         let api = Arc::clone(&self.0);
@@ -186,7 +159,7 @@ where
         let api = Arc::clone(&self.api);
         let max_decoding = self.max_decoding;
         Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<EncodedJobList, pb::ListJobsRequest>::default();
+            let codec = tonic_prost::ProstCodec::<JobListReply, pb::ListJobsRequest>::default();
             let mut grpc = tonic::server::Grpc::new(codec)
                 .apply_max_message_size_config(Some(max_decoding), Some(usize::MAX));
             Ok(grpc.unary(ListJobsFast(api), req).await)
@@ -249,9 +222,8 @@ impl pb::ysched_server::Ysched for ClientApi {
     ) -> Result<Response<pb::JobList>, Status> {
         // Served by `ListJobsFast` (see `serve`); this decodes the same bytes, for callers
         // of the trait.
-        use prost::Message;
-        let encoded = self.job_list(req).await?;
-        pb::JobList::decode(encoded.0.as_slice())
+        let reply = self.job_list(req).await?;
+        pb::JobList::decode(reply.encode_to_vec().as_slice())
             .map(Response::new)
             .map_err(|e| Status::internal(format!("a listing did not decode: {e}")))
     }

@@ -329,6 +329,7 @@ pub(crate) struct WireListing<'a> {
 }
 
 /// A job's entry in a listing, on its way to the wire.
+#[derive(Debug)]
 pub(crate) enum ListedJob {
     /// An active job's kept entry ([`kept_listing`]), with its place in the queue and its
     /// expected start when it is PENDING (the fields the entry leaves out).
@@ -358,10 +359,10 @@ impl<'a> WireListing<'a> {
         }
     }
 
-    /// The encoded `JobList` of `jobs` (in their order).
-    pub(crate) fn encode(&self, jobs: Vec<ListedJob>) -> Vec<u8> {
-        use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
-        // Each entry measured first, so that the reply is written into one buffer.
+    /// The `JobList` of `jobs` (in their order), ready to be written.
+    pub(crate) fn encode(&self, jobs: Vec<ListedJob>) -> JobListReply {
+        use prost::encoding::encoded_len_varint;
+        // Each entry measured first: the reply's length comes before it.
         let entries: Vec<(usize, ListedJob)> = jobs
             .into_iter()
             .map(|job| match job {
@@ -378,36 +379,77 @@ impl<'a> WireListing<'a> {
                 }
             })
             .collect();
-        let total: usize = entries
+        let len = entries
             .iter()
             .map(|(len, _)| 1 + encoded_len_varint(*len as u64) + len)
             .sum();
-        let mut buf = Vec::with_capacity(total);
-        for (len, entry) in &entries {
-            encode_key(1, WireType::LengthDelimited, &mut buf);
-            encode_varint(*len as u64, &mut buf);
+        JobListReply { entries, len }
+    }
+}
+
+/// A listing's `JobList`, its entries measured ([`WireListing::encode`]): written as prost
+/// would write the `JobList`, straight into the transport's buffer (no copy of its own).
+#[derive(Debug)]
+pub(crate) struct JobListReply {
+    entries: Vec<(usize, ListedJob)>,
+    len: usize,
+}
+
+impl JobListReply {
+    /// Jobs listed.
+    pub(crate) fn jobs(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl prost::Message for JobListReply {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        for (len, entry) in &self.entries {
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(*len as u64, buf);
             match entry {
                 ListedJob::Kept { kept, queue } => {
                     let [head, middle, tail] = kept_segments(kept);
-                    buf.extend_from_slice(head);
+                    buf.put_slice(head);
                     if let Some(q) = queue {
-                        q.place.encode_raw(&mut buf);
+                        q.place.encode_raw(buf);
                     }
-                    buf.extend_from_slice(middle);
+                    buf.put_slice(middle);
                     if let Some(q) = queue {
-                        q.expected.encode_raw(&mut buf);
+                        q.expected.encode_raw(buf);
                     }
-                    buf.extend_from_slice(tail);
+                    buf.put_slice(tail);
                 }
-                ListedJob::Made(info) => info.encode_raw(&mut buf),
+                ListedJob::Made(info) => info.encode_raw(buf),
             }
         }
-        buf
+    }
+
+    /// Never decoded (clients decode a `JobList`): whatever comes is skipped.
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.len
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.len = 0;
     }
 }
 
 /// What a listing adds to a PENDING job's kept entry, as two `JobInfo`s with only those
 /// fields set, so that prost encodes each run of them as it would in the whole message.
+#[derive(Debug)]
 pub(crate) struct QueueFields {
     /// `fair_share` (24) and `queue_position` (25).
     place: pb::JobInfo,
@@ -796,7 +838,7 @@ mod tests {
                     false => listing.kept_entry(job, &kept_listing(job)),
                 })
                 .collect();
-            let encoded = listing.encode(entries);
+            let encoded = listing.encode(entries).encode_to_vec();
             assert_eq!(
                 pb::JobList::decode(encoded.as_slice()).unwrap(),
                 before,
