@@ -1,12 +1,16 @@
-//! The `Ysched` service for local clients.
+//! The `Ysched` service for local clients (and those agents relay), with `ListJobs`
+//! answered from the listing entries active jobs keep (see [`ClientService`]).
 
+use super::convert::JobListReply;
 use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
+use prost::Message;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
+use tonic::codegen::{http, Body, Service, StdError};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 use ysched_common::identity::owner_from_cred;
@@ -55,6 +59,111 @@ impl ClientApi {
             admin,
         };
         Ok((caller, relayed.home))
+    }
+
+    /// `ListJobs`' reply, encoded: the jobs the request selects, as the caller may see them
+    /// (see `convert::WireListing`).
+    async fn job_list(&self, req: Request<pb::ListJobsRequest>) -> Result<JobListReply, Status> {
+        let t = std::time::Instant::now();
+        let (caller, _) = self.caller(&req).await?;
+        // Bounded before anything is looked up (see `convert::job_filter`).
+        let mut filter = super::convert::job_filter(req.get_ref())?;
+        let r = req.into_inner();
+        // Names are resolved and finished jobs read from the store on a blocking thread: a
+        // listing of the whole history must not hold up the threads that answer everyone.
+        let reply = self
+            .cluster
+            .off_runtime(move |cluster| {
+                if !r.targets.is_empty() {
+                    let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
+                    filter.ids.extend(named);
+                }
+                let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
+                let listing =
+                    super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
+                let jobs = cluster.list_jobs_with(&filter, &listing)?;
+                Ok(listing.encode(jobs))
+            })
+            .await?;
+        let (n, bytes) = (reply.jobs(), reply.encoded_len());
+        tracing::debug!(n, bytes, took = ?t.elapsed(), "list_jobs");
+        Ok(reply)
+    }
+}
+
+/// The client service: `ListJobs` answered from the listing entries active jobs keep (the
+/// generated service could only send a `JobList` of `JobInfo`s made afresh), every other
+/// method passed to the generated service.
+#[derive(Clone)]
+pub struct ClientService {
+    api: Arc<ClientApi>,
+    generated: pb::ysched_server::YschedServer<ClientApi>,
+    max_decoding: usize,
+}
+
+impl ClientService {
+    /// The service for `cluster`, taking requests of at most `max_decoding` bytes.
+    pub fn new(cluster: Arc<Cluster>, max_decoding: usize) -> Self {
+        ClientService {
+            api: Arc::new(ClientApi::new(cluster.clone())),
+            generated: pb::ysched_server::YschedServer::new(ClientApi::new(cluster))
+                .max_decoding_message_size(max_decoding)
+                .max_encoding_message_size(usize::MAX),
+            max_decoding,
+        }
+    }
+}
+
+impl tonic::server::NamedService for ClientService {
+    const NAME: &'static str = pb::ysched_server::SERVICE_NAME;
+}
+
+/// The path of `ListJobs`, as the generated service matches it.
+const LIST_JOBS_PATH: &str = "/ysched.v1.Ysched/ListJobs";
+
+/// `ListJobs` as a unary service of [`ClientService`].
+struct ListJobsFast(Arc<ClientApi>);
+
+impl tonic::server::UnaryService<pb::ListJobsRequest> for ListJobsFast {
+    type Response = JobListReply;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Response<JobListReply>, Status>> + Send>>;
+
+    fn call(&mut self, request: Request<pb::ListJobsRequest>) -> Self::Future {
+        let api = Arc::clone(&self.0);
+        Box::pin(async move { api.job_list(request).await.map(Response::new) })
+    }
+}
+
+impl<B> Service<http::Request<B>> for ClientService
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        Service::<http::Request<B>>::poll_ready(&mut self.generated, cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != LIST_JOBS_PATH {
+            return self.generated.call(req);
+        }
+        let api = Arc::clone(&self.api);
+        let max_decoding = self.max_decoding;
+        Box::pin(async move {
+            let codec = tonic_prost::ProstCodec::<JobListReply, pb::ListJobsRequest>::default();
+            let mut grpc = tonic::server::Grpc::new(codec)
+                .apply_max_message_size_config(Some(max_decoding), Some(usize::MAX));
+            Ok(grpc.unary(ListJobsFast(api), req).await)
+        })
     }
 }
 
@@ -111,29 +220,12 @@ impl pb::ysched_server::Ysched for ClientApi {
         &self,
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::JobList>, Status> {
-        let t = std::time::Instant::now();
-        let (caller, _) = self.caller(&req).await?;
-        // Bounded before anything is looked up (see `convert::job_filter`).
-        let mut filter = super::convert::job_filter(req.get_ref())?;
-        let r = req.into_inner();
-        // Names are resolved and finished jobs read from the store on a blocking thread: a
-        // listing of the whole history must not hold up the threads that answer everyone.
-        let mut jobs = self
-            .cluster
-            .off_runtime(move |cluster| {
-                if !r.targets.is_empty() {
-                    let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
-                    filter.ids.extend(named);
-                }
-                let mut jobs = cluster.list_jobs(&filter, ysched_common::convert::job_listing)?;
-                super::convert::add_queue_places(&mut jobs, &cluster.queue_view());
-                super::convert::add_expected_starts(&mut jobs, &cluster.expected_starts());
-                Ok(jobs)
-            })
-            .await?;
-        super::convert::hide_others_usage(&mut jobs, &caller, self.cluster.config());
-        tracing::debug!(n = jobs.len(), took = ?t.elapsed(), "list_jobs");
-        Ok(Response::new(pb::JobList { jobs }))
+        // Served by `ListJobsFast` (see `serve`); this decodes the same bytes, for callers
+        // of the trait.
+        let reply = self.job_list(req).await?;
+        pb::JobList::decode(reply.encode_to_vec().as_slice())
+            .map(Response::new)
+            .map_err(|e| Status::internal(format!("a listing did not decode: {e}")))
     }
 
     async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::JobDetail>, Status> {

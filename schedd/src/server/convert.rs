@@ -6,6 +6,8 @@ use crate::shell::JobFilter;
 use crate::state::agent_events::Registration;
 use crate::state::commands::{AgentCommand, LaunchOrder};
 use crate::state::lifecycle::PartEnd;
+use crate::state::ListingBytes;
+use prost::Message;
 use ysched_common::{JobId, JobState};
 use ysched_proto as pb;
 use ysched_proto::scheduler_message::Msg;
@@ -278,10 +280,20 @@ pub(crate) fn hide_others_usage(
 pub(crate) fn add_queue_places(jobs: &mut [pb::JobInfo], view: &crate::fair_share::QueueView) {
     let pending = JobState::Pending.as_str();
     for job in jobs.iter_mut().filter(|j| j.state == pending) {
-        if let Some(place) = view.place(JobId(job.id)) {
-            job.queue_position = Some(place);
-            job.fair_share = Some(view.factors.factor(&job.account));
-        }
+        (job.queue_position, job.fair_share) = queue_place(JobId(job.id), &job.account, view);
+    }
+}
+
+/// A PENDING job's place in its tier's queue and its account's fair-share factor, as the
+/// last pass saw them: both `None` for a job it has not seen yet.
+fn queue_place(
+    id: JobId,
+    account: &str,
+    view: &crate::fair_share::QueueView,
+) -> (Option<u32>, Option<f64>) {
+    match view.place(id) {
+        Some(place) => (Some(place), Some(view.factors.factor(account))),
+        None => (None, None),
     }
 }
 
@@ -299,6 +311,254 @@ pub(crate) fn add_expected_starts(
         if let Some(e) = expected.get(&JobId(job.id)) {
             job.expected_start_ms = e.at;
             job.expected_nodes = e.nodes.clone();
+        }
+    }
+}
+
+/// What a listing (`ListJobs`) sends: each job's `JobInfo`, one `jobs` field (1) of a
+/// `JobList` each, encoded from what each active job keeps for listings (see
+/// [`kept_listing`]; made once per change of the job, not per listing), as prost encodes
+/// `job_listing` with [`add_queue_places`], [`add_expected_starts`] and [`hide_others_usage`]
+/// applied: the very same bytes (a test compares them).
+pub(crate) struct WireListing<'a> {
+    caller: &'a ysched_common::Caller,
+    config: &'a ysched_common::Config,
+    view: &'a crate::fair_share::QueueView,
+    expected: &'a std::collections::BTreeMap<JobId, crate::core::ExpectedStart>,
+    sees_all_usage: bool,
+}
+
+/// A job's entry in a listing, on its way to the wire.
+#[derive(Debug)]
+pub(crate) enum ListedJob {
+    /// An active job's kept entry ([`kept_listing`]), with its place in the queue and its
+    /// expected start when it is PENDING (the fields the entry leaves out).
+    Kept {
+        kept: ListingBytes,
+        queue: Option<Box<QueueFields>>,
+    },
+    /// A `JobInfo` made afresh: an ended job's (from the store, or ended lately), or one
+    /// whose usage the caller may not see; its queue fields and the hiding are applied when
+    /// it is encoded.
+    Made(Box<pb::JobInfo>),
+}
+
+impl<'a> WireListing<'a> {
+    pub(crate) fn new(
+        caller: &'a ysched_common::Caller,
+        config: &'a ysched_common::Config,
+        view: &'a crate::fair_share::QueueView,
+        expected: &'a std::collections::BTreeMap<JobId, crate::core::ExpectedStart>,
+    ) -> Self {
+        WireListing {
+            caller,
+            config,
+            view,
+            expected,
+            sees_all_usage: config.sees_all_usage(caller),
+        }
+    }
+
+    /// The `JobList` of `jobs` (in their order), ready to be written.
+    pub(crate) fn encode(&self, jobs: Vec<ListedJob>) -> JobListReply {
+        use prost::encoding::encoded_len_varint;
+        // Each entry measured first: the reply's length comes before it.
+        let entries: Vec<(usize, ListedJob)> = jobs
+            .into_iter()
+            .map(|job| match job {
+                ListedJob::Kept { kept, queue } => {
+                    let len = kept.len() - KEPT_HEADER + queue.as_ref().map_or(0, |q| q.len());
+                    (len, ListedJob::Kept { kept, queue })
+                }
+                ListedJob::Made(mut info) => {
+                    let one = std::slice::from_mut(&mut *info);
+                    add_queue_places(one, self.view);
+                    add_expected_starts(one, self.expected);
+                    hide_others_usage(one, self.caller, self.config);
+                    (info.encoded_len(), ListedJob::Made(info))
+                }
+            })
+            .collect();
+        let len = entries
+            .iter()
+            .map(|(len, _)| 1 + encoded_len_varint(*len as u64) + len)
+            .sum();
+        JobListReply { entries, len }
+    }
+}
+
+/// A listing's `JobList`, its entries measured ([`WireListing::encode`]): written as prost
+/// would write the `JobList`, straight into the transport's buffer (no copy of its own).
+#[derive(Debug)]
+pub(crate) struct JobListReply {
+    entries: Vec<(usize, ListedJob)>,
+    len: usize,
+}
+
+impl JobListReply {
+    /// Jobs listed.
+    pub(crate) fn jobs(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl prost::Message for JobListReply {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        for (len, entry) in &self.entries {
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(*len as u64, buf);
+            match entry {
+                ListedJob::Kept { kept, queue } => {
+                    let [head, middle, tail] = kept_segments(kept);
+                    buf.put_slice(head);
+                    if let Some(q) = queue {
+                        q.place.encode_raw(buf);
+                    }
+                    buf.put_slice(middle);
+                    if let Some(q) = queue {
+                        q.expected.encode_raw(buf);
+                    }
+                    buf.put_slice(tail);
+                }
+                ListedJob::Made(info) => info.encode_raw(buf),
+            }
+        }
+    }
+
+    /// Never decoded (clients decode a `JobList`): whatever comes is skipped.
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.len
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.len = 0;
+    }
+}
+
+/// What a listing adds to a PENDING job's kept entry, as two `JobInfo`s with only those
+/// fields set, so that prost encodes each run of them as it would in the whole message.
+#[derive(Debug)]
+pub(crate) struct QueueFields {
+    /// `fair_share` (24) and `queue_position` (25).
+    place: pb::JobInfo,
+    /// `expected_start_ms` (28) and `expected_nodes` (29).
+    expected: pb::JobInfo,
+}
+
+impl QueueFields {
+    fn len(&self) -> usize {
+        self.place.encoded_len() + self.expected.encoded_len()
+    }
+}
+
+/// The two offsets that open a kept entry (see [`kept_listing`]).
+const KEPT_HEADER: usize = 8;
+
+/// What an active job keeps as its listing entry (see `Records::visit_listed`): its
+/// `job_listing`, encoded as prost does, in three runs cut where the fields a listing adds
+/// go (24 and 25: its place in the queue; 28 and 29: its expected start), so that the
+/// entry with them is written by copying bytes in field order. Opened by the two runs'
+/// offsets (u32, little-endian).
+pub(crate) fn kept_listing(job: &ysched_common::Job) -> ListingBytes {
+    let mut head = ysched_common::convert::job_listing(job);
+    let middle = pb::JobInfo {
+        array_job_id: head.array_job_id.take(),
+        array_task_id: head.array_task_id.take(),
+        ..Default::default()
+    };
+    let tail = pb::JobInfo {
+        display_id: std::mem::take(&mut head.display_id),
+        array_max_running: std::mem::take(&mut head.array_max_running),
+        usage_private: std::mem::take(&mut head.usage_private),
+        run_ms_before: std::mem::take(&mut head.run_ms_before),
+        cancelling: std::mem::take(&mut head.cancelling),
+        nodes_requested: std::mem::take(&mut head.nodes_requested),
+        ..Default::default()
+    };
+    let mut buf = Vec::with_capacity(
+        KEPT_HEADER + head.encoded_len() + middle.encoded_len() + tail.encoded_len(),
+    );
+    buf.extend_from_slice(&[0; KEPT_HEADER]);
+    head.encode_raw(&mut buf);
+    let middle_at = buf.len() - KEPT_HEADER;
+    middle.encode_raw(&mut buf);
+    let tail_at = buf.len() - KEPT_HEADER;
+    tail.encode_raw(&mut buf);
+    // An entry is a job's few short fields: far below 4 GiB.
+    buf[..4].copy_from_slice(&(middle_at as u32).to_le_bytes());
+    buf[4..KEPT_HEADER].copy_from_slice(&(tail_at as u32).to_le_bytes());
+    ListingBytes::from(buf)
+}
+
+/// A kept entry's three runs of fields (see [`kept_listing`]).
+fn kept_segments(kept: &[u8]) -> [&[u8]; 3] {
+    let offset = |at: usize| {
+        let mut raw = [0; 4];
+        raw.copy_from_slice(&kept[at..at + 4]);
+        u32::from_le_bytes(raw) as usize
+    };
+    let (middle_at, tail_at) = (offset(0), offset(4));
+    let body = &kept[KEPT_HEADER..];
+    [
+        &body[..middle_at],
+        &body[middle_at..tail_at],
+        &body[tail_at..],
+    ]
+}
+
+impl crate::shell::Listing for WireListing<'_> {
+    type Entry = ListedJob;
+
+    fn entry(&self, job: &ysched_common::Job) -> ListedJob {
+        ListedJob::Made(Box::new(ysched_common::convert::job_listing(job)))
+    }
+
+    fn encode(&self) -> Option<&dyn Fn(&ysched_common::Job) -> ListingBytes> {
+        Some(&kept_listing)
+    }
+
+    fn kept_entry(&self, job: &ysched_common::Job, kept: &ListingBytes) -> ListedJob {
+        if !self.sees_all_usage
+            && !self
+                .config
+                .sees_job_usage(self.caller, &job.spec.account, job.owner.uid)
+        {
+            return self.entry(job);
+        }
+        let mut queue = None;
+        if job.state == JobState::Pending {
+            let (queue_position, fair_share) = queue_place(job.id, &job.spec.account, self.view);
+            let expected = self.expected.get(&job.id);
+            if queue_position.is_some() || expected.is_some() {
+                queue = Some(Box::new(QueueFields {
+                    place: pb::JobInfo {
+                        queue_position,
+                        fair_share,
+                        ..Default::default()
+                    },
+                    expected: pb::JobInfo {
+                        expected_start_ms: expected.map_or(0, |e| e.at),
+                        expected_nodes: expected.map(|e| e.nodes.clone()).unwrap_or_default(),
+                        ..Default::default()
+                    },
+                }));
+            }
+        }
+        ListedJob::Kept {
+            kept: kept.clone(),
+            queue,
         }
     }
 }
@@ -480,6 +740,118 @@ pub(crate) fn trace_reply(e: &crate::shell::TraceExport) -> pb::TraceReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::testkit::{alice, JobBuilder, T0};
+    use crate::core::ExpectedStart;
+    use crate::shell::Listing;
+    use ysched_common::{StopReason, StopRequest};
+
+    /// Jobs of every kind a listing shows: queued with and without a place and an expected
+    /// start, held, running, being cancelled, an array task, bob's, and an ended one.
+    fn listed_jobs() -> Vec<ysched_common::Job> {
+        let mut cancelling = JobBuilder::new(6)
+            .running_on("n1", &[2])
+            .started(T0)
+            .build();
+        cancelling.stop = Some(StopRequest {
+            reason: StopReason::Cancel { by: "alice".into() },
+            at: T0 + 5,
+            grace_secs: 30,
+        });
+        let mut ended = JobBuilder::new(8).name("done").build();
+        ended.state = JobState::Failed;
+        ended.exit_code = Some(3);
+        ended.end_time = Some(T0 + 90);
+        let mut waiting = JobBuilder::new(1).gpus(2).time_limit(600).build();
+        waiting.reason = "Resources".into();
+        let bobs = |job: JobBuilder| {
+            let mut job = job.user("bob").account("physics").build();
+            std::sync::Arc::make_mut(&mut job.owner).uid = 1001;
+            job
+        };
+        vec![
+            waiting,
+            JobBuilder::new(2).build(),
+            JobBuilder::new(3).held().build(),
+            JobBuilder::new(4)
+                .running_on("n1", &[0, 1])
+                .started(T0 + 10)
+                .checkpointed(T0 + 20)
+                .build(),
+            bobs(JobBuilder::new(5).array(5, 7, 2)),
+            cancelling,
+            bobs(JobBuilder::new(7).running_on("n2", &[1]).started(T0)),
+            ended,
+            bobs(JobBuilder::new(9)),
+        ]
+    }
+
+    #[test]
+    fn a_listing_from_kept_entries_is_byte_for_byte_what_prost_makes_of_each_job() {
+        let jobs = listed_jobs();
+        let view = crate::fair_share::QueueView::new(
+            Default::default(),
+            crate::core::FairShare::new([("research".to_string(), 0.25)]),
+            vec![(JobId(1), 100), (JobId(5), 100), (JobId(9), 100)],
+        );
+        let expected: std::collections::BTreeMap<JobId, ExpectedStart> = [
+            (
+                JobId(1),
+                ExpectedStart {
+                    at: T0 + 3_600_000,
+                    nodes: vec!["n1".into(), "n2".into()],
+                },
+            ),
+            (
+                JobId(2),
+                ExpectedStart {
+                    at: T0 + 60_000,
+                    nodes: vec!["n2".into()],
+                },
+            ),
+            (
+                JobId(9),
+                ExpectedStart {
+                    at: T0 + 7_200_000,
+                    nodes: vec!["n1".into()],
+                },
+            ),
+        ]
+        .into();
+        for public in [true, false] {
+            let mut config = ysched_common::Config::default();
+            config.scheduler.reports_public = public;
+            let caller = alice();
+            // As listings were made before: each job's `JobInfo`, then what the last pass
+            // said, then what the caller may not see left out.
+            let mut infos: Vec<pb::JobInfo> = jobs
+                .iter()
+                .map(ysched_common::convert::job_listing)
+                .collect();
+            add_queue_places(&mut infos, &view);
+            add_expected_starts(&mut infos, &expected);
+            hide_others_usage(&mut infos, &caller, &config);
+            let before = pb::JobList { jobs: infos };
+
+            let listing = WireListing::new(&caller, &config, &view, &expected);
+            let entries = jobs
+                .iter()
+                .map(|job| match job.state.is_terminal() {
+                    true => listing.entry(job),
+                    false => listing.kept_entry(job, &kept_listing(job)),
+                })
+                .collect();
+            let encoded = listing.encode(entries).encode_to_vec();
+            assert_eq!(
+                pb::JobList::decode(encoded.as_slice()).unwrap(),
+                before,
+                "reports_public = {public}"
+            );
+            assert_eq!(encoded, before.encode_to_vec(), "reports_public = {public}");
+            // What the hiding takes is gone from bob's jobs when reports are private.
+            assert_eq!(before.jobs[6].alloc.is_empty(), !public);
+            assert_eq!(before.jobs[8].queue_position, Some(3));
+        }
+    }
 
     #[test]
     fn a_private_gpu_holder_passes_to_the_wire_as_the_wires_own_value() {

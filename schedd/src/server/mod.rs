@@ -31,7 +31,6 @@ use tokio_util::sync::CancellationToken;
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_proto::node_agent_server::NodeAgentServer;
-use ysched_proto::ysched_server::YschedServer;
 
 /// The status a client gets for `e`. Its message is capped: it travels in an HTTP/2 header,
 /// and one over the peer's header limit (16 KiB) would fail the whole connection.
@@ -146,20 +145,14 @@ pub async fn serve(
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
         .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
-        .add_service(
-            YschedServer::new(client_api::ClientApi::new(cluster.clone()))
-                .max_decoding_message_size(max_message)
-                .max_encoding_message_size(usize::MAX),
-        )
+        .add_service(client_api::ClientService::new(cluster.clone(), max_message))
         .serve_with_incoming_shutdown(clients, stop.clone().cancelled_owned());
     let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
     // The client API again, for requests agents relay from their hosts' client sockets
     // (see `relay`): behind the same cluster-key check as the sessions.
-    let relayed_clients = YschedServer::new(client_api::ClientApi::new(cluster))
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(usize::MAX);
+    let relayed_clients = client_api::ClientService::new(cluster, max_message);
     let (tls_incoming, accept_task) = tls::accept_loop(agents, tls);
     let agent_srv = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))

@@ -5,14 +5,53 @@ use crate::fair_share::ShareTable;
 use crate::state::client_events::FinishedLookup;
 use crate::state::targets::{parse_target, parse_targets, plain_target, Resolved};
 use crate::state::views::{node_view, NodeView};
+use crate::state::ListingBytes;
+
+/// How a listing makes each job's entry.
+pub trait Listing {
+    type Entry;
+    /// A job's entry made from its record: every job's, unless [`Listing::encode`] says
+    /// otherwise.
+    fn entry(&self, job: &Job) -> Self::Entry;
+    /// What an active job keeps as its listing entry until it changes (see
+    /// [`Records::visit_listed`]), so that a listing need not make it again; `None` (the
+    /// default): nothing kept, every entry made by [`Listing::entry`].
+    fn encode(&self) -> Option<&dyn Fn(&Job) -> ListingBytes> {
+        None
+    }
+    /// An active job's entry from what it keeps (`kept`, made by [`Listing::encode`]).
+    fn kept_entry(&self, job: &Job, _kept: &ListingBytes) -> Self::Entry {
+        self.entry(job)
+    }
+}
+
+/// A listing whose entries a function makes from each record.
+struct FromRecord<F>(F);
+
+impl<T, F: Fn(&Job) -> T> Listing for FromRecord<F> {
+    type Entry = T;
+    fn entry(&self, job: &Job) -> T {
+        (self.0)(job)
+    }
+}
 
 impl Cluster {
-    /// The jobs `filter` selects, in id order, each as `entry` makes it (its wire form: built
-    /// straight from the record, so a listing of ten thousand jobs copies none).
+    /// The jobs `filter` selects, in id order, each as `entry` makes it.
     pub fn list_jobs<T>(&self, filter: &JobFilter, entry: impl Fn(&Job) -> T) -> ApiResult<Vec<T>> {
+        self.list_jobs_with(filter, &FromRecord(entry))
+    }
+
+    /// The jobs `filter` selects, in id order, each as `listing` makes it: the active ones'
+    /// from what they keep when it keeps something (their wire form, made once per change of
+    /// the job: a listing of ten thousand jobs copies bytes, not records).
+    pub fn list_jobs_with<L: Listing>(
+        &self,
+        filter: &JobFilter,
+        listing: &L,
+    ) -> ApiResult<Vec<L::Entry>> {
         let uid = filter.user.parse::<u32>().ok();
         let want = |j: &Job| filter.selects(j, uid);
-        let listing = |j: &Job| (j.id, entry(j));
+        let listed = |j: &Job| (j.id, listing.entry(j));
         let ids = &filter.ids;
         // One consistent view: the active jobs are copied under the lock first, then the
         // finished ones are read from the store. A job ends by being written to the store
@@ -22,34 +61,31 @@ impl Cluster {
         // A plain listing (no ids, states or --all) also shows the jobs whose run ended badly
         // in the last few minutes (`state::MIN_JOB_AGE_MS`, Slurm's MinJobAge), from memory.
         let plain = ids.is_empty() && !filter.all && filter.states.is_empty();
-        let mut recent: Vec<(JobId, T)> = Vec::new();
-        let active: Vec<(JobId, T)> = {
-            let st = lock(&self.state);
+        let mut recent: Vec<(JobId, L::Entry)> = Vec::new();
+        let mut active: Vec<(JobId, L::Entry)> = Vec::new();
+        {
+            let mut st = lock(&self.state);
             if plain {
                 recent = st
                     .rec
                     .recently_ended(ysched_common::time::now_ms())
                     .into_iter()
                     .filter(|j| want(j))
-                    .map(listing)
+                    .map(listed)
                     .collect();
             }
-            if ids.is_empty() {
-                st.rec
-                    .jobs()
-                    .values()
-                    .filter(|j| want(j))
-                    .map(listing)
-                    .collect()
-            } else {
-                ids.iter()
-                    .filter_map(|id| st.rec.jobs().get(id))
-                    .filter(|j| want(j))
-                    .map(listing)
-                    .collect()
-            }
-        };
-        let finished: Vec<(JobId, T)> = if !ids.is_empty() {
+            st.rec
+                .visit_listed(ids, want, listing.encode(), |job, kept| {
+                    active.push((
+                        job.id,
+                        match kept {
+                            Some(kept) => listing.kept_entry(job, kept),
+                            None => listing.entry(job),
+                        },
+                    ))
+                });
+        }
+        let finished: Vec<(JobId, L::Entry)> = if !ids.is_empty() {
             // Asked by id: look each one up, never scan the history; those found active are
             // not looked for again (an array's 10,000 tasks).
             let found: BTreeSet<JobId> = active.iter().map(|(id, _)| *id).collect();
@@ -57,7 +93,7 @@ impl Cluster {
                 .jobs_by_id(ids.iter().copied().filter(|id| !found.contains(id)))?
                 .iter()
                 .filter(|j| j.state.is_terminal() && want(j))
-                .map(listing)
+                .map(listed)
                 .collect()
         } else if filter.windowed() {
             self.store
@@ -71,7 +107,7 @@ impl Cluster {
                 .finished_jobs()?
                 .iter()
                 .filter(|j| want(j))
-                .map(listing)
+                .map(listed)
                 .collect()
         } else {
             recent

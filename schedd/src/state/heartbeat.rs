@@ -108,8 +108,8 @@ impl Records {
             let time = time.min(now);
             if job.last_checkpoint.is_none_or(|known| known < time) {
                 job.last_checkpoint = Some(time);
-                // The victim cost reads it: the scheduler's copy must see it.
-                self.touched.insert(JobId(job_id));
+                // The victim cost reads it: the scheduler's copy must see it (and listings).
+                self.changed(JobId(job_id));
             }
         }
         refused

@@ -6,7 +6,8 @@
 //! hold whatever the allocations name, a job leaves a silent node alive (requeued, or its
 //! part there ended) only once the node's fence has surely stopped it, a tick repeated
 //! changes nothing, and a node whose GPUs changed under jobs is drained. Every run that ends
-//! is recorded exactly once (`usage`), in the event that ends it.
+//! is recorded exactly once (`usage`), in the event that ends it. The scheduler's copy and the
+//! kept listing entries follow every change.
 
 use super::agent_events::{AgentReport, Limits, Registration};
 use super::lifecycle::{PartEnd, FENCE_SLACK_MS};
@@ -620,6 +621,25 @@ proptest! {
                     .map(|(id, j)| (*id, Job { reason: String::new(), ..j.clone() }))
                     .collect();
                 prop_assert_eq!(refreshed, full, "the refreshed copy is the records");
+            }
+            if i % 2 == 0 {
+                // A listing: every entry kept from an earlier one is what the job is now.
+                let encode = |job: &Job| super::ListingBytes::from(format!("{job:?}").into_bytes());
+                let mut stale = Vec::new();
+                rec.visit_listed(&BTreeSet::new(), |_| true, Some(&encode), |job, kept| {
+                    if kept.map(|k| &k[..]) != Some(&encode(job)[..]) {
+                        stale.push(job.id);
+                    }
+                });
+                prop_assert!(stale.is_empty(), "listing entries kept after a change: {:?}", stale);
+                prop_assert!(rec.kept_listings().keys().all(|id| rec.jobs.contains_key(id)));
+                // One owner kept per user with active jobs, shared by their jobs.
+                let users: BTreeSet<u32> = rec.jobs.values().map(|j| j.owner.uid).collect();
+                prop_assert_eq!(rec.owners.keys().copied().collect::<BTreeSet<u32>>(), users);
+                prop_assert!(rec
+                    .jobs
+                    .values()
+                    .all(|j| Arc::ptr_eq(&j.owner, &rec.owners[&j.owner.uid])));
             }
             history.push(rec.clone());
         }
