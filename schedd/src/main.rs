@@ -94,10 +94,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
     let ca = server::load_or_create_ca(&config.ca_cert_path(), &config.ca_key_path())?;
     let tls = server::tls_server_config(&ca)?;
+    let opening = std::time::Instant::now();
     let store = Store::open_with_reserve(
         &config.scheduler.state_dir,
         config.scheduler.state_reserve_mib,
     )?;
+    tracing::info!(took = ?opening.elapsed(), "state store opened");
     let agents = tokio::net::TcpListener::bind(&config.scheduler.listen)
         .await
         .map_err(|e| {
@@ -117,8 +119,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         })?),
     };
     let socket_path = config.scheduler.socket.clone();
+    let recovering = std::time::Instant::now();
     let cluster = Cluster::start(config, store)?;
-    tracing::info!("schedd ready");
+    tracing::info!(recovery = ?recovering.elapsed(), "schedd ready");
     let _ = ysched_common::sdnotify::notify_ready();
     server::serve(
         cluster,
