@@ -100,7 +100,7 @@ impl Cluster {
                 .finished_between(filter.since.unwrap_or(i64::MIN), i64::MAX)?
                 .iter()
                 .filter(|j| want(j))
-                .map(listing)
+                .map(listed)
                 .collect()
         } else if filter.all || filter.states.iter().any(|s| s.is_terminal()) {
             self.store
