@@ -335,6 +335,7 @@ impl Store {
         if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(super::Error::Injected);
         }
+        let _writing = self.writing();
         // Arrays with no task as submitted left lose their key before any task's record goes.
         self.arrays_done(&arrays_finished)?;
         self.jobs.apply_batch(jobs_removed)?;
@@ -403,6 +404,7 @@ impl Store {
         if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(super::Error::Injected);
         }
+        let _writing = self.writing();
         self.usage.apply_batch(batch)?;
         Ok(removed)
     }

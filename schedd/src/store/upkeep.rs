@@ -201,6 +201,7 @@ impl Store {
         if self.fail_writes.load(Ordering::SeqCst) {
             return Err(Error::Injected);
         }
+        let _writing = self.writing();
         self.audit.apply_batch(batch)?;
         self.audit_bytes
             .fetch_sub(freed.min(total), Ordering::Relaxed);
