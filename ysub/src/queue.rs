@@ -188,8 +188,9 @@ pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> 
     };
     let until_ms = match cli.until.as_deref() {
         None => 0,
-        Some(text) => crate::report::parse_date(text)
-            .map_err(|e| anyhow!("invalid --until '{text}': {e} (e.g. 2026-01-05)"))?,
+        Some(text) => {
+            crate::report::parse_date(text).map_err(|e| anyhow!("invalid --until: {e}"))?
+        }
     };
     Ok(ListJobsRequest {
         since_ms,
@@ -212,9 +213,7 @@ fn since_ms(text: &str, now: i64) -> Result<i64> {
     let at = match crate::report::parse_span(text) {
         Ok(span) => now.saturating_sub(span),
         Err(_) => crate::report::parse_date(text).map_err(|e| {
-            anyhow!(
-                "invalid --since '{text}': {e} (a span like 7d or 36h, or a date like 2026-01-05)"
-            )
+            anyhow!("invalid --since '{text}': neither a span (7d, 36h, 90m) nor a date: {e}")
         })?,
     };
     Ok(at.max(1))
