@@ -441,19 +441,26 @@ impl Launcher {
         let (controls, receiver) = mpsc::unbounded_channel();
         let restart_count = params.restart_count;
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
-        tokio::spawn(until_cancelled(
-            self.supervision.clone(),
-            supervisor.launch(),
-        ));
-        jobs.insert(
-            job_id,
-            JobHandle {
-                restart_count,
-                controls,
-                checkpoint_dir: None,
-            },
-        );
+        let handle = JobHandle {
+            restart_count,
+            controls,
+            checkpoint_dir: None,
+        };
+        self.supervise(&mut jobs, job_id, handle, supervisor.launch());
         Ok(())
+    }
+
+    /// Starts a job's supervision task and keeps its handle among the node's jobs (`jobs`,
+    /// locked across both: the task never looks for a handle that is not there yet).
+    fn supervise(
+        &self,
+        jobs: &mut BTreeMap<u64, JobHandle>,
+        job_id: u64,
+        handle: JobHandle,
+        supervision: impl Future<Output = ()> + Send + 'static,
+    ) {
+        tokio::spawn(until_cancelled(self.supervision.clone(), supervision));
+        jobs.insert(job_id, handle);
     }
 
     /// The node's fence lease file in the spool (see [`lease`]).
@@ -701,20 +708,18 @@ impl Launcher {
             }
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             tracing::info!("job {job_id}: re-attached to its supervisor");
-            let mut jobs = self.shared.jobs();
+            let handle = JobHandle {
+                restart_count,
+                controls,
+                checkpoint_dir,
+            };
             // With no connection (the supervisor went away meanwhile), the job's task finds
             // it lost at once.
-            tokio::spawn(until_cancelled(
-                self.supervision.clone(),
-                supervisor.resume(Shepherd::Supervised, connection),
-            ));
-            jobs.insert(
+            self.supervise(
+                &mut self.shared.jobs(),
                 job_id,
-                JobHandle {
-                    restart_count,
-                    controls,
-                    checkpoint_dir,
-                },
+                handle,
+                supervisor.resume(Shepherd::Supervised, connection),
             );
             recovery.reattached.push(job_id);
         }
@@ -762,18 +767,16 @@ impl Launcher {
             match shepherd {
                 Some(shepherd) => {
                     tracing::info!("job {job_id}: re-attached to its shepherd");
-                    let mut jobs = self.shared.jobs();
-                    tokio::spawn(until_cancelled(
-                        self.supervision.clone(),
-                        supervisor.resume(shepherd, None),
-                    ));
-                    jobs.insert(
+                    let handle = JobHandle {
+                        restart_count,
+                        controls,
+                        checkpoint_dir,
+                    };
+                    self.supervise(
+                        &mut self.shared.jobs(),
                         job_id,
-                        JobHandle {
-                            restart_count,
-                            controls,
-                            checkpoint_dir,
-                        },
+                        handle,
+                        supervisor.resume(shepherd, None),
                     );
                     recovery.reattached.push(job_id);
                 }
