@@ -158,75 +158,45 @@ impl Cluster {
 
     /// Removes finished jobs past `scheduler.keep_finished` and usage records past
     /// `scheduler.keep_usage`, [`EXPIRE_JOBS_BATCH`] jobs (or [`EXPIRE_BATCH`] usage records)
-    /// at a time with a pause between,
-    /// never under the state lock. The end states live dependencies need are kept.
+    /// at a time with a pause between, never under the state lock. The end states live
+    /// dependencies need are kept.
     async fn expire_history(&self) {
         // Validated with the config.
         let keep_finished = self.config.keep_finished_ms().ok().flatten();
         let keep_usage = self.config.keep_usage_ms().ok().flatten();
-        let (mut jobs, mut runs) = (0usize, 0usize);
+        let mut jobs = 0;
         if let Some(keep) = keep_finished {
             let cutoff = now_ms().saturating_sub(keep);
-            let needed = Arc::new(lock(&self.state).reactor.ended_targets().needed());
-            let mut resume: Option<Vec<u8>> = None;
-            loop {
-                let store = self.store.clone();
-                let needed = Arc::clone(&needed);
-                let from = resume.take();
-                let step = {
-                    let _busy = StoreWatch::busy(&self.store_watch.write_since);
-                    tokio::task::spawn_blocking(move || {
-                        store.expire_finished(cutoff, EXPIRE_JOBS_BATCH, &needed, from.as_deref())
-                    })
-                    .await
-                };
-                match step {
-                    Ok(Ok(done)) => {
-                        jobs += done.jobs;
-                        // Entries kept (needed, or their array still has queued tasks) are
-                        // passed over in this round and looked at again in the next.
-                        match done.resume {
-                            Some(next) if done.examined > 0 => resume = Some(next),
-                            _ => break,
-                        }
-                    }
-                    Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
-                    Ok(Err(e)) => {
-                        tracing::warn!("history retention paused: {e}");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!("history retention failed: {e}");
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let needed = lock(&self.state).reactor.ended_targets().needed();
+            // Entries kept (needed, or their array still has queued tasks) are passed over in
+            // this round and looked at again in the next.
+            let resume: Option<Vec<u8>> = None;
+            jobs = self
+                .in_steps(
+                    "history retention",
+                    (needed, resume),
+                    move |store, (needed, resume)| {
+                        let done = store.expire_finished(
+                            cutoff,
+                            EXPIRE_JOBS_BATCH,
+                            needed,
+                            resume.as_deref(),
+                        )?;
+                        *resume = done.resume.filter(|_| done.examined > 0);
+                        Ok(resume.is_some().then_some(done.jobs))
+                    },
+                )
+                .await;
         }
+        let mut runs = 0;
         if let Some(keep) = keep_usage {
             let cutoff = now_ms().saturating_sub(keep);
-            loop {
-                let store = self.store.clone();
-                let step = {
-                    let _busy = StoreWatch::busy(&self.store_watch.write_since);
-                    tokio::task::spawn_blocking(move || store.expire_usage(cutoff, EXPIRE_BATCH))
-                        .await
-                };
-                match step {
-                    Ok(Ok(0)) => break,
-                    Ok(Ok(n)) => runs += n,
-                    Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
-                    Ok(Err(e)) => {
-                        tracing::warn!("usage retention paused: {e}");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!("usage retention failed: {e}");
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            runs = self
+                .in_steps("usage retention", (), move |store, ()| {
+                    let n = store.expire_usage(cutoff, EXPIRE_BATCH)?;
+                    Ok((n > 0).then_some(n))
+                })
+                .await;
         }
         if jobs + runs > 0 {
             let _ = self.flush_tx.send(None);
@@ -251,31 +221,12 @@ impl Cluster {
             return;
         }
         let cutoff = if keep_ms == 0 { 0 } else { now_ms() - keep_ms };
-        let mut removed = 0;
-        loop {
-            let store = self.store.clone();
-            let step = {
-                let _busy = StoreWatch::busy(&self.store_watch.write_since);
-                tokio::task::spawn_blocking(move || {
-                    store.expire_audit(cutoff, max_bytes, EXPIRE_BATCH)
-                })
-                .await
-            };
-            match step {
-                Ok(Ok(0)) => break,
-                Ok(Ok(n)) => removed += n,
-                Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
-                Ok(Err(e)) => {
-                    tracing::warn!("audit log retention paused: {e}");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!("audit log retention failed: {e}");
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let removed = self
+            .in_steps("audit log retention", (), move |store, ()| {
+                let n = store.expire_audit(cutoff, max_bytes, EXPIRE_BATCH)?;
+                Ok((n > 0).then_some(n))
+            })
+            .await;
         if removed > 0 {
             let _ = self.flush_tx.send(None);
             tracing::info!(
@@ -285,6 +236,50 @@ impl Cluster {
                 scheduler.audit_max_mib
             );
         }
+    }
+
+    /// Runs `step` on a blocking thread, again after a short pause, until it says it is done
+    /// (`Ok(None)`) or fails; returns what its steps removed. `state` goes from one step to the
+    /// next. A full store pauses the work until the next round (`what` names it in the log);
+    /// a failed write is fatal, as any store write's.
+    async fn in_steps<S: Send + 'static>(
+        &self,
+        what: &str,
+        mut state: S,
+        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<usize>> + Send + Sync + 'static,
+    ) -> usize {
+        let step = Arc::new(step);
+        let mut removed = 0;
+        loop {
+            let store = self.store.clone();
+            let step = Arc::clone(&step);
+            let ran = {
+                let _busy = StoreWatch::busy(&self.store_watch.write_since);
+                tokio::task::spawn_blocking(move || {
+                    let done = step(&store, &mut state);
+                    (state, done)
+                })
+                .await
+            };
+            match ran {
+                Ok((next, Ok(Some(n)))) => {
+                    removed += n;
+                    state = next;
+                }
+                Ok((_, Ok(None))) => break,
+                Ok((_, Err(e))) if e.is_fatal_write() => store_failed(&e),
+                Ok((_, Err(e))) => {
+                    tracing::warn!("{what} paused: {e}");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!("{what} failed: {e}");
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        removed
     }
 
     /// After a write with audit entries: wakes the upkeep if the log is past its limit.
