@@ -528,7 +528,7 @@ async fn a_frozen_noded_still_fences_its_jobs() {
     session.send(SchedulerMsg::Launch(job(
         11,
         work.path(),
-        "#!/bin/sh\ntrap 'echo got-term; exit 3' TERM\necho ready\nsleep 100 & wait\n",
+        "#!/bin/sh\ntrap 'echo got-term; exit 3' TERM\nsleep 100 &\necho ready\nwait\n",
     )));
     let AgentMsg::Started(started) = session.next().await else {
         panic!("expected JobStarted");

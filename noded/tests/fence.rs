@@ -44,8 +44,9 @@ async fn the_shepherd_fences_its_job_when_the_lease_runs_out(mode: Mode, offset:
         saver_id,
         "#!/bin/sh\n\
          trap 'echo saved > \"$YS_CHECKPOINT_DIR/ck\"; echo got-term; exit 0' TERM\n\
+         sleep 100 &\n\
          echo ready\n\
-         sleep 100 & wait\n",
+         wait\n",
     );
     saver.grace_secs = 1;
     saver.checkpoint_dir = fx

@@ -159,9 +159,12 @@ async fn checkpoint_written_after_sigterm_is_reported_saved() {
         501,
         "#!/bin/sh\n\
          trap 'echo saved > \"$YS_CHECKPOINT_DIR/state\"; exit 0' TERM\n\
+         sleep 100 &\n\
          echo ready\n\
-         sleep 100 & wait\n",
+         wait\n",
     );
+    // The sleep starts before `ready`: one forked after the SIGTERM would miss it and hold
+    // the job to the end of its grace (then `killed`).
     job.checkpoint_dir = fx.workdir().join("ck501").to_string_lossy().into_owned();
     launcher.launch(job).unwrap();
     events.wait_for_start(501).await;
