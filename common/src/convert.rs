@@ -137,6 +137,13 @@ pub fn job_listing(j: &Job) -> pb::JobInfo {
     job_info(j, None)
 }
 
+/// [`job_listing`], encoded as prost encodes a `JobInfo`: what `schedd`'s store keeps of a
+/// finished job for listings by end time, so that they copy these bytes instead of reading
+/// and decoding the job's record (the encoding is the wire's, so it stays readable).
+pub fn job_listing_bytes(j: &Job) -> Vec<u8> {
+    prost::Message::encode_to_vec(&job_listing(j))
+}
+
 fn job_info(j: &Job, spec: Option<Box<pb::JobSpec>>) -> pb::JobInfo {
     pb::JobInfo {
         id: j.id.0,

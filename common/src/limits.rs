@@ -163,6 +163,15 @@ pub const JOBS_NAMED: Limit = Limit {
     key: "fixed, or scheduler.max_array_size if larger",
 };
 pub const USER: Limit = bytes("user name", "yq -u, ycancel -u", 128);
+/// Jobs in one reply of a listing (`ListJobs`): a larger answer comes in pages (the clients
+/// follow them), so that no one request makes `schedd` build an unbounded reply.
+pub const JOBS_PER_REPLY: Limit = Limit {
+    what: "jobs in one reply of a listing (larger answers come in pages, which the tools follow)",
+    given_by: "yq, ycancel -u, sacct, squeue",
+    max: 50_000,
+    unit: Unit::Items,
+    key: "fixed",
+};
 pub const STATES: Limit = items("job states in one request", "yq -t", 32);
 pub const STATE: Limit = bytes("job state", "yq -t (each state)", 32);
 pub const NODE_NAME: Limit = bytes(
@@ -248,6 +257,7 @@ pub const ALL: &[Limit] = &[
     TARGETS,
     JOBS_NAMED,
     USER,
+    JOBS_PER_REPLY,
     STATES,
     STATE,
     NODE_NAME,

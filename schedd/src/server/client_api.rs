@@ -81,8 +81,8 @@ impl ClientApi {
                 let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
                 let listing =
                     super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
-                let jobs = cluster.list_jobs_with(&filter, &listing)?;
-                Ok(listing.encode(jobs))
+                let page = cluster.list_jobs_with(&filter, &listing)?;
+                Ok(listing.encode(page.entries, page.next_after))
             })
             .await?;
         let (n, bytes) = (reply.jobs(), reply.encoded_len());

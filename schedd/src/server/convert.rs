@@ -341,6 +341,10 @@ pub(crate) enum ListedJob {
     /// whose usage the caller may not see; its queue fields and the hiding are applied when
     /// it is encoded.
     Made(Box<pb::JobInfo>),
+    /// A finished job's `JobInfo` as the history's index keeps it, encoded when it ended
+    /// (`ysched_common::convert::job_listing_bytes`), for a caller who may see its usage: a
+    /// finished job has no queue fields, so these are its bytes on the wire.
+    Finished(ListingBytes),
 }
 
 impl<'a> WireListing<'a> {
@@ -359,8 +363,9 @@ impl<'a> WireListing<'a> {
         }
     }
 
-    /// The `JobList` of `jobs` (in their order), ready to be written.
-    pub(crate) fn encode(&self, jobs: Vec<ListedJob>) -> JobListReply {
+    /// The `JobList` of `jobs` (in their order), ready to be written, saying where the next
+    /// page goes on (`next_after`, see `shell::Page`).
+    pub(crate) fn encode(&self, jobs: Vec<ListedJob>, next_after: Option<JobId>) -> JobListReply {
         use prost::encoding::encoded_len_varint;
         // Each entry measured first: the reply's length comes before it.
         let entries: Vec<(usize, ListedJob)> = jobs
@@ -377,13 +382,24 @@ impl<'a> WireListing<'a> {
                     hide_others_usage(one, self.caller, self.config);
                     (info.encoded_len(), ListedJob::Made(info))
                 }
+                ListedJob::Finished(bytes) => (bytes.len(), ListedJob::Finished(bytes)),
             })
             .collect();
+        let next_after_id = next_after.map_or(0, |id| id.0);
         let len = entries
             .iter()
             .map(|(len, _)| 1 + encoded_len_varint(*len as u64) + len)
-            .sum();
-        JobListReply { entries, len }
+            .sum::<usize>()
+            + if next_after_id == 0 {
+                0
+            } else {
+                1 + encoded_len_varint(next_after_id)
+            };
+        JobListReply {
+            entries,
+            next_after_id,
+            len,
+        }
     }
 }
 
@@ -392,6 +408,8 @@ impl<'a> WireListing<'a> {
 #[derive(Debug)]
 pub(crate) struct JobListReply {
     entries: Vec<(usize, ListedJob)>,
+    /// `JobList.next_after_id` (2): 0 when the listing is complete.
+    next_after_id: u64,
     len: usize,
 }
 
@@ -422,7 +440,12 @@ impl prost::Message for JobListReply {
                     buf.put_slice(tail);
                 }
                 ListedJob::Made(info) => info.encode_raw(buf),
+                ListedJob::Finished(bytes) => buf.put_slice(bytes),
             }
+        }
+        if self.next_after_id != 0 {
+            encode_key(2, WireType::Varint, buf);
+            encode_varint(self.next_after_id, buf);
         }
     }
 
@@ -443,6 +466,7 @@ impl prost::Message for JobListReply {
 
     fn clear(&mut self) {
         self.entries.clear();
+        self.next_after_id = 0;
         self.len = 0;
     }
 }
@@ -561,6 +585,22 @@ impl crate::shell::Listing for WireListing<'_> {
             queue,
         }
     }
+
+    fn finished_entry(&self, finished: &crate::store::FinishedEntry) -> Option<ListedJob> {
+        if !self.sees_all_usage
+            && !self
+                .config
+                .sees_job_usage(self.caller, &finished.account, finished.uid)
+        {
+            // What the caller may not see is left out of a `JobInfo` (see `encode`), as for
+            // an entry made from the record; bytes that do not decode (never written so)
+            // leave the entry to be made from the record.
+            return pb::JobInfo::decode(&finished.listing[..])
+                .ok()
+                .map(|info| ListedJob::Made(Box::new(info)));
+        }
+        Some(ListedJob::Finished(finished.listing.clone()))
+    }
 }
 
 /// Fair share per account (`yctl shares`).
@@ -616,6 +656,12 @@ pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
         all: req.all || req.since_ms != 0,
         since: (req.since_ms != 0).then_some(req.since_ms),
         until: (req.until_ms != 0).then_some(req.until_ms),
+        after: (req.after_id != 0).then_some(JobId(req.after_id)),
+        // Never more than the maximum per reply, whatever the client asks (0: the maximum).
+        limit: match u64::from(req.limit) {
+            0 => limits::JOBS_PER_REPLY.max,
+            asked => asked.min(limits::JOBS_PER_REPLY.max),
+        } as usize,
     })
 }
 
@@ -830,23 +876,45 @@ mod tests {
             add_queue_places(&mut infos, &view);
             add_expected_starts(&mut infos, &expected);
             hide_others_usage(&mut infos, &caller, &config);
-            let before = pb::JobList { jobs: infos };
+            let before = pb::JobList {
+                jobs: infos,
+                next_after_id: 0,
+            };
 
             let listing = WireListing::new(&caller, &config, &view, &expected);
-            let entries = jobs
-                .iter()
-                .map(|job| match job.state.is_terminal() {
-                    true => listing.entry(job),
-                    false => listing.kept_entry(job, &kept_listing(job)),
-                })
-                .collect();
-            let encoded = listing.encode(entries).encode_to_vec();
-            assert_eq!(
-                pb::JobList::decode(encoded.as_slice()).unwrap(),
-                before,
-                "reports_public = {public}"
-            );
-            assert_eq!(encoded, before.encode_to_vec(), "reports_public = {public}");
+            // Finished jobs made from their records, or (as listings by end time make them)
+            // from what the history's index keeps; a page that says where the next goes on.
+            for (kept_by_index, next_after) in [(false, None), (true, Some(JobId(42)))] {
+                let entries = jobs
+                    .iter()
+                    .map(|job| match job.state.is_terminal() {
+                        true if kept_by_index => listing
+                            .finished_entry(&crate::store::FinishedEntry {
+                                id: job.id,
+                                state: job.state,
+                                uid: job.owner.uid,
+                                user: job.owner.user.clone(),
+                                account: job.spec.account.clone(),
+                                submit_time: job.submit_time,
+                                listing: ysched_common::convert::job_listing_bytes(job).into(),
+                            })
+                            .expect("an entry from the bytes"),
+                        true => listing.entry(job),
+                        false => listing.kept_entry(job, &kept_listing(job)),
+                    })
+                    .collect();
+                let encoded = listing.encode(entries, next_after).encode_to_vec();
+                let before = pb::JobList {
+                    next_after_id: next_after.map_or(0, |id| id.0),
+                    ..before.clone()
+                };
+                assert_eq!(
+                    pb::JobList::decode(encoded.as_slice()).unwrap(),
+                    before,
+                    "reports_public = {public}, kept by the index: {kept_by_index}"
+                );
+                assert_eq!(encoded, before.encode_to_vec(), "reports_public = {public}");
+            }
             // What the hiding takes is gone from bob's jobs when reports are private.
             assert_eq!(before.jobs[6].alloc.is_empty(), !public);
             assert_eq!(before.jobs[8].queue_position, Some(3));

@@ -18,7 +18,7 @@ mod agents;
 use agents::RelayToken;
 pub mod mail;
 mod queries;
-pub use queries::{JobDetail, JobFilter, Listing, Named};
+pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
 pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};
 mod requests;
 mod scheduling;

@@ -6,6 +6,7 @@ use crate::state::client_events::FinishedLookup;
 use crate::state::targets::{parse_target, parse_targets, plain_target, Resolved};
 use crate::state::views::{node_view, NodeView};
 use crate::state::ListingBytes;
+use crate::store::{Finished, FinishedEntry};
 
 /// How a listing makes each job's entry.
 pub trait Listing {
@@ -23,6 +24,20 @@ pub trait Listing {
     fn kept_entry(&self, job: &Job, _kept: &ListingBytes) -> Self::Entry {
         self.entry(job)
     }
+    /// A finished job's entry from what the history's index keeps of it (its listing entry
+    /// as `ysched_common::convert::job_listing_bytes` made it when it ended), for listings by
+    /// end time; `None` (the default): its record is read and [`Listing::entry`] makes it.
+    fn finished_entry(&self, _finished: &FinishedEntry) -> Option<Self::Entry> {
+        None
+    }
+}
+
+/// One page of a listing: its entries, in id order, and where the next page goes on
+/// (`None`: that was all).
+#[derive(Debug)]
+pub struct Page<T> {
+    pub entries: Vec<T>,
+    pub next_after: Option<JobId>,
 }
 
 /// A listing whose entries a function makes from each record.
@@ -38,19 +53,25 @@ impl<T, F: Fn(&Job) -> T> Listing for FromRecord<F> {
 impl Cluster {
     /// The jobs `filter` selects, in id order, each as `entry` makes it.
     pub fn list_jobs<T>(&self, filter: &JobFilter, entry: impl Fn(&Job) -> T) -> ApiResult<Vec<T>> {
-        self.list_jobs_with(filter, &FromRecord(entry))
+        Ok(self.list_jobs_with(filter, &FromRecord(entry))?.entries)
     }
 
     /// The jobs `filter` selects, in id order, each as `listing` makes it: the active ones'
     /// from what they keep when it keeps something (their wire form, made once per change of
-    /// the job: a listing of ten thousand jobs copies bytes, not records).
+    /// the job: a listing of ten thousand jobs copies bytes, not records), the finished ones
+    /// of a window by end time from what the history's index keeps (bytes too).
+    ///
+    /// Paged by id (`filter.after`, `filter.limit`): a page holds the first `limit` selected
+    /// jobs with ids above `after`; a job that ends between two pages is in one of them only
+    /// (its id is either behind the cut or ahead of it).
     pub fn list_jobs_with<L: Listing>(
         &self,
         filter: &JobFilter,
         listing: &L,
-    ) -> ApiResult<Vec<L::Entry>> {
+    ) -> ApiResult<Page<L::Entry>> {
         let uid = filter.user.parse::<u32>().ok();
-        let want = |j: &Job| filter.selects(j, uid);
+        let after = filter.after.unwrap_or(JobId(0));
+        let want = |j: &Job| j.id > after && filter.selects(j, uid);
         let listed = |j: &Job| (j.id, listing.entry(j));
         let ids = &filter.ids;
         // One consistent view: the active jobs are copied under the lock first, then the
@@ -85,52 +106,97 @@ impl Cluster {
                     ))
                 });
         }
+        // Where the finished jobs read stopped short, when they did (more may follow).
+        let mut bound = None;
         let finished: Vec<(JobId, L::Entry)> = if !ids.is_empty() {
             // Asked by id: look each one up, never scan the history; those found active are
             // not looked for again (an array's 10,000 tasks).
             let found: BTreeSet<JobId> = active.iter().map(|(id, _)| *id).collect();
             self.store
-                .jobs_by_id(ids.iter().copied().filter(|id| !found.contains(id)))?
+                .jobs_by_id(
+                    ids.iter()
+                        .copied()
+                        .filter(|id| *id > after && !found.contains(id)),
+                )?
                 .iter()
                 .filter(|j| j.state.is_terminal() && want(j))
                 .map(listed)
                 .collect()
         } else if filter.windowed() {
-            self.store
-                .finished_between(filter.since.unwrap_or(i64::MIN), i64::MAX)?
-                .iter()
-                .filter(|j| want(j))
-                .map(listed)
-                .collect()
+            let since = filter.since.unwrap_or(i64::MIN);
+            let mut entries = Vec::new();
+            for finished in self.store.finished_listed_between(since, i64::MAX, after)? {
+                match finished {
+                    Finished::Entry(kept) => {
+                        if !filter.selects_finished(&kept, uid) {
+                            continue;
+                        }
+                        match listing.finished_entry(&kept) {
+                            Some(entry) => entries.push((kept.id, entry)),
+                            // A listing that makes its entries from records only.
+                            None => {
+                                if let Some(job) = self.store.job(kept.id)? {
+                                    entries.push(listed(&job));
+                                }
+                            }
+                        }
+                    }
+                    Finished::Record(job) => {
+                        if want(&job) {
+                            entries.push(listed(&job));
+                        }
+                    }
+                }
+            }
+            entries
         } else if filter.all || filter.states.iter().any(|s| s.is_terminal()) {
-            self.store
-                .finished_jobs()?
-                .iter()
-                .filter(|j| want(j))
-                .map(listed)
-                .collect()
+            let (jobs, stopped) = self.store.finished_jobs_after(after, filter.limit, want)?;
+            bound = stopped;
+            jobs.iter().map(listed).collect()
         } else {
             recent
         };
-        if finished.is_empty() {
-            return Ok(active.into_iter().map(|(_, e)| e).collect());
-        }
-        // Both lists are in id order; a job that ended between the two reads is in both, and
-        // its finished record (the newer one) is kept.
-        let ended: BTreeSet<JobId> = finished.iter().map(|(id, _)| *id).collect();
-        let mut merged = Vec::with_capacity(active.len() + finished.len());
-        let mut active = active
-            .into_iter()
-            .filter(|(id, _)| !ended.contains(id))
-            .peekable();
-        for done in finished {
-            while let Some(j) = active.next_if(|(id, _)| *id < done.0) {
-                merged.push(j.1);
+        let mut merged = if finished.is_empty() {
+            active
+        } else {
+            // Both lists are in id order; a job that ended between the two reads is in both,
+            // and its finished record (the newer one) is kept.
+            let ended: BTreeSet<JobId> = finished.iter().map(|(id, _)| *id).collect();
+            let mut merged = Vec::with_capacity(active.len() + finished.len());
+            let mut active = active
+                .into_iter()
+                .filter(|(id, _)| !ended.contains(id))
+                .peekable();
+            for done in finished {
+                while let Some(j) = active.next_if(|(id, _)| *id < done.0) {
+                    merged.push(j);
+                }
+                merged.push(done);
             }
-            merged.push(done.1);
+            merged.extend(active);
+            merged
+        };
+        // The page: the first `limit` jobs, and none past where the finished jobs read
+        // stopped (there may be finished ones before the next active one).
+        if let Some(bound) = bound {
+            merged.retain(|(id, _)| *id <= bound);
         }
-        merged.extend(active.map(|(_, e)| e));
-        Ok(merged)
+        let limit = if filter.limit == 0 {
+            usize::MAX
+        } else {
+            filter.limit
+        };
+        let cut = bound.is_some() || merged.len() > limit;
+        merged.truncate(limit);
+        let next_after = if cut {
+            merged.last().map(|(id, _)| *id)
+        } else {
+            None
+        };
+        Ok(Page {
+            entries: merged.into_iter().map(|(_, e)| e).collect(),
+            next_after,
+        })
     }
 
     /// The one job `name` names; a name of several (an array, a range of tasks) is refused,
@@ -342,6 +408,10 @@ pub struct JobFilter {
     pub since: Option<i64>,
     /// Only jobs submitted before this (ms), as sacct's `-E`.
     pub until: Option<i64>,
+    /// Only jobs with larger ids: where the previous page stopped (see [`Page`]).
+    pub after: Option<JobId>,
+    /// At most this many jobs in one page; 0: no limit (schedd's server always sets one).
+    pub limit: usize,
 }
 
 impl JobFilter {
@@ -351,6 +421,14 @@ impl JobFilter {
             && (self.ids.is_empty() || self.ids.contains(&j.id))
             && (self.states.is_empty() || self.states.contains(&j.state))
             && self.until.is_none_or(|until| j.submit_time < until)
+    }
+
+    /// [`JobFilter::selects`] for a finished job as the history's index keeps it.
+    fn selects_finished(&self, f: &FinishedEntry, uid: Option<u32>) -> bool {
+        (self.user.is_empty() || f.user == self.user || Some(f.uid) == uid)
+            && (self.ids.is_empty() || self.ids.contains(&f.id))
+            && (self.states.is_empty() || self.states.contains(&f.state))
+            && self.until.is_none_or(|until| f.submit_time < until)
     }
 
     /// Whether history is asked for by its end time.

@@ -4,7 +4,7 @@
 //! room check.
 
 use super::arrays::{same_but_place, spec_placeholder, spec_shared, ArrayRecord};
-use super::history::{index_of, IndexWrite};
+use super::history::{end_of, index_of, IndexWrite};
 use super::upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES};
 use super::{ended, usage, Payload};
 use crate::state::Effects;
@@ -97,11 +97,17 @@ impl From<&Effects> for Batch {
 
 impl Batch {
     pub fn put_job(&mut self, job: &Job) {
-        self.index.push(index_of(job));
         let write = if ended::candidate(job) {
+            // Its index entry is decided with the task, in the transaction (see
+            // `Store::apply`): a run of tasks kept in their array's record shares one.
             self.bytes += ENDED_TASK_BYTES;
             JobWrite::EndedTask(Box::new(job.clone()))
         } else {
+            let index = index_of(job);
+            if let IndexWrite::Ended(_, _, value) = &index {
+                self.bytes += 17 + value.len() as u64;
+            }
+            self.index.push(index);
             let record = encode_job(job);
             self.bytes += 8 + record.len() as u64;
             JobWrite::Record(record)
@@ -174,10 +180,14 @@ impl Batch {
         self.bytes += 8 + value.len() as u64;
         self.arrays.push((first.id, value));
         self.index.push(IndexWrite::LiveArray(first.id));
-        for task in tasks {
-            if let IndexWrite::Ended(id, end) = index_of(task) {
-                self.index.push(IndexWrite::Ended(id, end));
-            }
+        // Tasks that ended as they were submitted (all alike, or they would not follow the
+        // pattern): one key for them all, read from the array's record.
+        if first.state.is_terminal() {
+            self.index.push(IndexWrite::EndedTasks {
+                first: first.id,
+                last: JobId(first.id.0 + tasks.len() as u64 - 1),
+                end: end_of(first),
+            });
         }
         self.put_array_spec(first.id, &first.spec);
     }

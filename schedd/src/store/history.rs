@@ -3,8 +3,8 @@
 //! oldest first), and the removal of what is past `scheduler.keep_finished` and
 //! `scheduler.keep_usage`.
 //!
-//! The `index` tree holds three kinds of keys, all with empty values, written in the same
-//! transaction as the records they index (see [`Store::apply`]):
+//! The `index` tree holds three kinds of keys, written in the same transaction as the records
+//! they index (see [`Store::apply`]):
 //! - `j` ++ job id: a job whose record in `jobs` is not finished;
 //! - `a` ++ array id: an array that may still have tasks as submitted (no record of their
 //!   own, not ended): recovery makes those tasks from the array's record. An array whose
@@ -12,7 +12,12 @@
 //!   a task without a record of its own in an array without the key does not exist
 //!   (expired), whatever the array's record says;
 //! - `e` ++ end time (i64, sign bit flipped, big-endian) ++ job id: a finished job, by when it
-//!   ended, array tasks kept in their array's record included.
+//!   ended, array tasks kept in their array's record included. Its value (see [`listed`]) is
+//!   the job's listing entry, so that a listing by end time reads no record; or, for a run of
+//!   an array's tasks kept in its record that ended together, the run's last id (one key for
+//!   them all); or nothing, in stores written before values were (their records are read).
+//!
+//! `j` and `a` keys have empty values.
 //!
 //! Stores written before the index have it built once, at open ([`Store::build_index`]).
 //!
@@ -23,9 +28,10 @@
 //! (its submit's, and its first task's, which share its id) go with its last task. Usage
 //! records are kept apart, for `keep_usage` ([`Store::expire_usage`]).
 
-use super::arrays::ArrayRecord;
+use super::arrays::{ArrayRecord, Shared};
+use super::listed::{self, EndedValue, Finished};
 use super::{decode, usage, Result, Store};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId};
 
@@ -40,12 +46,18 @@ const ENDED: u8 = b'e';
 pub(super) const INDEX_VERSION: &[u8] = b"index_version";
 
 /// A job's or an array's change to the index, written with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum IndexWrite {
     /// A job whose record is not finished.
     Active(JobId),
-    /// A job that ended at this time.
-    Ended(JobId, Millis),
+    /// A job that ended at this time, with its key's value ([`listed::listed_value`]).
+    Ended(JobId, Millis, Vec<u8>),
+    /// Tasks `first ..= last` of an array, kept in its record, that ended at this time.
+    EndedTasks {
+        first: JobId,
+        last: JobId,
+        end: Millis,
+    },
     /// An array submitted with tasks as submitted.
     LiveArray(JobId),
 }
@@ -86,11 +98,16 @@ fn parse_prefixed(key: &[u8]) -> Option<JobId> {
     Some(JobId(u64::from_be_bytes(key[1..].try_into().ok()?)))
 }
 
-/// The index entry a job's write makes: active, or ended (at its end; a finished record
-/// without one, which schedd does not write, at its submit).
+/// When a finished job counts as ended: its end (a finished record without one, which
+/// schedd does not write, at its submit).
+pub(super) fn end_of(job: &Job) -> Millis {
+    job.end_time.unwrap_or(job.submit_time)
+}
+
+/// The index entry a job's write makes: active, or ended at [`end_of`] with its listing.
 pub(super) fn index_of(job: &Job) -> IndexWrite {
     if job.state.is_terminal() {
-        IndexWrite::Ended(job.id, job.end_time.unwrap_or(job.submit_time))
+        IndexWrite::Ended(job.id, end_of(job), listed::listed_value(job))
     } else {
         IndexWrite::Active(job.id)
     }
@@ -122,8 +139,10 @@ impl Store {
             let job: Job = decode(&k, &v)?;
             match index_of(&job) {
                 IndexWrite::Active(id) => batch.insert(&active_key(id), &[]),
-                IndexWrite::Ended(id, end) => batch.insert(&ended_key(end, id), &[]),
-                IndexWrite::LiveArray(_) => unreachable!("a job is no array"),
+                IndexWrite::Ended(id, end, value) => batch.insert(&ended_key(end, id), value),
+                IndexWrite::EndedTasks { .. } | IndexWrite::LiveArray(_) => {
+                    unreachable!("a job's record is one job")
+                }
             }
             written += 1;
             if written.is_multiple_of(10_000) {
@@ -137,9 +156,10 @@ impl Store {
             batch.insert(&live_array_key(record.first.id), &[]);
             for group in &record.ended {
                 let end = group.end_time.unwrap_or(record.first.submit_time);
-                for place in group.iter() {
-                    let id = JobId(record.first.id.0 + u64::from(place));
-                    batch.insert(&ended_key(end, id), &[]);
+                for &(from, to) in &group.places {
+                    let first = JobId(record.first.id.0 + u64::from(from));
+                    let last = JobId(record.first.id.0 + u64::from(to));
+                    batch.insert(&ended_key(end, first), &listed::tasks_value(last));
                 }
             }
         }
@@ -189,12 +209,107 @@ impl Store {
         let mut ids = BTreeSet::new();
         let from = ended_key(from_ms, JobId(0));
         let to = ended_key(to_ms, JobId(0));
-        for key in self.index.range(from..to).keys() {
-            if let Some((_, id)) = parse_ended(&key?) {
-                ids.insert(id);
+        for kv in self.index.range(from..to) {
+            let (key, value) = kv?;
+            let Some((_, id)) = parse_ended(&key) else {
+                continue;
+            };
+            match listed::parse(id, &value) {
+                Some(EndedValue::Tasks { last }) => ids.extend((id.0..=last.0).map(JobId)),
+                _ => {
+                    ids.insert(id);
+                }
             }
         }
         Ok(ids.into_iter().collect())
+    }
+
+    /// The finished jobs that ended in `[from_ms, to_ms)` with ids above `after`, in id order,
+    /// each once: as their `e` keys keep them for listings (one range scan, no record read),
+    /// or, where a key has no listing (an earlier version's, or a run of an array's tasks
+    /// kept in its record), made from their records. A job with two keys (written again with
+    /// another end, which schedd does not do) is listed as of its latest end.
+    pub fn finished_listed_between(
+        &self,
+        from_ms: Millis,
+        to_ms: Millis,
+        after: JobId,
+    ) -> Result<Vec<Finished>> {
+        /// What each id's latest key said.
+        enum Found {
+            Entry(listed::FinishedEntry),
+            Record,
+        }
+        if from_ms >= to_ms {
+            return Ok(Vec::new());
+        }
+        let mut found: BTreeMap<JobId, Found> = BTreeMap::new();
+        let from = ended_key(from_ms, JobId(0));
+        let to = ended_key(to_ms, JobId(0));
+        for kv in self.index.range(from..to) {
+            let (key, value) = kv?;
+            let Some((_, id)) = parse_ended(&key) else {
+                continue;
+            };
+            match listed::parse(id, &value) {
+                Some(EndedValue::Listed(entry)) if id > after => {
+                    found.insert(id, Found::Entry(entry));
+                }
+                Some(EndedValue::Tasks { last }) if last > after => {
+                    for task in id.0.max(after.0 + 1)..=last.0 {
+                        found.insert(JobId(task), Found::Record);
+                    }
+                }
+                Some(EndedValue::Bare) | None if id > after => {
+                    found.insert(id, Found::Record);
+                }
+                _ => {}
+            }
+        }
+        let mut shared = Shared::default();
+        // The array whose tasks were made last, with its first task made whole: a run of
+        // tasks reads its array's record once.
+        let mut array: Option<(ArrayRecord, Job)> = None;
+        let mut listed = Vec::with_capacity(found.len());
+        for (id, what) in found {
+            match what {
+                Found::Entry(entry) => listed.push(Finished::Entry(entry)),
+                Found::Record => {
+                    let own = self.jobs.get(id.0.to_be_bytes())?;
+                    let job = match own {
+                        Some(v) => Some(self.complete(decode(&id.0.to_be_bytes(), &v)?, &mut shared)?),
+                        None => {
+                            let cached = array.as_ref().is_some_and(|(r, _)| {
+                                id.0.checked_sub(r.first.id.0)
+                                    .is_some_and(|p| p < u64::from(r.count))
+                            });
+                            if !cached {
+                                array = match self.submitted_task(id)? {
+                                    Some((record, _)) => {
+                                        let first = self.first_task(&record, &mut shared)?;
+                                        Some((record, first))
+                                    }
+                                    None => None,
+                                };
+                            }
+                            array.as_ref().and_then(|(record, first)| {
+                                let place = (id.0 - record.first.id.0) as usize;
+                                // As `submitted_task` decides: a task neither kept as it
+                                // ended nor in a live array has expired.
+                                record
+                                    .ended_at(place)
+                                    .is_some()
+                                    .then(|| record.task(first, place))
+                            })
+                        }
+                    };
+                    if let Some(job) = job.filter(|j| j.state.is_terminal()) {
+                        listed.push(Finished::Record(job));
+                    }
+                }
+            }
+        }
+        Ok(listed)
     }
 
     /// Finished jobs that ended in `[from_ms, to_ms)`, in id order: what the index names,
@@ -243,7 +358,7 @@ impl Store {
         let mut arrays_touched: BTreeMap<JobId, Option<ArrayRecord>> = BTreeMap::new();
         let mut arrays_finished = Vec::new();
         let upto = ended_key(cutoff_ms, JobId(0));
-        let mut ids_removed = Vec::new();
+        let mut ids_removed = HashSet::new();
         let start = ended_key(i64::MIN, JobId(0));
         let range = match resume {
             Some(after) => self.index.range::<&[u8], _>((
@@ -255,18 +370,24 @@ impl Store {
                 std::ops::Bound::Excluded(&upto[..]),
             )),
         };
-        for key in range.keys() {
+        for kv in range {
             if done.examined >= limit {
                 break;
             }
             done.examined += 1;
-            let key = key?;
+            let (key, value) = kv?;
             done.resume = Some(key.to_vec());
             let Some((_, id)) = parse_ended(&key) else {
                 keys_removed.remove(key);
                 continue;
             };
-            if keep.contains(&id) {
+            // A run of an array's tasks kept in its record: they go together, as the first
+            // would (none has a record or events of its own).
+            let last = match listed::parse(id, &value) {
+                Some(EndedValue::Tasks { last }) => last,
+                _ => id,
+            };
+            if keep.range(id..=last).next().is_some() {
                 continue;
             }
             let job: Option<Job> = match self.jobs.get(id.0.to_be_bytes())? {
@@ -325,8 +446,8 @@ impl Store {
                 jobs_removed.remove(&id.0.to_be_bytes());
             }
             keys_removed.remove(key);
-            ids_removed.push(id);
-            done.jobs += 1;
+            ids_removed.extend((id.0..=last.0).map(JobId));
+            done.jobs += (last.0 - id.0 + 1) as usize;
         }
         if done.examined == 0 {
             return Ok(done);
@@ -360,11 +481,7 @@ impl Store {
                     let id = JobId(first + u64::from(place));
                     !ids_removed.contains(&id)
                         && self
-                            .index
-                            .contains_key(ended_key(
-                                g.end_time.unwrap_or(record.first.submit_time),
-                                id,
-                            ))
+                            .indexed_as_ended(g.end_time.unwrap_or(record.first.submit_time), id)
                             .unwrap_or(true)
                 })
             });
@@ -384,6 +501,23 @@ impl Store {
         // The index's keys last: a crash before leaves them, and the next call removes again.
         self.index.apply_batch(keys_removed)?;
         Ok(done)
+    }
+
+    /// Whether job `id` has an `e` key at `end`: its own, or its run's (see [`listed`]).
+    fn indexed_as_ended(&self, end: Millis, id: JobId) -> Result<bool> {
+        let Some((key, value)) = self
+            .index
+            .range(ended_key(end, JobId(0))..=ended_key(end, id))
+            .next_back()
+            .transpose()?
+        else {
+            return Ok(false);
+        };
+        let Some((_, from)) = parse_ended(&key) else {
+            return Ok(false);
+        };
+        Ok(from == id
+            || matches!(listed::parse(from, &value), Some(EndedValue::Tasks { last }) if last >= id))
     }
 
     /// Removes usage records of runs that ended before `cutoff_ms`, at most `limit`; how many.

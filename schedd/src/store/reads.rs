@@ -60,37 +60,80 @@ impl Store {
         Ok(found)
     }
 
-    /// Finished jobs, oldest id first, for listings that include history.
+    /// Finished jobs, oldest id first (all of them: for tests).
     pub fn finished_jobs(&self) -> Result<Vec<Job>> {
+        Ok(self.finished_jobs_after(JobId(0), 0, |_| true)?.0)
+    }
+
+    /// Finished jobs with ids above `after` that `want` selects, in id order, for listings
+    /// that include history: at most `limit` (0: no limit), read from the first id after
+    /// `after` on, so that a page costs what it returns (and the records it passes over).
+    /// With `Some(bound)` when it stopped at `limit`: complete up to `bound`, more may follow.
+    pub fn finished_jobs_after(
+        &self,
+        after: JobId,
+        limit: usize,
+        want: impl Fn(&Job) -> bool,
+    ) -> Result<(Vec<Job>, Option<JobId>)> {
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let start = after.0.saturating_add(1).to_be_bytes();
         let mut res = Vec::new();
         let mut shared = Shared::default();
-        for kv in self.jobs.iter() {
+        let mut bound = None;
+        for kv in self.jobs.range(start..) {
             let (k, v) = kv?;
             let job: Job = decode(&k, &v)?;
-            if job.state.is_terminal() {
+            // `want` looks at no spec: asked before the array's is read.
+            if job.state.is_terminal() && job.id > after && want(&job) {
                 res.push(self.complete(job, &mut shared)?);
+                if res.len() >= limit {
+                    bound = res.last().map(|j: &Job| j.id);
+                    break;
+                }
             }
         }
-        // Tasks that ended without a record of their own.
+        // Tasks that ended without a record of their own, up to where the records stopped:
+        // from the array that holds the first id after `after` on.
+        let upto = bound.map_or(u64::MAX, |b: JobId| b.0);
+        let from = self
+            .arrays
+            .range(..=start)
+            .next_back()
+            .transpose()?
+            .map_or(start.to_vec(), |(k, _)| k.to_vec());
         let before = res.len();
-        for kv in self.arrays.iter() {
+        for kv in self.arrays.range(from..) {
             let (k, v) = kv?;
             let record: ArrayRecord = decode(&k, &v)?;
+            if record.first.id.0 > upto {
+                break;
+            }
             if record.ended.is_empty() {
                 continue;
             }
-            let first = self.first_task(&record, &mut shared)?;
+            let mut first = None;
             for place in record.ended.iter().flat_map(|e| e.iter()) {
-                let id = first.id.0 + u64::from(place);
-                if !self.jobs.contains_key(id.to_be_bytes())? {
-                    res.push(record.task(&first, place as usize));
+                let id = record.first.id.0 + u64::from(place);
+                if id <= after.0 || id > upto || self.jobs.contains_key(id.to_be_bytes())? {
+                    continue;
+                }
+                if first.is_none() {
+                    first = Some(self.first_task(&record, &mut shared)?);
+                }
+                let task = record.task(first.as_ref().expect("set above"), place as usize);
+                if want(&task) {
+                    res.push(task);
                 }
             }
         }
         if res.len() > before {
             res.sort_by_key(|j| j.id);
+            if res.len() > limit {
+                res.truncate(limit);
+                bound = res.last().map(|j| j.id);
+            }
         }
-        Ok(res)
+        Ok((res, bound))
     }
 
     /// The newest `limit` audit records (all when 0), newest first.
