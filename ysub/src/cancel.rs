@@ -107,7 +107,7 @@ async fn cancel_filtered(
     let pick = JobPick::new(cli.tiers.as_deref(), cli.names.as_deref())?;
     let mut done = CancelReply::default();
     for attempt in 1..=FILTER_TRIES {
-        let jobs = reply(client.list_jobs(request.clone()).await)?.jobs;
+        let jobs = client::list_all_jobs(client, request.clone()).await?;
         let targets = picked_targets(&crate::queue::without_repeats(jobs), &pick);
         let mut refused = None;
         for chunk in targets.chunks(ysched_common::limits::TARGETS.max as usize) {

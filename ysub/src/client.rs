@@ -217,6 +217,50 @@ pub fn reply_to<T>(request: &str, result: Result<tonic::Response<T>, tonic::Stat
         .map_err(|status| request_error(request, status))
 }
 
+/// Every job a listing selects, page by page (`ListJobsRequest.after_id`,
+/// `JobList.next_after_id`: schedd sends at most `limits::JOBS_PER_REPLY` jobs a reply):
+/// `each` gets each page's jobs, in id order, as it comes. A page that says to go on where
+/// the previous one stopped, or not past it, is an error rather than a loop.
+pub async fn for_each_page(
+    client: &mut Client,
+    mut request: ysched_proto::ListJobsRequest,
+    mut each: impl FnMut(Vec<ysched_proto::JobInfo>) -> Result<()>,
+) -> Result<()> {
+    loop {
+        let page = reply(client.list_jobs(request.clone()).await)?;
+        let next = page.next_after_id;
+        each(page.jobs)?;
+        if next == 0 {
+            return Ok(());
+        }
+        if next <= request.after_id {
+            return Err(anyhow!(
+                "schedd's listing went back to job {next} after job {}",
+                request.after_id
+            ));
+        }
+        request.after_id = next;
+    }
+}
+
+/// Every job a listing selects, all its pages together (see [`for_each_page`]).
+pub async fn list_all_jobs(
+    client: &mut Client,
+    request: ysched_proto::ListJobsRequest,
+) -> Result<Vec<ysched_proto::JobInfo>> {
+    let mut jobs = Vec::new();
+    for_each_page(client, request, |page| {
+        if jobs.is_empty() {
+            jobs = page;
+        } else {
+            jobs.extend(page);
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(jobs)
+}
+
 /// Runs a tool's body on a current-thread runtime (cheap to start: `ysub` is run hundreds of
 /// times a second by scripts) and turns an error into `<tool>: error: <message>` and exit 1.
 pub fn run_tool<F, Fut>(tool: &str, body: F) -> ExitCode

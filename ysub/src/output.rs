@@ -53,6 +53,73 @@ pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<()> {
     print_stdout(&text)
 }
 
+/// A JSON array written to stdout as its elements come (a listing page by page), with the
+/// very text [`print_json`] writes of the whole array: indented on a terminal, compact
+/// otherwise.
+pub struct JsonArrayOut {
+    pretty: bool,
+    /// Elements written so far.
+    written: usize,
+}
+
+impl Default for JsonArrayOut {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl JsonArrayOut {
+    pub fn new() -> Self {
+        JsonArrayOut {
+            pretty: std::io::stdout().is_terminal(),
+            written: 0,
+        }
+    }
+
+    /// Writes `items`, the array's next elements.
+    pub fn extend<T: serde::Serialize>(
+        &mut self,
+        items: impl IntoIterator<Item = T>,
+    ) -> Result<()> {
+        let mut text = String::new();
+        for item in items {
+            text.push_str(match (self.written, self.pretty) {
+                (0, true) => "[\n",
+                (0, false) => "[",
+                (_, true) => ",\n",
+                (_, false) => ",",
+            });
+            if self.pretty {
+                // As serde_json indents an array's elements: each line one level in (a
+                // string's newlines are escaped, so every line break is the layout's).
+                for (i, line) in serde_json::to_string_pretty(&item)?.split('\n').enumerate() {
+                    if i > 0 {
+                        text.push('\n');
+                    }
+                    text.push_str("  ");
+                    text.push_str(line);
+                }
+            } else {
+                text.push_str(&serde_json::to_string(&item)?);
+            }
+            self.written += 1;
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        print_stdout(&text)
+    }
+
+    /// Closes the array (and the line).
+    pub fn finish(self) -> Result<()> {
+        print_stdout(match (self.written, self.pretty) {
+            (0, _) => "[]\n",
+            (_, true) => "\n]\n",
+            (_, false) => "]\n",
+        })
+    }
+}
+
 /// A size in MiB as a short human figure: `512M`, `16G`, `1.5T`.
 pub fn format_mib(mib: u64) -> String {
     const GIB: u64 = 1024;

@@ -1,11 +1,11 @@
 //! `yq`: list jobs, like squeue.
 
-use crate::client::{self, reply};
+use crate::client;
 use crate::jobs::{
     check_target_count, flatten_targets, format_queue, format_start_table, job_lines, job_to_json,
-    parse_target_list, Fold, JobJson, TargetList,
+    parse_target_list, Fold, TargetList,
 };
-use crate::output::{print_json, print_stdout};
+use crate::output::{print_stdout, JsonArrayOut};
 use anyhow::{anyhow, Result};
 use clap::Parser;
 use std::collections::HashSet;
@@ -204,6 +204,8 @@ pub fn list_request(cli: &YqCli, me: Option<String>) -> Result<ListJobsRequest> 
         states,
         all,
         targets: targets.iter().map(ToString::to_string).collect(),
+        // As many as schedd sends in one reply; the rest in further pages.
+        ..Default::default()
     })
 }
 
@@ -260,7 +262,25 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
         .transpose()?;
     let named = !request.targets.is_empty();
     let (mut client, _) = client::connect_from_config().await?;
-    let mut jobs = reply(client.list_jobs(request).await)?.jobs;
+    if cli.json {
+        // Printed page by page as they come (the same text as all at once).
+        let mut seen = HashSet::new();
+        let mut out = JsonArrayOut::new();
+        client::for_each_page(&mut client, request, |page| {
+            let picked = page
+                .iter()
+                .filter(|job| !named || seen.insert(job.id))
+                .filter(|job| pick.picks(job))
+                .map(job_to_json);
+            out.extend(picked)
+        })
+        .await?;
+        out.finish()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A table's columns are as wide as their widest cell, and an array's waiting tasks fold
+    // into one line: made once every page is in.
+    let mut jobs = client::list_all_jobs(&mut client, request).await?;
     if named {
         jobs = without_repeats(jobs);
     }
@@ -270,10 +290,7 @@ pub async fn run(cli: YqCli) -> Result<ExitCode> {
     } else {
         Fold::Waiting
     };
-    if cli.json {
-        let objects: Vec<JobJson> = jobs.iter().map(job_to_json).collect();
-        print_json(&objects)?;
-    } else if let Some(format) = &format {
+    if let Some(format) = &format {
         let lines = job_lines(&jobs, fold);
         print_stdout(&crate::jobs::format::format_lines(
             format,

@@ -160,7 +160,10 @@ impl Ysched for MockSchedd {
             plain.expected_start_ms = 1_767_229_200_000;
             plain.expected_nodes = vec!["gpu02".into()];
             jobs.insert(4, plain);
-            return Ok(Response::new(JobList { jobs }));
+            return Ok(Response::new(JobList {
+                jobs,
+                next_after_id: 0,
+            }));
         }
         if request.user == "many" {
             let jobs = (0..10_000)
@@ -172,7 +175,10 @@ impl Ysched for MockSchedd {
                     }
                 })
                 .collect();
-            return Ok(Response::new(JobList { jobs }));
+            return Ok(Response::new(JobList {
+                jobs,
+                next_after_id: 0,
+            }));
         }
         if request.user == "evil" {
             let mut evil = running(1);
@@ -184,6 +190,21 @@ impl Ysched for MockSchedd {
             pending.reason = "\u{202e}olleh".into();
             return Ok(Response::new(JobList {
                 jobs: vec![evil, pending],
+                next_after_id: 0,
+            }));
+        }
+        if request.user == "paged" {
+            // Ten jobs, three a page, as schedd pages: by id, after the last one sent.
+            self.list_requests.lock().unwrap().push(request.clone());
+            let jobs: Vec<JobInfo> = (1..=10)
+                .filter(|id| *id > request.after_id)
+                .take(3)
+                .map(|id| job(id, "PENDING"))
+                .collect();
+            let last = jobs.last().map_or(0, |j| j.id);
+            return Ok(Response::new(JobList {
+                jobs,
+                next_after_id: if last < 10 { last } else { 0 },
             }));
         }
         self.list_requests.lock().unwrap().push(request);
@@ -191,6 +212,7 @@ impl Ysched for MockSchedd {
         pending.reason = "Resources".into();
         Ok(Response::new(JobList {
             jobs: vec![running(7), pending],
+            next_after_id: 0,
         }))
     }
 
@@ -862,6 +884,39 @@ fn yq_lists_ten_thousand_jobs_quickly() {
     let jobs: serde_json::Value =
         serde_json::from_str(&stdout(&mock.run("yq", &["-u", "many", "--json"]))).unwrap();
     assert_eq!(jobs.as_array().unwrap().len(), 10_000);
+}
+
+#[test]
+fn yq_follows_the_pages_of_a_long_listing() {
+    let mock = Harness::start();
+    // Ten jobs in pages of three: every one printed once, in order, in the table and the JSON
+    // alike, each page asked for after the last one.
+    let output = mock.run("yq", &["-u", "paged"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let ids: Vec<String> = stdout(&output)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, (1..=10).map(|i| i.to_string()).collect::<Vec<_>>());
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&mock.run("yq", &["-u", "paged", "--json"]))).unwrap();
+    let json_ids: Vec<u64> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(json_ids, (1..=10).collect::<Vec<_>>());
+    let asked: Vec<u64> = mock
+        .schedd
+        .list_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.after_id)
+        .collect();
+    assert_eq!(asked, [0, 3, 6, 9, 0, 3, 6, 9]);
 }
 
 #[test]

@@ -277,7 +277,9 @@ impl Store {
                 Found::Record => {
                     let own = self.jobs.get(id.0.to_be_bytes())?;
                     let job = match own {
-                        Some(v) => Some(self.complete(decode(&id.0.to_be_bytes(), &v)?, &mut shared)?),
+                        Some(v) => {
+                            Some(self.complete(decode(&id.0.to_be_bytes(), &v)?, &mut shared)?)
+                        }
                         None => {
                             let cached = array.as_ref().is_some_and(|(r, _)| {
                                 id.0.checked_sub(r.first.id.0)

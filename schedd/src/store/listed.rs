@@ -59,7 +59,9 @@ pub(super) enum EndedValue {
     Bare,
     Listed(FinishedEntry),
     /// The key's task and the following ones up to this id, kept in their array's record.
-    Tasks { last: JobId },
+    Tasks {
+        last: JobId,
+    },
 }
 
 /// The value of a finished job's `e` key: its listing entry and the fields filters use.

@@ -58,8 +58,8 @@ pub use batch::Batch;
 use batch::{encode_job, JobWrite};
 pub use error::{Error, Result};
 pub use history::Expired;
-pub use listed::{Finished, FinishedEntry};
 use history::IndexWrite;
+pub use listed::{Finished, FinishedEntry};
 
 pub use crate::state::commands::Payload;
 pub use crate::state::reactor::Room;
@@ -146,10 +146,7 @@ fn ended_tasks_indexed(
             kept.push((job.array.map_or(*id, |a| a.array_id), end, *id));
         } else {
             index.remove(&history::active_key(*id))?;
-            index.insert(
-                &history::ended_key(end, *id),
-                listed::listed_value(job),
-            )?;
+            index.insert(&history::ended_key(end, *id), listed::listed_value(job))?;
         }
     }
     kept.sort_unstable();

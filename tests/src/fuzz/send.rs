@@ -58,6 +58,13 @@ pub(super) async fn send(client: &mut Client, g: &mut Gen, rpc: &str) -> (String
                 // History by end time, any bounds (negative, reversed, far future).
                 since_ms: if g.rng.percent(20) { g.time() } else { 0 },
                 until_ms: if g.rng.percent(20) { g.time() } else { 0 },
+                // Pages of any size, from anywhere (0: the maximum, from the first).
+                limit: if g.rng.percent(20) {
+                    g.rng.below(100_000) as u32
+                } else {
+                    0
+                },
+                after_id: if g.rng.percent(20) { g.job_id() } else { 0 },
             };
             let size = request.encoded_len();
             (code(client.list_jobs(request).await.map(|_| ())), size)

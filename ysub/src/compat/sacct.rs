@@ -6,7 +6,7 @@ use super::slurm_words::{
     job_nodes, parse_slurm_states, sacct_duration, slurm_state, slurm_time, time_limit,
     ysched_states_for,
 };
-use crate::client::{self, reply};
+use crate::client;
 use crate::jobs::TargetList;
 use crate::jobs::{
     check_target_count, display_id, elapsed_secs, flatten_targets, parse_target_list,
@@ -335,26 +335,27 @@ pub async fn run(cli: SacctCli) -> Result<ExitCode> {
         Ok(_) => Vec::new(),
     };
     let (mut client, _) = client::connect_from_config().await?;
-    let mut jobs = reply(
-        client
-            .list_jobs(ListJobsRequest {
-                user,
-                job_ids: targets
-                    .iter()
-                    .filter(|t| t.tasks.is_none())
-                    .map(|t| t.id.0)
-                    .collect(),
-                all: states.is_empty(),
-                states,
-                targets: targets.iter().map(ToString::to_string).collect(),
-                // schedd finds the finished jobs by their end (older servers ignore these:
-                // `in_window` below applies the same window).
-                since_ms: start.unwrap_or(0),
-                until_ms: end.map_or(0, |e| e.saturating_add(1)),
-            })
-            .await,
-    )?
-    .jobs;
+    let mut jobs = client::list_all_jobs(
+        &mut client,
+        ListJobsRequest {
+            user,
+            job_ids: targets
+                .iter()
+                .filter(|t| t.tasks.is_none())
+                .map(|t| t.id.0)
+                .collect(),
+            all: states.is_empty(),
+            states,
+            targets: targets.iter().map(ToString::to_string).collect(),
+            // schedd finds the finished jobs by their end (older servers ignore these:
+            // `in_window` below applies the same window).
+            since_ms: start.unwrap_or(0),
+            until_ms: end.map_or(0, |e| e.saturating_add(1)),
+            // All of them, page by page.
+            ..Default::default()
+        },
+    )
+    .await?;
     jobs = crate::queue::without_repeats(jobs);
     let names = list(&cli.name);
     jobs.retain(|job| {

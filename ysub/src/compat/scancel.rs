@@ -128,19 +128,18 @@ pub async fn run(cli: ScancelCli) -> Result<ExitCode> {
             Ok(_) => Vec::new(),
             Err(e) => return Err(anyhow!(e)),
         };
-        let listed = reply(
-            client
-                .list_jobs(ListJobsRequest {
-                    user: user.clone().unwrap_or_default(),
-                    job_ids: Vec::new(),
-                    states,
-                    all: false,
-                    targets: targets.clone(),
-                    ..Default::default()
-                })
-                .await,
-        )?
-        .jobs;
+        let listed = client::list_all_jobs(
+            &mut client,
+            ListJobsRequest {
+                user: user.clone().unwrap_or_default(),
+                job_ids: Vec::new(),
+                states,
+                all: false,
+                targets: targets.clone(),
+                ..Default::default()
+            },
+        )
+        .await?;
         targets = listed
             .iter()
             .filter(|job| matches(&cli, job))

@@ -5,7 +5,7 @@ use super::slurm_words::{
     job_nodes, parse_slurm_states, slurm_job_state, slurm_time, squeue_duration, time_limit,
     ysched_states_for,
 };
-use crate::client::{self, reply};
+use crate::client;
 use crate::jobs::{
     check_target_count, display_id, elapsed_secs, flatten_targets, job_lines, parse_target_list,
     Fold, JobLine, TargetList,
@@ -294,7 +294,8 @@ pub async fn run(cli: SqueueCli) -> Result<ExitCode> {
     };
     let request = list_request(&cli, me)?;
     let (mut client, _) = client::connect_from_config().await?;
-    let mut jobs = crate::queue::without_repeats(reply(client.list_jobs(request).await)?.jobs);
+    let mut jobs =
+        crate::queue::without_repeats(client::list_all_jobs(&mut client, request).await?);
     jobs.retain(|job| wanted(&cli, job));
     let fold = if cli.array {
         Fold::Never
