@@ -814,6 +814,12 @@ mod tests {
             std::sync::Arc::make_mut(&mut job.owner).uid = 1001;
             job
         };
+        // Bob's job that ran and ended: what it used is hidden from alice when reports are
+        // private, whether its entry comes from its record or from the history's index.
+        let mut bobs_ended = bobs(JobBuilder::new(10).running_on("n2", &[0]).started(T0));
+        bobs_ended.state = JobState::Completed;
+        bobs_ended.exit_code = Some(0);
+        bobs_ended.end_time = Some(T0 + 60);
         vec![
             waiting,
             JobBuilder::new(2).build(),
@@ -828,6 +834,7 @@ mod tests {
             bobs(JobBuilder::new(7).running_on("n2", &[1]).started(T0)),
             ended,
             bobs(JobBuilder::new(9)),
+            bobs_ended,
         ]
     }
 
@@ -917,6 +924,8 @@ mod tests {
             }
             // What the hiding takes is gone from bob's jobs when reports are private.
             assert_eq!(before.jobs[6].alloc.is_empty(), !public);
+            assert_eq!(before.jobs[10].end_time_ms == 0, !public);
+            assert_eq!(before.jobs[10].usage_private, !public);
             assert_eq!(before.jobs[8].queue_position, Some(3));
         }
     }

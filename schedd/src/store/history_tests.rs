@@ -400,6 +400,11 @@ async fn an_array_cancelled_while_queued_expires_whole() {
         ids(&tasks),
         "found by their end"
     );
+    assert_eq!(
+        store.index.scan_prefix([b'e']).count(),
+        1,
+        "one key for the run of tasks that ended together"
+    );
     // Not yet past the cutoff: nothing goes.
     assert_eq!(
         store
@@ -409,16 +414,11 @@ async fn an_array_cancelled_while_queued_expires_whole() {
         0
     );
     assert_eq!(store.arrays.len(), 1);
-    // Past it, in two steps: the record stays until its last task goes.
+    // Past it: the run's one key takes its 40 tasks, and the record goes with them.
     let done = store
         .expire_finished(6_000, 30, &BTreeSet::new(), None)
         .unwrap();
-    assert_eq!(done.jobs, 30);
-    assert_eq!(store.arrays.len(), 1);
-    let done = store
-        .expire_finished(6_000, 30, &BTreeSet::new(), None)
-        .unwrap();
-    assert_eq!(done.jobs, 10);
+    assert_eq!((done.jobs, done.examined), (40, 1));
     assert!(store.arrays.is_empty() && store.array_specs.is_empty() && store.events.is_empty());
     for task in &tasks {
         assert!(store.job(task.id).unwrap().is_none(), "task {}", task.id);
@@ -445,4 +445,205 @@ fn entries_kept_at_the_front_do_not_hold_up_the_rest() {
         .unwrap();
     assert_eq!(last.examined, 0);
     assert_eq!(ids(&store.finished_between(0, i64::MAX).unwrap()), [1, 2]);
+}
+
+/// A job's entry in a listing by end time, as bytes, whichever way the store gave it.
+fn listing_of(finished: &Finished) -> Vec<u8> {
+    match finished {
+        Finished::Entry(e) => e.listing.to_vec(),
+        Finished::Record(job) => ysched_common::convert::job_listing_bytes(job),
+    }
+}
+
+#[test]
+fn a_finished_job_is_listed_from_its_index_entry_without_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in 1..=3 {
+        write_plain(&store, id, Some(100 * id as i64));
+    }
+    write_plain(&store, 4, None);
+    let ended = job(2, JobState::Completed, Some(200));
+    // A record that would not decode, were it read.
+    store
+        .jobs
+        .insert(2u64.to_be_bytes(), &b"not json"[..])
+        .unwrap();
+    let listed = store
+        .finished_listed_between(150, i64::MAX, JobId(0))
+        .unwrap();
+    assert_eq!(listed.iter().map(|f| f.id().0).collect::<Vec<_>>(), [2, 3]);
+    let Finished::Entry(entry) = &listed[0] else {
+        panic!("job 2 read from its record: {:?}", listed[0]);
+    };
+    assert_eq!(
+        (
+            entry.state,
+            entry.uid,
+            entry.user.as_str(),
+            entry.account.as_str()
+        ),
+        (JobState::Completed, 1000, "alice", "")
+    );
+    assert_eq!(entry.submit_time, 1);
+    assert_eq!(
+        &entry.listing[..],
+        ysched_common::convert::job_listing_bytes(&ended)
+    );
+    // Pages: only ids after the one given.
+    let after = store
+        .finished_listed_between(0, i64::MAX, JobId(2))
+        .unwrap();
+    assert_eq!(after.iter().map(|f| f.id().0).collect::<Vec<_>>(), [3]);
+    assert!(store
+        .finished_listed_between(500, 100, JobId(0))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn keys_written_before_values_were_are_listed_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in 1..=3 {
+        write_plain(&store, id, Some(100 * id as i64));
+    }
+    // As an earlier version wrote them: the same keys, no values.
+    let keys: Vec<_> = store.index.scan_prefix([b'e']).keys().collect();
+    for key in keys {
+        store.index.insert(key.unwrap(), &[][..]).unwrap();
+    }
+    let listed = store
+        .finished_listed_between(0, i64::MAX, JobId(0))
+        .unwrap();
+    assert_eq!(listed.len(), 3);
+    for (finished, id) in listed.iter().zip(1u64..) {
+        let Finished::Record(job) = finished else {
+            panic!("job {id} has no entry to read: {finished:?}");
+        };
+        assert_eq!(job, &store.job(JobId(id)).unwrap().unwrap());
+    }
+    // Expiry reads them as before.
+    let done = store
+        .expire_finished(250, 100, &BTreeSet::new(), None)
+        .unwrap();
+    assert_eq!(done.jobs, 2);
+    assert_eq!(ids(&store.finished_between(0, i64::MAX).unwrap()), [3]);
+}
+
+#[test]
+fn array_tasks_ended_as_submitted_are_listed_as_their_array_makes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let store = Store::open(dir.path()).unwrap();
+    let tasks = submit_array(&store, &mut rec, "0-39");
+    // One task ran and ended first: a record and an entry of its own.
+    let mut ran = tasks[3].clone();
+    ran.state = JobState::Completed;
+    ran.start_time = Some(3_990);
+    ran.end_time = Some(4_000);
+    let mut fx = crate::state::Effects::default();
+    fx.jobs.push(ran.clone());
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    let caller = ysched_common::Caller::local(owner());
+    let target = ysched_common::JobTarget::parse(&tasks[0].id.to_string()).unwrap();
+    let (fx, _) = rec
+        .cancel_targets(
+            &caller,
+            &[target],
+            "",
+            &|id| store.job(id).map_err(crate::error::ApiError::from),
+            5_000,
+        )
+        .unwrap();
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    // 39 tasks kept in the record: two runs of keys (around the task that ran), and its own.
+    assert_eq!(store.index.scan_prefix([b'e']).count(), 3);
+    let listed = store
+        .finished_listed_between(0, i64::MAX, JobId(0))
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|f| f.id()).collect::<Vec<_>>(),
+        tasks.iter().map(|t| t.id).collect::<Vec<_>>()
+    );
+    for finished in &listed {
+        let job = store.job(finished.id()).unwrap().unwrap();
+        assert!(job.state.is_terminal());
+        assert_eq!(
+            listing_of(finished),
+            ysched_common::convert::job_listing_bytes(&job),
+            "task {}",
+            job.id
+        );
+        assert_eq!(
+            matches!(finished, Finished::Entry(_)),
+            job.id == ran.id,
+            "only the task that ran has an entry of its own"
+        );
+    }
+    let after = store
+        .finished_listed_between(0, i64::MAX, tasks[9].id)
+        .unwrap();
+    assert_eq!(after.len(), 30);
+    assert_eq!(after[0].id(), tasks[10].id);
+    // Within a window: the cancelled ones only.
+    assert_eq!(
+        store
+            .finished_listed_between(4_500, i64::MAX, JobId(0))
+            .unwrap()
+            .len(),
+        39
+    );
+}
+
+#[test]
+fn finished_jobs_are_read_a_page_at_a_time_in_id_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let store = Store::open(dir.path()).unwrap();
+    // Ids 1..=20, cancelled while queued: kept in the array's record.
+    let tasks = submit_array(&store, &mut rec, "0-19");
+    let caller = ysched_common::Caller::local(owner());
+    let target = ysched_common::JobTarget::parse(&tasks[0].id.to_string()).unwrap();
+    let (fx, _) = rec
+        .cancel_targets(
+            &caller,
+            &[target],
+            "",
+            &|id| store.job(id).map_err(crate::error::ApiError::from),
+            5_000,
+        )
+        .unwrap();
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    write_plain(&store, 21, Some(100));
+    write_plain(&store, 22, None);
+    write_plain(&store, 23, Some(300));
+    let mut all = Vec::new();
+    let mut after = JobId(0);
+    let mut pages = 0;
+    loop {
+        let (page, bound) = store.finished_jobs_after(after, 6, |_| true).unwrap();
+        pages += 1;
+        assert!(page.len() <= 6);
+        all.extend(ids(&page));
+        match bound {
+            Some(b) => after = b,
+            None => break,
+        }
+    }
+    let expected: Vec<u64> = (1..=21).chain([23]).collect();
+    assert_eq!(all, expected, "every finished job once, in id order");
+    assert_eq!(pages, 4);
+    assert_eq!(ids(&store.finished_jobs().unwrap()), expected);
+    // What `want` leaves out is not counted in a page.
+    let (page, _) = store
+        .finished_jobs_after(JobId(0), 2, |j| j.id.0 % 2 == 1)
+        .unwrap();
+    assert_eq!(ids(&page), [1, 3]);
+    // From the middle of the array on.
+    let (page, _) = store.finished_jobs_after(JobId(18), 3, |_| true).unwrap();
+    assert_eq!(ids(&page), [19, 20, 21]);
 }
