@@ -432,3 +432,146 @@ async fn a_gpu_resume_waits_for_the_node_s_word() {
         (node.gpus_out_of_service, node.gpus_forgetting)
     );
 }
+
+/// A listing of ids, from records only.
+struct Ids;
+
+impl Listing for Ids {
+    type Entry = JobId;
+    fn entry(&self, job: &Job) -> JobId {
+        job.id
+    }
+}
+
+/// A listing of ids that takes a finished job's from the history's index when it can.
+struct IdsFromIndex;
+
+impl Listing for IdsFromIndex {
+    type Entry = JobId;
+    fn entry(&self, job: &Job) -> JobId {
+        job.id
+    }
+    fn finished_entry(&self, finished: &store::FinishedEntry) -> Option<JobId> {
+        Some(finished.id)
+    }
+}
+
+/// Every page of `filter`'s listing, `limit` jobs a page, with `between` run after each.
+async fn all_pages<L: Listing<Entry = JobId>>(
+    c: &Arc<Cluster>,
+    filter: &JobFilter,
+    listing: &L,
+    limit: usize,
+    mut between: impl FnMut(usize) -> Option<JobId>,
+) -> Vec<JobId> {
+    let mut listed = Vec::new();
+    let mut after = None;
+    for page_no in 0.. {
+        let page = c
+            .list_jobs_with(
+                &JobFilter {
+                    after,
+                    limit,
+                    ..filter.clone()
+                },
+                listing,
+            )
+            .unwrap();
+        assert!(page.entries.len() <= limit, "page {page_no}: {page:?}");
+        listed.extend(page.entries);
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+        if let Some(id) = between(page_no) {
+            c.cancel_named(&alice(), &[id.0], &[], "").await.unwrap();
+        }
+    }
+    listed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_list_every_job_once_while_jobs_end_between_them() {
+    let (c, _dir) = cluster(Config::default()).await;
+    let mut ids = Vec::new();
+    for _ in 0..14 {
+        ids.push(submit(&c, "", "", true).await.unwrap().id);
+    }
+    // Some ended before the listing, one task array ended whole (kept in its record).
+    for id in [ids[0], ids[5], ids[6]] {
+        c.cancel_named(&alice(), &[id.0], &[], "").await.unwrap();
+    }
+    let array = submit(&c, "0-19", "", true).await.unwrap().id;
+    c.cancel_named(&alice(), &[array.0], &[], "").await.unwrap();
+    let mut every: Vec<JobId> = ids.clone();
+    every.extend((0..20).map(|i| JobId(array.0 + i)));
+    let all = JobFilter {
+        all: true,
+        ..Default::default()
+    };
+    let window = JobFilter {
+        all: true,
+        since: Some(1),
+        ..Default::default()
+    };
+    // Between pages, a job behind the cut and one ahead of it end.
+    let mut to_end = vec![ids[1], ids[12], ids[2], ids[13]].into_iter();
+    let listed = all_pages(&c, &all, &Ids, 4, |_| to_end.next()).await;
+    assert_eq!(listed, every, "all jobs, each once, in id order");
+    for listing in [true, false] {
+        let listed = if listing {
+            all_pages(&c, &window, &IdsFromIndex, 5, |_| None).await
+        } else {
+            all_pages(&c, &window, &Ids, 5, |_| None).await
+        };
+        assert_eq!(listed, every, "by end time (from the index: {listing})");
+    }
+    // A page as large as the listing says that was all.
+    let page = c
+        .list_jobs_with(
+            &JobFilter {
+                limit: 1_000,
+                ..window.clone()
+            },
+            &IdsFromIndex,
+        )
+        .unwrap();
+    assert_eq!((page.entries.len(), page.next_after), (every.len(), None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_by_end_time_hides_what_others_jobs_used_when_reports_are_private() {
+    let mut config = Config::default();
+    config.scheduler.reports_public = false;
+    let (c, _dir) = cluster(config).await;
+    let bob = user("bob", 1001);
+    let valid = submit::validate(spec("", "", true), &bob, c.config()).unwrap();
+    let bobs = c.submit(bob.clone(), None, valid).await.unwrap();
+    let mine = submit(&c, "", "", true).await.unwrap().id;
+    for (who, id) in [(&bob, bobs), (&alice(), mine)] {
+        c.cancel_named(who, &[id.0], &[], "").await.unwrap();
+    }
+    let window = JobFilter {
+        all: true,
+        since: Some(1),
+        ..Default::default()
+    };
+    let (view, expected) = (c.queue_view(), c.expected_starts());
+    let me = alice();
+    let listing = crate::server::convert::WireListing::new(&me, c.config(), &view, &expected);
+    let page = c.list_jobs_with(&window, &listing).unwrap();
+    let reply = listing.encode(page.entries, page.next_after);
+    let bytes = prost::Message::encode_to_vec(&reply);
+    let decoded = <ysched_proto::JobList as prost::Message>::decode(bytes.as_slice()).unwrap();
+    let of = |id: JobId| decoded.jobs.iter().find(|j| j.id == id.0).unwrap();
+    assert!(
+        of(bobs).usage_private && of(bobs).end_time_ms == 0,
+        "{:?}",
+        of(bobs)
+    );
+    assert!(
+        !of(mine).usage_private && of(mine).end_time_ms > 0,
+        "{:?}",
+        of(mine)
+    );
+}
