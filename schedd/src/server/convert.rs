@@ -924,8 +924,8 @@ mod tests {
             }
             // What the hiding takes is gone from bob's jobs when reports are private.
             assert_eq!(before.jobs[6].alloc.is_empty(), !public);
-            assert_eq!(before.jobs[10].end_time_ms == 0, !public);
-            assert_eq!(before.jobs[10].usage_private, !public);
+            assert_eq!(before.jobs[9].end_time_ms == 0, !public);
+            assert_eq!(before.jobs[9].usage_private, !public);
             assert_eq!(before.jobs[8].queue_position, Some(3));
         }
     }

@@ -306,7 +306,7 @@ impl Store {
                         }
                     };
                     if let Some(job) = job.filter(|j| j.state.is_terminal()) {
-                        listed.push(Finished::Record(job));
+                        listed.push(Finished::Record(Box::new(job)));
                     }
                 }
             }

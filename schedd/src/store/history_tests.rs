@@ -521,7 +521,7 @@ fn keys_written_before_values_were_are_listed_from_the_records() {
         let Finished::Record(job) = finished else {
             panic!("job {id} has no entry to read: {finished:?}");
         };
-        assert_eq!(job, &store.job(JobId(id)).unwrap().unwrap());
+        assert_eq!(**job, store.job(JobId(id)).unwrap().unwrap());
     }
     // Expiry reads them as before.
     let done = store

@@ -40,7 +40,7 @@ pub struct FinishedEntry {
 #[derive(Debug, Clone)]
 pub enum Finished {
     Entry(FinishedEntry),
-    Record(Job),
+    Record(Box<Job>),
 }
 
 impl Finished {
