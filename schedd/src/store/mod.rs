@@ -29,7 +29,8 @@
 //!   is never counted twice.
 //! - `index`:    which jobs are active, which arrays may have tasks as submitted, and which
 //!   jobs ended when (see [`history`]): start-up reads only the active, history queries and
-//!   retention go by end time.
+//!   retention go by end time. An end's key keeps the job's listing entry (see [`listed`]),
+//!   so that a listing by end time is one range scan.
 //!
 //! Writes become durable on [`Store::flush`], against a power loss too (see [`stable`]);
 //! callers acknowledge only after it.
