@@ -70,10 +70,12 @@ impl Default for JsonArrayOut {
 
 impl JsonArrayOut {
     pub fn new() -> Self {
-        JsonArrayOut {
-            pretty: std::io::stdout().is_terminal(),
-            written: 0,
-        }
+        Self::with_layout(std::io::stdout().is_terminal())
+    }
+
+    /// Indented (`pretty`) or compact, wherever stdout goes.
+    fn with_layout(pretty: bool) -> Self {
+        JsonArrayOut { pretty, written: 0 }
     }
 
     /// Writes `items`, the array's next elements.
@@ -81,6 +83,18 @@ impl JsonArrayOut {
         &mut self,
         items: impl IntoIterator<Item = T>,
     ) -> Result<()> {
+        let text = self.text_of(items)?;
+        if text.is_empty() {
+            return Ok(());
+        }
+        print_stdout(&text)
+    }
+
+    /// The text of the array's next elements.
+    fn text_of<T: serde::Serialize>(
+        &mut self,
+        items: impl IntoIterator<Item = T>,
+    ) -> Result<String> {
         let mut text = String::new();
         for item in items {
             text.push_str(match (self.written, self.pretty) {
@@ -104,19 +118,21 @@ impl JsonArrayOut {
             }
             self.written += 1;
         }
-        if text.is_empty() {
-            return Ok(());
+        Ok(text)
+    }
+
+    /// The text that closes the array (and the line).
+    fn end_text(&self) -> &'static str {
+        match (self.written, self.pretty) {
+            (0, _) => "[]\n",
+            (_, true) => "\n]\n",
+            (_, false) => "]\n",
         }
-        print_stdout(&text)
     }
 
     /// Closes the array (and the line).
     pub fn finish(self) -> Result<()> {
-        print_stdout(match (self.written, self.pretty) {
-            (0, _) => "[]\n",
-            (_, true) => "\n]\n",
-            (_, false) => "]\n",
-        })
+        print_stdout(self.end_text())
     }
 }
 
@@ -143,6 +159,41 @@ pub fn format_mib(mib: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_json_array_written_in_pages_is_the_text_of_the_whole() {
+        let items: Vec<serde_json::Value> = vec![
+            serde_json::json!({"id": 1, "name": "a\nb", "alloc": [{"node": "n1"}]}),
+            serde_json::json!({"id": 2, "tags": [], "inner": {"x": [1, 2]}}),
+            serde_json::json!({"id": 3}),
+        ];
+        for pretty in [true, false] {
+            let whole = if pretty {
+                serde_json::to_string_pretty(&items).unwrap()
+            } else {
+                serde_json::to_string(&items).unwrap()
+            } + "\n";
+            for split in 0..=items.len() {
+                let mut out = super::JsonArrayOut::with_layout(pretty);
+                let mut text = out.text_of(&items[..split]).unwrap();
+                text += &out
+                    .text_of(std::iter::empty::<&serde_json::Value>())
+                    .unwrap();
+                text += &out.text_of(&items[split..]).unwrap();
+                text += out.end_text();
+                assert_eq!(text, whole, "pretty {pretty}, pages split at {split}");
+            }
+            let empty = super::JsonArrayOut::with_layout(pretty);
+            let none: Vec<serde_json::Value> = Vec::new();
+            let whole = if pretty {
+                serde_json::to_string_pretty(&none).unwrap()
+            } else {
+                serde_json::to_string(&none).unwrap()
+            } + "\n";
+            assert_eq!(empty.end_text(), whole);
+        }
+    }
+
     use super::*;
 
     const COLUMNS: &[Column; 3] = &[

@@ -114,7 +114,9 @@ pub(super) fn parse(id: JobId, value: &[u8]) -> Option<EndedValue> {
         TASKS => {
             let last: &[u8; 8] = rest.try_into().ok()?;
             let last = JobId(u64::from_be_bytes(*last));
-            (last >= id).then_some(EndedValue::Tasks { last })
+            // An array's places are u32: a longer run is no value this store wrote.
+            (last >= id && last.0 - id.0 <= u64::from(u32::MAX))
+                .then_some(EndedValue::Tasks { last })
         }
         _ => None,
     }

@@ -123,3 +123,78 @@ fn history_is_found_by_end_and_leaves_after_keep_finished() {
     let log = std::fs::read_to_string(c.dir.path().join("schedd.log")).unwrap();
     assert!(log.contains("history: removed"), "{log}");
 }
+
+/// Every job a `ListJobs` request selects, `limit` a page, following `next_after_id`; `between`
+/// runs after each page.
+fn pages(
+    c: &TestCluster,
+    request: ysched_proto::ListJobsRequest,
+    mut between: impl FnMut(usize),
+) -> (Vec<u64>, usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        let mut listed = Vec::new();
+        let mut request = request;
+        for page in 1.. {
+            let reply = client
+                .list_jobs(request.clone())
+                .await
+                .expect("ListJobs")
+                .into_inner();
+            assert!(reply.jobs.len() <= request.limit as usize, "page {page}");
+            listed.extend(reply.jobs.iter().map(|j| j.id));
+            if reply.next_after_id == 0 {
+                return (listed, page);
+            }
+            request.after_id = reply.next_after_id;
+            between(page);
+        }
+        unreachable!()
+    })
+}
+
+#[test]
+fn a_long_listing_comes_in_pages_each_job_once_while_jobs_end_between_them() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 2, A100)]);
+    // 30 held tasks; 10 of them cancelled one by one (records of their own), the others
+    // queued: some end while the listing is paged through.
+    let array = c.submit(&["-G", "1", "--array", "0-29", "-H", "--wrap", "true"]);
+    let every: Vec<u64> = (array..array + 30).collect();
+    for id in &every[..10] {
+        let out = c.run("ycancel", &[&format!("{array}_{}", id - array)]);
+        assert!(out.status.success(), "ycancel: {}", stderr(&out));
+    }
+    let request = ysched_proto::ListJobsRequest {
+        all: true,
+        limit: 7,
+        ..Default::default()
+    };
+    // After page 1 (up to the 7th) one ahead of the cut, after page 2 one behind it, ...
+    let mut ending = [every[11], every[12], every[25], every[29]].into_iter();
+    let (listed, n) = pages(&c, request.clone(), |_| {
+        if let Some(id) = ending.next() {
+            let out = c.run("ycancel", &[&format!("{array}_{}", id - array)]);
+            assert!(out.status.success(), "ycancel: {}", stderr(&out));
+        }
+    });
+    assert_eq!(listed, every, "each job once, in id order");
+    assert!(n >= 5, "{n} pages");
+    // By end time: the ended ones, from the history's index, a page at a time too.
+    let window = ysched_proto::ListJobsRequest {
+        since_ms: ysched_common::time::now_ms() - 3_600_000,
+        states: vec!["CANCELLED".into()],
+        limit: 4,
+        ..Default::default()
+    };
+    let (ended, n) = pages(&c, window, |_| {});
+    let mut expected: Vec<u64> = every[..10].to_vec();
+    expected.extend([every[11], every[12], every[25], every[29]]);
+    assert_eq!(ended, expected);
+    assert_eq!(n, 4);
+    // yq follows the pages itself: the same jobs as one listing.
+    assert_eq!(ids(&yq_json(&c, &["--all"])), every);
+}
