@@ -30,6 +30,8 @@
 //! - `index`:    which jobs are active, which arrays may have tasks as submitted, and which
 //!   jobs ended when (see [`history`]): start-up reads only the active, history queries and
 //!   retention go by end time.
+//! - `raft_log`, `raft_meta`: a replica's Raft log, vote and commit point, as bytes the
+//!   `replica` module encodes (see [`raft`]); not part of the replicated state.
 //!
 //! Writes become durable on [`Store::flush`], against a power loss too (see [`stable`]);
 //! callers acknowledge only after it.
@@ -45,6 +47,7 @@ mod batch;
 mod ended;
 mod error;
 mod history;
+mod raft;
 mod reads;
 mod stable;
 mod upkeep;
@@ -58,6 +61,7 @@ use batch::{encode_job, JobWrite};
 pub use error::{Error, Result};
 pub use history::Expired;
 use history::IndexWrite;
+pub use raft::{APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;
 pub use crate::state::reactor::Room;
@@ -68,7 +72,7 @@ mod array_tests;
 #[cfg(test)]
 mod history_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Everything recovered at start-up.
 pub struct Recovered {
@@ -107,6 +111,11 @@ pub struct Store {
     array_specs: sled::Tree,
     arrays: sled::Tree,
     index: sled::Tree,
+    /// This replica's Raft log (see [`raft`]): entry index (u64 BE) → the entry as the
+    /// `replica` module encodes it.
+    raft_log: sled::Tree,
+    /// This replica's vote, commit point and last purged entry (see [`raft`]).
+    raft_meta: sled::Tree,
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
@@ -186,6 +195,8 @@ impl Store {
             array_specs: db.open_tree("array_specs")?,
             arrays: db.open_tree("arrays")?,
             index: db.open_tree("index")?,
+            raft_log: db.open_tree("raft_log")?,
+            raft_meta: db.open_tree("raft_meta")?,
             db,
         };
         store.build_index()?;
@@ -381,6 +392,9 @@ impl Store {
                     }
                     for (k, v) in &batch.runs {
                         usage.insert(k, v.as_slice())?;
+                    }
+                    for (k, v) in &batch.marks {
+                        meta.insert(*k, v.as_slice())?;
                     }
                     Ok::<(), ConflictableTransactionError<()>>(())
                 },
