@@ -2,20 +2,26 @@
 //! carries one event's store batch (`store::Batch`); each replica appends entries to its own
 //! log and applies the committed ones, in order, to its own store.
 //!
-//! This is the storage half so far: the log ([`LogStore`]) and the state machine
-//! ([`StateMachine`]) over the replica's `store::Store`, checked against openraft's own
-//! storage test suite and by tests of their own (`tests`). The network between replicas and
-//! the leader's side in `shell` come next.
+//! So far: the log ([`LogStore`]) and the state machine ([`StateMachine`]) over the
+//! replica's `store::Store`, checked against openraft's own storage test suite; the network
+//! over a transport-neutral [`network::Link`]; a [`Replica`] that starts, joins and
+//! replicates; tests of three replicas in one process (`tests`). The gRPC link, the
+//! configuration and the leader's side in `shell` come next.
 
 // openraft's `StorageError` is what its traits return, large as it is.
 #![allow(clippy::result_large_err)]
 
+#[cfg(test)]
+mod cluster_tests;
 mod log_store;
+pub mod network;
+mod node;
 mod state_machine;
 #[cfg(test)]
 mod tests;
 
 pub use log_store::LogStore;
+pub use node::{Replica, ReplicaError, Timing};
 pub use state_machine::StateMachine;
 
 use std::io::Cursor;

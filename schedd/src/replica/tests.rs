@@ -33,7 +33,7 @@ fn log_id(term: u64, index: u64) -> LogId<u64> {
 
 /// Entry `index` of a made-up history: a job submitted with its event; every third entry
 /// also ends the job before it and counts the ids on.
-fn batch(index: u64) -> Batch {
+pub(super) fn batch(index: u64) -> Batch {
     let mut b = Batch::default();
     b.put_job(&job(index, JobState::Pending));
     b.event(
@@ -61,7 +61,7 @@ fn entry(index: u64) -> Entry<TypeConfig> {
 
 /// What the state says, as schedd reads it: active jobs, nodes, the id counter, finished
 /// jobs and every job's history.
-fn view(store: &Store) -> String {
+pub(super) fn view(store: &Store) -> String {
     let rec = store.recover().unwrap();
     let finished = store.finished_jobs().unwrap();
     let mut events = Vec::new();

@@ -1,0 +1,123 @@
+//! One replica: its Raft over its store, started, joined to the others, and asked to
+//! replicate a batch.
+
+use super::network::{Link, Network};
+use super::{LogStore, StateMachine, TypeConfig};
+use crate::store::{Batch, Store};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// How fast replicas notice each other (milliseconds): the leader's heartbeat, and the
+/// silence after which a follower stands for election (a random time in the range).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Entries applied between snapshots; the log before a snapshot is purged.
+    pub snapshot_every: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat_ms: 250,
+            election_min_ms: 1000,
+            election_max_ms: 2000,
+            snapshot_every: 10_000,
+        }
+    }
+}
+
+/// Why a replica could not start or replicate.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("replica settings: {0}")]
+    Settings(String),
+    #[error("replica: {0}")]
+    Fatal(String),
+    /// Not the leader: the leader this replica knows of, if any (id and address).
+    #[error("not the leader{}", .0.as_ref().map(|(id, addr)| format!(": replica {id} at {addr} is")).unwrap_or_default())]
+    NotLeader(Option<(u64, String)>),
+    /// The leader could not reach a majority.
+    #[error("no quorum: {0}")]
+    NoQuorum(String),
+}
+
+/// A started replica.
+#[derive(Clone)]
+pub struct Replica {
+    pub id: u64,
+    pub raft: Raft<TypeConfig>,
+}
+
+impl Replica {
+    /// Starts replica `id` over `store`, reaching the others through `link`.
+    pub async fn start(
+        id: u64,
+        store: Store,
+        link: Arc<dyn Link>,
+        timing: Timing,
+    ) -> Result<Replica, ReplicaError> {
+        let config = openraft::Config {
+            cluster_name: "ysched".into(),
+            heartbeat_interval: timing.heartbeat_ms,
+            election_timeout_min: timing.election_min_ms,
+            election_timeout_max: timing.election_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every),
+            max_in_snapshot_log_to_keep: 0,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| ReplicaError::Settings(e.to_string()))?;
+        let raft = Raft::new(
+            id,
+            Arc::new(config),
+            Network::new(link),
+            LogStore::new(store.clone()),
+            StateMachine::new(store),
+        )
+        .await
+        .map_err(|e| ReplicaError::Fatal(e.to_string()))?;
+        Ok(Replica { id, raft })
+    }
+
+    /// Makes the first membership: every replica (id → address). Done once, by one replica,
+    /// on a cluster that never had one; a replica that has one already refuses, harmlessly.
+    pub async fn initialize(&self, members: &BTreeMap<u64, String>) -> Result<(), ReplicaError> {
+        let nodes: BTreeMap<u64, BasicNode> = members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(ReplicaError::Fatal(e.to_string())),
+        }
+    }
+
+    /// Replicates `batch`: returns once a majority has it in its log and this replica (the
+    /// leader) applied it to its store.
+    pub async fn replicate(&self, batch: Batch) -> Result<u64, ReplicaError> {
+        match self.raft.client_write(batch).await {
+            Ok(written) => Ok(written.log_id.index),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(
+                ReplicaError::NotLeader(f.leader_id.zip(f.leader_node.map(|n| n.addr))),
+            ),
+            Err(RaftError::APIError(e)) => Err(ReplicaError::NoQuorum(e.to_string())),
+            Err(RaftError::Fatal(e)) => Err(ReplicaError::Fatal(e.to_string())),
+        }
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// Stops this replica's Raft (its store stays open with its owner).
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
