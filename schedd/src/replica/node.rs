@@ -111,6 +111,33 @@ impl Replica {
         }
     }
 
+    /// Replicates `batches` in their order, as one entry each, all sent before any is
+    /// waited for (openraft appends and sends them together).
+    pub async fn replicate_all(&self, batches: Vec<Batch>) -> Result<(), ReplicaError> {
+        let mut answers = Vec::with_capacity(batches.len());
+        for batch in batches {
+            answers.push(
+                self.raft
+                    .client_write_ff(batch)
+                    .await
+                    .map_err(|e| ReplicaError::Fatal(e.to_string()))?,
+            );
+        }
+        for answer in answers {
+            match answer.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
+                    return Err(ReplicaError::NotLeader(
+                        f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+                    ))
+                }
+                Ok(Err(e)) => return Err(ReplicaError::NoQuorum(e.to_string())),
+                Err(e) => return Err(ReplicaError::Fatal(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
     /// The leader this replica knows of.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow().current_leader
