@@ -280,7 +280,12 @@ pub async fn serve_replica(
         .collect();
     let link = replication::GrpcLink::new(place, &key, &ca_pem, config.max_message_bytes())?;
     let replica = Replica::start(place, store.clone(), Arc::new(link), Timing::default()).await?;
-    replica.initialize(&members).await?;
+    // The cluster is formed once, by the first replica at its first start (a replica with a
+    // log of its own ignores it). Only the first: another that formed it too would stand at
+    // once in the same term and unseat a leader the others had just elected.
+    if place == 1 {
+        replica.initialize(&members).await?;
+    }
     let replication_service = pb::replication_server::ReplicationServer::new(
         replication::ReplicationApi::new(replica.clone()),
     )
