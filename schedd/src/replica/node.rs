@@ -54,6 +54,8 @@ pub enum ReplicaError {
 pub struct Replica {
     pub id: u64,
     pub raft: Raft<TypeConfig>,
+    /// How recent a majority's acknowledgement must be for [`Replica::has_quorum`].
+    quorum_fresh_ms: u64,
 }
 
 impl Replica {
@@ -84,7 +86,11 @@ impl Replica {
         )
         .await
         .map_err(|e| ReplicaError::Fatal(e.to_string()))?;
-        Ok(Replica { id, raft })
+        Ok(Replica {
+            id,
+            raft,
+            quorum_fresh_ms: timing.election_min_ms,
+        })
     }
 
     /// Makes the first membership: every replica (id → address). Done once, by one replica,
@@ -139,6 +145,16 @@ impl Replica {
             }
         }
         Ok(())
+    }
+
+    /// Whether this replica leads and a majority acknowledged it lately (within the
+    /// shortest election timeout, before which no other replica can have been elected): what
+    /// an agent's fence lease may be renewed on.
+    pub fn has_quorum(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.current_leader == Some(self.id)
+            && m.millis_since_quorum_ack
+                .is_some_and(|ms| ms < self.quorum_fresh_ms)
     }
 
     /// The leader this replica knows of.

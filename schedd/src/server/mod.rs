@@ -327,7 +327,12 @@ fn where_the_leader_is(
     leader: Option<u64>,
     members: &std::collections::BTreeMap<u64, String>,
 ) -> String {
-    match leader.and_then(|l| Some((l, members.get(&l)?))) {
+    // A replica that counts itself the leader but has no majority behind it (one restarted
+    // with its own vote) does not lead either.
+    match leader
+        .filter(|l| *l != place)
+        .and_then(|l| Some((l, members.get(&l)?)))
+    {
         Some((l, addr)) => format!(
             "not the leader: this schedd is replica {place} of scheduler.replicas; replica {l} \
              at {addr} leads"
@@ -368,7 +373,9 @@ async fn lead_when_elected(
                 eprintln!("schedd: fatal: lost the lead");
                 std::process::exit(75);
             }
-            (None, true) if m.last_applied.map(|l| l.index) >= m.last_log_index => {
+            (None, true)
+                if m.last_applied.map(|l| l.index) >= m.last_log_index && replica.has_quorum() =>
+            {
                 let loading = std::time::Instant::now();
                 match Cluster::start_leading(config.clone(), store.clone(), replica.clone()) {
                     Ok(c) => {
@@ -404,8 +411,13 @@ async fn lead_when_elected(
             }
             (Some(_), true) => {}
         }
-        if watch.changed().await.is_err() {
-            return;
+        // Looked at again on each change, and every 100 ms (a majority's acknowledgement
+        // ages without a change).
+        tokio::select! {
+            changed = watch.changed() => if changed.is_err() {
+                return;
+            },
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
         }
     }
 }

@@ -201,16 +201,14 @@ pub struct Cluster {
     /// With a replica: the changes written since the last flush, in the order they were
     /// made (under the state lock), each to be replicated as one entry.
     proposals: Mutex<Vec<store::Batch>>,
+    /// Set once replication failed: why. Nothing is acknowledged after it (see
+    /// [`Cluster::replication_failed`]).
+    replication_failure: std::sync::OnceLock<String>,
 }
 
-/// A leader that could not replicate (it lost the lead, or a majority of the replicas did
-/// not answer in time) holds changes in memory that may never be durable: exit, so that the
-/// service manager restarts it as a follower of whoever leads, from what was committed.
-fn lead_lost(e: &dyn std::fmt::Display) -> ! {
-    tracing::error!("replication failed: {e}; exiting so that schedd restarts as a follower");
-    eprintln!("schedd: fatal: replication failed: {e}");
-    std::process::exit(75)
-}
+/// How long a leader that could not replicate goes on answering (every change refused with
+/// why) before it exits (see [`Cluster::replication_failed`]).
+const EXIT_AFTER_FAILED_REPLICATION: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long a leader waits for a majority to take its changes before it gives up the lead
 /// (see [`lead_lost`]): clients then get "no quorum" until one is back.
@@ -282,6 +280,7 @@ impl Cluster {
             mailer: mail::Mailer::new(&config_notify),
             replica,
             proposals: Mutex::default(),
+            replication_failure: std::sync::OnceLock::new(),
         });
         cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));
@@ -308,13 +307,16 @@ impl Cluster {
 
     /// Asks for a flush of everything applied so far (at once, not when polled); the future
     /// is ready once it is durable and the queued agent messages are delivered.
-    fn request_flush(&self) -> impl std::future::Future<Output = ApiResult<()>> {
+    fn request_flush(&self) -> impl std::future::Future<Output = ApiResult<()>> + '_ {
         let (tx, rx) = oneshot::channel();
         let _ = self.flush_tx.send(Some(tx));
         async move {
             match rx.await {
                 Ok(true) => Ok(()),
-                _ => Err(ApiError::Internal("state store flush failed".into())),
+                _ => Err(match self.replication_failure.get() {
+                    Some(why) => ApiError::Unavailable(why.clone()),
+                    None => ApiError::Internal("state store flush failed".into()),
+                }),
             }
         }
     }
@@ -338,27 +340,36 @@ impl Cluster {
                     std::mem::take(&mut *self.lock_proposals()),
                 )
             };
-            let flushed = if let Some(replica) = &self.replica {
+            let ok = if let Some(replica) = &self.replica {
                 // Durable once a majority of the replicas have the changes in their logs;
                 // the answer comes once this replica applied them to its store too.
-                match tokio::time::timeout(REPLICATION_TIMEOUT, replica.replicate_all(proposals))
+                let replicated = if self.replication_failure.get().is_some() {
+                    false
+                } else {
+                    match tokio::time::timeout(
+                        REPLICATION_TIMEOUT,
+                        replica.replicate_all(proposals),
+                    )
                     .await
-                {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => lead_lost(&e),
-                    Err(_) => lead_lost(&format!(
-                        "no quorum: a majority of scheduler.replicas did not take the changes \
-                         within {} s",
-                        REPLICATION_TIMEOUT.as_secs()
-                    )),
-                }
+                    {
+                        Ok(Ok(())) => true,
+                        Ok(Err(e)) => self.replication_failed(e.to_string()),
+                        Err(_) => self.replication_failed(format!(
+                            "no quorum: a majority of scheduler.replicas did not take the \
+                             change within {} s: it was not acknowledged, and takes effect only \
+                             if this replica leads again once a majority is back (check with \
+                             yq before you repeat it)",
+                            REPLICATION_TIMEOUT.as_secs()
+                        )),
+                    }
+                };
+                replicated
             } else {
                 let _busy = StoreWatch::busy(&self.store_watch.flush_since);
-                self.store.flush().await
-            };
-            let ok = match flushed {
-                Ok(()) => true,
-                Err(e) => store_failed(&e),
+                match self.store.flush().await {
+                    Ok(()) => true,
+                    Err(e) => store_failed(&e),
+                }
             };
             if ok {
                 let st = lock(&self.state);
@@ -375,6 +386,22 @@ impl Cluster {
                 let _ = w.send(ok);
             }
         }
+    }
+
+    /// A leader that could not replicate (it lost the lead, or a majority of the replicas
+    /// did not answer in time) holds changes in memory that may never be durable: from now
+    /// on it acknowledges nothing (each waiting request is told `why`), and it exits shortly
+    /// (status 75), so that the service manager restarts it as a follower of whoever leads,
+    /// from what was committed. Always `false` (nothing was replicated).
+    fn replication_failed(&self, why: String) -> bool {
+        tracing::error!("replication failed: {why}; exiting so that schedd restarts as a follower");
+        let _ = self.replication_failure.set(why);
+        tokio::spawn(async {
+            tokio::time::sleep(EXIT_AFTER_FAILED_REPLICATION).await;
+            eprintln!("schedd: fatal: replication failed");
+            std::process::exit(75)
+        });
+        false
     }
 
     fn lock_proposals(&self) -> MutexGuard<'_, Vec<store::Batch>> {

@@ -80,3 +80,65 @@ fn a_new_leader_takes_over_a_kill_9_with_every_acknowledged_submit() {
         println!("{}", r.logs());
     }
 }
+
+/// Job `id` as replica `n` lists it.
+fn job(r: &Replicas, n: u64, id: u64) -> Option<serde_json::Value> {
+    r.jobs(n)
+        .into_iter()
+        .find(|j| j["id"].as_u64() == Some(id))
+}
+
+#[test]
+fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
+    let mut r = Replicas::start(3);
+    r.start_agent(&FakeNode::uniform("n1", 2, "A100"));
+    let (leader, _) = r.leader(Duration::from_secs(30));
+    wait_until(Duration::from_secs(30), "the agent registers", || {
+        let out = r.run(leader, "yctl", &["nodes", "--json"]);
+        out.status.success() && stdout(&out).contains("\"n1\"")
+    });
+    let pid_file = r.dir.path().join("job.pid");
+    let script = format!("echo $$ > {}; exec sleep 300", pid_file.display());
+    let id = r.submit(leader, &["--wrap", &script]);
+    wait_until(Duration::from_secs(30), "the job runs", || {
+        pid_file.exists() && job(&r, leader, id).is_some_and(|j| j["state"] == "RUNNING")
+    });
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    let followers: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
+    for n in &followers {
+        r.kill(*n, Signal::SIGKILL);
+    }
+    let out = r.run(leader, "ysub", &["--parsable", "--hold", "--wrap", "true"]);
+    assert!(!out.status.success(), "a lone replica acknowledged a submit");
+    let err = stderr(&out);
+    assert!(err.contains("no quorum"), "{err}");
+    // Asked again while the majority is still away: refused, naming the reason.
+    wait_until(Duration::from_secs(20), "the lone replica refuses", || {
+        let out = r.run(leader, "yq", &[]);
+        r.runs(leader) && !out.status.success() && stderr(&out).contains("no quorum")
+    });
+    // The job runs on meanwhile (its node fences only after node.fence_after_secs).
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the job was stopped\n{}",
+        r.logs()
+    );
+
+    for n in followers {
+        r.start_replica(n);
+    }
+    let (back, _) = r.leader(Duration::from_secs(30));
+    // The refused submit was never acknowledged: it may have taken effect (it was in the
+    // lone leader's log, which may lead again) or not; nothing else changed.
+    let listed = r.jobs(back);
+    assert!(listed.len() <= 2, "{listed:?}");
+    let running = job(&r, back, id).expect("the running job");
+    assert_eq!(running["state"], "RUNNING");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
