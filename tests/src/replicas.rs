@@ -181,9 +181,26 @@ impl Replicas {
         self.restarts
     }
 
-    /// Runs a CLI against replica `n`'s client socket.
+    /// Runs a CLI against replica `n`'s client socket; one that has not answered within
+    /// 20 s (a stopped replica never answers) is killed.
     pub fn run(&self, n: u64, bin: &str, args: &[&str]) -> Output {
-        self.command(n, bin).args(args).output().expect("run CLI")
+        self.run_within(n, Duration::from_secs(20), bin, args)
+    }
+
+    fn run_within(&self, n: u64, timeout: Duration, bin: &str, args: &[&str]) -> Output {
+        let mut child = self
+            .command(n, bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run CLI");
+        let start = Instant::now();
+        while child.try_wait().ok().flatten().is_none() && start.elapsed() < timeout {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        child.wait_with_output().expect("CLI output")
     }
 
     /// The replica that serves clients (leads), once one does, and how long that took.
@@ -191,7 +208,12 @@ impl Replicas {
         let start = Instant::now();
         loop {
             for n in 1..=self.count {
-                if self.runs(n) && self.run(n, "yq", &["--json"]).status.success() {
+                if self.runs(n)
+                    && self
+                        .run_within(n, Duration::from_secs(2), "yq", &["--json"])
+                        .status
+                        .success()
+                {
                     return (n, start.elapsed());
                 }
             }

@@ -83,9 +83,7 @@ fn a_new_leader_takes_over_a_kill_9_with_every_acknowledged_submit() {
 
 /// Job `id` as replica `n` lists it.
 fn job(r: &Replicas, n: u64, id: u64) -> Option<serde_json::Value> {
-    r.jobs(n)
-        .into_iter()
-        .find(|j| j["id"].as_u64() == Some(id))
+    r.jobs(n).into_iter().find(|j| j["id"].as_u64() == Some(id))
 }
 
 #[test]
@@ -114,7 +112,10 @@ fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
         r.kill(*n, Signal::SIGKILL);
     }
     let out = r.run(leader, "ysub", &["--parsable", "--hold", "--wrap", "true"]);
-    assert!(!out.status.success(), "a lone replica acknowledged a submit");
+    assert!(
+        !out.status.success(),
+        "a lone replica acknowledged a submit"
+    );
     let err = stderr(&out);
     assert!(err.contains("no quorum"), "{err}");
     // Asked again while the majority is still away: refused, naming the reason.
@@ -141,4 +142,48 @@ fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
     let running = job(&r, back, id).expect("the running job");
     assert_eq!(running["state"], "RUNNING");
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[test]
+fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
+    let mut r = Replicas::start(3);
+    r.start_agent(&FakeNode::uniform("n1", 2, "A100"));
+    let (leader, _) = r.leader(Duration::from_secs(30));
+    wait_until(Duration::from_secs(30), "the agent registers", || {
+        let out = r.run(leader, "yctl", &["nodes", "--json"]);
+        out.status.success() && stdout(&out).contains("\"n1\"")
+    });
+    let pids = r.dir.path().join("pids");
+    let script = format!("echo $$ >> {}; exec sleep 300", pids.display());
+    let first = r.submit(leader, &["--wrap", &script]);
+    wait_until(Duration::from_secs(30), "the job runs", || {
+        job(&r, leader, first).is_some_and(|j| j["state"] == "RUNNING")
+    });
+
+    r.kill(leader, Signal::SIGSTOP);
+    let (second, _) = r.leader(Duration::from_secs(30));
+    assert_ne!(second, leader);
+    // The agent finds the new leader; a job submitted there runs.
+    let next = r.submit(second, &["--wrap", &script]);
+    wait_until(Duration::from_secs(60), "the new leader's job runs", || {
+        job(&r, second, next).is_some_and(|j| j["state"] == "RUNNING")
+    });
+    r.kill(leader, Signal::SIGCONT);
+    // The old leader steps down (it exits, and comes back as a follower).
+    wait_until(Duration::from_secs(30), "the old leader steps down", || {
+        std::fs::read_to_string(r.dir.path().join(format!("replica-{leader}.log")))
+            .unwrap_or_default()
+            .contains("lost the lead")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (now, _) = r.leader(Duration::from_secs(30));
+    assert_ne!(now, leader, "the woken leader leads again");
+    // Each job started once, and both still run.
+    let started = std::fs::read_to_string(&pids).unwrap();
+    assert_eq!(started.lines().count(), 2, "{started}");
+    for id in [first, next] {
+        let j = job(&r, now, id).unwrap();
+        assert_eq!(j["state"], "RUNNING", "{j}");
+        assert_eq!(j["restart_count"], 0, "{j}");
+    }
 }
