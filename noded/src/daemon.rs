@@ -169,6 +169,12 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let agent_config = AgentConfig {
         name,
         address,
+        // `--schedd` names one schedd; otherwise the replicas, when there are any.
+        replicas: if options.schedd.is_some() {
+            Vec::new()
+        } else {
+            config.scheduler.replicas.clone()
+        },
         schedd,
         cluster_key,
         ca_cert_pem,

@@ -41,6 +41,7 @@ async fn session_with_schedd_end_to_end() {
     .unwrap();
     let (ca_cert_pem, tls) = fake_schedd_tls();
     let config = AgentConfig {
+        replicas: Vec::new(),
         gpus: vec![pb::Gpu {
             index: 0,
             uuid: "GPU-0".into(),
@@ -630,6 +631,7 @@ async fn gpu_faults_reach_schedd_and_forgets_are_confirmed() {
     })
     .unwrap();
     let config = AgentConfig {
+        replicas: Vec::new(),
         gpus: gpus.iter().map(pb::Gpu::from).collect(),
         // Heartbeats far apart: a fault must not wait for the next one.
         heartbeat: Duration::from_secs(3600),
@@ -679,6 +681,7 @@ async fn gpu_faults_reach_schedd_and_forgets_are_confirmed() {
     })
     .unwrap();
     let config = AgentConfig {
+        replicas: Vec::new(),
         heartbeat: Duration::from_secs(3600),
         fence_after_secs: 0,
         ..schedd.agent_config()

@@ -20,6 +20,7 @@ pub mod core;
 pub mod error;
 pub mod fair_share;
 pub mod metrics;
+pub mod replica;
 pub mod report;
 pub mod server;
 pub mod shell;

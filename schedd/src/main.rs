@@ -18,6 +18,9 @@ struct Args {
     /// Override `scheduler.socket` (Unix socket for clients).
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// This replica's 1-based place in `scheduler.replicas` (overrides `scheduler.replica`).
+    #[arg(long, value_name = "N")]
+    replica: Option<u32>,
     /// More log output (-v info, -vv debug). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -87,6 +90,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = args.socket {
         config.scheduler.socket = s;
     }
+    // This replica's place among `scheduler.replicas` (none: schedd runs alone).
+    if args.replica.is_some() && config.scheduler.replicas.is_empty() {
+        anyhow::bail!(
+            "--replica needs scheduler.replicas (the addresses of all replicas); without them \
+             schedd runs alone"
+        );
+    }
+    let place = config
+        .replica_place(args.replica.unwrap_or(config.scheduler.replica))
+        .map_err(|e| anyhow::anyhow!(e))?
+        .map(|_| u64::from(args.replica.unwrap_or(config.scheduler.replica)));
     raise_open_files_limit(&config);
     ysched_common::edge::peer_log::spawn_summaries();
     // Durable entries: a power loss right after the first start must not take the directory.
@@ -119,6 +133,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
         })?),
     };
     let socket_path = config.scheduler.socket.clone();
+    if let Some(place) = place {
+        let ca_pem = std::fs::read_to_string(config.ca_cert_path())
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.ca_cert_path().display()))?;
+        tracing::info!(
+            replica = place,
+            of = config.scheduler.replicas.len(),
+            "schedd starting as a replica"
+        );
+        let _ = ysched_common::sdnotify::notify_ready();
+        server::serve_replica(
+            config,
+            store,
+            place,
+            key,
+            ca_pem,
+            tls,
+            clients,
+            agents,
+            metrics,
+            shutdown_signal(),
+        )
+        .await?;
+        let _ = std::fs::remove_file(socket_path);
+        return Ok(());
+    }
     let recovering = std::time::Instant::now();
     let cluster = Cluster::start(config, store)?;
     tracing::info!(recovery = ?recovering.elapsed(), "schedd ready");

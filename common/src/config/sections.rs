@@ -95,6 +95,13 @@ pub struct SchedulerConfig {
     pub keep_usage: String,
     /// HTTP address of the Prometheus metrics (`/metrics`), e.g. `0.0.0.0:9717`; empty: off.
     pub metrics_listen: String,
+    /// The agent-port addresses (`host:port`) of all of schedd's replicas, the same list on
+    /// every host: 3, 5 or 7 of them, replicated under Raft. Empty (the default): one schedd,
+    /// no replication.
+    pub replicas: Vec<String>,
+    /// This replica's 1-based place in `replicas` (`schedd --replica N` sets it too); 0: not
+    /// set.
+    pub replica: u32,
     /// Every account's usage is visible to everyone; `false`: a user who is no administrator
     /// sees the usage (reports, fair share, and the GPUs, run times and history of jobs) of
     /// the accounts they may charge and of their own jobs only (see
@@ -253,6 +260,8 @@ impl Default for SchedulerConfig {
             keep_finished: "30d".into(),
             keep_usage: "2y".into(),
             metrics_listen: String::new(),
+            replicas: Vec::new(),
+            replica: 0,
             reports_public: true,
             max_array_size: crate::array::DEFAULT_MAX_ARRAY_SIZE,
             kill_invalid_depend: false,

@@ -207,3 +207,30 @@ fn sendmail_defaults_to_the_usual_path_and_may_be_turned_off() {
     let err = Config::parse("[notify]\nsendmail = \"sendmail\"\n").unwrap_err();
     assert!(err.contains("absolute path"), "{err}");
 }
+
+#[test]
+fn replicas_are_none_or_three_five_or_seven_distinct_addresses() {
+    let three = "replicas = [\"h1:7400\", \"h2:7400\", \"10.0.0.3:7400\"]\n";
+    let c = Config::parse(&format!("[scheduler]\n{three}")).unwrap();
+    assert_eq!(c.replica_place(2).unwrap(), Some("h2:7400"));
+    let err = c.replica_place(0).unwrap_err();
+    assert!(err.contains("--replica"), "{err}");
+    let err = c.replica_place(4).unwrap_err();
+    assert!(err.contains("1 to 3"), "{err}");
+    assert_eq!(Config::default().replica_place(0).unwrap(), None);
+    let c = Config::parse(&format!("[scheduler]\n{three}replica = 3\n")).unwrap();
+    assert_eq!(c.scheduler.replica, 3);
+    for (bad, why) in [
+        ("replicas = [\"h1:1\", \"h2:1\"]\n", "3, 5 or 7"),
+        ("replicas = [\"h1:1\", \"h2:1\", \"h1:1\"]\n", "twice"),
+        ("replicas = [\"h1:1\", \"h2:1\", \"h3\"]\n", "host:port"),
+        ("replicas = [\"h1:1\", \"h2:1\", \":7\"]\n", "host:port"),
+        ("replicas = [\"h1:1\", \"h2:1\", \"h3:0\"]\n", "host:port"),
+        ("replica = 2\n", "needs scheduler.replicas"),
+    ] {
+        let err = Config::parse(&format!("[scheduler]\n{bad}")).unwrap_err();
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+    let err = Config::parse(&format!("[scheduler]\n{three}replica = 4\n")).unwrap_err();
+    assert!(err.contains("not among"), "{err}");
+}

@@ -116,6 +116,7 @@ impl Config {
             ));
         }
         self.fair_share_half_life_ms()?;
+        self.check_replicas()?;
         match (self.keep_finished_ms()?, self.keep_usage_ms()?) {
             (None, Some(_)) => {
                 return Err(format!(
@@ -170,5 +171,76 @@ impl Config {
             }
         }
         self.validate_slurm()
+    }
+
+    /// `scheduler.replicas` and `scheduler.replica`: none (one schedd), or 3, 5 or 7 distinct
+    /// `host:port` addresses with this one's place among them (when set here rather than by
+    /// `schedd --replica`).
+    fn check_replicas(&self) -> Result<(), String> {
+        let s = &self.scheduler;
+        if s.replicas.is_empty() {
+            if s.replica != 0 {
+                return Err(format!(
+                    "scheduler.replica = {} needs scheduler.replicas (the addresses of all \
+                     replicas); without them schedd runs alone",
+                    s.replica
+                ));
+            }
+            return Ok(());
+        }
+        if ![3, 5, 7].contains(&s.replicas.len()) {
+            return Err(format!(
+                "scheduler.replicas names {} replicas: run 3, 5 or 7 (a majority of them must \
+                 be up for schedd to serve), or none for a single schedd",
+                s.replicas.len()
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for addr in &s.replicas {
+            crate::text::check_printable("scheduler.replicas address", addr)?;
+            let port = addr
+                .rsplit_once(':')
+                .and_then(|(host, port)| (!host.is_empty()).then_some(port)?.parse::<u16>().ok());
+            if port.is_none_or(|p| p == 0) {
+                return Err(format!(
+                    "scheduler.replicas: {:?} is not host:port (the replica's agent port, as \
+                     scheduler.listen)",
+                    crate::text::excerpt(addr, 64)
+                ));
+            }
+            if !seen.insert(addr) {
+                return Err(format!(
+                    "scheduler.replicas names {:?} twice",
+                    crate::text::excerpt(addr, 64)
+                ));
+            }
+        }
+        if s.replica != 0 {
+            self.replica_place(s.replica)?;
+        }
+        Ok(())
+    }
+
+    /// Checks `place` (1-based, `scheduler.replica` or `schedd --replica`) against
+    /// `scheduler.replicas`: `None` when schedd runs alone, else this replica's address.
+    pub fn replica_place(&self, place: u32) -> Result<Option<&str>, String> {
+        let replicas = &self.scheduler.replicas;
+        if replicas.is_empty() {
+            return Ok(None);
+        }
+        if place == 0 {
+            return Err(format!(
+                "scheduler.replicas names {} replicas but not which one this is: start schedd \
+                 with --replica N, or set scheduler.replica",
+                replicas.len()
+            ));
+        }
+        match replicas.get((place as usize).wrapping_sub(1)) {
+            Some(addr) => Ok(Some(addr)),
+            None => Err(format!(
+                "replica {place} is not among scheduler.replicas (1 to {})",
+                replicas.len()
+            )),
+        }
     }
 }

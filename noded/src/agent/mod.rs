@@ -53,6 +53,10 @@ pub struct AgentConfig {
     pub address: String,
     /// schedd's agent endpoint, `host:port`.
     pub schedd: String,
+    /// With schedd's replicas (`scheduler.replicas`): all of their agent endpoints. The agent
+    /// registers with the one that leads: a replica that does not lead names the leader, and
+    /// the agent goes there (or tries the next). Empty: only `schedd`.
+    pub replicas: Vec<String>,
     pub cluster_key: String,
     /// The cluster CA certificate (PEM): schedd must present a certificate it signed before
     /// anything, the cluster key included, is sent.
@@ -100,7 +104,10 @@ enum SessionError {
 
 pub struct Agent {
     config: AgentConfig,
-    endpoint: Endpoint,
+    /// Where schedd may be: `schedd`, or each replica (see [`AgentConfig::replicas`]).
+    endpoints: Vec<(String, Endpoint)>,
+    /// The one the agent talks to now.
+    current: usize,
     authorization: MetadataValue<Ascii>,
     launcher: Launcher,
     events: mpsc::UnboundedReceiver<JobEvent>,
@@ -130,30 +137,25 @@ impl Agent {
         let authorization = format!("Bearer {}", config.cluster_key)
             .parse()
             .map_err(|_| AgentError::BadClusterKey)?;
-        let url = format!("https://{}", config.schedd);
-        // Only the pinned cluster CA is trusted (no system roots), and the name checked is
-        // the one schedd's certificate is always issued for, whatever address is dialled.
-        let tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&config.ca_cert_pem))
-            .domain_name(ysched_common::tls::SCHEDD_TLS_NAME);
-        let endpoint = Endpoint::from_shared(url)
-            .map_err(|e| AgentError::BadAddress(config.schedd.clone(), e))?
-            .tls_config(tls)
-            .map_err(|e| AgentError::BadCa(config.ca_cert_path.clone(), e))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            // A schedd host that vanished (no RST) is noticed within about a heartbeat.
-            .http2_keep_alive_interval(config.heartbeat.max(Duration::from_secs(1)))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .initial_stream_window_size(Some(WINDOW))
-            .initial_connection_window_size(Some(WINDOW));
+        let mut addresses = config.replicas.clone();
+        if addresses.is_empty() {
+            addresses.push(config.schedd.clone());
+        }
+        let current = addresses
+            .iter()
+            .position(|a| *a == config.schedd)
+            .unwrap_or(0);
+        let endpoints = addresses
+            .into_iter()
+            .map(|addr| Ok((addr.clone(), schedd_endpoint(&config, &addr)?)))
+            .collect::<Result<Vec<_>, AgentError>>()?;
         let lease_path = launcher.lease_path();
         let lease = LeaseKeeper::new(lease_path.clone(), config.fence_after_secs)
             .map_err(|e| AgentError::Lease(lease_path.display().to_string(), e))?;
         Ok(Agent {
             config,
-            endpoint,
+            endpoints,
+            current,
             authorization,
             launcher,
             events,
@@ -194,7 +196,8 @@ impl Agent {
                 retry = FIRST_RETRY;
                 was_connected = true;
             }
-            let schedd = &self.config.schedd;
+            let schedd = self.schedd().to_string();
+            let moved = self.follow_leader(&result);
             match result {
                 Ok(()) => {}
                 // The first failure after a working session (or at start) is news; repeated
@@ -230,13 +233,40 @@ impl Agent {
                 Err(e) => tracing::debug!("session with schedd at {schedd}: {e}"),
             }
             was_connected = false;
+            if moved {
+                // Told where the leader is: go there at once.
+                retry = FIRST_RETRY;
+            }
             tokio::time::sleep(jittered(retry, &mut self.jitter)).await;
             retry = (retry * 2).min(MAX_RETRY);
         }
     }
 
+    /// The schedd endpoint the agent talks to now.
+    fn schedd(&self) -> &str {
+        &self.endpoints[self.current].0
+    }
+
+    /// After a session with one of schedd's replicas ended: on to the leader it named, or to
+    /// the next replica. Whether it named one.
+    fn follow_leader(&mut self, result: &Result<(), SessionError>) -> bool {
+        if self.endpoints.len() < 2 {
+            return false;
+        }
+        let named = match result {
+            Err(SessionError::Status(s)) if s.code() == tonic::Code::Unavailable => {
+                leader_named(s.message())
+                    .and_then(|leader| self.endpoints.iter().position(|(addr, _)| addr == leader))
+            }
+            _ => None,
+        };
+        self.current = named.unwrap_or((self.current + 1) % self.endpoints.len());
+        named.is_some()
+    }
+
     async fn session(&mut self, registered: &mut bool) -> Result<(), SessionError> {
-        let channel = self.endpoint.connect().await?;
+        let endpoint = self.endpoints[self.current].1.clone();
+        let channel = endpoint.connect().await?;
         let mut client = NodeAgentClient::new(channel.clone())
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes);
@@ -273,7 +303,7 @@ impl Agent {
                 let relay_channel = if token.is_empty() {
                     channel.clone()
                 } else {
-                    self.endpoint.connect_lazy()
+                    endpoint.connect_lazy()
                 };
                 self.session_slot.set(RelayLink {
                     channel: relay_channel,
@@ -281,7 +311,7 @@ impl Agent {
                 });
                 tracing::info!(
                     "registered with schedd at {} ({running} running, {finished} ended jobs reported)",
-                    self.config.schedd
+                    self.schedd()
                 );
                 self.notify_systemd_once();
                 for job_id in registered_reply.kill_jobs {
@@ -526,4 +556,45 @@ async fn send(outbox: &mpsc::Sender<pb::AgentMessage>, msg: AgentMsg) -> Result<
         .send(pb::AgentMessage { msg: Some(msg) })
         .await
         .map_err(|_| SessionError::Closed)
+}
+
+/// The endpoint of schedd (or one of its replicas) at `addr`: only the pinned cluster CA is
+/// trusted (no system roots), and the name checked is the one schedd's certificate is always
+/// issued for, whatever address is dialled.
+fn schedd_endpoint(config: &AgentConfig, addr: &str) -> Result<Endpoint, AgentError> {
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&config.ca_cert_pem))
+        .domain_name(ysched_common::tls::SCHEDD_TLS_NAME);
+    Ok(Endpoint::from_shared(format!("https://{addr}"))
+        .map_err(|e| AgentError::BadAddress(addr.to_string(), e))?
+        .tls_config(tls)
+        .map_err(|e| AgentError::BadCa(config.ca_cert_path.clone(), e))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        // A schedd host that vanished (no RST) is noticed within about a heartbeat.
+        .http2_keep_alive_interval(config.heartbeat.max(Duration::from_secs(1)))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true)
+        .initial_stream_window_size(Some(WINDOW))
+        .initial_connection_window_size(Some(WINDOW)))
+}
+
+/// The leader's address in a replica's refusal ("... replica 2 at h2:7400 leads").
+fn leader_named(message: &str) -> Option<&str> {
+    let (_, rest) = message.rsplit_once(" at ")?;
+    rest.strip_suffix(" leads")
+}
+
+#[cfg(test)]
+mod leader_tests {
+    #[test]
+    fn the_leader_is_read_from_a_replicas_refusal() {
+        let refusal = "not the leader: this schedd is replica 1 of scheduler.replicas; replica \
+                       3 at 10.0.0.3:7400 leads";
+        assert_eq!(super::leader_named(refusal), Some("10.0.0.3:7400"));
+        assert_eq!(
+            super::leader_named("no quorum: no replica of scheduler.replicas leads"),
+            None
+        );
+    }
 }

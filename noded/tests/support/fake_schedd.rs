@@ -422,6 +422,7 @@ pub async fn next_session(sessions: &mut mpsc::UnboundedReceiver<Session>) -> Se
 /// 30 s) with the test key, reporting to the schedd on `port`.
 pub fn agent_config(port: u16, ca_cert_pem: String) -> AgentConfig {
     AgentConfig {
+        replicas: Vec::new(),
         name: "n1".into(),
         address: "127.0.0.1".into(),
         schedd: format!("127.0.0.1:{port}"),

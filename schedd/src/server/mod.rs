@@ -12,8 +12,10 @@
 mod agent_api;
 mod client_api;
 pub(crate) mod convert;
+mod leading;
 mod metrics_http;
 mod relay;
+mod replication;
 mod tls;
 
 pub(crate) use convert::part_end;
@@ -30,6 +32,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
+use ysched_proto as pb;
 use ysched_proto::node_agent_server::NodeAgentServer;
 
 /// The status a client gets for `e`. Its message is capped: it travels in an HTTP/2 header,
@@ -105,6 +108,32 @@ const WINDOW: u32 = 16 * 1024 * 1024;
 /// on at once.
 const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
 
+/// The services of the schedd that leads (the only one there is without replicas).
+#[derive(Clone)]
+struct Leader {
+    clients: client_api::ClientService,
+    agents: NodeAgentServer<agent_api::AgentApi>,
+    /// The client API again, for requests agents relay from their hosts' client sockets
+    /// (see `relay`): behind the same cluster-key check as the sessions.
+    relayed: client_api::ClientService,
+}
+
+impl Leader {
+    fn of(cluster: &Arc<Cluster>) -> Leader {
+        // Every message limit is above what a submit may carry (script and environment at
+        // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its
+        // node.
+        let max_message = cluster.config().max_message_bytes();
+        Leader {
+            clients: client_api::ClientService::new(cluster.clone(), max_message),
+            agents: NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+            relayed: client_api::ClientService::new(cluster.clone(), max_message),
+        }
+    }
+}
+
 /// Serves both listeners, and the metrics endpoint on `metrics` when given
 /// (`scheduler.metrics_listen`, see `metrics_http`), until `shutdown` completes. Agents get
 /// TLS with `tls`.
@@ -117,55 +146,92 @@ pub async fn serve(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // Every message limit is above what a submit may carry (script and environment at
-    // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its node.
-    let max_message = cluster.config().max_message_bytes();
-    // Cancelled once `shutdown` completes: every listener stops accepting.
     let stop = CancellationToken::new();
     let metrics_task = metrics.map(|listener| {
         let stopped = stop.clone().cancelled_owned();
         tokio::spawn(metrics_http::serve(listener, cluster.clone(), stopped))
     });
+    let (_leader, serving) =
+        tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(&cluster)));
+    let served = serve_listeners(
+        cluster.config(),
+        serving,
+        None,
+        key,
+        tls,
+        clients,
+        agents,
+        stop,
+        shutdown,
+    )
+    .await;
+    if let Some(task) = metrics_task {
+        // It stops accepting at once; a scrape in flight is not waited for.
+        task.abort();
+    }
+    served
+}
+
+/// Serves the client socket and the agent port (with `replication` there too, for a
+/// replica), each request by the leader's services while `serving` has them, until
+/// `shutdown` completes; then cancels `stop`.
+#[allow(clippy::too_many_arguments)]
+async fn serve_listeners(
+    config: &ysched_common::Config,
+    serving: tokio::sync::watch::Receiver<leading::Serving<Leader>>,
+    replication: Option<pb::replication_server::ReplicationServer<replication::ReplicationApi>>,
+    key: String,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    clients: UnixListener,
+    agents: TcpListener,
+    stop: CancellationToken,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use leading::WhileLeading;
     // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
     // instead of waiting for WINDOW_UPDATEs every 64 KiB.
-    let config = &cluster.config().scheduler;
+    let scheduler = &config.scheduler;
     let client_limits = ConnectionLimits {
-        per_user: config.max_connections_per_user as usize,
+        per_user: scheduler.max_connections_per_user as usize,
         per_user_key: "scheduler.max_connections_per_user",
-        total: config.max_client_connections as usize,
+        total: scheduler.max_client_connections as usize,
         total_key: "scheduler.max_client_connections",
         exempt_uid: Some(0),
     };
     let clients = LimitedIncoming::new(
         clients,
-        format!("client socket {}", config.socket.display()),
+        format!("client socket {}", scheduler.socket.display()),
         client_limits,
     );
     let client_srv = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
         .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
-        .add_service(client_api::ClientService::new(cluster.clone(), max_message))
+        .add_service(WhileLeading::new(serving.clone(), |l: &Leader| {
+            l.clients.clone()
+        }))
         .serve_with_incoming_shutdown(clients, stop.clone().cancelled_owned());
-    let agent_service = NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
-    // The client API again, for requests agents relay from their hosts' client sockets
-    // (see `relay`): behind the same cluster-key check as the sessions.
-    let relayed_clients = client_api::ClientService::new(cluster, max_message);
     let (tls_incoming, accept_task) = tls::accept_loop(agents, tls);
+    let keyed = |svc| {
+        tonic::service::interceptor::InterceptedService::new(svc, agent_api::key_check(key.clone()))
+    };
     let agent_srv = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
+        .add_service(keyed(WhileLeading::new(serving.clone(), |l: &Leader| {
+            l.agents.clone()
+        })))
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            agent_service,
+            WhileLeading::new(serving, |l: &Leader| l.relayed.clone()),
             agent_api::key_check(key.clone()),
         ))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            relayed_clients,
-            agent_api::key_check(key),
-        ))
+        .add_optional_service(replication.map(|r| {
+            tonic::service::interceptor::InterceptedService::new(
+                r,
+                agent_api::key_check(key.clone()),
+            )
+        }))
         .serve_with_incoming_shutdown(tls_incoming, stop.clone().cancelled_owned());
     let client_task = tokio::spawn(client_srv);
     let agent_task = tokio::spawn(agent_srv);
@@ -183,11 +249,177 @@ pub async fn serve(
             Err(_) => abort.abort(),
         }
     }
-    if let Some(task) = metrics_task {
-        // It stops accepting at once; a scrape in flight is not waited for.
-        task.abort();
-    }
     Ok(())
+}
+
+/// Serves as replica `place` of `scheduler.replicas` over `store`: always the replication
+/// service; clients and agents only while this replica leads (others are told where the
+/// leader is). A replica that becomes the leader loads the state from its store (every
+/// committed change is in it) and starts scheduling; one that loses the lead exits (status
+/// 75), to be restarted as a follower.
+#[allow(clippy::too_many_arguments)]
+pub async fn serve_replica(
+    config: ysched_common::Config,
+    store: crate::store::Store,
+    place: u64,
+    key: String,
+    ca_pem: String,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    clients: UnixListener,
+    agents: TcpListener,
+    metrics: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use crate::replica::{Replica, Timing};
+    let members: std::collections::BTreeMap<u64, String> = config
+        .scheduler
+        .replicas
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| (i as u64 + 1, addr.clone()))
+        .collect();
+    let link = replication::GrpcLink::new(place, &key, &ca_pem, config.max_message_bytes())?;
+    let replica = Replica::start(place, store.clone(), Arc::new(link), Timing::default()).await?;
+    // The cluster is formed once, by the first replica at its first start (a replica with a
+    // log of its own ignores it). Only the first: another that formed it too would stand at
+    // once in the same term and unseat a leader the others had just elected.
+    if place == 1 {
+        replica.initialize(&members).await?;
+    }
+    let replication_service = pb::replication_server::ReplicationServer::new(
+        replication::ReplicationApi::new(replica.clone()),
+    )
+    .max_decoding_message_size(config.max_message_bytes())
+    .max_encoding_message_size(config.max_message_bytes());
+    let (leader_tx, serving) = tokio::sync::watch::channel(leading::Serving::Elsewhere(
+        where_the_leader_is(place, None, &members),
+    ));
+    let stop = CancellationToken::new();
+    let leading = tokio::spawn(lead_when_elected(
+        config.clone(),
+        store,
+        replica.clone(),
+        members,
+        leader_tx,
+        metrics,
+        stop.clone(),
+    ));
+    let served = serve_listeners(
+        &config,
+        serving,
+        Some(replication_service),
+        key,
+        tls,
+        clients,
+        agents,
+        stop,
+        shutdown,
+    )
+    .await;
+    leading.abort();
+    replica.shutdown().await;
+    served
+}
+
+/// What a replica that does not lead tells clients and agents.
+fn where_the_leader_is(
+    place: u64,
+    leader: Option<u64>,
+    members: &std::collections::BTreeMap<u64, String>,
+) -> String {
+    // A replica that counts itself the leader but has no majority behind it (one restarted
+    // with its own vote) does not lead either.
+    match leader
+        .filter(|l| *l != place)
+        .and_then(|l| Some((l, members.get(&l)?)))
+    {
+        Some((l, addr)) => format!(
+            "not the leader: this schedd is replica {place} of scheduler.replicas; replica {l} \
+             at {addr} leads"
+        ),
+        None => format!(
+            "no quorum: no replica of scheduler.replicas leads (a majority of the {} must be up \
+             and reach each other); this is replica {place}",
+            members.len()
+        ),
+    }
+}
+
+/// Follows the replica's role: once it leads and has applied everything committed, starts
+/// the `Cluster` from the store and serves it (and the metrics endpoint); exits when the
+/// lead is lost (see `shell::lead_lost`).
+async fn lead_when_elected(
+    config: ysched_common::Config,
+    store: crate::store::Store,
+    replica: crate::replica::Replica,
+    members: std::collections::BTreeMap<u64, String>,
+    serving: tokio::sync::watch::Sender<leading::Serving<Leader>>,
+    metrics: Option<TcpListener>,
+    stop: CancellationToken,
+) {
+    let mut watch = replica.raft.metrics();
+    let mut metrics = metrics;
+    let mut cluster: Option<Arc<Cluster>> = None;
+    loop {
+        let m = watch.borrow_and_update().clone();
+        let leads = m.current_leader == Some(replica.id) && m.state.is_leader();
+        match (&cluster, leads) {
+            (Some(_), false) => {
+                tracing::error!(
+                    "replica {} lost the lead ({}); exiting so that it restarts as a follower",
+                    replica.id,
+                    where_the_leader_is(replica.id, m.current_leader, &members)
+                );
+                eprintln!("schedd: fatal: lost the lead");
+                std::process::exit(75);
+            }
+            (None, true)
+                if m.last_applied.map(|l| l.index) >= m.last_log_index && replica.has_quorum() =>
+            {
+                let loading = std::time::Instant::now();
+                match Cluster::start_leading(config.clone(), store.clone(), replica.clone()) {
+                    Ok(c) => {
+                        tracing::info!(
+                            replica = replica.id,
+                            term = m.current_term,
+                            took = ?loading.elapsed(),
+                            "leading: state loaded, serving clients and agents"
+                        );
+                        if let Some(listener) = metrics.take() {
+                            tokio::spawn(metrics_http::serve(
+                                listener,
+                                c.clone(),
+                                stop.clone().cancelled_owned(),
+                            ));
+                        }
+                        let _ = serving.send(leading::Serving::Leader(Leader::of(&c)));
+                        cluster = Some(c);
+                    }
+                    Err(e) => {
+                        tracing::error!("cannot load the state to lead: {e}");
+                        eprintln!("schedd: fatal: cannot load the state to lead: {e}");
+                        std::process::exit(75);
+                    }
+                }
+            }
+            (None, _) => {
+                let _ = serving.send(leading::Serving::Elsewhere(where_the_leader_is(
+                    replica.id,
+                    m.current_leader,
+                    &members,
+                )));
+            }
+            (Some(_), true) => {}
+        }
+        // Looked at again on each change, and every 100 ms (a majority's acknowledgement
+        // ages without a change).
+        tokio::select! {
+            changed = watch.changed() => if changed.is_err() {
+                return;
+            },
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+    }
 }
 
 #[cfg(test)]

@@ -194,7 +194,25 @@ pub struct Cluster {
     gpu_reports: Notify,
     /// Sends job mails (`notify.sendmail`), off the lock and off the runtime.
     mailer: mail::Mailer,
+    /// This schedd's replica when it is one of `scheduler.replicas` (it then leads): changes
+    /// are replicated instead of written to the store here, and are durable once a majority
+    /// of replicas have them (see [`Cluster::flush_loop`]).
+    replica: Option<crate::replica::Replica>,
+    /// With a replica: the changes written since the last flush, in the order they were
+    /// made (under the state lock), each to be replicated as one entry.
+    proposals: Mutex<Vec<store::Batch>>,
+    /// Set once replication failed: why. Nothing is acknowledged after it (see
+    /// [`Cluster::replication_failed`]).
+    replication_failure: std::sync::OnceLock<String>,
 }
+
+/// How long a leader that could not replicate goes on answering (every change refused with
+/// why) before it exits (see [`Cluster::replication_failed`]).
+const EXIT_AFTER_FAILED_REPLICATION: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long a leader waits for a majority to take its changes before it gives up the lead
+/// (see [`lead_lost`]): clients then get "no quorum" until one is back.
+const REPLICATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panic while holding the lock would be a bug; keep serving rather than cascade.
@@ -204,6 +222,24 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Cluster {
     /// Recovers state from the store and starts the flush and scheduling tasks.
     pub fn start(config: Config, store: Store) -> Result<Arc<Cluster>, store::Error> {
+        Self::start_with(config, store, None)
+    }
+
+    /// [`Cluster::start`] for the leader of `scheduler.replicas`, over its store (which holds
+    /// every committed change): its changes go through `replica`.
+    pub fn start_leading(
+        config: Config,
+        store: Store,
+        replica: crate::replica::Replica,
+    ) -> Result<Arc<Cluster>, store::Error> {
+        Self::start_with(config, store, Some(replica))
+    }
+
+    fn start_with(
+        config: Config,
+        store: Store,
+        replica: Option<crate::replica::Replica>,
+    ) -> Result<Arc<Cluster>, store::Error> {
         let rec = store.recover()?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
@@ -242,6 +278,9 @@ impl Cluster {
             refusals: Default::default(),
             gpu_reports: Notify::new(),
             mailer: mail::Mailer::new(&config_notify),
+            replica,
+            proposals: Mutex::default(),
+            replication_failure: std::sync::OnceLock::new(),
         });
         cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));
@@ -268,13 +307,16 @@ impl Cluster {
 
     /// Asks for a flush of everything applied so far (at once, not when polled); the future
     /// is ready once it is durable and the queued agent messages are delivered.
-    fn request_flush(&self) -> impl std::future::Future<Output = ApiResult<()>> {
+    fn request_flush(&self) -> impl std::future::Future<Output = ApiResult<()>> + '_ {
         let (tx, rx) = oneshot::channel();
         let _ = self.flush_tx.send(Some(tx));
         async move {
             match rx.await {
                 Ok(true) => Ok(()),
-                _ => Err(ApiError::Internal("state store flush failed".into())),
+                _ => Err(match self.replication_failure.get() {
+                    Some(why) => ApiError::Unavailable(why.clone()),
+                    None => ApiError::Internal("state store flush failed".into()),
+                }),
             }
         }
     }
@@ -290,20 +332,44 @@ impl Cluster {
             while let Ok(w) = rx.try_recv() {
                 waiters.extend(w);
             }
-            let (outbox, mails) = {
+            let (outbox, mails, proposals) = {
                 let mut st = lock(&self.state);
                 (
                     std::mem::take(&mut st.outbox),
                     std::mem::take(&mut st.mails),
+                    std::mem::take(&mut *self.lock_proposals()),
                 )
             };
-            let flushed = {
+            let ok = if let Some(replica) = &self.replica {
+                // Durable once a majority of the replicas have the changes in their logs;
+                // the answer comes once this replica applied them to its store too.
+                let replicated = if self.replication_failure.get().is_some() {
+                    false
+                } else {
+                    match tokio::time::timeout(
+                        REPLICATION_TIMEOUT,
+                        replica.replicate_all(proposals),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => true,
+                        Ok(Err(e)) => self.replication_failed(e.to_string()),
+                        Err(_) => self.replication_failed(format!(
+                            "no quorum: a majority of scheduler.replicas did not take the \
+                             change within {} s: it was not acknowledged, and takes effect only \
+                             if this replica leads again once a majority is back (check with \
+                             yq before you repeat it)",
+                            REPLICATION_TIMEOUT.as_secs()
+                        )),
+                    }
+                };
+                replicated
+            } else {
                 let _busy = StoreWatch::busy(&self.store_watch.flush_since);
-                self.store.flush().await
-            };
-            let ok = match flushed {
-                Ok(()) => true,
-                Err(e) => store_failed(&e),
+                match self.store.flush().await {
+                    Ok(()) => true,
+                    Err(e) => store_failed(&e),
+                }
             };
             if ok {
                 let st = lock(&self.state);
@@ -320,6 +386,26 @@ impl Cluster {
                 let _ = w.send(ok);
             }
         }
+    }
+
+    /// A leader that could not replicate (it lost the lead, or a majority of the replicas
+    /// did not answer in time) holds changes in memory that may never be durable: from now
+    /// on it acknowledges nothing (each waiting request is told `why`), and it exits shortly
+    /// (status 75), so that the service manager restarts it as a follower of whoever leads,
+    /// from what was committed. Always `false` (nothing was replicated).
+    fn replication_failed(&self, why: String) -> bool {
+        tracing::error!("replication failed: {why}; exiting so that schedd restarts as a follower");
+        let _ = self.replication_failure.set(why);
+        tokio::spawn(async {
+            tokio::time::sleep(EXIT_AFTER_FAILED_REPLICATION).await;
+            eprintln!("schedd: fatal: replication failed");
+            std::process::exit(75)
+        });
+        false
+    }
+
+    fn lock_proposals(&self) -> MutexGuard<'_, Vec<store::Batch>> {
+        self.proposals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
@@ -343,6 +429,12 @@ impl Cluster {
         }
         self.store.check_room(batch.bytes(), room)?;
         let audited = batch.has_audit();
+        if self.replica.is_some() {
+            // Replicated at the next flush, in this order; every replica (this one too)
+            // writes it to its store when it is committed.
+            self.lock_proposals().push(batch);
+            return Ok(());
+        }
         let _busy = StoreWatch::busy(&self.store_watch.write_since);
         match self.store.apply(batch) {
             Err(e) if e.is_fatal_write() => store_failed(&e),

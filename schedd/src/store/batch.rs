@@ -10,8 +10,9 @@ use super::{ended, usage, Payload};
 use crate::state::Effects;
 use ysched_common::{AuditRecord, Job, JobEvent, JobId, JobSpec, Node, RunRecord};
 
-/// One atomic change: job records, events and nodes written together.
-#[derive(Default)]
+/// One atomic change: job records, events and nodes written together. Serializable: it is
+/// what a replica's log entry carries (see `replica`), applied to each replica's store.
+#[derive(Default, Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Batch {
     pub(super) jobs: Vec<(JobId, JobWrite)>,
     pub(super) events: Vec<(JobId, JobEvent)>,
@@ -26,6 +27,10 @@ pub struct Batch {
     pub(super) index: Vec<IndexWrite>,
     /// About how many bytes the batch writes (keys and values), for [`Store::check_room`].
     pub(super) bytes: u64,
+    /// `meta` keys written in the same transaction: a replica's mark of the log entry the
+    /// batch came from (see [`Store::apply_replicated`]); never replicated itself.
+    #[serde(skip)]
+    pub(super) marks: Vec<(&'static [u8], Vec<u8>)>,
 }
 
 /// What [`Batch::bytes`] counts for an array task that ends without having run: usually
@@ -34,6 +39,7 @@ const ENDED_TASK_BYTES: u64 = 512;
 
 /// A job's write: its record, or an array task that ended without running, which
 /// [`Store::apply`] keeps in its array's record when it can (see [`ended`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) enum JobWrite {
     Record(Vec<u8>),
     EndedTask(Box<Job>),
@@ -275,6 +281,17 @@ impl Batch {
             && self.runs.is_empty()
             && self.array_specs.is_empty()
             && self.arrays.is_empty()
+            && self.marks.is_empty()
+    }
+
+    /// The batch as a replicated log entry carries it.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a batch serializes")
+    }
+
+    /// A batch from a replicated log entry.
+    pub fn from_bytes(bytes: &[u8]) -> super::Result<Batch> {
+        super::decode(b"replicated batch", bytes)
     }
 }
 

@@ -26,6 +26,13 @@ pub enum Error {
     /// covered may be lost, so nothing it covered may be acknowledged.
     #[error("state store: cannot make the flushed writes durable: {0}")]
     Sync(std::io::Error),
+    /// A replica's snapshot of the state that cannot be read (see `raft`): nothing was
+    /// changed.
+    #[error("state store: bad snapshot: {0}")]
+    Snapshot(String),
+    /// A key in the replica's log that is not an entry's index.
+    #[error("state store: corrupt replica log: {0}")]
+    CorruptLog(String),
 }
 
 impl Error {

@@ -46,7 +46,7 @@ const ENDED: u8 = b'e';
 pub(super) const INDEX_VERSION: &[u8] = b"index_version";
 
 /// A job's or an array's change to the index, written with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) enum IndexWrite {
     /// A job whose record is not finished.
     Active(JobId),

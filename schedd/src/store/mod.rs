@@ -31,6 +31,8 @@
 //!   jobs ended when (see [`history`]): start-up reads only the active, history queries and
 //!   retention go by end time. An end's key keeps the job's listing entry (see [`listed`]),
 //!   so that a listing by end time is one range scan.
+//! - `raft_log`, `raft_meta`: a replica's Raft log, vote and commit point, as bytes the
+//!   `replica` module encodes (see [`raft`]); not part of the replicated state.
 //!
 //! Writes become durable on [`Store::flush`], against a power loss too (see [`stable`]);
 //! callers acknowledge only after it.
@@ -47,6 +49,7 @@ mod ended;
 mod error;
 mod history;
 mod listed;
+mod raft;
 mod reads;
 mod stable;
 mod upkeep;
@@ -61,6 +64,7 @@ pub use error::{Error, Result};
 pub use history::Expired;
 use history::IndexWrite;
 pub use listed::{Finished, FinishedEntry};
+pub use raft::{APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;
 pub use crate::state::reactor::Room;
@@ -71,7 +75,7 @@ mod array_tests;
 #[cfg(test)]
 mod history_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Everything recovered at start-up.
 pub struct Recovered {
@@ -110,6 +114,11 @@ pub struct Store {
     array_specs: sled::Tree,
     arrays: sled::Tree,
     index: sled::Tree,
+    /// This replica's Raft log (see [`raft`]): entry index (u64 BE) → the entry as the
+    /// `replica` module encodes it.
+    raft_log: sled::Tree,
+    /// This replica's vote, commit point and last purged entry (see [`raft`]).
+    raft_meta: sled::Tree,
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
@@ -228,6 +237,8 @@ impl Store {
             array_specs: db.open_tree("array_specs")?,
             arrays: db.open_tree("arrays")?,
             index: db.open_tree("index")?,
+            raft_log: db.open_tree("raft_log")?,
+            raft_meta: db.open_tree("raft_meta")?,
             db,
         };
         store.build_index()?;
@@ -430,6 +441,9 @@ impl Store {
                     }
                     for (k, v) in &batch.runs {
                         usage.insert(k, v.as_slice())?;
+                    }
+                    for (k, v) in &batch.marks {
+                        meta.insert(*k, v.as_slice())?;
                     }
                     Ok::<(), ConflictableTransactionError<()>>(())
                 },

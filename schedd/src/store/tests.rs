@@ -4,7 +4,8 @@
 use super::*;
 use ysched_common::{AuditRecord, JobSpec, JobState, Owner, RunRecord};
 
-fn job(id: u64, state: JobState) -> Job {
+/// A plain job in `state` (tests of other modules that write the store use it too).
+pub(crate) fn job(id: u64, state: JobState) -> Job {
     Job {
         id: JobId(id),
         spec: std::sync::Arc::new(JobSpec {

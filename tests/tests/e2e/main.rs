@@ -23,6 +23,7 @@ mod nvml;
 mod placement;
 mod power_loss;
 mod preemption;
+mod replicas;
 mod report;
 mod slurm_options;
 mod slurm_scripts;

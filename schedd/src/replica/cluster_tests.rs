@@ -1,0 +1,212 @@
+//! Three replicas in one process, linked by direct calls: they agree on one state, a new
+//! leader takes over when the leader stops, a minority cannot write, and a wiped replica
+//! catches up from a snapshot and the log after it.
+
+use super::network::{answer, Answer, Link, LinkError, Message};
+use super::tests::{batch, view};
+use super::*;
+use crate::store::Store;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Routes each message straight to the target's Raft, unless the target is down.
+#[derive(Default)]
+struct Direct {
+    replicas: Mutex<BTreeMap<u64, openraft::Raft<TypeConfig>>>,
+    down: Mutex<BTreeSet<u64>>,
+}
+
+impl Link for Direct {
+    fn call<'a>(
+        &'a self,
+        target: u64,
+        addr: &'a str,
+        message: Message,
+        body: Vec<u8>,
+    ) -> Answer<'a> {
+        Box::pin(async move {
+            let unreachable = |why: &str| LinkError {
+                target,
+                addr: addr.to_string(),
+                why: why.to_string(),
+            };
+            if self.down.lock().unwrap().contains(&target) {
+                return Err(unreachable("down"));
+            }
+            let raft = self.replicas.lock().unwrap().get(&target).cloned();
+            let raft = raft.ok_or_else(|| unreachable("not started"))?;
+            answer(&raft, message, &body)
+                .await
+                .map_err(|e| unreachable(&e.to_string()))
+        })
+    }
+}
+
+const FAST: Timing = Timing {
+    heartbeat_ms: 50,
+    election_min_ms: 200,
+    election_max_ms: 400,
+    snapshot_every: 8,
+};
+
+struct Cluster {
+    link: Arc<Direct>,
+    dirs: BTreeMap<u64, tempfile::TempDir>,
+    stores: BTreeMap<u64, Store>,
+    replicas: BTreeMap<u64, Replica>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let mut c = Cluster {
+            link: Arc::default(),
+            dirs: BTreeMap::new(),
+            stores: BTreeMap::new(),
+            replicas: BTreeMap::new(),
+        };
+        for id in 1..=3 {
+            c.start_replica(id).await;
+        }
+        let members = (1..=3).map(|id| (id, format!("replica-{id}"))).collect();
+        c.replicas[&1].initialize(&members).await.unwrap();
+        c
+    }
+
+    /// Starts replica `id` on a fresh store (a wiped one, if it ran before).
+    async fn start_replica(&mut self, id: u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let link: Arc<dyn Link> = self.link.clone();
+        let replica = Replica::start(id, store.clone(), link, FAST).await.unwrap();
+        self.link
+            .replicas
+            .lock()
+            .unwrap()
+            .insert(id, replica.raft.clone());
+        self.link.down.lock().unwrap().remove(&id);
+        self.dirs.insert(id, dir);
+        self.stores.insert(id, store);
+        self.replicas.insert(id, replica);
+    }
+
+    async fn stop_replica(&mut self, id: u64) {
+        self.link.down.lock().unwrap().insert(id);
+        self.replicas.remove(&id).unwrap().shutdown().await;
+        self.stores.remove(&id);
+    }
+
+    /// The leader the running replicas agree on, once they do.
+    async fn leader(&self) -> u64 {
+        for _ in 0..200 {
+            let seen: BTreeSet<Option<u64>> = self.replicas.values().map(|r| r.leader()).collect();
+            if let [Some(leader)] = seen.into_iter().collect::<Vec<_>>()[..] {
+                if self.replicas.contains_key(&leader) {
+                    return leader;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("no leader the replicas agree on");
+    }
+
+    /// Waits until every running replica applied `index`.
+    async fn applied(&self, index: u64) {
+        for r in self.replicas.values() {
+            r.raft
+                .wait(Some(Duration::from_secs(10)))
+                .applied_index_at_least(Some(index), "applied")
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_agree_and_a_new_leader_takes_over() {
+    let mut c = Cluster::start().await;
+    let leader = c.leader().await;
+    let mut last = 0;
+    for i in 1..=10 {
+        last = c.replicas[&leader].replicate(batch(i)).await.unwrap();
+    }
+    c.applied(last).await;
+    let views: BTreeSet<String> = c.stores.values().map(view).collect();
+    assert_eq!(views.len(), 1, "replicas differ");
+    assert!(views.iter().next().unwrap().contains("entry 10"));
+
+    // A follower refuses to replicate, naming the leader.
+    let follower = *c.replicas.keys().find(|id| **id != leader).unwrap();
+    let err = c.replicas[&follower]
+        .replicate(batch(99))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ReplicaError::NotLeader(Some((id, _))) if id == leader),
+        "{err}"
+    );
+
+    c.stop_replica(leader).await;
+    let new_leader = c.leader().await;
+    assert_ne!(new_leader, leader);
+    for i in 11..=20 {
+        last = c.replicas[&new_leader].replicate(batch(i)).await.unwrap();
+    }
+    c.applied(last).await;
+    let views: BTreeSet<String> = c.stores.values().map(view).collect();
+    assert_eq!(views.len(), 1, "the two left differ");
+    let state = views.into_iter().next().unwrap();
+    assert!(state.contains("entry 10") && state.contains("entry 20"));
+    assert!(!state.contains("entry 99"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_cannot_write() {
+    let mut c = Cluster::start().await;
+    let leader = c.leader().await;
+    c.replicas[&leader].replicate(batch(1)).await.unwrap();
+    let others: Vec<u64> = c
+        .replicas
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    for id in others {
+        c.stop_replica(id).await;
+    }
+    let write = c.replicas[&leader].replicate(batch(2));
+    // No majority: the write never commits (the leader steps down or waits).
+    let r = tokio::time::timeout(Duration::from_secs(2), write).await;
+    assert!(!matches!(r, Ok(Ok(_))), "a lone replica committed a write");
+    assert!(!view(&c.stores[&leader]).contains("entry 2\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_replica_catches_up_from_a_snapshot_and_the_log() {
+    let mut c = Cluster::start().await;
+    let leader = c.leader().await;
+    let wiped = *c.replicas.keys().find(|id| **id != leader).unwrap();
+    c.stop_replica(wiped).await;
+    let mut last = 0;
+    // Past several snapshots (every 8 entries), so that the log before them is purged and
+    // the wiped replica needs the snapshot.
+    for i in 1..=30 {
+        last = c.replicas[&leader].replicate(batch(i)).await.unwrap();
+    }
+    c.start_replica(wiped).await;
+    c.applied(last).await;
+    let metrics = c.replicas[&wiped].raft.metrics().borrow().clone();
+    assert!(
+        metrics.snapshot.is_some(),
+        "caught up without a snapshot: {metrics:?}"
+    );
+    let views: BTreeSet<String> = c.stores.values().map(view).collect();
+    assert_eq!(views.len(), 1, "the wiped replica differs");
+    assert!(views.iter().next().unwrap().contains("entry 30"));
+    // And it can lead.
+    c.stop_replica(leader).await;
+    let new_leader = c.leader().await;
+    let index = c.replicas[&new_leader].replicate(batch(31)).await.unwrap();
+    c.applied(index).await;
+    assert!(view(&c.stores[&wiped]).contains("entry 31"));
+}

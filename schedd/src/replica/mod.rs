@@ -1,0 +1,53 @@
+//! schedd's replicas (issue 24): the only module that knows openraft. A replicated entry
+//! carries one event's store batch (`store::Batch`); each replica appends entries to its own
+//! log and applies the committed ones, in order, to its own store.
+//!
+//! So far: the log ([`LogStore`]) and the state machine ([`StateMachine`]) over the
+//! replica's `store::Store`, checked against openraft's own storage test suite; the network
+//! over a transport-neutral [`network::Link`]; a [`Replica`] that starts, joins and
+//! replicates; tests of three replicas in one process (`tests`). The gRPC link, the
+//! configuration and the leader's side in `shell` come next.
+
+// openraft's `StorageError` is what its traits return, large as it is.
+#![allow(clippy::result_large_err)]
+
+#[cfg(test)]
+mod cluster_tests;
+mod log_store;
+pub mod network;
+mod node;
+mod state_machine;
+#[cfg(test)]
+mod tests;
+
+pub use log_store::LogStore;
+pub use node::{Replica, ReplicaError, Timing};
+pub use state_machine::StateMachine;
+
+use std::io::Cursor;
+
+openraft::declare_raft_types!(
+    /// The replicas' Raft: an entry's data is a store batch; applying it answers nothing
+    /// (the leader answered its client from its own event before proposing).
+    pub TypeConfig:
+        D = crate::store::Batch,
+        R = (),
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A replica's storage error, as openraft takes it.
+type StorageError = openraft::StorageError<u64>;
+
+/// Encodes what the replica keeps (entries, votes, log ids, memberships).
+fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("openraft's types serialize")
+}
+
+/// Decodes what [`encode`] made.
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    serde_json::from_slice(bytes)
+}

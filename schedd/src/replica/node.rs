@@ -1,0 +1,169 @@
+//! One replica: its Raft over its store, started, joined to the others, and asked to
+//! replicate a batch.
+
+use super::network::{Link, Network};
+use super::{LogStore, StateMachine, TypeConfig};
+use crate::store::{Batch, Store};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// How fast replicas notice each other (milliseconds): the leader's heartbeat, and the
+/// silence after which a follower stands for election (a random time in the range).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Entries applied between snapshots; the log before a snapshot is purged.
+    pub snapshot_every: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        // A leader's death is noticed within 0.8 to 1.6 s, so that a new leader serves
+        // within 3 s (issue 24); followers refuse votes while they hear from a leader, so a
+        // slow replica cannot unseat a live one.
+        Timing {
+            heartbeat_ms: 200,
+            election_min_ms: 800,
+            election_max_ms: 1600,
+            snapshot_every: 10_000,
+        }
+    }
+}
+
+/// Why a replica could not start or replicate.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("replica settings: {0}")]
+    Settings(String),
+    #[error("replica: {0}")]
+    Fatal(String),
+    /// Not the leader: the leader this replica knows of, if any (id and address).
+    #[error("not the leader{}", .0.as_ref().map(|(id, addr)| format!(": replica {id} at {addr} is")).unwrap_or_default())]
+    NotLeader(Option<(u64, String)>),
+    /// The leader could not reach a majority.
+    #[error("no quorum: {0}")]
+    NoQuorum(String),
+}
+
+/// A started replica.
+#[derive(Clone)]
+pub struct Replica {
+    pub id: u64,
+    pub raft: Raft<TypeConfig>,
+    /// How recent a majority's acknowledgement must be for [`Replica::has_quorum`].
+    quorum_fresh_ms: u64,
+}
+
+impl Replica {
+    /// Starts replica `id` over `store`, reaching the others through `link`.
+    pub async fn start(
+        id: u64,
+        store: Store,
+        link: Arc<dyn Link>,
+        timing: Timing,
+    ) -> Result<Replica, ReplicaError> {
+        let config = openraft::Config {
+            cluster_name: "ysched".into(),
+            heartbeat_interval: timing.heartbeat_ms,
+            election_timeout_min: timing.election_min_ms,
+            election_timeout_max: timing.election_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every),
+            max_in_snapshot_log_to_keep: 0,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| ReplicaError::Settings(e.to_string()))?;
+        let raft = Raft::new(
+            id,
+            Arc::new(config),
+            Network::new(link),
+            LogStore::new(store.clone()),
+            StateMachine::new(store),
+        )
+        .await
+        .map_err(|e| ReplicaError::Fatal(e.to_string()))?;
+        Ok(Replica {
+            id,
+            raft,
+            quorum_fresh_ms: timing.election_min_ms,
+        })
+    }
+
+    /// Makes the first membership: every replica (id → address). Done once, by one replica,
+    /// on a cluster that never had one; a replica that has one already refuses, harmlessly.
+    pub async fn initialize(&self, members: &BTreeMap<u64, String>) -> Result<(), ReplicaError> {
+        let nodes: BTreeMap<u64, BasicNode> = members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(ReplicaError::Fatal(e.to_string())),
+        }
+    }
+
+    /// Replicates `batch`: returns once a majority has it in its log and this replica (the
+    /// leader) applied it to its store.
+    pub async fn replicate(&self, batch: Batch) -> Result<u64, ReplicaError> {
+        match self.raft.client_write(batch).await {
+            Ok(written) => Ok(written.log_id.index),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(
+                ReplicaError::NotLeader(f.leader_id.zip(f.leader_node.map(|n| n.addr))),
+            ),
+            Err(RaftError::APIError(e)) => Err(ReplicaError::NoQuorum(e.to_string())),
+            Err(RaftError::Fatal(e)) => Err(ReplicaError::Fatal(e.to_string())),
+        }
+    }
+
+    /// Replicates `batches` in their order, as one entry each, all sent before any is
+    /// waited for (openraft appends and sends them together).
+    pub async fn replicate_all(&self, batches: Vec<Batch>) -> Result<(), ReplicaError> {
+        let mut answers = Vec::with_capacity(batches.len());
+        for batch in batches {
+            answers.push(
+                self.raft
+                    .client_write_ff(batch)
+                    .await
+                    .map_err(|e| ReplicaError::Fatal(e.to_string()))?,
+            );
+        }
+        for answer in answers {
+            match answer.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
+                    return Err(ReplicaError::NotLeader(
+                        f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+                    ))
+                }
+                Ok(Err(e)) => return Err(ReplicaError::NoQuorum(e.to_string())),
+                Err(e) => return Err(ReplicaError::Fatal(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this replica leads and a majority acknowledged it lately (within the
+    /// shortest election timeout, before which no other replica can have been elected): what
+    /// an agent's fence lease may be renewed on.
+    pub fn has_quorum(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.current_leader == Some(self.id)
+            && m.millis_since_quorum_ack
+                .is_some_and(|ms| ms < self.quorum_fresh_ms)
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// Stops this replica's Raft (its store stays open with its owner).
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}

@@ -1,0 +1,136 @@
+//! The replicas' link over gRPC (issue 24): the `Replication` service, which hands another
+//! replica's Raft messages to this one's, and [`GrpcLink`], which sends this one's: over TLS
+//! with the cluster CA and behind the cluster key, as agents connect (the replicas share the
+//! CA and the key).
+
+use crate::replica::network::{answer, Answer, Link, LinkError, Message};
+use crate::replica::Replica;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::{Request, Response, Status};
+use ysched_proto as pb;
+
+/// How long one message to another replica may take: a heartbeat is answered in
+/// milliseconds, a chunk of a snapshot (openraft's 3 MiB) in well under this.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `Replication` service of replica `place`.
+pub struct ReplicationApi {
+    replica: Replica,
+}
+
+impl ReplicationApi {
+    pub fn new(replica: Replica) -> Self {
+        ReplicationApi { replica }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::replication_server::Replication for ReplicationApi {
+    async fn raft(
+        &self,
+        req: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftAnswer>, Status> {
+        let m = req.into_inner();
+        if m.to != self.replica.id {
+            return Err(Status::invalid_argument(format!(
+                "this is replica {}, not {} (replica {} sent it): is scheduler.replicas the same \
+                 list, in the same order, on every host?",
+                self.replica.id, m.to, m.from
+            )));
+        }
+        let kind = Message::parse(&m.kind).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "unknown replication message {:?}",
+                ysched_common::text::excerpt(&m.kind, 32)
+            ))
+        })?;
+        let body = answer(&self.replica.raft, kind, &m.body)
+            .await
+            .map_err(|e| Status::invalid_argument(format!("unreadable {} message: {e}", m.kind)))?;
+        Ok(Response::new(pb::RaftAnswer { body }))
+    }
+}
+
+/// Sends this replica's Raft messages to the others, one connection each (made at the first
+/// message, and again by tonic after a failure).
+pub struct GrpcLink {
+    from: u64,
+    tls: ClientTlsConfig,
+    authorization: MetadataValue<Ascii>,
+    max_message: usize,
+    channels: Mutex<BTreeMap<String, Channel>>,
+}
+
+impl GrpcLink {
+    /// The link of replica `from`, trusting `ca_pem` and carrying the cluster `key`.
+    pub fn new(from: u64, key: &str, ca_pem: &str, max_message: usize) -> anyhow::Result<Self> {
+        Ok(GrpcLink {
+            from,
+            tls: ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca_pem))
+                .domain_name(ysched_common::tls::SCHEDD_TLS_NAME),
+            authorization: format!("Bearer {key}")
+                .parse()
+                .map_err(|_| anyhow::anyhow!("the cluster key is not printable ASCII"))?,
+            max_message,
+            channels: Mutex::default(),
+        })
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(format!("https://{addr}"))
+            .map_err(|e| format!("bad address: {e}"))?
+            .tls_config(self.tls.clone())
+            .map_err(|e| format!("TLS: {e}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+}
+
+impl Link for GrpcLink {
+    fn call<'a>(
+        &'a self,
+        target: u64,
+        addr: &'a str,
+        message: Message,
+        body: Vec<u8>,
+    ) -> Answer<'a> {
+        Box::pin(async move {
+            let failed = |why: String| LinkError {
+                target,
+                addr: addr.to_string(),
+                why,
+            };
+            let channel = self.channel(addr).map_err(failed)?;
+            let mut client = pb::replication_client::ReplicationClient::new(channel)
+                .max_decoding_message_size(self.max_message)
+                .max_encoding_message_size(self.max_message);
+            let mut req = Request::new(pb::RaftMessage {
+                from: self.from,
+                to: target,
+                kind: message.as_str().into(),
+                body,
+            });
+            req.set_timeout(CALL_TIMEOUT);
+            req.metadata_mut()
+                .insert("authorization", self.authorization.clone());
+            match client.raft(req).await {
+                Ok(answer) => Ok(answer.into_inner().body),
+                Err(status) => Err(failed(format!("{:?}: {}", status.code(), status.message()))),
+            }
+        })
+    }
+}
