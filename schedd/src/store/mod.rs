@@ -385,6 +385,7 @@ impl Store {
                     Ok::<(), ConflictableTransactionError<()>>(())
                 },
             );
+        release_deferred();
         match res {
             Ok(()) => {
                 self.audit_bytes
@@ -507,9 +508,20 @@ impl Store {
         tokio::task::spawn_blocking(move || {
             let _writing = writes.lock().unwrap_or_else(|e| e.into_inner());
             db.flush()?;
+            release_deferred();
             stability.settle().map_err(Error::Sync)
         })
         .await
         .map_err(|e| Error::Sync(std::io::Error::other(e)))?
     }
+}
+
+/// Hands what sled left for later on this thread (the log buffers and pages its write or
+/// flush replaced) to the shared queue, where it is freed as soon as no reader can still see
+/// it. sled frees them through crossbeam's epochs, which keep each thread's deferred frees in
+/// a bag of 64 until it is full: a replaced log buffer holds its 512 KiB segment, and the
+/// bags of the many threads that write and flush for schedd held hundreds of them (about
+/// 125 of 315 MiB of heap at 20,000 queued jobs, measured with heaptrack).
+fn release_deferred() {
+    crossbeam_epoch::pin().flush();
 }
