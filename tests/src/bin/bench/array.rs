@@ -121,8 +121,10 @@ fn pending_task_bytes(rt: &tokio::runtime::Runtime, n: usize) -> f64 {
             .unwrap()
             .into_inner();
         assert!(listed.jobs.len() > tasks, "{} listed", listed.jobs.len());
-        tokio::time::sleep(Duration::from_millis(1500)).await;
     });
+    // Measured with no client connected, as after `yq` (a reply's buffers go with its
+    // connection), and after a quiet second (schedd hands freed memory back then).
+    std::thread::sleep(Duration::from_millis(2500));
     let after = rss_mib(pid);
     let bytes = (after - before) * 1024.0 * 1024.0 / tasks as f64;
     println!(
