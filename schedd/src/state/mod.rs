@@ -485,9 +485,7 @@ impl Records {
         // are kept, each page of memory it freed would still hold kept entries, and could not
         // be handed back (at 50,000 queued tasks that kept some 20 MB of a listing's memory).
         for job in listed() {
-            if !listings.contains_key(&job.id) {
-                listings.insert(job.id, encode(job));
-            }
+            listings.entry(job.id).or_insert_with(|| encode(job));
         }
         for job in listed() {
             let kept = listings.entry(job.id).or_insert_with(|| encode(job));
