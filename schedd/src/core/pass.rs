@@ -336,7 +336,7 @@ impl<'a> Pass<'a> {
                     reason: StopReason::Preempt { by },
                     ..
                 }),
-            ) = (job.state, &job.stop)
+            ) = (job.state, job.stop.as_deref())
             {
                 in_flight.entry(*by).or_default().push(job);
             }

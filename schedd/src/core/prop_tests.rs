@@ -280,13 +280,13 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
                     .map(|ago| (NOW - ago * MINUTE).max(start));
                 if gen.start == Start::Preempting && !pending_ids.is_empty() {
                     job.state = JobState::Preempting;
-                    job.stop = Some(StopRequest {
+                    job.stop = Some(Box::new(StopRequest {
                         reason: StopReason::Preempt {
                             by: pending_ids[gen.preemptor_idx % pending_ids.len()],
                         },
                         at: NOW - MINUTE,
                         grace_secs: job.grace_secs,
-                    });
+                    }));
                 }
             }
         }
@@ -447,7 +447,7 @@ pub(super) fn check_plan(cluster: &Cluster) -> Result<(), TestCaseError> {
     let in_flight: BTreeSet<JobId> = cluster
         .jobs
         .values()
-        .filter_map(|j| match &j.stop {
+        .filter_map(|j| match j.stop.as_deref() {
             Some(StopRequest {
                 reason: StopReason::Preempt { by },
                 ..

@@ -466,13 +466,13 @@ impl JobBuilder {
     /// PREEMPTING: already asked to stop for `preemptor` (use with `running_on`).
     pub fn preempted_by(mut self, preemptor: u64) -> Self {
         self.job.state = JobState::Preempting;
-        self.job.stop = Some(StopRequest {
+        self.job.stop = Some(Box::new(StopRequest {
             reason: StopReason::Preempt {
                 by: JobId(preemptor),
             },
             at: T0,
             grace_secs: self.job.grace_secs,
-        });
+        }));
         self
     }
 

@@ -357,8 +357,8 @@ impl Metrics {
                     self.queue_wait.get_or_create(&tier()).observe(wait);
                 }
             }
-            let was_preempted = pre.is_some_and(|p| preempting(&p.stop));
-            if preempting(&post.stop) && !was_preempted {
+            let was_preempted = pre.is_some_and(|p| preempting(p.stop.as_deref()));
+            if preempting(post.stop.as_deref()) && !was_preempted {
                 self.preemptions.get_or_create(&tier()).inc();
             }
             if was_preempted && !post.state.holds_resources() {
@@ -477,7 +477,7 @@ fn tier_label(tier: &str) -> TierLabel {
     }
 }
 
-fn preempting(stop: &Option<StopRequest>) -> bool {
+fn preempting(stop: Option<&StopRequest>) -> bool {
     matches!(
         stop,
         Some(StopRequest {
@@ -509,7 +509,7 @@ pub fn preempted_checkpoint_saves(
         let Some(pre) = before.get(&post.id) else {
             continue;
         };
-        if !preempting(&pre.stop) || post.state.holds_resources() {
+        if !preempting(pre.stop.as_deref()) || post.state.holds_resources() {
             continue;
         }
         let last_end = reports.iter().rev().find_map(|(_, r)| match r {

@@ -559,11 +559,11 @@ fn a_preempted_gang_ends_with_its_last_part_and_a_cancel_in_the_grace_is_no_pree
         .preempted_by(9)
         .build();
     let mut cancelled = evicted.clone();
-    cancelled.stop = Some(StopRequest {
+    cancelled.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: "alice".into() },
         at: T0,
         grace_secs: 30,
-    });
+    }));
     let before: BTreeMap<_, _> = [(evicted.id, evicted)].into();
     m.observe_jobs(&before, &[cancelled]);
 

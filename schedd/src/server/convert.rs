@@ -798,11 +798,11 @@ mod tests {
             .running_on("n1", &[2])
             .started(T0)
             .build();
-        cancelling.stop = Some(StopRequest {
+        cancelling.stop = Some(Box::new(StopRequest {
             reason: StopReason::Cancel { by: "alice".into() },
             at: T0 + 5,
             grace_secs: 30,
-        });
+        }));
         let mut ended = JobBuilder::new(8).name("done").build();
         ended.state = JobState::Failed;
         ended.exit_code = Some(3);

@@ -17,6 +17,17 @@ pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Res
     Ok(book)
 }
 
+/// Hands the memory freed since the last call back to the OS: glibc keeps it in its arenas
+/// otherwise, and RSS stays at the peak of whatever allocated it (a burst of requests, the
+/// copy of every job a `yctl show job` replays).
+pub(super) fn release_freed_memory() {
+    // SAFETY: malloc_trim only walks and shrinks the allocator's own free lists.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// How often, at most, the end states kept for dependencies are trimmed (a walk over every
 /// job in memory, under the lock).
 const COLLECT_ENDED_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
@@ -45,13 +56,8 @@ impl Cluster {
                 .await
                 .is_err()
             {
-                // A quiet second: hand memory freed after a burst of requests back to the OS
-                // (glibc keeps it in its arenas otherwise, and RSS stays at the burst's peak).
-                // SAFETY: malloc_trim only walks and shrinks the allocator's own free lists.
-                #[cfg(target_env = "gnu")]
-                unsafe {
-                    libc::malloc_trim(0);
-                }
+                // A quiet second: hand memory freed after a burst of requests back to the OS.
+                release_freed_memory();
             }
             let silent = self.fail_silent_nodes().await;
             let started = std::time::Instant::now();

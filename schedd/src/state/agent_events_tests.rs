@@ -90,11 +90,11 @@ fn an_end_is_applied_and_acknowledged_even_when_it_is_stale() {
 #[test]
 fn registration_reconciles_what_the_agent_runs_with_the_records() {
     let mut cancelling = JobBuilder::new(2).running_on("n1", &[1]).build();
-    cancelling.stop = Some(StopRequest {
+    cancelling.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: "bob".into() },
         at: T0,
         grace_secs: 5,
-    });
+    }));
     let mut unconfirmed = JobBuilder::new(3).running_on("n1", &[2]).build();
     unconfirmed.launched = false;
     let rec = Records::with_jobs(vec![
@@ -160,11 +160,11 @@ fn jobs_on_silent_nodes_end_and_their_live_parts_are_stopped() {
         .build();
     gang.parts.nodelist = vec!["n1".into(), "n2".into()];
     let mut cancelling = JobBuilder::new(2).running_on("n1", &[1]).build();
-    cancelling.stop = Some(StopRequest {
+    cancelling.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: "bob".into() },
         at: T0,
         grace_secs: 5,
-    });
+    }));
     let rec = Records::with_jobs(vec![
         gang,
         cancelling,
@@ -402,11 +402,11 @@ fn a_silent_node_s_jobs_end_node_fail_without_a_fence_or_a_requeue_left() {
     let mut at_limit = JobBuilder::new(3).running_on("n1", &[2]).build();
     at_limit.restart_count = LIMITS.max_requeues;
     let mut cancelling = JobBuilder::new(4).running_on("n1", &[3]).build();
-    cancelling.stop = Some(StopRequest {
+    cancelling.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: "bob".into() },
         at: T0,
         grace_secs: 5,
-    });
+    }));
     let mut rec = fencing(vec![no_requeue, at_limit, cancelling]);
     let mut fx = rec.fail_silent(&silent(&["n1"]), 0, LIMITS, T0 + 61_000);
     let ended: Vec<(u64, JobState, &str)> = fx
@@ -816,11 +816,11 @@ fn a_launch_that_failed_for_its_node_is_placed_again_elsewhere() {
 
     // Being cancelled: CANCELLED, not FAILED.
     let mut cancelling = JobBuilder::new(1).running_on("n1", &[0]).build();
-    cancelling.stop = Some(StopRequest {
+    cancelling.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: "bob".into() },
         at: T0,
         grace_secs: 5,
-    });
+    }));
     let rec = Records::with_jobs(vec![cancelling]);
     let fx = rec.job_finished("n1", &fault(0), LIMITS, NOW);
     assert_eq!(fx.jobs[0].state, JobState::Cancelled);

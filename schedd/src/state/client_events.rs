@@ -173,7 +173,7 @@ impl Records {
                 }
                 JobState::Running | JobState::Preempting => {
                     let already = matches!(
-                        job.stop,
+                        job.stop.as_deref(),
                         Some(StopRequest {
                             reason: StopReason::Cancel { .. },
                             ..
@@ -181,11 +181,11 @@ impl Records {
                     );
                     if !already {
                         let grace = job.grace_secs;
-                        job.stop = Some(StopRequest {
+                        job.stop = Some(Box::new(StopRequest {
                             reason: StopReason::Cancel { by: by.clone() },
                             at: now,
                             grace_secs: grace,
-                        });
+                        }));
                         job.reason = format!("cancelling (by {by})");
                         audit(&mut fx, false);
                         fx.event(
@@ -417,13 +417,13 @@ impl Records {
         }
         let mut job = job.clone();
         let grace = job.grace_secs;
-        job.stop = Some(StopRequest {
+        job.stop = Some(Box::new(StopRequest {
             reason: StopReason::Requeue {
                 by: caller.owner.user.clone(),
             },
             at: now,
             grace_secs: grace,
-        });
+        }));
         job.reason = format!("requeueing (by {})", caller.owner.user);
         let mut fx = Effects::default();
         fx.audit(audit_record(

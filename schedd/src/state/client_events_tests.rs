@@ -181,11 +181,11 @@ fn a_refused_requeue_names_the_problem_and_has_no_effects() {
     let mut no_requeue = JobBuilder::new(4).running_on("n2", &[0]).build();
     std::sync::Arc::make_mut(&mut no_requeue.spec).no_requeue = true;
     let mut cancelling = JobBuilder::new(5).running_on("n2", &[1]).build();
-    cancelling.stop = Some(ysched_common::StopRequest {
+    cancelling.stop = Some(Box::new(ysched_common::StopRequest {
         reason: StopReason::Cancel { by: "alice".into() },
         at: T0,
         grace_secs: 30,
-    });
+    }));
     let rec = Records::with_jobs(vec![
         JobBuilder::new(1).build(),
         JobBuilder::new(2).held().build(),

@@ -28,7 +28,7 @@ pub fn expect_preemptors(
                 at,
                 grace_secs,
             }),
-        ) = (victim.state, &victim.stop)
+        ) = (victim.state, victim.stop.as_deref())
         {
             let until = at.saturating_add(i64::from(*grace_secs) * 1000);
             add(*by, until, &mut victim.alloc.iter().map(|a| &a.node));

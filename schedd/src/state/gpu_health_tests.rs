@@ -241,11 +241,11 @@ fn a_multi_node_run_on_a_failed_gpu_is_stopped_everywhere_and_requeued_once() {
 #[test]
 fn a_job_being_stopped_already_stops_as_it_was_going_to() {
     let mut cancelling = JobBuilder::new(1).running_on("n1", &[0]).build();
-    cancelling.stop = Some(StopRequest {
+    cancelling.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: "bob".into() },
         at: T0,
         grace_secs: 5,
-    });
+    }));
     let rec = Records::with_jobs(vec![cancelling]);
     let mut fx = rec.gpu_report("n1", &faults(&[(0, XID79)]), LIMITS, NOW);
     assert!(fx.commands.is_empty());

@@ -17,11 +17,11 @@ fn exit(job: u64, code: i32) -> PartEnd {
 }
 
 fn cancelled_by(job: &mut ysched_common::Job, who: &str) {
-    job.stop = Some(StopRequest {
+    job.stop = Some(Box::new(StopRequest {
         reason: StopReason::Cancel { by: who.into() },
         at: T0,
         grace_secs: 30,
-    });
+    }));
 }
 
 #[test]
@@ -230,11 +230,11 @@ fn a_lost_part_is_cancelled_failed_node_fail_or_requeued() {
 }
 
 fn requeue_asked_by(job: &mut ysched_common::Job, who: &str) {
-    job.stop = Some(StopRequest {
+    job.stop = Some(Box::new(StopRequest {
         reason: StopReason::Requeue { by: who.into() },
         at: T0,
         grace_secs: 30,
-    });
+    }));
 }
 
 fn oom(job: u64) -> PartEnd {

@@ -36,11 +36,11 @@ impl Records {
             };
             let mut victim = victim.clone();
             victim.state = JobState::Preempting;
-            victim.stop = Some(StopRequest {
+            victim.stop = Some(Box::new(StopRequest {
                 reason: StopReason::Preempt { by: ev.preemptor },
                 at: now,
                 grace_secs: ev.grace_secs,
-            });
+            }));
             victim.reason = format!("preempted by {}", ev.preemptor);
             fx.audit(AuditRecord {
                 time: now,

@@ -51,7 +51,7 @@ fn run_size(job: &Job) -> (u32, u32) {
 
 /// The job that preempts `job`'s run, if one does.
 fn preemptor(job: &Job) -> Option<JobId> {
-    match &job.stop {
+    match job.stop.as_deref() {
         Some(StopRequest {
             reason: StopReason::Preempt { by },
             ..

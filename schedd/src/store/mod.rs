@@ -202,16 +202,15 @@ impl Store {
         let open = || {
             sled::Config::new()
                 .path(dir.join("db"))
-                // The page cache is sled's main memory cost, and a bound, not an allocation:
-                // job records are small and read rarely, but a usage report walks a week of
-                // runs (a million, some 80 MiB of pages), which this keeps in memory after
-                // the first: a report from cached pages takes half the time of one read from
-                // the file. Measured in issue 23: with 32 MiB the report over a million runs
-                // took 5.3 s instead of 2.0 s (below the tree's size every page is read again),
-                // while schedd's RSS at 10,000 queued jobs stayed the same (66.7 against
-                // 67 MiB: their pages take less than either bound). It was the listings'
-                // 1 KiB `JobInfo` that had raised that RSS.
-                .cache_capacity(128 * 1024 * 1024)
+                // The page cache is sled's main memory cost, and a bound, not an allocation
+                // (sled counts pages at their size in the log; in memory they take somewhat
+                // more). Every write brings its page in: with 100,000 jobs queued behind
+                // 1,000 busy nodes (`bench loaded`) the pages of their records filled it, and
+                // 128 MiB cost about 65 MiB more RSS than 64 (268 against 325-335 MiB: the
+                // target is 300). A usage report walks a week of runs and reads again what
+                // does not fit: over a million runs it takes 1.6-1.9 s with 64 MiB against
+                // 0.5 s with 128 (the target is 2 s; 32 MiB took 5.3 s in issue 23).
+                .cache_capacity(64 * 1024 * 1024)
                 .open()
         };
         let db = upkeep::open_db(dir, open).map_err(|source| Error::Open {
@@ -448,6 +447,7 @@ impl Store {
                     Ok::<(), ConflictableTransactionError<()>>(())
                 },
             );
+        release_deferred();
         match res {
             Ok(()) => {
                 self.audit_bytes
@@ -570,9 +570,20 @@ impl Store {
         tokio::task::spawn_blocking(move || {
             let _writing = writes.lock().unwrap_or_else(|e| e.into_inner());
             db.flush()?;
+            release_deferred();
             stability.settle().map_err(Error::Sync)
         })
         .await
         .map_err(|e| Error::Sync(std::io::Error::other(e)))?
     }
+}
+
+/// Hands what sled left for later on this thread (the log buffers and pages its write or
+/// flush replaced) to the shared queue, where it is freed as soon as no reader can still see
+/// it. sled frees them through crossbeam's epochs, which keep each thread's deferred frees in
+/// a bag of 64 until it is full: a replaced log buffer holds its 512 KiB segment, and the
+/// bags of the many threads that write and flush for schedd held hundreds of them (about
+/// 125 of 315 MiB of heap at 20,000 queued jobs, measured with heaptrack).
+fn release_deferred() {
+    crossbeam_epoch::pin().flush();
 }

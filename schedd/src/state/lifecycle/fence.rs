@@ -28,7 +28,7 @@ fn fence_requeue_refusal(job: &Job, max_requeues: u32) -> Option<String> {
         return Some(format!("its run had failed already ({})", f.description));
     }
     let asked = matches!(
-        &job.stop,
+        job.stop.as_deref(),
         Some(StopRequest {
             reason: StopReason::Requeue { .. },
             ..
@@ -191,7 +191,7 @@ pub fn nodes_silent(
     if let Some(StopRequest {
         reason: StopReason::Cancel { by },
         ..
-    }) = &job.stop
+    }) = job.stop.as_deref()
     {
         // It was being cancelled: that is how it ends, whatever became of the node.
         let reason = format!("cancelled by {by} (node {list} not responding)");
@@ -272,13 +272,13 @@ pub fn nodes_silent(
     job.parts.ended.extend(fenced);
     if job.stop.is_none() {
         let grace = job.grace_secs;
-        job.stop = Some(StopRequest {
+        job.stop = Some(Box::new(StopRequest {
             reason: StopReason::Requeue {
                 by: fence_requeue_by(&list),
             },
             at: now,
             grace_secs: grace,
-        });
+        }));
         job.reason = format!(
             "requeueing: node {list} stopped responding and its fence stopped the job there; \
              stopping the other parts"

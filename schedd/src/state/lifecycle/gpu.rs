@@ -33,11 +33,11 @@ pub fn gpu_failed(
     };
     let failure = reason.gpu_failure().unwrap_or_default();
     let grace = job.grace_secs;
-    job.stop = Some(StopRequest {
+    job.stop = Some(Box::new(StopRequest {
         reason,
         at: now,
         grace_secs: grace,
-    });
+    }));
     job.reason = format!("stopping: {failure}");
     let then = match requeue_refusal(job, max_requeues) {
         None => "requeued once it has stopped".to_string(),

@@ -27,7 +27,7 @@ pub fn part_lost(
     if let Some(StopRequest {
         reason: StopReason::Cancel { by },
         ..
-    }) = &job.stop
+    }) = job.stop.as_deref()
     {
         // A cancel is final whatever became of the launch: never requeue it.
         let detail = format!("by {by}; the agent on {node} no longer runs it");

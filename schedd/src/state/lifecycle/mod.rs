@@ -190,13 +190,13 @@ pub fn part_ended(
             out.stop_parts = job.alloc.iter().map(|a| a.node.clone()).collect();
             out.stop_grace = job.grace_secs;
             if may_requeue(job, max_requeues) {
-                job.stop = Some(StopRequest {
+                job.stop = Some(Box::new(StopRequest {
                     reason: StopReason::Requeue {
                         by: fence_requeue_by(node),
                     },
                     at: now,
                     grace_secs: job.grace_secs,
-                });
+                }));
                 job.reason = format!(
                     "requeueing: node {node} lost contact with schedd and its fence stopped \
                      the job there; stopping the other parts"
@@ -291,7 +291,7 @@ pub fn part_ended(
         reason: StopReason::Preempt { by },
         at: asked,
         ..
-    }) = &job.stop
+    }) = job.stop.as_deref()
     {
         let term = if end.term_time_ms > 0 {
             end.term_time_ms
@@ -372,7 +372,7 @@ pub fn launch_fault(
     if !ours || job.stop.is_some() || job.parts.first_failure.is_some() {
         let mut decided = end.clone();
         if matches!(
-            &job.stop,
+            job.stop.as_deref(),
             Some(StopRequest {
                 reason: StopReason::Cancel { .. },
                 ..
@@ -431,13 +431,13 @@ pub fn launch_fault(
             });
             job.reason = format!("part on {node} could not start; stopping the others");
         } else {
-            job.stop = Some(StopRequest {
+            job.stop = Some(Box::new(StopRequest {
                 reason: StopReason::Requeue {
                     by: format!("schedd (launch on {node} failed for a fault of the node's)"),
                 },
                 at: now,
                 grace_secs: job.grace_secs,
-            });
+            }));
             job.reason = format!("requeueing: {why}; stopping the other parts");
         }
         out.events.push((

@@ -61,6 +61,7 @@ pub fn array(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         rounded(&cancels),
         5 * n,
     );
+    let per_task = pending_task_bytes(rt, n);
     vec![
         Figure {
             name: "10,000-task array: submit to durable reply (median)",
@@ -76,5 +77,59 @@ pub fn array(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
             target: 150.0,
             higher_is_better: false,
         },
+        Figure {
+            name: "schedd RSS per queued (PENDING) array task",
+            value: per_task,
+            unit: "B",
+            target: 1024.0,
+            higher_is_better: false,
+        },
     ]
+}
+
+/// What a queued array task costs schedd: on a fresh cluster whose only node is taken by a
+/// long job, five arrays of `n` one-GPU tasks that stay PENDING (waiting for resources: in
+/// the records, the scheduler's copy and the queue's view, with their reason), listed once
+/// (as `yq` would, so that each has its kept listing entry), after two passes; schedd's RSS
+/// then, less its RSS before the first, per task, in bytes.
+fn pending_task_bytes(rt: &tokio::runtime::Runtime, n: usize) -> f64 {
+    let c = real_cluster(vec![FakeNode::uniform("n1", 8, A100)]);
+    let blocker = c.submit(&["--gpus", "8", "--wrap", "sleep 3600"]);
+    c.wait_state(blocker, "RUNNING", Duration::from_secs(30));
+    let work = c.work.display().to_string();
+    let pid = c.schedd_pid().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = rss_mib(pid);
+    let tasks = 5 * n;
+    rt.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        for _ in 0..5 {
+            let mut spec = held_spec(&work);
+            spec.hold = false;
+            spec.gpus = 1;
+            spec.array = format!("0-{}", n - 1);
+            client
+                .submit(pb::SubmitRequest { spec: Some(spec) })
+                .await
+                .unwrap();
+        }
+        // Two passes over them (one a second at most while they keep changing).
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let listed = client
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(listed.jobs.len() > tasks, "{} listed", listed.jobs.len());
+    });
+    // Measured with no client connected, as after `yq` (a reply's buffers go with its
+    // connection), and after a quiet second (schedd hands freed memory back then).
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = rss_mib(pid);
+    let bytes = (after - before) * 1024.0 * 1024.0 / tasks as f64;
+    println!(
+        "  (schedd RSS {before:.1} MiB with one running job, {after:.1} MiB with {tasks} \
+         PENDING array tasks besides: {bytes:.0} bytes a task)"
+    );
+    bytes
 }
