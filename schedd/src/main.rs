@@ -133,6 +133,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         })?),
     };
     let socket_path = config.scheduler.socket.clone();
+    let doors = server::Doors {
+        clients,
+        agents,
+        metrics,
+        key,
+        tls,
+    };
     if let Some(place) = place {
         let ca_pem = std::fs::read_to_string(config.ca_cert_path())
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.ca_cert_path().display()))?;
@@ -142,19 +149,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "schedd starting as a replica"
         );
         let _ = ysched_common::sdnotify::notify_ready();
-        server::serve_replica(
-            config,
-            store,
-            place,
-            key,
-            ca_pem,
-            tls,
-            clients,
-            agents,
-            metrics,
-            shutdown_signal(),
-        )
-        .await?;
+        server::serve_replica(config, store, place, ca_pem, doors, shutdown_signal()).await?;
         let _ = std::fs::remove_file(socket_path);
         return Ok(());
     }
@@ -162,16 +157,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let cluster = Cluster::start(config, store)?;
     tracing::info!(recovery = ?recovering.elapsed(), "schedd ready");
     let _ = ysched_common::sdnotify::notify_ready();
-    server::serve(
-        cluster,
-        key,
-        tls,
-        clients,
-        agents,
-        metrics,
-        shutdown_signal(),
-    )
-    .await?;
+    server::serve(cluster, doors, shutdown_signal()).await?;
     let _ = std::fs::remove_file(socket_path);
     Ok(())
 }

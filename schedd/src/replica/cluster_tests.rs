@@ -26,11 +26,7 @@ impl Link for Direct {
         body: Vec<u8>,
     ) -> Answer<'a> {
         Box::pin(async move {
-            let unreachable = |why: &str| LinkError {
-                target,
-                addr: addr.to_string(),
-                why: why.to_string(),
-            };
+            let unreachable = |why: &str| LinkError::new(target, addr, why);
             if self.down.lock().unwrap().contains(&target) {
                 return Err(unreachable("down"));
             }

@@ -54,6 +54,16 @@ pub struct LinkError {
     pub why: String,
 }
 
+impl LinkError {
+    pub fn new(target: u64, addr: &str, why: impl Into<String>) -> Self {
+        LinkError {
+            target,
+            addr: addr.to_string(),
+            why: why.into(),
+        }
+    }
+}
+
 /// What an answer of a [`Link`] is.
 pub type Answer<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, LinkError>> + Send + 'a>>;
 

@@ -134,37 +134,31 @@ impl Leader {
     }
 }
 
-/// Serves both listeners, and the metrics endpoint on `metrics` when given
-/// (`scheduler.metrics_listen`, see `metrics_http`), until `shutdown` completes. Agents get
-/// TLS with `tls`.
+/// What schedd serves on, and with: the client socket, the agent port (TLS with `tls`,
+/// behind the cluster `key`) and the metrics endpoint (`scheduler.metrics_listen`, see
+/// `metrics_http`) when there is one.
+pub struct Doors {
+    pub clients: UnixListener,
+    pub agents: TcpListener,
+    pub metrics: Option<TcpListener>,
+    pub key: String,
+    pub tls: Arc<tokio_rustls::rustls::ServerConfig>,
+}
+
+/// Serves `cluster` at its `doors` until `shutdown` completes.
 pub async fn serve(
     cluster: Arc<Cluster>,
-    key: String,
-    tls: Arc<tokio_rustls::rustls::ServerConfig>,
-    clients: UnixListener,
-    agents: TcpListener,
-    metrics: Option<TcpListener>,
+    mut doors: Doors,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
-    let metrics_task = metrics.map(|listener| {
+    let metrics_task = doors.metrics.take().map(|listener| {
         let stopped = stop.clone().cancelled_owned();
         tokio::spawn(metrics_http::serve(listener, cluster.clone(), stopped))
     });
     let (_leader, serving) =
         tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(&cluster)));
-    let served = serve_listeners(
-        cluster.config(),
-        serving,
-        None,
-        key,
-        tls,
-        clients,
-        agents,
-        stop,
-        shutdown,
-    )
-    .await;
+    let served = serve_listeners(cluster.config(), serving, None, doors, stop, shutdown).await;
     if let Some(task) = metrics_task {
         // It stops accepting at once; a scrape in flight is not waited for.
         task.abort();
@@ -172,22 +166,25 @@ pub async fn serve(
     served
 }
 
-/// Serves the client socket and the agent port (with `replication` there too, for a
-/// replica), each request by the leader's services while `serving` has them, until
-/// `shutdown` completes; then cancels `stop`.
-#[allow(clippy::too_many_arguments)]
+/// Serves the client socket and the agent port of `doors` (with `replication` there too, for
+/// a replica; the metrics endpoint is the caller's), each request by the leader's services
+/// while `serving` has them, until `shutdown` completes; then cancels `stop`.
 async fn serve_listeners(
     config: &ysched_common::Config,
     serving: tokio::sync::watch::Receiver<leading::Serving<Leader>>,
     replication: Option<pb::replication_server::ReplicationServer<replication::ReplicationApi>>,
-    key: String,
-    tls: Arc<tokio_rustls::rustls::ServerConfig>,
-    clients: UnixListener,
-    agents: TcpListener,
+    doors: Doors,
     stop: CancellationToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use leading::WhileLeading;
+    let Doors {
+        clients,
+        agents,
+        key,
+        tls,
+        ..
+    } = doors;
     // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
     // instead of waiting for WINDOW_UPDATEs every 64 KiB.
     let scheduler = &config.scheduler;
@@ -257,17 +254,12 @@ async fn serve_listeners(
 /// leader is). A replica that becomes the leader loads the state from its store (every
 /// committed change is in it) and starts scheduling; one that loses the lead exits (status
 /// 75), to be restarted as a follower.
-#[allow(clippy::too_many_arguments)]
 pub async fn serve_replica(
     config: ysched_common::Config,
     store: crate::store::Store,
     place: u64,
-    key: String,
     ca_pem: String,
-    tls: Arc<tokio_rustls::rustls::ServerConfig>,
-    clients: UnixListener,
-    agents: TcpListener,
-    metrics: Option<TcpListener>,
+    mut doors: Doors,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use crate::replica::{Replica, Timing};
@@ -278,7 +270,7 @@ pub async fn serve_replica(
         .enumerate()
         .map(|(i, addr)| (i as u64 + 1, addr.clone()))
         .collect();
-    let link = replication::GrpcLink::new(place, &key, &ca_pem, config.max_message_bytes())?;
+    let link = replication::GrpcLink::new(place, &doors.key, &ca_pem, config.max_message_bytes())?;
     let replica = Replica::start(place, store.clone(), Arc::new(link), Timing::default()).await?;
     // The cluster is formed once, by the first replica at its first start (a replica with a
     // log of its own ignores it). Only the first: another that formed it too would stand at
@@ -301,17 +293,14 @@ pub async fn serve_replica(
         replica.clone(),
         members,
         leader_tx,
-        metrics,
+        doors.metrics.take(),
         stop.clone(),
     ));
     let served = serve_listeners(
         &config,
         serving,
         Some(replication_service),
-        key,
-        tls,
-        clients,
-        agents,
+        doors,
         stop,
         shutdown,
     )

@@ -109,11 +109,7 @@ impl Link for GrpcLink {
         body: Vec<u8>,
     ) -> Answer<'a> {
         Box::pin(async move {
-            let failed = |why: String| LinkError {
-                target,
-                addr: addr.to_string(),
-                why,
-            };
+            let failed = |why: String| LinkError::new(target, addr, why);
             let channel = self.channel(addr).map_err(failed)?;
             let mut client = pb::replication_client::ReplicationClient::new(channel)
                 .max_decoding_message_size(self.max_message)

@@ -13,19 +13,7 @@ fn ids(jobs: &[serde_json::Value]) -> BTreeSet<u64> {
 
 #[test]
 fn a_new_leader_takes_over_a_kill_9_with_every_acknowledged_submit() {
-    let mut r = Replicas::start(3);
-    r.start_agent(&FakeNode::uniform("n1", 2, "A100"));
-    let (leader, _) = r.leader(Duration::from_secs(30));
-    wait_until(
-        Duration::from_secs(30),
-        "the agent registers with the leader",
-        || {
-            r.run(leader, "yctl", &["nodes", "--json"])
-                .stdout
-                .windows(4)
-                .any(|w| w == b"\"n1\"")
-        },
-    );
+    let (mut r, leader) = with_an_agent();
     let mut acked = BTreeSet::new();
     for i in 0..10 {
         acked.insert(r.submit(
@@ -81,13 +69,9 @@ fn a_new_leader_takes_over_a_kill_9_with_every_acknowledged_submit() {
     }
 }
 
-/// Job `id` as replica `n` lists it.
-fn job(r: &Replicas, n: u64, id: u64) -> Option<serde_json::Value> {
-    r.jobs(n).into_iter().find(|j| j["id"].as_u64() == Some(id))
-}
-
-#[test]
-fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
+/// Three replicas and an agent of node `n1` (2 GPUs) registered with the leader; the
+/// leader.
+fn with_an_agent() -> (Replicas, u64) {
     let mut r = Replicas::start(3);
     r.start_agent(&FakeNode::uniform("n1", 2, "A100"));
     let (leader, _) = r.leader(Duration::from_secs(30));
@@ -95,6 +79,17 @@ fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
         let out = r.run(leader, "yctl", &["nodes", "--json"]);
         out.status.success() && stdout(&out).contains("\"n1\"")
     });
+    (r, leader)
+}
+
+/// Job `id` as replica `n` lists it.
+fn job(r: &Replicas, n: u64, id: u64) -> Option<serde_json::Value> {
+    r.jobs(n).into_iter().find(|j| j["id"].as_u64() == Some(id))
+}
+
+#[test]
+fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
+    let (mut r, leader) = with_an_agent();
     let pid_file = r.dir.path().join("job.pid");
     let script = format!("echo $$ > {}; exec sleep 300", pid_file.display());
     let id = r.submit(leader, &["--wrap", &script]);
@@ -146,13 +141,7 @@ fn without_a_majority_submits_are_refused_and_running_jobs_keep_running() {
 
 #[test]
 fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
-    let mut r = Replicas::start(3);
-    r.start_agent(&FakeNode::uniform("n1", 2, "A100"));
-    let (leader, _) = r.leader(Duration::from_secs(30));
-    wait_until(Duration::from_secs(30), "the agent registers", || {
-        let out = r.run(leader, "yctl", &["nodes", "--json"]);
-        out.status.success() && stdout(&out).contains("\"n1\"")
-    });
+    let (mut r, leader) = with_an_agent();
     let pids = r.dir.path().join("pids");
     let script = format!("echo $$ >> {}; exec sleep 300", pids.display());
     let first = r.submit(leader, &["--wrap", &script]);
