@@ -199,6 +199,30 @@ struct JobHandle {
     checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
 }
 
+impl JobHandle {
+    /// The handle of a job found at start, from its record, and the receiving end of its
+    /// controls (for its supervisor).
+    fn recovered(record: &JobRecord) -> (JobHandle, mpsc::UnboundedReceiver<Control>) {
+        let (controls, receiver) = mpsc::unbounded_channel();
+        let handle = JobHandle {
+            restart_count: record.job.restart_count,
+            controls,
+            checkpoint_dir: record.plan.as_ref().and_then(ExecPlan::checkpoint),
+        };
+        (handle, receiver)
+    }
+}
+
+/// Thaws the cgroup of a job found at start: noded may have stopped while it had the job
+/// frozen to signal it.
+fn thaw_recovered(record: &JobRecord) {
+    if let Some(cgroup) = record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
+        if let Err(e) = cgroup.thaw() {
+            tracing::warn!("job {}: cannot thaw its cgroup: {e}", record.job.job_id);
+        }
+    }
+}
+
 /// Requests to a job's supervisor task.
 #[derive(Debug, Clone, Copy)]
 enum Control {
@@ -697,22 +721,10 @@ impl Launcher {
                 continue;
             }
             let connection = self.attach(job_id).await;
-            let (controls, receiver) = mpsc::unbounded_channel();
-            let restart_count = record.job.restart_count;
-            let checkpoint_dir = record.plan.as_ref().and_then(ExecPlan::checkpoint);
-            if let Some(cgroup) = record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
-                // noded may have stopped while it had the job frozen to signal it.
-                if let Err(e) = cgroup.thaw() {
-                    tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
-                }
-            }
+            let (handle, receiver) = JobHandle::recovered(&record);
+            thaw_recovered(&record);
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
             tracing::info!("job {job_id}: re-attached to its supervisor");
-            let handle = JobHandle {
-                restart_count,
-                controls,
-                checkpoint_dir,
-            };
             // With no connection (the supervisor went away meanwhile), the job's task finds
             // it lost at once.
             self.supervise(
@@ -749,17 +761,9 @@ impl Launcher {
                 let dir = self.shared.spool.job_dir(job_id);
                 is_shepherd_of(pid, dir.path()).then_some(shepherd)
             });
-            let (controls, receiver) = mpsc::unbounded_channel();
-            let restart_count = record.job.restart_count;
-            let checkpoint_dir = record.plan.as_ref().and_then(ExecPlan::checkpoint);
-            if let (Some(_), Some(cgroup)) = (
-                &shepherd,
-                record.plan.as_ref().and_then(|p| p.cgroup.as_ref()),
-            ) {
-                // noded may have stopped while it had the job frozen to signal it.
-                if let Err(e) = cgroup.thaw() {
-                    tracing::warn!("job {job_id}: cannot thaw its cgroup: {e}");
-                }
+            let (handle, receiver) = JobHandle::recovered(&record);
+            if shepherd.is_some() {
+                thaw_recovered(&record);
             }
             // An older noded's job: its stop progress and end go to its own files.
             let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver)
@@ -767,11 +771,6 @@ impl Launcher {
             match shepherd {
                 Some(shepherd) => {
                     tracing::info!("job {job_id}: re-attached to its shepherd");
-                    let handle = JobHandle {
-                        restart_count,
-                        controls,
-                        checkpoint_dir,
-                    };
                     self.supervise(
                         &mut self.shared.jobs(),
                         job_id,

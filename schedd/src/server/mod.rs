@@ -404,7 +404,15 @@ async fn lead_when_elected(
         // ages without a change).
         tokio::select! {
             changed = watch.changed() => if changed.is_err() {
-                return;
+                // Raft stopped under us (its store failed: a full disk, an I/O error): as for
+                // a failed store write, restart from what is on disk.
+                tracing::error!(
+                    "replica {} stopped (its log or state could not be written); exiting so \
+                     that it restarts from its store",
+                    replica.id
+                );
+                eprintln!("schedd: fatal: replica stopped");
+                std::process::exit(75);
             },
             _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
         }

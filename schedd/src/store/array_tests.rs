@@ -1,6 +1,7 @@
 //! Arrays in the store: one submit of N tasks is one write, the spec is stored once and
 //! shared again after a reopen, and the payload is the array's.
 
+use super::tests::reopen;
 use super::*;
 use crate::state::submission::NewJob;
 use crate::state::Records;
@@ -42,16 +43,6 @@ fn payload() -> Payload {
         env: (0..40)
             .map(|i| (format!("VAR_{i}"), "x".repeat(40)))
             .collect(),
-    }
-}
-
-fn reopen(dir: &Path) -> Store {
-    // sled's flusher may still hold the lock briefly after drop (sled#1234).
-    loop {
-        match Store::open(dir) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-        }
     }
 }
 

@@ -201,19 +201,28 @@ impl Store {
         Ok(self.index.apply_batch(batch)?)
     }
 
+    /// The `e` keys of the ends in `[from_ms, to_ms)`, in key order: each one's job and value
+    /// (keys that are not an end's are passed over).
+    fn ended_keys(
+        &self,
+        from_ms: Millis,
+        to_ms: Millis,
+    ) -> impl Iterator<Item = Result<(JobId, sled::IVec)>> + '_ {
+        let range = (from_ms < to_ms).then(|| {
+            self.index
+                .range(ended_key(from_ms, JobId(0))..ended_key(to_ms, JobId(0)))
+        });
+        range.into_iter().flatten().filter_map(|kv| match kv {
+            Ok((key, value)) => parse_ended(&key).map(|(_, id)| Ok((id, value))),
+            Err(e) => Some(Err(e.into())),
+        })
+    }
+
     /// The ids of the jobs that ended in `[from_ms, to_ms)`, in id order, each once.
     pub fn ended_between(&self, from_ms: Millis, to_ms: Millis) -> Result<Vec<JobId>> {
-        if from_ms >= to_ms {
-            return Ok(Vec::new());
-        }
         let mut ids = BTreeSet::new();
-        let from = ended_key(from_ms, JobId(0));
-        let to = ended_key(to_ms, JobId(0));
-        for kv in self.index.range(from..to) {
-            let (key, value) = kv?;
-            let Some((_, id)) = parse_ended(&key) else {
-                continue;
-            };
+        for ended in self.ended_keys(from_ms, to_ms) {
+            let (id, value) = ended?;
             match listed::parse(id, &value) {
                 Some(EndedValue::Tasks { last }) => ids.extend((id.0..=last.0).map(JobId)),
                 _ => {
@@ -240,17 +249,9 @@ impl Store {
             Entry(listed::FinishedEntry),
             Record,
         }
-        if from_ms >= to_ms {
-            return Ok(Vec::new());
-        }
         let mut found: BTreeMap<JobId, Found> = BTreeMap::new();
-        let from = ended_key(from_ms, JobId(0));
-        let to = ended_key(to_ms, JobId(0));
-        for kv in self.index.range(from..to) {
-            let (key, value) = kv?;
-            let Some((_, id)) = parse_ended(&key) else {
-                continue;
-            };
+        for ended in self.ended_keys(from_ms, to_ms) {
+            let (id, value) = ended?;
             match listed::parse(id, &value) {
                 Some(EndedValue::Listed(entry)) if id > after => {
                     found.insert(id, Found::Entry(entry));

@@ -2,6 +2,7 @@
 //! index built, history by end time, and expiry of plain jobs, arrays and usage records
 //! without ever making an expired task pending again.
 
+use super::tests::reopen;
 use super::*;
 use crate::state::submission::NewJob;
 use crate::state::Records;
@@ -17,48 +18,20 @@ fn owner() -> Owner {
     }
 }
 
+/// A job of alice's in `state`, ended at `end`.
 fn job(id: u64, state: JobState, end: Option<i64>) -> Job {
-    Job {
-        id: JobId(id),
-        spec: std::sync::Arc::new(JobSpec::default()),
-        owner: std::sync::Arc::new(owner()),
-        tier_value: 100,
-        state,
-        reason: String::new(),
-        alloc: vec![],
-        restart_count: 0,
-        exit_code: None,
-        signal: None,
-        submit_time: 1,
-        start_time: None,
-        end_time: end,
-        launched: false,
-        grace_secs: 30,
-        checkpoint_dir: String::new(),
-        stop: None,
-        last_checkpoint: None,
-        parts: Default::default(),
-        launch_attempts: 0,
-        queued_at: None,
-        run_ms_before: 0,
-        array: None,
-    }
+    let mut job = super::tests::job(id, state);
+    job.spec = std::sync::Arc::new(JobSpec::default());
+    job.owner = std::sync::Arc::new(owner());
+    job.tier_value = 100;
+    job.end_time = end;
+    job
 }
 
 fn payload() -> Payload {
     Payload {
         script: "#!/bin/sh\ntrue\n".into(),
         env: Default::default(),
-    }
-}
-
-fn reopen(dir: &Path) -> Store {
-    // sled's flusher may still hold the lock briefly after drop.
-    loop {
-        match Store::open(dir) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-        }
     }
 }
 

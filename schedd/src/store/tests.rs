@@ -4,6 +4,17 @@
 use super::*;
 use ysched_common::{AuditRecord, JobSpec, JobState, Owner, RunRecord};
 
+/// Opens the store in `dir` again once the last handle is dropped: sled's flusher may still
+/// hold its lock briefly after drop.
+pub(crate) fn reopen(dir: &std::path::Path) -> Store {
+    loop {
+        match Store::open(dir) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+}
+
 /// A plain job in `state` (tests of other modules that write the store use it too).
 pub(crate) fn job(id: u64, state: JobState) -> Job {
     Job {
