@@ -158,13 +158,16 @@ async fn checkpoint_written_after_sigterm_is_reported_saved() {
     let mut job = fx.job(
         501,
         "#!/bin/sh\n\
-         trap 'echo saved > \"$YS_CHECKPOINT_DIR/state\"; exit 0' TERM\n\
+         trap 'echo saved > \"$YS_CHECKPOINT_DIR/state\"; kill $! 2>/dev/null; exit 0' TERM\n\
          sleep 100 &\n\
          echo ready\n\
          wait\n",
     );
-    // The sleep starts before `ready`: one forked after the SIGTERM would miss it and hold
-    // the job to the end of its grace (then `killed`).
+    // The sleep starts before `ready`, and the trap ends it too, as a job saving its
+    // checkpoint would end its helpers: the test is about the checkpoint being reported, and
+    // a sleep left to the end of the grace would make the job `killed`. (Seen twice in CI
+    // under load, not reproduced alone in 40 runs: whether the SIGTERM ever misses a child
+    // is open, see the closing note of 2026-12-02.)
     job.checkpoint_dir = fx.workdir().join("ck501").to_string_lossy().into_owned();
     launcher.launch(job).unwrap();
     events.wait_for_start(501).await;
@@ -176,7 +179,11 @@ async fn checkpoint_written_after_sigterm_is_reported_saved() {
     assert!(launcher.stop(501, 10));
     let finished = events.wait_for_end(501).await.finished;
     assert_eq!(finished.exit_code, Some(0), "{finished:?}");
-    assert!(finished.stop_requested && !finished.killed);
+    assert!(
+        finished.stop_requested && !finished.killed,
+        "{finished:?}\n{}",
+        fx.output("ysched-501.out")
+    );
     assert!(finished.checkpoint_saved, "{finished:?}");
 }
 
