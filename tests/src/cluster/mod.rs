@@ -209,23 +209,37 @@ impl TestCluster {
             .unwrap()
     }
 
-    /// The daemons' logs, for failure messages.
+    /// The daemons' logs, for failure messages: schedd's and each agent's, then each node's
+    /// supervisor's (in its spool).
     pub fn logs(&self) -> String {
+        let logs_in = |dir: &Path| -> Vec<PathBuf> {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            files.sort();
+            files
+        };
+        let mut files = logs_in(self.dir.path());
+        if let Ok(rd) = std::fs::read_dir(self.dir.path().join("spool")) {
+            let mut spools: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            spools.sort();
+            for spool in spools {
+                files.extend(logs_in(&spool));
+            }
+        }
         let mut s = String::new();
-        if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
-            let mut files: Vec<_> = rd
-                .flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-                .collect();
-            files.sort_by_key(|e| e.path());
-            for e in files {
-                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                s.push_str(&format!("--- {}\n", e.path().display()));
-                for l in tail.into_iter().rev() {
-                    s.push_str(l);
-                    s.push('\n');
-                }
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            s.push_str(&format!("--- {}\n", path.display()));
+            for l in tail.into_iter().rev() {
+                s.push_str(l);
+                s.push('\n');
             }
         }
         s

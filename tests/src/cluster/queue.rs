@@ -51,6 +51,30 @@ impl TestCluster {
         }
     }
 
+    /// Reads a file job `id` writes in the work dir (`rel`), waiting until its last line is
+    /// complete; on timeout, fails with the job as schedd lists it and the daemons' logs
+    /// (a job that never writes it has usually ended or was never started: say which).
+    pub fn read_job_file(&self, id: u64, rel: &str, timeout: Duration) -> String {
+        let path = self.path(rel);
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.ends_with('\n') {
+                return text;
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "job {id} did not write a complete line in {} within {timeout:?} \
+                     (it holds {text:?}); the job: {}\n{}",
+                    path.display(),
+                    self.job(id),
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until a scheduling pass has looked at pending job `id` and left it waiting (it
     /// then has a reason, which a new job lacks), and returns the job; fails at once if the
     /// job leaves the queue meanwhile. A test that something does not happen waits for this

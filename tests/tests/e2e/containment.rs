@@ -373,7 +373,8 @@ sleep 1000
     );
     let id = c.submit(&["--grace", "4", script.to_str().unwrap()]);
     c.wait_state(id, "RUNNING", SECS(20));
-    let pid: i32 = read_when_exists(&c.path(&format!("stubborn-{id}.pid")), SECS(20))
+    let pid: i32 = c
+        .read_job_file(id, &format!("stubborn-{id}.pid"), SECS(20))
         .trim()
         .parse()
         .expect("pid");

@@ -84,6 +84,26 @@ fn schedd_keeps_every_acknowledged_submit_after_a_power_loss() {
 fn a_node_reports_every_job_end_it_recorded_after_a_power_loss() {
     let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 4, "A100")]);
     c.stop_agent("n1", SIGTERM);
+    // The supervisor the first agent started idles on for a few seconds: the restarted agent
+    // would use it, without the shim, and its syncs would go unrecorded. Gone first.
+    if let Some(supervisor) = crate::hardening::supervisor_pid(&c, "n1") {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), SIGKILL).unwrap();
+        let start = Instant::now();
+        // Gone or a zombie (its parent, the stopped agent, is gone: reaping is init's).
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{supervisor}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+            })
+        };
+        while running() {
+            assert!(
+                start.elapsed() < SECS(10),
+                "the first supervisor did not go"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let spool = c.spool_dir("n1");
     let power = PowerLoss::new(&spool, &c.dir.path().join("power-loss-record"));
     c.set_daemon_env("n1", power.env());
@@ -101,7 +121,7 @@ fn a_node_reports_every_job_end_it_recorded_after_a_power_loss() {
         .iter()
         .map(|id| {
             c.wait_state(*id, "RUNNING", SECS(30));
-            let text = read_when_exists(&c.path(&format!("pid-{id}")), SECS(30));
+            let text = c.read_job_file(*id, &format!("pid-{id}"), SECS(30));
             text.trim().parse().unwrap()
         })
         .collect();
