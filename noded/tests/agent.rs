@@ -529,7 +529,7 @@ async fn a_frozen_noded_still_fences_its_jobs() {
     session.send(SchedulerMsg::Launch(job(
         11,
         work.path(),
-        "#!/bin/sh\ntrap 'echo got-term; exit 3' TERM\nsleep 100 &\necho ready\nwait\n",
+        "#!/bin/sh\ntrap 'echo got-term; exit 3' TERM\nsh -c 'echo ready; exec sleep 100' &\nwait\n",
     )));
     let AgentMsg::Started(started) = session.next().await else {
         panic!("expected JobStarted");

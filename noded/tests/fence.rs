@@ -44,8 +44,7 @@ async fn the_shepherd_fences_its_job_when_the_lease_runs_out(mode: Mode, offset:
         saver_id,
         "#!/bin/sh\n\
          trap 'echo saved > \"$YS_CHECKPOINT_DIR/ck\"; echo got-term; exit 0' TERM\n\
-         sleep 100 &\n\
-         echo ready\n\
+         sh -c 'echo ready; exec sleep 100' &\n\
          wait\n",
     );
     saver.grace_secs = 1;

@@ -2,6 +2,15 @@
 
 use std::time::Duration;
 
+/// A tag no other harness of any test process uses: the process id and a counter. (A port
+/// in it, as before, could come back to a later cluster of the same process once the first
+/// had let it go, and the first one's last sweep then killed the second one's processes.)
+pub(crate) fn unique_tag(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
 /// SIGKILLs every process whose environment carries `YSCHED_TEST_TAG=<tag>`.
 pub fn kill_tagged(tag: &str) {
     let needle = format!("YSCHED_TEST_TAG={tag}");

@@ -54,7 +54,7 @@ impl Replicas {
             .unwrap();
         }
         let mut r = Replicas {
-            tag: format!("ysrep-{}-{}", std::process::id(), ports[0]),
+            tag: crate::process::unique_tag("ysrep"),
             dir,
             bin_dir: bin_dir(),
             count,

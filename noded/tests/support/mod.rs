@@ -86,6 +86,11 @@ impl Fixture {
     pub fn output(&self, name: &str) -> String {
         std::fs::read_to_string(self.workdir().join(name)).unwrap_or_default()
     }
+
+    /// The node supervisor's log (what it did with each job), for failure messages.
+    pub fn supervisor_log(&self) -> String {
+        std::fs::read_to_string(self.spool.path().join("supervisor.log")).unwrap_or_default()
+    }
 }
 
 /// The launcher's events, kept so that waiting for one job never loses another's.

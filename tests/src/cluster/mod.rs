@@ -114,7 +114,7 @@ impl TestCluster {
             ),
         )
         .unwrap();
-        let tag = format!("ystest-{}-{port}", std::process::id());
+        let tag = crate::process::unique_tag("ystest");
         let mut c = TestCluster {
             dir,
             conf,

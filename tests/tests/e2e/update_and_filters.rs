@@ -264,7 +264,9 @@ fn the_rough_edges_a_new_user_hit() {
         "--grace",
         "30",
         "--wrap",
-        &format!("touch {work}/up; trap 'sleep 3; exit 0' TERM; sleep 300 & wait"),
+        // `up` once the trap is set and the background helper has exec'd (a SIGTERM
+        // reaching a forked child before its exec is caught by the inherited trap and lost).
+        &format!("trap 'sleep 3; exit 0' TERM; sh -c 'touch {work}/up; exec sleep 300' & wait"),
     ]);
     c.wait_state(slow, "RUNNING", SECS(20));
     wait_until(SECS(10), "the job's trap is set", || c.path("up").exists());

@@ -88,7 +88,7 @@ pub(in crate::launch) fn prepare(
         switch_user: plan.switch_user,
         uid: Uid::from_raw(plan.uid),
         gid: Gid::from_raw(plan.gid),
-        groups: plan.groups.iter().copied().map(Gid::from_raw).collect(),
+        groups: plan.groups.clone(),
         workdir: c_path(&plan.workdir).map_err(StartError::job)?,
         interpreter: plan
             .interpreter

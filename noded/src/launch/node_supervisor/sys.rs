@@ -56,7 +56,7 @@ pub(in crate::launch) struct ChildSetup {
     pub(super) switch_user: bool,
     pub(super) uid: Uid,
     pub(super) gid: Gid,
-    pub(super) groups: Vec<Gid>,
+    pub(super) groups: Vec<libc::gid_t>,
     pub(super) workdir: CString,
     /// The script's `#!` program, checked for execute permission as the job user.
     pub(super) interpreter: Option<CString>,
@@ -121,10 +121,32 @@ fn setup_child(s: &ChildSetup) -> io::Result<()> {
         unsafe { libc::write(group.as_raw_fd(), text.as_ptr().cast(), text.len()) };
     }
     if s.switch_user {
-        // Groups first: after setuid the process may no longer change them.
-        nix::unistd::setgroups(&s.groups).map_err(|e| fail(Step::Groups, e.into()))?;
-        nix::unistd::setgid(s.gid).map_err(|e| fail(Step::Gid, e.into()))?;
-        nix::unistd::setuid(s.uid).map_err(|e| fail(Step::Uid, e.into()))?;
+        // Groups first: after setuid the process may no longer change them. The system
+        // calls themselves, not libc's wrappers: in a process with other threads (the
+        // journal's committer, a checkpoint look) those make every thread change too, and
+        // after a clone3 libc does not know it happened, so in the child the wrapper would
+        // signal threads that are not there and wait on locks they held at the clone (one
+        // exiting at that instant holds one for good). Each call changes this process's
+        // (only) thread, which is what the child needs, as glibc's posix_spawn does.
+        // SAFETY: raw system calls with integer arguments and a pointer to a live slice of
+        // gid_t prepared before the fork.
+        unsafe {
+            let groups: &[libc::gid_t] = &s.groups;
+            check(
+                Step::Groups,
+                libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) as libc::c_int,
+            )?;
+            let gid = s.gid.as_raw();
+            check(
+                Step::Gid,
+                libc::syscall(libc::SYS_setresgid, gid, gid, gid) as libc::c_int,
+            )?;
+            let uid = s.uid.as_raw();
+            check(
+                Step::Uid,
+                libc::syscall(libc::SYS_setresuid, uid, uid, uid) as libc::c_int,
+            )?;
+        }
     }
     // From here on, the kernel checks every path as the job user.
     // SAFETY: chdir/mkdir/open/dup2/close on NUL-terminated strings prepared before fork.
@@ -325,18 +347,42 @@ pub(in crate::launch) fn clone3_unsupported(error: &io::Error) -> bool {
     )
 }
 
+/// How often, and how far apart, an exec that failed with ETXTBSY is tried again (1 s).
+const EXEC_BUSY_TRIES: u32 = 50;
+const EXEC_BUSY_PAUSE_NS: libc::c_long = 20_000_000;
+
 /// The child of [`fork_job`] or [`clone_job_into_cgroup`]: its setup, then the job's exec.
 fn run_child(exec: &ExecArgs, setup: &ChildSetup) -> ! {
     if setup_child(setup).is_ok() {
-        // SAFETY: NUL-terminated arrays of pointers into CStrings `exec` owns.
-        unsafe {
-            libc::execve(
-                exec.program.as_ptr(),
-                exec.argv.as_ptr(),
-                exec.envp.as_ptr(),
-            )
+        let mut busy_tries = 0;
+        let error = loop {
+            // SAFETY: NUL-terminated arrays of pointers into CStrings `exec` owns.
+            unsafe {
+                libc::execve(
+                    exec.program.as_ptr(),
+                    exec.argv.as_ptr(),
+                    exec.envp.as_ptr(),
+                )
+            };
+            let error = io::Error::last_os_error();
+            // ETXTBSY: the script is still open for writing somewhere. noded closed it
+            // before the launch, but a process forked meanwhile by noded (or by whatever
+            // wrote it) holds a copy of that descriptor until its own exec, for
+            // microseconds to milliseconds. Waiting a little is all it takes (as Go's
+            // os/exec learned); a script really held open for writing still fails, after
+            // a second.
+            if error.raw_os_error() != Some(libc::ETXTBSY) || busy_tries == EXEC_BUSY_TRIES {
+                break error;
+            }
+            busy_tries += 1;
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: EXEC_BUSY_PAUSE_NS,
+            };
+            // SAFETY: nanosleep (async-signal-safe) of a live local.
+            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
         };
-        report_step(&setup.step_report, 0, 0, &io::Error::last_os_error());
+        report_step(&setup.step_report, 0, 0, &error);
     }
     // SAFETY: _exit ends the child without running the parent's atexit handlers or
     // destructors.
