@@ -784,6 +784,43 @@ mod rebuild_tests {
         assert_eq!(rec.recount_active(), *rec.kept_active_counts());
     }
 
+    /// The copy shares the records' jobs, and a change to the records (a new reason, a new
+    /// version of a job) is never seen through the copy until its next refresh: a pass
+    /// decides on the jobs as they were when it began.
+    #[test]
+    fn the_scheduler_s_copy_shares_jobs_and_sees_no_change_until_refreshed() {
+        let mut rec = Records::with_jobs(vec![
+            JobBuilder::new(1).build(),
+            JobBuilder::new(2).build(),
+        ]);
+        let mut copy = SchedulerCopy::default();
+        rec.refresh_copy(&mut copy);
+        let shared = |rec: &Records, copy: &SchedulerCopy, id: u64| {
+            Arc::ptr_eq(&rec.jobs()[&JobId(id)], &copy.jobs[&JobId(id)])
+        };
+        assert!(shared(&rec, &copy, 1) && shared(&rec, &copy, 2));
+        // What a pass that began now looks at (the map cloned: its jobs shared).
+        let in_pass = copy.jobs.clone();
+        let mut fx = Effects::default();
+        fx.reasons.push((JobId(1), "Resources".into()));
+        let mut held = Job::clone(&rec.jobs()[&JobId(2)]);
+        held.state = ysched_common::JobState::Held;
+        fx.put_job(held);
+        rec.commit(fx);
+        assert_eq!(rec.jobs()[&JobId(1)].reason, "Resources");
+        assert_eq!(rec.jobs()[&JobId(2)].state, ysched_common::JobState::Held);
+        for jobs in [&copy.jobs, &in_pass] {
+            assert_eq!(jobs[&JobId(1)].reason, "");
+            assert_eq!(jobs[&JobId(2)].state, ysched_common::JobState::Pending);
+        }
+        assert!(!shared(&rec, &copy, 1) && !shared(&rec, &copy, 2));
+        // Refreshed, the copy shares the records' new jobs again (the reason's too).
+        rec.refresh_copy(&mut copy);
+        assert!(shared(&rec, &copy, 1) && shared(&rec, &copy, 2));
+        assert_eq!(copy.jobs[&JobId(1)].reason, "Resources");
+        assert_eq!(in_pass[&JobId(1)].reason, "");
+    }
+
     #[test]
     fn equal_specs_of_different_submits_are_shared_and_forgotten_once_unused() {
         let mut rec = Records::with_jobs(Vec::new());
