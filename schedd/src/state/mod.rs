@@ -789,10 +789,8 @@ mod rebuild_tests {
     /// decides on the jobs as they were when it began.
     #[test]
     fn the_scheduler_s_copy_shares_jobs_and_sees_no_change_until_refreshed() {
-        let mut rec = Records::with_jobs(vec![
-            JobBuilder::new(1).build(),
-            JobBuilder::new(2).build(),
-        ]);
+        let mut rec =
+            Records::with_jobs(vec![JobBuilder::new(1).build(), JobBuilder::new(2).build()]);
         let mut copy = SchedulerCopy::default();
         rec.refresh_copy(&mut copy);
         let shared = |rec: &Records, copy: &SchedulerCopy, id: u64| {
