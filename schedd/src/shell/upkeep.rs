@@ -279,6 +279,11 @@ impl Cluster {
                         Ok(None) => break Ok(()),
                         Err(e) => break Err(e),
                     }
+                    // No one waits any more: schedd is stopping (the rest is done at its
+                    // next start).
+                    if done_tx.is_closed() {
+                        break Ok(());
+                    }
                     std::thread::sleep(STEP_PAUSE);
                 };
                 // The receiver is gone only when schedd is stopping.
