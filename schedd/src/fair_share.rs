@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 
 use ysched_common::config::AccountConfig;
 use ysched_common::time::Millis;
-use ysched_common::{Job, JobId, RunRecord};
+use ysched_common::{JobId, RunRecord};
 
 use crate::core::FairShare;
 
@@ -190,7 +190,7 @@ impl ShareTable {
 pub fn share_table(
     book: &UsageBook,
     config: &BTreeMap<String, AccountConfig>,
-    jobs: &BTreeMap<JobId, Job>,
+    jobs: &crate::core::JobMap,
     now: Millis,
 ) -> ShareTable {
     // Each account's own usage at `now`.

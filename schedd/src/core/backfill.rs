@@ -31,6 +31,7 @@ use ysched_common::{Job, JobId, JobSpec, NodeAlloc};
 use super::fit::{
     find_placement, fit_on_node, gang_models, n_nodes, Claim, NodeDemand, NodeView, Views,
 };
+use super::JobMap;
 
 /// A waiting job's reserved start: at `at`, with this allocation (one entry per node).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +78,7 @@ fn secs_to_ms(secs: u64) -> Millis {
 pub(crate) fn earliest_start(
     views: &Views<'_>,
     promised: &[(JobId, NodeAlloc)],
-    jobs: &BTreeMap<JobId, Job>,
+    jobs: &JobMap,
     spec: &JobSpec,
     now: Millis,
 ) -> Option<Reservation> {

@@ -63,8 +63,10 @@ fn the_head_job_gets_a_reservation_that_only_short_jobs_may_use() {
 #[test]
 fn a_job_ending_exactly_at_the_reserved_start_may_use_it() {
     let mut cluster = head_and_three_small().backfill(1);
-    Arc::make_mut(&mut cluster.jobs.get_mut(&JobId(5)).expect("job").spec).time_limit_secs =
-        Some(1800);
+    Arc::make_mut(
+        &mut std::sync::Arc::make_mut(cluster.jobs.get_mut(&JobId(5)).expect("job")).spec,
+    )
+    .time_limit_secs = Some(1800);
     assert_eq!(
         render(&cluster.schedule(T0)),
         "place 4 on n2[2]\n\
@@ -406,7 +408,13 @@ fn limited_cluster_gen() -> impl Strategy<Value = Cluster> {
 
 /// Pending jobs get `limits`, running ones the limit that leaves them `left` (by position).
 fn with_limits(mut cluster: Cluster, limits: &[Option<u64>], left: &[Option<u64>]) -> Cluster {
-    for ((job, limit), left) in cluster.jobs.values_mut().zip(limits).zip(left) {
+    for ((job, limit), left) in cluster
+        .jobs
+        .values_mut()
+        .map(Arc::make_mut)
+        .zip(limits)
+        .zip(left)
+    {
         let limit = match job.start_time {
             Some(start) if job.state.holds_resources() => {
                 left.map(|left| ((NOW - start) / 1000) as u64 + left)
@@ -551,7 +559,7 @@ pub(super) fn busy_cluster_gen() -> impl Strategy<Value = Cluster> {
                 } else {
                     Arc::make_mut(&mut job.spec).time_limit_secs = gen.limit;
                 }
-                cluster.jobs.insert(job.id, job);
+                cluster.jobs.insert(job.id, std::sync::Arc::new(job));
             }
             cluster
         })
@@ -563,7 +571,7 @@ fn without_preemption(mut cluster: Cluster) -> Cluster {
     for tier in cluster.tiers.values_mut() {
         tier.may_preempt = false;
     }
-    for job in cluster.jobs.values_mut() {
+    for job in cluster.jobs.values_mut().map(std::sync::Arc::make_mut) {
         if job.state == JobState::Preempting {
             job.state = JobState::Running;
             job.stop = None;
@@ -685,7 +693,7 @@ fn check_rerun_keeps_reservations(cluster: &Cluster) -> Result<(), TestCaseError
     let (plan, reservations) = pass_with_reservations(cluster)?;
     let mut rerun = cluster.clone();
     for placement in &plan.placements {
-        let job = rerun.jobs.get_mut(&placement.job).expect("placed job");
+        let job = std::sync::Arc::make_mut(rerun.jobs.get_mut(&placement.job).expect("placed job"));
         job.state = JobState::Running;
         job.launched = true;
         job.alloc = placement.alloc.clone();

@@ -169,7 +169,7 @@ fn a_shared_dependency_is_evaluated_once_and_means_the_same() {
         cluster.ended.insert(JobId(id), JobState::Completed);
     }
     let mut copied = cluster.clone();
-    for job in copied.jobs.values_mut() {
+    for job in copied.jobs.values_mut().map(std::sync::Arc::make_mut) {
         job.spec = Arc::new((*job.spec).clone());
     }
     for (cluster, evaluated) in [(&cluster, 2), (&copied, 80)] {
@@ -196,7 +196,7 @@ fn a_shared_dependency_is_evaluated_once_and_means_the_same() {
     assert_eq!(never, 40);
     assert_eq!(plan, {
         let mut copied = failed.clone();
-        for job in copied.jobs.values_mut() {
+        for job in copied.jobs.values_mut().map(std::sync::Arc::make_mut) {
             job.spec = Arc::new((*job.spec).clone());
         }
         copied.schedule(T0)
@@ -234,7 +234,7 @@ fn an_array_runs_at_most_its_limit_of_tasks() {
     // Two tasks run already: one more may start.
     let mut cluster = cluster;
     for (id, gpu) in [(10, 0), (11, 1)] {
-        let job = cluster.jobs.get_mut(&JobId(id)).expect("task");
+        let job = std::sync::Arc::make_mut(cluster.jobs.get_mut(&JobId(id)).expect("task"));
         job.state = JobState::Running;
         job.start_time = Some(T0);
         job.alloc = vec![ysched_common::NodeAlloc {
@@ -360,7 +360,8 @@ fn held_cluster_gen() -> impl Strategy<Value = Cluster> {
             }
             let mut first_task: BTreeMap<bool, Arc<ysched_common::JobSpec>> = BTreeMap::new();
             for (id, role) in ids.iter().zip(roles) {
-                let job = cluster.jobs.get_mut(id).expect("generated job");
+                let job =
+                    std::sync::Arc::make_mut(cluster.jobs.get_mut(id).expect("generated job"));
                 let spec = Arc::make_mut(&mut job.spec);
                 match role {
                     Role::Plain => {}
@@ -421,7 +422,7 @@ fn check_held_back(cluster: &Cluster) -> Result<(), TestCaseError> {
     let plan = cluster.schedule(NOW);
     // The same with a spec per job: sharing is only a saving.
     let mut copied = cluster.clone();
-    for job in copied.jobs.values_mut() {
+    for job in copied.jobs.values_mut().map(std::sync::Arc::make_mut) {
         job.spec = Arc::new((*job.spec).clone());
     }
     prop_assert_eq!(&plan, &copied.schedule(NOW));
@@ -429,13 +430,13 @@ fn check_held_back(cluster: &Cluster) -> Result<(), TestCaseError> {
     let placed: Vec<&Job> = plan
         .placements
         .iter()
-        .map(|p| &cluster.jobs[&p.job])
+        .map(|p| &*cluster.jobs[&p.job])
         .collect();
     let preempting: Vec<&Job> = plan
         .pending_reasons
         .iter()
         .filter(|(_, r)| matches!(r, PendingReason::Preempting { .. }))
-        .map(|(id, _)| &cluster.jobs[id])
+        .map(|(id, _)| &*cluster.jobs[id])
         .collect();
     // Dependencies: met for every job that gets room, and the reason names why not.
     for job in cluster
@@ -466,6 +467,7 @@ fn check_held_back(cluster: &Cluster) -> Result<(), TestCaseError> {
     let holding: Vec<&Job> = cluster
         .jobs
         .values()
+        .map(|j| &**j)
         .filter(|j| j.state.holds_resources())
         .collect();
     let mut started: Vec<&Job> = holding.clone();

@@ -23,6 +23,7 @@
 //! pending job waits for goes into [`Plan::pending_reasons`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, Node, NodeAlloc, TierConfig};
@@ -55,11 +56,17 @@ pub use order::FairShare;
 pub use reason::PendingReason;
 pub use topo::Topologies;
 
+/// Jobs by id, each behind an `Arc`: schedd's records and the scheduler's copy of them share
+/// every job that did not change since the copy was last brought up to date, so that a
+/// queue of 100,000 jobs is held once, not twice. A shared job is never changed in place: a
+/// change makes the changer's own (`Arc::make_mut`), and the other keeps what it had.
+pub type JobMap = BTreeMap<JobId, Arc<Job>>;
+
 /// What the scheduler looks at: an immutable view of the store.
 #[derive(Debug, Clone, Copy)]
 pub struct Snapshot<'a> {
     /// All non-terminal jobs: PENDING, HELD, RUNNING and PREEMPTING.
-    pub jobs: &'a BTreeMap<JobId, Job>,
+    pub jobs: &'a JobMap,
     /// Every known node, schedulable or not.
     pub nodes: &'a BTreeMap<String, Node>,
     /// How the finished jobs that pending jobs' dependencies name have ended (jobs that are
@@ -69,7 +76,7 @@ pub struct Snapshot<'a> {
 
 impl<'a> Snapshot<'a> {
     /// These jobs and nodes, with no finished dependency target known.
-    pub fn new(jobs: &'a BTreeMap<JobId, Job>, nodes: &'a BTreeMap<String, Node>) -> Self {
+    pub fn new(jobs: &'a JobMap, nodes: &'a BTreeMap<String, Node>) -> Self {
         static NONE: BTreeMap<JobId, JobState> = BTreeMap::new();
         Snapshot {
             jobs,
@@ -140,19 +147,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Keeps only the pending reasons that differ from the jobs' current ones, and writes
-    /// those into `jobs` (the caller's copy): most pending jobs wait for the reason they waited
-    /// for before, and the applier then need not compare them all.
-    pub fn keep_changed_reasons(&mut self, jobs: &mut BTreeMap<JobId, Job>) {
-        self.pending_reasons.retain(|id, reason| {
-            match jobs.get_mut(id).filter(|j| !reason.is_text_of(&j.reason)) {
-                Some(job) => {
-                    job.reason = reason.to_string();
-                    true
-                }
-                None => false,
-            }
-        });
+    /// Keeps only the pending reasons that differ from the jobs' current ones in `jobs` (the
+    /// caller's copy): most pending jobs wait for the reason they waited for before, and the
+    /// applier then need not compare them all. The copy is not written: its jobs are shared
+    /// with the records, which take the reasons that changed when the plan is applied, and
+    /// the copy takes them from there at its next refresh.
+    pub fn keep_changed_reasons(&mut self, jobs: &JobMap) {
+        self.pending_reasons
+            .retain(|id, reason| jobs.get(id).is_some_and(|j| !reason.is_text_of(&j.reason)));
     }
 }
 
@@ -235,7 +237,7 @@ pub fn schedule_with_queue(
 
 /// The PENDING jobs in the order a pass walks them (tier, fair-share factor, submit time, id),
 /// without deciding anything: for benchmarks and tools.
-pub fn queue_order(jobs: &BTreeMap<JobId, Job>, fair_share: &FairShare) -> Vec<JobId> {
+pub fn queue_order(jobs: &JobMap, fair_share: &FairShare) -> Vec<JobId> {
     order::pending_keyed(jobs, fair_share)
         .iter()
         .map(|(key, _)| key.job_and_tier().0)

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState};
 
+use super::JobMap;
+
 /// Each account's fair-share factor, from 0 to 1: 1 for an account that used nothing lately,
 /// smaller the more it used beyond its shares. Computed outside the core (from the usage
 /// book, `crate::fair_share`) and handed in as data. Inside one tier, a higher factor goes
@@ -122,14 +124,14 @@ impl QueueKey {
 /// The PENDING jobs in queue order, each with its key. HELD jobs wait for a release and are
 /// not queued at all.
 pub(crate) fn pending_keyed<'j>(
-    jobs: &'j BTreeMap<JobId, Job>,
+    jobs: &'j JobMap,
     fair_share: &FairShare,
 ) -> Vec<(QueueKey, &'j Job)> {
     // Each key once (a lookup by account name), not once per comparison.
     let mut keyed: Vec<(QueueKey, &Job)> = jobs
         .values()
         .filter(|j| j.state == JobState::Pending)
-        .map(|j| (queue_key(j, fair_share), j))
+        .map(|j| (queue_key(j, fair_share), &**j))
         .collect();
     // Keys end on the id, so they are unique and an unstable sort is deterministic.
     keyed.sort_unstable_by_key(|(key, _)| *key);
@@ -137,10 +139,7 @@ pub(crate) fn pending_keyed<'j>(
 }
 
 /// The PENDING jobs in queue order.
-pub(crate) fn pending_in_order<'j>(
-    jobs: &'j BTreeMap<JobId, Job>,
-    fair_share: &FairShare,
-) -> Vec<&'j Job> {
+pub(crate) fn pending_in_order<'j>(jobs: &'j JobMap, fair_share: &FairShare) -> Vec<&'j Job> {
     pending_keyed(jobs, fair_share)
         .into_iter()
         .map(|(_, j)| j)

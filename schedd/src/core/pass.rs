@@ -54,7 +54,7 @@ use super::fit::{
 };
 use super::preempt::{evictable, plan_preemption, Preemption};
 use super::topo::{Path, Topologies};
-use super::{Eviction, ExpectedStart, PendingReason, Placement, Plan, Policy, Snapshot};
+use super::{Eviction, ExpectedStart, JobMap, PendingReason, Placement, Plan, Policy, Snapshot};
 
 /// What the pass decided for one pending job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +165,7 @@ struct ShapeMemo {
 }
 
 pub(crate) struct Pass<'a> {
-    jobs: &'a BTreeMap<JobId, Job>,
+    jobs: &'a JobMap,
     tiers: &'a BTreeMap<String, TierConfig>,
     /// Every schedulable node, with the running jobs' holds and this pass's decisions so far.
     views: Views<'a>,
@@ -546,6 +546,7 @@ impl<'a> Pass<'a> {
         let (jobs, claimed) = (self.jobs, &self.claimed);
         let taken = self.singletons.get_or_insert_with(|| {
             jobs.values()
+                .map(|j| &**j)
                 .filter(|j| j.state.holds_resources())
                 .chain(claimed.iter().copied())
                 .map(singleton_key)
@@ -877,11 +878,7 @@ fn singleton_key(job: &Job) -> (&str, &str) {
 
 /// How a dependency sees job `id`: from its record while it is not finished, from how it
 /// ended once it is; a job known to neither is gone.
-fn target_state(
-    jobs: &BTreeMap<JobId, Job>,
-    ended: &BTreeMap<JobId, JobState>,
-    id: JobId,
-) -> TargetState {
+fn target_state(jobs: &JobMap, ended: &BTreeMap<JobId, JobState>, id: JobId) -> TargetState {
     if let Some(job) = jobs.get(&id) {
         TargetState::of(job.state, job.has_run())
     } else if let Some(state) = ended.get(&id) {

@@ -290,7 +290,7 @@ fn build(nodes: &[NodeGen], jobs: &[JobGen], low_min_runtime: u64) -> Cluster {
                 }
             }
         }
-        cluster.jobs.insert(job.id, job);
+        cluster.jobs.insert(job.id, std::sync::Arc::new(job));
     }
     cluster
 }
@@ -634,7 +634,7 @@ proptest! {
 /// Fair share and quotas on a random cluster: accounts `a0`..`a2` (by job id) with random
 /// factors, random per-account and per-user quotas on `high` and `low`.
 fn with_fair_share(mut cluster: Cluster, factors: &[f64], quotas: &[u32]) -> Cluster {
-    for job in cluster.jobs.values_mut() {
+    for job in cluster.jobs.values_mut().map(std::sync::Arc::make_mut) {
         let spec = std::sync::Arc::make_mut(&mut job.spec);
         spec.account = format!("a{}", job.id.0 % 3);
     }

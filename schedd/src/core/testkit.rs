@@ -17,7 +17,7 @@ use ysched_common::{
     RunRecord, StopReason, StopRequest, TierConfig,
 };
 
-use super::{explain, schedule, Backfill, FairShare, Plan, Policy, Snapshot};
+use super::{explain, schedule, Backfill, FairShare, JobMap, Plan, Policy, Snapshot};
 
 pub const A100: &str = "NVIDIA A100-SXM4-80GB";
 pub const H100: &str = "NVIDIA H100 80GB HBM3";
@@ -614,7 +614,7 @@ pub fn root() -> Caller {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     pub nodes: BTreeMap<String, Node>,
-    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs: JobMap,
     pub tiers: BTreeMap<String, TierConfig>,
     pub fair_share: FairShare,
     /// How finished dependency targets ended.
@@ -676,7 +676,7 @@ impl Cluster {
                 array_id: JobId(first),
                 task,
             });
-            self.jobs.insert(id, task_job);
+            self.jobs.insert(id, Arc::new(task_job));
         }
         self
     }
@@ -695,7 +695,7 @@ impl Cluster {
 
     pub fn job(mut self, job: JobBuilder) -> Self {
         let job = job.build();
-        self.jobs.insert(job.id, job);
+        self.jobs.insert(job.id, Arc::new(job));
         self
     }
 
@@ -736,12 +736,12 @@ impl Cluster {
     /// Applies a plan with the server's own applier (`state::plan`): placed jobs start,
     /// victims are asked to stop, and every other pending job takes its reason.
     pub fn apply(&mut self, plan: &Plan, now: Millis) {
-        let mut records = crate::state::Records::new(
-            std::mem::take(&mut self.jobs),
-            self.nodes.clone(),
-            0,
-            Default::default(),
-        );
+        let jobs = std::mem::take(&mut self.jobs)
+            .into_iter()
+            .map(|(id, job)| (id, Arc::unwrap_or_clone(job)))
+            .collect();
+        let mut records =
+            crate::state::Records::new(jobs, self.nodes.clone(), 0, Default::default());
         let payload = |_: JobId| Some(std::sync::Arc::new(crate::store::Payload::default()));
         let effects = records.apply_plan(plan, &payload, now);
         records.commit(effects);

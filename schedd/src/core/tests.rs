@@ -1265,7 +1265,7 @@ fn nvlink_preemptor_frees_a_whole_island() {
     );
     // Without --interconnect the eviction still frees a well-connected set.
     let mut soft = cluster.clone();
-    let nine = soft.jobs.get_mut(&JobId(9)).expect("job 9");
+    let nine = std::sync::Arc::make_mut(soft.jobs.get_mut(&JobId(9)).expect("job 9"));
     std::sync::Arc::make_mut(&mut nine.spec).interconnect = None;
     assert_eq!(render(&soft.schedule(now)), render(&cluster.schedule(now)));
 }

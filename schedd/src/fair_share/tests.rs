@@ -191,10 +191,10 @@ fn running_jobs_are_charged_as_they_run() {
     let book = UsageBook::new(DAY, T0);
     let mut jobs = BTreeMap::new();
     let job = running(1, "ml", &[0, 1], T0 - HOUR);
-    jobs.insert(job.id, job);
+    jobs.insert(job.id, std::sync::Arc::new(job));
     // An account with only a pending job is left out (its factor is 1).
     let pending = JobBuilder::new(2).account("vision").build();
-    jobs.insert(pending.id, pending);
+    jobs.insert(pending.id, std::sync::Arc::new(pending));
     let table = share_table(&book, &BTreeMap::new(), &jobs, T0);
     let ml = row(&table, "ml");
     assert_eq!(ml.raw_gpu_secs, 7200.0);
@@ -234,7 +234,7 @@ fn the_table_is_deterministic_whatever_the_order_runs_came_in() {
     assert_eq!(x, share_table(&at_start, &none, &none_jobs(), T0 + HOUR));
 }
 
-fn none_jobs() -> BTreeMap<JobId, Job> {
+fn none_jobs() -> crate::core::JobMap {
     BTreeMap::new()
 }
 

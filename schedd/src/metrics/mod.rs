@@ -31,7 +31,7 @@ use prometheus_client::registry::{Registry, Unit};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
-use ysched_common::{Job, JobId, JobState, Node, StopReason, StopRequest};
+use ysched_common::{Job, JobState, Node, StopReason, StopRequest};
 
 mod active;
 mod census;
@@ -337,7 +337,7 @@ impl Metrics {
     /// What an event did to jobs: `after` are its new job versions (a later version of a job
     /// wins), `before` the records they replace. Call it just before the records are taken
     /// into memory, once the event's batch is written.
-    pub fn observe_jobs(&self, before: &BTreeMap<JobId, Job>, after: &[Job]) {
+    pub fn observe_jobs(&self, before: &crate::core::JobMap, after: &[Job]) {
         if after.is_empty() {
             return;
         }
@@ -500,7 +500,7 @@ fn last_versions(after: &[Job]) -> impl Iterator<Item = &Job> {
 /// A run is preempted while its stop request is a preemption (a cancel during the grace
 /// replaces it) and ends when its job holds no resources any more.
 pub fn preempted_checkpoint_saves(
-    before: &BTreeMap<JobId, Job>,
+    before: &crate::core::JobMap,
     after: &[Job],
     reports: &[(String, AgentReport)],
 ) -> Vec<String> {

@@ -5,6 +5,7 @@ use crate::core::testkit::{JobBuilder, NodeBuilder, A100, H100, T0};
 use crate::state::agent_events::Limits;
 use crate::state::lifecycle::PartEnd;
 use crate::state::Records;
+use ysched_common::JobId;
 
 const TIERS: [&str; 4] = ["critical", "high", "medium", "low"];
 
@@ -188,7 +189,11 @@ fn a_start_counts_once_with_its_wait_from_queued_at_or_submit() {
     let pending = JobBuilder::new(1).high().build();
     let mut requeued = JobBuilder::new(2).low().build();
     requeued.queued_at = Some(T0 + 100_000);
-    let before: BTreeMap<_, _> = [(pending.id, pending), (requeued.id, requeued.clone())].into();
+    let before: BTreeMap<_, _> = [
+        (pending.id, std::sync::Arc::new(pending)),
+        (requeued.id, std::sync::Arc::new(requeued.clone())),
+    ]
+    .into();
     let started = JobBuilder::new(1)
         .high()
         .running_on("n1", &[0])
@@ -201,7 +206,7 @@ fn a_start_counts_once_with_its_wait_from_queued_at_or_submit() {
     let stale = JobBuilder::new(1).high().build();
     m.observe_jobs(&before, &[stale, started.clone(), started2.clone()]);
     // The same versions again (already running before): no new start.
-    let now_running: BTreeMap<_, _> = [(started.id, started.clone())].into();
+    let now_running: BTreeMap<_, _> = [(started.id, std::sync::Arc::new(started.clone()))].into();
     m.observe_jobs(&now_running, &[started]);
     let text = m.render(&Census::default(), Format::Text);
     assert_eq!(
@@ -229,7 +234,7 @@ fn a_start_counts_once_with_its_wait_from_queued_at_or_submit() {
 fn an_eviction_counts_a_preemption_and_its_end_a_saved_checkpoint_by_the_victims_tier() {
     let m = metrics();
     let running = JobBuilder::new(1).low().running_on("n1", &[0, 1]).build();
-    let before: BTreeMap<_, _> = [(running.id, running)].into();
+    let before: BTreeMap<_, _> = [(running.id, std::sync::Arc::new(running))].into();
     let evicted = JobBuilder::new(1)
         .low()
         .running_on("n1", &[0, 1])
@@ -237,7 +242,7 @@ fn an_eviction_counts_a_preemption_and_its_end_a_saved_checkpoint_by_the_victims
         .build();
     m.observe_jobs(&before, std::slice::from_ref(&evicted));
     // The same event again changes nothing (still preempting).
-    let preempting: BTreeMap<_, _> = [(evicted.id, evicted.clone())].into();
+    let preempting: BTreeMap<_, _> = [(evicted.id, std::sync::Arc::new(evicted.clone()))].into();
     m.observe_jobs(&preempting, std::slice::from_ref(&evicted));
 
     // The real state machine ends the run on the agent's report: requeued, checkpoint saved.
@@ -312,7 +317,7 @@ fn a_preempted_run_without_a_checkpoint_counts_no_save() {
 fn an_end_counts_once_by_tier_and_final_state() {
     let m = metrics();
     let running = JobBuilder::new(1).medium().running_on("n1", &[0]).build();
-    let before: BTreeMap<_, _> = [(running.id, running.clone())].into();
+    let before: BTreeMap<_, _> = [(running.id, std::sync::Arc::new(running.clone()))].into();
     let mut done = running;
     done.state = JobState::Completed;
     done.alloc.clear();
@@ -564,7 +569,7 @@ fn a_preempted_gang_ends_with_its_last_part_and_a_cancel_in_the_grace_is_no_pree
         at: T0,
         grace_secs: 30,
     }));
-    let before: BTreeMap<_, _> = [(evicted.id, evicted)].into();
+    let before: BTreeMap<_, _> = [(evicted.id, std::sync::Arc::new(evicted))].into();
     m.observe_jobs(&before, &[cancelled]);
 
     let text = m.render(&Census::default(), Format::Text);
@@ -612,14 +617,17 @@ fn job_counts_kept_by_events_match_a_count_from_scratch() {
         JobBuilder::new(5).low().running_on("n2", &[5]).build(),
     ]);
     let m = metrics();
-    m.recovered(rec.jobs().values());
+    m.recovered(rec.jobs().values().map(|j| &**j));
     let step = |rec: &mut Records, fx: Effects| {
         m.observe_jobs(rec.jobs(), &fx.jobs);
         rec.commit(fx);
-        assert_eq!(*m.active(), ActiveJobs::count(rec.jobs().values()));
+        assert_eq!(
+            *m.active(),
+            ActiveJobs::count(rec.jobs().values().map(|j| &**j))
+        );
     };
     // Job 1 starts (a placement's new version), job 2 is released.
-    let mut started = rec.jobs()[&JobId(1)].clone();
+    let mut started = Job::clone(&rec.jobs()[&JobId(1)]);
     started.state = JobState::Running;
     started.start_time = Some(T0 + 1_000);
     started.alloc = JobBuilder::new(1).running_on("n2", &[0, 1]).build().alloc;
@@ -629,7 +637,7 @@ fn job_counts_kept_by_events_match_a_count_from_scratch() {
     let fx = rec.hold(&root, JobId(2), false, T0 + 1_000).unwrap();
     step(&mut rec, fx);
     // Job 3 is evicted for job 1, then its end requeues it.
-    let mut evicted = rec.jobs()[&JobId(3)].clone();
+    let mut evicted = Job::clone(&rec.jobs()[&JobId(3)]);
     evicted.state = JobState::Preempting;
     evicted.stop = JobBuilder::new(3).preempted_by(1).build().stop;
     let mut fx = Effects::default();

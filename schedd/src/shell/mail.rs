@@ -165,7 +165,7 @@ pub fn collect_reasons(rec: &Records, reasons: &[(JobId, String)], out: &mut Vec
         if !per_task && job.array.as_ref().is_some_and(|a| a.task != lowest) {
             continue;
         }
-        let mut job = job.clone();
+        let mut job = Job::clone(job);
         job.reason = reason.clone();
         let subject_id = subject_id(&job, per_task);
         out.extend(mail_for(&job, Event::InvalidDepend, &subject_id, per_task));

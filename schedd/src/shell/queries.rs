@@ -241,7 +241,7 @@ impl Cluster {
 
     fn find_job(&self, id: JobId) -> ApiResult<Job> {
         if let Some(j) = lock(&self.state).rec.jobs().get(&id) {
-            return Ok(j.clone());
+            return Ok(Job::clone(j));
         }
         self.store
             .job(id)?
@@ -263,7 +263,8 @@ impl Cluster {
         if job.state == JobState::Pending {
             // Replaying the queue ahead of the job takes as long as a pass: on a copy of the
             // scheduler's copy of the records (brought up to date under the lock: only what
-            // changed is copied), replayed without any lock.
+            // changed is taken; the copy's map is copied, its jobs are shared), replayed
+            // without any lock.
             let (jobs, nodes, queue, ended) = {
                 let mut view = self.scheduler_view.lock().await;
                 let (nodes, queue, ended) = {
@@ -292,8 +293,9 @@ impl Cluster {
                     backfill,
                 };
                 let waits = core::explain(&job, &snap, &policy, now_ms());
-                // The copy of every job just replayed (at 100,000 queued jobs some 35 MB)
-                // goes now: its memory is handed back at once rather than kept at its peak.
+                // The map just replayed (at 100,000 queued jobs a few MB of nodes; the jobs
+                // are shared) goes now: its memory is handed back at once rather than kept
+                // at its peak.
                 drop(jobs);
                 super::scheduling::release_freed_memory();
                 waits

@@ -161,44 +161,47 @@ impl Cluster {
         let n_jobs = view.copy.jobs.len();
         let cluster = Arc::clone(self);
         let kill_invalid = self.config.scheduler.kill_invalid_depend;
-        let (plan, queue_view, expected, never) = tokio::task::spawn_blocking(move || {
-            let view = &mut *view;
-            let snap = Snapshot {
-                jobs: &view.copy.jobs,
-                nodes: &nodes,
-                ended: &ended,
-            };
-            let config = &cluster.config;
-            let table = share_table(&book, &config.accounts, &view.copy.jobs, now);
-            let factors = table.factors();
-            let policy = Policy {
-                tiers: &config.tiers,
-                fair_share: &factors,
-                backfill: cluster.backfill(),
-            };
-            let (mut plan, queue) =
-                core::schedule_with_queue(&snap, &policy, now, &mut view.topologies);
-            let queue_view = QueueView::new(table, factors, queue);
-            let mut expected = std::mem::take(&mut plan.expected_starts);
-            expect_preemptors(&mut expected, &view.copy.jobs, &plan, now);
-            // With `kill_invalid_depend`, every job whose dependency can never be met is
-            // cancelled: looked for among all reasons, not only the changed ones (a cancel
-            // that failed is tried again by the next pass).
-            let never: Vec<JobId> = if kill_invalid {
-                plan.pending_reasons
-                    .iter()
-                    .filter(|(_, reason)| **reason == core::PendingReason::DependencyNeverSatisfied)
-                    .map(|(id, _)| *id)
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            // Only the reasons that changed go to the applier, which runs under the lock.
-            plan.keep_changed_reasons(&mut view.copy.jobs);
-            (plan, queue_view, expected, never)
-        })
-        .await
-        .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
+        let (plan, queue_view, expected, never, mut view) =
+            tokio::task::spawn_blocking(move || {
+                let held = &mut *view;
+                let snap = Snapshot {
+                    jobs: &held.copy.jobs,
+                    nodes: &nodes,
+                    ended: &ended,
+                };
+                let config = &cluster.config;
+                let table = share_table(&book, &config.accounts, &held.copy.jobs, now);
+                let factors = table.factors();
+                let policy = Policy {
+                    tiers: &config.tiers,
+                    fair_share: &factors,
+                    backfill: cluster.backfill(),
+                };
+                let (mut plan, queue) =
+                    core::schedule_with_queue(&snap, &policy, now, &mut held.topologies);
+                let queue_view = QueueView::new(table, factors, queue);
+                let mut expected = std::mem::take(&mut plan.expected_starts);
+                expect_preemptors(&mut expected, &held.copy.jobs, &plan, now);
+                // With `kill_invalid_depend`, every job whose dependency can never be met is
+                // cancelled: looked for among all reasons, not only the changed ones (a cancel
+                // that failed is tried again by the next pass).
+                let never: Vec<JobId> = if kill_invalid {
+                    plan.pending_reasons
+                        .iter()
+                        .filter(|(_, reason)| {
+                            **reason == core::PendingReason::DependencyNeverSatisfied
+                        })
+                        .map(|(id, _)| *id)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                // Only the reasons that changed go to the applier, which runs under the lock.
+                plan.keep_changed_reasons(&held.copy.jobs);
+                (plan, queue_view, expected, never, view)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
         // The old views are dropped after the lock (a queue of 100,000 places).
         let old = {
             let mut st = lock(&self.state);
@@ -222,10 +225,15 @@ impl Cluster {
             stale = dropped;
             Ok((rec.apply_plan(&plan, &payload, now), ()))
         });
-        if applied.is_err() {
-            // The copy took this plan's reasons already: copy everything afresh next time.
-            self.scheduler_view.lock().await.copy = SchedulerCopy::default();
+        if applied.is_ok() {
+            // The jobs the plan changed (their reasons, at least) are the records' own now,
+            // and the copy still holds the ones it shared before: it takes the new ones at
+            // once rather than at the next pass, which may be long in coming to a queue that
+            // waits, so that each job is held once (a PENDING array task's memory).
+            let mut st = lock(&self.state);
+            st.rec.refresh_copy(&mut view.copy);
         }
+        drop(view);
         let (mut changed, _, ()) = applied?;
         if !never.is_empty() {
             // A separate event after the plan's: refused (a full store), the jobs stay

@@ -16,6 +16,12 @@ const EXPIRE_BATCH: usize = 1000;
 /// and index key (four to five removals); small enough that requests meanwhile do not wait
 /// behind a step (measured: 1,000 a step let a `ListJobs` wait 147 ms).
 const EXPIRE_JOBS_BATCH: usize = 200;
+/// The pause between two steps of a retention: sled's flusher and the requests get the
+/// store between them.
+const STEP_PAUSE: Duration = Duration::from_millis(10);
+/// The upkeep thread's nice value (see [`lower_priority`]): 10, as `nice` gives by default,
+/// about a tenth of the CPU a thread at 0 gets when both want it.
+const UPKEEP_NICE: libc::c_int = 10;
 
 /// The most refusals of one user's requests that are audited one by one per minute; more
 /// are counted and recorded as one entry (see [`RefusalLimiter`]).
@@ -238,48 +244,67 @@ impl Cluster {
         }
     }
 
-    /// Runs `step` on a blocking thread, again after a short pause, until it says it is done
-    /// (`Ok(None)`) or fails; returns what its steps removed. `state` goes from one step to the
-    /// next. A full store pauses the work until the next round (`what` names it in the log);
-    /// a failed write is fatal, as any store write's.
+    /// Runs `step` on a thread of its own at a lower CPU priority (see [`lower_priority`]),
+    /// again after a short pause, until it says it is done (`Ok(None)`) or fails; returns
+    /// what its steps removed. `state` goes from one step to the next. A full store pauses
+    /// the work until the next round (`what` names it in the log); a failed write is fatal,
+    /// as any store write's.
+    ///
+    /// Why a thread of its own: the expiry of 900,000 finished jobs is minutes of steps, and
+    /// on a machine of two cores each step competed with the requests as an equal (a
+    /// `ListJobs` of the active jobs took up to 124 ms meanwhile, `bench history`). The
+    /// priority is the thread's for good, so it cannot be a thread of tokio's blocking pool,
+    /// which serves requests' reads and writes too.
     async fn in_steps<S: Send + 'static>(
         &self,
         what: &str,
         mut state: S,
-        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<usize>> + Send + Sync + 'static,
+        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<usize>> + Send + 'static,
     ) -> usize {
-        let step = Arc::new(step);
-        let mut removed = 0;
-        loop {
-            let store = self.store.clone();
-            let step = Arc::clone(&step);
-            let ran = {
-                let _busy = StoreWatch::busy(&self.store_watch.write_since);
-                tokio::task::spawn_blocking(move || {
-                    let done = step(&store, &mut state);
-                    (state, done)
-                })
-                .await
-            };
-            match ran {
-                Ok((next, Ok(Some(n)))) => {
-                    removed += n;
-                    state = next;
-                }
-                Ok((_, Ok(None))) => break,
-                Ok((_, Err(e))) if e.is_fatal_write() => store_failed(&e),
-                Ok((_, Err(e))) => {
-                    tracing::warn!("{what} paused: {e}");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!("{what} failed: {e}");
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let store = self.store.clone();
+        let watch = Arc::clone(&self.store_watch);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("upkeep".into())
+            .spawn(move || {
+                lower_priority();
+                let mut removed = 0;
+                let outcome = loop {
+                    let stepped = {
+                        let _busy = StoreWatch::busy(&watch.write_since);
+                        step(&store, &mut state)
+                    };
+                    match stepped {
+                        Ok(Some(n)) => removed += n,
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(e),
+                    }
+                    // No one waits any more: schedd is stopping (the rest is done at its
+                    // next start).
+                    if done_tx.is_closed() {
+                        break Ok(());
+                    }
+                    std::thread::sleep(STEP_PAUSE);
+                };
+                // The receiver is gone only when schedd is stopping.
+                let _ = done_tx.send((removed, outcome));
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("{what} not run: cannot start its thread: {e}");
+            return 0;
         }
-        removed
+        match done_rx.await {
+            Ok((removed, Ok(()))) => removed,
+            Ok((_, Err(e))) if e.is_fatal_write() => store_failed(&e),
+            Ok((removed, Err(e))) => {
+                tracing::warn!("{what} paused: {e}");
+                removed
+            }
+            Err(_) => {
+                tracing::warn!("{what} failed: its thread ended without an answer");
+                0
+            }
+        }
     }
 
     /// After a write with audit entries: wakes the upkeep if the log is past its limit.
@@ -335,5 +360,54 @@ mod tests {
         );
         // A new minute: audited again.
         assert!(limiter.admit(1000, "alice", t0 + WINDOW_MS + 2).0);
+    }
+}
+
+/// Lowers the calling thread's CPU priority to [`UPKEEP_NICE`], so that the requests and
+/// passes win the CPU over a long retention. Best effort: on Linux a nice value is per
+/// thread (`setpriority` on the thread's id); where it cannot be set (a seccomp filter, an
+/// odd kernel) the work runs at the priority it has, which is only slower for others.
+fn lower_priority() {
+    // SAFETY: gettid has no arguments; setpriority reads its three integer arguments only.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, UPKEEP_NICE)
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "upkeep thread: cannot lower its priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(test)]
+mod priority_tests {
+    use super::{lower_priority, UPKEEP_NICE};
+
+    /// The nice value of the calling thread.
+    fn thread_nice() -> libc::c_int {
+        // SAFETY: gettid has no arguments; getpriority reads its integer arguments only.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    /// The upkeep's thread runs at nice 10 (or stays where it was, when that was lower
+    /// still and raising it back is not allowed), and only that thread: the caller's is as
+    /// it was. It never fails.
+    #[test]
+    fn only_the_upkeep_thread_runs_at_a_lower_priority() {
+        let caller_before = thread_nice();
+        let (before, after) = std::thread::spawn(|| {
+            let before = thread_nice();
+            lower_priority();
+            (before, thread_nice())
+        })
+        .join()
+        .expect("the thread does not panic");
+        assert!(
+            after == UPKEEP_NICE || (after == before && before > UPKEEP_NICE),
+            "nice {before} -> {after}"
+        );
+        assert_eq!(thread_nice(), caller_before);
     }
 }

@@ -91,7 +91,7 @@ impl<'a> Working<'a> {
     /// in this event).
     pub(super) fn job(&mut self, id: JobId) -> Option<&mut Job> {
         if !self.jobs.contains_key(&id) {
-            let job = self.records.jobs.get(&id)?.clone();
+            let job = Job::clone(self.records.jobs.get(&id)?);
             self.jobs.insert(id, job);
         }
         self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal())
@@ -100,7 +100,7 @@ impl<'a> Working<'a> {
     /// Drops the working copy of a job this event left as it was, so its record is not
     /// rewritten.
     pub(super) fn forget_if_unchanged(&mut self, id: JobId) {
-        if self.records.jobs.get(&id) == self.jobs.get(&id) {
+        if self.records.jobs.get(&id).map(|j| &**j) == self.jobs.get(&id) {
             self.jobs.remove(&id);
         }
     }
@@ -495,7 +495,7 @@ impl Records {
             if nodes.is_empty() {
                 continue;
             }
-            let mut job = job.clone();
+            let mut job = Job::clone(job);
             let (outcome, events) =
                 lifecycle::nodes_silent(&mut job, &nodes, limits.max_requeues, now);
             for (at, kind, detail) in events {

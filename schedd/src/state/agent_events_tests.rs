@@ -442,7 +442,7 @@ fn a_silent_node_s_jobs_end_node_fail_without_a_fence_or_a_requeue_left() {
     rec.nodes.get_mut("n1").unwrap().fence_after_secs = 0;
     rec.jobs = [JobBuilder::new(5).running_on("n1", &[0]).build()]
         .into_iter()
-        .map(|j| (j.id, j))
+        .map(|j| (j.id, std::sync::Arc::new(j)))
         .collect();
     let mut fx = rec.fail_silent(&silent(&["n1"]), 0, LIMITS, late);
     assert_eq!(fx.jobs[0].state, JobState::NodeFail);
@@ -788,10 +788,10 @@ fn a_launch_that_failed_for_its_node_is_placed_again_elsewhere() {
     );
     rec.commit(fx);
     // A late copy of the same report (resent at a registration) ends nothing.
-    let mut again = rec.jobs[&JobId(1)].clone();
+    let mut again = ysched_common::Job::clone(&rec.jobs[&JobId(1)]);
     again.state = JobState::Running;
     again.alloc = JobBuilder::new(1).running_on("n1", &[0]).build().alloc;
-    rec.jobs.insert(JobId(1), again);
+    rec.jobs.insert(JobId(1), std::sync::Arc::new(again));
     assert!(rec
         .job_finished("n1", &fault(0), LIMITS, NOW)
         .jobs
@@ -800,10 +800,10 @@ fn a_launch_that_failed_for_its_node_is_placed_again_elsewhere() {
     let fx = rec.job_finished("n1", &fault(1), LIMITS, NOW);
     assert_eq!(fx.jobs[0].state, JobState::Pending);
     rec.commit(fx);
-    let mut third = rec.jobs[&JobId(1)].clone();
+    let mut third = ysched_common::Job::clone(&rec.jobs[&JobId(1)]);
     third.state = JobState::Running;
     third.alloc = JobBuilder::new(1).running_on("n2", &[0]).build().alloc;
-    rec.jobs.insert(JobId(1), third);
+    rec.jobs.insert(JobId(1), std::sync::Arc::new(third));
     let fx = rec.job_finished("n2", &fault(2), LIMITS, NOW);
     let job = &fx.jobs[0];
     assert_eq!(job.state, JobState::Failed);

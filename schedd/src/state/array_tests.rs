@@ -214,7 +214,7 @@ fn names_resolve_to_jobs() {
     );
     // A finished job is found in the store: its array too.
     let mut gone = rec.clone();
-    let head = gone.jobs.remove(&JobId(10)).unwrap();
+    let head = std::sync::Arc::unwrap_or_clone(gone.jobs.remove(&JobId(10)).unwrap());
     let finished = |id: JobId| -> ApiResult<Option<Job>> {
         Ok((id == JobId(10)).then(|| {
             let mut j = head.clone();
@@ -230,10 +230,10 @@ fn names_resolve_to_jobs() {
 fn cancel_of_an_array_a_task_and_a_range() {
     let mut rec = with_arrays();
     // Task 10_1 runs.
-    let mut running = rec.jobs[&JobId(11)].clone();
+    let mut running = Job::clone(&rec.jobs[&JobId(11)]);
     running.state = JobState::Running;
     running.alloc = JobBuilder::new(11).running_on("n1", &[0]).build().alloc;
-    rec.jobs.insert(running.id, running);
+    rec.jobs.insert(running.id, std::sync::Arc::new(running));
 
     // One task.
     let (fx, done) = rec
@@ -280,7 +280,7 @@ fn cancel_of_an_array_a_task_and_a_range() {
     );
     // Tasks that finished are passed over (the array's first task is found in the store);
     // an array all finished is refused.
-    let head = rec.jobs[&JobId(10)].clone();
+    let head = Job::clone(&rec.jobs[&JobId(10)]);
     let finished = |id: JobId| -> ApiResult<Option<Job>> {
         Ok((id == JobId(10)).then(|| {
             let mut j = head.clone();
@@ -321,9 +321,9 @@ fn cancel_of_an_array_a_task_and_a_range() {
 #[test]
 fn hold_and_release_of_a_range_apply_to_every_task_in_the_right_state() {
     let mut rec = with_arrays();
-    let mut running = rec.jobs[&JobId(12)].clone();
+    let mut running = Job::clone(&rec.jobs[&JobId(12)]);
     running.state = JobState::Running;
-    rec.jobs.insert(running.id, running);
+    rec.jobs.insert(running.id, std::sync::Arc::new(running));
     let range = rec.resolve(&target("10_[1-3]"), &none_finished).unwrap();
     let fx = rec.hold_targets(&alice(), &range, true, NOW).unwrap();
     let held: Vec<u64> = fx.jobs.iter().map(|j| j.id.0).collect();
@@ -460,7 +460,7 @@ fn submit_dependent(
 
 /// Ends `id` in `state` as an event would, telling `deps` first.
 fn end(rec: &mut Records, deps: &mut EndedTargets, id: u64, state: JobState) {
-    let mut job = rec.jobs[&JobId(id)].clone();
+    let mut job = Job::clone(&rec.jobs[&JobId(id)]);
     job.state = state;
     let mut fx = super::Effects::default();
     fx.put_job(job);
@@ -473,7 +473,7 @@ fn the_end_states_of_named_jobs_are_kept_while_named() {
     let mut rec = with_arrays();
     let mut deps = EndedTargets::default();
     // Job 1 ended before: its state comes with the submit.
-    let head = rec.jobs.remove(&JobId(1)).unwrap();
+    let head = std::sync::Arc::unwrap_or_clone(rec.jobs.remove(&JobId(1)).unwrap());
     let finished = move |id: JobId| -> ApiResult<Option<Job>> {
         Ok((id == JobId(1)).then(|| {
             let mut j = head.clone();
@@ -583,9 +583,9 @@ fn kill_invalid_depend_cancels_pending_jobs_as_schedd() {
     let dependents = submit_dependent(&mut rec, &mut deps, "1", &none_finished, &no_state);
     let mut plain = JobBuilder::new(30).build();
     Arc::make_mut(&mut plain.spec).dependency = dependents[0].spec.dependency.clone();
-    rec.jobs.insert(plain.id, plain);
+    rec.jobs.insert(plain.id, std::sync::Arc::new(plain));
     let held = dependents[2].id;
-    rec.jobs.get_mut(&held).unwrap().state = JobState::Held;
+    Arc::make_mut(rec.jobs.get_mut(&held).unwrap()).state = JobState::Held;
     // Job 1 fails: afterok can never be met.
     end(&mut rec, &mut deps, 1, JobState::Failed);
     let ids: Vec<JobId> = dependents

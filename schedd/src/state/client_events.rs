@@ -133,7 +133,7 @@ impl Records {
         let mut arrays: BTreeMap<JobId, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
         let mut done = Vec::with_capacity(ids.len());
         for id in ids {
-            let mut job = self.jobs[&id].clone();
+            let mut job = Job::clone(&self.jobs[&id]);
             let task = job.array;
             let mut audit = |fx: &mut Effects, queued: bool| match task {
                 Some(a) => {
@@ -247,7 +247,7 @@ impl Records {
                 if hold { "held" } else { "released" }
             )));
         }
-        let mut job = job.clone();
+        let mut job = Job::clone(job);
         job.state = to;
         job.reason = if hold { "Held".into() } else { String::new() };
         // A held job is not waiting to run: its wait begins when it is released.
@@ -312,7 +312,7 @@ impl Records {
             if job.state != from {
                 continue;
             }
-            let mut job = job.clone();
+            let mut job = Job::clone(job);
             job.state = to;
             job.reason = if hold { "Held".into() } else { String::new() };
             job.queued_at = (!hold).then_some(now);
@@ -415,7 +415,7 @@ impl Records {
                 )))
             }
         }
-        let mut job = job.clone();
+        let mut job = Job::clone(job);
         let grace = job.grace_secs;
         job.stop = Some(Box::new(StopRequest {
             reason: StopReason::Requeue {

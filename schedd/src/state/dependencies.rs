@@ -7,6 +7,7 @@
 use super::client_events::FinishedLookup;
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::array::merge_targets;
@@ -111,8 +112,8 @@ impl EndedTargets {
     /// From the records at start: the targets of every live job's dependency (each shared
     /// spec looked at once), with the end states of the finished ones (`finished`: the
     /// store's record of a job not in memory).
-    pub fn rebuild<E>(
-        jobs: &BTreeMap<JobId, Job>,
+    pub fn rebuild<E, J: Borrow<Job>>(
+        jobs: &BTreeMap<JobId, J>,
         mut finished: impl FnMut(JobId) -> Result<Option<JobState>, E>,
     ) -> Result<EndedTargets, E> {
         let named = named_by(jobs);
@@ -183,7 +184,7 @@ impl EndedTargets {
 
     /// Forgets the jobs that no live job's dependency names any more (one walk over the
     /// records, each shared spec looked at once).
-    pub fn collect_garbage(&mut self, jobs: &BTreeMap<JobId, Job>) {
+    pub fn collect_garbage(&mut self, jobs: &crate::core::JobMap) {
         let mut named = named_by(jobs);
         named.extend(self.pinned.values().flatten().copied());
         if self.ended.keys().any(|id| !named.contains(id)) {
@@ -223,10 +224,10 @@ impl EndedTargets {
 
 /// Every job the dependencies of `jobs` name, each spec looked at once (the tasks of an
 /// array share theirs).
-fn named_by(jobs: &BTreeMap<JobId, Job>) -> BTreeSet<JobId> {
+fn named_by<J: Borrow<Job>>(jobs: &BTreeMap<JobId, J>) -> BTreeSet<JobId> {
     let mut seen: BTreeSet<*const JobSpec> = BTreeSet::new();
     let mut named = BTreeSet::new();
-    for job in jobs.values() {
+    for job in jobs.values().map(Borrow::borrow) {
         let Some(dep) = &job.spec.dependency else {
             continue;
         };

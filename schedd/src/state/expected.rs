@@ -3,14 +3,14 @@
 
 use crate::core::{ExpectedStart, Plan};
 use std::collections::{BTreeMap, BTreeSet};
-use ysched_common::{Job, JobId, JobState, StopReason, StopRequest};
+use ysched_common::{JobId, JobState, StopReason, StopRequest};
 
 /// A preemptor starts once its victims are gone, at the latest when the last one's grace runs
 /// out: from its stop for victims already stopping, from now for those this plan stops. Added
 /// to the core's expected starts (its reservations) for `yq --start`.
 pub fn expect_preemptors(
     expected: &mut BTreeMap<JobId, ExpectedStart>,
-    jobs: &BTreeMap<JobId, Job>,
+    jobs: &crate::core::JobMap,
     plan: &Plan,
     now: i64,
 ) {
@@ -61,7 +61,7 @@ mod tests {
 
     #[test]
     fn a_preemptor_is_expected_when_its_last_victim_s_grace_runs_out() {
-        let jobs: BTreeMap<JobId, Job> = [
+        let jobs: core::JobMap = [
             J::new(1)
                 .gpus(4)
                 .grace(30)
@@ -77,7 +77,7 @@ mod tests {
             J::new(4).gpus(8).build(),
         ]
         .into_iter()
-        .map(|j| (j.id, j))
+        .map(|j| (j.id, std::sync::Arc::new(j)))
         .collect();
         let stop = jobs[&JobId(1)].stop.clone().expect("stopping");
         let plan = core::Plan {

@@ -5,6 +5,7 @@
 use super::agent_events::health_drain;
 use super::gpu_health::GpuReport;
 use super::Records;
+use std::sync::Arc;
 use ysched_common::time::Millis;
 use ysched_common::JobId;
 
@@ -107,7 +108,7 @@ impl Records {
             }
             let time = time.min(now);
             if job.last_checkpoint.is_none_or(|known| known < time) {
-                job.last_checkpoint = Some(time);
+                Arc::make_mut(job).last_checkpoint = Some(time);
                 // The victim cost reads it: the scheduler's copy must see it (and listings).
                 self.changed(JobId(job_id));
             }

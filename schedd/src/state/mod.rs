@@ -71,6 +71,7 @@ pub use effects::Effects;
 pub use heartbeat::HeartbeatSeen;
 pub use history::{HistoryEntry, JobEventKind};
 
+use crate::core::JobMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::{Job, JobId, JobSpec, Node, Owner};
@@ -81,7 +82,9 @@ use ysched_common::{Job, JobId, JobSpec, Node, Owner};
 /// and the per-user counts with them: outside `state/` they are read-only.
 #[derive(Debug, Default, Clone)]
 pub struct Records {
-    jobs: BTreeMap<JobId, Job>,
+    /// Each behind an `Arc` shared with the scheduler's copy while unchanged (see
+    /// [`JobMap`]).
+    jobs: JobMap,
     nodes: BTreeMap<String, Node>,
     next_job_id: u64,
     /// Jobs changed in memory since the scheduler last brought its own copy up to date (see
@@ -195,7 +198,7 @@ impl Records {
         limits: RecordLimits,
     ) -> Records {
         let mut rec = Records {
-            jobs,
+            jobs: jobs.into_iter().map(|(id, j)| (id, Arc::new(j))).collect(),
             nodes,
             next_job_id,
             limits,
@@ -203,6 +206,8 @@ impl Records {
         };
         rec.active_per_user = rec.recount_active();
         for job in rec.jobs.values_mut() {
+            // Not yet shared with any copy: no clone.
+            let job = Arc::make_mut(job);
             share_owner(&mut rec.owners, job);
             rec.specs.share(job);
         }
@@ -210,7 +215,7 @@ impl Records {
     }
 
     /// The jobs not yet finished.
-    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+    pub fn jobs(&self) -> &JobMap {
         &self.jobs
     }
 
@@ -258,7 +263,10 @@ impl Records {
         for (id, reason) in effects.reasons {
             if let Some(job) = self.jobs.get_mut(&id) {
                 if job.reason != reason {
-                    job.reason = reason;
+                    // Its own job for the records (the copy's, shared until now, keeps the
+                    // old reason), which the copy takes again at its next refresh.
+                    Arc::make_mut(job).reason = reason;
+                    self.touched.insert(id);
                     self.listings.remove(&id);
                 }
                 if !was_changed(&id) {
@@ -331,7 +339,7 @@ impl Records {
             }
             None => count_active(&mut self.active_per_user, &job, true),
         }
-        if self.jobs.insert(job.id, job).is_none() {
+        if self.jobs.insert(job.id, Arc::new(job)).is_none() {
             note_added(&mut self.jobs, &mut self.added);
         }
     }
@@ -353,7 +361,7 @@ impl Records {
 
     /// The jobs, for tests that drive the state machine from a cluster of their own.
     #[cfg(any(test, feature = "testkit"))]
-    pub(crate) fn into_jobs(self) -> BTreeMap<JobId, Job> {
+    pub(crate) fn into_jobs(self) -> JobMap {
         self.jobs
     }
 
@@ -444,7 +452,7 @@ impl Records {
             self.changed(job.id);
             share_owner(&mut self.owners, &mut job);
             self.specs.share(&mut job);
-            if self.jobs.insert(job.id, job).is_none() {
+            if self.jobs.insert(job.id, Arc::new(job)).is_none() {
                 note_added(&mut self.jobs, &mut self.added);
             }
         }
@@ -471,9 +479,13 @@ impl Records {
         let Records { jobs, listings, .. } = self;
         let listed = || -> Box<dyn Iterator<Item = &Job>> {
             if ids.is_empty() {
-                Box::new(jobs.values().filter(|j| want(j)))
+                Box::new(jobs.values().map(|j| &**j).filter(|j| want(j)))
             } else {
-                Box::new(ids.iter().filter_map(|id| jobs.get(id)).filter(|j| want(j)))
+                Box::new(
+                    ids.iter()
+                        .filter_map(|id| jobs.get(id).map(|j| &**j))
+                        .filter(|j| want(j)),
+                )
             }
         };
         let Some(encode) = encode else {
@@ -502,9 +514,10 @@ impl Records {
     /// Brings `copy` (the jobs the scheduler looks at, as of its last refresh: every job not
     /// finished, as the core's `Snapshot::jobs` wants them; a held job is no candidate, but
     /// dependencies on it must see that it has not started) up to date with the records,
-    /// copying only the jobs touched since. A fresh (empty) copy is filled in full. Reasons
-    /// are not the scheduler's concern and may lag in the copy; checkpoint directories are
-    /// left out.
+    /// taking again only the jobs touched since (a reason changed by a plan touches its job
+    /// too). A fresh (empty) copy is filled in full. The copy shares each job with the
+    /// records (an `Arc` each): a record changed later is the records' own new job, and the
+    /// copy keeps the one it took until its next refresh.
     pub fn refresh_copy(&mut self, copy: &mut SchedulerCopy) {
         let wanted = |j: &Job| !j.state.is_terminal();
         if !copy.filled {
@@ -512,7 +525,7 @@ impl Records {
                 .jobs
                 .iter()
                 .filter(|(_, j)| wanted(j))
-                .map(|(id, j)| (*id, for_scheduler(j)))
+                .map(|(id, j)| (*id, Arc::clone(j)))
                 .collect();
             copy.filled = true;
             copy.added = 0;
@@ -522,7 +535,7 @@ impl Records {
         for id in std::mem::take(&mut self.touched) {
             match self.jobs.get(&id).filter(|j| wanted(j)) {
                 Some(job) => {
-                    if copy.jobs.insert(id, for_scheduler(job)).is_none() {
+                    if copy.jobs.insert(id, Arc::clone(job)).is_none() {
                         note_added(&mut copy.jobs, &mut copy.added);
                     }
                 }
@@ -531,16 +544,6 @@ impl Records {
                 }
             }
         }
-    }
-}
-
-/// A job as the scheduler's copy keeps it: without its checkpoint directory, which no
-/// decision reads (launches are made from the records), so that a queued task's copy carries
-/// no string of its own.
-fn for_scheduler(job: &Job) -> Job {
-    Job {
-        checkpoint_dir: String::new(),
-        ..job.clone()
     }
 }
 
@@ -718,7 +721,7 @@ fn count_active(counts: &mut BTreeMap<u32, UserJobs>, job: &Job, add: bool) {
 /// [`Records::refresh_copy`] and read by passes without the lock.
 #[derive(Debug, Default)]
 pub struct SchedulerCopy {
-    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs: JobMap,
     /// Filled once; afterwards only touched jobs are copied again.
     filled: bool,
     /// Jobs that came into `jobs` since it was last rebuilt (see [`note_added`]).
@@ -731,7 +734,7 @@ impl Records {
     pub(crate) fn with_jobs(jobs: Vec<Job>) -> Records {
         use crate::core::testkit::{NodeBuilder, A100};
         Records {
-            jobs: jobs.into_iter().map(|j| (j.id, j)).collect(),
+            jobs: jobs.into_iter().map(|j| (j.id, Arc::new(j))).collect(),
             nodes: ["n1", "n2"]
                 .into_iter()
                 .map(|n| (n.to_string(), NodeBuilder::dgx(n, 8, A100).build()))
@@ -779,6 +782,41 @@ mod rebuild_tests {
         assert_eq!(copy.jobs.keys().map(|id| id.0).collect::<Vec<_>>(), ids);
         assert!(rec.added < rec.jobs().len() / 4 && copy.added < copy.jobs.len() / 4);
         assert_eq!(rec.recount_active(), *rec.kept_active_counts());
+    }
+
+    /// The copy shares the records' jobs, and a change to the records (a new reason, a new
+    /// version of a job) is never seen through the copy until its next refresh: a pass
+    /// decides on the jobs as they were when it began.
+    #[test]
+    fn the_scheduler_s_copy_shares_jobs_and_sees_no_change_until_refreshed() {
+        let mut rec =
+            Records::with_jobs(vec![JobBuilder::new(1).build(), JobBuilder::new(2).build()]);
+        let mut copy = SchedulerCopy::default();
+        rec.refresh_copy(&mut copy);
+        let shared = |rec: &Records, copy: &SchedulerCopy, id: u64| {
+            Arc::ptr_eq(&rec.jobs()[&JobId(id)], &copy.jobs[&JobId(id)])
+        };
+        assert!(shared(&rec, &copy, 1) && shared(&rec, &copy, 2));
+        // What a pass that began now looks at (the map cloned: its jobs shared).
+        let in_pass = copy.jobs.clone();
+        let mut fx = Effects::default();
+        fx.reasons.push((JobId(1), "Resources".into()));
+        let mut held = Job::clone(&rec.jobs()[&JobId(2)]);
+        held.state = ysched_common::JobState::Held;
+        fx.put_job(held);
+        rec.commit(fx);
+        assert_eq!(rec.jobs()[&JobId(1)].reason, "Resources");
+        assert_eq!(rec.jobs()[&JobId(2)].state, ysched_common::JobState::Held);
+        for jobs in [&copy.jobs, &in_pass] {
+            assert_eq!(jobs[&JobId(1)].reason, "");
+            assert_eq!(jobs[&JobId(2)].state, ysched_common::JobState::Pending);
+        }
+        assert!(!shared(&rec, &copy, 1) && !shared(&rec, &copy, 2));
+        // Refreshed, the copy shares the records' new jobs again (the reason's too).
+        rec.refresh_copy(&mut copy);
+        assert!(shared(&rec, &copy, 1) && shared(&rec, &copy, 2));
+        assert_eq!(copy.jobs[&JobId(1)].reason, "Resources");
+        assert_eq!(in_pass[&JobId(1)].reason, "");
     }
 
     #[test]

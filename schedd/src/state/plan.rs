@@ -10,7 +10,7 @@ use crate::core::{PendingReason, Plan};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::time::Millis;
-use ysched_common::{AuditRecord, JobId, JobState, NodeAlloc, Parts, PartsProgress};
+use ysched_common::{AuditRecord, Job, JobId, JobState, NodeAlloc, Parts, PartsProgress};
 use ysched_common::{StopReason, StopRequest};
 
 /// A job's script and environment, read when it is placed (`None`: unreadable; the job stays
@@ -34,7 +34,7 @@ impl Records {
             let Some(victim) = self.jobs.get(&ev.victim) else {
                 continue;
             };
-            let mut victim = victim.clone();
+            let mut victim = Job::clone(victim);
             victim.state = JobState::Preempting;
             victim.stop = Some(Box::new(StopRequest {
                 reason: StopReason::Preempt { by: ev.preemptor },
@@ -116,7 +116,7 @@ impl Records {
             let taken = ports_taken.entry(rank0.clone()).or_default();
             let master_port = rendezvous_port(p.job, taken);
             taken.insert(master_port);
-            let mut job = job.clone();
+            let mut job = Job::clone(job);
             job.state = JobState::Running;
             job.alloc = p.alloc.clone();
             job.parts = PartsProgress::from(Parts {
@@ -178,7 +178,7 @@ impl Records {
             if job.state != JobState::Pending {
                 continue;
             }
-            let mut job = job.clone();
+            let mut job = Job::clone(job);
             job.state = JobState::Cancelled;
             job.reason = PendingReason::DependencyNeverSatisfied.to_string();
             job.end_time = Some(now);

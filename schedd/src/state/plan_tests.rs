@@ -173,7 +173,7 @@ fn a_plan_from_an_older_copy_keeps_only_what_still_holds() {
     now.jobs.remove(&JobId(2));
     now.jobs.remove(&JobId(5));
     let taker = JobBuilder::new(7).running_on("n1", &[2]).build();
-    now.jobs.insert(taker.id, taker);
+    now.jobs.insert(taker.id, std::sync::Arc::new(taker));
     let (kept, dropped) = now.still_valid(plan.clone());
     assert!(dropped);
     let placed: Vec<u64> = kept.placements.iter().map(|p| p.job.0).collect();

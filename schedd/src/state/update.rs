@@ -309,7 +309,7 @@ impl Records {
     fn shown(&self, id: JobId) -> String {
         self.jobs
             .get(&id)
-            .map_or_else(|| id.0.to_string(), Job::display_id)
+            .map_or_else(|| id.0.to_string(), |job| job.display_id())
     }
 }
 

@@ -336,7 +336,7 @@ fn an_array_changes_its_queued_tasks_which_keep_sharing_one_spec() {
     // An array none of whose tasks is queued: refused.
     let mut all_running = rec.clone();
     all_running.commit(fx);
-    let mut one = all_running.jobs()[&JobId(11)].clone();
+    let mut one = Job::clone(&all_running.jobs()[&JobId(11)]);
     one.state = JobState::Running;
     let rec = Records::with_jobs(vec![one]);
     let err = rec

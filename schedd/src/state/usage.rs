@@ -140,7 +140,7 @@ impl Records {
         for new in &fx.jobs {
             let old = before
                 .insert(new.id, new)
-                .or_else(|| self.jobs.get(&new.id));
+                .or_else(|| self.jobs.get(&new.id).map(|j| &**j));
             let Some(old) = old else {
                 continue;
             };
@@ -150,7 +150,7 @@ impl Records {
                     before
                         .get(&by)
                         .copied()
-                        .or_else(|| self.jobs.get(&by))
+                        .or_else(|| self.jobs.get(&by).map(|j| &**j))
                         .map(|p| p.spec.account.clone())
                 });
                 runs.push(run);

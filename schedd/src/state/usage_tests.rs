@@ -164,11 +164,11 @@ fn a_preempted_run_requeued_records_the_preemptor_its_checkpoint_and_the_work_lo
         (job.state, job.queued_at, job.restart_count),
         (JobState::Pending, Some(T0 + 5_000), 1)
     );
-    let mut again = job.clone();
+    let mut again = Job::clone(job);
     again.state = JobState::Running;
     again.alloc = running(1).build().alloc;
     again.start_time = Some(T0 + 7_000);
-    rec.jobs.insert(JobId(1), again);
+    rec.jobs.insert(JobId(1), std::sync::Arc::new(again));
     let run = one(
         &rec,
         rec.job_finished(

@@ -1,8 +1,7 @@
 //! What the read-only requests show, derived from the records: a node's state as `yctl
 //! nodes` prints it, and which job holds each of its GPUs.
 
-use std::collections::BTreeMap;
-use ysched_common::{Job, JobId, Node};
+use ysched_common::Node;
 
 /// A node with what is derived from the jobs on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +24,7 @@ pub struct NodeView {
 /// the wire gives it too (`ysched_proto::PRIVATE_HOLDER`, checked in `server::convert`).
 pub const PRIVATE_HOLDER: u64 = u64::MAX;
 
-pub fn node_view(n: &Node, jobs: &BTreeMap<JobId, Job>) -> NodeView {
+pub fn node_view(n: &Node, jobs: &crate::core::JobMap) -> NodeView {
     let mut holders = vec![0u64; n.gpus.len()];
     let (mut cpus_alloc, mut mem_alloc, mut n_jobs) = (0u32, 0u64, 0);
     for j in jobs.values().filter(|j| j.state.holds_resources()) {

@@ -72,7 +72,10 @@ async fn submit(
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     rec.insert_jobs(jobs);
     let took = began.elapsed();
-    (ids.iter().map(|id| rec.jobs()[id].clone()).collect(), took)
+    (
+        ids.iter().map(|id| Job::clone(&rec.jobs()[id])).collect(),
+        took,
+    )
 }
 
 #[tokio::test]
@@ -474,7 +477,9 @@ async fn tasks_cancelled_one_by_one_are_written_as_any_job() {
     assert_eq!(own_records(&store), [4, 6, 7, 8, 10]);
     // And a task taken for the record but written again in the same batch keeps that record.
     let mut b = Batch::default();
-    let mut tasks: Vec<Job> = (11..=40).map(|id| rec.jobs()[&JobId(id)].clone()).collect();
+    let mut tasks: Vec<Job> = (11..=40)
+        .map(|id| Job::clone(&rec.jobs()[&JobId(id)]))
+        .collect();
     for task in &mut tasks {
         task.state = JobState::Cancelled;
         b.put_job(task);

@@ -6,7 +6,7 @@ use super::*;
 pub(super) struct BenchCluster {
     pub(super) nodes: BTreeMap<String, Node>,
     /// Running and pending jobs together, as the snapshot has them.
-    pub(super) jobs: BTreeMap<JobId, Job>,
+    pub(super) jobs: JobMap,
     pub(super) running: BTreeMap<JobId, Job>,
     /// In id order.
     pub(super) pending: Vec<Job>,
@@ -118,8 +118,7 @@ impl BenchCluster {
             pending.push(pending_job(&mut rng, next_id));
             next_id += 1;
         }
-        let mut jobs = running.clone();
-        jobs.extend(pending.iter().map(|j| (j.id, j.clone())));
+        let jobs = shared(running.values().chain(&pending));
         BenchCluster {
             nodes,
             jobs,
@@ -280,4 +279,11 @@ pub(super) fn pending_job(rng: &mut Rng, id: u64) -> Job {
     );
     job.submit_time = NOW - rng.below(72 * HOUR as u64) as Millis;
     job
+}
+
+/// These jobs as a snapshot holds them: each behind its own `Arc`.
+pub(super) fn shared<'j>(jobs: impl IntoIterator<Item = &'j Job>) -> JobMap {
+    jobs.into_iter()
+        .map(|j| (j.id, std::sync::Arc::new(j.clone())))
+        .collect()
 }

@@ -20,7 +20,7 @@ mod queue;
 #[cfg(test)]
 mod tests;
 
-use cluster::{account, BenchCluster};
+use cluster::{account, shared, BenchCluster};
 use queue::QueueCluster;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -33,7 +33,7 @@ use ysched_common::{
 };
 use ysched_schedd::core::testkit::{JobBuilder, RunBuilder};
 use ysched_schedd::core::{
-    queue_order, schedule, schedule_with, Backfill, FairShare, Policy, Snapshot, Topologies,
+    queue_order, schedule, schedule_with, Backfill, FairShare, JobMap, Policy, Snapshot, Topologies,
 };
 use ysched_schedd::fair_share::{share_table, QueueView, UsageBook};
 
@@ -124,8 +124,7 @@ pub fn run_with(n_nodes: usize, n_pending: usize, passes: usize) -> Vec<CoreFigu
     // settled after the big pass), then timed a few times.
     let (mut one_ms, mut one_cold_ms) = (Vec::new(), Vec::new());
     for job in cluster.pending.iter().take(15) {
-        let mut jobs = cluster.running.clone();
-        jobs.insert(job.id, job.clone());
+        let jobs = shared(cluster.running.values().chain([job]));
         let snap = Snapshot::new(&jobs, &cluster.nodes);
         std::hint::black_box(schedule_with(&snap, &policy, NOW, &mut kept));
         for _ in 0..3 {
@@ -227,7 +226,7 @@ static NO_NODES: BTreeMap<String, Node> = BTreeMap::new();
 
 /// The pending jobs in the pass's order, as `schedule_with_queue` hands them to schedd, found
 /// cheaply: without nodes the pass decides nothing but walks the same queue.
-fn pending_queue(jobs: &BTreeMap<JobId, Job>, policy: &Policy<'_>) -> Vec<(JobId, i64)> {
+fn pending_queue(jobs: &JobMap, policy: &Policy<'_>) -> Vec<(JobId, i64)> {
     let empty = Snapshot::new(jobs, &NO_NODES);
     ysched_schedd::core::schedule_with_queue(&empty, policy, NOW, &mut Topologies::default()).1
 }

@@ -127,10 +127,7 @@ impl QueueCluster {
             ended.insert(*id, state);
             cluster.running.remove(id);
         }
-        cluster.jobs = cluster.running.clone();
-        cluster
-            .jobs
-            .extend(cluster.pending.iter().map(|j| (j.id, j.clone())));
+        cluster.jobs = shared(cluster.running.values().chain(&cluster.pending));
         QueueCluster { cluster, ended }
     }
 

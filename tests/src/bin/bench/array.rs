@@ -115,12 +115,25 @@ fn pending_task_bytes(rt: &tokio::runtime::Runtime, n: usize) -> f64 {
         }
         // Two passes over them (one a second at most while they keep changing).
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let listed = client
-            .list_jobs(pb::ListJobsRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(listed.jobs.len() > tasks, "{} listed", listed.jobs.len());
+        // Page after page, as `yq` follows them (a reply holds at most
+        // `limits::JOBS_PER_REPLY` jobs).
+        let (mut listed, mut after_id) = (0, 0);
+        loop {
+            let page = client
+                .list_jobs(pb::ListJobsRequest {
+                    after_id,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            listed += page.jobs.len();
+            if page.next_after_id == 0 {
+                break;
+            }
+            after_id = page.next_after_id;
+        }
+        assert!(listed > tasks, "{listed} listed");
     });
     // Measured with no client connected, as after `yq` (a reply's buffers go with its
     // connection), and after a quiet second (schedd hands freed memory back then).
