@@ -324,7 +324,12 @@ impl Replicas {
     /// Every job replica `n` lists (`yq --all --json`).
     pub fn jobs(&self, n: u64) -> Vec<Value> {
         let out = self.run(n, "yq", &["--all", "--json"]);
-        assert!(out.status.success(), "yq on replica {n}: {}", stderr(&out));
+        assert!(
+            out.status.success(),
+            "yq on replica {n}: {}\n{}",
+            stderr(&out),
+            self.logs()
+        );
         serde_json::from_slice(&out.stdout).expect("yq json")
     }
 
@@ -340,7 +345,9 @@ impl Replicas {
             .collect();
         logs.sort();
         for log in logs {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            // Lossy: a log line may quote bytes that are not UTF-8.
+            let text =
+                String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
             s.push_str(&format!("--- {} (last lines) ---\n", log.display()));
             for line in tail.into_iter().rev() {
@@ -379,12 +386,30 @@ impl Clients {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run CLI");
+        // Read as it comes: an answer larger than a pipe's buffer (a listing of a few hundred
+        // jobs) would otherwise hold the CLI until it is killed.
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
         let start = Instant::now();
         while child.try_wait().ok().flatten().is_none() && start.elapsed() < timeout {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = child.kill();
-        child.wait_with_output().expect("CLI output")
+        let status = child.wait().expect("CLI status");
+        Output {
+            status,
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
+        }
     }
 }
 
