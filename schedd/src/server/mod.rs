@@ -349,11 +349,13 @@ pub async fn serve_replica(
     });
     let stop = CancellationToken::new();
     let leading = tokio::spawn(lead_when_elected(
-        config.clone(),
-        store,
-        replica.clone(),
-        members,
-        forward_token,
+        Electable {
+            config: config.clone(),
+            store,
+            replica: replica.clone(),
+            members,
+            forwarded: forward_token,
+        },
         leader_tx,
         doors.metrics.take(),
         stop.clone(),
@@ -401,19 +403,32 @@ fn where_the_leader_is(
     }
 }
 
-/// Follows the replica's role: once it leads and has applied everything committed, starts
-/// the `Cluster` from the store and serves it (and the metrics endpoint); exits when the
-/// lead is lost (see `shell::lead_lost`).
-async fn lead_when_elected(
+/// What a replica needs to lead once elected: its config, store and Raft, every replica's
+/// address, and the token its followers' forwarded requests carry.
+struct Electable {
     config: ysched_common::Config,
     store: crate::store::Store,
     replica: crate::replica::Replica,
     members: std::collections::BTreeMap<u64, String>,
     forwarded: forward::ForwardToken,
+}
+
+/// Follows the replica's role: once it leads and has applied everything committed, starts
+/// the `Cluster` from the store and serves it (and the metrics endpoint); exits when the
+/// lead is lost (see `shell::lead_lost`).
+async fn lead_when_elected(
+    electable: Electable,
     serving: tokio::sync::watch::Sender<leading::Serving<Leader>>,
     metrics: Option<TcpListener>,
     stop: CancellationToken,
 ) {
+    let Electable {
+        config,
+        store,
+        replica,
+        members,
+        forwarded,
+    } = electable;
     let mut watch = replica.raft.metrics();
     let mut metrics = metrics;
     let mut cluster: Option<Arc<Cluster>> = None;
