@@ -297,8 +297,9 @@ async fn serve_listeners(
 }
 
 /// Serves as replica `place` of `scheduler.replicas` over `store`: always the replication
-/// service; clients and agents only while this replica leads (others are told where the
-/// leader is). A replica that becomes the leader loads the state from its store (every
+/// service and `ClusterStatus`; clients and agents only while this replica leads (otherwise
+/// its client socket's requests are forwarded to the leader, and agents and relayed requests
+/// are told where the leader is). A replica that becomes the leader loads the state from its store (every
 /// committed change is in it) and starts scheduling; one that loses the lead exits (status
 /// 75), to be restarted as a follower.
 pub async fn serve_replica(
