@@ -59,24 +59,26 @@ pub fn relayed_caller<T>(
     let peer = super::tls::conn_info(req)
         .map(|info| info.remote)
         .ok_or_else(|| Status::unauthenticated("a relayed request without a peer address"))?;
+    if caller.forwarded_by_replica != 0
+        && !forwarded.is_some_and(|t| t.matches(&caller.relay_token))
+    {
+        peer_log::warn(
+            "refused forwarded request",
+            &peer.ip().to_string(),
+            format_args!(
+                "refused a client request from {peer} said to be forwarded by replica {}: it \
+                 carries no valid forwarding token",
+                caller.forwarded_by_replica
+            ),
+        );
+        return Err(Status::permission_denied(
+            "a request forwarded by a replica must carry the replicas' forwarding token \
+             (derived from the cluster CA's key); this one does not",
+        ));
+    }
     let believed = if caller.forwarded_by_replica != 0 {
-        let believed = forwarded.is_some_and(|t| t.matches(&caller.relay_token));
-        if !believed {
-            peer_log::warn(
-                "refused forwarded request",
-                &peer.ip().to_string(),
-                format_args!(
-                    "refused a client request from {peer} said to be forwarded by replica {}: \
-                     it carries no valid forwarding token",
-                    caller.forwarded_by_replica
-                ),
-            );
-            return Err(Status::permission_denied(
-                "a request forwarded by a replica must carry the replicas' forwarding token \
-                 (derived from the cluster CA's key); this one does not",
-            ));
-        }
-        believed
+        // Checked just above.
+        true
     } else if caller.relay_token.is_empty() {
         cluster.is_session_peer(&caller.node, &peer.to_string())
     } else {
