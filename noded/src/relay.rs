@@ -162,6 +162,7 @@ impl Relay {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             relay_token: link.token.clone(),
+            forwarded_by_replica: 0,
         };
         let caller = encode_caller(&caller)?;
         let mut outgoing = Request::new(request.into_inner());
@@ -398,6 +399,14 @@ impl Ysched for Relay {
         self.forward(request, |mut c, r| async move { c.update_job(r).await })
             .await
     }
+
+    async fn cluster_status(
+        &self,
+        request: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.cluster_status(r).await })
+            .await
+    }
 }
 
 /// Binds the client socket at `path`: creates its directory, refuses when something already
@@ -471,6 +480,7 @@ mod tests {
             groups: (0..100).map(|i| format!("group-{i}")).collect(),
             home: "/home/alice".into(),
             relay_token: vec![7; 32],
+            forwarded_by_replica: 0,
         };
         assert!(encode_caller(&caller).is_ok());
         caller.groups = (0..2000).map(|i| format!("research-group-{i}")).collect();

@@ -141,15 +141,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tls,
     };
     if let Some(place) = place {
-        let ca_pem = std::fs::read_to_string(config.ca_cert_path())
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.ca_cert_path().display()))?;
         tracing::info!(
             replica = place,
             of = config.scheduler.replicas.len(),
             "schedd starting as a replica"
         );
         let _ = ysched_common::sdnotify::notify_ready();
-        server::serve_replica(config, store, place, ca_pem, doors, shutdown_signal()).await?;
+        server::serve_replica(config, store, place, &ca, doors, shutdown_signal()).await?;
         let _ = std::fs::remove_file(socket_path);
         return Ok(());
     }

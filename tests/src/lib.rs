@@ -30,7 +30,7 @@ pub use disk::{fill, fill_leaving, free_bytes, mount_tmpfs, Mounted};
 pub use nodes::{FakeGpu, FakeNode, NvmlNode};
 pub use output::{job_gpus, stderr, stdout};
 pub use process::{cpu_ms, kill_tagged, rss_mib};
-pub use replicas::Replicas;
+pub use replicas::{Clients, Replicas};
 pub use skip::skipped;
 pub use wait::{read_when_exists, wait_until};
 pub use ysched_mock_nvml::machine as mock_nvml;

@@ -1,6 +1,7 @@
 //! [`Replicas`]: schedd replicas under Raft (`scheduler.replicas`) on loopback, each with
 //! its own config, state directory, client socket and log, sharing the cluster key and CA
-//! (which sit beside the key); started, killed and restarted one by one.
+//! (which sit beside the key); started, killed, stopped and restarted one by one, and asked
+//! who leads (`yctl cluster`).
 
 use crate::{bin_dir, kill_tagged, stderr, stdout};
 use nix::sys::signal::Signal;
@@ -25,6 +26,12 @@ impl Replicas {
     /// made the cluster key and CA the others share.
     pub fn start(count: u64) -> Replicas {
         let dir = tempfile::Builder::new().prefix("ysr").tempdir().unwrap();
+        // Other users' CLIs (`run_as`) read the configs and reach the sockets inside.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let ports: Vec<u16> = (0..count)
             .map(|_| {
                 std::net::TcpListener::bind("127.0.0.1:0")
@@ -155,6 +162,25 @@ impl Replicas {
         }
     }
 
+    /// Stops replica `n` as its unit would (SIGTERM) and waits until it is gone.
+    pub fn stop(&mut self, n: u64) {
+        let Some(mut child) = self.running.remove(&n) else {
+            return;
+        };
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            Signal::SIGTERM,
+        );
+        let start = Instant::now();
+        while child.try_wait().ok().flatten().is_none() {
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("replica {n} did not stop on SIGTERM\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether replica `n` runs. One that exited with status 75 (a leader that lost the
     /// lead does) is started again, as its systemd unit would (`Restart=on-failure`).
     pub fn runs(&mut self, n: u64) -> bool {
@@ -187,34 +213,82 @@ impl Replicas {
         self.run_within(n, Duration::from_secs(20), bin, args)
     }
 
-    fn run_within(&self, n: u64, timeout: Duration, bin: &str, args: &[&str]) -> Output {
-        let mut child = self
-            .command(n, bin)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run CLI");
-        let start = Instant::now();
-        while child.try_wait().ok().flatten().is_none() && start.elapsed() < timeout {
-            std::thread::sleep(Duration::from_millis(10));
+    /// Runs a CLI against replica `n`'s client socket as `uid`/`gid` (a copy of the binary
+    /// in the replicas' directory: the build tree may be closed to other users).
+    pub fn run_as(&self, n: u64, uid: u32, gid: u32, bin: &str, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        let copy = self.dir.path().join(format!("{bin}-copy"));
+        if !copy.exists() {
+            let tmp = copy.with_extension("tmp");
+            std::fs::copy(self.bin_dir.join(bin), &tmp).unwrap();
+            std::fs::rename(&tmp, &copy).unwrap();
         }
-        let _ = child.kill();
-        child.wait_with_output().expect("CLI output")
+        let mut cmd = Command::new(&copy);
+        cmd.env(
+            "YSCHED_CONF",
+            self.dir.path().join(format!("replica-{n}.toml")),
+        )
+        .env("YSCHED_TEST_TAG", &self.tag)
+        .env_remove("RUST_LOG")
+        .current_dir(self.dir.path())
+        .args(args)
+        .uid(uid)
+        .gid(gid)
+        .stdin(Stdio::null());
+        cmd.output().expect("run CLI")
     }
 
-    /// The replica that serves clients (leads), once one does, and how long that took.
+    /// A handle for other threads to run CLIs against the replicas (clients submitting
+    /// while the test kills and restarts replicas).
+    pub fn clients(&self) -> Clients {
+        Clients {
+            dir: self.dir.path().to_path_buf(),
+            bin_dir: self.bin_dir.clone(),
+            tag: self.tag.clone(),
+        }
+    }
+
+    /// `yctl cluster --json` as replica `n` answers it (one object per replica), or `None`
+    /// when it does not answer within 3 s.
+    pub fn cluster(&self, n: u64) -> Option<Vec<Value>> {
+        let out = self.run_within(n, Duration::from_secs(3), "yctl", &["cluster", "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    fn run_within(&self, n: u64, timeout: Duration, bin: &str, args: &[&str]) -> Output {
+        self.clients().run_within(n, timeout, bin, args)
+    }
+
+    /// The replica that serves clients (leads), once one does, and how long that took: the
+    /// one a running replica's `yctl cluster` says leads (in the highest term), once it
+    /// answers `yq` on its own socket (followers forward, so their answering proves nothing).
     pub fn leader(&mut self, timeout: Duration) -> (u64, Duration) {
         let start = Instant::now();
         loop {
             for n in 1..=self.count {
-                if self.runs(n)
-                    && self
-                        .run_within(n, Duration::from_secs(2), "yq", &["--json"])
-                        .status
-                        .success()
-                {
-                    return (n, start.elapsed());
+                if !self.runs(n) {
+                    continue;
+                }
+                let Some(rows) = self.cluster(n) else {
+                    continue;
+                };
+                let leader = rows
+                    .iter()
+                    .filter(|r| r["role"] == "leader")
+                    .max_by_key(|r| r["term"].as_u64())
+                    .and_then(|r| r["replica"].as_u64());
+                if let Some(l) = leader {
+                    if self.runs(l)
+                        && self
+                            .run_within(l, Duration::from_secs(2), "yq", &["--json"])
+                            .status
+                            .success()
+                    {
+                        return (l, start.elapsed());
+                    }
                 }
             }
             assert!(
@@ -250,7 +324,12 @@ impl Replicas {
     /// Every job replica `n` lists (`yq --all --json`).
     pub fn jobs(&self, n: u64) -> Vec<Value> {
         let out = self.run(n, "yq", &["--all", "--json"]);
-        assert!(out.status.success(), "yq on replica {n}: {}", stderr(&out));
+        assert!(
+            out.status.success(),
+            "yq on replica {n}: {}\n{}",
+            stderr(&out),
+            self.logs()
+        );
         serde_json::from_slice(&out.stdout).expect("yq json")
     }
 
@@ -266,7 +345,9 @@ impl Replicas {
             .collect();
         logs.sort();
         for log in logs {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            // Lossy: a log line may quote bytes that are not UTF-8.
+            let text =
+                String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
             s.push_str(&format!("--- {} (last lines) ---\n", log.display()));
             for line in tail.into_iter().rev() {
@@ -275,6 +356,60 @@ impl Replicas {
             }
         }
         s
+    }
+}
+
+/// What a thread needs to run CLIs against the replicas' client sockets.
+#[derive(Clone)]
+pub struct Clients {
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    tag: String,
+}
+
+impl Clients {
+    /// Runs `bin` against replica `n`'s socket; killed if it has not answered within 20 s.
+    pub fn run(&self, n: u64, bin: &str, args: &[&str]) -> Output {
+        self.run_within(n, Duration::from_secs(20), bin, args)
+    }
+
+    /// Runs `bin` against replica `n`'s socket; killed if it has not answered in `timeout`.
+    pub fn run_within(&self, n: u64, timeout: Duration, bin: &str, args: &[&str]) -> Output {
+        let mut child = Command::new(self.bin_dir.join(bin))
+            .env("YSCHED_CONF", self.dir.join(format!("replica-{n}.toml")))
+            .env("YSCHED_TEST_TAG", &self.tag)
+            .env_remove("RUST_LOG")
+            .current_dir(&self.dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run CLI");
+        // Read as it comes: an answer larger than a pipe's buffer (a listing of a few hundred
+        // jobs) would otherwise hold the CLI until it is killed.
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+        let start = Instant::now();
+        while child.try_wait().ok().flatten().is_none() && start.elapsed() < timeout {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let status = child.wait().expect("CLI status");
+        Output {
+            status,
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
+        }
     }
 }
 

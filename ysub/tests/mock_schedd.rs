@@ -429,6 +429,13 @@ impl Ysched for MockSchedd {
         Err(Status::unimplemented("update_job"))
     }
 
+    async fn cluster_status(
+        &self,
+        _request: Request<ysched_proto::ClusterStatusRequest>,
+    ) -> Result<Response<ysched_proto::ClusterStatusReply>, Status> {
+        Err(Status::unimplemented("cluster_status"))
+    }
+
     async fn audit(&self, request: Request<AuditRequest>) -> Result<Response<AuditList>, Status> {
         let entry = |job_id, action: &str| AuditEntry {
             time_ms: 1_767_225_600_000,

@@ -334,6 +334,13 @@ impl Ysched for FakeClients {
     ) -> Result<Response<pb::UpdateJobReply>, Status> {
         self.unimplemented("update_job", &request)
     }
+
+    async fn cluster_status(
+        &self,
+        request: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusReply>, Status> {
+        self.unimplemented("cluster_status", &request)
+    }
 }
 
 /// A fake schedd serving TLS.

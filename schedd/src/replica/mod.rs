@@ -21,7 +21,7 @@ mod state_machine;
 mod tests;
 
 pub use log_store::LogStore;
-pub use node::{Replica, ReplicaError, Timing};
+pub use node::{RaftStatus, Replica, ReplicaError, Timing};
 pub use state_machine::StateMachine;
 
 use std::io::Cursor;

@@ -49,6 +49,20 @@ pub enum ReplicaError {
     NoQuorum(String),
 }
 
+/// A replica's Raft state, as its own metrics say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// "leader", "follower", "candidate", "learner", or "stopped" (its Raft shut down).
+    pub role: &'static str,
+    pub term: u64,
+    /// The last log index applied to its store (0: none).
+    pub applied: u64,
+    /// The last log index in its log (0: none).
+    pub last_log: u64,
+    /// The replica it knows to lead.
+    pub leader: Option<u64>,
+}
+
 /// A started replica.
 #[derive(Clone)]
 pub struct Replica {
@@ -155,6 +169,24 @@ impl Replica {
         m.current_leader == Some(self.id)
             && m.millis_since_quorum_ack
                 .is_some_and(|ms| ms < self.quorum_fresh_ms)
+    }
+
+    /// This replica's Raft state, as its metrics say now (`yctl cluster`).
+    pub fn status(&self) -> RaftStatus {
+        let m = self.raft.metrics().borrow().clone();
+        RaftStatus {
+            role: match m.state {
+                openraft::ServerState::Leader => "leader",
+                openraft::ServerState::Follower => "follower",
+                openraft::ServerState::Candidate => "candidate",
+                openraft::ServerState::Learner => "learner",
+                openraft::ServerState::Shutdown => "stopped",
+            },
+            term: m.current_term,
+            applied: m.last_applied.map_or(0, |l| l.index),
+            last_log: m.last_log_index.unwrap_or(0),
+            leader: m.current_leader,
+        }
     }
 
     /// The leader this replica knows of.

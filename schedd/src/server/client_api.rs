@@ -2,6 +2,7 @@
 //! answered from the listing entries active jobs keep (see [`ClientService`]).
 
 use super::convert::JobListReply;
+use super::forward::ForwardToken;
 use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
@@ -19,11 +20,14 @@ use ysched_proto as pb;
 
 pub struct ClientApi {
     cluster: Arc<Cluster>,
+    /// The replicas' forwarding token, on a replica's agent port: requests its followers
+    /// forward are taken with it (see `relay`).
+    forwarded: Option<ForwardToken>,
 }
 
 impl ClientApi {
-    pub fn new(cluster: Arc<Cluster>) -> Self {
-        ClientApi { cluster }
+    pub fn new(cluster: Arc<Cluster>, forwarded: Option<ForwardToken>) -> Self {
+        ClientApi { cluster, forwarded }
     }
 }
 
@@ -51,11 +55,11 @@ impl ClientApi {
             };
             return Ok((caller, home));
         }
-        let relayed = super::relay::relayed_caller(req, &self.cluster)?;
-        let admin = config.is_admin(&relayed.owner, Some(&relayed.node));
+        let relayed = super::relay::relayed_caller(req, &self.cluster, self.forwarded.as_ref())?;
+        let admin = config.is_admin(&relayed.owner, relayed.node.as_deref());
         let caller = Caller {
             owner: relayed.owner,
-            host: Some(relayed.node),
+            host: relayed.node,
             admin,
         };
         Ok((caller, relayed.home))
@@ -102,11 +106,16 @@ pub struct ClientService {
 }
 
 impl ClientService {
-    /// The service for `cluster`, taking requests of at most `max_decoding` bytes.
-    pub fn new(cluster: Arc<Cluster>, max_decoding: usize) -> Self {
+    /// The service for `cluster`, taking requests of at most `max_decoding` bytes, and
+    /// forwarded ones with the `forwarded` token.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        max_decoding: usize,
+        forwarded: Option<ForwardToken>,
+    ) -> Self {
         ClientService {
-            api: Arc::new(ClientApi::new(cluster.clone())),
-            generated: pb::ysched_server::YschedServer::new(ClientApi::new(cluster))
+            api: Arc::new(ClientApi::new(cluster.clone(), forwarded.clone())),
+            generated: pb::ysched_server::YschedServer::new(ClientApi::new(cluster, forwarded))
                 .max_decoding_message_size(max_decoding)
                 .max_encoding_message_size(usize::MAX),
             max_decoding,
@@ -322,6 +331,18 @@ impl pb::ysched_server::Ysched for ClientApi {
         };
         let changed = self.cluster.update_named(&caller, &name, update).await?;
         Ok(Response::new(pb::UpdateJobReply { changed }))
+    }
+
+    /// A schedd without replicas: itself alone (a replica answers before its `ClientApi`
+    /// sees the request, see `cluster_status::StatusFirst`).
+    async fn cluster_status(
+        &self,
+        req: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusReply>, Status> {
+        self.caller(&req).await?;
+        Ok(Response::new(super::cluster_status::standalone(
+            &self.cluster.config().scheduler.listen,
+        )))
     }
 
     async fn list_nodes(

@@ -1,9 +1,12 @@
 //! A service that serves only while this replica leads (issue 24): the client and agent
 //! services of the current leader's `Cluster`, and, on a replica that does not lead, a
-//! refusal naming the leader, so that clients and agents go there.
+//! refusal naming the leader, so that clients and agents go there; or, for the client
+//! socket, the request forwarded to the leader (see `forward`).
 
+use super::forward::Forwarder;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use tokio::sync::watch;
 use tonic::codegen::{http, Service};
 use tonic::server::NamedService;
@@ -12,15 +15,27 @@ use tonic::server::NamedService;
 #[derive(Clone)]
 pub enum Serving<S> {
     Leader(S),
-    /// Not the leader: the message clients get ("not the leader: replica 2 at h2:7400 is").
-    Elsewhere(String),
+    /// Not the leader.
+    Elsewhere(Elsewhere),
+}
+
+/// Where the leader is, as a replica that does not lead knows it.
+#[derive(Clone, Debug)]
+pub struct Elsewhere {
+    /// What a refused client or agent is told ("not the leader: ... replica 2 at h2:7400
+    /// leads", or "no quorum: ...").
+    pub why: String,
+    /// The leader (its place and address), when one is known.
+    pub leader: Option<(u64, String)>,
 }
 
 /// One of the leader's services (`pick` chooses it from all of them, `L`) while this
-/// replica leads, a refusal (`UNAVAILABLE`, naming the leader) otherwise.
+/// replica leads; otherwise the request forwarded to the leader (with a forwarder, and a
+/// leader known), or a refusal (`UNAVAILABLE`, naming the leader or the lack of a quorum).
 pub struct WhileLeading<L, S> {
     serving: watch::Receiver<Serving<L>>,
     pick: fn(&L) -> S,
+    forwarder: Option<Arc<Forwarder>>,
 }
 
 impl<L, S> Clone for WhileLeading<L, S> {
@@ -28,13 +43,24 @@ impl<L, S> Clone for WhileLeading<L, S> {
         WhileLeading {
             serving: self.serving.clone(),
             pick: self.pick,
+            forwarder: self.forwarder.clone(),
         }
     }
 }
 
 impl<L, S> WhileLeading<L, S> {
     pub fn new(serving: watch::Receiver<Serving<L>>, pick: fn(&L) -> S) -> Self {
-        WhileLeading { serving, pick }
+        WhileLeading {
+            serving,
+            pick,
+            forwarder: None,
+        }
+    }
+
+    /// Forwards the requests of a replica that does not lead to the leader, when it knows one.
+    pub fn forwarding(mut self, forwarder: Option<Arc<Forwarder>>) -> Self {
+        self.forwarder = forwarder;
+        self
     }
 }
 
@@ -42,14 +68,16 @@ impl<L, S: NamedService> NamedService for WhileLeading<L, S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<L, S, B> Service<http::Request<B>> for WhileLeading<L, S>
+impl<L, S> Service<http::Request<tonic::body::Body>> for WhileLeading<L, S>
 where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>
-        + Clone
+    S: Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+        > + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
-    B: Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
@@ -64,18 +92,28 @@ where
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let serving = match &*self.serving.borrow() {
             Serving::Leader(all) => Serving::Leader((self.pick)(all)),
-            Serving::Elsewhere(why) => Serving::Elsewhere(why.clone()),
+            Serving::Elsewhere(elsewhere) => Serving::Elsewhere(elsewhere.clone()),
         };
+        let forwarder = self.forwarder.clone();
         Box::pin(async move {
-            match serving {
-                Serving::Leader(service) => {
+            match (serving, forwarder) {
+                (Serving::Leader(service), _) => {
                     use tower::ServiceExt;
                     service.oneshot(req).await
                 }
-                Serving::Elsewhere(why) => Ok(tonic::Status::unavailable(why).into_http()),
+                (
+                    Serving::Elsewhere(Elsewhere {
+                        why,
+                        leader: Some((leader, addr)),
+                    }),
+                    Some(forwarder),
+                ) => Ok(forwarder.forward(req, leader, &addr, &why).await),
+                (Serving::Elsewhere(Elsewhere { why, .. }), _) => {
+                    Ok(tonic::Status::unavailable(why).into_http())
+                }
             }
         })
     }

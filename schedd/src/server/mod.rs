@@ -11,7 +11,9 @@
 
 mod agent_api;
 mod client_api;
+mod cluster_status;
 pub(crate) mod convert;
+mod forward;
 mod leading;
 mod metrics_http;
 mod relay;
@@ -119,19 +121,30 @@ struct Leader {
 }
 
 impl Leader {
-    fn of(cluster: &Arc<Cluster>) -> Leader {
+    /// The services of `cluster`; a replica's take requests its followers forward, proven by
+    /// `forwarded` (see `forward`).
+    fn of(cluster: &Arc<Cluster>, forwarded: Option<forward::ForwardToken>) -> Leader {
         // Every message limit is above what a submit may carry (script and environment at
         // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its
         // node.
         let max_message = cluster.config().max_message_bytes();
         Leader {
-            clients: client_api::ClientService::new(cluster.clone(), max_message),
+            clients: client_api::ClientService::new(cluster.clone(), max_message, None),
             agents: NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_message),
-            relayed: client_api::ClientService::new(cluster.clone(), max_message),
+            relayed: client_api::ClientService::new(cluster.clone(), max_message, forwarded),
         }
     }
+}
+
+/// What only a replica serves besides the leader's services: its `Replication` service,
+/// `ClusterStatus` on both doors, and the forwarding of its client socket's requests while
+/// it does not lead.
+struct ReplicaDoors {
+    replication: pb::replication_server::ReplicationServer<replication::ReplicationApi>,
+    view: Arc<cluster_status::ClusterView>,
+    forwarder: Arc<forward::Forwarder>,
 }
 
 /// What schedd serves on, and with: the client socket, the agent port (TLS with `tls`,
@@ -157,7 +170,7 @@ pub async fn serve(
         tokio::spawn(metrics_http::serve(listener, cluster.clone(), stopped))
     });
     let (_leader, serving) =
-        tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(&cluster)));
+        tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(&cluster, None)));
     let served = serve_listeners(cluster.config(), serving, None, doors, stop, shutdown).await;
     if let Some(task) = metrics_task {
         // It stops accepting at once; a scrape in flight is not waited for.
@@ -166,13 +179,13 @@ pub async fn serve(
     served
 }
 
-/// Serves the client socket and the agent port of `doors` (with `replication` there too, for
-/// a replica; the metrics endpoint is the caller's), each request by the leader's services
+/// Serves the client socket and the agent port of `doors` (with a replica's own services
+/// there too; the metrics endpoint is the caller's), each request by the leader's services
 /// while `serving` has them, until `shutdown` completes; then cancels `stop`.
 async fn serve_listeners(
     config: &ysched_common::Config,
     serving: tokio::sync::watch::Receiver<leading::Serving<Leader>>,
-    replication: Option<pb::replication_server::ReplicationServer<replication::ReplicationApi>>,
+    replica: Option<ReplicaDoors>,
     doors: Doors,
     stop: CancellationToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -200,13 +213,39 @@ async fn serve_listeners(
         format!("client socket {}", scheduler.socket.display()),
         client_limits,
     );
+    let clients_while_leading = WhileLeading::new(serving.clone(), |l: &Leader| l.clients.clone())
+        .forwarding(replica.as_ref().map(|r| Arc::clone(&r.forwarder)));
+    let relayed_while_leading = WhileLeading::new(serving.clone(), |l: &Leader| l.relayed.clone());
+    // A replica answers `ClusterStatus` itself, leading or not (it is how one finds out
+    // which leads); the rest goes to the leader's services.
+    let (clients_first, relayed_first, clients_rest, relayed_rest, replication) = match replica {
+        Some(r) => (
+            Some(cluster_status::StatusFirst::new(
+                Arc::clone(&r.view),
+                clients_while_leading,
+            )),
+            Some(cluster_status::StatusFirst::new(
+                r.view,
+                relayed_while_leading,
+            )),
+            None,
+            None,
+            Some(r.replication),
+        ),
+        None => (
+            None,
+            None,
+            Some(clients_while_leading),
+            Some(relayed_while_leading),
+            None,
+        ),
+    };
     let client_srv = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
         .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
-        .add_service(WhileLeading::new(serving.clone(), |l: &Leader| {
-            l.clients.clone()
-        }))
+        .add_optional_service(clients_first)
+        .add_optional_service(clients_rest)
         .serve_with_incoming_shutdown(clients, stop.clone().cancelled_owned());
     let (tls_incoming, accept_task) = tls::accept_loop(agents, tls);
     let keyed = |svc| {
@@ -219,10 +258,18 @@ async fn serve_listeners(
         .add_service(keyed(WhileLeading::new(serving.clone(), |l: &Leader| {
             l.agents.clone()
         })))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            WhileLeading::new(serving, |l: &Leader| l.relayed.clone()),
-            agent_api::key_check(key.clone()),
-        ))
+        .add_optional_service(relayed_first.map(|svc| {
+            tonic::service::interceptor::InterceptedService::new(
+                svc,
+                agent_api::key_check(key.clone()),
+            )
+        }))
+        .add_optional_service(relayed_rest.map(|svc| {
+            tonic::service::interceptor::InterceptedService::new(
+                svc,
+                agent_api::key_check(key.clone()),
+            )
+        }))
         .add_optional_service(replication.map(|r| {
             tonic::service::interceptor::InterceptedService::new(
                 r,
@@ -250,15 +297,16 @@ async fn serve_listeners(
 }
 
 /// Serves as replica `place` of `scheduler.replicas` over `store`: always the replication
-/// service; clients and agents only while this replica leads (others are told where the
-/// leader is). A replica that becomes the leader loads the state from its store (every
+/// service and `ClusterStatus`; clients and agents only while this replica leads (otherwise
+/// its client socket's requests are forwarded to the leader, and agents and relayed requests
+/// are told where the leader is). A replica that becomes the leader loads the state from its store (every
 /// committed change is in it) and starts scheduling; one that loses the lead exits (status
 /// 75), to be restarted as a follower.
 pub async fn serve_replica(
     config: ysched_common::Config,
     store: crate::store::Store,
     place: u64,
-    ca_pem: String,
+    ca: &ysched_common::tls::ClusterCa,
     mut doors: Doors,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -270,8 +318,17 @@ pub async fn serve_replica(
         .enumerate()
         .map(|(i, addr)| (i as u64 + 1, addr.clone()))
         .collect();
-    let link = replication::GrpcLink::new(place, &doors.key, &ca_pem, config.max_message_bytes())?;
-    let replica = Replica::start(place, store.clone(), Arc::new(link), Timing::default()).await?;
+    let ca_pem = &ca.cert_pem;
+    let link = Arc::new(replication::GrpcLink::new(
+        place,
+        &doors.key,
+        ca_pem,
+        config.max_message_bytes(),
+    )?);
+    let raft_link: Arc<dyn crate::replica::network::Link> = link.clone();
+    let replica = Replica::start(place, store.clone(), raft_link, Timing::default()).await?;
+    let forward_token = forward::ForwardToken::from_ca_key(&ca.key_pem());
+    let forwarder = forward::Forwarder::new(place, forward_token.clone(), &doors.key, ca_pem)?;
     // The cluster is formed once, by the first replica at its first start (a replica with a
     // log of its own ignores it). Only the first: another that formed it too would stand at
     // once in the same term and unseat a leader the others had just elected.
@@ -286,66 +343,93 @@ pub async fn serve_replica(
     let (leader_tx, serving) = tokio::sync::watch::channel(leading::Serving::Elsewhere(
         where_the_leader_is(place, None, &members),
     ));
+    let view = Arc::new(cluster_status::ClusterView {
+        replica: replica.clone(),
+        link,
+        members: members.clone(),
+    });
     let stop = CancellationToken::new();
     let leading = tokio::spawn(lead_when_elected(
-        config.clone(),
-        store,
-        replica.clone(),
-        members,
+        Electable {
+            config: config.clone(),
+            store,
+            replica: replica.clone(),
+            members,
+            forwarded: forward_token,
+        },
         leader_tx,
         doors.metrics.take(),
         stop.clone(),
     ));
-    let served = serve_listeners(
-        &config,
-        serving,
-        Some(replication_service),
-        doors,
-        stop,
-        shutdown,
-    )
-    .await;
+    let replica_doors = ReplicaDoors {
+        replication: replication_service,
+        view,
+        forwarder: Arc::new(forwarder),
+    };
+    let served =
+        serve_listeners(&config, serving, Some(replica_doors), doors, stop, shutdown).await;
     leading.abort();
     replica.shutdown().await;
     served
 }
 
-/// What a replica that does not lead tells clients and agents.
+/// What a replica that does not lead tells clients and agents, and where it forwards
+/// clients.
 fn where_the_leader_is(
     place: u64,
     leader: Option<u64>,
     members: &std::collections::BTreeMap<u64, String>,
-) -> String {
+) -> leading::Elsewhere {
     // A replica that counts itself the leader but has no majority behind it (one restarted
     // with its own vote) does not lead either.
     match leader
         .filter(|l| *l != place)
         .and_then(|l| Some((l, members.get(&l)?)))
     {
-        Some((l, addr)) => format!(
-            "not the leader: this schedd is replica {place} of scheduler.replicas; replica {l} \
-             at {addr} leads"
-        ),
-        None => format!(
-            "no quorum: no replica of scheduler.replicas leads (a majority of the {} must be up \
-             and reach each other); this is replica {place}",
-            members.len()
-        ),
+        Some((l, addr)) => leading::Elsewhere {
+            why: format!(
+                "not the leader: this schedd is replica {place} of scheduler.replicas; replica \
+                 {l} at {addr} leads"
+            ),
+            leader: Some((l, addr.clone())),
+        },
+        None => leading::Elsewhere {
+            why: format!(
+                "no quorum: no replica of scheduler.replicas leads (a majority of the {} must be \
+                 up and reach each other); this is replica {place}",
+                members.len()
+            ),
+            leader: None,
+        },
     }
+}
+
+/// What a replica needs to lead once elected: its config, store and Raft, every replica's
+/// address, and the token its followers' forwarded requests carry.
+struct Electable {
+    config: ysched_common::Config,
+    store: crate::store::Store,
+    replica: crate::replica::Replica,
+    members: std::collections::BTreeMap<u64, String>,
+    forwarded: forward::ForwardToken,
 }
 
 /// Follows the replica's role: once it leads and has applied everything committed, starts
 /// the `Cluster` from the store and serves it (and the metrics endpoint); exits when the
 /// lead is lost (see `shell::lead_lost`).
 async fn lead_when_elected(
-    config: ysched_common::Config,
-    store: crate::store::Store,
-    replica: crate::replica::Replica,
-    members: std::collections::BTreeMap<u64, String>,
+    electable: Electable,
     serving: tokio::sync::watch::Sender<leading::Serving<Leader>>,
     metrics: Option<TcpListener>,
     stop: CancellationToken,
 ) {
+    let Electable {
+        config,
+        store,
+        replica,
+        members,
+        forwarded,
+    } = electable;
     let mut watch = replica.raft.metrics();
     let mut metrics = metrics;
     let mut cluster: Option<Arc<Cluster>> = None;
@@ -357,7 +441,7 @@ async fn lead_when_elected(
                 tracing::error!(
                     "replica {} lost the lead ({}); exiting so that it restarts as a follower",
                     replica.id,
-                    where_the_leader_is(replica.id, m.current_leader, &members)
+                    where_the_leader_is(replica.id, m.current_leader, &members).why
                 );
                 eprintln!("schedd: fatal: lost the lead");
                 std::process::exit(75);
@@ -381,7 +465,10 @@ async fn lead_when_elected(
                                 stop.clone().cancelled_owned(),
                             ));
                         }
-                        let _ = serving.send(leading::Serving::Leader(Leader::of(&c)));
+                        let _ = serving.send(leading::Serving::Leader(Leader::of(
+                            &c,
+                            Some(forwarded.clone()),
+                        )));
                         cluster = Some(c);
                     }
                     Err(e) => {

@@ -10,7 +10,12 @@
 //! connection of their own, not the session's, so that nothing a relayed request does (a huge
 //! answer, a protocol error, a stalled stream) can touch the session. Agents older than the
 //! token relay on their session's connection, and are believed there.
+//!
+//! A follower replica forwards its own socket's callers the same way (see `forward`), naming
+//! itself in `forwarded_by_replica` and proving it is a replica with the forwarding token
+//! only replicas can make; such a caller is taken as one of a schedd host.
 
+use super::forward::ForwardToken;
 use crate::shell::Cluster;
 use prost::Message;
 use std::path::PathBuf;
@@ -21,18 +26,24 @@ use ysched_proto as pb;
 
 use ysched_common::identity::RELAYED_CALLER_METADATA as CALLER_METADATA;
 
-/// A relayed request's caller, as its agent named it.
+/// A relayed request's caller, as its agent (or a follower replica) named it.
 pub struct Relayed {
     pub owner: Owner,
-    /// The relaying agent's node.
-    pub node: String,
+    /// The relaying agent's node; `None` for a caller a follower replica forwarded (one of a
+    /// schedd host, as on schedd's own socket).
+    pub node: Option<String>,
     pub home: Option<PathBuf>,
 }
 
 /// The caller of a request that arrived on the agent port (its cluster key already checked):
 /// refused unless it names a caller and carries the relay token of the node it names (or
-/// comes on that node's session connection).
-pub fn relayed_caller<T>(req: &Request<T>, cluster: &Cluster) -> Result<Relayed, Status> {
+/// comes on that node's session connection), or, forwarded by a replica, the replicas'
+/// `forwarded` token (none: this schedd takes no forwarded request).
+pub fn relayed_caller<T>(
+    req: &Request<T>,
+    cluster: &Cluster,
+    forwarded: Option<&ForwardToken>,
+) -> Result<Relayed, Status> {
     let raw = req
         .metadata()
         .get_bin(CALLER_METADATA)
@@ -48,7 +59,27 @@ pub fn relayed_caller<T>(req: &Request<T>, cluster: &Cluster) -> Result<Relayed,
     let peer = super::tls::conn_info(req)
         .map(|info| info.remote)
         .ok_or_else(|| Status::unauthenticated("a relayed request without a peer address"))?;
-    let believed = if caller.relay_token.is_empty() {
+    if caller.forwarded_by_replica != 0
+        && !forwarded.is_some_and(|t| t.matches(&caller.relay_token))
+    {
+        peer_log::warn(
+            "refused forwarded request",
+            &peer.ip().to_string(),
+            format_args!(
+                "refused a client request from {peer} said to be forwarded by replica {}: it \
+                 carries no valid forwarding token",
+                caller.forwarded_by_replica
+            ),
+        );
+        return Err(Status::permission_denied(
+            "a request forwarded by a replica must carry the replicas' forwarding token \
+             (derived from the cluster CA's key); this one does not",
+        ));
+    }
+    let believed = if caller.forwarded_by_replica != 0 {
+        // Checked just above.
+        true
+    } else if caller.relay_token.is_empty() {
         cluster.is_session_peer(&caller.node, &peer.to_string())
     } else {
         cluster.is_relay_token(&caller.node, &caller.relay_token)
@@ -90,7 +121,7 @@ pub fn relayed_caller<T>(req: &Request<T>, cluster: &Cluster) -> Result<Relayed,
             user: caller.user,
             groups,
         },
-        node: caller.node,
+        node: (caller.forwarded_by_replica == 0).then_some(caller.node),
         home: (!caller.home.is_empty()).then(|| PathBuf::from(caller.home)),
     })
 }

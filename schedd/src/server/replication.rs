@@ -1,10 +1,10 @@
 //! The replicas' link over gRPC (issue 24): the `Replication` service, which hands another
-//! replica's Raft messages to this one's, and [`GrpcLink`], which sends this one's: over TLS
-//! with the cluster CA and behind the cluster key, as agents connect (the replicas share the
-//! CA and the key).
+//! replica's Raft messages to this one's and tells its Raft state (`yctl cluster`), and
+//! [`GrpcLink`], which sends this one's and asks the others': over TLS with the cluster CA and
+//! behind the cluster key, as agents connect (the replicas share the CA and the key).
 
 use crate::replica::network::{answer, Answer, Link, LinkError, Message};
-use crate::replica::Replica;
+use crate::replica::{RaftStatus, Replica};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,6 +16,10 @@ use ysched_proto as pb;
 /// How long one message to another replica may take: a heartbeat is answered in
 /// milliseconds, a chunk of a snapshot (openraft's 3 MiB) in well under this.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a replica asked for its state (`yctl cluster`) may take before it is shown
+/// unreachable: it answers from memory, in milliseconds.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The `Replication` service of replica `place`.
 pub struct ReplicationApi {
@@ -53,37 +57,59 @@ impl pb::replication_server::Replication for ReplicationApi {
             .map_err(|e| Status::invalid_argument(format!("unreadable {} message: {e}", m.kind)))?;
         Ok(Response::new(pb::RaftAnswer { body }))
     }
+
+    async fn status(
+        &self,
+        req: Request<pb::ReplicaStatusRequest>,
+    ) -> Result<Response<pb::ReplicaStatus>, Status> {
+        let asked = req.into_inner();
+        if asked.to != self.replica.id {
+            return Err(Status::invalid_argument(format!(
+                "this is replica {}, not {} (replica {} asked): is scheduler.replicas the same \
+                 list, in the same order, on every host?",
+                self.replica.id, asked.to, asked.from
+            )));
+        }
+        Ok(Response::new(status_message(
+            self.replica.id,
+            &self.replica.status(),
+        )))
+    }
 }
 
-/// Sends this replica's Raft messages to the others, one connection each (made at the first
-/// message, and again by tonic after a failure).
-pub struct GrpcLink {
-    from: u64,
+/// Replica `id`'s state as the `Status` answer carries it.
+pub fn status_message(id: u64, status: &RaftStatus) -> pb::ReplicaStatus {
+    pb::ReplicaStatus {
+        replica: id,
+        role: status.role.to_string(),
+        term: status.term,
+        applied: status.applied,
+        last_log: status.last_log,
+        leader: status.leader,
+    }
+}
+
+/// Connections to the other replicas, one per address, made at first use (and again by
+/// tonic after a failure): over TLS, trusting the cluster CA only.
+pub struct Channels {
     tls: ClientTlsConfig,
-    authorization: MetadataValue<Ascii>,
-    max_message: usize,
-    channels: Mutex<BTreeMap<String, Channel>>,
+    open: Mutex<BTreeMap<String, Channel>>,
 }
 
-impl GrpcLink {
-    /// The link of replica `from`, trusting `ca_pem` and carrying the cluster `key`.
-    pub fn new(from: u64, key: &str, ca_pem: &str, max_message: usize) -> anyhow::Result<Self> {
-        Ok(GrpcLink {
-            from,
+impl Channels {
+    pub fn new(ca_pem: &str) -> Self {
+        Channels {
             tls: ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(ca_pem))
                 .domain_name(ysched_common::tls::SCHEDD_TLS_NAME),
-            authorization: format!("Bearer {key}")
-                .parse()
-                .map_err(|_| anyhow::anyhow!("the cluster key is not printable ASCII"))?,
-            max_message,
-            channels: Mutex::default(),
-        })
+            open: Mutex::default(),
+        }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, String> {
-        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = channels.get(addr) {
+    /// The connection to the replica at `addr`.
+    pub fn get(&self, addr: &str) -> Result<Channel, String> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = open.get(addr) {
             return Ok(c.clone());
         }
         let channel = Endpoint::from_shared(format!("https://{addr}"))
@@ -95,9 +121,58 @@ impl GrpcLink {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .connect_lazy();
-        channels.insert(addr.to_string(), channel.clone());
+        open.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
+}
+
+/// Sends this replica's Raft messages to the others, one connection each (made at the first
+/// message, and again by tonic after a failure).
+pub struct GrpcLink {
+    from: u64,
+    authorization: MetadataValue<Ascii>,
+    max_message: usize,
+    channels: Channels,
+}
+
+impl GrpcLink {
+    /// The link of replica `from`, trusting `ca_pem` and carrying the cluster `key`.
+    pub fn new(from: u64, key: &str, ca_pem: &str, max_message: usize) -> anyhow::Result<Self> {
+        Ok(GrpcLink {
+            from,
+            authorization: bearer(key)?,
+            max_message,
+            channels: Channels::new(ca_pem),
+        })
+    }
+
+    /// Replica `target`'s (at `addr`) Raft state, or why it could not be had within
+    /// [`STATUS_TIMEOUT`].
+    pub async fn status(&self, target: u64, addr: &str) -> Result<pb::ReplicaStatus, LinkError> {
+        let failed = |why: String| LinkError::new(target, addr, why);
+        let channel = self.channels.get(addr).map_err(failed)?;
+        let mut client = pb::replication_client::ReplicationClient::new(channel);
+        let mut req = Request::new(pb::ReplicaStatusRequest {
+            from: self.from,
+            to: target,
+        });
+        req.set_timeout(STATUS_TIMEOUT);
+        req.metadata_mut()
+            .insert("authorization", self.authorization.clone());
+        // The deadline covers connecting too (a stopped host never answers the handshake).
+        match tokio::time::timeout(STATUS_TIMEOUT, client.status(req)).await {
+            Ok(Ok(answer)) => Ok(answer.into_inner()),
+            Ok(Err(status)) => Err(failed(format!("{:?}: {}", status.code(), status.message()))),
+            Err(_) => Err(failed(format!("no answer within {STATUS_TIMEOUT:?}"))),
+        }
+    }
+}
+
+/// The `authorization` metadata carrying the cluster `key`.
+pub fn bearer(key: &str) -> anyhow::Result<MetadataValue<Ascii>> {
+    format!("Bearer {key}")
+        .parse()
+        .map_err(|_| anyhow::anyhow!("the cluster key is not printable ASCII"))
 }
 
 impl Link for GrpcLink {
@@ -110,7 +185,7 @@ impl Link for GrpcLink {
     ) -> Answer<'a> {
         Box::pin(async move {
             let failed = |why: String| LinkError::new(target, addr, why);
-            let channel = self.channel(addr).map_err(failed)?;
+            let channel = self.channels.get(addr).map_err(failed)?;
             let mut client = pb::replication_client::ReplicationClient::new(channel)
                 .max_decoding_message_size(self.max_message)
                 .max_encoding_message_size(self.max_message);

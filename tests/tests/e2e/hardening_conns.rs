@@ -544,6 +544,7 @@ fn relayed_shares(key: &str, node: &str, token: &[u8]) -> tonic::Request<pb::Sha
         groups: vec!["root".into()],
         home: "/root".into(),
         relay_token: token.to_vec(),
+        forwarded_by_replica: 0,
     };
     let mut request = tonic::Request::new(pb::SharesRequest::default());
     request

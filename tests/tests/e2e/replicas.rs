@@ -1,6 +1,9 @@
 //! schedd under Raft (issue 24): three replicas on loopback. A `kill -9` of the leader loses
-//! no acknowledged submit and hands out no id twice; a new leader serves within seconds;
-//! followers name the leader; a replica that comes back catches up and can lead.
+//! no acknowledged submit and hands out no id twice, under four submitting clients and with
+//! sixteen jobs running, none of which notices; a new leader serves within seconds; followers
+//! forward clients to the leader, as themselves; `yctl cluster` answers on every replica; a
+//! replica that comes back catches up and can lead; a rolling restart disturbs no job and
+//! charges every run once.
 
 use nix::sys::signal::Signal;
 use std::collections::BTreeSet;
@@ -21,15 +24,9 @@ fn a_new_leader_takes_over_a_kill_9_with_every_acknowledged_submit() {
             &["--hold", "-J", &format!("j{i}"), "--wrap", "true"],
         ));
     }
-    // A follower refuses, naming the leader.
+    // A follower forwards to the leader: it lists what the leader acknowledged.
     let follower = (1..=3).find(|n| *n != leader).unwrap();
-    let out = r.run(follower, "yq", &[]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("not the leader") && err.contains(&format!("replica {leader} at 127.0.0.1:")),
-        "{err}"
-    );
+    assert!(acked.is_subset(&ids(&r.jobs(follower))));
 
     r.kill(leader, Signal::SIGKILL);
     let (second, gap) = r.leader(Duration::from_secs(30));
@@ -72,8 +69,14 @@ fn a_new_leader_takes_over_a_kill_9_with_every_acknowledged_submit() {
 /// Three replicas and an agent of node `n1` (2 GPUs) registered with the leader; the
 /// leader.
 fn with_an_agent() -> (Replicas, u64) {
+    with_an_agent_of(2)
+}
+
+/// Three replicas and an agent of node `n1` with `gpus` GPUs registered with the leader; the
+/// leader.
+fn with_an_agent_of(gpus: u32) -> (Replicas, u64) {
     let mut r = Replicas::start(3);
-    r.start_agent(&FakeNode::uniform("n1", 2, "A100"));
+    r.start_agent(&FakeNode::uniform("n1", gpus, "A100"));
     let (leader, _) = r.leader(Duration::from_secs(30));
     wait_until(Duration::from_secs(30), "the agent registers", || {
         let out = r.run(leader, "yctl", &["nodes", "--json"]);
@@ -175,4 +178,498 @@ fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
         assert_eq!(j["state"], "RUNNING", "{j}");
         assert_eq!(j["restart_count"], 0, "{j}");
     }
+}
+
+const NOBODY: u32 = 65534;
+
+/// The row of replica `n` in a `yctl cluster --json` answer.
+fn row(rows: &[serde_json::Value], n: u64) -> &serde_json::Value {
+    rows.iter()
+        .find(|r| r["replica"].as_u64() == Some(n))
+        .unwrap_or_else(|| panic!("no row of replica {n} in {rows:?}"))
+}
+
+#[test]
+fn yctl_cluster_answers_on_every_replica_and_shows_who_is_gone() {
+    let (mut r, leader) = with_an_agent();
+    for i in 0..3 {
+        r.submit(
+            leader,
+            &["--hold", "-J", &format!("c{i}"), "--wrap", "true"],
+        );
+    }
+    // Every replica answers, followers too, naming itself as the one that answered; once
+    // the followers caught up, every lag is 0 and every log as long as the leader's.
+    for n in 1..=3 {
+        wait_until(
+            Duration::from_secs(20),
+            &format!("replica {n} shows all caught up"),
+            || {
+                let Some(rows) = r.cluster(n) else {
+                    return false;
+                };
+                let last = row(&rows, leader)["last_log"].clone();
+                rows.len() == 3
+                    && rows
+                        .iter()
+                        .all(|x| x["lag"] == 0 && x["last_log"] == last && x["leader"] == leader)
+            },
+        );
+        let rows = r.cluster(n).unwrap();
+        for x in &rows {
+            let m = x["replica"].as_u64().unwrap();
+            assert_eq!(x["answering"], m == n, "{x}");
+            let role = if m == leader { "leader" } else { "follower" };
+            assert_eq!(x["role"], role, "{x}");
+            assert!(x["term"].as_u64().unwrap() >= 1, "{x}");
+            assert!(x["applied"].as_u64().unwrap() >= 3, "{x}");
+            assert!(
+                x["address"].as_str().unwrap().starts_with("127.0.0.1:"),
+                "{x}"
+            );
+        }
+    }
+    let table = stdout(&r.run(leader, "yctl", &["cluster"]));
+    assert!(
+        table.starts_with("REPLICA") && table.contains("leader") && table.contains("follower"),
+        "{table}"
+    );
+
+    // A follower killed: unreachable on the others, figures unknown.
+    let (f1, f2) = {
+        let f: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
+        (f[0], f[1])
+    };
+    r.kill(f2, Signal::SIGKILL);
+    let asked = std::time::Instant::now();
+    let rows = r
+        .cluster(f1)
+        .expect("a follower answers with a replica gone");
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    let gone = row(&rows, f2);
+    assert_eq!(gone["role"], "unreachable", "{rows:?}");
+    for field in ["term", "applied", "last_log", "lag", "leader"] {
+        assert!(gone[field].is_null(), "{field}: {gone}");
+    }
+    assert_eq!(row(&rows, leader)["role"], "leader");
+    assert!(stdout(&r.run(f1, "yctl", &["cluster"])).contains("unreachable"));
+
+    // The leader killed too: no quorum, and the last replica still answers.
+    r.kill(leader, Signal::SIGKILL);
+    let rows = r.cluster(f1).expect("a lone replica answers");
+    assert_eq!(row(&rows, leader)["role"], "unreachable", "{rows:?}");
+    assert_eq!(row(&rows, f1)["answering"], true);
+    wait_until(Duration::from_secs(10), "no leader is known", || {
+        r.cluster(f1).is_some_and(|rows| {
+            rows.iter()
+                .all(|x| x["lag"].is_null() && x["role"] != "leader")
+        })
+    });
+}
+
+#[test]
+fn a_follower_forwards_clients_to_the_leader_as_themselves() {
+    let (mut r, leader) = with_an_agent();
+    let follower = (1..=3).find(|n| *n != leader).unwrap();
+
+    // nobody submits on a follower's socket: the leader takes it, as nobody's.
+    let out = r.run_as(
+        follower,
+        NOBODY,
+        NOBODY,
+        "ysub",
+        &["--parsable", "--hold", "-J", "theirs", "--wrap", "true"],
+    );
+    assert!(out.status.success(), "{}\n{}", stderr(&out), r.logs());
+    let theirs: u64 = stdout(&out).trim().parse().unwrap();
+    let j = job(&r, leader, theirs).expect("the forwarded job");
+    assert_eq!(
+        (j["user"].as_str(), j["uid"].as_u64()),
+        (Some("nobody"), Some(65534)),
+        "{j}"
+    );
+    // Listed through the follower too, for nobody and for root.
+    let out = r.run_as(follower, NOBODY, NOBODY, "yq", &["--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("\"id\":{theirs}")),
+        "{}",
+        stdout(&out)
+    );
+    let mine = r.submit(follower, &["--hold", "-J", "mine", "--wrap", "true"]);
+    assert_eq!(job(&r, follower, mine).unwrap()["user"], "root");
+
+    // nobody cannot touch root's job through the follower, nor name itself root there: the
+    // caller metadata a client sends is not passed on.
+    let out = r.run_as(follower, NOBODY, NOBODY, "ycancel", &[&mine.to_string()]);
+    assert!(!out.status.success(), "nobody cancelled root's job");
+    assert_eq!(job(&r, leader, mine).unwrap()["state"], "HELD");
+    let socket = r.socket(follower);
+    let forged = on_thread_as(NOBODY, NOBODY, move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut client = ysub::client::connect(&socket).await.unwrap();
+            let mut request = tonic::Request::new(ysched_proto::SubmitRequest {
+                spec: Some(ysched_proto::JobSpec {
+                    name: "forged".into(),
+                    script: "#!/bin/sh\ntrue\n".into(),
+                    workdir: "/tmp".into(),
+                    hold: true,
+                    ..Default::default()
+                }),
+            });
+            let claim = ysched_proto::RelayedCaller {
+                uid: 0,
+                gid: 0,
+                user: "root".into(),
+                groups: vec!["root".into()],
+                ..Default::default()
+            };
+            request.metadata_mut().insert_bin(
+                ysched_common::identity::RELAYED_CALLER_METADATA,
+                tonic::metadata::MetadataValue::from_bytes(&prost::Message::encode_to_vec(&claim)),
+            );
+            client.submit(request).await.map(|r| r.into_inner().job_id)
+        })
+    });
+    let id = forged.expect("nobody's submit with a forged caller");
+    let j = job(&r, leader, id).unwrap();
+    assert_eq!(j["user"], "nobody", "a forged caller was believed: {j}");
+
+    // A holder of the cluster key that is no replica (an agent's host) cannot pass its
+    // users off as forwarded by one.
+    let key = std::fs::read_to_string(r.dir.path().join("cluster.key"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let ca = std::fs::read_to_string(r.dir.path().join("cluster-ca.crt")).unwrap();
+    let rows = r.cluster(leader).unwrap();
+    let addr = row(&rows, leader)["address"].as_str().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+            .unwrap()
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+                    .domain_name(ysched_common::tls::SCHEDD_TLS_NAME),
+            )
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = ysched_proto::ysched_client::YschedClient::new(channel);
+        for token in [Vec::new(), vec![0u8; 32]] {
+            let claim = ysched_proto::RelayedCaller {
+                uid: 0,
+                gid: 0,
+                user: "root".into(),
+                groups: vec!["root".into()],
+                relay_token: token,
+                forwarded_by_replica: follower,
+                ..Default::default()
+            };
+            let mut request = tonic::Request::new(ysched_proto::SharesRequest::default());
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {key}").parse().unwrap());
+            request.metadata_mut().insert_bin(
+                ysched_common::identity::RELAYED_CALLER_METADATA,
+                tonic::metadata::MetadataValue::from_bytes(&prost::Message::encode_to_vec(&claim)),
+            );
+            let status = client.shares(request).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+            assert!(status.message().contains("forwarding token"), "{status:?}");
+        }
+    });
+
+    // Forwarding needs a leader: with the leader and the other follower gone, the last
+    // replica first fails to reach the old leader (naming it), then says there is no quorum.
+    let other = (1..=3).find(|n| *n != leader && *n != follower).unwrap();
+    r.kill(other, Signal::SIGKILL);
+    r.kill(leader, Signal::SIGKILL);
+    let out = r.run(follower, "yq", &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("no quorum")
+            || (err.contains("not the leader")
+                && err.contains(&format!("replica {leader} at 127.0.0.1:"))),
+        "{err}"
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the lone follower refuses: no quorum",
+        || stderr(&r.run(follower, "yq", &[])).contains("no quorum"),
+    );
+}
+
+/// Job `id`'s runs as the leader's history has them (`GetJob` on replica `n`, times in ms):
+/// each from `scheduled` to the `exited` that follows, as the report charges them.
+fn runs_of(r: &Replicas, n: u64, id: u64) -> Vec<(i64, i64)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let detail = rt.block_on(async {
+        let mut client = ysub::client::connect(&r.socket(n)).await.unwrap();
+        client
+            .get_job(ysched_proto::JobRef {
+                job_id: id,
+                target: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let mut runs = Vec::new();
+    let mut start = None;
+    for e in &detail.events {
+        match e.kind.as_str() {
+            "scheduled" => start = Some(e.time_ms),
+            "exited" => runs.push((start.take().expect("exited after scheduled"), e.time_ms)),
+            _ => {}
+        }
+    }
+    runs
+}
+
+/// The lines of each job's start file (one line per start of the job).
+fn starts(dir: &std::path::Path, names: &[String]) -> Vec<(String, usize)> {
+    names
+        .iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            (name.clone(), text.lines().count())
+        })
+        .collect()
+}
+
+/// Submits `count` one-GPU jobs named `{prefix}{i}` whose script appends a line to
+/// `starts/{prefix}{i}` and then runs `body(i)`; their ids.
+fn submit_recorded(
+    r: &mut Replicas,
+    leader: u64,
+    prefix: &str,
+    count: usize,
+    body: impl Fn(usize) -> String,
+) -> (Vec<u64>, Vec<String>) {
+    let dir = r.dir.path().join("starts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ids = Vec::new();
+    let mut names = Vec::new();
+    for i in 0..count {
+        let name = format!("{prefix}{i}");
+        let script = format!("echo $$ >> {}/{name}; {}", dir.display(), body(i));
+        ids.push(r.submit(leader, &["-G", "1", "-J", &name, "--wrap", &script]));
+        names.push(name);
+    }
+    (ids, names)
+}
+
+/// Whether every job of `ids` is in `state` as replica `n` lists them.
+fn all_in(r: &Replicas, n: u64, ids: &[u64], state: &str) -> bool {
+    let jobs = r.jobs(n);
+    ids.iter().all(|id| {
+        jobs.iter()
+            .any(|j| j["id"].as_u64() == Some(*id) && j["state"] == state)
+    })
+}
+
+#[test]
+fn a_kill_9_of_the_leader_under_four_clients_and_sixteen_jobs_loses_and_disturbs_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let (mut r, leader) = with_an_agent_of(16);
+    let (running, names) = submit_recorded(&mut r, leader, "run", 16, |_| "exec sleep 600".into());
+    wait_until(Duration::from_secs(60), "the 16 jobs run", || {
+        all_in(&r, leader, &running, "RUNNING")
+            && starts(&r.dir.path().join("starts"), &names)
+                .iter()
+                .all(|(_, n)| *n == 1)
+    });
+
+    // Four clients submit in a loop, each on a replica's socket of its own (followers
+    // forward), moving to the next replica when theirs fails.
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4u64)
+        .map(|c| {
+            let (clients, stop) = (r.clients(), stop.clone());
+            std::thread::spawn(move || {
+                let mut acked: Vec<(u64, Instant)> = Vec::new();
+                let mut n = c % 3 + 1;
+                while !stop.load(Ordering::Relaxed) {
+                    let out = clients.run_within(
+                        n,
+                        Duration::from_secs(10),
+                        "ysub",
+                        &[
+                            "--parsable",
+                            "--hold",
+                            "-J",
+                            &format!("client{c}"),
+                            "--wrap",
+                            "true",
+                        ],
+                    );
+                    match stdout(&out).trim().parse::<u64>() {
+                        Ok(id) if out.status.success() => {
+                            acked.push((id, Instant::now()));
+                            // A user's pace, not a busy loop: the suite runs tests side by
+                            // side on few CPUs, and the replicas' election needs some.
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        _ => {
+                            n = n % 3 + 1;
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let killed = Instant::now();
+    r.kill(leader, Signal::SIGKILL);
+    let (second, took) = r.leader(Duration::from_secs(30));
+    assert_ne!(second, leader);
+    // The clients go on a while under the new leader.
+    std::thread::sleep(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let mut acked: Vec<(u64, Instant)> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("client thread"))
+        .collect();
+    acked.sort_by_key(|(_, at)| *at);
+    let gap = acked
+        .windows(2)
+        .map(|w| w[1].1 - w[0].1)
+        .max()
+        .unwrap_or_default();
+    println!(
+        "kill -9 under load: {} submits acknowledged, a new leader served {took:?} after the \
+         kill; the longest gap between two acknowledged submits: {gap:?}",
+        acked.len()
+    );
+    assert!(
+        acked.iter().any(|(_, at)| *at > killed + took),
+        "no submit acknowledged after the failover\n{}",
+        r.logs()
+    );
+    assert!(gap < Duration::from_secs(15), "gap {gap:?}\n{}", r.logs());
+
+    // Nothing acknowledged lost, no id twice.
+    let ids_acked: BTreeSet<u64> = acked.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids_acked.len(), acked.len(), "an id was handed out twice");
+    let listed = ids(&r.jobs(second));
+    assert!(
+        ids_acked.is_subset(&listed),
+        "lost: {:?}",
+        ids_acked.difference(&listed)
+    );
+    assert!(ids_acked.is_disjoint(&running.iter().copied().collect()));
+    // No job started twice, stopped or requeued (the agent re-registered with the new
+    // leader meanwhile, at its next heartbeat).
+    std::thread::sleep(Duration::from_secs(5));
+    let jobs = r.jobs(second);
+    for id in &running {
+        let j = jobs.iter().find(|j| j["id"].as_u64() == Some(*id)).unwrap();
+        assert_eq!(j["state"], "RUNNING", "{j}");
+        assert_eq!(j["restart_count"], 0, "{j}");
+    }
+    let started = starts(&r.dir.path().join("starts"), &names);
+    assert!(started.iter().all(|(_, n)| *n == 1), "{started:?}");
+}
+
+#[test]
+fn a_rolling_restart_disturbs_no_job_and_charges_every_run_once() {
+    let (mut r, leader) = with_an_agent_of(8);
+    // Four jobs outlast the restarts; four end during them.
+    let (long, mut names) = submit_recorded(&mut r, leader, "long", 4, |_| "sleep 40".into());
+    let (short, short_names) = submit_recorded(&mut r, leader, "short", 4, |i| {
+        format!("sleep {}", 3 + 3 * i)
+    });
+    names.extend(short_names);
+    let all: Vec<u64> = long.iter().chain(&short).copied().collect();
+    wait_until(Duration::from_secs(60), "the 8 jobs run", || {
+        all_in(&r, leader, &all, "RUNNING")
+    });
+
+    // Followers first, the leader last; each back in the cluster, caught up, before the next.
+    let order: Vec<u64> = (1..=3)
+        .filter(|n| *n != leader)
+        .chain(std::iter::once(leader))
+        .collect();
+    for n in order {
+        r.stop(n);
+        r.start_replica(n);
+        wait_until(
+            Duration::from_secs(60),
+            &format!("replica {n} is back, caught up"),
+            || {
+                r.runs(n);
+                r.cluster(n).is_some_and(|rows| {
+                    let me = row(&rows, n);
+                    me["lag"] == 0 && rows.iter().any(|x| x["role"] == "leader")
+                })
+            },
+        );
+    }
+    let (now, _) = r.leader(Duration::from_secs(30));
+    let jobs = r.jobs(now);
+    for id in &long {
+        let j = jobs.iter().find(|j| j["id"].as_u64() == Some(*id)).unwrap();
+        assert_eq!(j["state"], "RUNNING", "{j}\n{}", r.logs());
+        assert_eq!(j["restart_count"], 0, "{j}");
+    }
+
+    wait_until(Duration::from_secs(90), "every job completes", || {
+        all_in(&r, now, &all, "COMPLETED")
+    });
+    let jobs = r.jobs(now);
+    for id in &all {
+        let j = jobs.iter().find(|j| j["id"].as_u64() == Some(*id)).unwrap();
+        assert_eq!(j["restart_count"], 0, "{j}");
+    }
+    let started = starts(&r.dir.path().join("starts"), &names);
+    assert!(started.iter().all(|(_, n)| *n == 1), "{started:?}");
+
+    // Every end recorded once: one run each, and the report charges exactly those.
+    let mut charged_ms = 0;
+    for id in &all {
+        let runs = runs_of(&r, now, *id);
+        assert_eq!(runs.len(), 1, "job {id}: {runs:?}");
+        charged_ms += runs.iter().map(|(s, e)| (e - s) as u64).sum::<u64>();
+    }
+    let out = r.run(
+        now,
+        "yctl",
+        &["report", "--json", "--since", "1d", "--by", "user"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["cluster"]["runs"], 8, "{report:#}");
+    let root = report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "root")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    let reported_ms = (root["gpu_seconds"].as_f64().unwrap() * 1000.0).round() as u64;
+    assert_eq!(reported_ms, charged_ms, "{root:#}");
+    println!(
+        "rolling restart: replicas restarted after losing the lead: {}",
+        r.restarts()
+    );
 }

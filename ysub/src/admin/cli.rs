@@ -98,6 +98,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show schedd's replicas (scheduler.replicas): each one's role, term, log and lag
+    /// behind the leader, as the replica that answers sees them. Any replica answers,
+    /// followers too, with or without a quorum
+    Cluster {
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the audit log, newest first: refused submits, preemptions, cancels, holds,
     /// requeues, drains
     Audit {

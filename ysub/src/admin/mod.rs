@@ -4,9 +4,11 @@
 //! - [`drain`]: drain reasons and what resuming GPUs prints.
 //! - [`audit`]: the audit log as a table and as JSON.
 //! - [`update`]: `yctl update`'s flags and `KEY=VALUE` words, and what it prints.
+//! - [`cluster`]: schedd's replicas (`yctl cluster`) as a table and as JSON.
 
 pub mod audit;
 pub mod cli;
+pub mod cluster;
 pub mod drain;
 pub mod update;
 
@@ -26,8 +28,8 @@ use anyhow::{anyhow, Result};
 use std::process::ExitCode;
 use ysched_common::time::now_ms;
 use ysched_proto::{
-    AuditRequest, DrainGpuRequest, DrainRequest, ListNodesRequest, NodeInfo, NodeRef,
-    ResumeGpuRequest, SharesRequest,
+    AuditRequest, ClusterStatusRequest, DrainGpuRequest, DrainRequest, ListNodesRequest, NodeInfo,
+    NodeRef, ResumeGpuRequest, SharesRequest,
 };
 
 /// The `yctl` binary.
@@ -184,6 +186,19 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 print_json(&shares_to_json(&list))?;
             } else {
                 print_stdout(&format_shares_table(&list))?;
+            }
+        }
+        Command::Cluster { json } => {
+            let status = reply(client.cluster_status(ClusterStatusRequest {}).await)?;
+            if json {
+                let rows: Vec<cluster::ClusterJson> = status
+                    .replicas
+                    .iter()
+                    .map(cluster::cluster_to_json)
+                    .collect();
+                print_json(&rows)?;
+            } else {
+                print_stdout(&cluster::format_cluster_table(&status))?;
             }
         }
         Command::Audit { limit, json } => {

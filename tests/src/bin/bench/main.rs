@@ -13,6 +13,7 @@ mod loaded;
 mod neighbour;
 mod power_loss;
 mod preempt;
+mod replicas;
 mod report;
 mod restart;
 mod setup;
@@ -20,7 +21,7 @@ mod throughput;
 
 use figure::Figure;
 
-/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz]...`: the named groups of
+/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz|replicas]...`: the named groups of
 /// figures; `cluster`, `preempt` and `core` by default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -71,6 +72,9 @@ fn main() {
     }
     if groups.iter().any(|g| g == "fuzz") {
         figures.extend(fuzz::fuzz(&rt));
+    }
+    if groups.iter().any(|g| g == "replicas") {
+        figures.extend(replicas::replicas());
     }
     if want("core") {
         for (name, value, unit, target, higher_is_better) in ysched_tests::core_bench::run() {

@@ -1,0 +1,226 @@
+//! A follower forwards its client socket's requests to the leader (issue 24), so that the
+//! CLIs on any replica's host work: the caller is the one the kernel named on the follower's
+//! socket (`SO_PEERCRED`), sent to the leader's agent port as a `RelayedCaller` with
+//! `forwarded_by_replica` set, behind the cluster key, as an agent relays (see `relay`).
+//!
+//! Agents hold the cluster key too, so a forwarded caller also carries the replicas'
+//! [`ForwardToken`], derived from the cluster CA's private key, which only replicas hold: an
+//! agent's host cannot pass its users off as a schedd host's. The request goes on as it
+//! came (its body streamed, `WatchJob`'s answer too), with none of the client's metadata
+//! but the gRPC protocol's own headers; the leader's answer comes back as it is.
+
+use super::replication::{bearer, Channels};
+use prost::Message as _;
+use std::sync::Arc;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
+use tonic::transport::server::UdsConnectInfo;
+use tonic::Status;
+use ysched_common::identity::{owner_from_cred, RELAYED_CALLER_METADATA};
+use ysched_proto as pb;
+
+/// The largest caller identity a forwarded request carries (as an agent's relay: it travels
+/// base64-encoded in a header, and schedd takes header lists of at most 16 KiB).
+const MAX_CALLER_BYTES: usize = 8 * 1024;
+
+/// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
+/// the client chose.
+const PASSED_HEADERS: [&str; 5] = [
+    "content-type",
+    "te",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
+
+/// The replicas' proof of being one, on a forwarded request: HMAC-SHA256 of a fixed label,
+/// keyed by the cluster CA's private key (the same on every replica; agents have only the
+/// certificate).
+#[derive(Clone)]
+pub struct ForwardToken(Arc<[u8]>);
+
+impl ForwardToken {
+    pub fn from_ca_key(ca_key_pem: &str) -> Self {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, ca_key_pem.as_bytes());
+        let tag = ring::hmac::sign(&key, b"ysched: a request forwarded by a replica, v1");
+        ForwardToken(tag.as_ref().into())
+    }
+
+    /// Whether `given` is this token, in time independent of where they differ.
+    pub fn matches(&self, given: &[u8]) -> bool {
+        given.len() == self.0.len()
+            && given
+                .iter()
+                .zip(self.0.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+impl std::fmt::Debug for ForwardToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForwardToken(..)")
+    }
+}
+
+/// Forwards client requests of replica `place` to the leader.
+pub struct Forwarder {
+    place: u64,
+    token: ForwardToken,
+    authorization: MetadataValue<Ascii>,
+    /// Connections of their own, not the Raft link's: a large answer (a listing of every
+    /// job) must not hold up the heartbeats that keep the leader leading.
+    channels: Channels,
+}
+
+impl Forwarder {
+    pub fn new(
+        place: u64,
+        token: ForwardToken,
+        key: &str,
+        ca_pem: &str,
+    ) -> anyhow::Result<Forwarder> {
+        Ok(Forwarder {
+            place,
+            token,
+            authorization: bearer(key)?,
+            channels: Channels::new(ca_pem),
+        })
+    }
+
+    /// `req`, from this replica's client socket, served by the leader (replica `leader` at
+    /// `addr`). When it cannot be forwarded, `UNAVAILABLE` with `why` (which names the leader)
+    /// and the reason.
+    pub async fn forward(
+        &self,
+        req: http::Request<Body>,
+        leader: u64,
+        addr: &str,
+        why: &str,
+    ) -> http::Response<Body> {
+        match self.forwarded(req, addr).await {
+            Ok(answer) => answer,
+            Err(Refusal::Caller(status)) => status.into_http(),
+            Err(Refusal::Unreachable(e)) => Status::unavailable(format!(
+                "{why}; forwarding the request to replica {leader} failed: {e}"
+            ))
+            .into_http(),
+        }
+    }
+
+    async fn forwarded(
+        &self,
+        req: http::Request<Body>,
+        addr: &str,
+    ) -> Result<http::Response<Body>, Refusal> {
+        let cred = req
+            .extensions()
+            .get::<UdsConnectInfo>()
+            .and_then(|info| info.peer_cred)
+            .ok_or_else(|| {
+                Refusal::Caller(Status::unauthenticated(
+                    "no peer credentials on this connection",
+                ))
+            })?;
+        let (parts, body) = req.into_parts();
+        let caller = self
+            .caller(cred.uid(), cred.gid())
+            .await
+            .map_err(Refusal::Caller)?;
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let uri: http::Uri = format!("https://{addr}{path}")
+            .parse()
+            .map_err(|e| Refusal::Unreachable(format!("bad address {addr}: {e}")))?;
+        let mut outgoing = http::Request::new(body);
+        *outgoing.method_mut() = parts.method;
+        *outgoing.uri_mut() = uri;
+        let headers = outgoing.headers_mut();
+        for name in PASSED_HEADERS {
+            if let Some(value) = parts.headers.get(name) {
+                headers.insert(name, value.clone());
+            }
+        }
+        let mut metadata = MetadataMap::new();
+        metadata.insert("authorization", self.authorization.clone());
+        metadata.insert_bin(RELAYED_CALLER_METADATA, MetadataValue::from_bytes(&caller));
+        headers.extend(metadata.into_headers());
+        let channel = self.channels.get(addr).map_err(Refusal::Unreachable)?;
+        use tower::ServiceExt;
+        channel
+            .oneshot(outgoing)
+            .await
+            .map_err(|e| Refusal::Unreachable(transport_error(&e)))
+    }
+
+    /// The caller the kernel named (`uid`, `gid`), encoded as the leader reads it.
+    async fn caller(&self, uid: u32, gid: u32) -> Result<Vec<u8>, Status> {
+        // The name service may be slow (LDAP): not on a runtime thread.
+        let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
+            .await
+            .map_err(|e| Status::internal(format!("identity lookup failed: {e}")))?;
+        let caller = pb::RelayedCaller {
+            node: String::new(),
+            uid,
+            gid,
+            user: owner.user,
+            groups: owner.groups,
+            home: home
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            relay_token: self.token.0.to_vec(),
+            forwarded_by_replica: self.place,
+        };
+        let encoded = caller.encode_to_vec();
+        if encoded.len() > MAX_CALLER_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "cannot forward a request of uid {uid} to the leader: its identity (user name, \
+                 {} groups, home) takes {} bytes, more than the {MAX_CALLER_BYTES} a forwarded \
+                 request may carry; run the command on the leader's host",
+                caller.groups.len(),
+                encoded.len()
+            )));
+        }
+        Ok(encoded)
+    }
+}
+
+/// Why a request was not forwarded.
+enum Refusal {
+    /// The caller's own request cannot be (no credentials, an identity too large).
+    Caller(Status),
+    /// The leader could not be reached.
+    Unreachable(String),
+}
+
+/// A transport error with its causes (tonic's own message is only "transport error").
+fn transport_error(e: &tonic::transport::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_forward_token_follows_the_ca_key_and_is_compared_whole() {
+        let token = ForwardToken::from_ca_key("-----BEGIN PRIVATE KEY-----\nabc\n");
+        let same = ForwardToken::from_ca_key("-----BEGIN PRIVATE KEY-----\nabc\n");
+        let other = ForwardToken::from_ca_key("-----BEGIN PRIVATE KEY-----\nabd\n");
+        assert!(token.matches(&same.0));
+        assert!(!token.matches(&other.0));
+        assert!(!token.matches(&same.0[..31]));
+        assert!(!token.matches(b""));
+    }
+}
