@@ -22,7 +22,7 @@ mod tests;
 
 pub use log_store::LogStore;
 pub use node::{Replica, ReplicaError, Timing};
-pub use state_machine::StateMachine;
+pub use state_machine::{StateMachine, Warm};
 
 use std::io::Cursor;
 

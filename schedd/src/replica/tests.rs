@@ -191,3 +191,73 @@ async fn the_log_and_the_vote_survive_a_restart() {
         other => panic!("{other:?}"),
     }
 }
+
+/// What the warm state holds of the store: the state start-up would read.
+fn warm_view(warm: &Warm) -> String {
+    format!("{:?}", warm.recovered)
+}
+
+fn recovered_view(store: &Store) -> String {
+    format!("{:?}", store.recover().unwrap())
+}
+
+#[tokio::test]
+async fn a_follower_keeps_warm_what_recovery_reads_and_hands_it_over_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // Some state before the replica starts: read whole at start.
+    store.apply(batch(1)).unwrap();
+    let mut sm = StateMachine::keeping_warm(store.clone(), 3_600_000).unwrap();
+    sm.apply((2..=20).map(entry)).await.unwrap();
+    let warm = sm
+        .take_warm()
+        .expect("kept warm, of the entry applied last");
+    assert_eq!(warm_view(&warm), recovered_view(&store));
+    assert!(!warm.recovered.active_jobs.is_empty());
+    // Handed over once: the leader keeps its records from then on.
+    sm.apply((21..=22).map(entry)).await.unwrap();
+    assert!(sm.take_warm().is_none());
+}
+
+#[tokio::test]
+async fn a_warm_state_not_of_the_last_entry_applied_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut sm = StateMachine::keeping_warm(store.clone(), 3_600_000).unwrap();
+    sm.apply((1..=3).map(entry)).await.unwrap();
+    // An entry applied to the store behind the state machine's back.
+    let mut other = StateMachine::new(store.clone());
+    other.apply((4..=4).map(entry)).await.unwrap();
+    assert!(sm.take_warm().is_none());
+}
+
+#[tokio::test]
+async fn an_installed_snapshot_rebuilds_the_warm_state() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = StateMachine::new(Store::open(a_dir.path()).unwrap());
+    let b_store = Store::open(b_dir.path()).unwrap();
+    let mut b = StateMachine::keeping_warm(b_store.clone(), 3_600_000).unwrap();
+    // b's own state before, which the snapshot replaces.
+    b.apply([Entry {
+        log_id: log_id(1, 1),
+        payload: EntryPayload::Normal(batch(99)),
+    }])
+    .await
+    .unwrap();
+    a.apply((1..=12).map(entry)).await.unwrap();
+    let snapshot = a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let mut receiving = b.begin_receiving_snapshot().await.unwrap();
+    receiving
+        .get_mut()
+        .extend_from_slice(snapshot.snapshot.get_ref());
+    b.install_snapshot(&snapshot.meta, receiving).await.unwrap();
+    b.apply((13..=20).map(entry)).await.unwrap();
+    let warm = b.take_warm().expect("rebuilt after the snapshot");
+    assert_eq!(warm_view(&warm), recovered_view(&b_store));
+    assert!(!warm.recovered.active_jobs.contains_key(&JobId(99)));
+}

@@ -271,7 +271,15 @@ pub async fn serve_replica(
         .map(|(i, addr)| (i as u64 + 1, addr.clone()))
         .collect();
     let link = replication::GrpcLink::new(place, &doors.key, &ca_pem, config.max_message_bytes())?;
-    let replica = Replica::start(place, store.clone(), Arc::new(link), Timing::default()).await?;
+    // As a follower it keeps warm what leading needs, so that once elected it serves at once.
+    let replica = Replica::start_keeping_warm(
+        place,
+        store.clone(),
+        Arc::new(link),
+        Timing::default(),
+        crate::shell::usage_half_life_ms(&config),
+    )
+    .await?;
     // The cluster is formed once, by the first replica at its first start (a replica with a
     // log of its own ignores it). Only the first: another that formed it too would stand at
     // once in the same term and unseat a leader the others had just elected.
@@ -335,7 +343,7 @@ fn where_the_leader_is(
 }
 
 /// Follows the replica's role: once it leads and has applied everything committed, starts
-/// the `Cluster` from the store and serves it (and the metrics endpoint); exits when the
+/// the `Cluster` from what the replica kept warm (or the store) and serves it (and the metrics endpoint); exits when the
 /// lead is lost (see `shell::lead_lost`).
 async fn lead_when_elected(
     config: ysched_common::Config,

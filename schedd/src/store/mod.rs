@@ -47,6 +47,7 @@ mod arrays;
 mod batch;
 mod ended;
 mod error;
+mod follow;
 mod history;
 mod listed;
 mod raft;
@@ -73,11 +74,14 @@ pub use upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES, BALLAST_BYTES, BALLAST_
 #[cfg(test)]
 mod array_tests;
 #[cfg(test)]
+mod follow_tests;
+#[cfg(test)]
 mod history_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
 /// Everything recovered at start-up.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Recovered {
     /// Jobs that are not finished.
     pub active_jobs: BTreeMap<JobId, Job>,
@@ -247,6 +251,13 @@ impl Store {
     /// What start-up needs: the active jobs (read through the index, so that the time does
     /// not grow with the history), the nodes and the id counter.
     pub fn recover(&self) -> Result<Recovered> {
+        self.recover_and_tidy(true)
+    }
+
+    /// [`Store::recover`], writing nothing when `tidy` is false (a follower reads its state
+    /// outside the replicated writes: see [`follow`]); with it, the arrays found to have no
+    /// task as submitted left lose their index key.
+    fn recover_and_tidy(&self, tidy: bool) -> Result<Recovered> {
         let mut active_jobs = BTreeMap::new();
         let mut shared = Shared::default();
         for id in self.active_ids() {
@@ -266,32 +277,11 @@ impl Store {
         let mut done = Vec::new();
         for array_id in self.live_array_ids() {
             let array_id = array_id?;
-            let key = array_id.0.to_be_bytes();
-            let Some(v) = self.arrays.get(key)? else {
-                done.push(array_id);
-                continue;
-            };
-            let record: ArrayRecord = decode(&key, &v)?;
-            let mut first: Option<Job> = None;
-            for i in 0..record.count as usize {
-                let id = JobId(array_id.0 + i as u64);
-                if record.ended_at(i).is_some()
-                    || active_jobs.contains_key(&id)
-                    || self.jobs.contains_key(id.0.to_be_bytes())?
-                {
-                    continue;
-                }
-                if first.is_none() {
-                    first = Some(self.first_task(&record, &mut shared)?);
-                }
-                let job = first.as_ref().expect("set above");
-                active_jobs.insert(id, record.task(job, i));
-            }
-            if first.is_none() {
+            if !self.tasks_as_submitted(array_id, &mut active_jobs, &mut shared)? {
                 done.push(array_id);
             }
         }
-        if !done.is_empty() && !self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+        if tidy && !done.is_empty() && !self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
             self.arrays_done(&done)?;
         }
         // The highest id ever given: the counter, or (in stores from before it was kept)
@@ -326,10 +316,45 @@ impl Store {
         })
     }
 
+    /// Adds to `active` the tasks of array `array_id` still as submitted (none of their own
+    /// record, not ended, not in `active` already); whether the array has any.
+    fn tasks_as_submitted(
+        &self,
+        array_id: JobId,
+        active: &mut BTreeMap<JobId, Job>,
+        shared: &mut Shared,
+    ) -> Result<bool> {
+        let key = array_id.0.to_be_bytes();
+        let Some(v) = self.arrays.get(key)? else {
+            return Ok(false);
+        };
+        let record: ArrayRecord = decode(&key, &v)?;
+        let mut first: Option<Job> = None;
+        for i in 0..record.count as usize {
+            let id = JobId(array_id.0 + i as u64);
+            if record.ended_at(i).is_some()
+                || active.contains_key(&id)
+                || self.jobs.contains_key(id.0.to_be_bytes())?
+            {
+                continue;
+            }
+            if first.is_none() {
+                first = Some(self.first_task(&record, shared)?);
+            }
+            let job = first.as_ref().expect("set above");
+            active.insert(id, record.task(job, i));
+        }
+        Ok(first.is_some())
+    }
+
     /// Applies a change atomically (not yet durable: see [`Store::flush`]): a batch, or an
     /// event's effects, encoded here.
     pub fn apply(&self, change: impl Into<Batch>) -> Result<()> {
-        let batch = change.into();
+        self.apply_batch(&change.into())
+    }
+
+    /// [`Store::apply`] of a batch the caller keeps.
+    fn apply_batch(&self, batch: &Batch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -358,7 +383,7 @@ impl Store {
                 events.push((*id, event_key(*id, seq), ev));
             }
         }
-        let own_records = self.own_records_of_ended_tasks(&batch)?;
+        let own_records = self.own_records_of_ended_tasks(batch)?;
         let res: std::result::Result<(), TransactionError<()>> = (
             &self.jobs,
             &self.payloads,
@@ -420,7 +445,7 @@ impl Store {
                     for job in finished.apart {
                         jobs.insert(&job.id.0.to_be_bytes(), encode_job(job))?;
                     }
-                    ended_tasks_indexed(&batch, &finished.compacted, index)?;
+                    ended_tasks_indexed(batch, &finished.compacted, index)?;
                     for (id, k, event) in &events {
                         if !finished.compacted.contains(id) {
                             ev.insert(k, serde_json::to_vec(event).expect("event"))?;

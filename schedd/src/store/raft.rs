@@ -119,15 +119,18 @@ impl Store {
     }
 
     /// Applies a replicated entry: its batch (none for an entry that carries no change of
-    /// the state) and its marks, in one transaction.
+    /// the state) and its marks, in one transaction; returns the batch (a follower brings
+    /// what it keeps warm up to date from it: see `follow`).
     pub fn apply_replicated(
         &self,
         batch: Option<Batch>,
         marks: Vec<(&'static [u8], Vec<u8>)>,
-    ) -> Result<()> {
+    ) -> Result<Batch> {
         let mut batch = batch.unwrap_or_default();
         batch.marks = marks;
-        self.apply(batch)
+        self.apply_batch(&batch)?;
+        batch.marks.clear();
+        Ok(batch)
     }
 
     /// The whole replicated state, as a snapshot, with the marks it carries
