@@ -452,6 +452,9 @@ impl Cluster {
             // Replicated at the next flush, in this order; every replica (this one too)
             // writes it to its store when it is committed.
             self.lock_proposals().push(batch);
+            if audited {
+                self.audit_written();
+            }
             return Ok(());
         }
         let _busy = StoreWatch::busy(&self.store_watch.write_since);

@@ -1,7 +1,9 @@
 //! Keeping the state disk usable, off the state lock: the ballast, the audit log's retention
 //! (see `store::upkeep`) and the history's (`scheduler.keep_finished`, `keep_usage`: see
 //! `store::history`), once a minute and whenever the audit log has grown past its limit; and
-//! the bound on how fast users' refused requests are audited.
+//! the bound on how fast users' refused requests are audited. Each step of an expiry is
+//! planned on the store and then written as one batch; with replicas, that batch is an entry
+//! of the log like any change, so that every replica's store keeps the same history.
 
 use super::*;
 use std::collections::HashMap;
@@ -176,14 +178,14 @@ impl Cluster {
                     "history retention",
                     (needed, resume),
                     move |store, (needed, resume)| {
-                        let done = store.expire_finished(
+                        let (done, removals) = store.plan_expiry(
                             cutoff,
                             EXPIRE_JOBS_BATCH,
                             needed,
                             resume.as_deref(),
                         )?;
                         *resume = done.resume.filter(|_| done.examined > 0);
-                        Ok(resume.is_some().then_some(done.jobs))
+                        Ok(resume.is_some().then_some((done.jobs, removals)))
                     },
                 )
                 .await;
@@ -193,8 +195,8 @@ impl Cluster {
             let cutoff = now_ms().saturating_sub(keep);
             runs = self
                 .in_steps("usage retention", (), move |store, ()| {
-                    let n = store.expire_usage(cutoff, EXPIRE_BATCH)?;
-                    Ok((n > 0).then_some(n))
+                    let (n, removals) = store.plan_usage_expiry(cutoff, EXPIRE_BATCH)?;
+                    Ok((n > 0).then_some((n, removals)))
                 })
                 .await;
         }
@@ -223,8 +225,8 @@ impl Cluster {
         let cutoff = if keep_ms == 0 { 0 } else { now_ms() - keep_ms };
         let removed = self
             .in_steps("audit log retention", (), move |store, ()| {
-                let n = store.expire_audit(cutoff, max_bytes, EXPIRE_BATCH)?;
-                Ok((n > 0).then_some(n))
+                let (n, removals) = store.plan_audit_expiry(cutoff, max_bytes, EXPIRE_BATCH)?;
+                Ok((n > 0).then_some((n, removals)))
             })
             .await;
         if removed > 0 {
@@ -238,31 +240,35 @@ impl Cluster {
         }
     }
 
-    /// Runs `step` on a blocking thread, again after a short pause, until it says it is done
-    /// (`Ok(None)`) or fails; returns what its steps removed. `state` goes from one step to the
-    /// next. A full store pauses the work until the next round (`what` names it in the log);
-    /// a failed write is fatal, as any store write's.
+    /// Runs `step` on a blocking thread and writes what it plans to remove (see
+    /// [`Cluster::remove`]), again after a short pause, until it says it is done (`Ok(None)`)
+    /// or fails; returns what its steps removed. `state` goes from one step to the next. A
+    /// full store pauses the work until the next round (`what` names it in the log); a failed
+    /// write is fatal, as any store write's.
     async fn in_steps<S: Send + 'static>(
         &self,
         what: &str,
         mut state: S,
-        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<usize>> + Send + Sync + 'static,
+        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<(usize, store::Batch)>>
+            + Send
+            + Sync
+            + 'static,
     ) -> usize {
         let step = Arc::new(step);
         let mut removed = 0;
         loop {
             let store = self.store.clone();
             let step = Arc::clone(&step);
-            let ran = {
-                let _busy = StoreWatch::busy(&self.store_watch.write_since);
-                tokio::task::spawn_blocking(move || {
-                    let done = step(&store, &mut state);
-                    (state, done)
-                })
-                .await
-            };
+            let ran = tokio::task::spawn_blocking(move || {
+                let done = step(&store, &mut state);
+                (state, done)
+            })
+            .await;
             match ran {
-                Ok((next, Ok(Some(n)))) => {
+                Ok((next, Ok(Some((n, removals))))) => {
+                    if !self.remove(what, removals).await {
+                        break;
+                    }
                     removed += n;
                     state = next;
                 }
@@ -280,6 +286,46 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         removed
+    }
+
+    /// Writes one step of an expiry (`removals`), off the state lock: to the store, or, with
+    /// replicas, as an entry of the log like any change, so that every replica's store
+    /// removes the same (returns once a majority has it and this replica applied it, so that
+    /// the next step is planned on the store without it). Whether it was written.
+    async fn remove(&self, what: &str, removals: store::Batch) -> bool {
+        if removals.is_empty() {
+            return true;
+        }
+        if let Some(replica) = &self.replica {
+            if self.replication_failure.get().is_some() {
+                return false;
+            }
+            return match tokio::time::timeout(REPLICATION_TIMEOUT, replica.replicate(removals))
+                .await
+            {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => self.replication_failed(format!("{what}: {e}")),
+                Err(_) => self.replication_failed(format!(
+                    "{what}: no quorum: a majority of scheduler.replicas did not take the \
+                     removal within {} s",
+                    REPLICATION_TIMEOUT.as_secs()
+                )),
+            };
+        }
+        let store = self.store.clone();
+        let _busy = StoreWatch::busy(&self.store_watch.write_since);
+        match tokio::task::spawn_blocking(move || store.apply(removals)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) if e.is_fatal_write() => store_failed(&e),
+            Ok(Err(e)) => {
+                tracing::warn!("{what} paused: {e}");
+                false
+            }
+            Err(e) => {
+                tracing::warn!("{what} failed: {e}");
+                false
+            }
+        }
     }
 
     /// After a write with audit entries: wakes the upkeep if the log is past its limit.

@@ -177,6 +177,14 @@ fn ended_tasks_indexed(
     Ok(())
 }
 
+/// What [`Store::resolve_removals`] found.
+#[derive(Default)]
+struct ResolvedRemovals {
+    events: Vec<sled::IVec>,
+    audit: Vec<sled::IVec>,
+    audit_bytes: u64,
+}
+
 /// Event keys are the job id, then an increasing number: this bit and a store-wide id (from
 /// `sled::Db::generate_id`), or a per-job sequence number in stores written before.
 const EVENT_ID_BASE: u64 = 1 << 63;
@@ -364,10 +372,23 @@ impl Store {
         let _writing = self.writing();
         let mut audit = Vec::with_capacity(batch.audit.len());
         let mut audit_bytes = 0;
-        for rec in &batch.audit {
-            audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
-            audit_bytes += 8 + rec.len() as u64;
+        if !batch.audit.is_empty() {
+            // After the last entry, whatever the store's own counter says: a replica whose
+            // state a snapshot replaced holds the leader's keys, and its entries must stay
+            // in the log's order (retention removes the oldest: see `Removals`).
+            let mut next = match self.audit.last()? {
+                Some((k, _)) => <[u8; 8]>::try_from(k.as_ref())
+                    .map_or(0, |k| u64::from_be_bytes(k).saturating_add(1)),
+                None => 0,
+            };
+            for rec in &batch.audit {
+                let id = self.db.generate_id()?.max(next);
+                next = id.saturating_add(1);
+                audit.push((id.to_be_bytes(), rec.as_slice()));
+                audit_bytes += 8 + rec.len() as u64;
+            }
         }
+        let removed = self.resolve_removals(&batch.removals)?;
         // Keyed here, and written in the transaction unless their task was compacted.
         let mut events = Vec::with_capacity(batch.events.len());
         if !batch.events.is_empty() {
@@ -398,6 +419,29 @@ impl Store {
         )
             .transaction(
                 |(jobs, payloads, ev, nodes, au, meta, usage, specs, arrays, index)| {
+                    let gone = &batch.removals;
+                    for id in &gone.jobs {
+                        jobs.remove(&id.0.to_be_bytes())?;
+                    }
+                    for id in gone.payloads.iter().chain(&gone.arrays) {
+                        payloads.remove(&id.0.to_be_bytes())?;
+                    }
+                    for id in &gone.arrays {
+                        specs.remove(&id.0.to_be_bytes())?;
+                        arrays.remove(&id.0.to_be_bytes())?;
+                    }
+                    for k in &removed.events {
+                        ev.remove(k)?;
+                    }
+                    for k in &removed.audit {
+                        au.remove(k)?;
+                    }
+                    for k in &gone.index {
+                        index.remove(k.as_slice())?;
+                    }
+                    for k in &gone.usage {
+                        usage.remove(k.as_slice())?;
+                    }
                     for write in &batch.index {
                         match write {
                             IndexWrite::Active(id) => {
@@ -475,13 +519,36 @@ impl Store {
         release_deferred();
         match res {
             Ok(()) => {
-                self.audit_bytes
-                    .fetch_add(audit_bytes, std::sync::atomic::Ordering::Relaxed);
+                use std::sync::atomic::Ordering::Relaxed;
+                self.audit_bytes.fetch_add(audit_bytes, Relaxed);
+                if removed.audit_bytes > 0 {
+                    let _ = self.audit_bytes.fetch_update(Relaxed, Relaxed, |b| {
+                        Some(b.saturating_sub(removed.audit_bytes))
+                    });
+                }
                 Ok(())
             }
             Err(TransactionError::Storage(e)) => Err(e.into()),
             Err(TransactionError::Abort(())) => unreachable!("no transaction aborts"),
         }
+    }
+
+    /// The keys of this store's own making that `removals` names: the history entries of
+    /// its jobs and arrays, and its oldest audit entries (with their bytes). Read under the
+    /// write lock, so that they are the ones its transaction removes.
+    fn resolve_removals(&self, removals: &batch::Removals) -> Result<ResolvedRemovals> {
+        let mut resolved = ResolvedRemovals::default();
+        for id in removals.events_of.iter().chain(&removals.arrays) {
+            for k in self.events.scan_prefix(id.0.to_be_bytes()).keys() {
+                resolved.events.push(k?);
+            }
+        }
+        for kv in self.audit.iter().take(removals.oldest_audit) {
+            let (k, v) = kv?;
+            resolved.audit_bytes += (k.len() + v.len()) as u64;
+            resolved.audit.push(k);
+        }
+        Ok(resolved)
     }
 
     /// Which of the array tasks `batch` ends without their having run have a record of their
