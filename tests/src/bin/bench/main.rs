@@ -13,6 +13,7 @@ mod loaded;
 mod neighbour;
 mod power_loss;
 mod preempt;
+mod replicas_catch_up;
 mod report;
 mod restart;
 mod setup;
@@ -20,7 +21,7 @@ mod throughput;
 
 use figure::Figure;
 
-/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz]...`: the named groups of
+/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz|replicas_catch_up]...`: the named groups of
 /// figures; `cluster`, `preempt` and `core` by default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -68,6 +69,9 @@ fn main() {
     }
     if groups.iter().any(|g| g == "power_loss") {
         figures.extend(power_loss::power_loss(&rt));
+    }
+    if groups.iter().any(|g| g == "replicas_catch_up") {
+        figures.extend(replicas_catch_up::replicas_catch_up(&rt));
     }
     if groups.iter().any(|g| g == "fuzz") {
         figures.extend(fuzz::fuzz(&rt));
