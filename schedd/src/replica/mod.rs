@@ -24,8 +24,6 @@ pub use log_store::LogStore;
 pub use node::{Replica, ReplicaError, Timing};
 pub use state_machine::{StateMachine, Warm};
 
-use std::io::Cursor;
-
 openraft::declare_raft_types!(
     /// The replicas' Raft: an entry's data is a store batch; applying it answers nothing
     /// (the leader answered its client from its own event before proposing).
@@ -35,7 +33,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -52,6 +52,24 @@ pub(super) fn batch(index: u64) -> Batch {
     b
 }
 
+/// A snapshot's bytes, read from its file.
+async fn bytes_of(mut file: Box<tokio::fs::File>) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    file.seek(std::io::SeekFrom::Start(0)).await.unwrap();
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).await.unwrap();
+    bytes
+}
+
+/// `bytes` received by `sm` as a snapshot sent to it, ready to install.
+async fn receive(sm: &mut StateMachine, bytes: &[u8]) -> Box<tokio::fs::File> {
+    use tokio::io::AsyncWriteExt;
+    let mut receiving = sm.begin_receiving_snapshot().await.unwrap();
+    receiving.write_all(bytes).await.unwrap();
+    receiving.flush().await.unwrap();
+    receiving
+}
+
 fn entry(index: u64) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(1, index),
@@ -120,10 +138,8 @@ async fn a_snapshot_and_the_log_after_it_make_the_same_state_as_the_whole_log() 
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 12)));
     a.apply((13..=20).map(entry)).await.unwrap();
 
-    let mut receiving = b.begin_receiving_snapshot().await.unwrap();
-    receiving
-        .get_mut()
-        .extend_from_slice(snapshot.snapshot.get_ref());
+    let bytes = bytes_of(snapshot.snapshot).await;
+    let receiving = receive(&mut b, &bytes).await;
     b.install_snapshot(&snapshot.meta, receiving).await.unwrap();
     assert_eq!(b.applied_state().await.unwrap().0, Some(log_id(1, 12)));
     b.apply((13..=20).map(entry)).await.unwrap();
@@ -154,12 +170,14 @@ async fn a_snapshot_that_cannot_be_read_changes_nothing() {
         .build_snapshot()
         .await
         .unwrap();
+    let good_bytes = bytes_of(good.snapshot).await;
     for bad in [
         b"not a snapshot".to_vec(),
-        good.snapshot.get_ref()[..good.snapshot.get_ref().len() - 3].to_vec(),
+        good_bytes[..good_bytes.len() - 3].to_vec(),
     ] {
+        let receiving = receive(&mut sm, &bad).await;
         let err = sm
-            .install_snapshot(&good.meta, Box::new(std::io::Cursor::new(bad)))
+            .install_snapshot(&good.meta, receiving)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("snapshot"), "{err}");
@@ -251,10 +269,8 @@ async fn an_installed_snapshot_rebuilds_the_warm_state() {
         .build_snapshot()
         .await
         .unwrap();
-    let mut receiving = b.begin_receiving_snapshot().await.unwrap();
-    receiving
-        .get_mut()
-        .extend_from_slice(snapshot.snapshot.get_ref());
+    let bytes = bytes_of(snapshot.snapshot).await;
+    let receiving = receive(&mut b, &bytes).await;
     b.install_snapshot(&snapshot.meta, receiving).await.unwrap();
     b.apply((13..=20).map(entry)).await.unwrap();
     let warm = b.take_warm().expect("rebuilt after the snapshot");

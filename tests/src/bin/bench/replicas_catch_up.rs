@@ -95,7 +95,6 @@ impl Replicas {
         }
         panic!("no leader the replicas agree on");
     }
-
 }
 
 /// Job `id` as a submit writes it: its record (queued), its script and environment, its
