@@ -2,11 +2,11 @@
 //! carries one event's store batch (`store::Batch`); each replica appends entries to its own
 //! log and applies the committed ones, in order, to its own store.
 //!
-//! So far: the log ([`LogStore`]) and the state machine ([`StateMachine`]) over the
-//! replica's `store::Store`, checked against openraft's own storage test suite; the network
-//! over a transport-neutral [`network::Link`]; a [`Replica`] that starts, joins and
-//! replicates; tests of three replicas in one process (`tests`). The gRPC link, the
-//! configuration and the leader's side in `shell` come next.
+//! Here: the log ([`LogStore`]) and the state machine ([`StateMachine`]) over the
+//! replica's `store::Store`, checked against openraft's own storage test suite; what a
+//! follower keeps warm for the day it leads ([`Warm`]); the network over a transport-neutral
+//! [`network::Link`] (its gRPC side is `server::replication`); a [`Replica`] that starts,
+//! joins and replicates; tests of three replicas in one process (`tests`, `cluster_tests`).
 
 // openraft's `StorageError` is what its traits return, large as it is.
 #![allow(clippy::result_large_err)]
