@@ -34,6 +34,9 @@ impl Default for Timing {
     }
 }
 
+/// See `install_snapshot_timeout` in [`Replica::start`].
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
+
 /// Why a replica could not start or replicate.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
@@ -101,6 +104,11 @@ impl Replica {
             election_timeout_max: timing.election_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every),
             max_in_snapshot_log_to_keep: 0,
+            // How long one piece of a snapshot may take to send, and the last one to send and
+            // install: openraft's 200 ms is far less than installing the state of 100,000 jobs
+            // takes (seconds), and a piece that runs out sends the snapshot again from the
+            // start (`bench replicas_catch_up`: 414 s to catch up with it).
+            install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
             ..Default::default()
         }
         .validate()
