@@ -2,8 +2,8 @@
 # Builds ysched in release mode and prints the benchmark figures (see docs/benchmarks.md).
 #   scripts/bench.sh                 all groups
 #   scripts/bench.sh cluster core    only these groups (cluster, preempt, core; fleet, throughput,
-#                                    loaded, restart, report, history, array, neighbour, power_loss, hq and
-#                                    fuzz only when named)
+#                                    loaded, restart, report, history, array, neighbour, power_loss, hq,
+#                                    replicas_catch_up and fuzz only when named)
 #   HQ_BIN=/path/to/hq scripts/bench.sh hq
 #                                    ysched and HyperQueue side by side (HQ_BIN: an `hq` you built
 #                                    from its public repository; not built here)
