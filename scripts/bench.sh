@@ -3,7 +3,7 @@
 #   scripts/bench.sh                 all groups
 #   scripts/bench.sh cluster core    only these groups (cluster, preempt, core; fleet, throughput,
 #                                    loaded, restart, report, history, array, neighbour, power_loss, hq,
-#                                    fuzz and replicas only when named)
+#                                    fuzz, replicas and replicas_catch_up only when named)
 #   REPLICAS_ROUNDS=10 scripts/bench.sh replicas
 #                                    three schedd replicas: the failover gap over that many
 #                                    kill -9 rounds, and ysub against one schedd

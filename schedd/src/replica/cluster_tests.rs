@@ -206,3 +206,105 @@ async fn a_wiped_replica_catches_up_from_a_snapshot_and_the_log() {
     c.applied(index).await;
     assert!(view(&c.stores[&wiped]).contains("entry 31"));
 }
+
+/// An audit entry written at `time`.
+fn audited(time: i64, detail: &str) -> ysched_common::AuditRecord {
+    ysched_common::AuditRecord {
+        time,
+        user: "root".into(),
+        uid: 0,
+        action: "drain".into(),
+        job_id: None,
+        detail: detail.into(),
+        host: None,
+    }
+}
+
+/// What each replica's store holds of the history and the audit log.
+fn history(store: &Store) -> String {
+    let finished: Vec<u64> = store
+        .finished_jobs()
+        .unwrap()
+        .iter()
+        .map(|j| j.id.0)
+        .collect();
+    let audit: Vec<String> = store
+        .audit_log(0)
+        .unwrap()
+        .into_iter()
+        .map(|a| a.detail)
+        .collect();
+    format!("{finished:?} {audit:?}\n{}", view(store))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_and_audit_expire_alike_on_every_replica() {
+    use crate::store::tests::job;
+    use ysched_common::{JobId, JobState};
+    let mut c = Cluster::start().await;
+    let leader = c.leader().await;
+    // One follower misses the first entries and catches up from a snapshot: its audit
+    // entries then come partly from the leader's store, partly from its own writes.
+    let wiped = *c.replicas.keys().find(|id| **id != leader).unwrap();
+    c.stop_replica(wiped).await;
+    let now = ysched_common::time::now_ms();
+    let mut last = 0;
+    for i in 1..=30u64 {
+        let mut b = crate::store::Batch::default();
+        let mut done = job(i, JobState::Completed);
+        done.end_time = Some(1_000 + i as i64);
+        b.put_job(&done);
+        b.event(JobId(i), 1_000 + i as i64, "ended", "exit 0");
+        b.audit(&audited(1_000 + i as i64, &format!("old {i}")));
+        b.set_next_job_id(i + 1);
+        last = c.replicas[&leader].replicate(b).await.unwrap();
+        if i == 20 {
+            c.start_replica(wiped).await;
+        }
+    }
+    let mut b = crate::store::Batch::default();
+    b.put_job(&job(31, JobState::Pending));
+    b.audit(&audited(now, "recent"));
+    b.set_next_job_id(32);
+    c.replicas[&leader].replicate(b).await.unwrap();
+    c.applied(last + 1).await;
+    let before: BTreeSet<String> = c.stores.values().map(history).collect();
+    assert_eq!(
+        before.len(),
+        1,
+        "the replicas differ before the expiry: {before:#?}"
+    );
+
+    // The leader's shell runs the retention at once: finished jobs past a second, audit
+    // entries past a day.
+    let mut config = ysched_common::Config::default();
+    config.scheduler.keep_finished = "1s".into();
+    config.scheduler.audit_keep_days = 1;
+    let _leading = crate::shell::Cluster::start_leading(
+        config,
+        c.stores[&leader].clone(),
+        c.replicas[&leader].clone(),
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let index = c.replicas[&leader]
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
+        c.applied(index).await;
+        let after: BTreeSet<String> = c.stores.values().map(history).collect();
+        let leader_history = history(&c.stores[&leader]);
+        if leader_history.starts_with("[] [\"recent\"]") && after.len() == 1 {
+            assert!(leader_history.contains("JobId(31)"), "{leader_history}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replicas do not hold the same history after the expiry: {after:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -2,11 +2,11 @@
 //! carries one event's store batch (`store::Batch`); each replica appends entries to its own
 //! log and applies the committed ones, in order, to its own store.
 //!
-//! So far: the log ([`LogStore`]) and the state machine ([`StateMachine`]) over the
-//! replica's `store::Store`, checked against openraft's own storage test suite; the network
-//! over a transport-neutral [`network::Link`]; a [`Replica`] that starts, joins and
-//! replicates; tests of three replicas in one process (`tests`). The gRPC link, the
-//! configuration and the leader's side in `shell` come next.
+//! Here: the log ([`LogStore`]) and the state machine ([`StateMachine`]) over the
+//! replica's `store::Store`, checked against openraft's own storage test suite; what a
+//! follower keeps warm for the day it leads ([`Warm`]); the network over a transport-neutral
+//! [`network::Link`] (its gRPC side is `server::replication`); a [`Replica`] that starts,
+//! joins and replicates; tests of three replicas in one process (`tests`, `cluster_tests`).
 
 // openraft's `StorageError` is what its traits return, large as it is.
 #![allow(clippy::result_large_err)]
@@ -22,9 +22,7 @@ mod tests;
 
 pub use log_store::LogStore;
 pub use node::{RaftStatus, Replica, ReplicaError, Timing};
-pub use state_machine::StateMachine;
-
-use std::io::Cursor;
+pub use state_machine::{StateMachine, Warm};
 
 openraft::declare_raft_types!(
     /// The replicas' Raft: an entry's data is a store batch; applying it answers nothing
@@ -35,7 +33,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -2,7 +2,7 @@
 //! replicate a batch.
 
 use super::network::{Link, Network};
-use super::{LogStore, StateMachine, TypeConfig};
+use super::{LogStore, StateMachine, TypeConfig, Warm};
 use crate::store::{Batch, Store};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft};
@@ -33,6 +33,9 @@ impl Default for Timing {
         }
     }
 }
+
+/// See `install_snapshot_timeout` in [`Replica::start`].
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
 
 /// Why a replica could not start or replicate.
 #[derive(Debug, thiserror::Error)]
@@ -70,12 +73,40 @@ pub struct Replica {
     pub raft: Raft<TypeConfig>,
     /// How recent a majority's acknowledgement must be for [`Replica::has_quorum`].
     quorum_fresh_ms: u64,
+    /// Its state machine: what it keeps warm for the day it leads.
+    state: StateMachine,
 }
 
 impl Replica {
-    /// Starts replica `id` over `store`, reaching the others through `link`.
+    /// Starts replica `id` over `store`, reaching the others through `link`; it keeps
+    /// nothing warm (see [`Replica::start_keeping_warm`]).
     pub async fn start(
         id: u64,
+        store: Store,
+        link: Arc<dyn Link>,
+        timing: Timing,
+    ) -> Result<Replica, ReplicaError> {
+        Self::start_with(id, StateMachine::new(store.clone()), store, link, timing).await
+    }
+
+    /// [`Replica::start`] of a replica that keeps warm what it needs to lead ([`Warm`]:
+    /// read from `store` now, then kept up to date as it applies entries); the usage book
+    /// decays with `usage_half_life_ms` (the fair share's).
+    pub async fn start_keeping_warm(
+        id: u64,
+        store: Store,
+        link: Arc<dyn Link>,
+        timing: Timing,
+        usage_half_life_ms: i64,
+    ) -> Result<Replica, ReplicaError> {
+        let state = StateMachine::keeping_warm(store.clone(), usage_half_life_ms)
+            .map_err(|e| ReplicaError::Fatal(format!("cannot read the state: {e}")))?;
+        Self::start_with(id, state, store, link, timing).await
+    }
+
+    async fn start_with(
+        id: u64,
+        state: StateMachine,
         store: Store,
         link: Arc<dyn Link>,
         timing: Timing,
@@ -87,6 +118,11 @@ impl Replica {
             election_timeout_max: timing.election_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every),
             max_in_snapshot_log_to_keep: 0,
+            // How long one piece of a snapshot may take to send, and the last one to send and
+            // install: openraft's 200 ms is far less than installing the state of 100,000 jobs
+            // takes (seconds), and a piece that runs out sends the snapshot again from the
+            // start (`bench replicas_catch_up`: 414 s to catch up with it).
+            install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
             ..Default::default()
         }
         .validate()
@@ -95,8 +131,8 @@ impl Replica {
             id,
             Arc::new(config),
             Network::new(link),
-            LogStore::new(store.clone()),
-            StateMachine::new(store),
+            LogStore::new(store),
+            state.clone(),
         )
         .await
         .map_err(|e| ReplicaError::Fatal(e.to_string()))?;
@@ -104,7 +140,14 @@ impl Replica {
             id,
             raft,
             quorum_fresh_ms: timing.election_min_ms,
+            state,
         })
+    }
+
+    /// What this replica kept warm, for it to lead with, if it covers the last entry it
+    /// applied (see [`StateMachine::take_warm`]); kept no longer after this.
+    pub fn take_warm(&self) -> Option<Warm> {
+        self.state.take_warm()
     }
 
     /// Makes the first membership: every replica (id → address). Done once, by one replica,

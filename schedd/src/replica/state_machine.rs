@@ -1,22 +1,69 @@
 //! The replicated state: committed entries applied in order to the replica's store, each
 //! with the mark of its position in the same transaction (see `store::raft`), so that an
-//! entry is applied exactly once across crashes; snapshots are the whole state.
+//! entry is applied exactly once across crashes; snapshots are the whole state, kept as files
+//! in the store's `snapshots/` (built, sent and received as streams: the state of 100,000 jobs
+//! is some hundreds of MiB).
+//!
+//! A follower also keeps warm what a new leader needs ([`Warm`]: the active jobs, nodes, id
+//! counter and usage book that start-up would read from the store), brought up to date from
+//! each entry it applies and rebuilt after a snapshot is installed, so that once elected it
+//! serves without reading its whole state again.
 
 use super::{decode, encode, StorageError, TypeConfig};
-use crate::store::{Store, APPLIED_MARK, MEMBERSHIP_MARK};
+use crate::fair_share::UsageBook;
+use crate::store::{Recovered, Store, APPLIED_MARK, MEMBERSHIP_MARK};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageIOError,
     StoredMembership,
 };
-use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// The entry applied last and the membership in effect then.
 type Applied = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
-/// The last snapshot built or installed: its description and its bytes.
-type Current = Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>;
+/// The last snapshot built or installed: its description and its file.
+type Current = Option<(SnapshotMeta<u64, BasicNode>, PathBuf)>;
+
+/// What a follower keeps of its state for the day it leads: what `Cluster::start` would
+/// otherwise read from the store.
+#[derive(Debug, Clone)]
+pub struct Warm {
+    /// The active jobs, the nodes and the id counter, as `Store::recover` reads them.
+    pub recovered: Recovered,
+    /// Every recorded run, decayed as of the last one (the leader moves it on to its time).
+    pub usage: UsageBook,
+    /// The entry applied last: the state these are of.
+    applied: Option<LogId<u64>>,
+}
+
+impl Warm {
+    /// Read whole from `store` (at start, and after a snapshot is installed).
+    fn read(store: &Store, usage_half_life_ms: i64) -> Result<Warm, crate::store::Error> {
+        let recovered = store.recover_read_only()?;
+        let mut usage = UsageBook::new(usage_half_life_ms, 0);
+        store.scan_runs(0, i64::MAX, |run| usage.add_run(&run))?;
+        let applied = marks(store.state_mark(APPLIED_MARK)?, None)
+            .map_err(|e| crate::store::Error::Snapshot(e.to_string()))?
+            .0;
+        Ok(Warm {
+            recovered,
+            usage,
+            applied,
+        })
+    }
+}
+
+/// Where the warm state stands.
+enum Kept {
+    /// Not kept (a state machine for tests, or one whose warm state could not be kept up).
+    Off,
+    /// Kept: with the half-life the usage book is built with.
+    On(Box<Warm>, i64),
+    /// Handed to the leader: no longer kept (a replica that loses the lead exits).
+    Taken,
+}
 
 /// The state machine of one replica; clones share it (a clone builds snapshots).
 #[derive(Clone)]
@@ -25,19 +72,91 @@ pub struct StateMachine {
     current: Arc<Mutex<Current>>,
     /// Snapshots built so far: part of each one's id, unique when two cover the same entry.
     built: Arc<std::sync::atomic::AtomicU64>,
+    /// What this replica keeps warm; locked across each entry's apply, so that it is always
+    /// of the entry the store's mark names.
+    warm: Arc<Mutex<Kept>>,
 }
 
 impl StateMachine {
+    /// A state machine that keeps nothing warm (its leader reads its state from the store).
+    /// The snapshot files a previous run left are removed (none is current yet).
     pub fn new(store: Store) -> Self {
+        if let Ok(dir) = store.snapshot_dir() {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         StateMachine {
             store,
             current: Default::default(),
             built: Default::default(),
+            warm: Arc::new(Mutex::new(Kept::Off)),
         }
+    }
+
+    /// A state machine that keeps its state warm ([`Warm`]), read whole from `store` now;
+    /// `usage_half_life_ms`: the fair share's half-life the usage book decays with.
+    pub fn keeping_warm(
+        store: Store,
+        usage_half_life_ms: i64,
+    ) -> Result<Self, crate::store::Error> {
+        let warm = Warm::read(&store, usage_half_life_ms)?;
+        let sm = Self::new(store);
+        *sm.warm() = Kept::On(Box::new(warm), usage_half_life_ms);
+        Ok(sm)
+    }
+
+    /// The warm state, for the leader this replica now is, if it is of the entry the store
+    /// applied last (else `None`: the leader reads the store). Kept no longer after this.
+    pub fn take_warm(&self) -> Option<Warm> {
+        let mut kept = self.warm();
+        let Kept::On(warm, _) = std::mem::replace(&mut *kept, Kept::Taken) else {
+            return None;
+        };
+        let stored = self
+            .store
+            .state_mark(APPLIED_MARK)
+            .ok()
+            .and_then(|m| marks(m, None).ok())
+            .map(|(applied, _)| applied);
+        if stored != Some(warm.applied) {
+            tracing::warn!(
+                "the warm state is of entry {:?}, the store's of {:?}: reading the store",
+                warm.applied,
+                stored.flatten()
+            );
+            return None;
+        }
+        Some(*warm)
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn warm(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.warm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Brings `kept` up to date with `batch`, applied as entry `log_id`; a warm state that cannot
+/// follow (a record it cannot decode) is given up, with a warning: the leader would read the
+/// store, as without one.
+fn follow(kept: &mut Kept, store: &Store, batch: Option<&crate::store::Batch>, log_id: LogId<u64>) {
+    let Kept::On(warm, _) = kept else { return };
+    let warm = &mut **warm;
+    let followed = match batch {
+        Some(batch) => store.follow(batch, &mut warm.recovered, |run| {
+            warm.usage.add_run(&run.to_record())
+        }),
+        None => Ok(()),
+    };
+    match followed {
+        Ok(()) => warm.applied = Some(log_id),
+        Err(e) => {
+            tracing::warn!("the warm state stops following the log at entry {log_id}: {e}");
+            *kept = Kept::Off;
+        }
     }
 }
 
@@ -59,28 +178,66 @@ fn marks(applied: Option<Vec<u8>>, membership: Option<Vec<u8>>) -> Result<Applie
     Ok((applied, membership))
 }
 
+impl StateMachine {
+    /// After a snapshot replaced the state: the warm state read whole again.
+    fn rebuild_warm(&self) {
+        let mut kept = self.warm();
+        let Kept::On(_, half_life) = &*kept else {
+            return;
+        };
+        match Warm::read(&self.store, *half_life) {
+            Ok(warm) => *kept = Kept::On(Box::new(warm), *half_life),
+            Err(e) => {
+                tracing::warn!("the warm state cannot be read after a snapshot: {e}");
+                *kept = Kept::Off;
+            }
+        }
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (data, applied, membership) = self.store.export_state().map_err(state_read)?;
-        let (last_log_id, last_membership) = marks(applied, membership)?;
         let n = self
             .built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
+        let dir = self.store.snapshot_dir().map_err(state_read)?;
+        let building = dir.join(format!("building-{n}"));
+        let write = || -> Result<_, crate::store::Error> {
+            let file = std::fs::File::create(&building)
+                .map_err(|e| crate::store::Error::Snapshot(e.to_string()))?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            self.store.export_state_to(&mut out)
+        };
+        let (applied, membership) = write().map_err(state_read)?;
+        let (last_log_id, last_membership) = marks(applied, membership)?;
         let snapshot_id = match last_log_id {
             Some(id) => format!("{}-{}-{n}", id.leader_id.term, id.index),
             None => format!("none-{n}"),
         };
+        let path = dir.join(format!("{snapshot_id}.snap"));
+        std::fs::rename(&building, &path).map_err(state_read)?;
         let meta = SnapshotMeta {
             last_log_id,
             last_membership,
             snapshot_id,
         };
-        *self.current() = Some((meta.clone(), data.clone()));
+        self.set_current(meta.clone(), path.clone());
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(tokio::fs::File::open(&path).await.map_err(state_read)?),
         })
+    }
+}
+
+impl StateMachine {
+    /// Makes `path` the current snapshot; the file of the one before is removed (a copy
+    /// being sent from it still reads it: the file goes with its last reader).
+    fn set_current(&self, meta: SnapshotMeta<u64, BasicNode>, path: PathBuf) {
+        let before = self.current().replace((meta, path.clone()));
+        if let Some((_, old)) = before.filter(|(_, old)| *old != path) {
+            let _ = std::fs::remove_file(old);
+        }
     }
 }
 
@@ -118,12 +275,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     None
                 }
             };
-            self.store.apply_replicated(batch, marks).map_err(|e| {
+            let mut kept = self.warm();
+            let batch = self.store.apply_replicated(batch, marks).map_err(|e| {
                 StorageError::from(StorageIOError::apply(
                     entry.log_id,
                     openraft::AnyError::new(&e),
                 ))
             })?;
+            follow(&mut kept, &self.store, Some(&batch), entry.log_id);
         }
         Ok(answers)
     }
@@ -132,30 +291,70 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        let n = self
+            .built
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let failed = |e: std::io::Error| -> StorageError {
+            StorageIOError::write_snapshot(None, openraft::AnyError::new(&e)).into()
+        };
+        let dir = self.store.snapshot_dir().map_err(state_read)?;
+        let path = dir.join(format!("receiving-{n}"));
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(failed)?;
+        // Unnamed from the start: it goes when it is dropped; what is installed is copied
+        // to a file of its own.
+        let _ = std::fs::remove_file(&path);
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
         let failed = |e: crate::store::Error| -> StorageError {
             StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::new(&e))
                 .into()
         };
-        self.store.import_state(&data).map_err(failed)?;
+        let io = |e: std::io::Error| crate::store::Error::Snapshot(e.to_string());
+        let mut file = snapshot.into_std().await;
+        self.store.import_state_from(&mut file).map_err(failed)?;
         self.store.flush().await.map_err(failed)?;
-        *self.current() = Some((meta.clone(), data));
+        // Kept as the current snapshot (sent on to a replica that needs it, if this one
+        // leads): copied, as a stream, to a file of its own.
+        let dir = self.store.snapshot_dir().map_err(failed)?;
+        let path = dir.join(format!("{}.snap", meta.snapshot_id));
+        let copied = (|| {
+            use std::io::Seek;
+            file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+            let mut out = std::fs::File::create(&path).map_err(io)?;
+            std::io::copy(&mut file, &mut out).map_err(io)?;
+            Ok::<_, crate::store::Error>(())
+        })();
+        copied.map_err(failed)?;
+        self.set_current(meta.clone(), path);
+        self.rebuild_warm();
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(self.current().clone().map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
+        // Opened under the lock: a newer snapshot removes this one's file once it is current.
+        let current = self.current();
+        let Some((meta, path)) = current.as_ref() else {
+            return Ok(None);
+        };
+        let file = std::fs::File::open(path).map_err(state_read)?;
+        Ok(Some(Snapshot {
+            meta: meta.clone(),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }

@@ -52,6 +52,24 @@ pub(super) fn batch(index: u64) -> Batch {
     b
 }
 
+/// A snapshot's bytes, read from its file.
+async fn bytes_of(mut file: Box<tokio::fs::File>) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    file.seek(std::io::SeekFrom::Start(0)).await.unwrap();
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).await.unwrap();
+    bytes
+}
+
+/// `bytes` received by `sm` as a snapshot sent to it, ready to install.
+async fn receive(sm: &mut StateMachine, bytes: &[u8]) -> Box<tokio::fs::File> {
+    use tokio::io::AsyncWriteExt;
+    let mut receiving = sm.begin_receiving_snapshot().await.unwrap();
+    receiving.write_all(bytes).await.unwrap();
+    receiving.flush().await.unwrap();
+    receiving
+}
+
 fn entry(index: u64) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(1, index),
@@ -120,10 +138,8 @@ async fn a_snapshot_and_the_log_after_it_make_the_same_state_as_the_whole_log() 
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 12)));
     a.apply((13..=20).map(entry)).await.unwrap();
 
-    let mut receiving = b.begin_receiving_snapshot().await.unwrap();
-    receiving
-        .get_mut()
-        .extend_from_slice(snapshot.snapshot.get_ref());
+    let bytes = bytes_of(snapshot.snapshot).await;
+    let receiving = receive(&mut b, &bytes).await;
     b.install_snapshot(&snapshot.meta, receiving).await.unwrap();
     assert_eq!(b.applied_state().await.unwrap().0, Some(log_id(1, 12)));
     b.apply((13..=20).map(entry)).await.unwrap();
@@ -154,12 +170,14 @@ async fn a_snapshot_that_cannot_be_read_changes_nothing() {
         .build_snapshot()
         .await
         .unwrap();
+    let good_bytes = bytes_of(good.snapshot).await;
     for bad in [
         b"not a snapshot".to_vec(),
-        good.snapshot.get_ref()[..good.snapshot.get_ref().len() - 3].to_vec(),
+        good_bytes[..good_bytes.len() - 3].to_vec(),
     ] {
+        let receiving = receive(&mut sm, &bad).await;
         let err = sm
-            .install_snapshot(&good.meta, Box::new(std::io::Cursor::new(bad)))
+            .install_snapshot(&good.meta, receiving)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("snapshot"), "{err}");
@@ -190,4 +208,72 @@ async fn the_log_and_the_vote_survive_a_restart() {
         EntryPayload::Normal(b) => assert_eq!(b.to_bytes(), batch(3).to_bytes()),
         other => panic!("{other:?}"),
     }
+}
+
+/// What the warm state holds of the store: the state start-up would read.
+fn warm_view(warm: &Warm) -> String {
+    format!("{:?}", warm.recovered)
+}
+
+fn recovered_view(store: &Store) -> String {
+    format!("{:?}", store.recover().unwrap())
+}
+
+#[tokio::test]
+async fn a_follower_keeps_warm_what_recovery_reads_and_hands_it_over_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // Some state before the replica starts: read whole at start.
+    store.apply(batch(1)).unwrap();
+    let mut sm = StateMachine::keeping_warm(store.clone(), 3_600_000).unwrap();
+    sm.apply((2..=20).map(entry)).await.unwrap();
+    let warm = sm
+        .take_warm()
+        .expect("kept warm, of the entry applied last");
+    assert_eq!(warm_view(&warm), recovered_view(&store));
+    assert!(!warm.recovered.active_jobs.is_empty());
+    // Handed over once: the leader keeps its records from then on.
+    sm.apply((21..=22).map(entry)).await.unwrap();
+    assert!(sm.take_warm().is_none());
+}
+
+#[tokio::test]
+async fn a_warm_state_not_of_the_last_entry_applied_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut sm = StateMachine::keeping_warm(store.clone(), 3_600_000).unwrap();
+    sm.apply((1..=3).map(entry)).await.unwrap();
+    // An entry applied to the store behind the state machine's back.
+    let mut other = StateMachine::new(store.clone());
+    other.apply((4..=4).map(entry)).await.unwrap();
+    assert!(sm.take_warm().is_none());
+}
+
+#[tokio::test]
+async fn an_installed_snapshot_rebuilds_the_warm_state() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = StateMachine::new(Store::open(a_dir.path()).unwrap());
+    let b_store = Store::open(b_dir.path()).unwrap();
+    let mut b = StateMachine::keeping_warm(b_store.clone(), 3_600_000).unwrap();
+    // b's own state before, which the snapshot replaces.
+    b.apply([Entry {
+        log_id: log_id(1, 1),
+        payload: EntryPayload::Normal(batch(99)),
+    }])
+    .await
+    .unwrap();
+    a.apply((1..=12).map(entry)).await.unwrap();
+    let snapshot = a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let bytes = bytes_of(snapshot.snapshot).await;
+    let receiving = receive(&mut b, &bytes).await;
+    b.install_snapshot(&snapshot.meta, receiving).await.unwrap();
+    b.apply((13..=20).map(entry)).await.unwrap();
+    let warm = b.take_warm().expect("rebuilt after the snapshot");
+    assert_eq!(warm_view(&warm), recovered_view(&b_store));
+    assert!(!warm.recovered.active_jobs.contains_key(&JobId(99)));
 }

@@ -326,7 +326,15 @@ pub async fn serve_replica(
         config.max_message_bytes(),
     )?);
     let raft_link: Arc<dyn crate::replica::network::Link> = link.clone();
-    let replica = Replica::start(place, store.clone(), raft_link, Timing::default()).await?;
+    // As a follower it keeps warm what leading needs, so that once elected it serves at once.
+    let replica = Replica::start_keeping_warm(
+        place,
+        store.clone(),
+        raft_link,
+        Timing::default(),
+        crate::shell::usage_half_life_ms(&config),
+    )
+    .await?;
     let forward_token = forward::ForwardToken::from_ca_key(&ca.key_pem());
     let forwarder = forward::Forwarder::new(place, forward_token.clone(), &doors.key, ca_pem)?;
     // The cluster is formed once, by the first replica at its first start (a replica with a
@@ -415,7 +423,7 @@ struct Electable {
 }
 
 /// Follows the replica's role: once it leads and has applied everything committed, starts
-/// the `Cluster` from the store and serves it (and the metrics endpoint); exits when the
+/// the `Cluster` from what the replica kept warm (or the store) and serves it (and the metrics endpoint); exits when the
 /// lead is lost (see `shell::lead_lost`).
 async fn lead_when_elected(
     electable: Electable,

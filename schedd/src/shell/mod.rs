@@ -22,6 +22,7 @@ pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
 pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};
 mod requests;
 mod scheduling;
+pub use scheduling::usage_half_life_ms;
 mod scrape;
 #[cfg(test)]
 mod tests;
@@ -222,28 +223,46 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Cluster {
     /// Recovers state from the store and starts the flush and scheduling tasks.
     pub fn start(config: Config, store: Store) -> Result<Arc<Cluster>, store::Error> {
-        Self::start_with(config, store, None)
+        Self::start_with(config, store, None, None)
     }
 
     /// [`Cluster::start`] for the leader of `scheduler.replicas`, over its store (which holds
-    /// every committed change): its changes go through `replica`.
+    /// every committed change): its changes go through `replica`. It starts from what the
+    /// replica kept warm as a follower when that covers everything it applied (see
+    /// `replica::Warm`), else from the store.
     pub fn start_leading(
         config: Config,
         store: Store,
         replica: crate::replica::Replica,
     ) -> Result<Arc<Cluster>, store::Error> {
-        Self::start_with(config, store, Some(replica))
+        let warm = replica.take_warm();
+        Self::start_with(config, store, Some(replica), warm)
     }
 
     fn start_with(
         config: Config,
         store: Store,
         replica: Option<crate::replica::Replica>,
+        warm: Option<crate::replica::Warm>,
     ) -> Result<Arc<Cluster>, store::Error> {
-        let rec = store.recover()?;
+        let now = now_ms();
+        let (rec, usage_book) = match warm {
+            Some(warm) if warm.usage.half_life_ms() == usage_half_life_ms(&config) => {
+                let mut book = warm.usage;
+                book.advance(now);
+                (warm.recovered, book)
+            }
+            Some(warm) => (
+                warm.recovered,
+                scheduling::usage_book(&config, &store, now)?,
+            ),
+            None => (
+                store.recover()?,
+                scheduling::usage_book(&config, &store, now)?,
+            ),
+        };
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
-        let usage_book = scheduling::usage_book(&config, &store, now_ms())?;
         let metrics = Arc::new(crate::metrics::Metrics::new(
             config.tiers.keys().map(String::as_str),
         ));
@@ -433,6 +452,9 @@ impl Cluster {
             // Replicated at the next flush, in this order; every replica (this one too)
             // writes it to its store when it is committed.
             self.lock_proposals().push(batch);
+            if audited {
+                self.audit_written();
+            }
             return Ok(());
         }
         let _busy = StoreWatch::busy(&self.store_watch.write_since);

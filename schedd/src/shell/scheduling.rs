@@ -6,12 +6,16 @@ use super::*;
 use crate::fair_share::share_table;
 use crate::state::expected::expect_preemptors;
 
-/// The usage book at start: every run recorded so far, decayed to `now`.
-pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Result<UsageBook> {
+/// The half-life of the usage fair share counts (`fair_share.half_life`).
+pub fn usage_half_life_ms(config: &Config) -> i64 {
     // Validated with the config; the default only for a config built in code.
     const WEEK_MS: i64 = 7 * 24 * 3_600_000;
-    let half_life = config.fair_share_half_life_ms().unwrap_or(WEEK_MS);
-    let mut book = UsageBook::new(half_life, now);
+    config.fair_share_half_life_ms().unwrap_or(WEEK_MS)
+}
+
+/// The usage book at start: every run recorded so far, decayed to `now`.
+pub(super) fn usage_book(config: &Config, store: &Store, now: i64) -> store::Result<UsageBook> {
+    let mut book = UsageBook::new(usage_half_life_ms(config), now);
     // One at a time: a million recorded runs need not be in memory at once.
     store.scan_runs(0, i64::MAX, |run| book.add_run(&run))?;
     Ok(book)

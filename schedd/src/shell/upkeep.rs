@@ -1,7 +1,9 @@
 //! Keeping the state disk usable, off the state lock: the ballast, the audit log's retention
 //! (see `store::upkeep`) and the history's (`scheduler.keep_finished`, `keep_usage`: see
 //! `store::history`), once a minute and whenever the audit log has grown past its limit; and
-//! the bound on how fast users' refused requests are audited.
+//! the bound on how fast users' refused requests are audited. Each step of an expiry is
+//! planned on the store and then written as one batch; with replicas, that batch is an entry
+//! of the log like any change, so that every replica's store keeps the same history.
 
 use super::*;
 use std::collections::HashMap;
@@ -19,6 +21,13 @@ const EXPIRE_JOBS_BATCH: usize = 200;
 /// The pause between two steps of a retention: sled's flusher and the requests get the
 /// store between them.
 const STEP_PAUSE: Duration = Duration::from_millis(10);
+
+/// Why a step of an expiry stopped the work: its store (full, or a failed write) or the
+/// replication of its removals.
+enum StepFailed {
+    Store(store::Error),
+    Replication(String),
+}
 /// The upkeep thread's nice value (see [`lower_priority`]): 10, as `nice` gives by default,
 /// about a tenth of the CPU a thread at 0 gets when both want it.
 const UPKEEP_NICE: libc::c_int = 10;
@@ -182,14 +191,14 @@ impl Cluster {
                     "history retention",
                     (needed, resume),
                     move |store, (needed, resume)| {
-                        let done = store.expire_finished(
+                        let (done, removals) = store.plan_expiry(
                             cutoff,
                             EXPIRE_JOBS_BATCH,
                             needed,
                             resume.as_deref(),
                         )?;
                         *resume = done.resume.filter(|_| done.examined > 0);
-                        Ok(resume.is_some().then_some(done.jobs))
+                        Ok(resume.is_some().then_some((done.jobs, removals)))
                     },
                 )
                 .await;
@@ -199,8 +208,8 @@ impl Cluster {
             let cutoff = now_ms().saturating_sub(keep);
             runs = self
                 .in_steps("usage retention", (), move |store, ()| {
-                    let n = store.expire_usage(cutoff, EXPIRE_BATCH)?;
-                    Ok((n > 0).then_some(n))
+                    let (n, removals) = store.plan_usage_expiry(cutoff, EXPIRE_BATCH)?;
+                    Ok((n > 0).then_some((n, removals)))
                 })
                 .await;
         }
@@ -229,8 +238,8 @@ impl Cluster {
         let cutoff = if keep_ms == 0 { 0 } else { now_ms() - keep_ms };
         let removed = self
             .in_steps("audit log retention", (), move |store, ()| {
-                let n = store.expire_audit(cutoff, max_bytes, EXPIRE_BATCH)?;
-                Ok((n > 0).then_some(n))
+                let (n, removals) = store.plan_audit_expiry(cutoff, max_bytes, EXPIRE_BATCH)?;
+                Ok((n > 0).then_some((n, removals)))
             })
             .await;
         if removed > 0 {
@@ -246,9 +255,13 @@ impl Cluster {
 
     /// Runs `step` on a thread of its own at a lower CPU priority (see [`lower_priority`]),
     /// again after a short pause, until it says it is done (`Ok(None)`) or fails; returns
-    /// what its steps removed. `state` goes from one step to the next. A full store pauses
-    /// the work until the next round (`what` names it in the log); a failed write is fatal,
-    /// as any store write's.
+    /// what its steps removed. Each step plans what to remove (keys every replica holds
+    /// alike) and the thread writes it: to the store, or, with replicas, as an entry of the
+    /// log like any change, so that every replica's store removes the same (the next step is
+    /// planned once a majority has it and this replica applied it). `state` goes from one
+    /// step to the next. A full store pauses the work until the next round (`what` names it
+    /// in the log); a failed write is fatal, as any store write's, and a failed replication
+    /// as any change's.
     ///
     /// Why a thread of its own: the expiry of 900,000 finished jobs is minutes of steps, and
     /// on a machine of two cores each step competed with the requests as an equal (a
@@ -259,10 +272,18 @@ impl Cluster {
         &self,
         what: &str,
         mut state: S,
-        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<usize>> + Send + 'static,
+        step: impl Fn(&store::Store, &mut S) -> store::Result<Option<(usize, store::Batch)>>
+            + Send
+            + 'static,
     ) -> usize {
+        if self.replica.is_some() && self.replication_failure.get().is_some() {
+            return 0;
+        }
         let store = self.store.clone();
         let watch = Arc::clone(&self.store_watch);
+        let replica = self.replica.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let named = what.to_string();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("upkeep".into())
@@ -270,15 +291,40 @@ impl Cluster {
                 lower_priority();
                 let mut removed = 0;
                 let outcome = loop {
-                    let stepped = {
-                        let _busy = StoreWatch::busy(&watch.write_since);
-                        step(&store, &mut state)
-                    };
-                    match stepped {
-                        Ok(Some(n)) => removed += n,
+                    let (n, removals) = match step(&store, &mut state) {
+                        Ok(Some(planned)) => planned,
                         Ok(None) => break Ok(()),
-                        Err(e) => break Err(e),
+                        Err(e) => break Err(StepFailed::Store(e)),
+                    };
+                    if !removals.is_empty() {
+                        let written = match &replica {
+                            Some(replica) => runtime
+                                .block_on(tokio::time::timeout(
+                                    REPLICATION_TIMEOUT,
+                                    replica.replicate(removals),
+                                ))
+                                .map_err(|_| {
+                                    StepFailed::Replication(format!(
+                                        "{named}: no quorum: a majority of scheduler.replicas \
+                                         did not take the removal within {} s",
+                                        REPLICATION_TIMEOUT.as_secs()
+                                    ))
+                                })
+                                .and_then(|replicated| {
+                                    replicated.map(|_| ()).map_err(|e| {
+                                        StepFailed::Replication(format!("{named}: {e}"))
+                                    })
+                                }),
+                            None => {
+                                let _busy = StoreWatch::busy(&watch.write_since);
+                                store.apply(removals).map_err(StepFailed::Store)
+                            }
+                        };
+                        if let Err(e) = written {
+                            break Err(e);
+                        }
                     }
+                    removed += n;
                     // No one waits any more: schedd is stopping (the rest is done at its
                     // next start).
                     if done_tx.is_closed() {
@@ -295,9 +341,13 @@ impl Cluster {
         }
         match done_rx.await {
             Ok((removed, Ok(()))) => removed,
-            Ok((_, Err(e))) if e.is_fatal_write() => store_failed(&e),
-            Ok((removed, Err(e))) => {
+            Ok((_, Err(StepFailed::Store(e)))) if e.is_fatal_write() => store_failed(&e),
+            Ok((removed, Err(StepFailed::Store(e)))) => {
                 tracing::warn!("{what} paused: {e}");
+                removed
+            }
+            Ok((removed, Err(StepFailed::Replication(why)))) => {
+                self.replication_failed(why);
                 removed
             }
             Err(_) => {

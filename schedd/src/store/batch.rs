@@ -27,10 +27,55 @@ pub struct Batch {
     pub(super) index: Vec<IndexWrite>,
     /// About how many bytes the batch writes (keys and values), for [`Store::check_room`].
     pub(super) bytes: u64,
+    /// History past its retention, removed (see [`Removals`]). Left out of the entries that
+    /// remove nothing, and of those written before it was (they still read).
+    #[serde(default, skip_serializing_if = "Removals::is_empty")]
+    pub(super) removals: Removals,
     /// `meta` keys written in the same transaction: a replica's mark of the log entry the
     /// batch came from (see [`Store::apply_replicated`]); never replicated itself.
     #[serde(skip)]
     pub(super) marks: Vec<(&'static [u8], Vec<u8>)>,
+}
+
+/// History past its retention removed in one step of its expiry (see `history` and
+/// `upkeep`): named by what every replica's store holds alike (job ids, and the keys of the
+/// index and of usage records, which are the same everywhere), never by the keys a store
+/// made itself (an event's, an audit entry's), so that a replicated removal removes the same
+/// on every replica. Applied in one transaction with the rest of its batch.
+#[derive(Default, Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Removals {
+    /// Job records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) jobs: Vec<JobId>,
+    /// Payloads, by their job's (or array's) id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) payloads: Vec<JobId>,
+    /// Every history entry of these jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) events_of: Vec<JobId>,
+    /// Arrays gone with their last task: record, spec, payload and history entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) arrays: Vec<JobId>,
+    /// `index` keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) index: Vec<Vec<u8>>,
+    /// `usage` keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) usage: Vec<Vec<u8>>,
+    /// How many audit entries go, oldest first (every replica appends them in the log's
+    /// order).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(super) oldest_audit: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Removals {
+    pub(super) fn is_empty(&self) -> bool {
+        *self == Removals::default()
+    }
 }
 
 /// What [`Batch::bytes`] counts for an array task that ends without having run: usually
@@ -282,6 +327,7 @@ impl Batch {
             && self.array_specs.is_empty()
             && self.arrays.is_empty()
             && self.marks.is_empty()
+            && self.removals.is_empty()
     }
 
     /// The batch as a replicated log entry carries it.

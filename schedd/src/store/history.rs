@@ -22,15 +22,17 @@
 //! Stores written before the index have it built once, at open ([`Store::build_index`]).
 //!
 //! **Expiry** ([`Store::expire_finished`]) walks the `e` keys oldest first, in small batches,
-//! never under schedd's lock: a plain job's record, payload and events go, then its key. An
+//! never under schedd's lock: a plain job's record, payload, events and key go together (one
+//! transaction per batch, which replicas apply alike: [`Store::plan_expiry`]). An
 //! array's task goes only once its array has no task as submitted left (else the array's
 //! record would make it again, as submitted); the array's record, spec, payload and events
 //! (its submit's, and its first task's, which share its id) go with its last task. Usage
 //! records are kept apart, for `keep_usage` ([`Store::expire_usage`]).
 
 use super::arrays::{ArrayRecord, Shared};
+use super::batch::Removals;
 use super::listed::{self, EndedValue, Finished};
-use super::{decode, usage, Result, Store};
+use super::{decode, usage, Batch, Result, Store};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId};
@@ -345,7 +347,7 @@ impl Store {
     /// than `limit` index entries, from the start or after `resume` (from the previous
     /// call's [`Expired::resume`]). Jobs in `keep` (the end states live dependencies still
     /// need) stay, as do the tasks of an array that still has tasks as submitted; a later
-    /// round looks at them again.
+    /// round looks at them again. [`Store::plan_expiry`], then its batch applied.
     pub fn expire_finished(
         &self,
         cutoff_ms: Millis,
@@ -353,15 +355,27 @@ impl Store {
         keep: &BTreeSet<JobId>,
         resume: Option<&[u8]>,
     ) -> Result<Expired> {
+        let (done, batch) = self.plan_expiry(cutoff_ms, limit, keep, resume)?;
+        self.apply(batch)?;
+        Ok(done)
+    }
+
+    /// What [`Store::expire_finished`] removes, as a batch (see `batch::Removals`) that
+    /// every replica can apply alike, without removing it: the leader of replicas proposes
+    /// it. Refused (a full disk) as the removal would be.
+    pub fn plan_expiry(
+        &self,
+        cutoff_ms: Millis,
+        limit: usize,
+        keep: &BTreeSet<JobId>,
+        resume: Option<&[u8]>,
+    ) -> Result<(Expired, Batch)> {
         let mut done = Expired::default();
-        let mut keys_removed = sled::Batch::default();
-        let mut jobs_removed = sled::Batch::default();
-        let mut payloads_removed = sled::Batch::default();
-        let mut events_removed = sled::Batch::default();
+        let mut gone = Removals::default();
         let mut arrays_touched: BTreeMap<JobId, Option<ArrayRecord>> = BTreeMap::new();
-        let mut arrays_finished = Vec::new();
         let upto = ended_key(cutoff_ms, JobId(0));
         let mut ids_removed = HashSet::new();
+        let mut jobs_removed = HashSet::new();
         let start = ended_key(i64::MIN, JobId(0));
         let range = match resume {
             Some(after) => self.index.range::<&[u8], _>((
@@ -381,7 +395,7 @@ impl Store {
             let (key, value) = kv?;
             done.resume = Some(key.to_vec());
             let Some((_, id)) = parse_ended(&key) else {
-                keys_removed.remove(key);
+                gone.index.push(key.to_vec());
                 continue;
             };
             // A run of an array's tasks kept in its record: they go together, as the first
@@ -399,7 +413,7 @@ impl Store {
             };
             if job.as_ref().is_some_and(|j| !j.state.is_terminal()) {
                 // Written again since (never done to a finished job): not history.
-                keys_removed.remove(key);
+                gone.index.push(key.to_vec());
                 continue;
             }
             let array_id = match &job {
@@ -424,7 +438,8 @@ impl Store {
                                     e.insert(None);
                                     continue;
                                 }
-                                arrays_finished.push(array_id);
+                                // No task as submitted left: the array loses its key.
+                                gone.index.push(live_array_key(array_id).to_vec());
                             }
                         }
                         e.insert(record)
@@ -435,46 +450,42 @@ impl Store {
                 }
                 // The first task's events share the array's id: they go with the array.
                 if id != array_id {
-                    for k in self.events.scan_prefix(id.0.to_be_bytes()).keys() {
-                        events_removed.remove(k?);
-                    }
+                    gone.events_of.push(id);
                 }
             } else {
-                payloads_removed.remove(&id.0.to_be_bytes());
-                for k in self.events.scan_prefix(id.0.to_be_bytes()).keys() {
-                    events_removed.remove(k?);
-                }
+                gone.payloads.push(id);
+                gone.events_of.push(id);
             }
             if job.is_some() {
-                jobs_removed.remove(&id.0.to_be_bytes());
+                gone.jobs.push(id);
+                jobs_removed.insert(id);
             }
-            keys_removed.remove(key);
+            gone.index.push(key.to_vec());
             ids_removed.extend((id.0..=last.0).map(JobId));
             done.jobs += (last.0 - id.0 + 1) as usize;
         }
         if done.examined == 0 {
-            return Ok(done);
+            return Ok((done, Batch::default()));
         }
         self.check_room(64 * done.examined as u64, super::Room::Cluster)?;
-        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(super::Error::Injected);
-        }
-        let _writing = self.writing();
-        // Arrays with no task as submitted left lose their key before any task's record goes.
-        self.arrays_done(&arrays_finished)?;
-        self.jobs.apply_batch(jobs_removed)?;
-        self.payloads.apply_batch(payloads_removed)?;
-        self.events.apply_batch(events_removed)?;
         // An array goes with its last task: no record of a task of its own left, every task
         // kept in its record ended before the cutoff.
         for (array_id, record) in arrays_touched {
             let Some(record) = record else { continue };
             let first = array_id.0;
-            let own_left = self
+            let mut own_left = false;
+            for k in self
                 .jobs
                 .range(first.to_be_bytes()..(first + u64::from(record.count)).to_be_bytes())
-                .next()
-                .is_some();
+                .keys()
+            {
+                let k = k?;
+                let id = <[u8; 8]>::try_from(k.as_ref()).map_or(0, u64::from_be_bytes);
+                if !jobs_removed.contains(&JobId(id)) {
+                    own_left = true;
+                    break;
+                }
+            }
             let kept_ended_before = record
                 .ended
                 .iter()
@@ -491,19 +502,15 @@ impl Store {
             if own_left || !kept_ended_before || kept_left {
                 continue;
             }
-            let key = array_id.0.to_be_bytes();
-            let mut events = sled::Batch::default();
-            for k in self.events.scan_prefix(key).keys() {
-                events.remove(k?);
-            }
-            self.events.apply_batch(events)?;
-            self.payloads.remove(key)?;
-            self.array_specs.remove(key)?;
-            self.arrays.remove(key)?;
+            gone.arrays.push(array_id);
         }
-        // The index's keys last: a crash before leaves them, and the next call removes again.
-        self.index.apply_batch(keys_removed)?;
-        Ok(done)
+        Ok((
+            done,
+            Batch {
+                removals: gone,
+                ..Batch::default()
+            },
+        ))
     }
 
     /// Whether job `id` has an `e` key at `end`: its own, or its run's (see [`listed`]).
@@ -525,24 +532,31 @@ impl Store {
 
     /// Removes usage records of runs that ended before `cutoff_ms`, at most `limit`; how many.
     pub fn expire_usage(&self, cutoff_ms: Millis, limit: usize) -> Result<usize> {
-        let mut batch = sled::Batch::default();
-        let mut removed = 0;
+        let (removed, batch) = self.plan_usage_expiry(cutoff_ms, limit)?;
+        self.apply(batch)?;
+        Ok(removed)
+    }
+
+    /// What [`Store::expire_usage`] removes, as a batch, without removing it (see
+    /// [`Store::plan_expiry`]).
+    pub fn plan_usage_expiry(&self, cutoff_ms: Millis, limit: usize) -> Result<(usize, Batch)> {
+        let mut gone = Removals::default();
         for key in self.usage.range(..usage::time_bytes(cutoff_ms)).keys() {
-            if removed >= limit {
+            if gone.usage.len() >= limit {
                 break;
             }
-            batch.remove(key?);
-            removed += 1;
+            gone.usage.push(key?.to_vec());
         }
-        if removed == 0 {
-            return Ok(0);
+        let removed = gone.usage.len();
+        if removed > 0 {
+            self.check_room(32 * removed as u64, super::Room::Cluster)?;
         }
-        self.check_room(32 * removed as u64, super::Room::Cluster)?;
-        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(super::Error::Injected);
-        }
-        let _writing = self.writing();
-        self.usage.apply_batch(batch)?;
-        Ok(removed)
+        Ok((
+            removed,
+            Batch {
+                removals: gone,
+                ..Batch::default()
+            },
+        ))
     }
 }

@@ -47,6 +47,7 @@ mod arrays;
 mod batch;
 mod ended;
 mod error;
+mod follow;
 mod history;
 mod listed;
 mod raft;
@@ -73,11 +74,14 @@ pub use upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES, BALLAST_BYTES, BALLAST_
 #[cfg(test)]
 mod array_tests;
 #[cfg(test)]
+mod follow_tests;
+#[cfg(test)]
 mod history_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
 /// Everything recovered at start-up.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Recovered {
     /// Jobs that are not finished.
     pub active_jobs: BTreeMap<JobId, Job>,
@@ -173,6 +177,14 @@ fn ended_tasks_indexed(
     Ok(())
 }
 
+/// What [`Store::resolve_removals`] found.
+#[derive(Default)]
+struct ResolvedRemovals {
+    events: Vec<sled::IVec>,
+    audit: Vec<sled::IVec>,
+    audit_bytes: u64,
+}
+
 /// Event keys are the job id, then an increasing number: this bit and a store-wide id (from
 /// `sled::Db::generate_id`), or a per-job sequence number in stores written before.
 const EVENT_ID_BASE: u64 = 1 << 63;
@@ -247,6 +259,13 @@ impl Store {
     /// What start-up needs: the active jobs (read through the index, so that the time does
     /// not grow with the history), the nodes and the id counter.
     pub fn recover(&self) -> Result<Recovered> {
+        self.recover_and_tidy(true)
+    }
+
+    /// [`Store::recover`], writing nothing when `tidy` is false (a follower reads its state
+    /// outside the replicated writes: see [`follow`]); with it, the arrays found to have no
+    /// task as submitted left lose their index key.
+    fn recover_and_tidy(&self, tidy: bool) -> Result<Recovered> {
         let mut active_jobs = BTreeMap::new();
         let mut shared = Shared::default();
         for id in self.active_ids() {
@@ -266,32 +285,11 @@ impl Store {
         let mut done = Vec::new();
         for array_id in self.live_array_ids() {
             let array_id = array_id?;
-            let key = array_id.0.to_be_bytes();
-            let Some(v) = self.arrays.get(key)? else {
-                done.push(array_id);
-                continue;
-            };
-            let record: ArrayRecord = decode(&key, &v)?;
-            let mut first: Option<Job> = None;
-            for i in 0..record.count as usize {
-                let id = JobId(array_id.0 + i as u64);
-                if record.ended_at(i).is_some()
-                    || active_jobs.contains_key(&id)
-                    || self.jobs.contains_key(id.0.to_be_bytes())?
-                {
-                    continue;
-                }
-                if first.is_none() {
-                    first = Some(self.first_task(&record, &mut shared)?);
-                }
-                let job = first.as_ref().expect("set above");
-                active_jobs.insert(id, record.task(job, i));
-            }
-            if first.is_none() {
+            if !self.tasks_as_submitted(array_id, &mut active_jobs, &mut shared)? {
                 done.push(array_id);
             }
         }
-        if !done.is_empty() && !self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+        if tidy && !done.is_empty() && !self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
             self.arrays_done(&done)?;
         }
         // The highest id ever given: the counter, or (in stores from before it was kept)
@@ -326,10 +324,45 @@ impl Store {
         })
     }
 
+    /// Adds to `active` the tasks of array `array_id` still as submitted (none of their own
+    /// record, not ended, not in `active` already); whether the array has any.
+    fn tasks_as_submitted(
+        &self,
+        array_id: JobId,
+        active: &mut BTreeMap<JobId, Job>,
+        shared: &mut Shared,
+    ) -> Result<bool> {
+        let key = array_id.0.to_be_bytes();
+        let Some(v) = self.arrays.get(key)? else {
+            return Ok(false);
+        };
+        let record: ArrayRecord = decode(&key, &v)?;
+        let mut first: Option<Job> = None;
+        for i in 0..record.count as usize {
+            let id = JobId(array_id.0 + i as u64);
+            if record.ended_at(i).is_some()
+                || active.contains_key(&id)
+                || self.jobs.contains_key(id.0.to_be_bytes())?
+            {
+                continue;
+            }
+            if first.is_none() {
+                first = Some(self.first_task(&record, shared)?);
+            }
+            let job = first.as_ref().expect("set above");
+            active.insert(id, record.task(job, i));
+        }
+        Ok(first.is_some())
+    }
+
     /// Applies a change atomically (not yet durable: see [`Store::flush`]): a batch, or an
     /// event's effects, encoded here.
     pub fn apply(&self, change: impl Into<Batch>) -> Result<()> {
-        let batch = change.into();
+        self.apply_batch(&change.into())
+    }
+
+    /// [`Store::apply`] of a batch the caller keeps.
+    fn apply_batch(&self, batch: &Batch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -339,10 +372,23 @@ impl Store {
         let _writing = self.writing();
         let mut audit = Vec::with_capacity(batch.audit.len());
         let mut audit_bytes = 0;
-        for rec in &batch.audit {
-            audit.push((self.db.generate_id()?.to_be_bytes(), rec.as_slice()));
-            audit_bytes += 8 + rec.len() as u64;
+        if !batch.audit.is_empty() {
+            // After the last entry, whatever the store's own counter says: a replica whose
+            // state a snapshot replaced holds the leader's keys, and its entries must stay
+            // in the log's order (retention removes the oldest: see `Removals`).
+            let mut next = match self.audit.last()? {
+                Some((k, _)) => <[u8; 8]>::try_from(k.as_ref())
+                    .map_or(0, |k| u64::from_be_bytes(k).saturating_add(1)),
+                None => 0,
+            };
+            for rec in &batch.audit {
+                let id = self.db.generate_id()?.max(next);
+                next = id.saturating_add(1);
+                audit.push((id.to_be_bytes(), rec.as_slice()));
+                audit_bytes += 8 + rec.len() as u64;
+            }
         }
+        let removed = self.resolve_removals(&batch.removals)?;
         // Keyed here, and written in the transaction unless their task was compacted.
         let mut events = Vec::with_capacity(batch.events.len());
         if !batch.events.is_empty() {
@@ -358,7 +404,7 @@ impl Store {
                 events.push((*id, event_key(*id, seq), ev));
             }
         }
-        let own_records = self.own_records_of_ended_tasks(&batch)?;
+        let own_records = self.own_records_of_ended_tasks(batch)?;
         let res: std::result::Result<(), TransactionError<()>> = (
             &self.jobs,
             &self.payloads,
@@ -373,6 +419,29 @@ impl Store {
         )
             .transaction(
                 |(jobs, payloads, ev, nodes, au, meta, usage, specs, arrays, index)| {
+                    let gone = &batch.removals;
+                    for id in &gone.jobs {
+                        jobs.remove(&id.0.to_be_bytes())?;
+                    }
+                    for id in gone.payloads.iter().chain(&gone.arrays) {
+                        payloads.remove(&id.0.to_be_bytes())?;
+                    }
+                    for id in &gone.arrays {
+                        specs.remove(&id.0.to_be_bytes())?;
+                        arrays.remove(&id.0.to_be_bytes())?;
+                    }
+                    for k in &removed.events {
+                        ev.remove(k)?;
+                    }
+                    for k in &removed.audit {
+                        au.remove(k)?;
+                    }
+                    for k in &gone.index {
+                        index.remove(k.as_slice())?;
+                    }
+                    for k in &gone.usage {
+                        usage.remove(k.as_slice())?;
+                    }
                     for write in &batch.index {
                         match write {
                             IndexWrite::Active(id) => {
@@ -420,7 +489,7 @@ impl Store {
                     for job in finished.apart {
                         jobs.insert(&job.id.0.to_be_bytes(), encode_job(job))?;
                     }
-                    ended_tasks_indexed(&batch, &finished.compacted, index)?;
+                    ended_tasks_indexed(batch, &finished.compacted, index)?;
                     for (id, k, event) in &events {
                         if !finished.compacted.contains(id) {
                             ev.insert(k, serde_json::to_vec(event).expect("event"))?;
@@ -450,13 +519,36 @@ impl Store {
         release_deferred();
         match res {
             Ok(()) => {
-                self.audit_bytes
-                    .fetch_add(audit_bytes, std::sync::atomic::Ordering::Relaxed);
+                use std::sync::atomic::Ordering::Relaxed;
+                self.audit_bytes.fetch_add(audit_bytes, Relaxed);
+                if removed.audit_bytes > 0 {
+                    let _ = self.audit_bytes.fetch_update(Relaxed, Relaxed, |b| {
+                        Some(b.saturating_sub(removed.audit_bytes))
+                    });
+                }
                 Ok(())
             }
             Err(TransactionError::Storage(e)) => Err(e.into()),
             Err(TransactionError::Abort(())) => unreachable!("no transaction aborts"),
         }
+    }
+
+    /// The keys of this store's own making that `removals` names: the history entries of
+    /// its jobs and arrays, and its oldest audit entries (with their bytes). Read under the
+    /// write lock, so that they are the ones its transaction removes.
+    fn resolve_removals(&self, removals: &batch::Removals) -> Result<ResolvedRemovals> {
+        let mut resolved = ResolvedRemovals::default();
+        for id in removals.events_of.iter().chain(&removals.arrays) {
+            for k in self.events.scan_prefix(id.0.to_be_bytes()).keys() {
+                resolved.events.push(k?);
+            }
+        }
+        for kv in self.audit.iter().take(removals.oldest_audit) {
+            let (k, v) = kv?;
+            resolved.audit_bytes += (k.len() + v.len()) as u64;
+            resolved.audit.push(k);
+        }
+        Ok(resolved)
     }
 
     /// Which of the array tasks `batch` ends without their having run have a record of their

@@ -12,9 +12,11 @@
 //!
 //! A snapshot is every tree of the replicated state, as (tree, key, value) records
 //! ([`Store::export_state`]); installing one replaces that state whole
-//! ([`Store::import_state`]).
+//! ([`Store::import_state`]). Both stream (a replica keeps its snapshots as files in
+//! [`Store::snapshot_dir`]).
 
 use super::{Batch, Error, Result, Store};
+use std::io::Read;
 
 /// `meta` key: the last log entry applied to this state (as `replica` encodes it).
 pub const APPLIED_MARK: &[u8] = b"raft_applied";
@@ -119,15 +121,27 @@ impl Store {
     }
 
     /// Applies a replicated entry: its batch (none for an entry that carries no change of
-    /// the state) and its marks, in one transaction.
+    /// the state) and its marks, in one transaction; returns the batch (a follower brings
+    /// what it keeps warm up to date from it: see `follow`).
     pub fn apply_replicated(
         &self,
         batch: Option<Batch>,
         marks: Vec<(&'static [u8], Vec<u8>)>,
-    ) -> Result<()> {
+    ) -> Result<Batch> {
         let mut batch = batch.unwrap_or_default();
         batch.marks = marks;
-        self.apply(batch)
+        self.apply_batch(&batch)?;
+        batch.marks.clear();
+        Ok(batch)
+    }
+
+    /// Where a replica keeps the files of its snapshots: `snapshots/` in the state directory
+    /// (made if missing).
+    pub fn snapshot_dir(&self) -> Result<std::path::PathBuf> {
+        let dir = self.dir.join("snapshots");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Snapshot(format!("cannot make {}: {e}", dir.display())))?;
+        Ok(dir)
     }
 
     /// The whole replicated state, as a snapshot, with the marks it carries
@@ -135,43 +149,91 @@ impl Store {
     /// is half in it and the marks are the snapshot's.
     #[allow(clippy::type_complexity)]
     pub fn export_state(&self) -> Result<(Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>)> {
-        let _writing = self.writing();
-        let applied = self.state_mark(APPLIED_MARK)?;
-        let membership = self.state_mark(MEMBERSHIP_MARK)?;
-        let mut out = SNAPSHOT_MAGIC.to_vec();
-        for (i, (_, tree)) in self.state_trees().into_iter().enumerate() {
-            for kv in tree.iter() {
-                let (k, v) = kv?;
-                out.push(i as u8);
-                put_bytes(&mut out, &k);
-                put_bytes(&mut out, &v);
-            }
-        }
+        let mut out = Vec::new();
+        let (applied, membership) = self.export_state_to(&mut out)?;
         Ok((out, applied, membership))
     }
 
-    /// Replaces the replicated state with a snapshot's ([`Store::export_state`]). The
-    /// snapshot is read whole first: one that cannot be read changes nothing. Durable after
-    /// [`Store::flush`].
-    pub fn import_state(&self, snapshot: &[u8]) -> Result<()> {
-        let trees = self.state_trees();
-        let mut batches: Vec<sled::Batch> = trees.iter().map(|_| sled::Batch::default()).collect();
-        let mut rest = snapshot
-            .strip_prefix(SNAPSHOT_MAGIC)
-            .ok_or_else(|| Error::Snapshot("not a ysched snapshot (or another version)".into()))?;
-        while let Some((&tree, after)) = rest.split_first() {
-            let batch = batches
-                .get_mut(tree as usize)
-                .ok_or_else(|| Error::Snapshot(format!("unknown tree {tree}")))?;
-            let (key, after) = take_bytes(after)?;
-            let (value, after) = take_bytes(after)?;
-            batch.insert(key, value);
-            rest = after;
-        }
+    /// [`Store::export_state`] written to `out` as it is read (a replica writes it to a file:
+    /// the state of 100,000 jobs is some hundreds of MiB, never all in memory); the marks.
+    #[allow(clippy::type_complexity)]
+    pub fn export_state_to(
+        &self,
+        out: &mut impl std::io::Write,
+    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+        let failed = |e: std::io::Error| Error::Snapshot(format!("cannot write: {e}"));
         let _writing = self.writing();
-        for ((_, tree), batch) in trees.iter().zip(batches) {
+        let applied = self.state_mark(APPLIED_MARK)?;
+        let membership = self.state_mark(MEMBERSHIP_MARK)?;
+        out.write_all(SNAPSHOT_MAGIC).map_err(failed)?;
+        for (i, (_, tree)) in self.state_trees().into_iter().enumerate() {
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                out.write_all(&[i as u8]).map_err(failed)?;
+                out.write_all(&(k.len() as u32).to_be_bytes())
+                    .map_err(failed)?;
+                out.write_all(&k).map_err(failed)?;
+                out.write_all(&(v.len() as u32).to_be_bytes())
+                    .map_err(failed)?;
+                out.write_all(&v).map_err(failed)?;
+            }
+        }
+        out.flush().map_err(failed)?;
+        Ok((applied, membership))
+    }
+
+    /// Replaces the replicated state with a snapshot's ([`Store::export_state`]). Durable
+    /// after [`Store::flush`].
+    pub fn import_state(&self, snapshot: &[u8]) -> Result<()> {
+        self.import_state_from(&mut std::io::Cursor::new(snapshot))
+    }
+
+    /// [`Store::import_state`] from a reader, in two passes: the snapshot is read whole
+    /// first, and one that cannot be read changes nothing; then the state is replaced, in
+    /// batches of bounded size (never the whole state in memory).
+    pub fn import_state_from(
+        &self,
+        snapshot: &mut (impl std::io::Read + std::io::Seek),
+    ) -> Result<()> {
+        let trees = self.state_trees();
+        let rewind = |s: &mut dyn std::io::Seek| {
+            s.seek(std::io::SeekFrom::Start(0))
+                .map(drop)
+                .map_err(|e| Error::Snapshot(format!("cannot read: {e}")))
+        };
+        rewind(snapshot)?;
+        read_records(
+            &mut std::io::BufReader::new(&mut *snapshot),
+            trees.len(),
+            |_, _, _| Ok(()),
+        )?;
+        rewind(snapshot)?;
+        let _writing = self.writing();
+        for (_, tree) in &trees {
             tree.clear()?;
-            tree.apply_batch(batch)?;
+        }
+        // Records come tree by tree: a batch goes when it is full or its tree is done.
+        let mut pending: Option<(usize, sled::Batch, usize)> = None;
+        read_records(
+            &mut std::io::BufReader::new(&mut *snapshot),
+            trees.len(),
+            |tree, key, value| {
+                if let Some((t, batch, bytes)) = pending.take() {
+                    if t == tree && bytes < IMPORT_BATCH_BYTES {
+                        pending = Some((t, batch, bytes));
+                    } else {
+                        trees[t].1.apply_batch(batch)?;
+                    }
+                }
+                let (_, batch, bytes) =
+                    pending.get_or_insert_with(|| (tree, sled::Batch::default(), 0));
+                *bytes += key.len() + value.len();
+                batch.insert(key, value);
+                Ok(())
+            },
+        )?;
+        if let Some((t, batch, _)) = pending {
+            trees[t].1.apply_batch(batch)?;
         }
         self.audit_bytes.store(
             Self::count_audit_bytes(&self.audit)?,
@@ -181,24 +243,68 @@ impl Store {
     }
 }
 
+/// How many bytes of records an import writes at a time.
+const IMPORT_BATCH_BYTES: usize = 8 << 20;
+
+/// Reads a snapshot's records in order, handing each (tree, key, value) to `each`.
+fn read_records(
+    input: &mut impl std::io::Read,
+    trees: usize,
+    mut each: impl FnMut(usize, Vec<u8>, Vec<u8>) -> Result<()>,
+) -> Result<()> {
+    let mut magic = [0u8; 8];
+    read_exact(input, &mut magic)?;
+    if &magic != SNAPSHOT_MAGIC {
+        return Err(Error::Snapshot(
+            "not a ysched snapshot (or another version)".into(),
+        ));
+    }
+    loop {
+        let mut tree = [0u8; 1];
+        match input.read(&mut tree) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::Snapshot(format!("cannot read: {e}"))),
+        }
+        let tree = tree[0] as usize;
+        if tree >= trees {
+            return Err(Error::Snapshot(format!("unknown tree {tree}")));
+        }
+        let key = take_bytes(input)?;
+        let value = take_bytes(input)?;
+        each(tree, key, value)?;
+    }
+}
+
+fn read_exact(input: &mut impl std::io::Read, buf: &mut [u8]) -> Result<()> {
+    input.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Error::Snapshot("cut short".into()),
+        _ => Error::Snapshot(format!("cannot read: {e}")),
+    })
+}
+
+/// A length-prefixed piece of a snapshot.
+fn take_bytes(input: &mut impl std::io::Read) -> Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    read_exact(input, &mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    // Read in steps, so that a length a cut or corrupt snapshot makes up allocates no more
+    // than the snapshot holds.
+    let mut out = Vec::with_capacity(len.min(1 << 20));
+    input
+        .by_ref()
+        .take(len as u64)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::Snapshot(format!("cannot read: {e}")))?;
+    if out.len() < len {
+        return Err(Error::Snapshot("cut short".into()));
+    }
+    Ok(out)
+}
+
 fn index_of(key: &[u8]) -> Result<u64> {
     <[u8; 8]>::try_from(key)
         .map(u64::from_be_bytes)
         .map_err(|_| Error::CorruptLog(format!("a key of {} bytes", key.len())))
-}
-
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(bytes);
-}
-
-/// A length-prefixed piece of a snapshot, and what follows it.
-fn take_bytes(input: &[u8]) -> Result<(&[u8], &[u8])> {
-    let short = || Error::Snapshot("cut short".into());
-    let (len, rest) = input.split_first_chunk::<4>().ok_or_else(short)?;
-    let len = u32::from_be_bytes(*len) as usize;
-    if rest.len() < len {
-        return Err(short());
-    }
-    Ok(rest.split_at(len))
 }

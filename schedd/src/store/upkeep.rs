@@ -13,7 +13,7 @@
 //! in small batches, never under the state lock). Each entry's detail is bounded
 //! ([`AUDIT_DETAIL_MAX_BYTES`]).
 
-use super::{Error, Result, Room, Store};
+use super::{Result, Room, Store};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -175,8 +175,20 @@ impl Store {
     /// state lock (the audit log is append-only and no record refers to it); the cluster's
     /// share of the reserve may be used, since it frees space.
     pub fn expire_audit(&self, cutoff_ms: i64, max_bytes: u64, limit: usize) -> Result<usize> {
+        let (removed, batch) = self.plan_audit_expiry(cutoff_ms, max_bytes, limit)?;
+        self.apply(batch)?;
+        Ok(removed)
+    }
+
+    /// What [`Store::expire_audit`] removes, as a batch (the oldest entries, by number: see
+    /// `batch::Removals`), without removing it: the leader of replicas proposes it.
+    pub fn plan_audit_expiry(
+        &self,
+        cutoff_ms: i64,
+        max_bytes: u64,
+        limit: usize,
+    ) -> Result<(usize, super::Batch)> {
         let total = self.audit_bytes();
-        let mut batch = sled::Batch::default();
         let (mut removed, mut freed) = (0usize, 0u64);
         for kv in self.audit.iter() {
             if removed >= limit {
@@ -191,21 +203,14 @@ impl Store {
                 break;
             }
             freed += (key.len() + value.len()) as u64;
-            batch.remove(key);
             removed += 1;
         }
-        if removed == 0 {
-            return Ok(0);
+        let mut batch = super::Batch::default();
+        if removed > 0 {
+            self.check_room(16 * removed as u64, Room::Cluster)?;
+            batch.removals.oldest_audit = removed;
         }
-        self.check_room(16 * removed as u64, Room::Cluster)?;
-        if self.fail_writes.load(Ordering::SeqCst) {
-            return Err(Error::Injected);
-        }
-        let _writing = self.writing();
-        self.audit.apply_batch(batch)?;
-        self.audit_bytes
-            .fetch_sub(freed.min(total), Ordering::Relaxed);
-        Ok(removed)
+        Ok((removed, batch))
     }
 
     /// Counts the audit log's bytes (at open).
@@ -247,6 +252,7 @@ fn allocate(file: &std::fs::File, len: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Error;
 
     #[test]
     fn details_are_cut_at_a_character_boundary_with_a_note() {

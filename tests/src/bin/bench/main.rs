@@ -14,6 +14,7 @@ mod neighbour;
 mod power_loss;
 mod preempt;
 mod replicas;
+mod replicas_catch_up;
 mod report;
 mod restart;
 mod setup;
@@ -21,7 +22,7 @@ mod throughput;
 
 use figure::Figure;
 
-/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz|replicas]...`: the named groups of
+/// `bench [cluster|preempt|core|fleet|loaded|throughput|restart|report|history|array|neighbour|power_loss|hq|fuzz|replicas|replicas_catch_up]...`: the named groups of
 /// figures; `cluster`, `preempt` and `core` by default.
 fn main() {
     let groups: Vec<String> = std::env::args().skip(1).collect();
@@ -69,6 +70,9 @@ fn main() {
     }
     if groups.iter().any(|g| g == "power_loss") {
         figures.extend(power_loss::power_loss(&rt));
+    }
+    if groups.iter().any(|g| g == "replicas_catch_up") {
+        figures.extend(replicas_catch_up::replicas_catch_up(&rt));
     }
     if groups.iter().any(|g| g == "fuzz") {
         figures.extend(fuzz::fuzz(&rt));
