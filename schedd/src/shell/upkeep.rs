@@ -298,11 +298,15 @@ impl Cluster {
                     };
                     if !removals.is_empty() {
                         let written = match &replica {
+                            // The timer is made inside the runtime's context.
                             Some(replica) => runtime
-                                .block_on(tokio::time::timeout(
-                                    REPLICATION_TIMEOUT,
-                                    replica.replicate(removals),
-                                ))
+                                .block_on(async {
+                                    tokio::time::timeout(
+                                        REPLICATION_TIMEOUT,
+                                        replica.replicate(removals),
+                                    )
+                                    .await
+                                })
                                 .map_err(|_| {
                                     StepFailed::Replication(format!(
                                         "{named}: no quorum: a majority of scheduler.replicas \
