@@ -41,6 +41,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
 use ysched_common::{Job, JobId, Node};
 
 mod arrays;
@@ -98,6 +99,9 @@ pub struct Store {
     reserve_bytes: u64,
     /// Bytes the audit log holds (see [`Store::audit_bytes`]).
     audit_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The least id an event batch may take (see [`EVENT_ID_FLOOR`]); changed under the
+    /// write lock only.
+    event_id_floor: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// What makes a flush survive a power loss (see [`stable`]).
     stability: std::sync::Arc<stable::Stability>,
     /// Held by every write and by a flush with its syncs, so that no write is half done in
@@ -126,6 +130,13 @@ pub struct Store {
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
+
+/// `meta`: the least store-wide id the next batch of events may take. Event keys order a
+/// job's events by ids this store generates; a replica whose state a snapshot replaced holds
+/// the leader's keys, made from the leader's ids, which may be far above its own: its next
+/// events must still sort after them (else a job's history lists out of order there). Set
+/// when a snapshot is installed, above every event key it brought.
+const EVENT_ID_FLOOR: &[u8] = b"event_id_floor";
 
 /// How many bytes of disk a write of one byte may take: the value, and the log's pages
 /// around it (see [`Store::check_room`]).
@@ -192,6 +203,19 @@ const EVENT_ID_BASE: u64 = 1 << 63;
 /// Bits of an event's sequence for its place in its batch (see [`Store::apply`]).
 const EVENT_SEQ_BITS: u32 = 24;
 
+/// The least store-wide id whose events sort after the event keyed `key` (0 for the per-job
+/// sequence numbers of older stores, which every generated id follows).
+fn event_id_after(key: &[u8]) -> u64 {
+    let Some(seq) = key.get(8..16).and_then(|s| <[u8; 8]>::try_from(s).ok()) else {
+        return 0;
+    };
+    let seq = u64::from_be_bytes(seq);
+    match seq.checked_sub(EVENT_ID_BASE) {
+        Some(generated) => (generated >> EVENT_SEQ_BITS).saturating_add(1),
+        None => 0,
+    }
+}
+
 fn event_key(id: JobId, seq: u64) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&id.0.to_be_bytes());
@@ -238,6 +262,7 @@ impl Store {
             fail_writes: Default::default(),
             reserve_bytes: reserve_mib.saturating_mul(1024 * 1024),
             audit_bytes: std::sync::Arc::new(Self::count_audit_bytes(&audit)?.into()),
+            event_id_floor: Default::default(),
             jobs: db.open_tree("jobs")?,
             payloads: db.open_tree("payloads")?,
             events: db.open_tree("events")?,
@@ -253,6 +278,10 @@ impl Store {
             db,
         };
         store.build_index()?;
+        if let Some(floor) = store.meta.get(EVENT_ID_FLOOR)? {
+            let floor = <[u8; 8]>::try_from(floor.as_ref()).map_or(0, u64::from_be_bytes);
+            store.event_id_floor.store(floor, Relaxed);
+        }
         Ok(store)
     }
 
@@ -398,7 +427,13 @@ impl Store {
             // batches (a generated id is larger than every earlier one, shifted or not), and
             // the top bit puts them after the per-job sequence numbers that stores written
             // by earlier versions hold.
-            let base = EVENT_ID_BASE + (self.db.generate_id()? << EVENT_SEQ_BITS);
+            let generated = self
+                .db
+                .generate_id()?
+                .max(self.event_id_floor.load(Relaxed));
+            self.event_id_floor
+                .store(generated.saturating_add(1), Relaxed);
+            let base = EVENT_ID_BASE + (generated << EVENT_SEQ_BITS);
             for (i, (id, ev)) in batch.events.iter().enumerate() {
                 let seq = base + i as u64;
                 events.push((*id, event_key(*id, seq), ev));

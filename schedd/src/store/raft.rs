@@ -214,10 +214,18 @@ impl Store {
         }
         // Records come tree by tree: a batch goes when it is full or its tree is done.
         let mut pending: Option<(usize, sled::Batch, usize)> = None;
+        let events_tree = trees
+            .iter()
+            .position(|(name, _)| *name == "events")
+            .unwrap_or(usize::MAX);
+        let mut event_id_floor = 0;
         read_records(
             &mut std::io::BufReader::new(&mut *snapshot),
             trees.len(),
             |tree, key, value| {
+                if tree == events_tree {
+                    event_id_floor = event_id_floor.max(super::event_id_after(&key));
+                }
                 if let Some((t, batch, bytes)) = pending.take() {
                     if t == tree && bytes < IMPORT_BATCH_BYTES {
                         pending = Some((t, batch, bytes));
@@ -235,6 +243,16 @@ impl Store {
         if let Some((t, batch, _)) = pending {
             trees[t].1.apply_batch(batch)?;
         }
+        // This store's next events sort after those the snapshot brought (see
+        // `EVENT_ID_FLOOR`), after a restart too.
+        let floor = event_id_floor.max(
+            self.event_id_floor
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        self.meta
+            .insert(super::EVENT_ID_FLOOR, &floor.to_be_bytes())?;
+        self.event_id_floor
+            .store(floor, std::sync::atomic::Ordering::Relaxed);
         self.audit_bytes.store(
             Self::count_audit_bytes(&self.audit)?,
             std::sync::atomic::Ordering::Relaxed,
