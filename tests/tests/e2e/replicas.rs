@@ -2,8 +2,8 @@
 //! no acknowledged submit and hands out no id twice, under four submitting clients and with
 //! sixteen jobs running, none of which notices; a new leader serves within seconds; followers
 //! forward clients to the leader, as themselves; `yctl cluster` answers on every replica; a
-//! replica that comes back catches up and can lead; a rolling restart disturbs no job and
-//! charges every run once.
+//! replica that comes back, even wiped, catches up and can lead; a rolling restart disturbs no
+//! job and charges every run once; a leader hung for 20 s is replaced and launches nothing.
 
 use nix::sys::signal::Signal;
 use std::collections::BTreeSet;
@@ -153,6 +153,7 @@ fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
     });
 
     r.kill(leader, Signal::SIGSTOP);
+    let stopped = std::time::Instant::now();
     let (second, _) = r.leader(Duration::from_secs(30));
     assert_ne!(second, leader);
     // The agent finds the new leader; a job submitted there runs.
@@ -160,6 +161,8 @@ fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
     wait_until(Duration::from_secs(60), "the new leader's job runs", || {
         job(&r, second, next).is_some_and(|j| j["state"] == "RUNNING")
     });
+    // Hung for 20 s in all, as the hung leader.
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed()));
     r.kill(leader, Signal::SIGCONT);
     // The old leader steps down (it exits, and comes back as a follower).
     wait_until(Duration::from_secs(30), "the old leader steps down", || {
@@ -672,4 +675,78 @@ fn a_rolling_restart_disturbs_no_job_and_charges_every_run_once() {
         "rolling restart: replicas restarted after losing the lead: {}",
         r.restarts()
     );
+}
+
+/// A follower whose state is lost (its state directory wiped) comes back empty, catches up
+/// from the others (the leader sends what it lacks) and can lead afterwards, with every job
+/// and the running job undisturbed.
+#[test]
+fn a_wiped_replica_catches_up_and_leads() {
+    let (mut r, mut leader) = with_an_agent();
+    let pids = r.dir.path().join("pids");
+    let running = r.submit(
+        leader,
+        &[
+            "--wrap",
+            &format!("echo $$ >> {}; exec sleep 300", pids.display()),
+        ],
+    );
+    let mut acked: BTreeSet<u64> = (0..30)
+        .map(|i| {
+            r.submit(
+                leader,
+                &["--hold", "-J", &format!("w{i}"), "--wrap", "true"],
+            )
+        })
+        .collect();
+    acked.insert(running);
+    wait_until(Duration::from_secs(30), "the job runs", || {
+        job(&r, leader, running).is_some_and(|j| j["state"] == "RUNNING")
+    });
+
+    let wiped = (1..=3).find(|n| *n != leader).unwrap();
+    r.kill(wiped, Signal::SIGKILL);
+    std::fs::remove_dir_all(r.dir.path().join(format!("state-{wiped}"))).unwrap();
+    r.start_replica(wiped);
+    wait_until(
+        Duration::from_secs(60),
+        "the wiped replica caught up",
+        || {
+            r.cluster(wiped).is_some_and(|rows| {
+                let me = row(&rows, wiped);
+                me["lag"] == 0 && me["applied"].as_u64().is_some_and(|a| a > 30)
+            })
+        },
+    );
+
+    // Until it leads: the leader is killed and restarted (as a follower) in turn; each
+    // election is the wiped replica's about half the time.
+    let mut rounds = 0;
+    while leader != wiped {
+        rounds += 1;
+        assert!(rounds <= 12, "the wiped replica never led\n{}", r.logs());
+        r.kill(leader, Signal::SIGKILL);
+        let (next, _) = r.leader(Duration::from_secs(30));
+        r.start_replica(leader);
+        leader = next;
+    }
+    let listed = ids(&r.jobs(wiped));
+    assert!(
+        acked.is_subset(&listed),
+        "lost: {:?}",
+        acked.difference(&listed)
+    );
+    let next = r.submit(wiped, &["--hold", "--wrap", "true"]);
+    assert!(
+        next > *acked.iter().max().unwrap(),
+        "id {next} handed out again"
+    );
+    let j = job(&r, wiped, running).unwrap();
+    assert_eq!(
+        (&j["state"], &j["restart_count"]),
+        (&"RUNNING".into(), &0.into()),
+        "{j}"
+    );
+    let started = std::fs::read_to_string(&pids).unwrap();
+    assert_eq!(started.lines().count(), 1, "{started}");
 }
