@@ -43,23 +43,7 @@ fn run_ok(c: &TestCluster, bin: &str, args: &[&str]) -> String {
 
 /// `GetJob` over the socket: the wire form, with times in milliseconds.
 fn job_info(c: &TestCluster, id: u64) -> ysched_proto::JobInfo {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
-        client
-            .get_job(ysched_proto::JobRef {
-                job_id: id,
-                target: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .job
-            .expect("job")
-    })
+    job_detail(&c.socket(), id).job.expect("job")
 }
 
 #[test]

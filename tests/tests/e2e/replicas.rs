@@ -420,31 +420,7 @@ fn a_follower_forwards_clients_to_the_leader_as_themselves() {
 /// Job `id`'s runs as the leader's history has them (`GetJob` on replica `n`, times in ms):
 /// each from `scheduled` to the `exited` that follows, as the report charges them.
 fn runs_of(r: &Replicas, n: u64, id: u64) -> Vec<(i64, i64)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let detail = rt.block_on(async {
-        let mut client = ysub::client::connect(&r.socket(n)).await.unwrap();
-        client
-            .get_job(ysched_proto::JobRef {
-                job_id: id,
-                target: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-    });
-    let mut runs = Vec::new();
-    let mut start = None;
-    for e in &detail.events {
-        match e.kind.as_str() {
-            "scheduled" => start = Some(e.time_ms),
-            "exited" => runs.push((start.take().expect("exited after scheduled"), e.time_ms)),
-            _ => {}
-        }
-    }
-    runs
+    runs_in_history(&job_detail(&r.socket(n), id))
 }
 
 /// The lines of each job's start file (one line per start of the job).

@@ -45,32 +45,11 @@ struct Run {
 
 /// The runs of job `id` from its history (`GetJob`, times in ms): each from `scheduled` to
 /// the `exited` that follows.
-fn runs_of(rt: &tokio::runtime::Runtime, c: &TestCluster, id: u64, gpus: u64) -> Vec<Run> {
-    let detail = rt.block_on(async {
-        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
-        client
-            .get_job(ysched_proto::JobRef {
-                job_id: id,
-                target: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-    });
-    let mut runs = Vec::new();
-    let mut start = None;
-    for e in &detail.events {
-        match e.kind.as_str() {
-            "scheduled" => start = Some(e.time_ms),
-            "exited" => runs.push(Run {
-                gpus,
-                start: start.take().expect("exited after scheduled"),
-                end: e.time_ms,
-            }),
-            _ => {}
-        }
-    }
-    runs
+fn runs_of(c: &TestCluster, id: u64, gpus: u64) -> Vec<Run> {
+    runs_in_history(&job_detail(&c.socket(), id))
+        .into_iter()
+        .map(|(start, end)| Run { gpus, start, end })
+        .collect()
 }
 
 fn gpu_ms(runs: &[Run]) -> u64 {
@@ -107,7 +86,6 @@ fn wait_output(c: &TestCluster, id: u64, text: &str) {
 #[test]
 fn a_scripted_week_in_minutes_is_reported_exactly_and_survives_kill_9() {
     let mut c = TestCluster::start_with_config(vec![FakeNode::uniform("n1", 4, A100)], ACCOUNTS);
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let trainer = c.script("trainer.sh", TRAINER);
     let stubborn = c.script("stubborn.sh", STUBBORN);
     let (trainer, stubborn) = (trainer.to_str().unwrap(), stubborn.to_str().unwrap());
@@ -165,11 +143,11 @@ fn a_scripted_week_in_minutes_is_reported_exactly_and_survives_kill_9() {
     // What the jobs' histories say.
     let vision_runs: Vec<Run> = [(j1, 2), (j2, 1), (t1, 4), (t2, 4)]
         .iter()
-        .flat_map(|&(id, g)| runs_of(&rt, &c, id, g))
+        .flat_map(|&(id, g)| runs_of(&c, id, g))
         .collect();
     let nlp_runs: Vec<Run> = [(j3, 1), (j4, 1), (c1, 4), (c2, 4)]
         .iter()
-        .flat_map(|&(id, g)| runs_of(&rt, &c, id, g))
+        .flat_map(|&(id, g)| runs_of(&c, id, g))
         .collect();
     assert_eq!(
         (vision_runs.len(), nlp_runs.len()),
@@ -179,7 +157,7 @@ fn a_scripted_week_in_minutes_is_reported_exactly_and_survives_kill_9() {
     // The history agrees with what `yq --json` shows of each job's last run (to the second).
     for (id, g) in [(j1, 2), (j3, 1), (c2, 4)] {
         let job = c.job(id);
-        let run = *runs_of(&rt, &c, id, g).last().unwrap();
+        let run = *runs_of(&c, id, g).last().unwrap();
         let secs = |v: &Value| {
             let text = v.as_str().unwrap();
             humantime_secs(text)
@@ -193,7 +171,7 @@ fn a_scripted_week_in_minutes_is_reported_exactly_and_survives_kill_9() {
             "{job}"
         );
     }
-    let t2_run = runs_of(&rt, &c, t2, 4)[0];
+    let t2_run = runs_of(&c, t2, 4)[0];
     let lost_t2 = 4 * (t2_run.end - t2_run.start) as u64 / 1000;
 
     let check = |r: &Value, running_vision: u64| {
@@ -342,7 +320,7 @@ fn a_scripted_week_in_minutes_is_reported_exactly_and_survives_kill_9() {
     c.start_schedd();
     c.wait_nodes_up(1);
     c.wait_state(j5, "COMPLETED", SECS(30));
-    let j5_runs = runs_of(&rt, &c, j5, 1);
+    let j5_runs = runs_of(&c, j5, 1);
     assert_eq!(j5_runs.len(), 1);
     let all_vision: Vec<Run> = vision_runs.iter().chain(&j5_runs).copied().collect();
     // Nothing lost, nothing twice: again after another kill -9 and restart.
