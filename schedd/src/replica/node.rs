@@ -37,6 +37,15 @@ impl Default for Timing {
     }
 }
 
+/// The most entries one `AppendEntries` carries. openraft gives each the heartbeat interval
+/// to be answered (its timeout is `heartbeat_interval`, 150 ms), and resends the same
+/// entries, and those proposed meanwhile, after a timeout: with its default of 300 a
+/// follower that fell behind on a loaded host was sent more than it could decode and write
+/// in 150 ms, again and again, and the leader never heard a majority (CI, kill -9 under four
+/// clients: no leader served for 24 s). A small bound keeps each message's work small, so
+/// that a slow follower still catches up a piece at a time.
+const MAX_ENTRIES_PER_APPEND: u64 = 16;
+
 /// See `install_snapshot_timeout` in [`Replica::start`].
 const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
 
@@ -126,6 +135,7 @@ impl Replica {
             // takes (seconds), and a piece that runs out sends the snapshot again from the
             // start (`bench replicas_catch_up`: 414 s to catch up with it).
             install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
+            max_payload_entries: MAX_ENTRIES_PER_APPEND,
             ..Default::default()
         }
         .validate()
