@@ -387,23 +387,31 @@ impl Clients {
             .spawn()
             .expect("run CLI");
         // Read as it comes: an answer larger than a pipe's buffer (a listing of a few hundred
-        // jobs) would otherwise hold the CLI until it is killed.
-        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        // jobs) would otherwise hold the CLI until it is killed. Both pipes close when the CLI
+        // exits: their ends are what is waited for (no polling, which rounded every latency
+        // `bench replicas` measures up to its period).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>,
+                     tx: std::sync::mpsc::Sender<()>| {
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
                 if let Some(mut pipe) = pipe {
                     let _ = pipe.read_to_end(&mut bytes);
                 }
+                let _ = tx.send(());
                 bytes
             })
         };
-        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-        let start = Instant::now();
-        while child.try_wait().ok().flatten().is_none() && start.elapsed() < timeout {
-            std::thread::sleep(Duration::from_millis(10));
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _), tx.clone());
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _), tx);
+        let deadline = Instant::now() + timeout;
+        for _ in 0..2 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if rx.recv_timeout(left).is_err() {
+                let _ = child.kill();
+                break;
+            }
         }
-        let _ = child.kill();
         let status = child.wait().expect("CLI status");
         Output {
             status,

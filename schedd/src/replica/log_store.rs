@@ -1,6 +1,7 @@
 //! The replica's Raft log, vote and commit point, in its store's `raft_log` and `raft_meta`
-//! (see `store::raft`). Appends, votes and the commit point are flushed before openraft is
-//! told they are saved: an entry this replica acknowledged survives its crash.
+//! (see `store::raft`). Appends and votes are flushed before openraft is told they are saved:
+//! an entry this replica acknowledged survives its crash. The commit point is written with
+//! them and flushed by the next append (see [`LogStore::save_committed`]).
 
 use super::{decode, encode, StorageError, TypeConfig};
 use crate::store::Store;
@@ -119,9 +120,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.value(VOTE, StorageIOError::read_vote)
     }
 
+    /// Written, not flushed: it becomes durable with the next append's flush. openraft
+    /// waits for this before it applies what was committed, so a flush here cost every
+    /// replicated change one more sync in turn (4 of a submit's 12 ms in a release build).
+    /// A commit point lost to a crash is learnt again from the leader; the store reverts to
+    /// a prefix of the log (its applied mark is written with each change), and a replica
+    /// applies everything committed before it leads.
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        self.set_value(COMMITTED, &committed, StorageIOError::write_logs)
-            .await
+        self.store
+            .set_replica_value(COMMITTED, &encode(&committed))
+            .map_err(|e| StorageIOError::write_logs(openraft::AnyError::new(&e)).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {
