@@ -46,6 +46,74 @@ pub fn owner_from_cred(uid: u32, gid: u32) -> Identity {
     identity
 }
 
+/// The largest caller identity (the encoded `RelayedCaller`: names, groups, home) a relayed
+/// or forwarded request carries. It travels base64-encoded in a header, and schedd takes
+/// header lists of at most 16 KiB; a user in so many groups is refused instead, with a
+/// message.
+pub const MAX_CALLER_BYTES: usize = 8 * 1024;
+
+/// Who hands a caller's request on: a node's agent relaying it to schedd, or a follower
+/// replica forwarding it to the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hop {
+    Relay,
+    Forward,
+}
+
+/// The caller `uid`/`gid`, as the kernel named it, with its names looked up (on a blocking
+/// thread: the name service may be slow, LDAP), in the `RelayedCaller` that `hop` sends with
+/// `node`, `relay_token` and `forwarded_by_replica`, encoded (see [`encode_caller`]).
+pub async fn relayed_caller(
+    uid: u32,
+    gid: u32,
+    hop: Hop,
+    node: String,
+    relay_token: Vec<u8>,
+    forwarded_by_replica: u64,
+) -> Result<Vec<u8>, tonic::Status> {
+    let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
+        .await
+        .map_err(|e| tonic::Status::internal(format!("identity lookup failed: {e}")))?;
+    let caller = ysched_proto::RelayedCaller {
+        node,
+        uid,
+        gid,
+        user: owner.user,
+        groups: owner.groups,
+        home: home
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        relay_token,
+        forwarded_by_replica,
+    };
+    encode_caller(&caller, hop)
+}
+
+/// `caller` as `hop`'s header carries it, or a refusal naming its size when it is larger than
+/// [`MAX_CALLER_BYTES`].
+pub fn encode_caller(
+    caller: &ysched_proto::RelayedCaller,
+    hop: Hop,
+) -> Result<Vec<u8>, tonic::Status> {
+    use prost::Message;
+    let encoded = caller.encode_to_vec();
+    if encoded.len() <= MAX_CALLER_BYTES {
+        return Ok(encoded);
+    }
+    let (action, to, carried, instead) = match hop {
+        Hop::Relay => ("relay", "schedd", "relayed", "the schedd host"),
+        Hop::Forward => ("forward", "the leader", "forwarded", "the leader's host"),
+    };
+    Err(tonic::Status::invalid_argument(format!(
+        "cannot {action} a request of uid {} to {to}: its identity (user name, {} groups, \
+         home) takes {} bytes, more than the {MAX_CALLER_BYTES} a {carried} request may carry; \
+         run the command on {instead}",
+        caller.uid,
+        caller.groups.len(),
+        encoded.len()
+    )))
+}
+
 fn look_up(uid: u32, gid: u32) -> Identity {
     let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
     let name = user
@@ -79,4 +147,44 @@ fn look_up(uid: u32, gid: u32) -> Identity {
         },
         user.map(|u| u.dir),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_too_large_for_a_header_is_refused_with_its_size_and_hop() {
+        let mut caller = ysched_proto::RelayedCaller {
+            node: "login1".into(),
+            uid: 1234,
+            gid: 1234,
+            user: "alice".into(),
+            groups: (0..100).map(|i| format!("group-{i}")).collect(),
+            home: "/home/alice".into(),
+            relay_token: vec![7; 32],
+            forwarded_by_replica: 0,
+        };
+        assert!(encode_caller(&caller, Hop::Relay).is_ok());
+        caller.groups = (0..2000).map(|i| format!("research-group-{i}")).collect();
+        for (hop, start, end) in [
+            (
+                Hop::Relay,
+                "cannot relay a request of uid 1234 to schedd: its identity (user name, 2000 \
+                 groups, home) takes ",
+                "a relayed request may carry; run the command on the schedd host",
+            ),
+            (
+                Hop::Forward,
+                "cannot forward a request of uid 1234 to the leader: its identity (user name, \
+                 2000 groups, home) takes ",
+                "a forwarded request may carry; run the command on the leader's host",
+            ),
+        ] {
+            let status = encode_caller(&caller, hop).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().starts_with(start), "{}", status.message());
+            assert!(status.message().ends_with(end), "{}", status.message());
+        }
+    }
 }

@@ -23,7 +23,6 @@
 //! `UNAVAILABLE`, naming the node and schedd's address.
 
 use anyhow::Context as _;
-use prost::Message as _;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,7 +34,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
-use ysched_common::identity::owner_from_cred;
+use ysched_common::identity::{relayed_caller, Hop};
 use ysched_proto as pb;
 use ysched_proto::ysched_client::YschedClient;
 use ysched_proto::ysched_server::{Ysched, YschedServer};
@@ -46,10 +45,7 @@ pub use ysched_common::identity::RELAYED_CALLER_METADATA as CALLER_METADATA;
 /// from schedd's own socket.
 const WINDOW: u32 = 16 * 1024 * 1024;
 
-/// The largest caller identity (the encoded `RelayedCaller`: names, groups, home) a relayed
-/// request carries. It travels base64-encoded in a header, and schedd takes header lists of
-/// at most 16 KiB; a user in so many groups is refused here, with a message, instead.
-pub const MAX_CALLER_BYTES: usize = 8 * 1024;
+pub use ysched_common::identity::MAX_CALLER_BYTES;
 
 /// How this agent's session relays requests: on `channel`, naming `token` (the session's
 /// relay token from schedd; empty from a schedd that has none, which then believes relayed
@@ -147,24 +143,15 @@ impl Relay {
             .get::<UdsConnectInfo>()
             .and_then(|info| info.peer_cred)
             .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
-        let (uid, gid) = (cred.uid(), cred.gid());
-        // The name service may be slow (LDAP): not on a runtime thread.
-        let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
-            .await
-            .map_err(|e| Status::internal(format!("identity lookup failed: {e}")))?;
-        let caller = pb::RelayedCaller {
-            node: self.node.clone(),
-            uid,
-            gid,
-            user: owner.user,
-            groups: owner.groups,
-            home: home
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            relay_token: link.token.clone(),
-            forwarded_by_replica: 0,
-        };
-        let caller = encode_caller(&caller)?;
+        let caller = relayed_caller(
+            cred.uid(),
+            cred.gid(),
+            Hop::Relay,
+            self.node.clone(),
+            link.token.clone(),
+            0,
+        )
+        .await?;
         let mut outgoing = Request::new(request.into_inner());
         let metadata = outgoing.metadata_mut();
         metadata.insert("authorization", self.authorization.clone());
@@ -210,22 +197,6 @@ impl Relay {
             .map_err(schedd_status)?;
         Ok(Response::new(reply.into_inner()))
     }
-}
-
-/// `caller` as the relayed request carries it, or a refusal when it is too large to.
-fn encode_caller(caller: &pb::RelayedCaller) -> Result<Vec<u8>, Status> {
-    let encoded = caller.encode_to_vec();
-    if encoded.len() > MAX_CALLER_BYTES {
-        return Err(Status::invalid_argument(format!(
-            "cannot relay a request of uid {} to schedd: its identity (user name, {} groups, \
-             home) takes {} bytes, more than the {MAX_CALLER_BYTES} a relayed request may \
-             carry; run the command on the schedd host",
-            caller.uid,
-            caller.groups.len(),
-            encoded.len()
-        )));
-    }
-    Ok(encoded)
 }
 
 /// The longest error details passed back (schedd sends none today).
@@ -469,32 +440,6 @@ pub async fn serve(listener: UnixListener, relay: Relay) -> Result<(), tonic::tr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_identity_too_large_for_a_header_is_refused_with_its_size() {
-        let mut caller = pb::RelayedCaller {
-            node: "login1".into(),
-            uid: 1234,
-            gid: 1234,
-            user: "alice".into(),
-            groups: (0..100).map(|i| format!("group-{i}")).collect(),
-            home: "/home/alice".into(),
-            relay_token: vec![7; 32],
-            forwarded_by_replica: 0,
-        };
-        assert!(encode_caller(&caller).is_ok());
-        caller.groups = (0..2000).map(|i| format!("research-group-{i}")).collect();
-        let status = encode_caller(&caller).unwrap_err();
-        assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        assert!(
-            status.message().starts_with(
-                "cannot relay a request of uid 1234 to schedd: its identity (user \
-                              name, 2000 groups, home) takes "
-            ),
-            "{}",
-            status.message()
-        );
-    }
 
     #[test]
     fn schedds_errors_are_passed_on_capped() {

@@ -10,19 +10,13 @@
 //! but the gRPC protocol's own headers; the leader's answer comes back as it is.
 
 use super::replication::{bearer, Channels};
-use prost::Message as _;
 use std::sync::Arc;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::Status;
-use ysched_common::identity::{owner_from_cred, RELAYED_CALLER_METADATA};
-use ysched_proto as pb;
-
-/// The largest caller identity a forwarded request carries (as an agent's relay: it travels
-/// base64-encoded in a header, and schedd takes header lists of at most 16 KiB).
-const MAX_CALLER_BYTES: usize = 8 * 1024;
+use ysched_common::identity::{relayed_caller, Hop, RELAYED_CALLER_METADATA};
 
 /// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
 /// the client chose.
@@ -159,33 +153,15 @@ impl Forwarder {
 
     /// The caller the kernel named (`uid`, `gid`), encoded as the leader reads it.
     async fn caller(&self, uid: u32, gid: u32) -> Result<Vec<u8>, Status> {
-        // The name service may be slow (LDAP): not on a runtime thread.
-        let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
-            .await
-            .map_err(|e| Status::internal(format!("identity lookup failed: {e}")))?;
-        let caller = pb::RelayedCaller {
-            node: String::new(),
+        relayed_caller(
             uid,
             gid,
-            user: owner.user,
-            groups: owner.groups,
-            home: home
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            relay_token: self.token.0.to_vec(),
-            forwarded_by_replica: self.place,
-        };
-        let encoded = caller.encode_to_vec();
-        if encoded.len() > MAX_CALLER_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "cannot forward a request of uid {uid} to the leader: its identity (user name, \
-                 {} groups, home) takes {} bytes, more than the {MAX_CALLER_BYTES} a forwarded \
-                 request may carry; run the command on the leader's host",
-                caller.groups.len(),
-                encoded.len()
-            )));
-        }
-        Ok(encoded)
+            Hop::Forward,
+            String::new(),
+            self.token.0.to_vec(),
+            self.place,
+        )
+        .await
     }
 }
 
