@@ -70,3 +70,29 @@ pub fn on_thread_as<T: Send + 'static>(
     .join()
     .expect("thread")
 }
+
+/// Runs `call` with a gRPC client of the Unix socket `socket` connected as `uid`/`gid` (on a
+/// thread of its own, see [`on_thread_as`], with a runtime of its own): a client that skips
+/// the CLI's checks, as an unprivileged user could write one.
+pub fn call_as<T, Fut>(
+    socket: &Path,
+    uid: u32,
+    gid: u32,
+    call: impl FnOnce(ysub::client::Client) -> Fut + Send + 'static,
+) -> T
+where
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    let socket = socket.to_path_buf();
+    on_thread_as(uid, gid, move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = ysub::client::connect(&socket).await.unwrap();
+            call(client).await
+        })
+    })
+}

@@ -24,7 +24,7 @@ mod replicas;
 mod skip;
 mod wait;
 
-pub use as_user::{connect_as, on_thread_as};
+pub use as_user::{call_as, connect_as, on_thread_as};
 pub use cluster::{bin_dir, TestCluster};
 pub use connections::{count_closed, NonBlocking};
 pub use disk::{fill, fill_leaving, free_bytes, mount_tmpfs, Mounted};

@@ -114,27 +114,33 @@ async fn entries_are_applied_in_order_and_once() {
     assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 20)));
 }
 
-#[tokio::test]
-async fn a_snapshot_and_the_log_after_it_make_the_same_state_as_the_whole_log() {
-    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = StateMachine::new(Store::open(a_dir.path()).unwrap());
-    let b_store = Store::open(b_dir.path()).unwrap();
-    let mut b = StateMachine::new(b_store.clone());
-    // b had state of its own before: the snapshot replaces it whole.
+/// `b` given state of its own (job 99, entry 1), which an installed snapshot replaces whole;
+/// `a` given entries 1 to 12, and its snapshot of them.
+async fn snapshot_of_twelve_over_state_of_its_own(
+    a: &mut StateMachine,
+    b: &mut StateMachine,
+) -> openraft::storage::Snapshot<TypeConfig> {
     b.apply([Entry {
         log_id: log_id(1, 1),
         payload: EntryPayload::Normal(batch(99)),
     }])
     .await
     .unwrap();
-
     a.apply((1..=12).map(entry)).await.unwrap();
-    let snapshot = a
-        .get_snapshot_builder()
+    a.get_snapshot_builder()
         .await
         .build_snapshot()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_snapshot_and_the_log_after_it_make_the_same_state_as_the_whole_log() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = StateMachine::new(Store::open(a_dir.path()).unwrap());
+    let b_store = Store::open(b_dir.path()).unwrap();
+    let mut b = StateMachine::new(b_store.clone());
+    let snapshot = snapshot_of_twelve_over_state_of_its_own(&mut a, &mut b).await;
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 12)));
     a.apply((13..=20).map(entry)).await.unwrap();
 
@@ -255,20 +261,7 @@ async fn an_installed_snapshot_rebuilds_the_warm_state() {
     let mut a = StateMachine::new(Store::open(a_dir.path()).unwrap());
     let b_store = Store::open(b_dir.path()).unwrap();
     let mut b = StateMachine::keeping_warm(b_store.clone(), 3_600_000).unwrap();
-    // b's own state before, which the snapshot replaces.
-    b.apply([Entry {
-        log_id: log_id(1, 1),
-        payload: EntryPayload::Normal(batch(99)),
-    }])
-    .await
-    .unwrap();
-    a.apply((1..=12).map(entry)).await.unwrap();
-    let snapshot = a
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = snapshot_of_twelve_over_state_of_its_own(&mut a, &mut b).await;
     let bytes = bytes_of(snapshot.snapshot).await;
     let receiving = receive(&mut b, &bytes).await;
     b.install_snapshot(&snapshot.meta, receiving).await.unwrap();

@@ -478,17 +478,14 @@ fn a_refusal_echoing_a_huge_input_through_a_node_does_not_end_its_session() {
     // A client without ysub's checks: the request reaches schedd, through the node, and the
     // refusal that comes back is short and says what is wrong.
     // As nobody: root relayed from a compute node may not submit at all.
-    let socket = c.agent_socket("n1");
     let work = c.work.display().to_string();
     let huge = account.clone();
-    on_thread_as(NOBODY, NOBODY, move || {
-        let account = huge;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut client = ysub::client::connect(&socket).await.unwrap();
+    call_as(
+        &c.agent_socket("n1"),
+        NOBODY,
+        NOBODY,
+        |mut client| async move {
+            let account = huge;
             for _ in 0..20 {
                 let spec = pb::JobSpec {
                     name: "huge-account".into(),
@@ -513,8 +510,8 @@ fn a_refusal_echoing_a_huge_input_through_a_node_does_not_end_its_session() {
                 assert!(status.message().len() <= 1024, "{}", status.message().len());
                 assert!(status.message().contains("account"), "{}", status.message());
             }
-        })
-    });
+        },
+    );
     // A large request (a 3 MiB script) relayed meanwhile goes through too.
     let body = format!("#!/bin/sh\n# {}\ntrue\n", "x".repeat(3 << 20));
     let big = c.script("big.sh", &body);

@@ -311,14 +311,11 @@ fn a_follower_forwards_clients_to_the_leader_as_themselves() {
     let out = r.run_as(follower, NOBODY, NOBODY, "ycancel", &[&mine.to_string()]);
     assert!(!out.status.success(), "nobody cancelled root's job");
     assert_eq!(job(&r, leader, mine).unwrap()["state"], "HELD");
-    let socket = r.socket(follower);
-    let forged = on_thread_as(NOBODY, NOBODY, move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut client = ysub::client::connect(&socket).await.unwrap();
+    let forged = call_as(
+        &r.socket(follower),
+        NOBODY,
+        NOBODY,
+        |mut client| async move {
             let mut request = tonic::Request::new(ysched_proto::SubmitRequest {
                 spec: Some(ysched_proto::JobSpec {
                     name: "forged".into(),
@@ -340,8 +337,8 @@ fn a_follower_forwards_clients_to_the_leader_as_themselves() {
                 tonic::metadata::MetadataValue::from_bytes(&prost::Message::encode_to_vec(&claim)),
             );
             client.submit(request).await.map(|r| r.into_inner().job_id)
-        })
-    });
+        },
+    );
     let id = forged.expect("nobody's submit with a forged caller");
     let j = job(&r, leader, id).unwrap();
     assert_eq!(j["user"], "nobody", "a forged caller was believed: {j}");
