@@ -104,75 +104,105 @@ impl fmt::Display for JobState {
         f.write_str(self.as_str())
     }
 }
+/// Whether `value` is its type's default. Such fields are left out of the records schedd
+/// stores (and of its replicas' log entries) and read back as the default: a typical
+/// finished job's record was 1,130 bytes with them, 470 without, and sled replays its log
+/// (a year of history) when schedd opens the store.
+pub fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
 /// A validated submit request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct JobSpec {
+    #[serde(skip_serializing_if = "is_default")]
     pub name: String,
+    #[serde(skip_serializing_if = "is_default")]
     pub tier: String,
+    #[serde(skip_serializing_if = "is_default")]
     pub gpus: u32,
     /// Accepted GPU models (`A100|H100` gives two); empty accepts any.
+    #[serde(skip_serializing_if = "is_default")]
     pub gpu_types: Vec<String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub cpus: u32,
+    #[serde(skip_serializing_if = "is_default")]
     pub mem_mib: u64,
+    #[serde(skip_serializing_if = "is_default")]
     pub time_limit_secs: Option<u64>,
+    #[serde(skip_serializing_if = "is_default")]
     pub grace_secs: Option<u32>,
+    #[serde(skip_serializing_if = "is_default")]
     pub checkpoint_dir: Option<String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub account: String,
+    #[serde(skip_serializing_if = "is_default")]
     pub stdout_path: Option<String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub stderr_path: Option<String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub workdir: String,
+    #[serde(skip_serializing_if = "is_default")]
     pub script: String,
+    #[serde(skip_serializing_if = "is_default")]
     pub args: Vec<String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub hold: bool,
+    #[serde(skip_serializing_if = "is_default")]
     pub nodes: u32,
+    #[serde(skip_serializing_if = "is_default")]
     pub no_requeue: bool,
+    #[serde(skip_serializing_if = "is_default")]
     pub interconnect: Option<String>,
+    #[serde(skip_serializing_if = "is_default")]
     pub constraints: Vec<String>,
     /// `--signal`: a signal sent before the time limit.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub warn_signal: Option<crate::signals::WarnSignal>,
     /// `--array`: this spec is shared by every task of an array (see [`crate::array`]).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub array: Option<crate::array::ArraySpec>,
     /// `--dependency`, resolved into job ids at submit.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub dependency: Option<crate::dependency::Dependency>,
     /// `-w/--nodelist`: the job runs on exactly these nodes.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub nodelist: Vec<String>,
     /// `-x/--exclude`: the job never runs on these nodes.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub exclude: Vec<String>,
     /// `--exclusive`: the job takes whole nodes.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub exclusive: bool,
     /// `--begin`: not started before this time (seconds since the epoch).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub begin_unix_secs: Option<u64>,
     /// `--mail-type`: the events mailed to `mail_user` (upper case, `ALL` expanded).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub mail_types: Vec<String>,
     /// `--mail-user`: the address mailed (empty: the user).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub mail_user: String,
     /// `--ntasks-per-node`: processes the job's own launcher starts per node (0: not given).
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub ntasks_per_node: u32,
     /// Slurm's partition as given (the tier it mapped to is `tier`); empty: none given.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub partition: String,
     /// Slurm's QOS as given (mapped to `tier`); empty: none given.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub qos: String,
     /// `--slurm-env`: the job sees Slurm's `SLURM_*` variables too.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub slurm_env: bool,
     /// `--open-mode=append`: output files are appended to.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub open_append: bool,
     /// `--comment`: free text kept with the job.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "is_default")]
     pub comment: String,
 }
 
@@ -231,43 +261,53 @@ pub struct Job {
     pub tier_value: i64,
     pub state: JobState,
     /// Why pending or held, or how it ended; empty when running normally.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub reason: String,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub alloc: Vec<NodeAlloc>,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub restart_count: u32,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub signal: Option<i32>,
     pub submit_time: Millis,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub start_time: Option<Millis>,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub end_time: Option<Millis>,
     /// The agent confirmed the process started (a running job the agent does not know is
     /// requeued when unconfirmed, NODE_FAIL when confirmed).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub launched: bool,
     /// Resolved grace and checkpoint directory.
     pub grace_secs: u32,
     pub checkpoint_dir: String,
     /// Boxed: set only while a job is being stopped, and inline it made every job 64 bytes
     /// larger in each of schedd's copies (the records, the scheduler's, `show job`'s).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub stop: Option<Box<StopRequest>>,
     /// When the job last saved a checkpoint, where known.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub last_checkpoint: Option<Millis>,
     /// Progress of a multi-node run: which parts have ended.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "PartsProgress::is_empty")]
     pub parts: PartsProgress,
     /// Launches of the current run that never reached (or were never confirmed by) an agent;
     /// at `scheduler.max_launch_attempts` the job ends FAILED instead of cycling.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub launch_attempts: u32,
     /// When the current wait began: submit, release from hold, or requeue (the start of the
     /// wait that `RunRecord::wait_ms` measures). `None` in records written before it existed:
     /// the submit time stands in.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub queued_at: Option<Millis>,
     /// The task of an array this job is (`12_7`); `None` for a plain job.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub array: Option<crate::array::ArrayTask>,
     /// How long its earlier runs lasted, summed (each from its start to the end that put the
     /// job back in the queue): with the current run, the job's whole run time (`yq`'s TIME).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub run_ms_before: crate::time::Millis,
 }
 

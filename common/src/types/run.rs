@@ -169,6 +169,13 @@ impl From<Parts> for PartsProgress {
     }
 }
 
+impl PartsProgress {
+    /// No part has ended yet (what a stored record leaves out).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
 impl PartialEq for PartsProgress {
     fn eq(&self, other: &PartsProgress) -> bool {
         **self == **other
