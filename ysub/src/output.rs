@@ -53,6 +53,15 @@ pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<()> {
     print_stdout(&text)
 }
 
+/// Whether `e` is a write to a closed pipe (`yq | head`), which is not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let kind = e
+        .downcast_ref::<std::io::Error>()
+        .map(std::io::Error::kind)
+        .or_else(|| e.downcast_ref::<serde_json::Error>()?.io_error_kind());
+    kind == Some(std::io::ErrorKind::BrokenPipe)
+}
+
 /// A JSON array written to stdout as its elements come (a listing page by page), with the
 /// very text [`print_json`] writes of the whole array: indented on a terminal, compact
 /// otherwise.
@@ -78,47 +87,62 @@ impl JsonArrayOut {
         JsonArrayOut { pretty, written: 0 }
     }
 
-    /// Writes `items`, the array's next elements.
+    /// Writes `items`, the array's next elements, through one buffer: a page of 30,000 jobs
+    /// is 20 MB of text, which is never held whole.
     pub fn extend<T: serde::Serialize>(
         &mut self,
         items: impl IntoIterator<Item = T>,
     ) -> Result<()> {
-        let text = self.text_of(items)?;
-        if text.is_empty() {
-            return Ok(());
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        let written = self
+            .write_items(&mut out, items)
+            .and_then(|()| Ok(out.flush()?));
+        match written {
+            Err(e) if !is_broken_pipe(&e) => Err(e),
+            _ => Ok(()),
         }
-        print_stdout(&text)
     }
 
-    /// The text of the array's next elements.
-    fn text_of<T: serde::Serialize>(
+    /// Writes the array's next elements to `out`.
+    fn write_items<T: serde::Serialize>(
         &mut self,
+        out: &mut impl std::io::Write,
         items: impl IntoIterator<Item = T>,
-    ) -> Result<String> {
-        let mut text = String::new();
+    ) -> Result<()> {
         for item in items {
-            text.push_str(match (self.written, self.pretty) {
-                (0, true) => "[\n",
-                (0, false) => "[",
-                (_, true) => ",\n",
-                (_, false) => ",",
-            });
+            out.write_all(match (self.written, self.pretty) {
+                (0, true) => b"[\n",
+                (0, false) => b"[",
+                (_, true) => b",\n",
+                (_, false) => b",",
+            })?;
             if self.pretty {
                 // As serde_json indents an array's elements: each line one level in (a
                 // string's newlines are escaped, so every line break is the layout's).
                 for (i, line) in serde_json::to_string_pretty(&item)?.split('\n').enumerate() {
                     if i > 0 {
-                        text.push('\n');
+                        out.write_all(b"\n")?;
                     }
-                    text.push_str("  ");
-                    text.push_str(line);
+                    out.write_all(b"  ")?;
+                    out.write_all(line.as_bytes())?;
                 }
             } else {
-                text.push_str(&serde_json::to_string(&item)?);
+                serde_json::to_writer(&mut *out, &item)?;
             }
             self.written += 1;
         }
-        Ok(text)
+        Ok(())
+    }
+
+    /// The text of the array's next elements.
+    #[cfg(test)]
+    fn text_of<T: serde::Serialize>(
+        &mut self,
+        items: impl IntoIterator<Item = T>,
+    ) -> Result<String> {
+        let mut text = Vec::new();
+        self.write_items(&mut text, items)?;
+        Ok(String::from_utf8(text)?)
     }
 
     /// The text that closes the array (and the line).

@@ -1,7 +1,7 @@
 //! Jobs as JSON: `yq --json` and `yctl show job --json`, borrowing from the reply.
 
 use super::show::warn_signal;
-use super::{display_id, elapsed_secs, gpus_requested, time_or_none, total_run_secs};
+use super::{display_id, elapsed_secs, gpus_requested, total_run_secs};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 use std::fmt;
@@ -116,9 +116,9 @@ pub struct Timestamp(pub Millis);
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match time_or_none(self.0) {
-            Some(text) => serializer.serialize_str(&text),
-            None => serializer.serialize_none(),
+        match self.0 > 0 {
+            true => serializer.serialize_str(ysched_common::time::Rfc3339::new(self.0).as_str()),
+            false => serializer.serialize_none(),
         }
     }
 }
