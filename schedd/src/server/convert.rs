@@ -344,7 +344,7 @@ pub(crate) enum ListedJob {
     /// A finished job's `JobInfo` as the history's index keeps it, encoded when it ended
     /// (`ysched_common::convert::job_listing_bytes`), for a caller who may see its usage: a
     /// finished job has no queue fields, so these are its bytes on the wire.
-    Finished(ListingBytes),
+    Finished(crate::store::StoredBytes),
 }
 
 impl<'a> WireListing<'a> {
@@ -590,16 +590,16 @@ impl crate::shell::Listing for WireListing<'_> {
         if !self.sees_all_usage
             && !self
                 .config
-                .sees_job_usage(self.caller, &finished.account, finished.uid)
+                .sees_job_usage(self.caller, finished.account(), finished.uid)
         {
             // What the caller may not see is left out of a `JobInfo` (see `encode`), as for
             // an entry made from the record; bytes that do not decode (never written so)
             // leave the entry to be made from the record.
-            return pb::JobInfo::decode(&finished.listing[..])
+            return pb::JobInfo::decode(&finished.listing()[..])
                 .ok()
                 .map(|info| ListedJob::Made(Box::new(info)));
         }
-        Some(ListedJob::Finished(finished.listing.clone()))
+        Some(ListedJob::Finished(finished.listing()))
     }
 }
 
@@ -896,15 +896,7 @@ mod tests {
                     .iter()
                     .map(|job| match job.state.is_terminal() {
                         true if kept_by_index => listing
-                            .finished_entry(&crate::store::FinishedEntry {
-                                id: job.id,
-                                state: job.state,
-                                uid: job.owner.uid,
-                                user: job.owner.user.clone(),
-                                account: job.spec.account.clone(),
-                                submit_time: job.submit_time,
-                                listing: ysched_common::convert::job_listing_bytes(job).into(),
-                            })
+                            .finished_entry(&crate::store::FinishedEntry::of(job))
                             .expect("an entry from the bytes"),
                         true => listing.entry(job),
                         false => listing.kept_entry(job, &kept_listing(job)),

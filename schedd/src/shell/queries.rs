@@ -432,7 +432,7 @@ impl JobFilter {
 
     /// [`JobFilter::selects`] for a finished job as the history's index keeps it.
     fn selects_finished(&self, f: &FinishedEntry, uid: Option<u32>) -> bool {
-        (self.user.is_empty() || f.user == self.user || Some(f.uid) == uid)
+        (self.user.is_empty() || f.user() == self.user || Some(f.uid) == uid)
             && (self.ids.is_empty() || self.ids.contains(&f.id))
             && (self.states.is_empty() || self.states.contains(&f.state))
             && self.until.is_none_or(|until| f.submit_time < until)

@@ -251,24 +251,36 @@ impl Store {
             Entry(listed::FinishedEntry),
             Record,
         }
-        let mut found: BTreeMap<JobId, Found> = BTreeMap::new();
+        // In key order (by end time), then in id order with each id's latest key kept: one
+        // sort of a vector (a map kept in order as the keys came cost a node per job).
+        let mut found: Vec<(JobId, Found)> = Vec::new();
         for ended in self.ended_keys(from_ms, to_ms) {
             let (id, value) = ended?;
             match listed::parse(id, &value) {
                 Some(EndedValue::Listed(entry)) if id > after => {
-                    found.insert(id, Found::Entry(entry));
+                    found.push((id, Found::Entry(entry)));
                 }
                 Some(EndedValue::Tasks { last }) if last > after => {
                     for task in id.0.max(after.0 + 1)..=last.0 {
-                        found.insert(JobId(task), Found::Record);
+                        found.push((JobId(task), Found::Record));
                     }
                 }
                 Some(EndedValue::Bare) | None if id > after => {
-                    found.insert(id, Found::Record);
+                    found.push((id, Found::Record));
                 }
                 _ => {}
             }
         }
+        // Stable: of an id's keys, the latest stays last.
+        found.sort_by_key(|(id, _)| *id);
+        let mut latest: Vec<(JobId, Found)> = Vec::with_capacity(found.len());
+        for (id, what) in found {
+            match latest.last_mut() {
+                Some(last) if last.0 == id => last.1 = what,
+                _ => latest.push((id, what)),
+            }
+        }
+        let found = latest;
         let mut shared = Shared::default();
         // The array whose tasks were made last, with its first task made whole: a run of
         // tasks reads its array's record once.

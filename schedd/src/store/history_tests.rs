@@ -423,7 +423,7 @@ fn entries_kept_at_the_front_do_not_hold_up_the_rest() {
 /// A job's entry in a listing by end time, as bytes, whichever way the store gave it.
 fn listing_of(finished: &Finished) -> Vec<u8> {
     match finished {
-        Finished::Entry(e) => e.listing.to_vec(),
+        Finished::Entry(e) => e.listing().to_vec(),
         Finished::Record(job) => ysched_common::convert::job_listing_bytes(job),
     }
 }
@@ -453,14 +453,14 @@ fn a_finished_job_is_listed_from_its_index_entry_without_its_record() {
         (
             entry.state,
             entry.uid,
-            entry.user.as_str(),
-            entry.account.as_str()
+            entry.user(),
+            entry.account()
         ),
         (JobState::Completed, 1000, "alice", "")
     );
     assert_eq!(entry.submit_time, 1);
     assert_eq!(
-        &entry.listing[..],
+        &entry.listing()[..],
         ysched_common::convert::job_listing_bytes(&ended)
     );
     // Pages: only ids after the one given.
