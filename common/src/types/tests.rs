@@ -77,8 +77,18 @@ fn a_stored_job_leaves_its_defaults_out_and_reads_them_back() {
     let job = finished_job();
     let bytes = serde_json::to_vec(&job).unwrap();
     let text = String::from_utf8(bytes.clone()).unwrap();
-    for absent in ["\"script\"", "\"env\"", "\"reason\"", "\"signal\"", "\"mail_user\"", "\"parts\""] {
-        assert!(!text.contains(absent), "{absent} at its default is stored: {text}");
+    for absent in [
+        "\"script\"",
+        "\"env\"",
+        "\"reason\"",
+        "\"signal\"",
+        "\"mail_user\"",
+        "\"parts\"",
+    ] {
+        assert!(
+            !text.contains(absent),
+            "{absent} at its default is stored: {text}"
+        );
     }
     assert_eq!(serde_json::from_slice::<Job>(&bytes).unwrap(), job);
 }

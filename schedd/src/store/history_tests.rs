@@ -450,12 +450,7 @@ fn a_finished_job_is_listed_from_its_index_entry_without_its_record() {
         panic!("job 2 read from its record: {:?}", listed[0]);
     };
     assert_eq!(
-        (
-            entry.state,
-            entry.uid,
-            entry.user(),
-            entry.account()
-        ),
+        (entry.state, entry.uid, entry.user(), entry.account()),
         (JobState::Completed, 1000, "alice", "")
     );
     assert_eq!(entry.submit_time, 1);
