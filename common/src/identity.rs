@@ -27,23 +27,75 @@ type Known = Mutex<HashMap<(u32, u32), (Instant, Identity)>>;
 /// Maps a uid/gid pair to user and group names; a uid without a passwd entry keeps its number.
 /// Answers are kept for [`IDENTITY_TTL`].
 pub fn owner_from_cred(uid: u32, gid: u32) -> Identity {
-    static KNOWN: OnceLock<Known> = OnceLock::new();
-    let known = KNOWN.get_or_init(Default::default);
-    let now = Instant::now();
-    let lock = || known.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((at, identity)) = lock().get(&(uid, gid)) {
-        if now.duration_since(*at) < IDENTITY_TTL {
-            return identity.clone();
-        }
+    if let Some(identity) = known_identity(uid, gid) {
+        return identity;
     }
     // Looked up without the lock: a slow name service stalls only this caller.
+    let now = Instant::now();
     let identity = look_up(uid, gid);
-    let mut known = lock();
+    let mut known = lock_known();
     if known.len() >= 4096 {
         known.clear();
     }
     known.insert((uid, gid), (now, identity.clone()));
     identity
+}
+
+/// The identity of `uid`/`gid` when [`owner_from_cred`] looked it up less than
+/// [`IDENTITY_TTL`] ago: answered from memory, so a caller on an async runtime asks a blocking
+/// thread (one more hand-off per request) only when the name service must be asked.
+pub fn known_identity(uid: u32, gid: u32) -> Option<Identity> {
+    let known = lock_known();
+    let (at, identity) = known.get(&(uid, gid))?;
+    (at.elapsed() < IDENTITY_TTL).then(|| identity.clone())
+}
+
+fn lock_known() -> std::sync::MutexGuard<'static, HashMap<(u32, u32), (Instant, Identity)>> {
+    static KNOWN: OnceLock<Known> = OnceLock::new();
+    KNOWN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether `home` is a directory, looked at now; a yes is remembered for [`IDENTITY_TTL`] (see
+/// [`known_home_dir`]). May block (a hanging automount): not for an async runtime's workers.
+pub fn home_is_dir(home: &std::path::Path) -> bool {
+    let found = home.is_dir();
+    if found {
+        let mut seen = lock_homes();
+        if seen.len() >= 4096 {
+            seen.clear();
+        }
+        seen.insert(home.to_path_buf(), Instant::now());
+    }
+    found
+}
+
+/// Whether [`home_is_dir`] found `home` a directory less than [`IDENTITY_TTL`] ago: answered
+/// from memory, without touching the file system.
+pub fn known_home_dir(home: &std::path::Path) -> bool {
+    lock_homes()
+        .get(home)
+        .is_some_and(|at| at.elapsed() < IDENTITY_TTL)
+}
+
+fn lock_homes() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Instant>> {
+    static SEEN: OnceLock<Mutex<HashMap<PathBuf, Instant>>> = OnceLock::new();
+    SEEN.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`owner_from_cred`] for a caller on an async runtime: from memory when known, else on a
+/// blocking thread (the name service may be slow: LDAP).
+pub async fn identity_off_runtime(uid: u32, gid: u32) -> Result<Identity, tonic::Status> {
+    match known_identity(uid, gid) {
+        Some(identity) => Ok(identity),
+        None => tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
+            .await
+            .map_err(|e| tonic::Status::internal(format!("identity lookup failed: {e}"))),
+    }
 }
 
 /// The largest caller identity (the encoded `RelayedCaller`: names, groups, home) a relayed
@@ -71,9 +123,7 @@ pub async fn relayed_caller(
     relay_token: Vec<u8>,
     forwarded_by_replica: u64,
 ) -> Result<Vec<u8>, tonic::Status> {
-    let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
-        .await
-        .map_err(|e| tonic::Status::internal(format!("identity lookup failed: {e}")))?;
+    let (owner, home) = identity_off_runtime(uid, gid).await?;
     let caller = ysched_proto::RelayedCaller {
         node,
         uid,
@@ -186,5 +236,27 @@ mod tests {
             assert!(status.message().starts_with(start), "{}", status.message());
             assert!(status.message().ends_with(end), "{}", status.message());
         }
+    }
+
+    #[test]
+    fn an_identity_and_a_home_looked_up_are_then_known_without_a_look() {
+        let (uid, gid) = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
+        let looked_up = owner_from_cred(uid, gid);
+        assert_eq!(known_identity(uid, gid), Some(looked_up));
+        // A pair nobody looked up is not known.
+        assert_eq!(known_identity(4_000_000_001, 4_000_000_001), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        assert!(!known_home_dir(&home));
+        // Not a directory: looked at each time, never remembered.
+        assert!(!home_is_dir(&home));
+        assert!(!known_home_dir(&home));
+        std::fs::create_dir(&home).unwrap();
+        assert!(home_is_dir(&home));
+        assert!(known_home_dir(&home));
     }
 }

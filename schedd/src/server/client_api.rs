@@ -14,7 +14,6 @@ use tokio_stream::Stream;
 use tonic::codegen::{http, Body, Service, StdError};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
-use ysched_common::identity::owner_from_cred;
 use ysched_common::{limits, Caller, JobState};
 use ysched_proto as pb;
 
@@ -44,9 +43,7 @@ impl ClientApi {
             let (uid, gid) = (cred.uid(), cred.gid());
             // The name service (NSS: LDAP, sssd) may be slow or hang: asked on a blocking
             // thread, so that it stalls this caller only, never a runtime worker.
-            let (owner, home) = tokio::task::spawn_blocking(move || owner_from_cred(uid, gid))
-                .await
-                .map_err(|e| Status::internal(format!("identity lookup failed: {e}")))?;
+            let (owner, home) = ysched_common::identity::identity_off_runtime(uid, gid).await?;
             let admin = config.is_admin(&owner, None);
             let caller = Caller {
                 owner,

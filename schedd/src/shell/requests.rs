@@ -97,24 +97,38 @@ impl Cluster {
         // the store: its targets' records and the states of the jobs they stand for (a
         // finished array's ten thousand tasks). What the lock then finds is only what ended
         // in between.
-        let (home_exists, read) = {
-            let home = home.clone();
-            let dependency = dependency.clone();
-            let wants_mail = !spec.mail_types.is_empty();
-            self.off_runtime(move |cluster| {
-                if wants_mail {
-                    super::mail::check_sendmail(&cluster.config.notify)
-                        .map_err(ApiError::Invalid)?;
-                }
-                let home_exists = home.as_deref().is_some_and(std::path::Path::is_dir);
-                let read = match &dependency {
-                    Some(request) => cluster.read_dependency(request)?,
-                    None => Prefetched::default(),
-                };
-                Ok((home_exists, read))
-            })
-            .await?
-        };
+        // A submit that needs none of it (or only a home seen lately) takes no such hand-off.
+        let needs_home = spec.checkpoint_dir.is_none()
+            && self.config.scheduler.checkpoint_root.starts_with('~')
+            && home.is_some();
+        let home_known = needs_home
+            && home
+                .as_deref()
+                .is_some_and(ysched_common::identity::known_home_dir);
+        let wants_mail = !spec.mail_types.is_empty();
+        let (home_exists, read) =
+            if !wants_mail && dependency.is_none() && (!needs_home || home_known) {
+                (home_known, Prefetched::default())
+            } else {
+                let home = home.clone();
+                let dependency = dependency.clone();
+                self.off_runtime(move |cluster| {
+                    if wants_mail {
+                        super::mail::check_sendmail(&cluster.config.notify)
+                            .map_err(ApiError::Invalid)?;
+                    }
+                    let home_exists = needs_home
+                        && home
+                            .as_deref()
+                            .is_some_and(ysched_common::identity::home_is_dir);
+                    let read = match &dependency {
+                        Some(request) => cluster.read_dependency(request)?,
+                        None => Prefetched::default(),
+                    };
+                    Ok((home_exists, read))
+                })
+                .await?
+            };
         let finished = |id: JobId| read.job(id, &self.store);
         let state_of = |id: JobId| read.state(id, &self.store);
         let done = {
