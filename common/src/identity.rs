@@ -21,8 +21,47 @@ const IDENTITY_TTL: Duration = Duration::from_secs(5);
 
 type Identity = (Owner, Option<PathBuf>);
 
-/// Identities looked up, by uid and gid, with when.
-type Known = Mutex<HashMap<(u32, u32), (Instant, Identity)>>;
+/// Answers remembered for [`IDENTITY_TTL`]: at most 4,096 (then forgotten all at once), so
+/// that no number of callers grows them.
+struct Remembered<K, V>(OnceLock<Mutex<HashMap<K, (Instant, V)>>>);
+
+impl<K: std::hash::Hash + Eq, V: Clone> Remembered<K, V> {
+    const fn new() -> Self {
+        Remembered(OnceLock::new())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, (Instant, V)>> {
+        self.0
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `key`'s answer, when it is younger than [`IDENTITY_TTL`].
+    fn get<Q: std::hash::Hash + Eq + ?Sized>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        let known = self.lock();
+        let (at, value) = known.get(key)?;
+        (at.elapsed() < IDENTITY_TTL).then(|| value.clone())
+    }
+
+    /// Remembers `value` for `key`, as found at `at`.
+    fn insert(&self, key: K, at: Instant, value: V) {
+        let mut known = self.lock();
+        if known.len() >= 4096 {
+            known.clear();
+        }
+        known.insert(key, (at, value));
+    }
+}
+
+/// Identities looked up, by uid and gid.
+static IDENTITIES: Remembered<(u32, u32), Identity> = Remembered::new();
+
+/// Homes found to be directories.
+static HOMES: Remembered<PathBuf, ()> = Remembered::new();
 
 /// Maps a uid/gid pair to user and group names; a uid without a passwd entry keeps its number.
 /// Answers are kept for [`IDENTITY_TTL`].
@@ -33,11 +72,7 @@ pub fn owner_from_cred(uid: u32, gid: u32) -> Identity {
     // Looked up without the lock: a slow name service stalls only this caller.
     let now = Instant::now();
     let identity = look_up(uid, gid);
-    let mut known = lock_known();
-    if known.len() >= 4096 {
-        known.clear();
-    }
-    known.insert((uid, gid), (now, identity.clone()));
+    IDENTITIES.insert((uid, gid), now, identity.clone());
     identity
 }
 
@@ -45,17 +80,7 @@ pub fn owner_from_cred(uid: u32, gid: u32) -> Identity {
 /// [`IDENTITY_TTL`] ago: answered from memory, so a caller on an async runtime asks a blocking
 /// thread (one more hand-off per request) only when the name service must be asked.
 pub fn known_identity(uid: u32, gid: u32) -> Option<Identity> {
-    let known = lock_known();
-    let (at, identity) = known.get(&(uid, gid))?;
-    (at.elapsed() < IDENTITY_TTL).then(|| identity.clone())
-}
-
-fn lock_known() -> std::sync::MutexGuard<'static, HashMap<(u32, u32), (Instant, Identity)>> {
-    static KNOWN: OnceLock<Known> = OnceLock::new();
-    KNOWN
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+    IDENTITIES.get(&(uid, gid))
 }
 
 /// Whether `home` is a directory, looked at now; a yes is remembered for [`IDENTITY_TTL`] (see
@@ -63,11 +88,7 @@ fn lock_known() -> std::sync::MutexGuard<'static, HashMap<(u32, u32), (Instant, 
 pub fn home_is_dir(home: &std::path::Path) -> bool {
     let found = home.is_dir();
     if found {
-        let mut seen = lock_homes();
-        if seen.len() >= 4096 {
-            seen.clear();
-        }
-        seen.insert(home.to_path_buf(), Instant::now());
+        HOMES.insert(home.to_path_buf(), Instant::now(), ());
     }
     found
 }
@@ -75,16 +96,7 @@ pub fn home_is_dir(home: &std::path::Path) -> bool {
 /// Whether [`home_is_dir`] found `home` a directory less than [`IDENTITY_TTL`] ago: answered
 /// from memory, without touching the file system.
 pub fn known_home_dir(home: &std::path::Path) -> bool {
-    lock_homes()
-        .get(home)
-        .is_some_and(|at| at.elapsed() < IDENTITY_TTL)
-}
-
-fn lock_homes() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Instant>> {
-    static SEEN: OnceLock<Mutex<HashMap<PathBuf, Instant>>> = OnceLock::new();
-    SEEN.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+    HOMES.get(home).is_some()
 }
 
 /// [`owner_from_cred`] for a caller on an async runtime: from memory when known, else on a
