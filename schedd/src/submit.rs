@@ -457,6 +457,12 @@ pub fn checkpoint_dir(spec: &JobSpec, id: u64, root: &str, owner_home: Option<&P
     checkpoint_dir_with(spec, id, root, owner_home, Path::is_dir)
 }
 
+/// Whether [`checkpoint_dir`] looks at the owner's home for `spec` (its own directory not
+/// given, and the root under `~`): only then need a submit check that the home exists.
+pub fn needs_owner_home(spec: &JobSpec, root: &str) -> bool {
+    spec.checkpoint_dir.is_none() && root.starts_with('~')
+}
+
 /// [`checkpoint_dir`] with the test for an existing home given (schedd checks the home before
 /// taking its state lock: a hanging automounted home must not stall every request).
 pub fn checkpoint_dir_with(

@@ -98,8 +98,7 @@ impl Cluster {
         // finished array's ten thousand tasks). What the lock then finds is only what ended
         // in between.
         // A submit that needs none of it (or only a home seen lately) takes no such hand-off.
-        let needs_home = spec.checkpoint_dir.is_none()
-            && self.config.scheduler.checkpoint_root.starts_with('~')
+        let needs_home = submit::needs_owner_home(&spec, &self.config.scheduler.checkpoint_root)
             && home.is_some();
         let home_known = needs_home
             && home
