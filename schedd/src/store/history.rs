@@ -271,16 +271,15 @@ impl Store {
                 _ => {}
             }
         }
-        // Stable: of an id's keys, the latest stays last.
+        // Stable: of an id's keys, the latest stays last, and takes the place of the earlier.
         found.sort_by_key(|(id, _)| *id);
-        let mut latest: Vec<(JobId, Found)> = Vec::with_capacity(found.len());
-        for (id, what) in found {
-            match latest.last_mut() {
-                Some(last) if last.0 == id => last.1 = what,
-                _ => latest.push((id, what)),
+        found.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
             }
-        }
-        let found = latest;
+            same
+        });
         let mut shared = Shared::default();
         // The array whose tasks were made last, with its first task made whole: a run of
         // tasks reads its array's record once.

@@ -615,3 +615,27 @@ fn finished_jobs_are_read_a_page_at_a_time_in_id_order() {
     let (page, _) = store.finished_jobs_after(JobId(18), 3, |_| true).unwrap();
     assert_eq!(ids(&page), [19, 20, 21]);
 }
+
+#[test]
+fn a_job_ended_twice_is_listed_once_as_of_its_later_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    write_plain(&store, 1, Some(100));
+    write_plain(&store, 2, Some(150));
+    // Job 1 written again with a later end (schedd does not do this; an earlier version's
+    // store might hold both keys).
+    let mut b = Batch::default();
+    b.put_job(&job(1, JobState::Failed, Some(200)));
+    store.apply(b).unwrap();
+    let listed = store
+        .finished_listed_between(0, i64::MAX, JobId(0))
+        .unwrap();
+    let states: Vec<(u64, JobState)> = listed
+        .iter()
+        .map(|f| match f {
+            Finished::Entry(e) => (e.id.0, e.state),
+            Finished::Record(j) => (j.id.0, j.state),
+        })
+        .collect();
+    assert_eq!(states, [(1, JobState::Failed), (2, JobState::Completed)]);
+}
