@@ -116,9 +116,10 @@ pub struct Timestamp(pub Millis);
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self.0 > 0 {
-            true => serializer.serialize_str(ysched_common::time::Rfc3339::new(self.0).as_str()),
-            false => serializer.serialize_none(),
+        if self.0 > 0 {
+            serializer.serialize_str(ysched_common::time::Rfc3339::new(self.0).as_str())
+        } else {
+            serializer.serialize_none()
         }
     }
 }
