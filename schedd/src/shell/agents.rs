@@ -393,12 +393,23 @@ impl Cluster {
                 reports.push((node, report));
             }
             let limits = self.limits();
-            match self.run_cluster_event(|rec, now| {
+            let event = |rec: &Records, now| {
                 let effects = rec.agent_reports(&reports, limits, now);
                 let saves = preempted_checkpoint_saves(rec.jobs(), &effects.jobs, &reports);
                 let answered = !effects.commands.is_empty();
                 Ok((effects, (saves, answered)))
-            }) {
+            };
+            // Starts alone are answered by nothing: their change may wait for the next write
+            // or flush (see `Unwritten`), instead of a store transaction of their own.
+            let starts_only = reports
+                .iter()
+                .all(|(_, report)| matches!(report, AgentReport::Started { .. }));
+            let applied = if starts_only {
+                self.run_held_event(event)
+            } else {
+                self.run_cluster_event(event)
+            };
+            match applied {
                 Ok((changed, wake, (saves, answered))) => {
                     self.metrics.checkpoints_saved(&saves);
                     if wake {

@@ -155,6 +155,40 @@ pub struct State {
     expected: Arc<BTreeMap<JobId, core::ExpectedStart>>,
     /// When the reactor's end states last forgot the jobs no dependency names any more.
     deps_collected: std::time::Instant,
+    /// Changes checked and taken by memory but not yet written to the store (see
+    /// [`Unwritten`]).
+    unwritten: Unwritten,
+}
+
+/// Changes memory took before the store: always within one hold of the lock, or until the
+/// next write or flush, and only for changes nothing answers. sled 0.34 writes its log
+/// buffer out, and wakes every one of its IO threads, at each transaction, whatever its
+/// size: most of schedd's CPU per job went there while each submit and each agent's start
+/// report was a transaction of its own. Every write first writes what is held here (in one
+/// transaction with it), and so does the flush loop before it flushes: a change held here
+/// is as durable as one written and not yet flushed, and nothing is acknowledged, launched
+/// or stopped before the flush that covers it. Its room was checked before memory took it
+/// (a refusal still changes nothing); sled failing a write ends schedd (see
+/// [`store_failed`]), the store the truth again at the restart.
+#[derive(Default)]
+struct Unwritten {
+    /// Changes that need no flush of their own (agents' start reports, see
+    /// [`Cluster::report_loop`]): written with the next write or flush, which they ask for.
+    held: Vec<store::Batch>,
+    /// The event running now may be held (set around it).
+    hold: bool,
+    /// While the submit loop runs a round (see [`Cluster::submit_loop`]): its events'
+    /// changes, written together at its end, before the lock is let go.
+    round: Option<Vec<store::Batch>>,
+}
+
+/// A submit's event, run under the lock by the submit loop (see [`Cluster::submit_loop`]).
+type SubmitEvent = Box<dyn FnOnce(&mut State, &Cluster) -> ApiResult<reactor::Done<()>> + Send>;
+
+/// A submit waiting for the submit loop, and where its outcome goes.
+pub(super) struct QueuedSubmit {
+    event: SubmitEvent,
+    reply: oneshot::Sender<ApiResult<reactor::Done<()>>>,
 }
 
 /// What the scheduling loop keeps between passes.
@@ -179,6 +213,8 @@ pub struct Cluster {
     started: i64,
     /// Agents' start and end reports, applied in batches by one task (`report_loop`).
     reports_tx: mpsc::UnboundedSender<(String, u64, AgentReport)>,
+    /// Submits' events, run in rounds by one task (`submit_loop`).
+    submits_tx: mpsc::UnboundedSender<QueuedSubmit>,
     /// The scheduler's copy of the jobs and its node topologies, kept between passes; held by
     /// the pass while it runs.
     scheduler_view: Arc<tokio::sync::Mutex<SchedulerView>>,
@@ -263,6 +299,7 @@ impl Cluster {
         };
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        let (submits_tx, submits_rx) = mpsc::unbounded_channel();
         let metrics = Arc::new(crate::metrics::Metrics::new(
             config.tiers.keys().map(String::as_str),
         ));
@@ -286,11 +323,13 @@ impl Cluster {
                 queue_view: Default::default(),
                 expected: Default::default(),
                 deps_collected: std::time::Instant::now(),
+                unwritten: Unwritten::default(),
             }),
             wake: Notify::new(),
             changes: broadcast::channel(4096).0,
             flush_tx,
             reports_tx,
+            submits_tx,
             scheduler_view: Default::default(),
             store_watch: Default::default(),
             upkeep_wake: Notify::new(),
@@ -303,6 +342,7 @@ impl Cluster {
         });
         cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));
+        tokio::spawn(cluster.clone().submit_loop(submits_rx));
         tokio::spawn(cluster.clone().flush_loop(flush_rx));
         tokio::spawn(cluster.clone().schedule_loop());
         tokio::spawn(cluster.clone().upkeep_loop());
@@ -353,6 +393,9 @@ impl Cluster {
             }
             let (outbox, mails, proposals) = {
                 let mut st = lock(&self.state);
+                if let Err(e) = self.write_unwritten(&mut st.unwritten) {
+                    tracing::error!("writing held changes failed: {e}");
+                }
                 (
                     std::mem::take(&mut st.outbox),
                     std::mem::take(&mut st.mails),
@@ -440,7 +483,14 @@ impl Cluster {
     /// Writes an event's change (not yet durable) if the state disk has room for it (see
     /// [`Store::check_room`]): a refusal changes nothing. A write that sled itself failed
     /// ends schedd (exit 75): sled cannot go on after it.
-    fn write(&self, effects: &Effects, room: store::Room) -> ApiResult<()> {
+    /// In a round of the submit loop, or for an event that may be held, the change is
+    /// checked and kept (see [`Unwritten`]); else it is written with what is held.
+    fn write(
+        &self,
+        effects: &Effects,
+        room: store::Room,
+        unwritten: &mut Unwritten,
+    ) -> ApiResult<()> {
         // Encoded first: the room check counts the bytes the write takes.
         let batch = store::Batch::from(effects);
         if batch.is_empty() {
@@ -448,6 +498,16 @@ impl Cluster {
         }
         self.store.check_room(batch.bytes(), room)?;
         let audited = batch.has_audit();
+        if self.replica.is_none() && (unwritten.hold || unwritten.round.is_some()) {
+            match &mut unwritten.round {
+                Some(round) => round.push(batch),
+                None => unwritten.held.push(batch),
+            }
+            if audited {
+                self.audit_written();
+            }
+            return Ok(());
+        }
         if self.replica.is_some() {
             // Replicated at the next flush, in this order; every replica (this one too)
             // writes it to its store when it is committed.
@@ -458,7 +518,8 @@ impl Cluster {
             return Ok(());
         }
         let _busy = StoreWatch::busy(&self.store_watch.write_since);
-        match self.store.apply(batch) {
+        let held = std::mem::take(&mut unwritten.held);
+        match self.store.apply_group(held.into_iter().chain([batch])) {
             Err(e) if e.is_fatal_write() => store_failed(&e),
             Err(e) => Err(e.into()),
             Ok(()) => {
@@ -467,6 +528,24 @@ impl Cluster {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// Writes the changes held and those of a round of the submit loop (see
+    /// [`Unwritten`]), in as few transactions as the store can make of them. A failure that
+    /// leaves sled working (only a test's injected one: the room was checked before) loses
+    /// them, as a crash before a flush would: the caller refuses the round's requests.
+    fn write_unwritten(&self, unwritten: &mut Unwritten) -> ApiResult<()> {
+        let mut batches = std::mem::take(&mut unwritten.held);
+        batches.extend(unwritten.round.take().unwrap_or_default());
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let _busy = StoreWatch::busy(&self.store_watch.write_since);
+        match self.store.apply_group(batches) {
+            Err(e) if e.is_fatal_write() => store_failed(&e),
+            Err(e) => Err(e.into()),
+            Ok(()) => Ok(()),
         }
     }
 
@@ -486,6 +565,24 @@ impl Cluster {
         event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<(Vec<JobId>, bool, T)> {
         self.run_event_in(store::Room::Cluster, &WallClock, event)
+    }
+
+    /// [`Cluster::run_cluster_event`] for an event nothing answers, whose change may be held
+    /// until the next write or flush (see [`Unwritten`]); it asks for that flush, and does
+    /// not wait for it.
+    fn run_held_event<T>(
+        &self,
+        event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
+    ) -> ApiResult<(Vec<JobId>, bool, T)> {
+        let done = {
+            let mut st = lock(&self.state);
+            st.unwritten.hold = true;
+            let done = st.run(self, store::Room::Cluster, &WallClock, event);
+            st.unwritten.hold = false;
+            done?
+        };
+        let _ = self.flush_tx.send(None);
+        Ok((done.changed, done.wake, done.out))
     }
 
     /// Runs one event under the lock, through the reactor: its change is written first; only
@@ -548,12 +645,15 @@ impl Clock for WallClock {
 }
 
 /// schedd's journal: the store, with the room check and the watchdog (see
-/// [`Cluster::write`]).
-struct StoreJournal<'a>(&'a Cluster);
+/// [`Cluster::write`]); in a round of the submit loop, the round's kept writes.
+struct StoreJournal<'a> {
+    cluster: &'a Cluster,
+    unwritten: &'a mut Unwritten,
+}
 
 impl reactor::Journal for StoreJournal<'_> {
     fn write(&mut self, effects: &Effects, room: store::Room) -> ApiResult<()> {
-        self.0.write(effects, room)
+        self.cluster.write(effects, room, self.unwritten)
     }
 }
 
@@ -600,7 +700,10 @@ impl State {
         let mails_before = self.mails.len();
         let ports = Ports {
             clock,
-            journal: &mut StoreJournal(cluster),
+            journal: &mut StoreJournal {
+                cluster,
+                unwritten: &mut self.unwritten,
+            },
             observer: &mut ShellObserver {
                 metrics: &cluster.metrics,
                 mails: &mut self.mails,

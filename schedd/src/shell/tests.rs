@@ -64,6 +64,53 @@ async fn wait_for(c: &Cluster, id: JobId, check: impl Fn(&Job) -> bool) -> Job {
     }
 }
 
+/// Submits that come together run in rounds of the submit loop, one store write a round:
+/// each still gets its own id and its own refusal (a job no node could ever run is refused
+/// while the others of its round are taken), and every acknowledged one is in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submits_that_come_together_are_each_taken_or_refused_and_durable() {
+    let (c, _dir) = cluster(Config::default()).await;
+    let mut sent = Vec::new();
+    {
+        for i in 0..64u32 {
+            let c = c.clone();
+            sent.push(tokio::spawn(async move {
+                let mut request = spec("", "", true);
+                // More CPUs than the one node has: refused, under the lock.
+                request.cpus = if i % 8 == 7 { 8 } else { 1 };
+                let valid = submit::validate(request, &alice(), c.config()).unwrap();
+                (i, c.submit_jobs(alice(), None, valid).await)
+            }));
+        }
+    }
+    let mut ids = BTreeSet::new();
+    for task in sent {
+        let (i, outcome) = task.await.unwrap();
+        match outcome {
+            Ok(submitted) => {
+                assert_ne!(i % 8, 7, "submit {i} should have been refused");
+                assert!(ids.insert(submitted.id), "id {} given twice", submitted.id);
+            }
+            Err(e) => {
+                assert_eq!(i % 8, 7, "submit {i} refused: {e}");
+                assert!(matches!(e, ApiError::Invalid(_)), "{e:?}");
+            }
+        }
+    }
+    assert_eq!(ids.len(), 56);
+    for id in &ids {
+        let stored = c
+            .store()
+            .job(*id)
+            .unwrap()
+            .expect("an acknowledged job is stored");
+        assert_eq!(stored.state, JobState::Held);
+        let events = c.store().job_events(&stored).unwrap();
+        assert_eq!(events.len(), 1, "job {id}: {events:?}");
+    }
+    assert_eq!(c.store().recover().unwrap().next_job_id, 57);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_array_of_ten_thousand_is_submitted_named_and_cancelled() {
     let mut config = Config::default();

@@ -306,6 +306,53 @@ impl Batch {
         self.next_job_id = Some(next);
     }
 
+    /// Whether the batch can share one transaction with the batches before it
+    /// ([`Batch::absorb`]): what its transaction reads of the store before writing (the
+    /// history a removal takes, the own records of array tasks that end without running)
+    /// must not depend on writes of the same transaction, and a replica's marks go with
+    /// their own entry.
+    pub(super) fn mergeable(&self) -> bool {
+        self.removals.is_empty()
+            && self.marks.is_empty()
+            && !self
+                .jobs
+                .iter()
+                .any(|(_, write)| matches!(write, JobWrite::EndedTask(_)))
+    }
+
+    /// Appends `later`'s writes after this batch's, as if applied one after the other: a key
+    /// both write ends with `later`'s value, the id counter with the later one (it only
+    /// grows). Both must be [`Batch::mergeable`].
+    pub(super) fn absorb(&mut self, later: Batch) {
+        debug_assert!(self.mergeable() && later.mergeable());
+        let Batch {
+            jobs,
+            events,
+            payloads,
+            nodes,
+            audit,
+            next_job_id,
+            runs,
+            array_specs,
+            arrays,
+            index,
+            bytes,
+            removals: _,
+            marks: _,
+        } = later;
+        self.jobs.extend(jobs);
+        self.events.extend(events);
+        self.payloads.extend(payloads);
+        self.nodes.extend(nodes);
+        self.audit.extend(audit);
+        self.next_job_id = next_job_id.or(self.next_job_id);
+        self.runs.extend(runs);
+        self.array_specs.extend(array_specs);
+        self.arrays.extend(arrays);
+        self.index.extend(index);
+        self.bytes += bytes;
+    }
+
     /// Whether the batch writes audit entries.
     pub fn has_audit(&self) -> bool {
         !self.audit.is_empty()

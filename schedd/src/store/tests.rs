@@ -214,3 +214,75 @@ async fn events_after_a_snapshot_install_sort_after_the_snapshot_s() {
         .collect();
     assert_eq!(times, [5, 6, 7]);
 }
+
+/// The batches of a group are applied as if one by one: a key written twice ends with the
+/// later value, a job's events keep their order, the id counter ends with the last, and a
+/// batch that cannot share a transaction (a removal) still lands between its neighbours.
+#[tokio::test]
+async fn a_group_of_batches_lands_as_if_applied_one_by_one() {
+    let group = || {
+        let mut submit = Batch::default();
+        submit.put_job(&job(1, JobState::Pending));
+        submit.event(JobId(1), 5, "submitted", "");
+        submit.set_next_job_id(2);
+        let mut start = Batch::default();
+        start.put_job(&job(1, JobState::Running));
+        start.event(JobId(1), 6, "started", "");
+        start.put_job(&job(2, JobState::Pending));
+        start.event(JobId(2), 6, "submitted", "");
+        start.set_next_job_id(3);
+        let mut removal = Batch::default();
+        removal.removals.jobs.push(JobId(2));
+        removal.removals.events_of.push(JobId(2));
+        let mut last = Batch::default();
+        last.put_job(&job(3, JobState::Pending));
+        last.event(JobId(1), 7, "requeued", "");
+        last.set_next_job_id(4);
+        vec![submit, start, removal, last]
+    };
+    assert_eq!(
+        group().iter().map(Batch::mergeable).collect::<Vec<_>>(),
+        [true, true, false, true]
+    );
+    let grouped = tempfile::tempdir().unwrap();
+    let alone = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(grouped.path()).unwrap();
+        store.apply_group(group()).unwrap();
+        store.flush().await.unwrap();
+        let store = Store::open(alone.path()).unwrap();
+        for batch in group() {
+            store.apply(batch).unwrap();
+        }
+        store.flush().await.unwrap();
+    }
+    let seen = |dir: &std::path::Path| {
+        let store = reopen(dir);
+        let rec = store.recover().unwrap();
+        let jobs: Vec<(JobId, JobState)> = [1, 2, 3]
+            .into_iter()
+            .filter_map(|id| store.job(JobId(id)).unwrap())
+            .map(|job| (job.id, job.state))
+            .collect();
+        let events: Vec<i64> = store
+            .events(JobId(1))
+            .unwrap()
+            .iter()
+            .map(|e| e.time)
+            .collect();
+        (
+            jobs,
+            events,
+            store.events(JobId(2)).unwrap().len(),
+            rec.next_job_id,
+        )
+    };
+    let expected = (
+        vec![(JobId(1), JobState::Running), (JobId(3), JobState::Pending)],
+        vec![5, 6, 7],
+        0,
+        4,
+    );
+    assert_eq!(seen(grouped.path()), expected);
+    assert_eq!(seen(alone.path()), expected);
+}

@@ -75,6 +75,10 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     let passes = sample(&metrics, "ysched_scheduling_pass_duration_seconds_count");
     let pass_secs = sample(&metrics, "ysched_scheduling_pass_duration_seconds_sum");
     println!(
+        "  (schedd: {:.3} ms CPU per job)",
+        per_job(schedd_before.0, schedd_after.0)
+    );
+    println!(
         "  ({passes:.0} scheduling passes, {:.2} per job, {:.2} ms each on average)",
         passes / n as f64,
         pass_secs * 1e3 / passes.max(1.0)
