@@ -8,8 +8,9 @@
 #                                    three schedd replicas: the failover gap over that many
 #                                    kill -9 rounds, and ysub against one schedd
 #   HQ_BIN=/path/to/hq scripts/bench.sh hq
-#                                    ysched and HyperQueue side by side (HQ_BIN: an `hq` you built
-#                                    from its public repository; not built here)
+#                                    ysched and HyperQueue side by side (HQ_BIN: an `hq` built
+#                                    from its public repository by scripts/build-hq.sh; not
+#                                    built here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins --quiet

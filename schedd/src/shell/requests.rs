@@ -234,7 +234,18 @@ impl Cluster {
                 let st = &mut *st;
                 st.unwritten.round = Some(Vec::new());
                 for QueuedSubmit { event, reply } in queued.drain(..) {
-                    answers.push((event(st, &self), reply));
+                    // A bug in one submit's event must not stop the loop every later submit
+                    // waits on: it fails that submit alone, as it would have failed its
+                    // request's task before.
+                    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        event(&mut *st, &self)
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(ApiError::Internal(
+                            "the submit failed (a bug in schedd)".into(),
+                        ))
+                    });
+                    answers.push((done, reply));
                 }
                 if let Err(e) = self.write_unwritten(&mut st.unwritten) {
                     for (done, _) in &mut answers {
