@@ -223,17 +223,36 @@ impl Cluster {
         self: Arc<Self>,
         mut rx: mpsc::UnboundedReceiver<QueuedSubmit>,
     ) {
-        /// Enough for every client of a busy moment, few enough that a round stays short
-        /// under the lock.
+        /// Enough for every client of a busy moment.
         const MOST_AT_ONCE: usize = 256;
-        let mut queued = Vec::with_capacity(MOST_AT_ONCE);
-        while rx.recv_many(&mut queued, MOST_AT_ONCE).await > 0 {
+        /// How long a round may hold the lock before it writes what it ran and lets the lock
+        /// go, the rest of its submits waiting for the next round: a round of many large
+        /// arrays must not keep other requests from the lock longer than a few submits would
+        /// one after the other (a listing waited over a second behind a round of fuzzed
+        /// arrays in a debug build). A round runs at least one submit.
+        const ROUND_HOLDS_LOCK: std::time::Duration = std::time::Duration::from_millis(5);
+        let mut queued = std::collections::VecDeque::with_capacity(MOST_AT_ONCE);
+        loop {
+            if queued.is_empty() {
+                let mut arrived = Vec::with_capacity(MOST_AT_ONCE);
+                if rx.recv_many(&mut arrived, MOST_AT_ONCE).await == 0 {
+                    return;
+                }
+                queued.extend(arrived);
+            }
+            while queued.len() < MOST_AT_ONCE {
+                match rx.try_recv() {
+                    Ok(submit) => queued.push_back(submit),
+                    Err(_) => break,
+                }
+            }
             let mut answers = Vec::with_capacity(queued.len());
             {
                 let mut st = lock(&self.state);
                 let st = &mut *st;
+                let began = std::time::Instant::now();
                 st.unwritten.round = Some(Vec::new());
-                for QueuedSubmit { event, reply } in queued.drain(..) {
+                while let Some(QueuedSubmit { event, reply }) = queued.pop_front() {
                     // A bug in one submit's event must not stop the loop every later submit
                     // waits on: it fails that submit alone, as it would have failed its
                     // request's task before.
@@ -246,6 +265,9 @@ impl Cluster {
                         ))
                     });
                     answers.push((done, reply));
+                    if began.elapsed() >= ROUND_HOLDS_LOCK {
+                        break;
+                    }
                 }
                 if let Err(e) = self.write_unwritten(&mut st.unwritten) {
                     for (done, _) in &mut answers {
