@@ -234,11 +234,10 @@ impl Cluster {
         let mut queued = std::collections::VecDeque::with_capacity(MOST_AT_ONCE);
         loop {
             if queued.is_empty() {
-                let mut arrived = Vec::with_capacity(MOST_AT_ONCE);
-                if rx.recv_many(&mut arrived, MOST_AT_ONCE).await == 0 {
-                    return;
+                match rx.recv().await {
+                    Some(submit) => queued.push_back(submit),
+                    None => return,
                 }
-                queued.extend(arrived);
             }
             while queued.len() < MOST_AT_ONCE {
                 match rx.try_recv() {
