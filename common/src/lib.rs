@@ -18,6 +18,7 @@ pub mod parse;
 pub mod sdnotify;
 pub mod secret;
 pub mod signals;
+pub mod stamp;
 pub mod submit_request;
 pub mod text;
 pub mod time;

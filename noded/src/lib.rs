@@ -22,7 +22,6 @@ pub mod host;
 pub mod inventory;
 pub mod launch;
 pub mod relay;
-pub mod stamp;
 
 /// The agent's version, reported to schedd at registration.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -235,7 +235,18 @@ impl Replicas {
         .uid(uid)
         .gid(gid)
         .stdin(Stdio::null());
-        cmd.output().expect("run CLI")
+        // ETXTBSY: a child another test thread forked meanwhile holds a copy of the copy's
+        // write descriptor until its own exec (microseconds to milliseconds): try again.
+        let mut tries = 0;
+        loop {
+            match cmd.output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                result => return result.expect("run CLI"),
+            }
+        }
     }
 
     /// A handle for other threads to run CLIs against the replicas (clients submitting

@@ -421,7 +421,7 @@ impl Agent {
         }
         for event in &events {
             if let JobEvent::Finished(finished) = event {
-                crate::stamp::stamp("n.finished_out", finished.job_id);
+                ysched_common::stamp::stamp("n.finished_out", finished.job_id);
             }
         }
         messages::job_messages(events, || self.heartbeat())
@@ -488,7 +488,7 @@ impl Agent {
     fn handle(&mut self, message: pb::SchedulerMessage) -> bool {
         match message.msg {
             Some(SchedulerMsg::Launch(job)) => {
-                crate::stamp::stamp("n.launch_in", job.job_id);
+                ysched_common::stamp::stamp("n.launch_in", job.job_id);
                 tracing::info!(
                     "job {}: launch as {} (uid {})",
                     job.job_id,

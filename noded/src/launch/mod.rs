@@ -353,7 +353,7 @@ impl Shared {
             .kill_on_drop(false)
             .spawn()?;
         tracing::info!("started the node's supervisor, pid {:?}", child.id());
-        crate::stamp::stamp("n.spawned_supervisor", 0);
+        ysched_common::stamp::stamp("n.spawned_supervisor", 0);
         // Reaped when it exits (idle), so that it leaves no zombie.
         tokio::spawn(async move {
             let _ = child.wait().await;

@@ -114,6 +114,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                             };
                             cluster.report(&name, session_id, started);
                         }
+                        ysched_common::stamp::stamp("d.finished_in", f.job_id);
                         let ended = AgentReport::Finished(super::part_end(&f));
                         cluster.report(&name, session_id, ended)
                     }

@@ -409,6 +409,7 @@ impl Cluster {
             } else {
                 self.run_cluster_event(event)
             };
+            ysched_common::stamp::stamp("d.reports_applied", reports.len() as u64);
             match applied {
                 Ok((changed, wake, (saves, answered))) => {
                     self.metrics.checkpoints_saved(&saves);

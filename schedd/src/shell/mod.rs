@@ -436,6 +436,9 @@ impl Cluster {
             if ok {
                 let st = lock(&self.state);
                 for (node, msg) in outbox {
+                    if let AgentCommand::Launch(order) = &msg {
+                        ysched_common::stamp::stamp("d.launch_out", order.job.id.0);
+                    }
                     if let Some(s) = st.sessions.get(&node) {
                         let _ = s.tx.send(msg);
                     }

@@ -185,6 +185,7 @@ impl Cluster {
             array_tasks: if array { jobs.len() as u32 } else { 0 },
         };
         self.metrics.submitted_jobs(&jobs, began.elapsed());
+        ysched_common::stamp::stamp("d.submit_durable", first.0);
         {
             let mut st = lock(&self.state);
             let st = &mut *st;

@@ -65,8 +65,10 @@ impl Cluster {
             }
             let silent = self.fail_silent_nodes().await;
             let started = std::time::Instant::now();
+            ysched_common::stamp::stamp("d.pass", 0);
             let res = self.schedule_once().await;
             let took = started.elapsed();
+            ysched_common::stamp::stamp("d.pass_done", 0);
             self.metrics.pass(took);
             let full = match (&silent, &res) {
                 (Err(ApiError::Unavailable(m)), _) | (_, Err(ApiError::Unavailable(m))) => {
@@ -162,6 +164,7 @@ impl Cluster {
             )
         };
         let refresh_took = under_lock.elapsed();
+        ysched_common::stamp::stamp("d.pass_copied", 0);
         let n_jobs = view.copy.jobs.len();
         let cluster = Arc::clone(self);
         let kill_invalid = self.config.scheduler.kill_invalid_depend;
@@ -206,6 +209,7 @@ impl Cluster {
             })
             .await
             .map_err(|e| ApiError::Internal(format!("scheduling pass failed: {e}")))?;
+        ysched_common::stamp::stamp("d.pass_planned", 0);
         // The old views are dropped after the lock (a queue of 100,000 places).
         let old = {
             let mut st = lock(&self.state);
@@ -229,6 +233,7 @@ impl Cluster {
             stale = dropped;
             Ok((rec.apply_plan(&plan, &payload, now), ()))
         });
+        ysched_common::stamp::stamp("d.pass_applied", 0);
         if applied.is_ok() {
             // The jobs the plan changed (their reasons, at least) are the records' own now,
             // and the copy still holds the ones it shared before: it takes the new ones at

@@ -115,6 +115,7 @@ pub(in crate::launch) fn prepare(
             | output_mode,
         step_report: step_write,
         group_file,
+        go: None,
     };
     Ok(Prepared { setup, step_read })
 }

@@ -22,8 +22,12 @@
 //!   at once, and when it has run out stops every job itself (the `stopping` notice, SIGTERM,
 //!   the grace, SIGKILL), needing no noded; their exit records say `fenced`.
 //! - It is the writer of the node's journal (see [`super::journal`]): each job's launch, start,
-//!   stop progress and end, and schedd's acknowledgements, group-committed. A launch is
-//!   started only once its record is synced, and an end is told to noded only once synced:
+//!   stop progress and end, and schedd's acknowledgements, group-committed. A launch's
+//!   first process is forked as soon as its record is appended, and sets up (cgroups,
+//!   session, user, directories, output) while the record is synced, but waits on a pipe
+//!   before its exec until the supervisor says the record is synced: nothing of the job runs
+//!   before that (a launch that cannot be recorded has its waiting child killed, and is
+//!   refused). An end is told to noded only once synced:
 //!   so the end of a job is recorded even while noded is gone, and survives a power loss.
 //!   A supervisor that starts finds in the journal the jobs a dead predecessor ran (it died,
 //!   or the host restarted): their processes are not its children, and they are recorded as
@@ -198,7 +202,7 @@ pub fn run(spool: &Path) -> ExitCode {
         }
     };
     log("started");
-    crate::stamp::stamp("s.up", 0);
+    ysched_common::stamp::stamp("s.up", 0);
     let mut supervisor = Supervisor {
         spool: spool.to_path_buf(),
         listener,
@@ -316,6 +320,10 @@ struct Connection {
 struct Launching {
     record: JobRecord,
     receipt: Receipt,
+    /// The job's first process, forked as soon as the launch was appended, so that its setup
+    /// overlaps the journal's sync; `None` where it could not be (started once recorded, as
+    /// before, which ends the job with the reason).
+    early: Option<Early>,
 }
 
 struct Ending {
@@ -603,7 +611,7 @@ impl Supervisor {
         match verb {
             "launch" => match serde_json::from_str::<JobRecord>(rest) {
                 Ok(record) => {
-                    crate::stamp::stamp("s.launch_req", record.job.job_id);
+                    ysched_common::stamp::stamp("s.launch_req", record.job.job_id);
                     self.launch(id, record)
                 }
                 Err(e) => self.refuse(id, &format!("unreadable launch: {e}")),
@@ -646,7 +654,8 @@ impl Supervisor {
     }
 
     /// A new job: its launch is recorded (synced) first, and it starts once that is done
-    /// (see [`Supervisor::start_committed_launches`]).
+    /// (see [`Supervisor::start_committed_launches`]); its first process is forked meanwhile
+    /// and waits before its exec (see [`Launching::early`]).
     fn launch(&mut self, id: u64, record: JobRecord) {
         let job_id = record.job.job_id;
         self.follow(id, job_id);
@@ -659,7 +668,12 @@ impl Supervisor {
         let receipt = self
             .journal
             .append(Entry::Launched(Box::new(record.clone())));
-        self.launching.push(Launching { record, receipt });
+        let early = self.fork_early(&record);
+        self.launching.push(Launching {
+            record,
+            receipt,
+            early,
+        });
     }
 
     /// A restarted noded follows a job: `attached`, `ended` if it ended meanwhile, or
@@ -801,10 +815,16 @@ impl Supervisor {
             let job_id = launching.record.job.job_id;
             match result {
                 Ok(()) => {
-                    crate::stamp::stamp("s.launch_synced", job_id);
-                    self.start(launching.record)
+                    ysched_common::stamp::stamp("s.launch_synced", job_id);
+                    match launching.early {
+                        Some(early) => self.go(launching.record, early),
+                        None => self.start(launching.record),
+                    }
                 }
                 Err(e) => {
+                    if let Some(early) = launching.early {
+                        end_early(&launching.record, early);
+                    }
                     log(&format!(
                         "job {job_id}: launch not recorded, not started: {e}"
                     ));
@@ -826,51 +846,112 @@ impl Supervisor {
             let exit = failed("the job has no execution plan", false);
             return self.finish(record, exit);
         };
-        match fork(&dir, &plan) {
-            Ok((pid, pidfd, step_pipe, events)) => {
-                crate::stamp::stamp("s.forked", job_id);
-                log(&format!("job {job_id}: forked as pid {pid}"));
-                let stop_notice = (record.stop.term_time_ms > 0 || record.stop.kill_sent)
-                    .then_some(record.stop.term_time_ms);
-                let job = Job {
-                    dir,
-                    grace_secs: record.job.grace_secs,
-                    record,
-                    plan,
-                    stop_notice,
-                    pid,
-                    pidfd: Some(pidfd),
-                    step_pipe: Some(step_pipe),
-                    failure: None,
-                    status: None,
-                    events,
-                    announced: false,
-                    draining: None,
-                    said_slow: false,
-                    fence: Fence::default(),
-                };
-                self.jobs.insert(job_id, job);
-                // The lease may have run out already: fenced from its first moment.
-                if self.lease.out {
-                    self.fence_jobs();
-                }
-            }
-            Err(error) => {
-                log(&format!("job {job_id}: did not start: {}", error.error));
-                if let Some(cgroup) = &plan.cgroup {
-                    if let Err(e) = cgroup.remove() {
-                        log(&format!("cannot remove the job's cgroups: {e}"));
-                    }
-                }
-                let exit = ExitRecord {
-                    error: Some(error.error),
-                    node_fault: error.node_fault,
-                    end_time_ms: now_ms(),
-                    ..Default::default()
-                };
-                self.finish(record, exit);
+        match fork(&dir, &plan, None) {
+            Ok(forked) => self.watch(record, dir, plan, forked, None),
+            Err(error) => self.not_started(record, &plan, error),
+        }
+    }
+
+    /// Forks a job's first process before its launch is recorded (see [`Launching::early`]):
+    /// it sets up and waits for [`Supervisor::go`]. `None` where it cannot be: no plan, no
+    /// pipe, or the fork failed (then started once recorded, which ends the job with the
+    /// reason).
+    fn fork_early(&self, record: &JobRecord) -> Option<Early> {
+        let plan = record.plan.as_ref()?;
+        let (go_read, go) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+        let dir = JobDir::new(self.spool.join("jobs").join(record.job.job_id.to_string()));
+        match fork(&dir, plan, Some(go_read)) {
+            Ok(forked) => Some(Early {
+                forked,
+                go,
+                status: None,
+            }),
+            // Forked again once recorded, which fails the same way and ends the job with
+            // the reason (its cgroup is removed then).
+            Err(_) => None,
+        }
+    }
+
+    /// The launch of a job forked early is recorded: its child may exec, and is watched.
+    fn go(&mut self, record: JobRecord, early: Early) {
+        let dir = JobDir::new(self.spool.join("jobs").join(record.job.job_id.to_string()));
+        let Some(plan) = record.plan.clone() else {
+            end_early(&record, early);
+            let exit = failed("the job has no execution plan", false);
+            return self.finish(record, exit);
+        };
+        // One byte into an empty pipe: never blocks. A child already gone (a failed setup
+        // step) is told nothing; its step pipe or status says why.
+        let _ = File::from(early.go).write(&[1]);
+        self.watch(record, dir, plan, early.forked, early.status);
+    }
+
+    /// Watches a job's first process, forked (and, with `status`, already reaped).
+    fn watch(
+        &mut self,
+        record: JobRecord,
+        dir: JobDir,
+        plan: ExecPlan,
+        forked: Forked,
+        status: Option<libc::c_int>,
+    ) {
+        let job_id = record.job.job_id;
+        let Forked {
+            pid,
+            pidfd,
+            step_pipe,
+            events,
+        } = forked;
+        ysched_common::stamp::stamp("s.forked", job_id);
+        log(&format!("job {job_id}: forked as pid {pid}"));
+        let stop_notice = (record.stop.term_time_ms > 0 || record.stop.kill_sent)
+            .then_some(record.stop.term_time_ms);
+        let mut job = Job {
+            dir,
+            grace_secs: record.job.grace_secs,
+            record,
+            plan,
+            stop_notice,
+            pid,
+            pidfd: Some(pidfd),
+            step_pipe: Some(step_pipe),
+            failure: None,
+            status: None,
+            events,
+            announced: false,
+            draining: None,
+            said_slow: false,
+            fence: Fence::default(),
+        };
+        if let Some(status) = status {
+            // Reaped while it waited for its launch to be recorded (see `reap`).
+            job.status = Some(status);
+            job.pidfd = None;
+            job.main_ended();
+        }
+        self.jobs.insert(job_id, job);
+        // The lease may have run out already: fenced from its first moment.
+        if self.lease.out {
+            self.fence_jobs();
+        }
+    }
+
+    /// A job whose first process could not be forked ends at once, with the reason.
+    fn not_started(&mut self, record: JobRecord, plan: &ExecPlan, error: StartError) {
+        let job_id = record.job.job_id;
+        log(&format!("job {job_id}: did not start: {}", error.error));
+        if let Some(cgroup) = &plan.cgroup {
+            if let Err(e) = cgroup.remove() {
+                log(&format!("cannot remove the job's cgroups: {e}"));
             }
         }
+        let exit = ExitRecord {
+            error: Some(error.error),
+            node_fault: error.node_fault,
+            end_time_ms: now_ms(),
+            ..Default::default()
+        };
+        self.finish(record, exit);
     }
 
     /// A job is over: its end is recorded (after a look at its checkpoint directory where
@@ -927,7 +1008,7 @@ impl Supervisor {
     }
 
     fn record_end(&mut self, finished: FinishedRecord, record: JobRecord) {
-        crate::stamp::stamp("s.end_appended", finished.job_id);
+        ysched_common::stamp::stamp("s.end_appended", finished.job_id);
         let receipt = self.journal.append(Entry::Ended(finished.clone()));
         self.ending.push(Ending {
             finished,
@@ -945,7 +1026,7 @@ impl Supervisor {
                 continue;
             };
             let Ending { finished, .. } = self.ending.remove(index);
-            crate::stamp::stamp("s.end_synced", finished.job_id);
+            ysched_common::stamp::stamp("s.end_synced", finished.job_id);
             if let Err(e) = result {
                 // The room reserved for it makes this a failing disk: noded keeps it in
                 // memory until schedd has it.
@@ -965,7 +1046,7 @@ impl Supervisor {
                 self.send(id, &line);
                 self.connections.remove(&id);
             }
-            crate::stamp::stamp("s.end_told", finished.job_id);
+            ysched_common::stamp::stamp("s.end_told", finished.job_id);
         }
     }
 
@@ -1048,7 +1129,7 @@ impl Supervisor {
                 job_pid: job.pid,
                 start_time_ms,
             });
-            crate::stamp::stamp("s.started_told", job_id);
+            ysched_common::stamp::stamp("s.started_told", job_id);
             lines.push((job_id, format!("started {} {start_time_ms}\n", job.pid)));
         }
         for (job_id, line) in lines {
@@ -1069,7 +1150,7 @@ impl Supervisor {
             if let Err(e) = cgroup.join_after_exec() {
                 log(&format!("job {job_id}: cannot apply its CPU limit: {e}"));
             }
-            crate::stamp::stamp("s.late_joined", job_id);
+            ysched_common::stamp::stamp("s.late_joined", job_id);
         };
         if self.late_joins.is_none() {
             let (send, receive) = std::sync::mpsc::channel::<(u64, JobCgroup)>();
@@ -1103,10 +1184,17 @@ impl Supervisor {
                 .values_mut()
                 .find(|j| j.pid == pid && j.status.is_none())
             {
-                crate::stamp::stamp("s.reaped", job.record.job.job_id);
+                ysched_common::stamp::stamp("s.reaped", job.record.job.job_id);
                 job.status = Some(status);
                 job.pidfd = None;
                 job.main_ended();
+            } else if let Some(early) = self
+                .launching
+                .iter_mut()
+                .filter_map(|l| l.early.as_mut())
+                .find(|e| e.forked.pid == pid && e.status.is_none())
+            {
+                early.status = Some(status);
             }
         }
     }
@@ -1124,14 +1212,14 @@ impl Supervisor {
             let Some(job) = self.jobs.remove(&job_id) else {
                 continue;
             };
-            crate::stamp::stamp("s.all_gone", job_id);
+            ysched_common::stamp::stamp("s.all_gone", job_id);
             let exit = job.exit_record();
             if let Some(cgroup) = &job.plan.cgroup {
                 if let Err(e) = cgroup.remove() {
                     log(&format!("job {job_id}: cannot remove its cgroups: {e}"));
                 }
             }
-            crate::stamp::stamp("s.cgroup_removed", job_id);
+            ysched_common::stamp::stamp("s.cgroup_removed", job_id);
             self.finish(job.record, exit);
         }
     }
@@ -1239,10 +1327,7 @@ fn set_clone_mode(mode: CloneMode, why: &str) {
 /// cgroup, the child is born in its v2 cgroup (`clone3`, see
 /// [`sys::clone_job_into_cgroup`]) and joins only its v1 ones (limits, on hybrid hosts);
 /// else, or where the kernel has no such `clone3`, it is forked and joins them all.
-fn fork(
-    dir: &JobDir,
-    plan: &ExecPlan,
-) -> Result<(u32, OwnedFd, OwnedFd, Option<File>), StartError> {
+fn fork(dir: &JobDir, plan: &ExecPlan, mut go: Option<OwnedFd>) -> Result<Forked, StartError> {
     let cgroup_fault = |e: io::Error| StartError {
         error: format!("cannot use the job's cgroup: {e}"),
         node_fault: true,
@@ -1262,7 +1347,8 @@ fn fork(
             .into_iter()
             .skip(1)
             .collect();
-        let prepared = child::prepare(dir, plan, join)?;
+        let mut prepared = child::prepare(dir, plan, join)?;
+        prepared.setup.go = go;
         match sys::clone_job_into_cgroup(&exec, &prepared.setup, &cgroup_dir) {
             Ok((pid, pidfd)) => {
                 set_clone_mode(
@@ -1270,15 +1356,23 @@ fn fork(
                     "jobs are born in their cgroup (clone3 with CLONE_INTO_CGROUP)",
                 );
                 drop(prepared.setup);
-                return Ok((pid, pidfd, prepared.step_read, Some(events)));
+                return Ok(Forked {
+                    pid,
+                    pidfd,
+                    step_pipe: prepared.step_read,
+                    events: Some(events),
+                });
             }
-            Err(e) if sys::clone3_unsupported(&e) => set_clone_mode(
-                CloneMode::Fork,
-                &format!(
-                    "clone3 into a cgroup refused ({e}): jobs are forked and join their \
-                     cgroup themselves"
-                ),
-            ),
+            Err(e) if sys::clone3_unsupported(&e) => {
+                go = prepared.setup.go.take();
+                set_clone_mode(
+                    CloneMode::Fork,
+                    &format!(
+                        "clone3 into a cgroup refused ({e}): jobs are forked and join their \
+                         cgroup themselves"
+                    ),
+                )
+            }
             Err(e) => return Err(child::failure(plan, &[], e)),
         }
     }
@@ -1289,7 +1383,8 @@ fn fork(
         ),
         None => (Vec::new(), None),
     };
-    let prepared = child::prepare(dir, plan, join)?;
+    let mut prepared = child::prepare(dir, plan, join)?;
+    prepared.setup.go = go;
     let pid = sys::fork_job(&exec, &prepared.setup).map_err(|e| child::failure(plan, &[], e))?;
     // Dropping the setup closes the parent's copy of the pipe's write end and of the cgroup
     // files: the pipe reads end of file once the child has exec'd or died.
@@ -1298,7 +1393,44 @@ fn fork(
         error: format!("pidfd_open: {e}"),
         node_fault: true,
     })?;
-    Ok((pid, pidfd, prepared.step_read, events))
+    Ok(Forked {
+        pid,
+        pidfd,
+        step_pipe: prepared.step_read,
+        events,
+    })
+}
+
+/// A job forked early whose launch could not be recorded: its child, still waiting for
+/// the word (or already ended), is killed and collected, and its cgroups removed. Nothing
+/// of the job ran.
+fn end_early(record: &JobRecord, early: Early) {
+    if early.status.is_none() {
+        sys::kill_and_collect(early.forked.pid);
+    }
+    if let Some(cgroup) = record.plan.as_ref().and_then(|plan| plan.cgroup.as_ref()) {
+        if let Err(e) = cgroup.remove() {
+            log(&format!("cannot remove the job's cgroups: {e}"));
+        }
+    }
+}
+
+/// A job's first process, forked: its pid, pidfd, step pipe and `cgroup.events`.
+struct Forked {
+    pid: u32,
+    pidfd: OwnedFd,
+    step_pipe: OwnedFd,
+    events: Option<File>,
+}
+
+/// A job forked before its launch was recorded, waiting (before its exec) for the word.
+struct Early {
+    forked: Forked,
+    /// The write end of the child's `go` pipe (see `sys::ChildSetup::go`).
+    go: OwnedFd,
+    /// Its wait status, if the child ended (reaped) before the launch was recorded: it
+    /// failed a setup step, or was killed.
+    status: Option<libc::c_int>,
 }
 
 fn failed(error: &str, node_fault: bool) -> ExitRecord {
@@ -1324,7 +1456,7 @@ impl Job {
             let error = child::reported_error(&report[..read]);
             self.failure = Some(child::failure(&self.plan, &report[..read], error));
         } else {
-            crate::stamp::stamp("s.exec_done", self.record.job.job_id);
+            ysched_common::stamp::stamp("s.exec_done", self.record.job.job_id);
             log(&format!("job started as pid {}", self.pid));
         }
     }

@@ -69,6 +69,11 @@ pub(in crate::launch) struct ChildSetup {
     /// The job directory's `group` file, where the child writes its pid (its process group)
     /// first thing; `None` with cgroups, which hold the job from its first instruction.
     pub(super) group_file: Option<OwnedFd>,
+    /// A pipe's read end the child waits on, after its setup and before its exec, for the
+    /// supervisor's word that the job's launch is recorded (one byte): the setup overlaps
+    /// the journal's sync, and nothing of the job runs before it. End of file (the
+    /// supervisor gone) ends the child.
+    pub(super) go: Option<OwnedFd>,
 }
 
 /// Runs in the forked child, before exec: new session, user switch, directories, output.
@@ -353,7 +358,7 @@ const EXEC_BUSY_PAUSE_NS: libc::c_long = 20_000_000;
 
 /// The child of [`fork_job`] or [`clone_job_into_cgroup`]: its setup, then the job's exec.
 fn run_child(exec: &ExecArgs, setup: &ChildSetup) -> ! {
-    if setup_child(setup).is_ok() {
+    if setup_child(setup).is_ok() && wait_for_go(setup.go.as_ref()) {
         let mut busy_tries = 0;
         let error = loop {
             // SAFETY: NUL-terminated arrays of pointers into CStrings `exec` owns.
@@ -387,6 +392,25 @@ fn run_child(exec: &ExecArgs, setup: &ChildSetup) -> ! {
     // SAFETY: _exit ends the child without running the parent's atexit handlers or
     // destructors.
     unsafe { libc::_exit(127) }
+}
+
+/// In the child: waits for the byte that says its launch is recorded (see
+/// [`ChildSetup::go`]); `false` on end of file or an error. Async-signal-safe.
+fn wait_for_go(go: Option<&OwnedFd>) -> bool {
+    let Some(go) = go else {
+        return true;
+    };
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: read(2) of one byte into a live local.
+        let n = unsafe { libc::read(go.as_raw_fd(), std::ptr::addr_of_mut!(byte).cast(), 1) };
+        if n == 1 {
+            return true;
+        }
+        if n == 0 || errno() != libc::EINTR {
+            return false;
+        }
+    }
 }
 
 /// The signals the supervisor ignores and a job must get with their default action.
@@ -496,6 +520,17 @@ pub(in crate::launch) fn reap_one() -> Option<(u32, libc::c_int)> {
     // SAFETY: waitpid with WNOHANG on any child, into a live local.
     let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
     (pid > 0).then_some((pid as u32, status))
+}
+
+/// Kills child `pid`, not reaped yet (so the pid is still its), and collects it, waiting:
+/// for a child that dies at once (one waiting on a pipe before its exec).
+pub(in crate::launch) fn kill_and_collect(pid: u32) {
+    // SAFETY: kill(2) and waitpid(2) of our own child, into a live local.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid as libc::pid_t, &mut status, 0);
+    }
 }
 
 /// A pidfd of `pid` (a child not reaped yet, so the pid cannot have been reused): readable

@@ -153,11 +153,11 @@ impl Supervisor {
                 line = next_line(&mut announcement), if announcement.is_some() => {
                     match line {
                         Some(line) if line.starts_with("started ") => {
-                            crate::stamp::stamp("n.started_line", self.job_id());
+                            ysched_common::stamp::stamp("n.started_line", self.job_id());
                             self.on_started(&line)
                         }
                         Some(line) if line.starts_with("ended ") => {
-                            crate::stamp::stamp("n.ended_line", self.job_id());
+                            ysched_common::stamp::stamp("n.ended_line", self.job_id());
                             match serde_json::from_str(&line["ended ".len()..]) {
                                 Ok(finished) => ended = Some(finished),
                                 Err(e) => tracing::error!(

@@ -110,7 +110,7 @@ impl Supervisor {
         })
         .await
         .map_err(|e| LaunchFailure::node(format!("internal error preparing the job: {e}")))??;
-        crate::stamp::stamp("n.planned", self.job_id());
+        ysched_common::stamp::stamp("n.planned", self.job_id());
         // From now on the heartbeat's scan watches it.
         if let Some(handle) = self.shared.jobs().get_mut(&self.job_id()) {
             if handle.restart_count == self.record.job.restart_count {
@@ -132,13 +132,13 @@ impl Supervisor {
     /// how it ended.
     async fn hand_to_supervisor(&mut self) -> std::io::Result<Announcement> {
         let stream = self.shared.connect_supervisor(true).await?;
-        crate::stamp::stamp("n.connected", self.job_id());
+        ysched_common::stamp::stamp("n.connected", self.job_id());
         let (read, mut write) = stream.into_split();
         let record = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
         write
             .write_all(format!("launch {record}\n").as_bytes())
             .await?;
-        crate::stamp::stamp("n.handed", self.job_id());
+        ysched_common::stamp::stamp("n.handed", self.job_id());
         self.link = Some(write);
         Ok(BufReader::new(read).lines())
     }

@@ -32,36 +32,28 @@ struct Round {
 }
 
 pub fn hyperqueue() -> Vec<Figure> {
-    let Some(hq) = std::env::var_os("HQ_BIN").map(PathBuf::from) else {
-        println!("  hq: HQ_BIN is not set (the path of HyperQueue's `hq` binary): skipped");
-        return Vec::new();
-    };
     let work = Workload {
         jobs: env_usize("HQ_JOBS", 2_000),
         latency_jobs: env_usize("HQ_LATENCY_JOBS", 20),
         sequential: env_usize("HQ_SEQUENTIAL", 200),
     };
     let rounds = env_usize("HQ_ROUNDS", 2);
+    let Some(hq) = std::env::var_os("HQ_BIN").map(PathBuf::from) else {
+        println!(
+            "  hq: HQ_BIN is not set (the path of HyperQueue's `hq` binary): ysched's side \
+             alone, no comparison"
+        );
+        for round in 1..=rounds {
+            print_round(round, "ysched", &ysched_round(&work));
+        }
+        return Vec::new();
+    };
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let y = ysched_round(&work);
-        println!(
-            "  round {round} ysched: {:.0} jobs/s, submit→start median {:.1} ms, {:.0} sequential \
-             submits/s (p99 {:.1} ms)",
-            y.jobs_per_sec,
-            median(&mut y.latency_ms.clone()),
-            y.sequential_per_sec,
-            y.submit_p99_ms
-        );
+        print_round(round, "ysched", &y);
         let h = hq_round(&hq, &work);
-        println!(
-            "  round {round} HyperQueue: {:.0} jobs/s, submit→start median {:.1} ms, {:.0} \
-             sequential submits/s (p99 {:.1} ms)",
-            h.jobs_per_sec,
-            median(&mut h.latency_ms.clone()),
-            h.sequential_per_sec,
-            h.submit_p99_ms
-        );
+        print_round(round, "HyperQueue", &h);
         ours.push(y);
         theirs.push(h);
     }
@@ -102,6 +94,17 @@ pub fn hyperqueue() -> Vec<Figure> {
             higher_is_better: true,
         },
     ]
+}
+
+fn print_round(round: usize, system: &str, r: &Round) {
+    println!(
+        "  round {round} {system}: {:.0} jobs/s, submit→start median {:.1} ms, {:.0} sequential \
+         submits/s (p99 {:.1} ms)",
+        r.jobs_per_sec,
+        median(&mut r.latency_ms.clone()),
+        r.sequential_per_sec,
+        r.submit_p99_ms
+    );
 }
 
 fn now_ns() -> u128 {

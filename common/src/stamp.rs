@@ -1,6 +1,7 @@
-//! Latency stamps for measuring the node's share of a job's cycle: with
-//! `YSCHED_LATENCY_STAMPS=<file>` in noded's environment (the supervisor inherits it), each
-//! stamp appends `<realtime µs> <pid> <label> <job id>` to the file; without it, nothing.
+//! Latency stamps for measuring a job's cycle (schedd, noded and the node's supervisor): with
+//! `YSCHED_LATENCY_STAMPS=<file>` in the environment of schedd or noded (the supervisor inherits
+//! noded's), each stamp appends `<realtime µs> <pid> <label> <job id>` to the file; without it,
+//! nothing.
 //!
 //! A measurement aid (see docs/benchmarks.md, "the node's share of a job's cycle"): the
 //! realtime clock, so that the stamps of noded, the supervisor and a job's own `date +%s%N`
