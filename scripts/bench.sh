@@ -10,7 +10,7 @@
 #   HQ_BIN=/path/to/hq scripts/bench.sh hq
 #                                    ysched and HyperQueue side by side (HQ_BIN: an `hq` built
 #                                    from its public repository by scripts/build-hq.sh; not
-#                                    built here)
+#                                    built here; without it, ysched's side alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins --quiet

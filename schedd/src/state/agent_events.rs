@@ -480,6 +480,10 @@ impl Records {
         now: Millis,
     ) -> Effects {
         let mut fx = Effects::default();
+        // Asked before every pass, under the lock: no silent node, no walk over every job.
+        if silent.is_empty() {
+            return fx;
+        }
         for job in self.jobs.values().filter(|j| j.state.holds_resources()) {
             let nodes: Vec<lifecycle::SilentNode> = nodes_where(job, |n| silent.contains(n))
                 .into_iter()

@@ -1,8 +1,9 @@
 //! The `hq` group: ysched and HyperQueue side by side, on the same workloads, in one window.
 //!
 //! HyperQueue is not part of ysched and is not built here: give its `hq` binary in `HQ_BIN`
-//! (built by you from its public repository, github.com/It4innovations/hyperqueue); without it
-//! the group says so and measures nothing. Both are driven through their command lines, as a
+//! (built by you from its public repository, github.com/It4innovations/hyperqueue, e.g. with
+//! `scripts/build-hq.sh`); without it the group measures ysched's side alone and compares
+//! nothing. Both are driven through their command lines, as a
 //! user would: `ysub` and `hq submit`, rounds alternating (`HQ_ROUNDS`, 2) so that both see
 //! the same machine.
 
