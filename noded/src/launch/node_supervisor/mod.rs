@@ -816,10 +816,7 @@ impl Supervisor {
             match result {
                 Ok(()) => {
                     ysched_common::stamp::stamp("s.launch_synced", job_id);
-                    match launching.early {
-                        Some(early) => self.go(launching.record, early),
-                        None => self.start(launching.record),
-                    }
+                    self.start(launching.record, launching.early)
                 }
                 Err(e) => {
                     if let Some(early) = launching.early {
@@ -837,53 +834,46 @@ impl Supervisor {
         }
     }
 
-    /// Starts a job whose launch is recorded: forks its first process and watches it. A job
-    /// that cannot start ends at once.
-    fn start(&mut self, record: JobRecord) {
-        let job_id = record.job.job_id;
-        let dir = JobDir::new(self.spool.join("jobs").join(job_id.to_string()));
+    /// Starts a job whose launch is recorded: lets its first process, forked `early`, exec
+    /// (or forks it now) and watches it. A job that cannot start ends at once.
+    fn start(&mut self, record: JobRecord, early: Option<Early>) {
+        let dir = self.job_dir(record.job.job_id);
         let Some(plan) = record.plan.clone() else {
             let exit = failed("the job has no execution plan", false);
             return self.finish(record, exit);
         };
-        match fork(&dir, &plan, None) {
-            Ok(forked) => self.watch(record, dir, plan, forked, None),
-            Err(error) => self.not_started(record, &plan, error),
+        match early {
+            Some(early) => {
+                // One byte into an empty pipe: never blocks. A child already gone (a failed
+                // setup step) is told nothing; its step pipe or status says why.
+                let _ = File::from(early.go).write(&[1]);
+                self.watch(record, dir, plan, early.forked, early.status);
+            }
+            None => match fork(&dir, &plan, None) {
+                Ok(forked) => self.watch(record, dir, plan, forked, None),
+                Err(error) => self.not_started(record, &plan, error),
+            },
         }
+    }
+
+    /// Where the supervisor keeps job `job_id`'s files.
+    fn job_dir(&self, job_id: u64) -> JobDir {
+        JobDir::new(self.spool.join("jobs").join(job_id.to_string()))
     }
 
     /// Forks a job's first process before its launch is recorded (see [`Launching::early`]):
-    /// it sets up and waits for [`Supervisor::go`]. `None` where it cannot be: no plan, no
-    /// pipe, or the fork failed (then started once recorded, which ends the job with the
-    /// reason).
+    /// it sets up and waits for [`Supervisor::start`]. `None` where it cannot be: no plan, no
+    /// pipe, or the fork failed (then forked again once recorded, which fails the same way and
+    /// ends the job with the reason, its cgroup removed then).
     fn fork_early(&self, record: &JobRecord) -> Option<Early> {
         let plan = record.plan.as_ref()?;
         let (go_read, go) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
-        let dir = JobDir::new(self.spool.join("jobs").join(record.job.job_id.to_string()));
-        match fork(&dir, plan, Some(go_read)) {
-            Ok(forked) => Some(Early {
-                forked,
-                go,
-                status: None,
-            }),
-            // Forked again once recorded, which fails the same way and ends the job with
-            // the reason (its cgroup is removed then).
-            Err(_) => None,
-        }
-    }
-
-    /// The launch of a job forked early is recorded: its child may exec, and is watched.
-    fn go(&mut self, record: JobRecord, early: Early) {
-        let dir = JobDir::new(self.spool.join("jobs").join(record.job.job_id.to_string()));
-        let Some(plan) = record.plan.clone() else {
-            end_early(&record, early);
-            let exit = failed("the job has no execution plan", false);
-            return self.finish(record, exit);
-        };
-        // One byte into an empty pipe: never blocks. A child already gone (a failed setup
-        // step) is told nothing; its step pipe or status says why.
-        let _ = File::from(early.go).write(&[1]);
-        self.watch(record, dir, plan, early.forked, early.status);
+        let forked = fork(&self.job_dir(record.job.job_id), plan, Some(go_read)).ok()?;
+        Some(Early {
+            forked,
+            go,
+            status: None,
+        })
     }
 
     /// Watches a job's first process, forked (and, with `status`, already reaped).
