@@ -411,8 +411,7 @@ impl Sim<'_> {
             backfill: Backfill::configured(&config.scheduler),
         };
         let snap = Snapshot::new(&self.copy.jobs, self.rec.nodes());
-        let mut plan = core::schedule_with(&snap, &policy, now, &mut self.topologies);
-        plan.keep_changed_reasons(&self.copy.jobs);
+        let plan = core::schedule_changes(&snap, &policy, now, &mut self.topologies);
         // The plan was made from the records as they are (no request can come between the
         // pass and its apply here), so `still_valid` could only keep all of it: checked in
         // debug builds, skipped in release ones, where it is an eighth of a large pass.

@@ -139,23 +139,15 @@ pub struct Plan {
     pub placements: Vec<Placement>,
     /// Jobs to stop for a preemptor, grouped by preemptor in queue order, victims by id.
     pub evictions: Vec<Eviction>,
-    /// Why each PENDING job that is not placed by this plan still waits.
+    /// Why each PENDING job that is not placed by this plan still waits; from
+    /// [`schedule_changes`] only the reasons that differ from the jobs' own.
     pub pending_reasons: BTreeMap<JobId, PendingReason>,
+    /// The PENDING jobs whose dependency can never be met (`DependencyNeverSatisfied`), in
+    /// queue order, whether or not that reason is new: `kill_invalid_depend` cancels them.
+    pub never_satisfied: Vec<JobId>,
     /// When and where PENDING jobs are expected to start, where the pass could tell (the
     /// reserved jobs of backfill, at least).
     pub expected_starts: BTreeMap<JobId, ExpectedStart>,
-}
-
-impl Plan {
-    /// Keeps only the pending reasons that differ from the jobs' current ones in `jobs` (the
-    /// caller's copy): most pending jobs wait for the reason they waited for before, and the
-    /// applier then need not compare them all. The copy is not written: its jobs are shared
-    /// with the records, which take the reasons that changed when the plan is applied, and
-    /// the copy takes them from there at its next refresh.
-    pub fn keep_changed_reasons(&mut self, jobs: &JobMap) {
-        self.pending_reasons
-            .retain(|id, reason| jobs.get(id).is_some_and(|j| !reason.is_text_of(&j.reason)));
-    }
 }
 
 /// A pending job's expected start: the earliest time its resources free up, given the time
@@ -218,8 +210,11 @@ pub fn schedule_with(
     pass.into_plan()
 }
 
-/// [`schedule_with`], also returning the queue the pass walked: every PENDING job in queue
-/// order, with the tier value it is queued at (for `yq`'s place in the queue).
+/// [`schedule_with`] as schedd runs it: the plan keeps only the pending reasons that differ
+/// from the jobs' own (`Job::reason`: most jobs of a queue that waits wait for the reason they
+/// waited for before, and the applier needs only the others), and the queue the pass walked
+/// comes with it: every PENDING job in queue order, with the tier value it is queued at (for
+/// `yq`'s place in the queue). Otherwise the same plan.
 pub fn schedule_with_queue(
     snap: &Snapshot<'_>,
     policy: &Policy<'_>,
@@ -227,12 +222,26 @@ pub fn schedule_with_queue(
     topologies: &mut Topologies,
 ) -> (Plan, Vec<(JobId, i64)>) {
     let keyed = order::pending_keyed(snap.jobs, policy.fair_share);
-    let mut pass = pass::Pass::new(snap, policy, now, topologies);
+    let mut pass = pass::Pass::new(snap, policy, now, topologies).only_changed_reasons();
     for (_, job) in &keyed {
         pass.step(job);
     }
     let queue = keyed.iter().map(|(key, _)| key.job_and_tier()).collect();
     (pass.into_plan(), queue)
+}
+
+/// [`schedule_with_queue`]'s plan alone: only the reasons that changed.
+pub fn schedule_changes(
+    snap: &Snapshot<'_>,
+    policy: &Policy<'_>,
+    now: Millis,
+    topologies: &mut Topologies,
+) -> Plan {
+    let mut pass = pass::Pass::new(snap, policy, now, topologies).only_changed_reasons();
+    for (_, job) in order::pending_keyed(snap.jobs, policy.fair_share) {
+        pass.step(job);
+    }
+    pass.into_plan()
 }
 
 /// The PENDING jobs in the order a pass walks them (tier, fair-share factor, submit time, id),

@@ -175,6 +175,9 @@ pub(crate) struct Pass<'a> {
     in_flight: BTreeMap<JobId, Vec<&'a Job>>,
     /// See the module doc. Off only in tests that check it changes nothing.
     memoize: bool,
+    /// The plan keeps only the reasons that differ from the jobs' own (see
+    /// [`Pass::only_changed_reasons`]).
+    only_changed_reasons: bool,
     shapes: BTreeMap<Shape<'a>, ShapeMemo>,
     /// An earlier job in the queue is waiting: a later one that does not fit waits for
     /// `Priority`, not `Resources`.
@@ -361,6 +364,7 @@ impl<'a> Pass<'a> {
             capacity,
             in_flight,
             memoize: true,
+            only_changed_reasons: false,
             shapes: BTreeMap::new(),
             someone_waiting: false,
             quotas,
@@ -383,6 +387,16 @@ impl<'a> Pass<'a> {
     #[cfg(test)]
     pub(crate) fn without_memo(mut self) -> Self {
         self.memoize = false;
+        self
+    }
+
+    /// The plan keeps a pending job's reason only where it differs from the reason the job
+    /// holds (`Job::reason`): most jobs of a queue that waits wait for the reason they waited
+    /// for before, and a pass over a long queue then builds no map of them all (nor does the
+    /// applier compare them). The jobs whose dependency can never be met are listed apart
+    /// ([`Plan::never_satisfied`]), changed or not.
+    pub(crate) fn only_changed_reasons(mut self) -> Self {
+        self.only_changed_reasons = true;
         self
     }
 
@@ -703,24 +717,20 @@ impl<'a> Pass<'a> {
                         .expected_starts
                         .insert(job.id, ExpectedStart { at, nodes });
                 }
-                self.plan.pending_reasons.insert(job.id, reason.clone());
+                self.give_reason(job, reason.clone());
             }
             Decision::NodesUnavailable => {
                 // Not `someone_waiting`: it waits for its nodes to come back, not for room.
-                self.plan
-                    .pending_reasons
-                    .insert(job.id, PendingReason::ReqNodeNotAvail);
+                self.give_reason(job, PendingReason::ReqNodeNotAvail);
             }
             Decision::OverLimit(limit) => {
                 // Not `someone_waiting`: it waits for its own account's (array's) jobs, not
                 // for room.
-                self.plan.pending_reasons.insert(job.id, limit.clone());
+                self.give_reason(job, limit.clone());
             }
             Decision::Unsatisfiable(why) => {
                 // Not `someone_waiting`: a job that can never run blocks nobody.
-                self.plan
-                    .pending_reasons
-                    .insert(job.id, PendingReason::Unsatisfiable(why.clone()));
+                self.give_reason(job, PendingReason::Unsatisfiable(why.clone()));
             }
         }
     }
@@ -785,6 +795,21 @@ impl<'a> Pass<'a> {
 
     fn wait(&mut self, job: &Job, reason: PendingReason) {
         self.someone_waiting = true;
+        self.give_reason(job, reason);
+    }
+
+    /// `job` stays pending for `reason`: into the plan, unless only changed reasons are
+    /// kept and it is the job's own already.
+    fn give_reason(&mut self, job: &Job, reason: PendingReason) {
+        if reason == PendingReason::DependencyNeverSatisfied {
+            self.plan.never_satisfied.push(job.id);
+        }
+        if self.only_changed_reasons && reason.is_text_of(&job.reason) {
+            // A job is given one reason a pass; should it ever be given a second, the plan
+            // must not keep the first.
+            self.plan.pending_reasons.remove(&job.id);
+            return;
+        }
         self.plan.pending_reasons.insert(job.id, reason);
     }
 

@@ -629,6 +629,44 @@ proptest! {
             prop_assert_eq!(plan, renamed.schedule(NOW));
         }
     }
+
+    /// A pass that keeps only the reasons that changed (schedd's) makes a full pass's plan,
+    /// less the reasons the jobs hold already: here each job holds the reason a full pass
+    /// gives it, or none, or another one.
+    #[test]
+    fn a_pass_of_changed_reasons_leaves_out_only_the_unchanged_ones(
+        cluster in cluster_gen(),
+        held in proptest::collection::vec(0u8..3, 1..32),
+    ) {
+        let full = cluster.schedule(NOW);
+        let mut cluster = cluster;
+        for (i, (id, reason)) in full.pending_reasons.iter().enumerate() {
+            let job = std::sync::Arc::make_mut(cluster.jobs.get_mut(id).unwrap());
+            job.reason = match held[i % held.len()] {
+                0 => reason.to_string(),
+                1 => String::new(),
+                _ => PendingReason::Priority.to_string(),
+            };
+        }
+        let mut expected = cluster.schedule(NOW);
+        prop_assert_eq!(&expected.placements, &full.placements);
+        expected
+            .pending_reasons
+            .retain(|id, reason| !reason.is_text_of(&cluster.jobs[id].reason));
+        let (snap, policy) = (cluster.snapshot(), cluster.policy());
+        let changed =
+            crate::core::schedule_changes(&snap, &policy, NOW, &mut Topologies::default());
+        prop_assert_eq!(&changed, &expected);
+        let never: Vec<JobId> = full
+            .pending_reasons
+            .iter()
+            .filter(|(_, r)| **r == PendingReason::DependencyNeverSatisfied)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut listed = changed.never_satisfied.clone();
+        listed.sort();
+        prop_assert_eq!(listed, never);
+    }
 }
 
 /// Fair share and quotas on a random cluster: accounts `a0`..`a2` (by job id) with random

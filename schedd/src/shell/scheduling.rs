@@ -190,21 +190,13 @@ impl Cluster {
                 let mut expected = std::mem::take(&mut plan.expected_starts);
                 expect_preemptors(&mut expected, &held.copy.jobs, &plan, now);
                 // With `kill_invalid_depend`, every job whose dependency can never be met is
-                // cancelled: looked for among all reasons, not only the changed ones (a cancel
-                // that failed is tried again by the next pass).
-                let never: Vec<JobId> = if kill_invalid {
-                    plan.pending_reasons
-                        .iter()
-                        .filter(|(_, reason)| {
-                            **reason == core::PendingReason::DependencyNeverSatisfied
-                        })
-                        .map(|(id, _)| *id)
-                        .collect()
+                // cancelled: all of them, not only those whose reason changed (a cancel that
+                // failed is tried again by the next pass).
+                let never = if kill_invalid {
+                    std::mem::take(&mut plan.never_satisfied)
                 } else {
                     Vec::new()
                 };
-                // Only the reasons that changed go to the applier, which runs under the lock.
-                plan.keep_changed_reasons(&held.copy.jobs);
                 (plan, queue_view, expected, never, view)
             })
             .await

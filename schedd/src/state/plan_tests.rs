@@ -54,6 +54,7 @@ fn evictions_stop_victims_and_placements_launch_every_part() {
         ],
         pending_reasons: [(JobId(5), PendingReason::Resources)].into(),
         expected_starts: Default::default(),
+        never_satisfied: Vec::new(),
     };
     let fx = rec.apply_plan(&plan, &payload, NOW);
     let victim = &fx.jobs[0];
@@ -167,6 +168,7 @@ fn a_plan_from_an_older_copy_keeps_only_what_still_holds() {
         ],
         pending_reasons: [(JobId(2), PendingReason::Resources)].into(),
         expected_starts: Default::default(),
+        never_satisfied: Vec::new(),
     };
     // Meanwhile: job 2 was cancelled, another job took GPU 2 of n1, job 5 ended.
     let mut now = older.clone();
