@@ -8,7 +8,7 @@
 //! the same machine.
 
 use crate::figure::{median, percentile, Figure};
-use crate::setup::{env_usize, real_cluster, A100};
+use crate::setup::{env_usize, machine_busy_ms, real_cluster, supervisor_of, A100};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,6 +27,10 @@ struct Workload {
 #[derive(Default)]
 struct Round {
     jobs_per_sec: f64,
+    /// The array's CPU time per job, in ms: the whole machine's (see [`machine_busy_ms`]),
+    /// then each role's own (a process and its threads) and its reaped children's.
+    machine_ms: f64,
+    roles: Vec<(&'static str, f64)>,
     latency_ms: Vec<f64>,
     sequential_per_sec: f64,
     submit_p99_ms: f64,
@@ -106,6 +110,29 @@ fn print_round(round: usize, system: &str, r: &Round) {
         r.sequential_per_sec,
         r.submit_p99_ms
     );
+    let roles: Vec<String> = r
+        .roles
+        .iter()
+        .map(|(role, ms)| format!("{role} {ms:.2}"))
+        .collect();
+    println!(
+        "    array CPU per job: {:.2} ms of the machine's; {} ms",
+        r.machine_ms,
+        roles.join(", ")
+    );
+}
+
+/// Each role's CPU time between `before` and `after`, per job.
+fn per_job(
+    before: Vec<(&'static str, f64)>,
+    after: Vec<(&'static str, f64)>,
+    jobs: usize,
+) -> Vec<(&'static str, f64)> {
+    before
+        .into_iter()
+        .zip(after)
+        .map(|((role, b), (_, a))| (role, (a - b).max(0.0) / jobs as f64))
+        .collect()
 }
 
 fn now_ns() -> u128 {
@@ -158,6 +185,27 @@ fn ysched_round(work: &Workload) -> Round {
         round.latency_ms.push(stamp_latency_ms(&stamp, t0));
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The roles: schedd; each noded and its node's supervisor, their own; the jobs (the
+    // supervisors' reaped children). A supervisor started by the idle jobs is still there.
+    let nodes = ["n1", "n2"];
+    let roles = || {
+        let own = |pid: Option<u32>| pid.and_then(cpu_ms).unwrap_or_default();
+        let supervisors: Vec<(f64, f64)> = nodes
+            .iter()
+            .map(|n| own(supervisor_of(&c.spool_dir(n))))
+            .collect();
+        let agents: f64 = nodes
+            .iter()
+            .map(|n| own(c.agent_pid(n).map(|p| p as u32)).0)
+            .sum();
+        vec![
+            ("schedd", own(c.schedd_pid()).0),
+            ("noded", agents),
+            ("supervisor", supervisors.iter().map(|s| s.0).sum()),
+            ("jobs", supervisors.iter().map(|s| s.1).sum()),
+        ]
+    };
+    let (machine_before, roles_before) = (machine_busy_ms(), roles());
     let t = Instant::now();
     let array = format!("1-{}", work.jobs);
     let out = c.run(
@@ -166,6 +214,8 @@ fn ysched_round(work: &Workload) -> Round {
     );
     assert!(out.status.success(), "ysub -W: {}", stderr(&out));
     round.jobs_per_sec = work.jobs as f64 / t.elapsed().as_secs_f64();
+    round.machine_ms = (machine_busy_ms() - machine_before) / work.jobs as f64;
+    round.roles = per_job(roles_before, roles(), work.jobs);
     (round.sequential_per_sec, round.submit_p99_ms) = sequential(work.sequential, || {
         c.submit(&["-H", "-G", "1", "--wrap", "true"]);
     });
@@ -266,6 +316,17 @@ fn hq_round(hq: &Path, work: &Workload) -> Round {
         round.latency_ms.push(stamp_latency_ms(&stamp, t0));
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The roles: the server; the workers, their own; the tasks (their reaped children).
+    let roles = || {
+        let own = |child: &Child| cpu_ms(child.id()).unwrap_or_default();
+        let workers: Vec<(f64, f64)> = c.children[1..].iter().map(own).collect();
+        vec![
+            ("server", own(&c.children[0]).0),
+            ("workers", workers.iter().map(|w| w.0).sum()),
+            ("tasks", workers.iter().map(|w| w.1).sum()),
+        ]
+    };
+    let (machine_before, roles_before) = (machine_busy_ms(), roles());
     let t = Instant::now();
     let array = format!("1-{}", work.jobs);
     c.submit(&[
@@ -278,6 +339,8 @@ fn hq_round(hq: &Path, work: &Workload) -> Round {
         "true",
     ]);
     round.jobs_per_sec = work.jobs as f64 / t.elapsed().as_secs_f64();
+    round.machine_ms = (machine_busy_ms() - machine_before) / work.jobs as f64;
+    round.roles = per_job(roles_before, roles(), work.jobs);
     (round.sequential_per_sec, round.submit_p99_ms) = sequential(work.sequential, || {
         c.submit(&["--resource", "gpus/nvidia=1", "--", "true"]);
     });

@@ -99,3 +99,45 @@ pub fn submit_all(
         all
     })
 }
+
+/// The pid of the node supervisor serving `spool` (`noded __supervisor <spool>`), if one runs.
+pub fn supervisor_of(spool: &std::path::Path) -> Option<u32> {
+    let spool = std::fs::canonicalize(spool).ok()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let serves = args.windows(2).any(|w| {
+                w[0] == b"__supervisor"
+                    && std::fs::canonicalize(
+                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(w[1]),
+                    )
+                    .is_ok_and(|p| p == spool)
+            });
+            serves.then_some(pid)
+        })
+}
+
+/// The whole machine's busy CPU time so far, in ms, from `/proc/stat`: every CPU's user,
+/// nice, system, irq and softirq time (not idle, iowait, or steal: the time the hypervisor
+/// gave to other guests, which the processes' own times leave out too). What a run costs
+/// the machine, kernel threads (cgroup teardown, writeback, RCU) included.
+pub fn machine_busy_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
+    // SAFETY: sysconf only reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    busy * 1e3 / hz
+}

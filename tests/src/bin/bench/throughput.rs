@@ -2,7 +2,7 @@
 //! each role (schedd, each noded with its node's supervisor and jobs) used per job.
 
 use crate::figure::Figure;
-use crate::setup::{env_usize, held_spec, real_cluster_with, submit_all, A100};
+use crate::setup::{env_usize, held_spec, real_cluster_with, submit_all, supervisor_of, A100};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 use ysched_tests::*;
@@ -117,27 +117,6 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         });
     }
     figures
-}
-
-/// The pid of the node supervisor serving `spool` (`noded __supervisor <spool>`), if one runs.
-fn supervisor_of(spool: &std::path::Path) -> Option<u32> {
-    let spool = std::fs::canonicalize(spool).ok()?;
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let serves = args.windows(2).any(|w| {
-                w[0] == b"__supervisor"
-                    && std::fs::canonicalize(
-                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(w[1]),
-                    )
-                    .is_ok_and(|p| p == spool)
-            });
-            serves.then_some(pid)
-        })
 }
 
 /// How many jobs have ended COMPLETED, from schedd's metrics, summed over the tiers; 0 when
