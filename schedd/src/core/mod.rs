@@ -140,7 +140,8 @@ pub struct Plan {
     /// Jobs to stop for a preemptor, grouped by preemptor in queue order, victims by id.
     pub evictions: Vec<Eviction>,
     /// Why each PENDING job that is not placed by this plan still waits; from
-    /// [`schedule_changes`] only the reasons that differ from the jobs' own.
+    /// [`schedule_with_queue`] (schedd's passes) only the reasons that differ from the jobs'
+    /// own.
     pub pending_reasons: BTreeMap<JobId, PendingReason>,
     /// The PENDING jobs whose dependency can never be met (`DependencyNeverSatisfied`), in
     /// queue order, whether or not that reason is new: `kill_invalid_depend` cancels them.
@@ -237,11 +238,7 @@ pub fn schedule_changes(
     now: Millis,
     topologies: &mut Topologies,
 ) -> Plan {
-    let mut pass = pass::Pass::new(snap, policy, now, topologies).only_changed_reasons();
-    for (_, job) in order::pending_keyed(snap.jobs, policy.fair_share) {
-        pass.step(job);
-    }
-    pass.into_plan()
+    schedule_with_queue(snap, policy, now, topologies).0
 }
 
 /// The PENDING jobs in the order a pass walks them (tier, fair-share factor, submit time, id),
