@@ -378,15 +378,8 @@ impl Journal {
                         Err(e) => tracing::error!("{}: a record skipped: {e}", path.display()),
                     }
                 }
-                let file = open_rw(&path, false)?;
-                if decoded.torn {
-                    // Zeros over the torn record (and anything after it), so that the next
-                    // record is never followed by stale bytes that might read as one.
-                    let len = bytes.len() - decoded.end;
-                    file.write_all_at(&vec![0; len], decoded.end as u64)?;
-                    file.sync_data()?;
-                }
-                (file, replay, decoded.end as u64)
+                // A torn record, and anything after it, is written over with zeros below.
+                (open_rw(&path, false)?, replay, decoded.end as u64)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let file = open_rw(&path, true)?;
@@ -398,8 +391,9 @@ impl Journal {
             Err(e) => return Err(e),
         };
         let allocated = file.metadata()?.len();
-        // A journal allocated by an older noded has unwritten extents past its records:
-        // written here, once (see `allocate`).
+        // Zeros over everything past the records: over a torn record, so that the next one
+        // is never followed by stale bytes that might read as a record; and over the room a
+        // journal of an older noded left unwritten (see `allocate`).
         if allocated > end {
             write_zeros(&file, end, allocated)?;
             file.sync_data()?;
