@@ -196,6 +196,41 @@ fn records_written_before_arrays_existed_read_as_they_were() {
     assert!(err.to_string().contains("whose spec is missing"), "{err}");
 }
 
+/// A read that finds a task's record and then, its array having expired meanwhile (record
+/// and spec gone in one transaction), not its spec: the task is gone, not an error (a `yq
+/// --all` while an array leaves the history failed so). A spec missing under a record still
+/// there stays an error.
+#[test]
+fn a_task_read_while_its_array_expires_is_gone_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // Task 1 of array 4, its record slim (its spec left to the array's).
+    let mut job = crate::core::testkit::JobBuilder::new(5).build();
+    job.array = Some(ysched_common::ArrayTask {
+        array_id: JobId(4),
+        task: 1,
+    });
+    job.spec = Arc::clone(spec_placeholder());
+    let key = 5u64.to_be_bytes();
+    store
+        .jobs
+        .insert(key, serde_json::to_vec(&job).unwrap())
+        .unwrap();
+    // The reader has the record; the spec was never there, or is gone now.
+    let read: Job = decode(&key, &store.jobs.get(key).unwrap().unwrap()).unwrap();
+    let err = store
+        .complete_unless_expired(read.clone(), &mut Shared::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("whose spec is missing"), "{err}");
+    // The expiry takes the record too: the read finds the task gone.
+    store.jobs.remove(key).unwrap();
+    assert!(store
+        .complete_unless_expired(read, &mut Shared::default())
+        .unwrap()
+        .is_none());
+    assert!(store.job(JobId(5)).unwrap().is_none());
+}
+
 /// The target: a 10,000-task array submitted in under 100 ms (state machine, one write and
 /// its flush). Printed; asserted loosely (debug builds and busy machines are slower).
 #[tokio::test]

@@ -122,6 +122,37 @@ impl Store {
         self.complete(record.first.clone(), shared)
     }
 
+    /// [`Store::complete`] for a read that may race the expiry of the job's array: a read
+    /// of several trees is no snapshot, and the array may have left the history (its tasks'
+    /// records and its spec, in one transaction) between the read of `job`'s record and that
+    /// of the spec. Then the task is gone (`None`), as a read a moment later would find it; a
+    /// spec missing while the record is still there is an error, as before.
+    pub(super) fn complete_unless_expired(
+        &self,
+        job: Job,
+        shared: &mut Shared,
+    ) -> Result<Option<Job>> {
+        let id = job.id.0.to_be_bytes();
+        match self.complete(job, shared) {
+            Err(Error::MissingArraySpec { .. }) if !self.jobs.contains_key(id)? => Ok(None),
+            done => done.map(Some),
+        }
+    }
+
+    /// [`Store::first_task`] for a read that may race the expiry of the array (see
+    /// [`Store::complete_unless_expired`]): `None` when the array's record is gone too.
+    pub(super) fn first_task_unless_expired(
+        &self,
+        record: &ArrayRecord,
+        shared: &mut Shared,
+    ) -> Result<Option<Job>> {
+        let id = record.first.id.0.to_be_bytes();
+        match self.first_task(record, shared) {
+            Err(Error::MissingArraySpec { .. }) if !self.arrays.contains_key(id)? => Ok(None),
+            done => done.map(Some),
+        }
+    }
+
     /// The array record that holds job `id` as submitted, and its place there, when `id` is
     /// a task without a record of its own.
     pub(super) fn submitted_task(&self, id: JobId) -> Result<Option<(ArrayRecord, usize)>> {

@@ -291,9 +291,10 @@ impl Store {
                 Found::Record => {
                     let own = self.jobs.get(id.0.to_be_bytes())?;
                     let job = match own {
-                        Some(v) => {
-                            Some(self.complete(decode(&id.0.to_be_bytes(), &v)?, &mut shared)?)
-                        }
+                        Some(v) => self.complete_unless_expired(
+                            decode(&id.0.to_be_bytes(), &v)?,
+                            &mut shared,
+                        )?,
                         None => {
                             let cached = array.as_ref().is_some_and(|(r, _)| {
                                 id.0.checked_sub(r.first.id.0)
@@ -301,10 +302,9 @@ impl Store {
                             });
                             if !cached {
                                 array = match self.submitted_task(id)? {
-                                    Some((record, _)) => {
-                                        let first = self.first_task(&record, &mut shared)?;
-                                        Some((record, first))
-                                    }
+                                    Some((record, _)) => self
+                                        .first_task_unless_expired(&record, &mut shared)?
+                                        .map(|first| (record, first)),
                                     None => None,
                                 };
                             }

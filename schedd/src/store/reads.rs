@@ -22,13 +22,12 @@ impl Store {
         match self.jobs.get(id.0.to_be_bytes())? {
             Some(v) => {
                 let job = decode(&id.0.to_be_bytes(), &v)?;
-                Ok(Some(self.complete(job, shared)?))
+                self.complete_unless_expired(job, shared)
             }
             None => match self.submitted_task(id)? {
-                Some((record, i)) => {
-                    let first = self.first_task(&record, shared)?;
-                    Ok(Some(record.task(&first, i)))
-                }
+                Some((record, i)) => Ok(self
+                    .first_task_unless_expired(&record, shared)?
+                    .map(|first| record.task(&first, i))),
                 None => Ok(None),
             },
         }
@@ -85,7 +84,10 @@ impl Store {
             let job: Job = decode(&k, &v)?;
             // `want` looks at no spec: asked before the array's is read.
             if job.state.is_terminal() && job.id > after && want(&job) {
-                res.push(self.complete(job, &mut shared)?);
+                let Some(job) = self.complete_unless_expired(job, &mut shared)? else {
+                    continue;
+                };
+                res.push(job);
                 if res.len() >= limit {
                     bound = res.last().map(|j: &Job| j.id);
                     break;
@@ -118,9 +120,12 @@ impl Store {
                     continue;
                 }
                 if first.is_none() {
-                    first = Some(self.first_task(&record, &mut shared)?);
+                    first = self.first_task_unless_expired(&record, &mut shared)?;
                 }
-                let task = record.task(first.as_ref().expect("set above"), place as usize);
+                let Some(first) = &first else {
+                    break; // The array expired while this read went on.
+                };
+                let task = record.task(first, place as usize);
                 if want(&task) {
                     res.push(task);
                 }
