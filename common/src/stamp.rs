@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::OnceLock;
 
 /// The environment variable naming the file stamps go to.
@@ -18,9 +19,11 @@ fn sink() -> Option<&'static File> {
     static SINK: OnceLock<Option<File>> = OnceLock::new();
     SINK.get_or_init(|| {
         let path = std::env::var_os(STAMPS_ENV)?;
+        // Not blocking: a FIFO without a reader is refused (no stamps), not waited on.
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .ok()
     })

@@ -166,16 +166,22 @@ async fn an_array_is_written_once_and_recovered_with_its_spec_shared() {
     assert_eq!(store.finished_jobs().unwrap().len(), 1);
 }
 
+/// Job `id` as task `task` of array `array_id` (a plain job's spec: its own).
+fn task_of(id: u64, array_id: u64, task: u32) -> Job {
+    let mut job = crate::core::testkit::JobBuilder::new(id).build();
+    job.array = Some(ysched_common::ArrayTask {
+        array_id: JobId(array_id),
+        task,
+    });
+    job
+}
+
 #[test]
 fn records_written_before_arrays_existed_read_as_they_were() {
     // A task record that carries its own spec (as any job record does) is taken as it is.
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let mut job = crate::core::testkit::JobBuilder::new(3).build();
-    job.array = Some(ysched_common::ArrayTask {
-        array_id: JobId(3),
-        task: 0,
-    });
+    let mut job = task_of(3, 3, 0);
     Arc::make_mut(&mut job.spec).array = Some(ArraySpec::parse("0", 10).unwrap());
     let mut value = job.clone();
     Arc::make_mut(&mut value.spec).script.clear();
@@ -205,11 +211,7 @@ fn a_task_read_while_its_array_expires_is_gone_not_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     // Task 1 of array 4, its record slim (its spec left to the array's).
-    let mut job = crate::core::testkit::JobBuilder::new(5).build();
-    job.array = Some(ysched_common::ArrayTask {
-        array_id: JobId(4),
-        task: 1,
-    });
+    let mut job = task_of(5, 4, 1);
     job.spec = Arc::clone(spec_placeholder());
     let key = 5u64.to_be_bytes();
     store
