@@ -32,15 +32,16 @@ impl Replicas {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .unwrap();
-        let ports: Vec<u16> = (0..count)
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port()
-            })
+        // All held open until every port is picked: a listener dropped at once lets the
+        // next bind get the same port (two replicas named the same address, refused).
+        let listeners: Vec<std::net::TcpListener> = (0..count)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(listeners);
         let list = ports
             .iter()
             .map(|p| format!("\"127.0.0.1:{p}\""))
