@@ -1,13 +1,12 @@
 //! Starting the job: its forked child's setup, prepared before the fork, and its failures.
 //!
 //! Everything the child needs is resolved here (the child itself only runs
-//! [`sys::setup_child`]); when it fails, the step it reports says what the failure means:
+//! [`spawn::setup_child`](super::spawn)); when it fails, the step it reports says what the failure means:
 //! whose fault it is (the node's or the job's), and the message for the job's end.
 
-use super::sys::{ChildSetup, ExecArgs, STEP_REPORT_LEN};
+use super::spawn::{ChildSetup, ExecArgs, ParentCopies, STEP_REPORT_LEN};
 use crate::launch::spool::JobDir;
 use crate::launch::ExecPlan;
-use nix::unistd::{Gid, Uid};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -35,14 +34,16 @@ fn c_path(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
 }
 
-/// What forking the job needs, prepared: the child's setup, and the read end of its step
-/// pipe.
+/// What creating the job's first process needs, prepared: the child's setup, the parent's
+/// copies of the descriptors it names (closed once the child exists), and the read end of
+/// its step pipe.
 pub(in crate::launch) struct Prepared {
     pub(in crate::launch) setup: ChildSetup,
+    pub(in crate::launch) parent_copies: ParentCopies,
     pub(in crate::launch) step_read: OwnedFd,
 }
 
-/// Resolves everything the job's child needs before the fork (see [`sys::setup_child`]).
+/// Resolves everything the job's child needs before it is created.
 pub(in crate::launch) fn prepare(
     dir: &JobDir,
     plan: &ExecPlan,
@@ -83,11 +84,18 @@ pub(in crate::launch) fn prepare(
             })?,
         ),
     };
+    let mut parent_copies = ParentCopies::default();
+    let join_cgroups = join_cgroups
+        .into_iter()
+        .map(|fd| parent_copies.keep(fd))
+        .collect();
+    let step_report = parent_copies.keep(step_write);
+    let group_file = group_file.map(|fd| parent_copies.keep(fd));
     let setup = ChildSetup {
         join_cgroups,
         switch_user: plan.switch_user,
-        uid: Uid::from_raw(plan.uid),
-        gid: Gid::from_raw(plan.gid),
+        uid: plan.uid,
+        gid: plan.gid,
         groups: plan.groups.clone(),
         workdir: c_path(&plan.workdir).map_err(StartError::job)?,
         interpreter: plan
@@ -113,11 +121,15 @@ pub(in crate::launch) fn prepare(
             | libc::O_NONBLOCK
             | libc::O_NOCTTY
             | output_mode,
-        step_report: step_write,
+        step_report,
         group_file,
         go: None,
     };
-    Ok(Prepared { setup, step_read })
+    Ok(Prepared {
+        setup,
+        parent_copies,
+        step_read,
+    })
 }
 
 /// The job's program, arguments and environment for `execve` (the environment is the plan's

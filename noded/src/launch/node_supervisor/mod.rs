@@ -3,17 +3,18 @@
 //!
 //! Why: a shepherd was the 11.6 MB noded binary re-executed per job (loader, glibc's CPU
 //! probing that traps to the hypervisor, page faults, teardown: about 5 ms of CPU per job).
-//! The supervisor is started once, and each job costs it a `fork` of a small process, the
+//! The supervisor is started once, and each job costs it a `clone3` that shares its memory
+//! until the job's exec (see [`spawn`]: no page-table copy, no copy-on-write faults), the
 //! job's setup and exec, and a few descriptors in one poll loop.
 //!
 //! It keeps every rule the shepherd kept (see [`super::shepherd`]'s docs):
 //! - It runs in its own session (it calls `setsid` itself, so noded spawns it without a
 //!   fork of its own many-threaded process), outliving noded restarts (systemd
 //!   `KillMode=process`), and is the child subreaper of the jobs.
-//! - It forks each job from itself, a single-threaded process; the child makes only
-//!   async-signal-safe calls (`sys::setup_child`, then `execve`), and the supervisor never
-//!   waits for it: the child's setup may block (a hung network filesystem), the exec's end is
-//!   learnt from the step pipe's end of file, a failed step from its report.
+//! - It creates each job's first process itself; the child makes only system calls, no libc
+//!   call (`spawn::setup_child`, then `execve`), and the supervisor never waits for it: the
+//!   child's setup may block (a hung network filesystem), the exec's end is learnt from the
+//!   step pipe's end of file, a failed step from its report.
 //! - A job is over when its last process is gone: the main process's pidfd, then
 //!   `cgroup.events` (`populated 0`) or, without cgroups, its process group looked at every
 //!   20 ms. When the main process ended by itself the rest is killed; during a stop (the
@@ -63,9 +64,12 @@
 
 mod child;
 #[allow(unsafe_code)]
+mod spawn;
+#[allow(unsafe_code)]
 mod sys;
 
 use child::StartError;
+use spawn::{ChildInUse, ChildMemory};
 
 use super::cgroup::{read_populated, JobCgroup};
 use super::journal::{Entry, Journal, JournalOptions, Receipt};
@@ -364,6 +368,8 @@ struct Job {
     pidfd: Option<OwnedFd>,
     /// Open until the child has exec'd (or failed).
     step_pipe: Option<OwnedFd>,
+    /// What the child reads until its exec (see [`Forked::child`]).
+    child: Option<ChildInUse>,
     /// Its setup or exec failed.
     failure: Option<StartError>,
     /// The main process's wait status, once reaped.
@@ -891,6 +897,7 @@ impl Supervisor {
             pidfd,
             step_pipe,
             events,
+            child,
         } = forked;
         ysched_common::stamp::stamp("s.forked", job_id);
         log(&format!("job {job_id}: forked as pid {pid}"));
@@ -905,6 +912,7 @@ impl Supervisor {
             pid,
             pidfd: Some(pidfd),
             step_pipe: Some(step_pipe),
+            child,
             failure: None,
             status: None,
             events,
@@ -1177,6 +1185,9 @@ impl Supervisor {
                 ysched_common::stamp::stamp("s.reaped", job.record.job.job_id);
                 job.status = Some(status);
                 job.pidfd = None;
+                if let Some(child) = job.child.take() {
+                    child.release();
+                }
                 job.main_ended();
             } else if let Some(early) = self
                 .launching
@@ -1185,6 +1196,9 @@ impl Supervisor {
                 .find(|e| e.forked.pid == pid && e.status.is_none())
             {
                 early.status = Some(status);
+                if let Some(child) = early.forked.child.take() {
+                    child.release();
+                }
             }
         }
     }
@@ -1285,13 +1299,13 @@ impl Supervisor {
     }
 }
 
-/// How jobs with a cgroup are created: `clone3` into their cgroup until the kernel refuses
-/// it once (then fork and a `cgroup.procs` write, for the rest of this supervisor's life).
+/// How jobs are created: `clone3` (into their cgroup, with one) until the kernel refuses it
+/// once (then fork and `cgroup.procs` writes, for the rest of this supervisor's life).
 /// Said once in the log, either way.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum CloneMode {
     Untried,
-    IntoCgroup,
+    Clone3,
     Fork,
 }
 
@@ -1313,57 +1327,58 @@ fn set_clone_mode(mode: CloneMode, why: &str) {
     }
 }
 
-/// Creates the job planned as `plan`: its pid, pidfd, step pipe and `cgroup.events`. With a
-/// cgroup, the child is born in its v2 cgroup (`clone3`, see
-/// [`sys::clone_job_into_cgroup`]) and joins only its v1 ones (limits, on hybrid hosts);
-/// else, or where the kernel has no such `clone3`, it is forked and joins them all.
-fn fork(dir: &JobDir, plan: &ExecPlan, mut go: Option<OwnedFd>) -> Result<Forked, StartError> {
+/// Creates the job planned as `plan`: its pid, pidfd, step pipe and `cgroup.events`. The
+/// child is created with `clone3` (see [`spawn::clone_job`]): with a cgroup, born in its v2
+/// cgroup, joining only its v1 ones (limits, on hybrid hosts). Where the kernel has no such
+/// `clone3`, it is forked and joins them all.
+fn fork(dir: &JobDir, plan: &ExecPlan, go: Option<OwnedFd>) -> Result<Forked, StartError> {
     let cgroup_fault = |e: io::Error| StartError {
         error: format!("cannot use the job's cgroup: {e}"),
         node_fault: true,
     };
-    let exec = child::exec_args(plan)?;
-    if let Some(cgroup) = plan
-        .cgroup
-        .as_ref()
-        .filter(|_| clone_mode() != CloneMode::Fork)
-    {
-        let events = cgroup.open_events().map_err(cgroup_fault)?;
-        let cgroup_dir = cgroup.open_dir().map_err(cgroup_fault)?;
-        // The v2 cgroup's `cgroup.procs` is the first; the child is born there.
-        let join = cgroup
-            .open_procs_files()
-            .map_err(cgroup_fault)?
-            .into_iter()
-            .skip(1)
-            .collect();
+    let go_raw = go.as_ref().map(AsRawFd::as_raw_fd);
+    if clone_mode() != CloneMode::Fork {
+        let (join, events, cgroup_dir) = match &plan.cgroup {
+            Some(cgroup) => (
+                // The v2 cgroup's `cgroup.procs` is the first; the child is born there.
+                cgroup
+                    .open_procs_files()
+                    .map_err(cgroup_fault)?
+                    .into_iter()
+                    .skip(1)
+                    .collect(),
+                Some(cgroup.open_events().map_err(cgroup_fault)?),
+                Some(cgroup.open_dir().map_err(cgroup_fault)?),
+            ),
+            None => (Vec::new(), None, None),
+        };
         let mut prepared = child::prepare(dir, plan, join)?;
-        prepared.setup.go = go;
-        match sys::clone_job_into_cgroup(&exec, &prepared.setup, &cgroup_dir) {
-            Ok((pid, pidfd)) => {
+        prepared.setup.go = go_raw;
+        let memory = ChildMemory::new(child::exec_args(plan)?, prepared.setup);
+        match spawn::clone_job(memory, cgroup_dir.as_ref()) {
+            Ok((pid, pidfd, in_use)) => {
                 set_clone_mode(
-                    CloneMode::IntoCgroup,
-                    "jobs are born in their cgroup (clone3 with CLONE_INTO_CGROUP)",
+                    CloneMode::Clone3,
+                    "jobs are created with clone3 (born in their cgroup where they have one), \
+                     in the supervisor's memory until their exec (CLONE_VM, x86-64)",
                 );
-                drop(prepared.setup);
+                // The parent's copies of the child's descriptors (its step pipe's write end
+                // among them, so that the pipe reads end of file once the child has exec'd).
+                drop(prepared.parent_copies);
+                drop(go);
                 return Ok(Forked {
                     pid,
                     pidfd,
                     step_pipe: prepared.step_read,
-                    events: Some(events),
+                    events,
+                    child: Some(in_use),
                 });
             }
-            Err(e) if sys::clone3_unsupported(&e) => {
-                go = prepared.setup.go.take();
-                set_clone_mode(
-                    CloneMode::Fork,
-                    &format!(
-                        "clone3 into a cgroup refused ({e}): jobs are forked and join their \
-                         cgroup themselves"
-                    ),
-                )
-            }
-            Err(e) => return Err(child::failure(plan, &[], e)),
+            Err((_, e)) if spawn::clone3_unsupported(&e) => set_clone_mode(
+                CloneMode::Fork,
+                &format!("clone3 refused ({e}): jobs are forked and join their cgroups themselves"),
+            ),
+            Err((_, e)) => return Err(child::failure(plan, &[], e)),
         }
     }
     let (join, events) = match &plan.cgroup {
@@ -1374,11 +1389,11 @@ fn fork(dir: &JobDir, plan: &ExecPlan, mut go: Option<OwnedFd>) -> Result<Forked
         None => (Vec::new(), None),
     };
     let mut prepared = child::prepare(dir, plan, join)?;
-    prepared.setup.go = go;
-    let pid = sys::fork_job(&exec, &prepared.setup).map_err(|e| child::failure(plan, &[], e))?;
-    // Dropping the setup closes the parent's copy of the pipe's write end and of the cgroup
-    // files: the pipe reads end of file once the child has exec'd or died.
-    drop(prepared.setup);
+    prepared.setup.go = go_raw;
+    let memory = ChildMemory::new(child::exec_args(plan)?, prepared.setup);
+    let pid = spawn::fork_job(&memory).map_err(|e| child::failure(plan, &[], e))?;
+    // The child has its own copy of the memory and descriptors: the parent's are let go.
+    drop((memory, prepared.parent_copies, go));
     let pidfd = sys::pidfd_open(pid).map_err(|e| StartError {
         error: format!("pidfd_open: {e}"),
         node_fault: true,
@@ -1388,6 +1403,7 @@ fn fork(dir: &JobDir, plan: &ExecPlan, mut go: Option<OwnedFd>) -> Result<Forked
         pidfd,
         step_pipe: prepared.step_read,
         events,
+        child: None,
     })
 }
 
@@ -1398,6 +1414,9 @@ fn end_early(record: &JobRecord, early: Early) {
     if early.status.is_none() {
         sys::kill_and_collect(early.forked.pid);
     }
+    if let Some(child) = early.forked.child {
+        child.release();
+    }
     if let Some(cgroup) = record.plan.as_ref().and_then(|plan| plan.cgroup.as_ref()) {
         if let Err(e) = cgroup.remove() {
             log(&format!("cannot remove the job's cgroups: {e}"));
@@ -1405,12 +1424,15 @@ fn end_early(record: &JobRecord, early: Early) {
     }
 }
 
-/// A job's first process, forked: its pid, pidfd, step pipe and `cgroup.events`.
+/// A job's first process, created: its pid, pidfd, step pipe and `cgroup.events`.
 struct Forked {
     pid: u32,
     pidfd: OwnedFd,
     step_pipe: OwnedFd,
     events: Option<File>,
+    /// What the child reads until its exec, when it shares this process's memory: released
+    /// once it has exec'd or ended.
+    child: Option<ChildInUse>,
 }
 
 /// A job forked before its launch was recorded, waiting (before its exec) for the word.
@@ -1439,9 +1461,17 @@ impl Job {
         let Some(pipe) = self.step_pipe.take() else {
             return;
         };
-        let mut report = [0u8; sys::STEP_REPORT_LEN];
+        let mut report = [0u8; spawn::STEP_REPORT_LEN];
         let mut file = File::from(pipe);
-        let read = file.read(&mut report).unwrap_or(0);
+        let read = file.read(&mut report);
+        if matches!(read, Ok(0)) {
+            // End of file: the child has exec'd or ended, and reads its memory no more (a
+            // report is written before the child's end: its memory waits for the reaping).
+            if let Some(child) = self.child.take() {
+                child.release();
+            }
+        }
+        let read = read.unwrap_or(0);
         if read > 0 {
             let error = child::reported_error(&report[..read]);
             self.failure = Some(child::failure(&self.plan, &report[..read], error));
