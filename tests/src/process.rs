@@ -43,6 +43,79 @@ pub fn kill_tagged(tag: &str) {
     }
 }
 
+/// Removes the job cgroups the agents whose spools are under `spool_root` (one directory per
+/// node) left behind: a cluster killed with jobs running has no supervisor left to remove
+/// them, and on a long-lived host they pile up (hundreds of them slowed every cpu v1 quota
+/// write), with the processes of jobs `kill_tagged` could not find. Call after
+/// [`kill_tagged`]. Only this cluster's, by their instance tag (node name and spool path);
+/// best effort.
+pub fn remove_job_cgroups(spool_root: &std::path::Path) {
+    let Ok(nodes) = std::fs::read_dir(spool_root) else {
+        return;
+    };
+    let tags: Vec<String> = nodes
+        .flatten()
+        .map(|node| {
+            ysched_noded::launch::containment::instance_tag(
+                &node.file_name().to_string_lossy(),
+                &node.path(),
+            )
+        })
+        .collect();
+    if tags.is_empty() {
+        return;
+    }
+    let mut roots = vec![std::path::PathBuf::from("/sys/fs/cgroup/ysched")];
+    if let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") {
+        roots.extend(controllers.flatten().map(|c| c.path().join("ysched")));
+    }
+    let mut ours = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `job_<id>.<tag>`, or `job_<id>.<tag>-<n>` when the first name was taken.
+            let matches = name.strip_prefix("job_").is_some_and(|rest| {
+                rest.split_once('.').is_some_and(|(_, tag)| {
+                    tags.iter().any(|t| {
+                        tag == t
+                            || tag
+                                .strip_prefix(t.as_str())
+                                .is_some_and(|n| n.starts_with('-'))
+                    })
+                })
+            });
+            if matches {
+                ours.push(entry.path());
+            }
+        }
+    }
+    // A job submitted through the API directly carries no test tag in its environment:
+    // `kill_tagged` missed it, and it would outlive the test (a `sleep 300`).
+    for dir in &ours {
+        if std::fs::write(dir.join("cgroup.kill"), "1").is_err() {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+    for dir in &ours {
+        // Processes just killed take a moment to leave it.
+        for _ in 0..50 {
+            if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// The resident memory of process `pid` in MiB (`VmRSS`), 0 when it is gone.
 pub fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -444,5 +444,6 @@ impl Drop for Replicas {
             let _ = child.wait();
         }
         kill_tagged(&self.tag);
+        crate::process::remove_job_cgroups(&self.dir.path().join("spool"));
     }
 }

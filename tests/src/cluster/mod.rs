@@ -267,5 +267,6 @@ impl Drop for TestCluster {
             self.stop_agent(&n, SIGKILL);
         }
         kill_tagged(&self.tag);
+        crate::process::remove_job_cgroups(&self.dir.path().join("spool"));
     }
 }
