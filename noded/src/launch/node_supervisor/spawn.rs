@@ -883,6 +883,15 @@ mod tests {
         status
     }
 
+    /// The child reported that `step` failed with `errno`, and ended (status 127).
+    fn assert_failed_and_ended(report: &[u8], step: u8, errno: i32, in_use: ChildInUse, pid: u32) {
+        assert_eq!(report.len(), STEP_REPORT_LEN);
+        assert_eq!(report[0], step);
+        assert_eq!(i32::from_le_bytes(report[2..6].try_into().unwrap()), errno);
+        in_use.release();
+        assert_eq!(libc::WEXITSTATUS(wait(pid)), 127);
+    }
+
     fn errno_location() -> *mut libc::c_int {
         // SAFETY: glibc's pointer to this thread's errno.
         unsafe { libc::__errno_location() }
@@ -927,14 +936,8 @@ mod tests {
         let report = step_report(step_read);
         // SAFETY: as above.
         assert_eq!(unsafe { *errno_location() }, 4242);
-        assert_eq!(report.len(), STEP_REPORT_LEN);
-        assert_eq!(report[0], 0, "the exec itself failed");
-        assert_eq!(
-            i32::from_le_bytes(report[2..6].try_into().unwrap()),
-            libc::ENOENT
-        );
-        in_use.release();
-        assert_eq!(libc::WEXITSTATUS(wait(pid)), 127);
+        // Step 0: the exec itself failed.
+        assert_failed_and_ended(&report, 0, libc::ENOENT, in_use, pid);
         drop(go);
     }
 
@@ -950,14 +953,8 @@ mod tests {
         let (pid, _pidfd, in_use) = clone_job(memory, None).map_err(|(_, e)| e).unwrap();
         drop(parent);
         let report = step_report(step_read);
-        assert_eq!(report.len(), STEP_REPORT_LEN);
-        assert_eq!(report[0], Step::CheckpointDir as u8);
-        assert_eq!(
-            i32::from_le_bytes(report[2..6].try_into().unwrap()),
-            libc::ENOTDIR
-        );
-        in_use.release();
-        assert_eq!(libc::WEXITSTATUS(wait(pid)), 127);
+        let step = Step::CheckpointDir as u8;
+        assert_failed_and_ended(&report, step, libc::ENOTDIR, in_use, pid);
         drop(go);
     }
 
