@@ -7,6 +7,9 @@
 #   REPLICAS_ROUNDS=10 scripts/bench.sh replicas
 #                                    three schedd replicas: the failover gap over that many
 #                                    kill -9 rounds, and ysub against one schedd
+#   TMPDIR=/mnt/x scripts/bench.sh   temp dirs (clusters' state, spools, job output) there: the
+#                                    figures depend on that file system (the first line says
+#                                    which; see docs/benchmarks.md)
 #   HQ_BIN=/path/to/hq scripts/bench.sh hq
 #                                    ysched and HyperQueue side by side (HQ_BIN: an `hq` built
 #                                    from its public repository by scripts/build-hq.sh; not

@@ -29,6 +29,7 @@ fn main() {
     if groups.first().map(String::as_str) == Some(ysched_tests::neighbour::ATTACKER_FLAG) {
         return ysched_tests::neighbour::attacker_main(&groups[1..]);
     }
+    println!("  (temp dirs: {})", setup::temp_dir_mount());
     let want = |g: &str| groups.is_empty() || groups.iter().any(|x| x == g);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

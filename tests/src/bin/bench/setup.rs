@@ -141,3 +141,40 @@ pub fn machine_busy_ms() -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     busy * 1e3 / hz
 }
+
+/// Where the benchmarks' temp dirs (clusters' state, spools, job output) live: the mount
+/// under `TMPDIR`, its file system and, for ext4, whether it has a journal. The figures
+/// depend on it: ext4 without a journal makes every new file slower the more were deleted in
+/// the last seconds (see docs/benchmarks.md).
+pub fn temp_dir_mount() -> String {
+    let dir = std::env::temp_dir();
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // `id parent major:minor root mount-point options [optional...] - fstype source super`.
+    let best = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?.replace("\\040", " ");
+            let mut right = right.split(' ');
+            let (fstype, source) = (right.next()?, right.next()?);
+            dir.starts_with(&point)
+                .then(|| (point, fstype.to_string(), source.to_string()))
+        })
+        .max_by_key(|(point, _, _)| point.len());
+    let Some((point, fstype, source)) = best else {
+        return format!("{} (mount not found)", dir.display());
+    };
+    let journal = match fstype.as_str() {
+        "ext4" => {
+            let device = source.rsplit('/').next().unwrap_or("");
+            if std::path::Path::new(&format!("/proc/fs/jbd2/{device}-8")).exists() {
+                ", with a journal"
+            } else {
+                ", WITHOUT a journal: new files slow down after many deletions"
+            }
+        }
+        _ => "",
+    };
+    format!("{} on {point} ({fstype} {source}{journal})", dir.display())
+}
