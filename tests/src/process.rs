@@ -76,17 +76,9 @@ pub fn remove_job_cgroups(spool_root: &std::path::Path) {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            // `job_<id>.<tag>`, or `job_<id>.<tag>-<n>` when the first name was taken.
-            let matches = name.strip_prefix("job_").is_some_and(|rest| {
-                rest.split_once('.').is_some_and(|(_, tag)| {
-                    tags.iter().any(|t| {
-                        tag == t
-                            || tag
-                                .strip_prefix(t.as_str())
-                                .is_some_and(|n| n.starts_with('-'))
-                    })
-                })
-            });
+            let matches = tags
+                .iter()
+                .any(|t| ysched_noded::launch::containment::is_job_cgroup_of(&name, t));
             if matches {
                 ours.push(entry.path());
             }

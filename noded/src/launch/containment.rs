@@ -186,11 +186,7 @@ impl CgroupLayout {
     ) -> Result<JobCgroup, String> {
         let v1_bases = self.v1_bases(limits);
         for attempt in 1..=NAME_ATTEMPTS {
-            let name = if attempt == 1 {
-                format!("job_{job_id}.{instance}")
-            } else {
-                format!("job_{job_id}.{instance}-{attempt}")
-            };
+            let name = job_cgroup_name(job_id, instance, attempt);
             let cgroup = JobCgroup {
                 dir: self.root.join(&name),
                 name: format!("{}/{name}", self.root_name.trim_end_matches('/')),
@@ -296,6 +292,34 @@ impl CgroupLayout {
         }
         Ok(())
     }
+}
+
+/// The directory name of job `job_id`'s cgroups for the agent `instance` (see
+/// [`instance_tag`]) at its `attempt`th try: `job_<id>.<instance>`, then `-<attempt>` added
+/// when the plain name is taken.
+fn job_cgroup_name(job_id: u64, instance: &str, attempt: u32) -> String {
+    if attempt == 1 {
+        format!("job_{job_id}.{instance}")
+    } else {
+        format!("job_{job_id}.{instance}-{attempt}")
+    }
+}
+
+/// Whether `name` is the directory name of a job cgroup of the agent `instance` (any job,
+/// any attempt; see [`job_cgroup_name`]).
+pub fn is_job_cgroup_of(name: &str, instance: &str) -> bool {
+    let Some((id, tag)) = name
+        .strip_prefix("job_")
+        .and_then(|rest| rest.split_once('.'))
+    else {
+        return false;
+    };
+    id.parse::<u64>().is_ok()
+        && (tag == instance
+            || tag
+                .strip_prefix(instance)
+                .and_then(|attempt| attempt.strip_prefix('-'))
+                .is_some_and(|n| n.parse::<u32>().is_ok()))
 }
 
 /// What tells this agent's job cgroups from another's on the same host: its node name (in

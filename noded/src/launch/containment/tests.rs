@@ -342,3 +342,24 @@ fn v1_cgroups_only_for_the_limits_a_job_has_and_the_cpu_one_joined_after_exec() 
     assert_eq!(cgroup.v1_dirs, vec![memory.join("job_5.n1.0000abcd")]);
     assert!(cgroup.v1_joined_after_exec.is_empty());
 }
+
+#[test]
+fn a_job_cgroup_name_is_known_as_its_agents_only() {
+    let ours = instance_tag("n3", Path::new("/var/spool/a"));
+    let theirs = instance_tag("n3", Path::new("/var/spool/b"));
+    for attempt in [1, 2, 100] {
+        let name = job_cgroup_name(17, &ours, attempt);
+        assert!(is_job_cgroup_of(&name, &ours), "{name}");
+        assert!(!is_job_cgroup_of(&name, &theirs), "{name}");
+    }
+    for other in [
+        format!("job_x.{ours}"),
+        format!("job_1.{ours}-"),
+        format!("job_1.{ours}-x"),
+        format!("job_1.{ours}x"),
+        format!("task_1.{ours}"),
+        ours.clone(),
+    ] {
+        assert!(!is_job_cgroup_of(&other, &ours), "{other}");
+    }
+}

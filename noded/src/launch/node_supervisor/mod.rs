@@ -1374,11 +1374,11 @@ fn fork(dir: &JobDir, plan: &ExecPlan, go: Option<OwnedFd>) -> Result<Forked, St
                     child: Some(in_use),
                 });
             }
-            Err((_, e)) if spawn::clone3_unsupported(&e) => set_clone_mode(
+            Err(e) if spawn::clone3_unsupported(&e) => set_clone_mode(
                 CloneMode::Fork,
                 &format!("clone3 refused ({e}): jobs are forked and join their cgroups themselves"),
             ),
-            Err((_, e)) => return Err(child::failure(plan, &[], e)),
+            Err(e) => return Err(child::failure(plan, &[], e)),
         }
     }
     let (join, events) = match &plan.cgroup {

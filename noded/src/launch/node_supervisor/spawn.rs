@@ -497,7 +497,7 @@ impl Drop for ChildInUse {
 pub(in crate::launch) fn clone_job(
     mut memory: Box<ChildMemory>,
     cgroup_dir: Option<&OwnedFd>,
-) -> Result<(u32, OwnedFd, ChildInUse), (Box<ChildMemory>, io::Error)> {
+) -> io::Result<(u32, OwnedFd, ChildInUse)> {
     let shares_memory = cfg!(target_arch = "x86_64");
     if shares_memory && memory.stack.capacity() == 0 {
         // Room, not values: the child's frames are its own to write (zeroing 64 KiB per job
@@ -533,7 +533,8 @@ pub(in crate::launch) fn clone_job(
             };
             Ok((pid, pidfd, in_use))
         }
-        Err(e) => Err((memory, io::Error::from_raw_os_error(e))),
+        // No child: the memory is nobody's but ours.
+        Err(e) => Err(io::Error::from_raw_os_error(e)),
     }
 }
 
@@ -903,7 +904,7 @@ mod tests {
         let out = dir.path().join("out");
         let (memory, parent, step_read, go) =
             setup("/bin/sh", &["-c", "echo started"], &out, Vec::new());
-        let (pid, _pidfd, in_use) = clone_job(memory, None).map_err(|(_, e)| e).unwrap();
+        let (pid, _pidfd, in_use) = clone_job(memory, None).unwrap();
         drop(parent);
         // Set up and waiting: nothing of the program has run.
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -927,7 +928,7 @@ mod tests {
             &dir.path().join("out"),
             Vec::new(),
         );
-        let (pid, _pidfd, in_use) = clone_job(memory, None).map_err(|(_, e)| e).unwrap();
+        let (pid, _pidfd, in_use) = clone_job(memory, None).unwrap();
         drop(parent);
         // SAFETY: this thread's errno, written before the child's exec fails.
         unsafe { *errno_location() = 4242 };
@@ -950,7 +951,7 @@ mod tests {
         let under_file = CString::new(file.join("sub").as_os_str().as_encoded_bytes()).unwrap();
         let (memory, parent, step_read, go) =
             setup("/bin/true", &[], &dir.path().join("out"), vec![under_file]);
-        let (pid, _pidfd, in_use) = clone_job(memory, None).map_err(|(_, e)| e).unwrap();
+        let (pid, _pidfd, in_use) = clone_job(memory, None).unwrap();
         drop(parent);
         let report = step_report(step_read);
         let step = Step::CheckpointDir as u8;
