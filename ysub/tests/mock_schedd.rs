@@ -455,7 +455,35 @@ impl Ysched for MockSchedd {
     type WatchJobStream = JobStream;
 
     async fn watch_job(&self, request: Request<JobRef>) -> Result<Response<JobStream>, Status> {
-        let updates = match request.into_inner().job_id {
+        let request = request.into_inner();
+        let older_schedd = self
+            .submitted
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.name == "older-schedd");
+        let updates = match request.job_id {
+            // What a schedd that watched one job per request answered for an array's name.
+            40 if request.target == "40" && older_schedd => {
+                return Err(Status::invalid_argument(
+                    "job 40 is an array of 3 tasks: name one task, e.g. 40_0",
+                ))
+            }
+            // The array's name: each task once it has ended, in the order they end.
+            40 if request.target == "40" => [41, 40, 42]
+                .into_iter()
+                .map(|id| {
+                    let mut job = if id == 41 {
+                        ended(id, "FAILED", Some(3), None)
+                    } else {
+                        ended(id, "COMPLETED", Some(0), None)
+                    };
+                    job.display_id = format!("40_{}", id - 40);
+                    job.array_job_id = Some(40);
+                    job.array_task_id = Some((id - 40) as u32);
+                    job
+                })
+                .collect(),
             7 => vec![
                 job(7, "PENDING"),
                 running(7),
@@ -1319,6 +1347,29 @@ fn ysub_wait_on_an_array_waits_for_every_task() {
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(3), "{err}");
     assert_eq!(stdout(&output), "Submitted job 40\n");
+    assert_eq!(
+        err,
+        "Job 40_1 FAILED (exit 3)\nArray 40: 3 tasks ended, 2 COMPLETED, 1 FAILED (exit 3)\n"
+    );
+}
+
+#[test]
+fn ysub_wait_on_an_array_watches_task_by_task_where_schedd_watches_one_job_per_request() {
+    let mock = Harness::start();
+    let output = mock.run(
+        "ysub",
+        &[
+            "--wait",
+            "-J",
+            "older-schedd",
+            "-a",
+            "0-2",
+            "--wrap",
+            "true",
+        ],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(3), "{err}");
     assert_eq!(
         err,
         "Job 40_1 FAILED (exit 3)\nArray 40: 3 tasks ended, 2 COMPLETED, 1 FAILED (exit 3)\n"

@@ -7,6 +7,7 @@ use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
 use prost::Message;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use tokio_stream::Stream;
 use tonic::codegen::{http, Body, Service, StdError};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
-use ysched_common::{limits, Caller, JobState};
+use ysched_common::{limits, Caller, JobId, JobState};
 use ysched_proto as pb;
 
 pub struct ClientApi {
@@ -192,6 +193,96 @@ fn invalid(message: String) -> Status {
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
+
+/// `WatchJob` of a name of several jobs (an array, `12_[1-5]`): each of `ids` once, when it
+/// has ended (already ended ones first, in id order), without its spec; the stream ends after
+/// the last. One stream for a whole array, where a watch per task cost a request per task to
+/// `ysub --wait` and to schedd. A job that cannot be read any more (purged from the history)
+/// ends the stream with the error.
+fn watch_ends(
+    cluster: &Arc<Cluster>,
+    ids: Vec<JobId>,
+    mut changes: tokio::sync::broadcast::Receiver<JobId>,
+    seen_by_caller: impl Fn(&ysched_common::Job) -> pb::JobInfo + Send + Sync + 'static,
+) -> Response<WatchStream> {
+    use tokio::sync::broadcast::error::RecvError;
+    let cluster = Arc::clone(cluster);
+    let seen_by_caller = Arc::new(seen_by_caller);
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut waiting: BTreeSet<JobId> = ids.into_iter().collect();
+        let mut check: Vec<JobId> = waiting.iter().copied().collect();
+        loop {
+            let answers = if check.len() > ENDS_CHECKED_ON_THE_RUNTIME {
+                // Ended tasks are read from the store: many of them off the runtime's workers.
+                let (cluster, seen) = (Arc::clone(&cluster), Arc::clone(&seen_by_caller));
+                let batch = std::mem::take(&mut check);
+                let checked =
+                    tokio::task::spawn_blocking(move || ended_among(&cluster, &*seen, batch)).await;
+                match checked {
+                    Ok(answers) => answers,
+                    Err(e) => vec![Err(Status::internal(format!("watch failed: {e}")))],
+                }
+            } else {
+                ended_among(&cluster, &*seen_by_caller, std::mem::take(&mut check))
+            };
+            for answer in answers {
+                if let Ok(info) = &answer {
+                    waiting.remove(&JobId(info.id));
+                }
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    return;
+                }
+            }
+            if waiting.is_empty() {
+                return;
+            }
+            // As for one job: a client that went away ends its watch at once.
+            let change = tokio::select! {
+                change = changes.recv() => change,
+                () = tx.closed() => return,
+            };
+            match change {
+                Ok(id) if waiting.contains(&id) => check.push(id),
+                Ok(_) => {}
+                // Changes were missed: look at every job still waited for.
+                Err(RecvError::Lagged(_)) => check = waiting.iter().copied().collect(),
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+    Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+/// How many jobs [`watch_ends`] looks at on a runtime worker (a change or two); more (its
+/// first look, after missed changes) on a blocking thread.
+const ENDS_CHECKED_ON_THE_RUNTIME: usize = 4;
+
+/// Those of `check` that have ended, as their watcher sees them and without their spec, in
+/// `check`'s order; the first that cannot be read ends the list with its error.
+fn ended_among(
+    cluster: &Cluster,
+    seen_by_caller: &dyn Fn(&ysched_common::Job) -> pb::JobInfo,
+    check: Vec<JobId>,
+) -> Vec<Result<pb::JobInfo, Status>> {
+    let mut ended = Vec::new();
+    for id in check {
+        match cluster.job(id) {
+            Ok(job) if job.state.is_terminal() => {
+                let mut info = seen_by_caller(&job);
+                info.spec = None;
+                ended.push(Ok(info));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ended.push(Err(Status::from(e)));
+                break;
+            }
+        }
+    }
+    ended
+}
 
 #[tonic::async_trait]
 impl pb::ysched_server::Ysched for ClientApi {
@@ -504,12 +595,13 @@ impl pb::ysched_server::Ysched for ClientApi {
 
     async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
         let (caller, _) = self.caller(&req).await?;
-        let id = self
-            .cluster
-            .resolve_one(&named(req.get_ref())?, "watch")
-            .await?;
+        let name = named(req.get_ref())?;
         // Subscribe before the first read so no change slips between them.
         let mut changes = self.cluster.subscribe();
+        let ids = match &name {
+            Named::Id(id) => vec![*id],
+            Named::Target(_) => self.cluster.resolve(&name).await?.ids,
+        };
         let cluster = self.cluster.clone();
         let seen_by_caller = move |job: &ysched_common::Job| {
             let mut info = pb::JobInfo::from(job);
@@ -519,6 +611,10 @@ impl pb::ysched_server::Ysched for ClientApi {
                 cluster.config(),
             );
             info
+        };
+        let id = match ids.as_slice() {
+            [id] => *id,
+            _ => return Ok(watch_ends(&self.cluster, ids, changes, seen_by_caller)),
         };
         let first = seen_by_caller(&self.cluster.job(id)?);
         let cluster = self.cluster.clone();

@@ -351,3 +351,64 @@ fn a_preempted_array_task_is_requeued_alone_and_keeps_its_task_id() {
     assert_eq!(runs.lines().count(), 5, "{runs}");
     run_ok(&c, "ycancel", &[&id.to_string()]);
 }
+
+#[test]
+fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 4, A100)]);
+    // Task 3 fails with 4, task 0 ends last: the watch sees tasks end out of their order.
+    let out = c.run(
+        "ysub",
+        &[
+            "--wait",
+            "-a",
+            "0-5",
+            "--wrap",
+            "case $YS_ARRAY_TASK_ID in 0) sleep 1;; 3) exit 4;; esac; true",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}\n{}", c.logs());
+    let id: u64 = stdout(&out)
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("ysub printed the array's id");
+    assert_eq!(
+        err,
+        format!(
+            "Job {id}_3 FAILED (exit 4): exit code 4\nArray {id}: 6 tasks ended, 5 COMPLETED, 1 FAILED (exit 4)\n"
+        )
+    );
+    // The array's name, watched once every task has ended: each task once, in task order,
+    // without its spec, and the stream ends.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let seen = runtime.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        let mut stream = client
+            .watch_job(ysched_proto::JobRef {
+                job_id: id,
+                target: id.to_string(),
+            })
+            .await
+            .expect("a watch of an array")
+            .into_inner();
+        let mut seen = Vec::new();
+        while let Some(task) = stream.message().await.expect("the stream goes on") {
+            seen.push(task);
+        }
+        seen
+    });
+    let ids: Vec<u64> = seen.iter().map(|t| t.id).collect();
+    assert_eq!(ids, (id..id + 6).collect::<Vec<_>>());
+    assert!(seen.iter().all(|t| t.spec.is_none()));
+    let failed: Vec<u32> = seen
+        .iter()
+        .filter(|t| t.state == "FAILED")
+        .filter_map(|t| t.array_task_id)
+        .collect();
+    assert_eq!(failed, [3]);
+}

@@ -30,6 +30,24 @@ pub(super) async fn wait_for_jobs(
         .then(|| new_spinner(first, array));
     let mut ended = Vec::with_capacity(count as usize);
     let mut outcome = Ok(());
+    if is_array && count > 1 {
+        match wait_for_array(&mut client, socket, first, count, spinner.as_ref()).await {
+            Ok(Some(tasks)) => {
+                if let Some(spinner) = spinner {
+                    spinner.finish_and_clear();
+                }
+                return Ok(tasks);
+            }
+            // A schedd that watches one job per request (an older one): task by task.
+            Ok(None) => {}
+            Err(e) => {
+                if let Some(spinner) = spinner {
+                    spinner.finish_and_clear();
+                }
+                return Err(e);
+            }
+        }
+    }
     for job_id in (first..).take(count as usize) {
         let progress = array.map(|total| (ended.len(), total));
         match wait_for_job(&mut client, socket, job_id, spinner.as_ref(), progress).await {
@@ -48,6 +66,71 @@ pub(super) async fn wait_for_jobs(
         spinner.finish_and_clear();
     }
     outcome.map(|()| ended)
+}
+
+/// Follows the `count` tasks of array `first` with one `WatchJob` of the array's name, which
+/// streams each task once it has ended (a request per task would cost schedd and `ysub` as
+/// much as the tasks themselves on an array of short ones), and returns them in task order.
+/// If the stream breaks (schedd restarting) it reconnects and watches again, keeping what it
+/// has. `Ok(None)` when schedd refuses to watch several jobs at once (an older schedd).
+async fn wait_for_array(
+    client: &mut Client,
+    socket: &Path,
+    first: u64,
+    count: u32,
+    spinner: Option<&indicatif::ProgressBar>,
+) -> Result<Option<Vec<JobInfo>>> {
+    let mut ended = std::collections::BTreeMap::new();
+    let mut failures = 0u32;
+    let mut answered = false;
+    loop {
+        let request = JobRef {
+            job_id: first,
+            target: first.to_string(),
+        };
+        match client.watch_job(request).await {
+            Ok(response) => {
+                let mut stream = response.into_inner();
+                loop {
+                    match stream.message().await {
+                        Ok(Some(task)) => {
+                            answered = true;
+                            failures = 0;
+                            if !is_finished(&task) || task.id < first {
+                                continue;
+                            }
+                            if let Some(spinner) = spinner {
+                                let progress = Some((ended.len() + 1, count));
+                                spinner.set_message(spinner_message(&task, progress));
+                            }
+                            ended.insert(task.id, task);
+                            if ended.len() >= count as usize {
+                                return Ok(Some(ended.into_values().collect()));
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(status) if is_transient(&status) => break,
+                        Err(status) => return Err(status_error(status)),
+                    }
+                }
+            }
+            Err(status) if !answered && status.code() == tonic::Code::InvalidArgument => {
+                return Ok(None)
+            }
+            Err(status) if is_transient(&status) => {}
+            Err(status) => return Err(status_error(status)),
+        }
+        failures += 1;
+        if failures > WATCH_RETRIES {
+            return Err(anyhow!(
+                "lost contact with schedd while waiting for array {first}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(reconnected) = client::connect(socket).await {
+            *client = reconnected;
+        }
+    }
 }
 
 /// Follows one job's `WatchJob` stream until it reports a terminal state. If the stream
