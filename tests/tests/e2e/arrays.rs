@@ -412,3 +412,47 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
         .collect();
     assert_eq!(failed, [3]);
 }
+
+#[test]
+fn ysub_wait_on_an_array_goes_on_through_a_schedd_restart() {
+    use std::io::BufRead;
+    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 4, A100)]);
+    let mut waiting = c.spawn_as(
+        0,
+        0,
+        "ysub",
+        &[
+            "--wait",
+            "-a",
+            "0-3",
+            "--wrap",
+            "sleep 2; [ $YS_ARRAY_TASK_ID = 2 ] && exit 5; true",
+        ],
+    );
+    let mut first_line = String::new();
+    std::io::BufReader::new(waiting.stdout.take().expect("piped"))
+        .read_line(&mut first_line)
+        .expect("ysub says the array's id");
+    let id: u64 = first_line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("ysub printed {first_line:?}"));
+    wait_until(SECS(20), "every task running", || {
+        count_in(&tasks_of(&c, id), "RUNNING") == 4
+    });
+    // Killed while the tasks run: they end while schedd is away, and the wait goes on with
+    // the restarted one.
+    c.stop_schedd(nix::sys::signal::Signal::SIGKILL);
+    c.start_schedd();
+    let out = waiting.wait_with_output().expect("ysub --wait ends");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}\n{}", c.logs());
+    assert!(
+        err.ends_with(&format!(
+            "Array {id}: 4 tasks ended, 3 COMPLETED, 1 FAILED (exit 5)\n"
+        )),
+        "{err}"
+    );
+}
