@@ -120,17 +120,27 @@ async fn wait_for_array(
             Err(status) if is_transient(&status) => {}
             Err(status) => return Err(status_error(status)),
         }
-        failures += 1;
-        if failures > WATCH_RETRIES {
-            return Err(anyhow!(
-                "lost contact with schedd while waiting for array {first}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Ok(reconnected) = client::connect(socket).await {
-            *client = reconnected;
-        }
+        reconnect_after_loss(client, socket, &mut failures, &format!("array {first}")).await?;
     }
+}
+
+/// After a watch broke off: another try in a second, on a new connection, unless
+/// [`WATCH_RETRIES`] tries in a row have failed (an error naming `what` was waited for).
+async fn reconnect_after_loss(
+    client: &mut Client,
+    socket: &Path,
+    failures: &mut u32,
+    what: &str,
+) -> Result<()> {
+    *failures += 1;
+    if *failures > WATCH_RETRIES {
+        return Err(anyhow!("lost contact with schedd while waiting for {what}"));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    if let Ok(reconnected) = client::connect(socket).await {
+        *client = reconnected;
+    }
+    Ok(())
 }
 
 /// Follows one job's `WatchJob` stream until it reports a terminal state. If the stream
@@ -149,16 +159,7 @@ async fn wait_for_job(
             Ok(None) => {}
             Err(e) => return Err(e),
         }
-        failures += 1;
-        if failures > WATCH_RETRIES {
-            return Err(anyhow!(
-                "lost contact with schedd while waiting for job {job_id}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Ok(reconnected) = client::connect(socket).await {
-            *client = reconnected;
-        }
+        reconnect_after_loss(client, socket, &mut failures, &format!("job {job_id}")).await?;
     }
 }
 
