@@ -7,7 +7,6 @@ use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
 use prost::Message;
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -199,6 +198,11 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send
 /// the last. One stream for a whole array, where a watch per task cost a request per task to
 /// `ysub --wait` and to schedd. A job that cannot be read any more (purged from the history)
 /// ends the stream with the error.
+///
+/// What a watch holds is bounded whatever the array's size: a bit per job still waited for
+/// (see [`Waiting`]) and the stream's few queued answers. Looking at every job (the first
+/// look, and after missed announcements) runs on a blocking thread, since ended tasks are
+/// read from the store, and sends each ended one as it goes, waiting for the client.
 fn watch_ends(
     cluster: &Arc<Cluster>,
     ids: Vec<JobId>,
@@ -208,32 +212,47 @@ fn watch_ends(
     use tokio::sync::broadcast::error::RecvError;
     let cluster = Arc::clone(cluster);
     let seen_by_caller = Arc::new(seen_by_caller);
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        let mut waiting: BTreeSet<JobId> = ids.into_iter().collect();
-        let mut check: Vec<JobId> = waiting.iter().copied().collect();
+        let mut waiting = Waiting::new(&ids);
+        drop(ids);
+        let mut look_at_all = true;
         loop {
-            let answers = if check.len() > ENDS_CHECKED_ON_THE_RUNTIME {
-                // Ended tasks are read from the store: many of them off the runtime's workers.
-                let (cluster, seen) = (Arc::clone(&cluster), Arc::clone(&seen_by_caller));
-                let batch = std::mem::take(&mut check);
-                let checked =
-                    tokio::task::spawn_blocking(move || ended_among(&cluster, &*seen, batch)).await;
-                match checked {
-                    Ok(answers) => answers,
-                    Err(e) => vec![Err(Status::internal(format!("watch failed: {e}")))],
-                }
-            } else {
-                ended_among(&cluster, &*seen_by_caller, std::mem::take(&mut check))
-            };
-            for answer in answers {
-                if let Ok(info) = &answer {
-                    waiting.remove(&JobId(info.id));
-                }
-                let failed = answer.is_err();
-                if tx.send(answer).await.is_err() || failed {
-                    return;
-                }
+            if look_at_all {
+                look_at_all = false;
+                let (cluster, seen, sender) = (
+                    Arc::clone(&cluster),
+                    Arc::clone(&seen_by_caller),
+                    tx.clone(),
+                );
+                let looked = tokio::task::spawn_blocking(move || {
+                    let mut left = waiting.clone();
+                    for id in waiting.ids() {
+                        match ended(&cluster, &*seen, id) {
+                            Ok(None) => {}
+                            Ok(Some(info)) => {
+                                left.remove(id);
+                                sender.blocking_send(Ok(info)).ok()?;
+                            }
+                            Err(status) => {
+                                let _ = sender.blocking_send(Err(status));
+                                return None;
+                            }
+                        }
+                    }
+                    Some(left)
+                })
+                .await;
+                waiting = match looked {
+                    Ok(Some(waiting)) => waiting,
+                    Ok(None) => return,
+                    Err(e) => {
+                        let _ = tx
+                            .send(Err(Status::internal(format!("watch failed: {e}"))))
+                            .await;
+                        return;
+                    }
+                };
             }
             if waiting.is_empty() {
                 return;
@@ -244,10 +263,22 @@ fn watch_ends(
                 () = tx.closed() => return,
             };
             match change {
-                Ok(id) if waiting.contains(&id) => check.push(id),
+                Ok(id) if waiting.contains(id) => match ended(&cluster, &*seen_by_caller, id) {
+                    Ok(None) => {}
+                    Ok(Some(info)) => {
+                        waiting.remove(id);
+                        if tx.send(Ok(info)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                },
                 Ok(_) => {}
                 // Changes were missed: look at every job still waited for.
-                Err(RecvError::Lagged(_)) => check = waiting.iter().copied().collect(),
+                Err(RecvError::Lagged(_)) => look_at_all = true,
                 Err(RecvError::Closed) => return,
             }
         }
@@ -255,33 +286,90 @@ fn watch_ends(
     Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
 }
 
-/// How many jobs [`watch_ends`] looks at on a runtime worker (a change or two); more (its
-/// first look, after missed changes) on a blocking thread.
-const ENDS_CHECKED_ON_THE_RUNTIME: usize = 4;
-
-/// Those of `check` that have ended, as their watcher sees them and without their spec, in
-/// `check`'s order; the first that cannot be read ends the list with its error.
-fn ended_among(
+/// Job `id` as its watcher sees it, without its spec, if it has ended.
+fn ended(
     cluster: &Cluster,
     seen_by_caller: &dyn Fn(&ysched_common::Job) -> pb::JobInfo,
-    check: Vec<JobId>,
-) -> Vec<Result<pb::JobInfo, Status>> {
-    let mut ended = Vec::new();
-    for id in check {
-        match cluster.job(id) {
-            Ok(job) if job.state.is_terminal() => {
-                let mut info = seen_by_caller(&job);
-                info.spec = None;
-                ended.push(Ok(info));
+    id: JobId,
+) -> Result<Option<pb::JobInfo>, Status> {
+    let job = cluster.job(id)?;
+    if !job.state.is_terminal() {
+        return Ok(None);
+    }
+    let mut info = seen_by_caller(&job);
+    info.spec = None;
+    Ok(Some(info))
+}
+
+/// The jobs a watch still waits for, among the ids it was given: those ids as runs of
+/// consecutive ones (an array's tasks are one run) and a bit each, so that a watch of a
+/// 10,000-task array holds about 1.3 KB, not a set of 10,000 ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Waiting {
+    /// `(first id, how many, the first one's place)`, ascending.
+    runs: Vec<(u64, u64, usize)>,
+    /// A bit per place: still waited for.
+    bits: Vec<u64>,
+    left: usize,
+}
+
+impl Waiting {
+    /// `ids` ascending (as a name resolves).
+    fn new(ids: &[JobId]) -> Waiting {
+        let mut runs: Vec<(u64, u64, usize)> = Vec::new();
+        for (place, id) in ids.iter().enumerate() {
+            match runs.last_mut() {
+                Some((first, len, _)) if *first + *len == id.0 => *len += 1,
+                _ => runs.push((id.0, 1, place)),
             }
-            Ok(_) => {}
-            Err(e) => {
-                ended.push(Err(Status::from(e)));
-                break;
+        }
+        let mut bits = vec![u64::MAX; ids.len().div_ceil(64)];
+        if !ids.len().is_multiple_of(64) {
+            if let Some(last) = bits.last_mut() {
+                *last = (1u64 << (ids.len() % 64)) - 1;
+            }
+        }
+        Waiting {
+            runs,
+            bits,
+            left: ids.len(),
+        }
+    }
+
+    fn place(&self, id: JobId) -> Option<usize> {
+        let i = self.runs.partition_point(|(first, _, _)| *first <= id.0);
+        let (first, len, start) = *self.runs.get(i.checked_sub(1)?)?;
+        (id.0 < first + len).then(|| start + (id.0 - first) as usize)
+    }
+
+    fn contains(&self, id: JobId) -> bool {
+        self.place(id)
+            .is_some_and(|p| self.bits[p / 64] & (1 << (p % 64)) != 0)
+    }
+
+    fn remove(&mut self, id: JobId) {
+        if let Some(p) = self.place(id) {
+            let word = &mut self.bits[p / 64];
+            if *word & (1 << (p % 64)) != 0 {
+                *word &= !(1 << (p % 64));
+                self.left -= 1;
             }
         }
     }
-    ended
+
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// The ids still waited for, ascending.
+    fn ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.runs.iter().flat_map(move |&(first, len, start)| {
+            (0..len).filter_map(move |k| {
+                let p = start + k as usize;
+                (self.bits[p / 64] & (1 << (p % 64)) != 0).then_some(JobId(first + k))
+            })
+        })
+    }
 }
 
 #[tonic::async_trait]
@@ -653,5 +741,54 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{JobId, Waiting};
+
+    fn ids(v: impl IntoIterator<Item = u64>) -> Vec<JobId> {
+        v.into_iter().map(JobId).collect()
+    }
+
+    #[test]
+    fn a_watch_waits_for_each_id_it_was_given_until_removed() {
+        // An array's 130 tasks (past two words of bits), then a gap, then two more ids.
+        let given = ids((12..142).chain([500, 501]));
+        let mut waiting = Waiting::new(&given);
+        assert_eq!(waiting.runs.len(), 2);
+        assert_eq!(waiting.bits.len(), 3, "a bit per id");
+        assert_eq!(waiting.ids().collect::<Vec<_>>(), given);
+        for outside in [0, 11, 142, 499, 502, u64::MAX] {
+            assert!(!waiting.contains(JobId(outside)), "{outside}");
+        }
+        for id in [12, 75, 76, 141, 500] {
+            assert!(waiting.contains(JobId(id)));
+            waiting.remove(JobId(id));
+            assert!(!waiting.contains(JobId(id)));
+            // Removing twice, or an id never given, changes nothing.
+            waiting.remove(JobId(id));
+            waiting.remove(JobId(id + 1000));
+        }
+        let left: Vec<JobId> = waiting.ids().collect();
+        assert_eq!(left.len(), 132 - 5);
+        assert_eq!(waiting.left, left.len());
+        assert!(!left.contains(&JobId(75)) && left.contains(&JobId(74)));
+        for id in left {
+            assert!(!waiting.is_empty());
+            waiting.remove(id);
+        }
+        assert!(waiting.is_empty());
+        assert_eq!(waiting.ids().count(), 0);
+    }
+
+    #[test]
+    fn a_watch_of_64_ids_uses_a_whole_word() {
+        let mut waiting = Waiting::new(&ids(1..=64));
+        assert_eq!(waiting.bits, [u64::MAX]);
+        waiting.remove(JobId(64));
+        assert!(waiting.contains(JobId(63)) && !waiting.contains(JobId(64)));
+        assert_eq!(waiting.ids().count(), 63);
     }
 }
