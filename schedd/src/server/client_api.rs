@@ -200,9 +200,9 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send
 /// ends the stream with the error.
 ///
 /// What a watch holds is bounded whatever the array's size: a bit per job still waited for
-/// (see [`Waiting`]) and the stream's few queued answers. Looking at every job (the first
-/// look, and after missed announcements) runs on a blocking thread, since ended tasks are
-/// read from the store, and sends each ended one as it goes, waiting for the client.
+/// (see [`Waiting`]), the stream's few queued answers, and while it looks at every job (the
+/// first look, and after missed announcements) one chunk of them, looked at on a blocking
+/// thread since ended tasks are read from the store.
 fn watch_ends(
     cluster: &Arc<Cluster>,
     ids: Vec<JobId>,
@@ -220,39 +220,52 @@ fn watch_ends(
         loop {
             if look_at_all {
                 look_at_all = false;
-                let (cluster, seen, sender) = (
-                    Arc::clone(&cluster),
-                    Arc::clone(&seen_by_caller),
-                    tx.clone(),
-                );
-                let looked = tokio::task::spawn_blocking(move || {
-                    let mut left = waiting.clone();
-                    for id in waiting.ids() {
-                        match ended(&cluster, &*seen, id) {
+                // A chunk at a time on a blocking thread, its answers sent from here: a
+                // client slow to read holds up its own watch, never a blocking thread.
+                let mut after = None;
+                loop {
+                    let chunk: Vec<JobId> = waiting
+                        .ids()
+                        .filter(|id| after.is_none_or(|a| *id > a))
+                        .take(LOOKED_AT_ONCE)
+                        .collect();
+                    let Some(&last) = chunk.last() else {
+                        break;
+                    };
+                    after = Some(last);
+                    let (cluster, seen) = (Arc::clone(&cluster), Arc::clone(&seen_by_caller));
+                    let looked = tokio::task::spawn_blocking(move || {
+                        chunk
+                            .into_iter()
+                            .map(|id| (id, ended(&cluster, &*seen, id)))
+                            .collect::<Vec<_>>()
+                    })
+                    .await;
+                    let looked = match looked {
+                        Ok(looked) => looked,
+                        Err(e) => {
+                            let _ = tx
+                                .send(Err(Status::internal(format!("watch failed: {e}"))))
+                                .await;
+                            return;
+                        }
+                    };
+                    for (id, answer) in looked {
+                        match answer {
                             Ok(None) => {}
                             Ok(Some(info)) => {
-                                left.remove(id);
-                                sender.blocking_send(Ok(info)).ok()?;
+                                waiting.remove(id);
+                                if tx.send(Ok(info)).await.is_err() {
+                                    return;
+                                }
                             }
                             Err(status) => {
-                                let _ = sender.blocking_send(Err(status));
-                                return None;
+                                let _ = tx.send(Err(status)).await;
+                                return;
                             }
                         }
                     }
-                    Some(left)
-                })
-                .await;
-                waiting = match looked {
-                    Ok(Some(waiting)) => waiting,
-                    Ok(None) => return,
-                    Err(e) => {
-                        let _ = tx
-                            .send(Err(Status::internal(format!("watch failed: {e}"))))
-                            .await;
-                        return;
-                    }
-                };
+                }
             }
             if waiting.is_empty() {
                 return;
@@ -285,6 +298,9 @@ fn watch_ends(
     });
     Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
 }
+
+/// How many jobs a watch looks at in one go on a blocking thread (see [`watch_ends`]).
+const LOOKED_AT_ONCE: usize = 256;
 
 /// Job `id` as its watcher sees it, without its spec, if it has ended.
 fn ended(

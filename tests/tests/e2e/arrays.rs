@@ -411,6 +411,38 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
         .filter_map(|t| t.array_task_id)
         .collect();
     assert_eq!(failed, [3]);
+    // An array longer than what schedd looks at in one go: waited for whole, then watched
+    // again once ended, every task once and in order.
+    let out = c.run("ysub", &["--wait", "-a", "0-299", "--wrap", "true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let big: u64 = stdout(&out)
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("ysub printed the array's id");
+    assert_eq!(
+        err,
+        format!("Array {big}: 300 tasks ended, 300 COMPLETED (exit 0)\n")
+    );
+    let seen = runtime.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        let mut stream = client
+            .watch_job(ysched_proto::JobRef {
+                job_id: big,
+                target: big.to_string(),
+            })
+            .await
+            .expect("a watch of an array")
+            .into_inner();
+        let mut seen = Vec::new();
+        while let Some(task) = stream.message().await.expect("the stream goes on") {
+            seen.push(task.id);
+        }
+        seen
+    });
+    assert_eq!(seen, (big..big + 300).collect::<Vec<_>>());
 }
 
 #[test]
