@@ -251,18 +251,8 @@ fn watch_ends(
                         }
                     };
                     for (id, answer) in looked {
-                        match answer {
-                            Ok(None) => {}
-                            Ok(Some(info)) => {
-                                waiting.remove(id);
-                                if tx.send(Ok(info)).await.is_err() {
-                                    return;
-                                }
-                            }
-                            Err(status) => {
-                                let _ = tx.send(Err(status)).await;
-                                return;
-                            }
+                        if !pass_on(&tx, &mut waiting, id, answer).await {
+                            return;
                         }
                     }
                 }
@@ -276,19 +266,12 @@ fn watch_ends(
                 () = tx.closed() => return,
             };
             match change {
-                Ok(id) if waiting.contains(id) => match ended(&cluster, &*seen_by_caller, id) {
-                    Ok(None) => {}
-                    Ok(Some(info)) => {
-                        waiting.remove(id);
-                        if tx.send(Ok(info)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(status) => {
-                        let _ = tx.send(Err(status)).await;
+                Ok(id) if waiting.contains(id) => {
+                    let answer = ended(&cluster, &*seen_by_caller, id);
+                    if !pass_on(&tx, &mut waiting, id, answer).await {
                         return;
                     }
-                },
+                }
                 Ok(_) => {}
                 // Changes were missed: look at every job still waited for.
                 Err(RecvError::Lagged(_)) => look_at_all = true,
@@ -297,6 +280,28 @@ fn watch_ends(
         }
     });
     Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+/// What a watch does with what it found of job `id` (see [`ended`]): an ended job is sent and
+/// no longer waited for. `false` when the watch is over: the client went away, or the job
+/// could not be read (the error sent).
+async fn pass_on(
+    tx: &tokio::sync::mpsc::Sender<Result<pb::JobInfo, Status>>,
+    waiting: &mut Waiting,
+    id: JobId,
+    answer: Result<Option<pb::JobInfo>, Status>,
+) -> bool {
+    match answer {
+        Ok(None) => true,
+        Ok(Some(info)) => {
+            waiting.remove(id);
+            tx.send(Ok(info)).await.is_ok()
+        }
+        Err(status) => {
+            let _ = tx.send(Err(status)).await;
+            false
+        }
+    }
 }
 
 /// How many jobs a watch looks at in one go on a blocking thread (see [`watch_ends`]).

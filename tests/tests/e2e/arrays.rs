@@ -352,6 +352,39 @@ fn a_preempted_array_task_is_requeued_alone_and_keeps_its_task_id() {
     run_ok(&c, "ycancel", &[&id.to_string()]);
 }
 
+/// The id in `ysub`'s line "Submitted job 12".
+fn submitted_id(line: &str) -> u64 {
+    line.trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("ysub printed {line:?}"))
+}
+
+/// Everything a `WatchJob` of `target` streams, until it ends.
+fn watch_all(c: &TestCluster, target: u64) -> Vec<ysched_proto::JobInfo> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
+        let mut stream = client
+            .watch_job(ysched_proto::JobRef {
+                job_id: target,
+                target: target.to_string(),
+            })
+            .await
+            .expect("a watch of an array")
+            .into_inner();
+        let mut seen = Vec::new();
+        while let Some(job) = stream.message().await.expect("the stream goes on") {
+            seen.push(job);
+        }
+        seen
+    })
+}
+
 #[test]
 fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() {
     let c = TestCluster::start(vec![FakeNode::uniform("n1", 4, A100)]);
@@ -368,12 +401,7 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}\n{}", c.logs());
-    let id: u64 = stdout(&out)
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .expect("ysub printed the array's id");
+    let id = submitted_id(&stdout(&out));
     assert_eq!(
         err,
         format!(
@@ -382,26 +410,7 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
     );
     // The array's name, watched once every task has ended: each task once, in task order,
     // without its spec, and the stream ends.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let seen = runtime.block_on(async {
-        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
-        let mut stream = client
-            .watch_job(ysched_proto::JobRef {
-                job_id: id,
-                target: id.to_string(),
-            })
-            .await
-            .expect("a watch of an array")
-            .into_inner();
-        let mut seen = Vec::new();
-        while let Some(task) = stream.message().await.expect("the stream goes on") {
-            seen.push(task);
-        }
-        seen
-    });
+    let seen = watch_all(&c, id);
     let ids: Vec<u64> = seen.iter().map(|t| t.id).collect();
     assert_eq!(ids, (id..id + 6).collect::<Vec<_>>());
     assert!(seen.iter().all(|t| t.spec.is_none()));
@@ -416,32 +425,12 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
     let out = c.run("ysub", &["--wait", "-a", "0-299", "--wrap", "true"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let big: u64 = stdout(&out)
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .expect("ysub printed the array's id");
+    let big = submitted_id(&stdout(&out));
     assert_eq!(
         err,
         format!("Array {big}: 300 tasks ended, 300 COMPLETED (exit 0)\n")
     );
-    let seen = runtime.block_on(async {
-        let mut client = ysub::client::connect(&c.socket()).await.unwrap();
-        let mut stream = client
-            .watch_job(ysched_proto::JobRef {
-                job_id: big,
-                target: big.to_string(),
-            })
-            .await
-            .expect("a watch of an array")
-            .into_inner();
-        let mut seen = Vec::new();
-        while let Some(task) = stream.message().await.expect("the stream goes on") {
-            seen.push(task.id);
-        }
-        seen
-    });
+    let seen: Vec<u64> = watch_all(&c, big).iter().map(|t| t.id).collect();
     assert_eq!(seen, (big..big + 300).collect::<Vec<_>>());
 }
 
@@ -465,12 +454,7 @@ fn ysub_wait_on_an_array_goes_on_through_a_schedd_restart() {
     std::io::BufReader::new(waiting.stdout.take().expect("piped"))
         .read_line(&mut first_line)
         .expect("ysub says the array's id");
-    let id: u64 = first_line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("ysub printed {first_line:?}"));
+    let id = submitted_id(&first_line);
     wait_until(SECS(20), "every task running", || {
         count_in(&tasks_of(&c, id), "RUNNING") == 4
     });
