@@ -352,15 +352,6 @@ fn a_preempted_array_task_is_requeued_alone_and_keeps_its_task_id() {
     run_ok(&c, "ycancel", &[&id.to_string()]);
 }
 
-/// The id in `ysub`'s line "Submitted job 12".
-fn submitted_id(line: &str) -> u64 {
-    line.trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("ysub printed {line:?}"))
-}
-
 /// Everything a `WatchJob` of `target` streams, until it ends.
 fn watch_all(c: &TestCluster, target: u64) -> Vec<ysched_proto::JobInfo> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -393,6 +384,7 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
         "ysub",
         &[
             "--wait",
+            "--parsable",
             "-a",
             "0-5",
             "--wrap",
@@ -401,7 +393,7 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}\n{}", c.logs());
-    let id = submitted_id(&stdout(&out));
+    let id: u64 = stdout(&out).trim().parse().expect("the array's id");
     assert_eq!(
         err,
         format!(
@@ -422,10 +414,13 @@ fn ysub_wait_follows_a_whole_array_in_one_watch_and_exits_with_its_worst_task() 
     assert_eq!(failed, [3]);
     // An array longer than what schedd looks at in one go: waited for whole, then watched
     // again once ended, every task once and in order.
-    let out = c.run("ysub", &["--wait", "-a", "0-299", "--wrap", "true"]);
+    let out = c.run(
+        "ysub",
+        &["--wait", "--parsable", "-a", "0-299", "--wrap", "true"],
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let big = submitted_id(&stdout(&out));
+    let big: u64 = stdout(&out).trim().parse().expect("the array's id");
     assert_eq!(
         err,
         format!("Array {big}: 300 tasks ended, 300 COMPLETED (exit 0)\n")
@@ -444,6 +439,7 @@ fn ysub_wait_on_an_array_goes_on_through_a_schedd_restart() {
         "ysub",
         &[
             "--wait",
+            "--parsable",
             "-a",
             "0-3",
             "--wrap",
@@ -454,7 +450,7 @@ fn ysub_wait_on_an_array_goes_on_through_a_schedd_restart() {
     std::io::BufReader::new(waiting.stdout.take().expect("piped"))
         .read_line(&mut first_line)
         .expect("ysub says the array's id");
-    let id = submitted_id(&first_line);
+    let id: u64 = first_line.trim().parse().expect("the array's id");
     wait_until(SECS(20), "every task running", || {
         count_in(&tasks_of(&c, id), "RUNNING") == 4
     });
