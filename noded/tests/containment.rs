@@ -589,3 +589,56 @@ async fn job_cgroup_names_skip_live_ones_and_reuse_leftovers() {
         "removed after the job"
     );
 }
+
+in_both_modes!(the_supervisor_says_when_a_process_group_is_gone);
+/// Without cgroups a job's processes are its process group, known by its number, which a new
+/// group may take once the job's is empty. The node's supervisor says `gone` as soon as it
+/// sees the group empty, before the end (which waits for the journal's sync, and for a look
+/// at the checkpoint directory after a stop): from then on noded signals that number no more.
+/// A cgroup is the job's until removed, so nothing is said for it.
+async fn the_supervisor_says_when_a_process_group_is_gone(mode: Mode, offset: u64) {
+    use std::io::{BufRead, BufReader, Write};
+    let fx = Fixture::new();
+    let (launcher, mut events) = fx.launcher_in(mode);
+    let cgroups = check_containment(&launcher, mode);
+    let job_id = 5200 + offset;
+    let release = fx.workdir().join(file_for(job_id, "release"));
+    let script = format!(
+        "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.02; done\n",
+        release.display()
+    );
+    launcher.launch(fx.job(job_id, &script)).unwrap();
+    events.wait_for_start(job_id).await;
+
+    // A second follower of the job, as a restarted noded would be: what it is told.
+    let socket = fx.spool.path().join("supervisor.sock");
+    let told = tokio::task::spawn_blocking(move || {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        writeln!(stream, "attach {job_id}").unwrap();
+        let mut lines = BufReader::new(stream).lines();
+        let attached = lines.next().unwrap().unwrap();
+        std::fs::write(&release, "").unwrap();
+        let rest: Vec<String> = lines.map(Result::unwrap).collect();
+        (attached, rest)
+    })
+    .await
+    .unwrap();
+    let finished = events.wait_for_end(job_id).await.finished;
+    assert_eq!(finished.exit_code, Some(0), "{finished:?}");
+
+    let (attached, rest) = told;
+    assert_eq!(attached, "attached");
+    let words: Vec<&str> = rest
+        .iter()
+        .map(|line| line.split(' ').next().unwrap())
+        .collect();
+    let expected = if cgroups {
+        vec!["ended"]
+    } else {
+        vec!["gone", "ended"]
+    };
+    assert_eq!(words, expected, "{rest:?}");
+}

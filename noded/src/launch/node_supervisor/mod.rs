@@ -42,6 +42,8 @@
 //!   answers `started <pid> <time_ms>` once it has exec'd, and `ended <FinishedRecord json>`
 //!   once it is over and its end synced, then closes; `refused <why>` when the launch cannot
 //!   be recorded (a full spool: nothing was started).
+//!   Without a cgroup, `gone` comes as soon as the job's process group is seen empty, before
+//!   its end is recorded: noded signals that group's number no more (it may be reused).
 //! - `attach <job id>`: a restarted noded following a job: `attached` (then as above),
 //!   `ended <json>` (it ended meanwhile), or `unknown`.
 //! - `stop <StopState json>`, on a job's connection: noded's stop progress, before its first
@@ -692,6 +694,15 @@ impl Supervisor {
         if following {
             self.send(id, "attached\n");
             self.follow(id, job_id);
+            let over = self
+                .checking
+                .iter()
+                .map(|c| &c.record)
+                .chain(self.ending.iter().map(|e| &e.record))
+                .find(|record| record.job.job_id == job_id);
+            if over.is_some_and(|record| record.plan.as_ref().is_none_or(|p| p.cgroup.is_none())) {
+                self.say_group_gone(job_id);
+            }
             return;
         }
         let ended = self
@@ -702,6 +713,16 @@ impl Supervisor {
             _ => self.send(id, "unknown\n"),
         }
         self.connections.remove(&id);
+    }
+
+    /// Tells the connections following a job without a cgroup that its process group is
+    /// empty (`gone`), as soon as it is seen so: its end may take a while to be recorded (a
+    /// checkpoint directory to look at, the journal's sync), and from now on the group's
+    /// number may be taken by a new group, which noded must not signal.
+    fn say_group_gone(&mut self, job_id: u64) {
+        for id in self.followers(job_id) {
+            self.send(id, "gone\n");
+        }
     }
 
     /// noded's stop progress for the job its connection follows.
@@ -1217,6 +1238,9 @@ impl Supervisor {
                 continue;
             };
             ysched_common::stamp::stamp("s.all_gone", job_id);
+            if job.plan.cgroup.is_none() {
+                self.say_group_gone(job_id);
+            }
             let exit = job.exit_record();
             if let Some(cgroup) = &job.plan.cgroup {
                 if let Err(e) = cgroup.remove() {

@@ -52,7 +52,10 @@ impl Supervisor {
                 // is the job's for sure; a process group id only while noded watched the
                 // shepherd (after a restart, maybe a reboot, it may be someone else's).
                 let cgroup = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref());
-                let job_pid = self.record.job_pid.filter(|_| watched_exit);
+                let job_pid = self
+                    .record
+                    .job_pid
+                    .filter(|_| watched_exit && !self.processes_gone);
                 if let Some(processes) = JobProcesses::of(cgroup, job_pid) {
                     let _ = processes.kill();
                     wait_briefly_until_gone(&processes).await;

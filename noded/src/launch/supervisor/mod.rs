@@ -41,6 +41,10 @@ pub(super) struct Supervisor {
     /// A job of an older noded's shepherd: its state, stop notice and end in its directory's
     /// files.
     old_layout: bool,
+    /// The node's supervisor said every process of the job is gone (`gone`, process-group
+    /// containment only), its end not told yet: the group's number may be a new group's
+    /// from then on, so nothing is signalled by it.
+    processes_gone: bool,
 }
 
 impl Supervisor {
@@ -74,6 +78,7 @@ impl Supervisor {
             record,
             controls,
             term_delivered: false,
+            processes_gone: false,
             link: None,
             old_layout: false,
         };
@@ -174,6 +179,7 @@ impl Supervisor {
                         // A late answer to a restarted noded's attach: the job is not there.
                         Some(line) if line == "unknown" => break,
                         Some(line) if line == "attached" => {}
+                        Some(line) if line == "gone" => self.processes_gone = true,
                         Some(line) => tracing::warn!(
                             "job {}: unexpected word from the supervisor {line:?}",
                             self.job_id()

@@ -37,7 +37,8 @@ impl Supervisor {
             }
             return;
         }
-        match self.record.job_pid.and_then(|pid| i32::try_from(pid).ok()) {
+        let main_pid = self.record.job_pid.filter(|_| !self.processes_gone);
+        match main_pid.and_then(|pid| i32::try_from(pid).ok()) {
             Some(pid) if pid > 1 => {
                 if let Err(e) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal) {
                     tracing::debug!("job {job_id}: cannot send {signal} to pid {pid}: {e}");
@@ -52,11 +53,16 @@ impl Supervisor {
     /// reaches a job that has not exec'd yet; without cgroups its process group, once known
     /// (its pid, or before its exec the group its first process recorded). `None` before
     /// that: signals then wait for `on_started`.
+    /// Once the node's supervisor has said they are all gone, a process group is not
+    /// signalled any more (its number may be another group's by then).
     pub(super) fn processes(&mut self) -> Option<JobProcesses<'_>> {
         if self.record.job_pid.is_none() {
             self.record.job_pid = self.dir.read_job_pid();
         }
         let plan = self.record.plan.as_ref()?;
+        if self.processes_gone && plan.cgroup.is_none() {
+            return None;
+        }
         let group = self.record.job_pid.or_else(|| self.dir.read_job_group());
         JobProcesses::of(plan.cgroup.as_ref(), group)
     }
@@ -81,7 +87,7 @@ impl Supervisor {
             },
             // Delivered by on_started once the job's pid is known.
             None => {
-                tracing::debug!("job {job_id}: no process yet, {signal} deferred");
+                tracing::debug!("job {job_id}: no process (yet, or any more), {signal} deferred");
                 false
             }
         }
@@ -97,7 +103,9 @@ impl Supervisor {
             .processes()
             .map(|processes| processes.any_alive().unwrap_or(true))
         else {
-            return tracing::debug!("job {job_id}: no process yet, SIGKILL deferred");
+            return tracing::debug!(
+                "job {job_id}: no process (yet, or any more), SIGKILL deferred"
+            );
         };
         if alive {
             self.record.stop.kill_found_processes = true;
