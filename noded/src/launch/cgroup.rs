@@ -141,15 +141,20 @@ impl JobCgroup {
         if counter(self.file("memory.events"), "oom_kill").is_some_and(|n| n > 0) {
             return true;
         }
-        self.v1_dirs.iter().any(
-            |dir| match counter(dir.join("memory.oom_control"), "oom_kill") {
+        // A v1 directory without `memory.oom_control` is another controller's (cpu, pids):
+        // nothing more to read there.
+        self.v1_dirs.iter().any(|dir| {
+            let Ok(control) = std::fs::read_to_string(dir.join("memory.oom_control")) else {
+                return false;
+            };
+            match keyed_value(&control, "oom_kill") {
                 Some(kills) => kills > 0,
                 None => std::fs::read_to_string(dir.join("memory.failcnt"))
                     .ok()
                     .and_then(|t| t.trim().parse::<u64>().ok())
                     .is_some_and(|n| n > 0),
-            },
-        )
+            }
+        })
     }
 
     /// Removes the job's cgroups (they must be empty). Ones already gone are fine.
