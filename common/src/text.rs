@@ -153,9 +153,39 @@ pub fn escape_for_terminal(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// How many characters `s` takes once [`escape_for_terminal`] has escaped it (what a table
+/// pads to): its length in one look for text of printable ASCII only, the common case.
+pub fn escaped_width(s: &str) -> usize {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return s.len();
+    }
+    escape_for_terminal(s).chars().count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_width_counts_what_the_escape_shows() {
+        for text in [
+            "",
+            "train-llm",
+            "a b",
+            "bad\nname",
+            "\x1b[31m",
+            "résumé 训练",
+            "x\u{202e}y",
+            "\x7f",
+        ] {
+            assert_eq!(
+                escaped_width(text),
+                escape_for_terminal(text).chars().count(),
+                "{text:?}"
+            );
+        }
+        assert_eq!(escaped_width("bad\nname"), "bad\\nname".len());
+    }
 
     #[test]
     fn printable_text_passes() {

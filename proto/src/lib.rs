@@ -6,3 +6,5 @@ tonic::include_proto!("ysched.v1");
 /// `NodeInfo.gpu_holders`' value for a GPU held by a job whose usage the caller may not see
 /// (`scheduler.reports_public = false`): the GPU is in use, by whom is not said.
 pub const PRIVATE_HOLDER: u64 = u64::MAX;
+
+pub mod listing;

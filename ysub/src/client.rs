@@ -20,7 +20,33 @@ pub use crate::args::{
     OptionError,
 };
 
-pub type Client = YschedClient<Channel>;
+/// A connection to schedd: its gRPC client (what the tools call, through `Deref`), and the
+/// channel under it for the calls made by hand ([`list_jobs_page`]).
+#[derive(Clone, Debug)]
+pub struct Client {
+    rpc: YschedClient<Channel>,
+    channel: Channel,
+}
+
+impl Client {
+    /// The gRPC client alone.
+    pub fn rpc(self) -> YschedClient<Channel> {
+        self.rpc
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = YschedClient<Channel>;
+    fn deref(&self) -> &Self::Target {
+        &self.rpc
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.rpc
+    }
+}
 
 /// How long to wait for the socket connection itself; a local socket answers at once unless
 /// schedd is wedged.
@@ -88,7 +114,10 @@ pub async fn connect(socket: &Path) -> Result<Client> {
             }
         })?;
     // A listing of many jobs easily exceeds tonic's 4 MiB default; the server is trusted.
-    Ok(YschedClient::new(channel).max_decoding_message_size(usize::MAX))
+    Ok(Client {
+        rpc: YschedClient::new(channel.clone()).max_decoding_message_size(usize::MAX),
+        channel,
+    })
 }
 
 /// Why schedd (or the node's agent) may have closed a connection before answering: its limit
@@ -227,7 +256,7 @@ pub async fn for_each_page(
     mut each: impl FnMut(Vec<ysched_proto::JobInfo>) -> Result<()>,
 ) -> Result<()> {
     loop {
-        let page = reply(client.list_jobs(request.clone()).await)?;
+        let page = reply(list_jobs_page(client, request.clone()).await)?;
         let next = page.next_after_id;
         each(page.jobs)?;
         if next == 0 {
@@ -241,6 +270,19 @@ pub async fn for_each_page(
         }
         request.after_id = next;
     }
+}
+
+/// One page of a listing, its jobs decoded into a vector made to their number (see
+/// [`ysched_proto::listing`]).
+async fn list_jobs_page(
+    client: &Client,
+    request: ysched_proto::ListJobsRequest,
+) -> Result<tonic::Response<ysched_proto::JobList>, tonic::Status> {
+    let reply = ysched_proto::listing::list_jobs(client.channel.clone(), request).await?;
+    Ok(reply.map(|page| ysched_proto::JobList {
+        jobs: page.jobs,
+        next_after_id: page.next_after_id,
+    }))
 }
 
 /// Every job a listing selects, all its pages together (see [`for_each_page`]).

@@ -98,7 +98,7 @@ type Client = pb::ysched_client::YschedClient<tonic::transport::Channel>;
 
 /// Connects to schedd's socket as the tools do.
 pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
-    ysub::client::connect(socket).await
+    Ok(ysub::client::connect(socket).await?.rpc())
 }
 
 /// Sends arbitrary requests to every RPC from `config.workers` connections until

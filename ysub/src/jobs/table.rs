@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use ysched_common::array::fold_tasks;
-use ysched_common::text::escape_for_terminal;
+use ysched_common::text::{escape_for_terminal, escaped_width};
 use ysched_common::time::{format_elapsed, rfc3339, Millis};
 use ysched_common::JobState;
 use ysched_proto::JobInfo;
@@ -300,25 +300,25 @@ impl Row for JobRow<'_> {
             0 => match self.label {
                 Some(label) => display_width(label),
                 None if job.display_id.is_empty() => decimal_width(job.id),
-                None => display_width(&escape_for_terminal(&job.display_id)),
+                None => escaped_width(&job.display_id),
             },
-            1 => display_width(&escape_for_terminal(&job.name)),
-            2 => display_width(&escape_for_terminal(&job.user)),
-            3 => display_width(&escape_for_terminal(&job.tier)),
-            4 => display_width(&escape_for_terminal(shown_state(job))),
+            1 => escaped_width(&job.name),
+            2 => escaped_width(&job.user),
+            3 => escaped_width(&job.tier),
+            4 => escaped_width(shown_state(job)),
             5 => self.time.len(),
             6 => decimal_width(self.gpus.into()),
             _ if !job.alloc.is_empty() => {
                 job.alloc
                     .iter()
-                    .map(|a| display_width(&escape_for_terminal(&a.node)))
+                    .map(|a| escaped_width(&a.node))
                     .sum::<usize>()
                     + job.alloc.len()
                     - 1
             }
             _ if job.reason.is_empty() && job.usage_private => PRIVATE_NODES.len(),
             _ if job.reason.is_empty() => "(None)".len(),
-            _ => display_width(&escape_for_terminal(&job.reason)) + 2,
+            _ => escaped_width(&job.reason) + 2,
         }
     }
 
