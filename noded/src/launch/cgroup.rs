@@ -335,6 +335,14 @@ pub fn wait_until_empty(events: &File, mut between: impl FnMut()) -> io::Result<
 /// Whether the cgroup whose `cgroup.events` is open as `events` has a process, read through
 /// that descriptor: the read re-arms its poll notification (`POLLPRI` on the next change).
 pub fn read_populated(events: &File) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    // One `pread` for the whole file ("populated N\nfrozen N\n"), read at every wake-up of
+    // the supervisor's loop for a draining job; a longer one is read the long way.
+    let mut buf = [0u8; 256];
+    let read = events.read_at(&mut buf, 0)?;
+    if read < buf.len() {
+        return Ok(parse_populated(&String::from_utf8_lossy(&buf[..read])));
+    }
     let mut text = String::new();
     let mut reader = events;
     reader.seek(SeekFrom::Start(0))?;

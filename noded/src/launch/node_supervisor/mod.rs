@@ -1512,7 +1512,13 @@ impl Job {
             self.read_step_pipe();
         }
         let stopping = self.stop_notice.is_some();
-        if self.failure.is_none() {
+        // The usual end: the cgroup is empty already, and nothing can enter it any more (only
+        // its own processes could fork into it), so there is nothing to kill.
+        let left_nothing = self
+            .events
+            .as_ref()
+            .is_some_and(|events| matches!(read_populated(events), Ok(false)));
+        if self.failure.is_none() && !left_nothing {
             if stopping {
                 log("main process ended during a stop; waiting for the job's other processes");
             } else if let Some(processes) = self.processes() {
