@@ -80,6 +80,14 @@ pub fn output_dir_warnings(spec: &JobSpec, user: &str) -> Vec<String> {
     warnings
 }
 
+/// Whether the output or error pattern names a directory at all ([`output_dir`] is `None` for
+/// a pattern without a `/`: the working directory).
+fn names_a_directory(spec: &JobSpec) -> bool {
+    [&spec.stdout_path, &spec.stderr_path]
+        .iter()
+        .any(|pattern| pattern.contains('/'))
+}
+
 /// How long the look may take: a directory on a hung network or FUSE mount would otherwise
 /// hold the submit forever, for a warning.
 const LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -88,6 +96,11 @@ const LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// of its own and is given [`LOOK_TIMEOUT`]: past it, ysub says it could not look and submits
 /// (the thread is left behind; the process's exit ends it).
 pub fn warn_about_output_dirs(spec: &JobSpec) {
+    if !names_a_directory(spec) {
+        // The usual case (`ysched-%j.out`, files in the working directory): nothing to look
+        // at, so no thread, no copy of the spec and no user lookup on every submit.
+        return;
+    }
     let user = crate::queue::current_user_name().unwrap_or_default();
     let (tx, rx) = std::sync::mpsc::channel();
     let looked_at = spec.clone();
@@ -124,6 +137,24 @@ mod tests {
             stdout_path: stdout.into(),
             stderr_path: stderr.into(),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_patterns_with_a_directory_are_looked_at() {
+        let here = Path::new("/nonexistent-workdir");
+        for (stdout, stderr, looked) in [
+            ("ysched-%j.out", "", false),
+            ("out-%j.txt", "err-%j.txt", false),
+            ("logs/%j.out", "", true),
+            ("o.txt", "/tmp/e.txt", true),
+        ] {
+            let spec = spec(here, stdout, stderr);
+            assert_eq!(names_a_directory(&spec), looked, "{stdout} {stderr}");
+            if !looked {
+                // Nothing was skipped that the look would have warned about.
+                assert!(output_dir_warnings(&spec, "alice").is_empty());
+            }
         }
     }
 
