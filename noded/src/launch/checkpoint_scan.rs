@@ -9,8 +9,8 @@
 //! another user may read, whose newest time root would then report (`LastCheckpoint=`). So a
 //! job's scan runs with the job user's rights ([`newest_as`]): on a thread of its own that
 //! takes their uid, gid and groups (Linux credentials are per thread; the raw system calls
-//! change only that thread, which ends with the scan), it sees what the user could see and
-//! nothing more. The walk is bounded (entries visited, depth), never follows a symlink below
+//! change only that thread, which ends with the scan; a heartbeat scans each user's jobs on
+//! one such thread), it sees what the user could see and nothing more. The walk is bounded (entries visited, depth), never follows a symlink below
 //! the top (each directory is opened relative to its parent with `O_NOFOLLOW`, so one swapped
 //! for a link mid-walk is not entered), stays on the directory's own filesystem, opens nothing
 //! but directories, keeps at most one descriptor open per level, and turns every error into
@@ -132,7 +132,7 @@ fn mtime_ms(st: &FileStat) -> Option<i64> {
 }
 
 /// Whose rights a scan has: the job user's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ScanAs {
     pub uid: u32,
     pub gid: u32,
@@ -152,28 +152,45 @@ pub struct CheckpointDir {
 /// [`newest_under`] the job's directory, with the job user's rights (see the module docs).
 /// A thread that cannot be started or cannot become the user sees nothing.
 pub fn newest_as(dir: &CheckpointDir, limits: ScanLimits) -> Newest {
-    let Some(user) = &dir.scan_as else {
-        return newest_under(&dir.path, limits);
+    let paths = [dir.path.as_path()];
+    newest_of_each_as(dir.scan_as.as_ref(), &paths, limits)
+        .pop()
+        .unwrap_or(Newest::Complete(None))
+}
+
+/// [`newest_under`] each of `paths`, one after another, with `user`'s rights (`None`:
+/// noded's own), on one thread that takes them (see the module docs): a heartbeat starts a
+/// thread per user with running jobs, not per job. One result per path, in their order;
+/// a thread that cannot be started or cannot become the user sees nothing.
+fn newest_of_each_as(user: Option<&ScanAs>, paths: &[&Path], limits: ScanLimits) -> Vec<Newest> {
+    let each = || -> Vec<Newest> { paths.iter().map(|p| newest_under(p, limits)).collect() };
+    let nothing = || vec![Newest::Complete(None); paths.len()];
+    let Some(user) = user else {
+        return each();
     };
     std::thread::scope(|scope| {
         let scan = std::thread::Builder::new()
             .name("checkpoint-scan".into())
             .spawn_scoped(scope, || match become_on_this_thread(user) {
-                Ok(()) => newest_under(&dir.path, limits),
+                Ok(()) => each(),
                 Err(e) => {
                     tracing::warn!(
-                        "cannot scan {} as uid {}: {e}",
-                        dir.path.display(),
+                        "cannot scan {} checkpoint directories as uid {}: {e}",
+                        paths.len(),
                         user.uid
                     );
-                    Newest::Complete(None)
+                    nothing()
                 }
             });
         match scan {
-            Ok(scan) => scan.join().unwrap_or(Newest::Complete(None)),
+            Ok(scan) => scan.join().unwrap_or_else(|_| nothing()),
             Err(e) => {
-                tracing::warn!("cannot start a thread to scan {}: {e}", dir.path.display());
-                Newest::Complete(None)
+                tracing::warn!(
+                    "cannot start a thread to scan {} checkpoint directories of uid {}: {e}",
+                    paths.len(),
+                    user.uid
+                );
+                nothing()
             }
         }
     })
@@ -214,12 +231,24 @@ fn become_on_this_thread(user: &ScanAs) -> std::io::Result<()> {
     }
 }
 
-/// One heartbeat's scan of the running jobs' checkpoint directories, job by job, each with
-/// its user's rights.
+/// One heartbeat's scan of the running jobs' checkpoint directories, each with its user's
+/// rights: the jobs of one user together, on one thread (see [`newest_of_each_as`]), users
+/// one after another. Results in the jobs' order.
 pub fn scan_jobs(dirs: Vec<(u64, CheckpointDir)>, limits: ScanLimits) -> Vec<(u64, Newest)> {
-    dirs.into_iter()
-        .map(|(job_id, dir)| (job_id, newest_as(&dir, limits)))
-        .collect()
+    let mut found = vec![Newest::Complete(None); dirs.len()];
+    // Each user's jobs, by their place in `dirs`.
+    let mut by_user: std::collections::BTreeMap<Option<&ScanAs>, Vec<usize>> =
+        std::collections::BTreeMap::new();
+    for (place, (_, dir)) in dirs.iter().enumerate() {
+        by_user.entry(dir.scan_as.as_ref()).or_default().push(place);
+    }
+    for (user, places) in &by_user {
+        let paths: Vec<&Path> = places.iter().map(|&i| dirs[i].1.path.as_path()).collect();
+        for (&place, newest) in places.iter().zip(newest_of_each_as(*user, &paths, limits)) {
+            found[place] = newest;
+        }
+    }
+    dirs.iter().map(|(job_id, _)| *job_id).zip(found).collect()
 }
 
 #[cfg(test)]
@@ -364,6 +393,57 @@ mod tests {
         // The scan changed nothing of this thread's (or the process's) identity.
         assert!(nix::unistd::geteuid().is_root());
         assert!(nix::unistd::getuid().is_root());
+    }
+
+    #[test]
+    fn a_heartbeat_scans_each_job_with_its_own_users_rights() {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "run as root (noded's user)"
+        );
+        // Two private directories and an open one; jobs of nobody, of a second user and of
+        // noded's own, interleaved: each sees what its user may, in the jobs' order.
+        let private = tempfile::tempdir().unwrap();
+        std::fs::write(private.path().join("secret"), b"x").unwrap();
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let open = tempfile::tempdir().unwrap();
+        std::fs::write(open.path().join("ckpt"), b"x").unwrap();
+        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let user = |uid: u32| {
+            Some(ScanAs {
+                uid,
+                gid: uid,
+                groups: vec![uid],
+            })
+        };
+        let job = |id: u64, path: &Path, scan_as: Option<ScanAs>| {
+            (
+                id,
+                CheckpointDir {
+                    path: path.to_owned(),
+                    scan_as,
+                },
+            )
+        };
+        let found = scan_jobs(
+            vec![
+                job(5, private.path(), user(65534)),
+                job(3, open.path(), user(65534)),
+                job(9, private.path(), None),
+                job(7, private.path(), user(65533)),
+                job(8, open.path(), user(65533)),
+            ],
+            SMALL,
+        );
+        let ids: Vec<u64> = found.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [5, 3, 9, 7, 8]);
+        let seen: Vec<bool> = found
+            .iter()
+            .map(|(_, newest)| matches!(newest, Newest::Complete(Some(_))))
+            .collect();
+        assert_eq!(seen, [false, true, true, false, true]);
+        assert!(nix::unistd::geteuid().is_root());
     }
 
     #[test]
