@@ -350,17 +350,25 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_scan_as_the_job_user_sees_only_what_they_may() {
+    /// A directory holding one file, with `mode`; the tests that use it need root (noded's
+    /// user), which they check.
+    fn dir_with_a_file(mode: u32) -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
-        // Needs root, as noded: a directory only root may read, and a user's scan of it.
         assert!(
             nix::unistd::geteuid().is_root(),
             "run as root (noded's user)"
         );
-        let private = tempfile::tempdir().unwrap();
-        std::fs::write(private.path().join("secret"), b"x").unwrap();
-        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_scan_as_the_job_user_sees_only_what_they_may() {
+        use std::os::unix::fs::PermissionsExt;
+        // Needs root, as noded: a directory only root may read, and a user's scan of it.
+        let private = dir_with_a_file(0o700);
         let nobody = ScanAs {
             uid: 65534,
             gid: 65534,
@@ -397,19 +405,10 @@ mod tests {
 
     #[test]
     fn a_heartbeat_scans_each_job_with_its_own_users_rights() {
-        use std::os::unix::fs::PermissionsExt;
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "run as root (noded's user)"
-        );
-        // Two private directories and an open one; jobs of nobody, of a second user and of
+        // A private directory and an open one; jobs of nobody, of a second user and of
         // noded's own, interleaved: each sees what its user may, in the jobs' order.
-        let private = tempfile::tempdir().unwrap();
-        std::fs::write(private.path().join("secret"), b"x").unwrap();
-        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let open = tempfile::tempdir().unwrap();
-        std::fs::write(open.path().join("ckpt"), b"x").unwrap();
-        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let private = dir_with_a_file(0o700);
+        let open = dir_with_a_file(0o755);
         let user = |uid: u32| {
             Some(ScanAs {
                 uid,
