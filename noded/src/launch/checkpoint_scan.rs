@@ -10,7 +10,8 @@
 //! job's scan runs with the job user's rights ([`newest_as`]): on a thread of its own that
 //! takes their uid, gid and groups (Linux credentials are per thread; the raw system calls
 //! change only that thread, which ends with the scan; a heartbeat scans each user's jobs on
-//! one such thread), it sees what the user could see and nothing more. The walk is bounded (entries visited, depth), never follows a symlink below
+//! one such thread), it sees what the user could see and nothing more. The walk is bounded
+//! (entries visited, depth), never follows a symlink below
 //! the top (each directory is opened relative to its parent with `O_NOFOLLOW`, so one swapped
 //! for a link mid-walk is not entered), stays on the directory's own filesystem, opens nothing
 //! but directories, keeps at most one descriptor open per level, and turns every error into
