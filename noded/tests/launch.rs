@@ -789,3 +789,35 @@ async fn a_spool_too_deep_for_a_socket_address_still_runs_jobs() {
     let finished = events.wait_for_end(3102).await.finished;
     assert_eq!(finished.exit_code, Some(6), "{finished:?}");
 }
+
+/// schedd's acknowledgements reach the node's supervisor (on the connection noded holds
+/// open to it): after a restart, only the end that was not acknowledged is reported again.
+#[tokio::test]
+async fn acknowledged_ends_are_not_reported_again_after_a_restart() {
+    let fx = Fixture::new();
+    let launcher = || {
+        let (launcher, events) =
+            ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
+                shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+                ..ysched_noded::launch::LauncherOptions::new(fx.spool.path(), NODE)
+            })
+            .unwrap();
+        (launcher, Events::new(events))
+    };
+    let (first, mut events) = launcher();
+    for job_id in [3201, 3202, 3203] {
+        first.launch(fx.job(job_id, "#!/bin/sh\nexit 0\n")).unwrap();
+        events.wait_for_end(job_id).await;
+    }
+    first.ack(3201).unwrap();
+    first.ack(3203).unwrap();
+    // The acknowledgements are written by the task holding the connection.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(first);
+    drop(events);
+
+    let (again, _events) = launcher();
+    let recovery = again.recover().await.unwrap();
+    assert_eq!(recovery.ended, [3202]);
+    assert!(recovery.reattached.is_empty());
+}

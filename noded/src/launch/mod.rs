@@ -189,6 +189,9 @@ struct Shared {
     /// Set once the task holding the supervisor's keep-alive connection is started (see
     /// [`Launcher::keep_supervisor`]).
     keeping_supervisor: std::sync::atomic::AtomicBool,
+    /// While that connection is open: where acknowledgements go, to be written on it (see
+    /// [`Launcher::ack`]).
+    ack_link: Mutex<Option<mpsc::UnboundedSender<u64>>>,
 }
 
 struct JobHandle {
@@ -244,6 +247,10 @@ impl Shared {
     fn emit(&self, event: JobEvent) {
         // Nobody listening (shutting down) is not an error: the spool keeps the record.
         let _ = self.events.send(event);
+    }
+
+    fn ack_link(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<u64>>> {
+        self.ack_link.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn unwritten_ends(&self) -> MutexGuard<'_, BTreeMap<u64, FinishedRecord>> {
@@ -418,6 +425,7 @@ impl Launcher {
             recorded_ends: Mutex::default(),
             starting_supervisor: tokio::sync::Mutex::new(()),
             keeping_supervisor: std::sync::atomic::AtomicBool::new(false),
+            ack_link: Mutex::new(None),
         });
         let launcher = Launcher {
             shared,
@@ -573,7 +581,15 @@ impl Launcher {
         }
         self.shared.unwritten_ends().remove(&job_id);
         let journaled = self.shared.recorded_ends().remove(&job_id).is_some();
-        if journaled {
+        // On the keep-alive connection when it is open (no connection per job); if that
+        // fails the supervisor is gone, and its next start replays the end, as below.
+        let linked = journaled
+            && self
+                .shared
+                .ack_link()
+                .as_ref()
+                .is_some_and(|link| link.send(job_id).is_ok());
+        if journaled && !linked {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let shared = self.shared.clone();
                 runtime.spawn(async move {
@@ -650,15 +666,12 @@ impl Launcher {
         };
         let shared = self.shared.clone();
         runtime.spawn(until_cancelled(self.supervision.clone(), async move {
-            use tokio::io::AsyncReadExt;
             let mut retry = SUPERVISOR_RESTART;
             loop {
                 match shared.connect_supervisor(true).await {
-                    Ok(mut stream) => {
+                    Ok(stream) => {
                         retry = SUPERVISOR_RESTART;
-                        // Nothing comes on it: the read ends when the supervisor goes.
-                        let mut buf = [0u8; 64];
-                        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+                        hold_supervisor(&shared, stream).await;
                         tracing::debug!("the node's supervisor went away");
                     }
                     Err(e) => {
@@ -858,6 +871,34 @@ impl Drop for Launcher {
 /// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
 /// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
 /// running, for a new launcher to [`recover`](Launcher::recover).
+/// Holds the keep-alive connection to the node's supervisor until the supervisor goes
+/// (nothing comes on it: its read ends then), and writes on it the acknowledgements
+/// [`Launcher::ack`] passes, those that came meanwhile in one write.
+async fn hold_supervisor(shared: &Shared, stream: tokio::net::UnixStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut read, mut write) = stream.into_split();
+    let (link, mut acks) = mpsc::unbounded_channel();
+    *shared.ack_link() = Some(link);
+    let mut buf = [0u8; 64];
+    loop {
+        tokio::select! {
+            read = read.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) {
+                break;
+            },
+            Some(job_id) = acks.recv() => {
+                let mut lines = format!("ack {job_id}\n");
+                while let Ok(job_id) = acks.try_recv() {
+                    lines.push_str(&format!("ack {job_id}\n"));
+                }
+                if write.write_all(lines.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    *shared.ack_link() = None;
+}
+
 async fn until_cancelled(cancelled: CancellationToken, supervision: impl Future<Output = ()>) {
     tokio::select! {
         biased;

@@ -214,6 +214,7 @@ pub fn run(spool: &Path) -> ExitCode {
         listener,
         connections: BTreeMap::new(),
         next_connection: 0,
+        read_buf: vec![0u8; 64 * 1024],
         jobs: BTreeMap::new(),
         lease: LeaseWatch::default(),
         idle_since: Instant::now(),
@@ -289,6 +290,8 @@ struct Supervisor {
     listener: UnixListener,
     connections: BTreeMap<u64, Connection>,
     next_connection: u64,
+    /// What a connection's read goes into first (kept: not allocated and zeroed per read).
+    read_buf: Vec<u8>,
     /// By job id.
     jobs: BTreeMap<u64, Job>,
     lease: LeaseWatch,
@@ -581,9 +584,9 @@ impl Supervisor {
         let Some(connection) = self.connections.get_mut(&id) else {
             return;
         };
-        let mut buf = vec![0u8; 64 * 1024];
+        let buf = &mut self.read_buf;
         let closed = loop {
-            match connection.stream.read(&mut buf) {
+            match connection.stream.read(buf) {
                 Ok(0) => break true,
                 Ok(n) => connection.input.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,

@@ -148,11 +148,16 @@ impl Spool {
     /// Creates a fresh, empty directory for a job (mode 0711, owned by noded's user),
     /// replacing any leftover of an earlier run.
     pub fn create_job_dir(&self, job_id: u64) -> io::Result<JobDir> {
-        self.remove_job(job_id)?;
         let dir = self.job_dir(job_id);
-        std::fs::DirBuilder::new()
-            .mode(DIR_MODE)
-            .create(dir.path())?;
+        let create = || std::fs::DirBuilder::new().mode(DIR_MODE).create(dir.path());
+        // Almost always there is none; one left behind (an earlier run's) is replaced.
+        if let Err(e) = create() {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+            self.remove_job(job_id)?;
+            create()?;
+        }
         // The mode given to mkdir is filtered by the umask; the job user needs to search it.
         set_mode(dir.path(), DIR_MODE)?;
         // Not synced: it holds only the job's script, which means nothing after a power loss
@@ -161,7 +166,16 @@ impl Spool {
     }
 
     pub fn remove_job(&self, job_id: u64) -> io::Result<()> {
-        match std::fs::remove_dir_all(self.job_dir(job_id).path()) {
+        let dir = self.job_dir(job_id);
+        // A job's directory holds only its script (an older noded's shepherd's holds more):
+        // two system calls instead of a walk of the directory, whenever they are enough.
+        let _ = std::fs::remove_file(dir.script());
+        match std::fs::remove_dir(dir.path()) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(_) => {}
+        }
+        match std::fs::remove_dir_all(dir.path()) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }

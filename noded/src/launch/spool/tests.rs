@@ -131,3 +131,30 @@ fn files_are_private_and_an_old_spool_is_tightened() {
     }
     assert_eq!(mode(&outside), 0o644);
 }
+
+#[test]
+fn a_job_directory_is_removed_and_a_leftover_one_replaced() {
+    let root = tempfile::tempdir().unwrap();
+    let spool = Spool::open(root.path()).unwrap();
+    // Today's directory: only the script.
+    let dir = spool.create_job_dir(5).unwrap();
+    std::fs::write(dir.script(), "#!/bin/sh\ntrue\n").unwrap();
+    spool.remove_job(5).unwrap();
+    assert!(!dir.path().exists());
+    // An empty one, and one of an older noded's shepherd, holding more than a script.
+    let dir = spool.create_job_dir(6).unwrap();
+    spool.remove_job(6).unwrap();
+    assert!(!dir.path().exists());
+    let dir = spool.create_job_dir(7).unwrap();
+    std::fs::write(dir.script(), "#!/bin/sh\ntrue\n").unwrap();
+    dir.write_record(&JobRecord::unreadable(7)).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/file"), "x").unwrap();
+    // Left behind: a new run's directory starts empty, with its mode.
+    let again = spool.create_job_dir(7).unwrap();
+    assert_eq!(std::fs::read_dir(again.path()).unwrap().count(), 0);
+    assert_eq!(mode(again.path()), DIR_MODE);
+    spool.remove_job(7).unwrap();
+    assert!(!again.path().exists());
+    assert!(spool.job_ids().unwrap().is_empty());
+}

@@ -232,7 +232,11 @@ impl Supervisor {
         let time_ms = time.and_then(|t| t.parse().ok()).unwrap_or_else(now_ms);
         self.record.job_pid = Some(pid);
         self.record.start_time_ms = time_ms;
-        self.persist();
+        // An older noded's shepherd keeps the pid in the job's record file. The node's
+        // supervisor told us both itself, and its journal has them: nothing to send.
+        if self.link.is_none() {
+            self.persist();
+        }
         tracing::info!("job {} started, pid {pid}", self.job_id());
         self.shared.emit(JobEvent::Started(JobStarted {
             job_id: self.job_id(),
