@@ -37,7 +37,8 @@
 //! noded talks to it over a Unix socket, `<spool>/supervisor.sock` (mode 0600; a peer other
 //! than root or the supervisor's own user, as `SO_PEERCRED` names it, is refused). A socket
 //! rather than inherited pipes: a restarted noded finds it by its path, with no state handed
-//! over. One connection per job, and one per request otherwise, one line each way:
+//! over. One connection per job, and one per request otherwise (acknowledgements aside, see
+//! `ack`), one line each way:
 //! - `launch <JobRecord json>`: record the launch (synced) and start the job. The supervisor
 //!   answers `started <pid> <time_ms>` once it has exec'd, and `ended <FinishedRecord json>`
 //!   once it is over and its end synced, then closes; `refused <why>` when the launch cannot
@@ -53,13 +54,14 @@
 //!   handed over): `recorded` once synced, or `failed <why>`.
 //! - `list`: `job <JobRecord json>` per job it runs, `ended <json>` per end schedd has not
 //!   acknowledged, then `done`.
-//! - `ack <job id>`: schedd recorded the job's end: journaled, not synced.
+//! - `ack <job id>`: schedd recorded the job's end: journaled, not synced. noded sends these
+//!   on the connection it holds open (below), several in one write when they came together.
 //!
 //! A second supervisor for the same spool exits at once (an `flock` on `supervisor.lock`).
 //! With no job and no connection for [`IDLE_EXIT`] it exits. noded holds a connection open
-//! while it runs (saying nothing on it), so that a job submitted to an idle node does not
-//! wait for a supervisor to be started: it exits only once noded is gone for that long, and
-//! noded starts it again when it comes back.
+//! while it runs (saying nothing on it but acknowledgements), so that a job submitted to an
+//! idle node does not wait for a supervisor to be started: it exits only once noded is gone
+//! for that long, and noded starts it again when it comes back.
 
 // Everywhere but `sys`, `unsafe` is refused.
 #![deny(unsafe_code)]
