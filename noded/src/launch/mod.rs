@@ -581,8 +581,8 @@ impl Launcher {
         }
         self.shared.unwritten_ends().remove(&job_id);
         let journaled = self.shared.recorded_ends().remove(&job_id).is_some();
-        // On the keep-alive connection when it is open (no connection per job); if that
-        // fails the supervisor is gone, and its next start replays the end, as below.
+        // On the keep-alive connection while it is open (no connection per job), else on a
+        // connection of its own.
         let linked = journaled
             && self
                 .shared
@@ -867,10 +867,6 @@ impl Drop for Launcher {
     }
 }
 
-/// Runs a job's supervision until it is over or `cancelled` (the launcher was dropped),
-/// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
-/// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
-/// running, for a new launcher to [`recover`](Launcher::recover).
 /// Holds the keep-alive connection to the node's supervisor until the supervisor goes
 /// (nothing comes on it: its read ends then), and writes on it the acknowledgements
 /// [`Launcher::ack`] passes, those that came meanwhile in one write.
@@ -899,6 +895,10 @@ async fn hold_supervisor(shared: &Shared, stream: tokio::net::UnixStream) {
     *shared.ack_link() = None;
 }
 
+/// Runs a job's supervision until it is over or `cancelled` (the launcher was dropped),
+/// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
+/// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
+/// running, for a new launcher to [`recover`](Launcher::recover).
 async fn until_cancelled(cancelled: CancellationToken, supervision: impl Future<Output = ()>) {
     tokio::select! {
         biased;
