@@ -14,6 +14,10 @@ const RUN_PATTERNS: [&str; 4] = ["%j", "%A", "%a", "%N"];
 /// (`%x` and `%u` filled in), or `None` when it cannot be known at submit or is the working
 /// directory itself.
 pub fn output_dir(pattern: &str, workdir: &str, job_name: &str, user: &str) -> Option<PathBuf> {
+    // Output thrown away: no file is made, so `/dev` need not take one (nor is it the user's).
+    if pattern == "/dev/null" {
+        return None;
+    }
     let (dir, _) = pattern.rsplit_once('/')?;
     if dir.is_empty() {
         return Some(PathBuf::from("/"));
@@ -85,7 +89,7 @@ pub fn output_dir_warnings(spec: &JobSpec, user: &str) -> Vec<String> {
 fn names_a_directory(spec: &JobSpec) -> bool {
     [&spec.stdout_path, &spec.stderr_path]
         .iter()
-        .any(|pattern| pattern.contains('/'))
+        .any(|pattern| pattern.contains('/') && *pattern != "/dev/null")
 }
 
 /// How long the look may take: a directory on a hung network or FUSE mount would otherwise
@@ -148,6 +152,7 @@ mod tests {
             ("out-%j.txt", "err-%j.txt", false),
             ("logs/%j.out", "", true),
             ("o.txt", "/tmp/e.txt", true),
+            ("/dev/null", "/dev/null", false),
         ] {
             let spec = spec(here, stdout, stderr);
             assert_eq!(names_a_directory(&spec), looked, "{stdout} {stderr}");
@@ -168,6 +173,11 @@ mod tests {
         );
         assert_eq!(dir("out-%j.txt"), None, "the working directory itself");
         assert_eq!(dir("/o.txt"), Some(PathBuf::from("/")));
+        assert_eq!(
+            dir("/dev/null"),
+            None,
+            "output thrown away: no directory to look at"
+        );
         assert_eq!(dir("logs/%j/o.txt"), None, "known only when it runs");
         assert_eq!(dir("logs/%N/o.txt"), None);
         assert_eq!(
