@@ -118,6 +118,10 @@ impl Supervisor {
             }
         }
         self.record.plan = Some(plan);
+        // The plan holds the job's whole environment, made from the request's: nothing reads
+        // the request's copy again, and without it the launch line the supervisor parses and
+        // journals is half as long.
+        self.record.job.env.clear();
 
         let connection = self.hand_to_supervisor().await.map_err(|e| {
             let error = format!("cannot hand the job to the node's supervisor: {e}");
