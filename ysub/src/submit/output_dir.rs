@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use ysched_common::text::{escape_for_terminal, expand_output_pattern, PatternVars};
 use ysched_proto::JobSpec;
 
+/// Output thrown away: no file is made, so its directory (`/dev`, not the user's) need not
+/// take one.
+const DISCARDED: &str = "/dev/null";
+
 /// Patterns only the job's run knows: a directory holding one cannot be checked at submit.
 const RUN_PATTERNS: [&str; 4] = ["%j", "%A", "%a", "%N"];
 
@@ -14,8 +18,7 @@ const RUN_PATTERNS: [&str; 4] = ["%j", "%A", "%a", "%N"];
 /// (`%x` and `%u` filled in), or `None` when it cannot be known at submit or is the working
 /// directory itself.
 pub fn output_dir(pattern: &str, workdir: &str, job_name: &str, user: &str) -> Option<PathBuf> {
-    // Output thrown away: no file is made, so `/dev` need not take one (nor is it the user's).
-    if pattern == "/dev/null" {
+    if pattern == DISCARDED {
         return None;
     }
     let (dir, _) = pattern.rsplit_once('/')?;
@@ -89,7 +92,7 @@ pub fn output_dir_warnings(spec: &JobSpec, user: &str) -> Vec<String> {
 fn names_a_directory(spec: &JobSpec) -> bool {
     [&spec.stdout_path, &spec.stderr_path]
         .iter()
-        .any(|pattern| pattern.contains('/') && *pattern != "/dev/null")
+        .any(|pattern| pattern.contains('/') && *pattern != DISCARDED)
 }
 
 /// How long the look may take: a directory on a hung network or FUSE mount would otherwise
