@@ -31,6 +31,8 @@ socket = "$dir/schedd.sock"
 state_dir = "$dir/state"
 cluster_key_file = "$dir/cluster.key"
 checkpoint_root = "$dir/checkpoints"
+# Whoever runs the demo administers it (enrols its two agents, drains nodes).
+admin_group = "$(id -gn)"
 
 [node]
 spool_dir = "$dir/spool"
@@ -55,9 +57,11 @@ export YSCHED_CONF="$dir/ysched.toml"
 echo $! > "$dir/pids"
 for _ in $(seq 100); do [ -S "$dir/schedd.sock" ] && break; sleep 0.05; done
 for n in node1 node2; do
+  # Each host gets its own certificate: a one-time token from schedd, traded by its agent.
+  "$bin/yctl" node enrol $n -o "$dir/$n.token" 2>/dev/null
   # Each agent serves the CLIs of "its host" on its own socket (one machine plays two hosts).
   "$bin/noded" -v --name $n --cpus 64 --mem 512G --fake-gpus "$dir/$n-gpus.toml" --spool-dir "$dir/spool/$n" \
-    --client-socket "$dir/$n.sock" >"$dir/noded-$n.log" 2>&1 &
+    --enrol-token "$dir/$n.token" --client-socket "$dir/$n.sock" >"$dir/noded-$n.log" 2>&1 &
   echo $! >> "$dir/pids"
 done
 for _ in $(seq 100); do

@@ -124,17 +124,35 @@ pub enum Hop {
     Forward,
 }
 
+/// Who hands a caller on, and with what (the fields of `RelayedCaller` beside the caller's
+/// own).
+#[derive(Debug, Clone, Default)]
+pub struct Handover {
+    /// The relaying agent's node; empty for a replica's forwarding.
+    pub node: String,
+    /// The agent session's relay token, or the replicas' forwarding token.
+    pub relay_token: Vec<u8>,
+    /// The forwarding replica's place; 0: relayed by an agent.
+    pub forwarded_by_replica: u64,
+    /// On a compute node: a job of the caller's running there; 0: none.
+    pub job_id: u64,
+}
+
 /// The caller `uid`/`gid`, as the kernel named it, with its names looked up (on a blocking
 /// thread: the name service may be slow, LDAP), in the `RelayedCaller` that `hop` sends with
-/// `node`, `relay_token` and `forwarded_by_replica`, encoded (see [`encode_caller`]).
+/// `handover`, encoded (see [`encode_caller`]).
 pub async fn relayed_caller(
     uid: u32,
     gid: u32,
     hop: Hop,
-    node: String,
-    relay_token: Vec<u8>,
-    forwarded_by_replica: u64,
+    handover: Handover,
 ) -> Result<Vec<u8>, tonic::Status> {
+    let Handover {
+        node,
+        relay_token,
+        forwarded_by_replica,
+        job_id,
+    } = handover;
     let (owner, home) = identity_off_runtime(uid, gid).await?;
     let caller = ysched_proto::RelayedCaller {
         node,
@@ -147,6 +165,7 @@ pub async fn relayed_caller(
             .unwrap_or_default(),
         relay_token,
         forwarded_by_replica,
+        job_id,
     };
     encode_caller(&caller, hop)
 }
@@ -226,6 +245,7 @@ mod tests {
             home: "/home/alice".into(),
             relay_token: vec![7; 32],
             forwarded_by_replica: 0,
+            job_id: 0,
         };
         assert!(encode_caller(&caller, Hop::Relay).is_ok());
         caller.groups = (0..2000).map(|i| format!("research-group-{i}")).collect();

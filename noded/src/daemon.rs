@@ -8,6 +8,7 @@
 //! refuses every launch. It serves its client socket all the same.
 
 use crate::agent::{Agent, AgentConfig};
+use crate::credential::{self, HostCredential};
 use crate::gpu::{health_monitor, inventory, InventoryError};
 use crate::gpu_watch::GpuWatch;
 use crate::host;
@@ -43,6 +44,8 @@ pub struct Options {
     pub client_socket: Option<PathBuf>,
     /// A login node whatever `node.role` says: runs nothing, offers nothing.
     pub no_jobs: bool,
+    /// An enrolment token's file instead of `node.enrol_token_file`.
+    pub enrol_token: Option<PathBuf>,
 }
 
 impl Options {
@@ -117,6 +120,24 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let gpus = detect_gpus(options.fake_gpus.clone(), options.nvml_library(&config)).await?;
         Inventory::new(&options, &config, gpus)
     };
+    let endpoints = if options.schedd.is_some() || config.scheduler.replicas.is_empty() {
+        vec![schedd.clone()]
+    } else {
+        config.scheduler.replicas.clone()
+    };
+    let credential = host_credential(
+        &options,
+        &config,
+        HostFacts {
+            name: &name,
+            login,
+            spool_dir: &spool_dir,
+            endpoints: &endpoints,
+            ca_cert_pem: &ca_cert_pem,
+        },
+        cluster_key,
+    )
+    .await?;
     let client_socket = client_socket_path(&options, &config)?;
     // Bound before anything else starts: a second noded on this host stops here.
     let clients = client_socket
@@ -160,7 +181,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let relay_config = RelayConfig {
         node: name.clone(),
         schedd: schedd.clone(),
-        cluster_key: cluster_key.clone(),
+        cluster_key: credential.cluster_key.clone(),
+        jobs: (!login).then(|| launcher.jobs_of_users()),
         max_message_bytes: config.max_message_bytes(),
         max_connections_per_user: config.node.max_connections_per_user as usize,
         max_client_connections: config.node.max_client_connections as usize,
@@ -176,7 +198,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             config.scheduler.replicas.clone()
         },
         schedd,
-        cluster_key,
+        credential,
         ca_cert_pem,
         ca_cert_path: ca_cert_path.display().to_string(),
         max_message_bytes: config.max_message_bytes(),
@@ -254,21 +276,79 @@ fn client_socket_path(options: &Options, config: &Config) -> anyhow::Result<Opti
     Ok(Some(path))
 }
 
-/// The cluster key; refused when others may read or write it, or it belongs to another user
-/// (see [`ysched_common::secret`]).
-fn read_cluster_key(path: &Path) -> anyhow::Result<String> {
-    let key = ysched_common::secret::read_private_file(path, "cluster key")?.ok_or_else(|| {
-        anyhow::anyhow!(
-            "cannot read the cluster key {}: it does not exist (copy it from the schedd \
-                 host, mode 0600)",
-            path.display()
-        )
-    })?;
+/// The cluster key, where this host has one (`None`: enrolled hosts need none); refused
+/// when others may read or write it, or it belongs to another user (see
+/// [`ysched_common::secret`]).
+fn read_cluster_key(path: &Path) -> anyhow::Result<Option<String>> {
+    let Some(key) = ysched_common::secret::read_private_file(path, "cluster key")? else {
+        return Ok(None);
+    };
     let key = key.trim();
     if key.is_empty() {
         bail!("the cluster key file {} is empty", path.display());
     }
-    Ok(key.to_string())
+    Ok(Some(key.to_string()))
+}
+
+/// What enrolment needs to know of this host and where schedd is.
+struct HostFacts<'a> {
+    name: &'a str,
+    login: bool,
+    spool_dir: &'a Path,
+    endpoints: &'a [String],
+    ca_cert_pem: &'a str,
+}
+
+/// This host's credential: its certificate, enrolling first with the token of
+/// `--enrol-token` (or `node.enrol_token_file`) when it has none or the token is new; else
+/// the cluster key (warned about); else an error that says how to enrol.
+async fn host_credential(
+    options: &Options,
+    config: &Config,
+    host: HostFacts<'_>,
+    cluster_key: Option<String>,
+) -> anyhow::Result<HostCredential> {
+    let dir = credential::identity_dir(&config.node.identity_dir, host.spool_dir);
+    let mut own = credential::load(&dir)?;
+    let token_file = options
+        .enrol_token
+        .clone()
+        .or_else(|| Some(config.node.enrol_token_file.clone()))
+        .filter(|p| !p.as_os_str().is_empty());
+    if let Some(path) = token_file {
+        let token = credential::read_token(&path)?;
+        if own.is_none() || !credential::enrolled_with(&dir, &token) {
+            let enrolled =
+                credential::enrol(&token, host.name, host.endpoints, host.ca_cert_pem, &dir)
+                    .await
+                    .with_context(|| format!("cannot enrol host {}", host.name))?;
+            tracing::warn!(
+                "enrolled as {}; certificate and key in {}",
+                enrolled.identity,
+                dir.display()
+            );
+            own = Some(enrolled);
+        }
+    }
+    match (&own, &cluster_key) {
+        (Some(own), _) => credential::check_matches(own, host.name, host.login, &dir)?,
+        (None, Some(_)) => tracing::warn!(
+            "host {} has no certificate of its own: it authenticates with the shared cluster \
+             key, which schedd may refuse (scheduler.accept_cluster_key). Enrol it: `yctl \
+             node enrol {}` on a scheduler host, then noded --enrol-token FILE",
+            host.name,
+            host.name
+        ),
+        (None, None) => bail!(
+            "host {name} has no certificate (none in {}) and no cluster key: enrol it: run \
+             `yctl node enrol {name}{}` on a scheduler host, then start noded here with \
+             --enrol-token FILE",
+            dir.display(),
+            if host.login { " --login" } else { "" },
+            name = host.name,
+        ),
+    }
+    Ok(HostCredential { own, cluster_key })
 }
 
 /// Prints what this noded would register (`noded --inventory`) and returns; needs neither

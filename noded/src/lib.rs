@@ -7,6 +7,8 @@
 //! per node, which journals every launch and end) so that they survive a restart of noded
 //! itself ([`launch`]); the supervisor stops them on its own when the node has lost schedd
 //! for `node.fence_after_secs` ([`launch::lease`]).
+//! It proves itself to schedd with its own certificate ([`credential`], got by enrolling
+//! with a one-time token) or, on clusters that predate enrolment, the shared cluster key.
 //! It serves the host's client socket and relays its requests to schedd over the agent's
 //! session ([`relay`]). `noded --inventory` prints what it would report, with the GPU matrix
 //! of [`ysched_common::topo_matrix`].
@@ -15,6 +17,7 @@
 
 pub mod agent;
 pub mod convert;
+pub mod credential;
 pub mod daemon;
 pub mod gpu;
 pub mod gpu_watch;

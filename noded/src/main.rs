@@ -53,6 +53,11 @@ struct Cli {
     /// serve the client socket
     #[arg(long)]
     no_jobs: bool,
+    /// Enrol this host with the token in FILE (from `yctl node enrol NAME` on a scheduler
+    /// host; `-`: standard input) before starting, unless it already enrolled with it: its
+    /// certificate and key are kept in node.identity_dir [default: node.enrol_token_file]
+    #[arg(long, value_name = "FILE")]
+    enrol_token: Option<PathBuf>,
     /// Print the inventory this agent would register (GPUs with their NVLink and PCIe
     /// topology, CPUs, memory, features) and exit, without contacting schedd
     #[arg(long)]
@@ -94,6 +99,7 @@ fn main() -> ExitCode {
         mem_mib: cli.mem,
         client_socket: cli.client_socket,
         no_jobs: cli.no_jobs,
+        enrol_token: cli.enrol_token,
     };
     if cli.inventory {
         return match daemon::print_inventory(&options, cli.json) {

@@ -3,10 +3,11 @@
 //! noded serves the `Ysched` client service on a Unix socket (`node.client_socket`, or
 //! `noded --client-socket`), identifies each caller by the kernel's peer credentials
 //! (`SO_PEERCRED`, as schedd does on its own socket), and forwards every request to schedd
-//! with the cluster key and the caller named in the binary metadata `ysched-caller-bin` (a
-//! `RelayedCaller`: this node, uid, gid, user and group names, home, and the relay token of
-//! the agent's session). schedd believes that caller only with the token it gave this node's
-//! live session. The agent puts the session's [`RelayLink`] in a [`SessionSlot`] once
+//! on a connection with this host's certificate (or the cluster key), the caller named in the
+//! binary metadata `ysched-caller-bin` (a `RelayedCaller`: this node, uid, gid, user and group
+//! names, home, the relay token of the agent's session, and on a compute node a job of the
+//! caller's running here). schedd believes that caller only with the token it gave this
+//! node's live session, and from a compute node only for a user with a job running on it. The agent puts the session's [`RelayLink`] in a [`SessionSlot`] once
 //! registered and takes it out when the session ends. Nothing the client sends as metadata is
 //! passed on.
 //!
@@ -34,7 +35,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
-use ysched_common::identity::{relayed_caller, Hop};
+use ysched_common::identity::{relayed_caller, Handover, Hop};
 use ysched_proto as pb;
 use ysched_proto::ysched_client::YschedClient;
 use ysched_proto::ysched_server::{Ysched, YschedServer};
@@ -87,7 +88,11 @@ pub struct RelayConfig {
     pub node: String,
     /// schedd's agent address, for messages.
     pub schedd: String,
-    pub cluster_key: String,
+    /// The cluster key, on a host that has one (see [`crate::credential`]).
+    pub cluster_key: Option<String>,
+    /// The jobs running here, by user: on a compute node, the job that vouches for each
+    /// caller; `None` on a login host (schedd takes every user of its host from it).
+    pub jobs: Option<crate::launch::UserJobs>,
     /// Largest request passed to schedd (`Config::max_message_bytes`).
     pub max_message_bytes: usize,
     /// `node.max_connections_per_user` and `node.max_client_connections`.
@@ -99,7 +104,8 @@ pub struct RelayConfig {
 pub struct Relay {
     node: String,
     schedd: String,
-    authorization: MetadataValue<Ascii>,
+    authorization: Option<MetadataValue<Ascii>>,
+    jobs: Option<crate::launch::UserJobs>,
     max_message_bytes: usize,
     limits: ConnectionLimits,
     session: SessionSlot,
@@ -111,13 +117,17 @@ pub struct BadClusterKey;
 
 impl Relay {
     pub fn new(config: RelayConfig, session: SessionSlot) -> Result<Relay, BadClusterKey> {
-        let authorization = format!("Bearer {}", config.cluster_key)
-            .parse()
+        let authorization = config
+            .cluster_key
+            .as_ref()
+            .map(|key| format!("Bearer {key}").parse())
+            .transpose()
             .map_err(|_| BadClusterKey)?;
         Ok(Relay {
             node: config.node,
             schedd: config.schedd,
             authorization,
+            jobs: config.jobs,
             max_message_bytes: config.max_message_bytes,
             limits: ConnectionLimits {
                 per_user: config.max_connections_per_user,
@@ -130,9 +140,10 @@ impl Relay {
         })
     }
 
-    /// The request to send to schedd by `link`: the client's message, the cluster key, and
-    /// the caller as the kernel named it, with the session's relay token. Refused without
-    /// peer credentials.
+    /// The request to send to schedd by `link`: the client's message, the cluster key (if
+    /// this host has one), and the caller as the kernel named it, with the session's relay
+    /// token and, on a compute node, a job of the caller's running here. Refused without peer
+    /// credentials.
     async fn outgoing<T>(
         &self,
         request: Request<T>,
@@ -143,18 +154,22 @@ impl Relay {
             .get::<UdsConnectInfo>()
             .and_then(|info| info.peer_cred)
             .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
-        let caller = relayed_caller(
-            cred.uid(),
-            cred.gid(),
-            Hop::Relay,
-            self.node.clone(),
-            link.token.clone(),
-            0,
-        )
-        .await?;
+        let handover = Handover {
+            node: self.node.clone(),
+            relay_token: link.token.clone(),
+            job_id: self
+                .jobs
+                .as_ref()
+                .and_then(|jobs| jobs.job_of(cred.uid()))
+                .unwrap_or(0),
+            ..Handover::default()
+        };
+        let caller = relayed_caller(cred.uid(), cred.gid(), Hop::Relay, handover).await?;
         let mut outgoing = Request::new(request.into_inner());
         let metadata = outgoing.metadata_mut();
-        metadata.insert("authorization", self.authorization.clone());
+        if let Some(authorization) = &self.authorization {
+            metadata.insert("authorization", authorization.clone());
+        }
         metadata.insert_bin(
             CALLER_METADATA,
             tonic::metadata::MetadataValue::from_bytes(&caller),
@@ -376,6 +391,30 @@ impl Ysched for Relay {
         request: Request<pb::ClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStatusReply>, Status> {
         self.forward(request, |mut c, r| async move { c.cluster_status(r).await })
+            .await
+    }
+
+    async fn enrol_host(
+        &self,
+        request: Request<pb::EnrolHostRequest>,
+    ) -> Result<Response<pb::EnrolHostReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.enrol_host(r).await })
+            .await
+    }
+
+    async fn revoke_host(
+        &self,
+        request: Request<pb::NodeRef>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.forward(request, |mut c, r| async move { c.revoke_host(r).await })
+            .await
+    }
+
+    async fn list_hosts(
+        &self,
+        request: Request<pb::ListHostsRequest>,
+    ) -> Result<Response<pb::HostList>, Status> {
+        self.forward(request, |mut c, r| async move { c.list_hosts(r).await })
             .await
     }
 }

@@ -63,7 +63,8 @@ async fn client_requests_reach_schedd_with_the_session_token_as_the_caller() {
         RelayConfig {
             node: "n1".into(),
             schedd: schedd.address(),
-            cluster_key: KEY.into(),
+            cluster_key: Some(KEY.into()),
+            jobs: None,
             max_message_bytes: 64 << 20,
             max_connections_per_user: 64,
             max_client_connections: 1024,
@@ -199,7 +200,8 @@ async fn a_relayed_answer_too_large_for_http2_does_not_end_the_session() {
         RelayConfig {
             node: "n1".into(),
             schedd: schedd.address(),
-            cluster_key: KEY.into(),
+            cluster_key: Some(KEY.into()),
+            jobs: None,
             max_message_bytes: 64 << 20,
             max_connections_per_user: 64,
             max_client_connections: 1024,

@@ -105,8 +105,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ysched_common::edge::peer_log::spawn_summaries();
     // Durable entries: a power loss right after the first start must not take the directory.
     ysched_common::durable::create_dir_all(&config.scheduler.state_dir)?;
-    let key = server::load_or_create_key(&config.scheduler.cluster_key_file)?;
-    let ca = server::load_or_create_ca(&config.ca_cert_path(), &config.ca_key_path())?;
+    let ca = std::sync::Arc::new(server::load_or_create_ca(
+        &config.ca_cert_path(),
+        &config.ca_key_path(),
+    )?);
+    let key = server::load_cluster_key(&config)?;
     let tls = server::tls_server_config(&ca)?;
     let opening = std::time::Instant::now();
     let store = Store::open_with_reserve(
@@ -139,6 +142,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         key,
         tls,
+        ca,
     };
     if let Some(place) = place {
         tracing::info!(
@@ -147,7 +151,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "schedd starting as a replica"
         );
         let _ = ysched_common::sdnotify::notify_ready();
-        server::serve_replica(config, store, place, &ca, doors, shutdown_signal()).await?;
+        server::serve_replica(config, store, place, doors, shutdown_signal()).await?;
         let _ = std::fs::remove_file(socket_path);
         return Ok(());
     }

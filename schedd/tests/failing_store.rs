@@ -62,7 +62,10 @@ async fn a_refused_write_changes_nothing_and_the_next_one_works() {
         mem_mib: 1024,
         ..Default::default()
     };
-    cluster.register_node(register, "test", tx).await.unwrap();
+    cluster
+        .register_node(register, "test", tx, None)
+        .await
+        .unwrap();
     let held_spec = pb::JobSpec {
         script: "#!/bin/sh\ntrue\n".into(),
         workdir: "/tmp".into(),

@@ -9,6 +9,7 @@
 pub mod core_bench;
 pub mod fleet;
 pub mod fuzz;
+pub mod host_link;
 pub mod neighbour;
 pub mod power_loss;
 

@@ -1,7 +1,7 @@
 //! [`Replicas`]: schedd replicas under Raft (`scheduler.replicas`) on loopback, each with
-//! its own config, state directory, client socket and log, sharing the cluster key and CA
-//! (which sit beside the key); started, killed, stopped and restarted one by one, and asked
-//! who leads (`yctl cluster`).
+//! its own config, state directory, client socket and log, sharing the cluster CA (certificate
+//! and key, which the first makes); started, killed, stopped and restarted one by one, and
+//! asked who leads (`yctl cluster`). Agents enrol through whichever replica answers.
 
 use crate::{bin_dir, kill_tagged, stderr, stdout};
 use nix::sys::signal::Signal;
@@ -23,7 +23,7 @@ pub struct Replicas {
 
 impl Replicas {
     /// Writes the configs of `count` replicas and starts them all: the first alone until it
-    /// made the cluster key and CA the others share.
+    /// made the cluster CA the others share.
     pub fn start(count: u64) -> Replicas {
         let dir = tempfile::Builder::new().prefix("ysr").tempdir().unwrap();
         // Other users' CLIs (`run_as`) read the configs and reach the sockets inside.
@@ -106,9 +106,9 @@ impl Replicas {
             .expect("start schedd");
         self.running.insert(n, child);
         let sock = self.socket(n);
-        let key = self.dir.path().join("cluster.key");
+        let ca_key = self.dir.path().join("cluster-ca.key");
         let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&sock).is_err() || !key.exists() {
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() || !ca_key.exists() {
             let exited = self
                 .running
                 .get_mut(&n)
@@ -120,8 +120,29 @@ impl Replicas {
         }
     }
 
+    /// A token enrolling host `name`, from `yctl node enrol` on whichever replica answers
+    /// (followers forward it to the leader), within 30 s.
+    pub fn enrol_token(&self, name: &str) -> String {
+        let start = Instant::now();
+        loop {
+            for n in 1..=self.count {
+                let out =
+                    self.run_within(n, Duration::from_secs(5), "yctl", &["node", "enrol", name]);
+                if out.status.success() {
+                    return stdout(&out).trim().to_string();
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no replica made an enrolment token for {name}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Starts an agent for `node` (fake GPUs), given every replica's address (it finds the
-    /// leader by itself).
+    /// leader by itself), enrolled first unless its spool holds a certificate already.
     pub fn start_agent(&mut self, node: &crate::FakeNode) {
         let d = self.dir.path();
         let gpus = d.join(format!("{}-gpus.toml", node.name));
@@ -131,8 +152,14 @@ impl Replicas {
             .append(true)
             .open(d.join(format!("noded-{}.log", node.name)))
             .unwrap();
-        let child = self
-            .command(1, "noded")
+        let spool = d.join("spool").join(&node.name);
+        let mut cmd = self.command(1, "noded");
+        if !spool.join("identity").join("node.crt").exists() {
+            let token = d.join(format!("{}.token", node.name));
+            std::fs::write(&token, self.enrol_token(&node.name)).unwrap();
+            cmd.arg("--enrol-token").arg(token);
+        }
+        let child = cmd
             .args(["-v", "--name", &node.name, "--cpus", "64", "--mem", "512G"])
             .arg("--fake-gpus")
             .arg(&gpus)

@@ -436,6 +436,51 @@ impl Ysched for MockSchedd {
         Err(Status::unimplemented("cluster_status"))
     }
 
+    async fn enrol_host(
+        &self,
+        request: Request<EnrolHostRequest>,
+    ) -> Result<Response<EnrolHostReply>, Status> {
+        let r = request.into_inner();
+        if r.name == "taken" {
+            return Err(Status::failed_precondition(
+                "'taken' is the name of a compute node: a login host needs another name",
+            ));
+        }
+        Ok(Response::new(EnrolHostReply {
+            token: format!("ysched-enrol-1.{}.{}.{}", r.name, r.login, r.valid_secs),
+            expires_ms: 1_767_225_600_000,
+            generation: 3,
+        }))
+    }
+
+    async fn revoke_host(&self, request: Request<NodeRef>) -> Result<Response<Empty>, Status> {
+        match request.get_ref().name.as_str() {
+            "n1" => Ok(Response::new(Empty {})),
+            _ => Err(Status::not_found("no host 'x' was ever enrolled")),
+        }
+    }
+
+    async fn list_hosts(
+        &self,
+        _request: Request<ListHostsRequest>,
+    ) -> Result<Response<HostList>, Status> {
+        let host = |name: &str, role: &str, revoked, connected| HostInfo {
+            name: name.into(),
+            role: role.into(),
+            generation: 2,
+            time_ms: 1_767_225_600_000,
+            revoked,
+            connected,
+        };
+        Ok(Response::new(HostList {
+            hosts: vec![
+                host("gpu-01", "compute", false, true),
+                host("login1", "login", false, false),
+                host("old\x1b[2J", "compute", true, false),
+            ],
+        }))
+    }
+
     async fn audit(&self, request: Request<AuditRequest>) -> Result<Response<AuditList>, Status> {
         let entry = |job_id, action: &str| AuditEntry {
             time_ms: 1_767_225_600_000,
@@ -1554,4 +1599,82 @@ fn yctl_job_commands_take_array_targets() {
     assert_eq!(sent("hold", "13"), Some(13));
     assert_eq!(sent("release", "12_4"), Some(0));
     assert_eq!(sent("get_job", "12_7"), Some(0));
+}
+
+#[test]
+fn yctl_node_enrol_prints_the_token_alone_or_writes_it_private() {
+    let mock = Harness::start();
+    let out = mock.run("yctl", &["node", "enrol", "gpu-07", "--valid", "30m"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // stdout is the token alone (scripts take it); stderr says what to do with it.
+    assert_eq!(stdout(&out), "ysched-enrol-1.gpu-07.false.1800\n");
+    assert!(
+        stderr(&out).contains("noded --enrol-token FILE"),
+        "{}",
+        stderr(&out)
+    );
+    let out = mock.run("yctl", &["node", "enrol", "login1", "--login", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["role"], "login");
+    assert_eq!(v["generation"], 3);
+    assert_eq!(v["token"], "ysched-enrol-1.login1.true.3600");
+    // Written to a file: 0600, and the token is not printed.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpu-08.token");
+    let out = mock.run(
+        "yctl",
+        &["node", "enrol", "gpu-08", "-o", file.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "ysched-enrol-1.gpu-08.false.3600\n"
+    );
+    // An existing file is not overwritten.
+    let out = mock.run(
+        "yctl",
+        &["node", "enrol", "gpu-08", "-o", file.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("cannot create"), "{}", stderr(&out));
+    // schedd's refusal, and a bad duration.
+    let out = mock.run("yctl", &["node", "enrol", "taken", "--login"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is the name of a compute node"));
+    let out = mock.run("yctl", &["node", "enrol", "n9", "--valid", "soon"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("yctl: error: --valid soon:"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn yctl_node_hosts_and_revoke() {
+    let mock = Harness::start();
+    let out = mock.run("yctl", &["node", "hosts"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[0].starts_with("NAME"), "{text}");
+    assert!(lines[1].starts_with("gpu-01") && lines[1].ends_with("connected"));
+    assert!(lines[2].contains("login") && lines[2].ends_with("not connected"));
+    // A name is printed escaped, never as a terminal control sequence.
+    assert!(lines[3].starts_with("old\\x1b[2J") && lines[3].ends_with("revoked"));
+    let out = mock.run("yctl", &["node", "hosts", "--json"]);
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[1]["role"], "login");
+    assert_eq!(v[2]["revoked"], true);
+    let out = mock.run("yctl", &["node", "revoke", "n1"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("host n1 revoked"));
+    let out = mock.run("yctl", &["node", "revoke", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("was ever enrolled"));
 }

@@ -44,7 +44,13 @@ pub struct SchedulerConfig {
     /// Live connections all uids together may hold on `socket` (root's not counted).
     pub max_client_connections: u32,
     pub state_dir: PathBuf,
+    /// The shared cluster key, from before hosts had certificates of their own: a host that
+    /// holds it may register as any node and relay any user. schedd no longer makes one.
     pub cluster_key_file: PathBuf,
+    /// Agents may still authenticate with the cluster key (when `cluster_key_file` exists),
+    /// with a warning at every start; `false`: only enrolled hosts' certificates are taken.
+    /// For clusters that predate enrolment, until every host is enrolled.
+    pub accept_cluster_key: bool,
     /// Tier used when a submit names none.
     pub default_tier: String,
     /// Where per-job checkpoint directories go: `<checkpoint_root>/<job id>`. A leading `~`
@@ -128,6 +134,13 @@ pub struct SchedulerConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
     pub spool_dir: PathBuf,
+    /// Where this host keeps its own certificate and key (`node.crt`, `node.key` 0600)
+    /// from its enrolment; empty: `identity` in `spool_dir`.
+    pub identity_dir: PathBuf,
+    /// An enrolment token (from `yctl node enrol NAME`) that noded trades for this host's
+    /// certificate at start, if it has none yet or the token is new (`noded --enrol-token`
+    /// overrides); empty: none.
+    pub enrol_token_file: PathBuf,
     /// Address of schedd for agents; empty: `scheduler.listen`.
     pub schedd: String,
     /// Features this node advertises in addition to the detected ones (e.g. `ib`).
@@ -243,6 +256,7 @@ impl Default for SchedulerConfig {
             max_client_connections: DEFAULT_CLIENT_CONNECTIONS,
             state_dir: "/var/lib/ysched".into(),
             cluster_key_file: "/etc/ysched/cluster.key".into(),
+            accept_cluster_key: true,
             default_tier: "medium".into(),
             checkpoint_root: "~/.ysched/checkpoints".into(),
             node_timeout_secs: 60,
@@ -276,6 +290,8 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             spool_dir: "/var/spool/ysched".into(),
+            identity_dir: PathBuf::new(),
+            enrol_token_file: PathBuf::new(),
             schedd: String::new(),
             features: Vec::new(),
             allow_root_jobs: true,

@@ -22,6 +22,7 @@ mod heartbeat;
 mod messages;
 mod reconnect;
 
+use crate::credential::HostCredential;
 use crate::gpu_watch::GpuWatch;
 use crate::launch::lease::{boottime_ms, LeaseKeeper};
 use crate::launch::{JobEvent, JobParams, Launcher};
@@ -33,7 +34,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::Endpoint;
 use ysched_proto as pb;
 use ysched_proto::agent_message::Msg as AgentMsg;
 use ysched_proto::node_agent_client::NodeAgentClient;
@@ -57,7 +58,8 @@ pub struct AgentConfig {
     /// registers with the one that leads: a replica that does not lead names the leader, and
     /// the agent goes there (or tries the next). Empty: only `schedd`.
     pub replicas: Vec<String>,
-    pub cluster_key: String,
+    /// This host's certificate, or the shared cluster key (see [`crate::credential`]).
+    pub credential: HostCredential,
     /// The cluster CA certificate (PEM): schedd must present a certificate it signed before
     /// anything, the cluster key included, is sent.
     pub ca_cert_pem: String,
@@ -108,7 +110,8 @@ pub struct Agent {
     endpoints: Vec<(String, Endpoint)>,
     /// The one the agent talks to now.
     current: usize,
-    authorization: MetadataValue<Ascii>,
+    /// The cluster key as a header, on a host that has one; `None`: not sent.
+    authorization: Option<MetadataValue<Ascii>>,
     launcher: Launcher,
     events: mpsc::UnboundedReceiver<JobEvent>,
     told_systemd: bool,
@@ -134,8 +137,12 @@ impl Agent {
         launcher: Launcher,
         events: mpsc::UnboundedReceiver<JobEvent>,
     ) -> Result<Agent, AgentError> {
-        let authorization = format!("Bearer {}", config.cluster_key)
-            .parse()
+        let authorization = config
+            .credential
+            .cluster_key
+            .as_ref()
+            .map(|key| format!("Bearer {key}").parse())
+            .transpose()
             .map_err(|_| AgentError::BadClusterKey)?;
         let mut addresses = config.replicas.clone();
         if addresses.is_empty() {
@@ -207,8 +214,8 @@ impl Agent {
                 Err(SessionError::Connect(e)) if tls_refusal(&e).is_some() => {
                     let why = tls_refusal(&e).unwrap_or_default();
                     tracing::error!(
-                        "refusing schedd at {schedd}: {why}; the cluster key was not sent \
-                         (cluster CA: {}). Retrying.",
+                        "refusing schedd at {schedd}: {why}; nothing was sent to it (no \
+                         cluster key, no request; cluster CA: {}). Retrying.",
                         self.config.ca_cert_path
                     )
                 }
@@ -287,9 +294,11 @@ impl Agent {
         send(&outbox, AgentMsg::Register(register)).await?;
 
         let mut request = tonic::Request::new(ReceiverStream::new(outgoing));
-        request
-            .metadata_mut()
-            .insert("authorization", self.authorization.clone());
+        if let Some(authorization) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", authorization.clone());
+        }
         let mut inbound = client.session(request).await?.into_inner();
 
         match inbound.message().await?.and_then(|m| m.msg) {
@@ -562,9 +571,7 @@ async fn send(outbox: &mpsc::Sender<pb::AgentMessage>, msg: AgentMsg) -> Result<
 /// trusted (no system roots), and the name checked is the one schedd's certificate is always
 /// issued for, whatever address is dialled.
 fn schedd_endpoint(config: &AgentConfig, addr: &str) -> Result<Endpoint, AgentError> {
-    let tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(&config.ca_cert_pem))
-        .domain_name(ysched_common::tls::SCHEDD_TLS_NAME);
+    let tls = config.credential.tls(&config.ca_cert_pem);
     Ok(Endpoint::from_shared(format!("https://{addr}"))
         .map_err(|e| AgentError::BadAddress(addr.to_string(), e))?
         .tls_config(tls)
@@ -580,7 +587,7 @@ fn schedd_endpoint(config: &AgentConfig, addr: &str) -> Result<Endpoint, AgentEr
 }
 
 /// The leader's address in a replica's refusal ("... replica 2 at h2:7400 leads").
-fn leader_named(message: &str) -> Option<&str> {
+pub(crate) fn leader_named(message: &str) -> Option<&str> {
     let (_, rest) = message.rsplit_once(" at ")?;
     rest.strip_suffix(" leads")
 }

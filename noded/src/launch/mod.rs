@@ -157,6 +157,28 @@ pub struct Launcher {
     supervision: CancellationToken,
 }
 
+/// The jobs being supervised here, by user (see [`Launcher::jobs_of_users`]).
+#[derive(Clone)]
+pub struct UserJobs(Arc<Shared>);
+
+impl std::fmt::Debug for UserJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UserJobs(..)")
+    }
+}
+
+impl UserJobs {
+    /// A job of user `uid` being supervised here (the lowest id), if any: what lets this
+    /// compute node relay that user's requests to schedd.
+    pub fn job_of(&self, uid: u32) -> Option<u64> {
+        self.0
+            .jobs()
+            .iter()
+            .find(|(_, handle)| handle.uid == uid)
+            .map(|(&id, _)| id)
+    }
+}
+
 /// What the per-job tasks share with the launcher.
 struct Shared {
     /// Part of every job cgroup's name (see [`containment::instance_tag`]).
@@ -197,6 +219,9 @@ struct Shared {
 struct JobHandle {
     /// Which run of the job this is (`LaunchJob.restart_count`).
     restart_count: u32,
+    /// The uid the job runs as: the client socket relays a user of a compute node only
+    /// with a job of theirs running here (see [`Launcher::job_of_user`]).
+    uid: u32,
     controls: mpsc::UnboundedSender<Control>,
     /// The job's checkpoint directory on this host, once its plan is made.
     checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
@@ -209,6 +234,7 @@ impl JobHandle {
         let (controls, receiver) = mpsc::unbounded_channel();
         let handle = JobHandle {
             restart_count: record.job.restart_count,
+            uid: record.job.uid,
             controls,
             checkpoint_dir: record.plan.as_ref().and_then(ExecPlan::checkpoint),
         };
@@ -471,10 +497,11 @@ impl Launcher {
         }
         self.keep_supervisor();
         let (controls, receiver) = mpsc::unbounded_channel();
-        let restart_count = params.restart_count;
+        let (restart_count, uid) = (params.restart_count, params.uid);
         let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
         let handle = JobHandle {
             restart_count,
+            uid,
             controls,
             checkpoint_dir: None,
         };
@@ -528,6 +555,12 @@ impl Launcher {
     /// Jobs being supervised (starting, running or stopping), ascending.
     pub fn running_jobs(&self) -> Vec<u64> {
         self.shared.jobs().keys().copied().collect()
+    }
+
+    /// Finds the jobs of a user here, for the client socket's relay (which outlives no
+    /// launcher: it is made from this one).
+    pub fn jobs_of_users(&self) -> UserJobs {
+        UserJobs(Arc::clone(&self.shared))
     }
 
     /// The checkpoint directories of the jobs being supervised, where known (see

@@ -341,6 +341,27 @@ impl Ysched for FakeClients {
     ) -> Result<Response<pb::ClusterStatusReply>, Status> {
         self.unimplemented("cluster_status", &request)
     }
+
+    async fn enrol_host(
+        &self,
+        request: Request<pb::EnrolHostRequest>,
+    ) -> Result<Response<pb::EnrolHostReply>, Status> {
+        self.unimplemented("enrol_host", &request)
+    }
+
+    async fn revoke_host(
+        &self,
+        request: Request<pb::NodeRef>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.unimplemented("revoke_host", &request)
+    }
+
+    async fn list_hosts(
+        &self,
+        request: Request<pb::ListHostsRequest>,
+    ) -> Result<Response<pb::HostList>, Status> {
+        self.unimplemented("list_hosts", &request)
+    }
 }
 
 /// A fake schedd serving TLS.
@@ -433,7 +454,10 @@ pub fn agent_config(port: u16, ca_cert_pem: String) -> AgentConfig {
         name: "n1".into(),
         address: "127.0.0.1".into(),
         schedd: format!("127.0.0.1:{port}"),
-        cluster_key: KEY.into(),
+        credential: ysched_noded::credential::HostCredential {
+            own: None,
+            cluster_key: Some(KEY.into()),
+        },
         ca_cert_pem,
         ca_cert_path: "test CA".into(),
         max_message_bytes: 64 << 20,

@@ -1,5 +1,7 @@
-//! The `NodeAgent` service: one bidirectional session per node agent.
+//! The `NodeAgent` service: one bidirectional session per node agent, registered only under
+//! the name and role its certificate gives (see `check_registration`).
 
+use super::auth::Credential;
 use crate::shell::Cluster;
 use crate::state::agent_events::AgentReport;
 use std::pin::Pin;
@@ -7,6 +9,7 @@ use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 use ysched_common::edge::peer_log;
+use ysched_common::tls::HostRole;
 use ysched_proto as pb;
 use ysched_proto::agent_message::Msg;
 
@@ -20,39 +23,48 @@ impl AgentApi {
     }
 }
 
-/// Refuses a request whose `authorization: Bearer <key>` is not the cluster key; a request
-/// that carries it marks its connection authenticated (which keeps it open, see
-/// [`super::tls::AgentConn`]).
-pub fn key_check(key: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
-    move |req: Request<()>| {
-        let given = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let info = super::tls::conn_info(&req);
-        if constant_time_eq(given.trim().as_bytes(), key.as_bytes()) {
-            if let Some(info) = info {
-                info.mark_authenticated();
-            }
-            Ok(req)
-        } else {
-            let peer = info.map(|i| i.remote);
-            let ip = peer.map_or_else(|| "an unknown address".to_string(), |p| p.ip().to_string());
-            let from = peer.map_or_else(String::new, |p| format!(" from {p}"));
-            peer_log::warn(
-                "wrong cluster key",
-                &ip,
-                format_args!("agent connection refused: wrong or missing cluster key{from}"),
-            );
-            Err(Status::unauthenticated("wrong or missing cluster key"))
-        }
+/// A host registers only as itself: the name and role its certificate says (whose
+/// generation the interceptor checked, and the registration checks again under the state's
+/// lock). A holder of the cluster key may give any name, as before certificates: logged.
+fn check_registration(
+    credential: &Credential,
+    reg: &pb::Register,
+    peer: &str,
+) -> Result<(), Status> {
+    let Credential::Certificate(identity) = credential else {
+        peer_log::warn(
+            "registered with the cluster key",
+            peer,
+            format_args!(
+                "node '{}' registered from {peer} with the shared cluster key, not a \
+                 certificate of its own: enrol it (`yctl node enrol {}`)",
+                ysched_common::edge::cap_message(&reg.name, 64),
+                ysched_common::edge::cap_message(&reg.name, 64)
+            ),
+        );
+        return Ok(());
+    };
+    let role = if reg.role == ysched_common::config::ROLE_LOGIN {
+        HostRole::Login
+    } else {
+        HostRole::Compute
+    };
+    if identity.role == HostRole::Replica || identity.name != reg.name || identity.role != role {
+        let claimed = ysched_common::edge::cap_message(&reg.name, 64);
+        peer_log::warn(
+            "registration as another host",
+            peer,
+            format_args!(
+                "refused the registration of {role} node '{claimed}' from {peer}: its \
+                 certificate names {identity}"
+            ),
+        );
+        return Err(Status::permission_denied(format!(
+            "this host's certificate names {identity}: it may register only as that (not as \
+             {role} node '{claimed}')"
+        )));
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    Ok(())
 }
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulerMessage, Status>> + Send>>;
@@ -68,6 +80,9 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         let peer = super::tls::conn_info(&req)
             .map(|info| info.remote.to_string())
             .unwrap_or_else(|| "an unknown address".into());
+        let credential = super::auth::Credential::of(&req)
+            .cloned()
+            .ok_or_else(|| Status::unauthenticated("an agent session needs a credential"))?;
         let mut inbound = req.into_inner();
         let reg = match inbound.next().await {
             Some(Ok(pb::AgentMessage {
@@ -81,10 +96,19 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
             }
         };
         let name = reg.name.clone();
+        check_registration(&credential, &reg, &peer)?;
+        if let Some(identity) = credential.identity() {
+            self.cluster.adopt_host(identity, &peer).await?;
+        }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let session_id = self
             .cluster
-            .register_node(super::convert::registration(&reg), &peer, tx)
+            .register_node(
+                super::convert::registration(&reg),
+                &peer,
+                tx,
+                credential.identity(),
+            )
             .await?;
         tracing::info!(node = %name, "agent registered");
         let cluster = self.cluster.clone();

@@ -22,11 +22,21 @@ pub struct ClientApi {
     /// The replicas' forwarding token, on a replica's agent port: requests its followers
     /// forward are taken with it (see `relay`).
     forwarded: Option<ForwardToken>,
+    /// The cluster CA, whose key signs enrolment tokens.
+    ca: Arc<ysched_common::tls::ClusterCa>,
 }
 
 impl ClientApi {
-    pub fn new(cluster: Arc<Cluster>, forwarded: Option<ForwardToken>) -> Self {
-        ClientApi { cluster, forwarded }
+    pub fn new(
+        cluster: Arc<Cluster>,
+        forwarded: Option<ForwardToken>,
+        ca: Arc<ysched_common::tls::ClusterCa>,
+    ) -> Self {
+        ClientApi {
+            cluster,
+            forwarded,
+            ca,
+        }
     }
 }
 
@@ -104,15 +114,20 @@ pub struct ClientService {
 
 impl ClientService {
     /// The service for `cluster`, taking requests of at most `max_decoding` bytes, and
-    /// forwarded ones with the `forwarded` token.
+    /// forwarded ones with the `forwarded` token; enrolment tokens are signed for `ca`.
     pub fn new(
         cluster: Arc<Cluster>,
         max_decoding: usize,
         forwarded: Option<ForwardToken>,
+        ca: Arc<ysched_common::tls::ClusterCa>,
     ) -> Self {
         ClientService {
-            api: Arc::new(ClientApi::new(cluster.clone(), forwarded.clone())),
-            generated: pb::ysched_server::YschedServer::new(ClientApi::new(cluster, forwarded))
+            api: Arc::new(ClientApi::new(
+                cluster.clone(),
+                forwarded.clone(),
+                Arc::clone(&ca),
+            )),
+            generated: pb::ysched_server::YschedServer::new(ClientApi::new(cluster, forwarded, ca))
                 .max_decoding_message_size(max_decoding)
                 .max_encoding_message_size(usize::MAX),
             max_decoding,
@@ -540,6 +555,35 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(super::cluster_status::standalone(
             &self.cluster.config().scheduler.listen,
         )))
+    }
+
+    async fn enrol_host(
+        &self,
+        req: Request<pb::EnrolHostRequest>,
+    ) -> Result<Response<pb::EnrolHostReply>, Status> {
+        let (caller, _) = self.caller(&req).await?;
+        let reply =
+            super::hosts::enrol_token(&self.cluster, &self.ca, &caller, req.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn revoke_host(&self, req: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
+        let (caller, _) = self.caller(&req).await?;
+        let name = &req.get_ref().name;
+        limits::NODE_NAME.check_len(name).map_err(invalid)?;
+        self.cluster.revoke_host(&caller, name).await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn list_hosts(
+        &self,
+        req: Request<pb::ListHostsRequest>,
+    ) -> Result<Response<pb::HostList>, Status> {
+        let (caller, _) = self.caller(&req).await?;
+        Ok(Response::new(super::hosts::list_hosts(
+            &self.cluster,
+            &caller,
+        )?))
     }
 
     async fn list_nodes(

@@ -1,22 +1,24 @@
-//! A follower forwards its client socket's requests to the leader (issue 24), so that the
-//! CLIs on any replica's host work: the caller is the one the kernel named on the follower's
-//! socket (`SO_PEERCRED`), sent to the leader's agent port as a `RelayedCaller` with
-//! `forwarded_by_replica` set, behind the cluster key, as an agent relays (see `relay`).
+//! A follower forwards its client socket's requests to the leader, so that the CLIs on any
+//! replica's host work: the caller is the one the kernel named on the follower's socket
+//! (`SO_PEERCRED`), sent to the leader's agent port as a `RelayedCaller` with
+//! `forwarded_by_replica` set, on a connection with the follower's replica certificate, which
+//! the leader requires of a forwarded caller (see `relay`): an agent's host cannot pass its
+//! users off as a schedd host's.
 //!
-//! Agents hold the cluster key too, so a forwarded caller also carries the replicas'
-//! [`ForwardToken`], derived from the cluster CA's private key, which only replicas hold: an
-//! agent's host cannot pass its users off as a schedd host's. The request goes on as it
+//! The caller also carries the replicas' [`ForwardToken`], derived from the cluster CA's
+//! private key, for a leader of a version that knows no replica certificates (and took
+//! forwarded callers from holders of the cluster key with it). The request goes on as it
 //! came (its body streamed, `WatchJob`'s answer too), with none of the client's metadata
 //! but the gRPC protocol's own headers; the leader's answer comes back as it is.
 
-use super::replication::{bearer, Channels};
+use super::replication::{bearer, Channels, ReplicaCertificate};
 use std::sync::Arc;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::Status;
-use ysched_common::identity::{relayed_caller, Hop, RELAYED_CALLER_METADATA};
+use ysched_common::identity::{relayed_caller, Handover, Hop, RELAYED_CALLER_METADATA};
 
 /// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
 /// the client chose.
@@ -62,7 +64,8 @@ impl std::fmt::Debug for ForwardToken {
 pub struct Forwarder {
     place: u64,
     token: ForwardToken,
-    authorization: MetadataValue<Ascii>,
+    /// The cluster key, for a leader of an earlier version (see the module docs).
+    authorization: Option<MetadataValue<Ascii>>,
     /// Connections of their own, not the Raft link's: a large answer (a listing of every
     /// job) must not hold up the heartbeats that keep the leader leading.
     channels: Channels,
@@ -72,14 +75,15 @@ impl Forwarder {
     pub fn new(
         place: u64,
         token: ForwardToken,
-        key: &str,
+        key: Option<&str>,
         ca_pem: &str,
+        own: &ReplicaCertificate,
     ) -> anyhow::Result<Forwarder> {
         Ok(Forwarder {
             place,
             token,
-            authorization: bearer(key)?,
-            channels: Channels::new(ca_pem),
+            authorization: key.map(bearer).transpose()?,
+            channels: Channels::new(ca_pem, own),
         })
     }
 
@@ -140,7 +144,9 @@ impl Forwarder {
             }
         }
         let mut metadata = MetadataMap::new();
-        metadata.insert("authorization", self.authorization.clone());
+        if let Some(authorization) = &self.authorization {
+            metadata.insert("authorization", authorization.clone());
+        }
         metadata.insert_bin(RELAYED_CALLER_METADATA, MetadataValue::from_bytes(&caller));
         headers.extend(metadata.into_headers());
         let channel = self.channels.get(addr).map_err(Refusal::Unreachable)?;
@@ -153,15 +159,12 @@ impl Forwarder {
 
     /// The caller the kernel named (`uid`, `gid`), encoded as the leader reads it.
     async fn caller(&self, uid: u32, gid: u32) -> Result<Vec<u8>, Status> {
-        relayed_caller(
-            uid,
-            gid,
-            Hop::Forward,
-            String::new(),
-            self.token.0.to_vec(),
-            self.place,
-        )
-        .await
+        let handover = Handover {
+            relay_token: self.token.0.to_vec(),
+            forwarded_by_replica: self.place,
+            ..Handover::default()
+        };
+        relayed_caller(uid, gid, Hop::Forward, handover).await
     }
 }
 

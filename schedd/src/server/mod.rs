@@ -1,19 +1,22 @@
 //! The gRPC face of schedd: the only module that knows tonic. Two listeners:
 //! - a Unix socket for local clients, whose identity comes from `SO_PEERCRED`, with a limit
 //!   of live connections per uid and in all (`ysched_common::edge::unix_listener`);
-//! - TCP for node agents: TLS with a certificate from the cluster CA (agents pin it), then
-//!   each agent authenticated by the cluster key; a connection that has not authenticated
-//!   within seconds is closed (see `tls`). Agents also relay their hosts' client requests
-//!   there (see `relay`).
+//! - TCP for node agents and the other replicas: TLS with a certificate from the cluster CA
+//!   (agents pin it), each peer authenticated by its own certificate from that CA (or, for
+//!   agents, the shared cluster key while schedd still accepts it: see `auth`); a connection
+//!   that has not authenticated within seconds is closed (see `tls`). Agents also relay their
+//!   hosts' client requests there (see `relay`), and hosts enrol there (see `hosts`).
 //!
 //! Every error message a client gets is at most
 //! [`ysched_common::edge::MAX_STATUS_MESSAGE_BYTES`] long, whatever input it echoes.
 
 mod agent_api;
+mod auth;
 mod client_api;
 mod cluster_status;
 pub(crate) mod convert;
 mod forward;
+mod hosts;
 mod leading;
 mod metrics_http;
 mod relay;
@@ -32,6 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_proto as pb;
@@ -54,35 +58,42 @@ impl From<ApiError> for tonic::Status {
     }
 }
 
-/// Reads the cluster key, creating it (0600, random) at first start. A key others may read
-/// or write, or that belongs to another user, is refused (see [`ysched_common::secret`]).
-pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
+/// The cluster key agents may still authenticate with, if any: read from
+/// `scheduler.cluster_key_file` when `scheduler.accept_cluster_key` is on and the file exists
+/// (schedd no longer makes one: new hosts enrol). Taking it is logged as a warning at every
+/// start, since a host that holds it can register as any node and relay any user. A key others
+/// may read or write, or that belongs to another user, is refused (see
+/// [`ysched_common::secret`]).
+pub fn load_cluster_key(config: &ysched_common::Config) -> anyhow::Result<Option<Arc<str>>> {
+    let path = &config.scheduler.cluster_key_file;
+    if !config.scheduler.accept_cluster_key {
+        tracing::info!(
+            "agents authenticate with their own certificates only \
+             (scheduler.accept_cluster_key = false)"
+        );
+        return Ok(None);
+    }
     match ysched_common::secret::read_private_file(path, "cluster key")? {
-        Some(k) if !k.trim().is_empty() => return Ok(k.trim().to_string()),
+        Some(k) if !k.trim().is_empty() => {
+            tracing::warn!(
+                "agents may still authenticate with the shared cluster key {} \
+                 (scheduler.accept_cluster_key = true): any host holding it can register as \
+                 any node and relay any user. Enrol every host (`yctl node enrol NAME`, then \
+                 `noded --enrol-token FILE`), then set scheduler.accept_cluster_key = false \
+                 and delete the key from the nodes",
+                path.display()
+            );
+            Ok(Some(Arc::from(k.trim())))
+        }
         Some(_) => anyhow::bail!("cluster key file {} is empty", path.display()),
-        None => {}
+        None => {
+            tracing::info!(
+                "no cluster key at {}: agents authenticate with their own certificates only",
+                path.display()
+            );
+            Ok(None)
+        }
     }
-    let mut raw = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
-    let key: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-    if let Some(dir) = path.parent() {
-        ysched_common::durable::create_dir_all(dir)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot create cluster key file {}: {e}", path.display()))?;
-    std::io::Write::write_all(&mut f, format!("{key}\n").as_bytes())?;
-    f.sync_all()?;
-    // The file's name too: a key lost to a power loss would be replaced by a new one, which
-    // every agent would refuse.
-    ysched_common::durable::sync_parent(path)?;
-    tracing::info!("created cluster key {}", path.display());
-    Ok(key)
 }
 
 /// Binds the client socket (mode 0666: identity comes from peer credentials, not from
@@ -113,27 +124,42 @@ const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
 /// The services of the schedd that leads (the only one there is without replicas).
 #[derive(Clone)]
 struct Leader {
+    cluster: Arc<Cluster>,
     clients: client_api::ClientService,
     agents: NodeAgentServer<agent_api::AgentApi>,
     /// The client API again, for requests agents relay from their hosts' client sockets
     /// (see `relay`): behind the same cluster-key check as the sessions.
     relayed: client_api::ClientService,
+    enrolment: pb::enrolment_server::EnrolmentServer<hosts::EnrolmentApi>,
 }
 
 impl Leader {
     /// The services of `cluster`; a replica's take requests its followers forward, proven by
-    /// `forwarded` (see `forward`).
-    fn of(cluster: &Arc<Cluster>, forwarded: Option<forward::ForwardToken>) -> Leader {
+    /// `forwarded` (see `forward`). Hosts enrol with certificates from `ca`.
+    fn of(
+        cluster: &Arc<Cluster>,
+        forwarded: Option<forward::ForwardToken>,
+        ca: &Arc<ysched_common::tls::ClusterCa>,
+    ) -> Leader {
         // Every message limit is above what a submit may carry (script and environment at
         // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its
         // node.
         let max_message = cluster.config().max_message_bytes();
+        let clients = |forwarded| {
+            client_api::ClientService::new(cluster.clone(), max_message, forwarded, ca.clone())
+        };
         Leader {
-            clients: client_api::ClientService::new(cluster.clone(), max_message, None),
+            cluster: cluster.clone(),
+            clients: clients(None),
             agents: NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_message),
-            relayed: client_api::ClientService::new(cluster.clone(), max_message, forwarded),
+            relayed: clients(forwarded),
+            enrolment: pb::enrolment_server::EnrolmentServer::new(hosts::EnrolmentApi::new(
+                cluster.clone(),
+                ca.clone(),
+            ))
+            .max_decoding_message_size(hosts::MAX_ENROL_MESSAGE),
         }
     }
 }
@@ -147,15 +173,16 @@ struct ReplicaDoors {
     forwarder: Arc<forward::Forwarder>,
 }
 
-/// What schedd serves on, and with: the client socket, the agent port (TLS with `tls`,
-/// behind the cluster `key`) and the metrics endpoint (`scheduler.metrics_listen`, see
-/// `metrics_http`) when there is one.
+/// What schedd serves on, and with: the client socket, the agent port (TLS with `tls`, hosts
+/// authenticated by certificates from `ca`, or the cluster `key` while it is accepted) and
+/// the metrics endpoint (`scheduler.metrics_listen`, see `metrics_http`) when there is one.
 pub struct Doors {
     pub clients: UnixListener,
     pub agents: TcpListener,
     pub metrics: Option<TcpListener>,
-    pub key: String,
+    pub key: Option<Arc<str>>,
     pub tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    pub ca: Arc<ysched_common::tls::ClusterCa>,
 }
 
 /// Serves `cluster` at its `doors` until `shutdown` completes.
@@ -169,8 +196,9 @@ pub async fn serve(
         let stopped = stop.clone().cancelled_owned();
         tokio::spawn(metrics_http::serve(listener, cluster.clone(), stopped))
     });
-    let (_leader, serving) =
-        tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(&cluster, None)));
+    let (_leader, serving) = tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(
+        &cluster, None, &doors.ca,
+    )));
     let served = serve_listeners(cluster.config(), serving, None, doors, stop, shutdown).await;
     if let Some(task) = metrics_task {
         // It stops accepting at once; a scrape in flight is not waited for.
@@ -198,6 +226,14 @@ async fn serve_listeners(
         tls,
         ..
     } = doors;
+    // A host's certificate is taken while the leader's records take it.
+    let roster: auth::Roster = {
+        let serving = serving.clone();
+        Arc::new(move |identity| match &*serving.borrow() {
+            leading::Serving::Leader(l) => l.cluster.check_certificate(identity),
+            leading::Serving::Elsewhere(_) => Ok(()),
+        })
+    };
     // Listings of 10,000 jobs are megabytes: large HTTP/2 windows send them in one go
     // instead of waiting for WINDOW_UPDATEs every 64 KiB.
     let scheduler = &config.scheduler;
@@ -248,33 +284,27 @@ async fn serve_listeners(
         .add_optional_service(clients_rest)
         .serve_with_incoming_shutdown(clients, stop.clone().cancelled_owned());
     let (tls_incoming, accept_task) = tls::accept_loop(agents, tls);
-    let keyed = |svc| {
-        tonic::service::interceptor::InterceptedService::new(svc, agent_api::key_check(key.clone()))
-    };
+    let gate = |door| auth::check(door, key.clone(), Arc::clone(&roster));
     let agent_srv = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
-        .add_service(keyed(WhileLeading::new(serving.clone(), |l: &Leader| {
-            l.agents.clone()
-        })))
-        .add_optional_service(relayed_first.map(|svc| {
-            tonic::service::interceptor::InterceptedService::new(
-                svc,
-                agent_api::key_check(key.clone()),
-            )
-        }))
-        .add_optional_service(relayed_rest.map(|svc| {
-            tonic::service::interceptor::InterceptedService::new(
-                svc,
-                agent_api::key_check(key.clone()),
-            )
-        }))
-        .add_optional_service(replication.map(|r| {
-            tonic::service::interceptor::InterceptedService::new(
-                r,
-                agent_api::key_check(key.clone()),
-            )
+        .add_service(InterceptedService::new(
+            WhileLeading::new(serving.clone(), |l: &Leader| l.agents.clone()),
+            gate(auth::Door::Agents),
+        ))
+        .add_optional_service(
+            relayed_first.map(|svc| InterceptedService::new(svc, gate(auth::Door::Agents))),
+        )
+        .add_optional_service(
+            relayed_rest.map(|svc| InterceptedService::new(svc, gate(auth::Door::Agents))),
+        )
+        .add_optional_service(
+            replication.map(|r| InterceptedService::new(r, gate(auth::Door::Replication))),
+        )
+        // Anyone may enrol: the token is the credential, checked by the service.
+        .add_service(WhileLeading::new(serving.clone(), |l: &Leader| {
+            l.enrolment.clone()
         }))
         .serve_with_incoming_shutdown(tls_incoming, stop.clone().cancelled_owned());
     let client_task = tokio::spawn(client_srv);
@@ -306,7 +336,6 @@ pub async fn serve_replica(
     config: ysched_common::Config,
     store: crate::store::Store,
     place: u64,
-    ca: &ysched_common::tls::ClusterCa,
     mut doors: Doors,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -318,11 +347,17 @@ pub async fn serve_replica(
         .enumerate()
         .map(|(i, addr)| (i as u64 + 1, addr.clone()))
         .collect();
+    let ca = Arc::clone(&doors.ca);
     let ca_pem = &ca.cert_pem;
+    // Its own certificate, issued now with the CA key: the other replicas take Raft's
+    // messages only from a replica's.
+    let own = ca.issue_replica(place, ysched_common::time::now_ms() / 1000)?;
+    let key = doors.key.as_deref();
     let link = Arc::new(replication::GrpcLink::new(
         place,
-        &doors.key,
+        key,
         ca_pem,
+        &own,
         config.max_message_bytes(),
     )?);
     let raft_link: Arc<dyn crate::replica::network::Link> = link.clone();
@@ -336,7 +371,7 @@ pub async fn serve_replica(
     )
     .await?;
     let forward_token = forward::ForwardToken::from_ca_key(&ca.key_pem());
-    let forwarder = forward::Forwarder::new(place, forward_token.clone(), &doors.key, ca_pem)?;
+    let forwarder = forward::Forwarder::new(place, forward_token.clone(), key, ca_pem, &own)?;
     // The cluster is formed once, by the first replica at its first start (a replica with a
     // log of its own ignores it). Only the first: another that formed it too would stand at
     // once in the same term and unseat a leader the others had just elected.
@@ -364,6 +399,7 @@ pub async fn serve_replica(
             replica: replica.clone(),
             members,
             forwarded: forward_token,
+            ca: Arc::clone(&ca),
         },
         leader_tx,
         doors.metrics.take(),
@@ -420,6 +456,7 @@ struct Electable {
     replica: crate::replica::Replica,
     members: std::collections::BTreeMap<u64, String>,
     forwarded: forward::ForwardToken,
+    ca: Arc<ysched_common::tls::ClusterCa>,
 }
 
 /// Follows the replica's role: once it leads and has applied everything committed, starts
@@ -437,6 +474,7 @@ async fn lead_when_elected(
         replica,
         members,
         forwarded,
+        ca,
     } = electable;
     let mut watch = replica.raft.metrics();
     let mut metrics = metrics;
@@ -476,6 +514,7 @@ async fn lead_when_elected(
                         let _ = serving.send(leading::Serving::Leader(Leader::of(
                             &c,
                             Some(forwarded.clone()),
+                            &ca,
                         )));
                         cluster = Some(c);
                     }

@@ -1,7 +1,9 @@
-//! The replicas' link over gRPC (issue 24): the `Replication` service, which hands another
-//! replica's Raft messages to this one's and tells its Raft state (`yctl cluster`), and
-//! [`GrpcLink`], which sends this one's and asks the others': over TLS with the cluster CA and
-//! behind the cluster key, as agents connect (the replicas share the CA and the key).
+//! The replicas' link over gRPC: the `Replication` service, which hands another replica's
+//! Raft messages to this one's and tells its Raft state (`yctl cluster`), and [`GrpcLink`],
+//! which sends this one's and asks the others': over TLS with the cluster CA, each replica
+//! presenting the certificate it issued itself at start (role `replica`, its place), which
+//! the service requires before a message is decoded (see `auth`), and whose place must be the
+//! message's sender: an agent's host, which holds no CA key, cannot speak Raft to a replica.
 
 use crate::replica::network::{answer, Answer, Link, LinkError, Message};
 use crate::replica::{RaftStatus, Replica};
@@ -9,7 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// This replica's own certificate and key (issued at start with the CA key).
+pub type ReplicaCertificate = ysched_common::tls::Issued;
 use tonic::{Request, Response, Status};
 use ysched_proto as pb;
 
@@ -38,7 +43,13 @@ impl pb::replication_server::Replication for ReplicationApi {
         &self,
         req: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftAnswer>, Status> {
+        let sender = sender_place(&req)?;
+        let peer = super::tls::conn_info(&req)
+            .map_or_else(|| "an unknown address".into(), |i| i.remote.to_string());
         let m = req.into_inner();
+        if m.from != sender {
+            return Err(refuse_sender(&peer, sender, m.from));
+        }
         if m.to != self.replica.id {
             return Err(Status::invalid_argument(format!(
                 "this is replica {}, not {} (replica {} sent it): is scheduler.replicas the same \
@@ -62,6 +73,7 @@ impl pb::replication_server::Replication for ReplicationApi {
         &self,
         req: Request<pb::ReplicaStatusRequest>,
     ) -> Result<Response<pb::ReplicaStatus>, Status> {
+        sender_place(&req)?;
         let asked = req.into_inner();
         if asked.to != self.replica.id {
             return Err(Status::invalid_argument(format!(
@@ -77,6 +89,31 @@ impl pb::replication_server::Replication for ReplicationApi {
     }
 }
 
+/// The place of the replica whose certificate the request came with (the interceptor let
+/// only replicas' certificates through: see `auth`).
+fn sender_place<T>(req: &Request<T>) -> Result<u64, Status> {
+    super::auth::Credential::of(req)
+        .and_then(|c| c.identity())
+        .and_then(|identity| identity.replica_place())
+        .ok_or_else(|| Status::unauthenticated("the replication service takes replicas only"))
+}
+
+/// A message whose sender is not the replica its certificate names: logged (rate-limited)
+/// and refused before openraft sees it, so that a term it carries moves nothing.
+fn refuse_sender(peer: &str, sender: u64, claimed: u64) -> Status {
+    ysched_common::edge::peer_log::warn(
+        "replication sender mismatch",
+        peer,
+        format_args!(
+            "refused a replication message from {peer}: its certificate is replica {sender}'s \
+             but it says it is from replica {claimed}"
+        ),
+    );
+    Status::permission_denied(format!(
+        "this connection is replica {sender}'s; a message from replica {claimed} is refused"
+    ))
+}
+
 /// Replica `id`'s state as the `Status` answer carries it.
 pub fn status_message(id: u64, status: &RaftStatus) -> pb::ReplicaStatus {
     pb::ReplicaStatus {
@@ -90,18 +127,20 @@ pub fn status_message(id: u64, status: &RaftStatus) -> pb::ReplicaStatus {
 }
 
 /// Connections to the other replicas, one per address, made at first use (and again by
-/// tonic after a failure): over TLS, trusting the cluster CA only.
+/// tonic after a failure): over TLS, trusting the cluster CA only, presenting this replica's
+/// own certificate.
 pub struct Channels {
     tls: ClientTlsConfig,
     open: Mutex<BTreeMap<String, Channel>>,
 }
 
 impl Channels {
-    pub fn new(ca_pem: &str) -> Self {
+    pub fn new(ca_pem: &str, own: &ReplicaCertificate) -> Self {
         Channels {
             tls: ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(ca_pem))
-                .domain_name(ysched_common::tls::SCHEDD_TLS_NAME),
+                .domain_name(ysched_common::tls::SCHEDD_TLS_NAME)
+                .identity(Identity::from_pem(&own.cert_pem, &own.key_pem)),
             open: Mutex::default(),
         }
     }
@@ -130,19 +169,28 @@ impl Channels {
 /// message, and again by tonic after a failure).
 pub struct GrpcLink {
     from: u64,
-    authorization: MetadataValue<Ascii>,
+    /// The cluster key, for replicas of a version that knows no replica certificates (they
+    /// take this replica's messages during a rolling upgrade); `None`: none is sent.
+    authorization: Option<MetadataValue<Ascii>>,
     max_message: usize,
     channels: Channels,
 }
 
 impl GrpcLink {
-    /// The link of replica `from`, trusting `ca_pem` and carrying the cluster `key`.
-    pub fn new(from: u64, key: &str, ca_pem: &str, max_message: usize) -> anyhow::Result<Self> {
+    /// The link of replica `from`, trusting `ca_pem`, presenting `own`, and carrying the
+    /// cluster `key` if there is one.
+    pub fn new(
+        from: u64,
+        key: Option<&str>,
+        ca_pem: &str,
+        own: &ReplicaCertificate,
+        max_message: usize,
+    ) -> anyhow::Result<Self> {
         Ok(GrpcLink {
             from,
-            authorization: bearer(key)?,
+            authorization: key.map(bearer).transpose()?,
             max_message,
-            channels: Channels::new(ca_pem),
+            channels: Channels::new(ca_pem, own),
         })
     }
 
@@ -157,8 +205,10 @@ impl GrpcLink {
             to: target,
         });
         req.set_timeout(STATUS_TIMEOUT);
-        req.metadata_mut()
-            .insert("authorization", self.authorization.clone());
+        if let Some(authorization) = &self.authorization {
+            req.metadata_mut()
+                .insert("authorization", authorization.clone());
+        }
         // The deadline covers connecting too (a stopped host never answers the handshake).
         match tokio::time::timeout(STATUS_TIMEOUT, client.status(req)).await {
             Ok(Ok(answer)) => Ok(answer.into_inner()),
@@ -196,8 +246,10 @@ impl Link for GrpcLink {
                 body,
             });
             req.set_timeout(CALL_TIMEOUT);
-            req.metadata_mut()
-                .insert("authorization", self.authorization.clone());
+            if let Some(authorization) = &self.authorization {
+                req.metadata_mut()
+                    .insert("authorization", authorization.clone());
+            }
             match client.raft(req).await {
                 Ok(answer) => Ok(answer.into_inner().body),
                 Err(status) => Err(failed(format!("{:?}: {}", status.code(), status.message()))),

@@ -2,7 +2,13 @@
 //! key), schedd's serving certificate (issued fresh at each start), and the accept loop that
 //! completes every handshake before a byte of gRPC is read, logging who failed and why.
 //!
-//! Until a connection has carried a request with the cluster key it holds nothing of schedd's
+//! A peer may present its own certificate (a host's, from its enrolment; a replica's, issued
+//! by itself with the CA key): rustls verifies its chain to the cluster CA during the
+//! handshake, and the host identity it names is kept with the connection
+//! ([`AgentConnInfo::identity`]) for the services to check (see `auth`). A peer without one
+//! may still authenticate with the shared cluster key where schedd accepts it.
+//!
+//! Until a connection has carried an authenticated request it holds nothing of schedd's
 //! but its socket and buffers, and even that is bounded: at most
 //! [`UNAUTHENTICATED_PER_IP`] such connections per source address and
 //! [`UNAUTHENTICATED_TOTAL`] in all (more are closed at accept), and each is closed
@@ -24,12 +30,12 @@ use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use ysched_common::edge::peer_log;
-use ysched_common::tls::ClusterCa;
+use ysched_common::tls::{ClusterCa, HostIdentity};
 
 /// A TLS record of type "handshake" starts every TLS connection; an HTTP/2 client without
 /// TLS starts with `PRI * HTTP/2.0`.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
-/// A connection that has not sent a request with the cluster key this long after it was
+/// A connection that has not sent an authenticated request this long after it was
 /// accepted (TLS handshake included) is closed. Agents send their first request (the session,
 /// or a relayed client request) right after connecting.
 pub(super) const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,7 +88,7 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
             write(key_path, 0o600, &ca.key_pem())?;
             write(cert_path, 0o644, &ca.cert_pem)?;
             tracing::warn!(
-                "created the cluster CA {} (copy it to every node beside the cluster key)",
+                "created the cluster CA {} (copy it to every node; every replica needs its key too)",
                 cert_path.display()
             );
             Ok(ca)
@@ -102,8 +108,9 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
 }
 
 /// schedd's TLS server config: a fresh serving certificate signed by the cluster CA, sent
-/// with the CA certificate, HTTP/2 only. Agents are authenticated inside the session by the
-/// cluster key, which they send only after verifying this certificate.
+/// with the CA certificate, HTTP/2 only. A client certificate is asked for and, when given,
+/// must chain to the cluster CA (else the handshake fails); a client without one is let in,
+/// to enrol or to authenticate with the cluster key where that is still accepted.
 pub fn server_config(ca: &ClusterCa) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -121,9 +128,17 @@ pub fn server_config(ca: &ClusterCa) -> anyhow::Result<Arc<rustls::ServerConfig>
     ];
     let key = PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())?)?;
+    let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::clone(&provider),
+    )
+    .allow_unauthenticated()
+    .build()?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
+        .with_client_cert_verifier(clients)
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
@@ -187,15 +202,19 @@ impl Drop for UnauthenticatedSlot {
 }
 
 /// What the gRPC services know of the connection a request came on (in the request's
-/// extensions): the peer's address, and whether the connection has authenticated.
+/// extensions): the peer's address, the host its verified certificate names, and whether the
+/// connection has authenticated.
 #[derive(Debug, Clone)]
 pub struct AgentConnInfo {
     pub remote: SocketAddr,
+    /// The identity in the peer's certificate, verified against the cluster CA in the
+    /// handshake; `None`: it presented none (or one that names no host).
+    pub identity: Option<Arc<HostIdentity>>,
     authenticated: Arc<AtomicBool>,
 }
 
 impl AgentConnInfo {
-    /// The connection carried a request with the cluster key: it stays open.
+    /// The connection carried an authenticated request: it stays open.
     pub fn mark_authenticated(&self) {
         self.authenticated.store(true, Ordering::Release);
     }
@@ -225,10 +244,20 @@ impl AgentConn {
         deadline: tokio::time::Instant,
         slot: UnauthenticatedSlot,
     ) -> AgentConn {
+        // Verified by rustls in the handshake (see `server_config`): its chain ends at the
+        // cluster CA.
+        let identity = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|cert| HostIdentity::from_cert_der(cert))
+            .map(Arc::new);
         AgentConn {
             tls,
             info: AgentConnInfo {
                 remote,
+                identity,
                 authenticated: Arc::default(),
             },
             deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
@@ -262,8 +291,7 @@ impl AgentConn {
             "unauthenticated connection",
             &peer.ip().to_string(),
             format_args!(
-                "agent connection from {peer} closed: no request with the cluster key within \
-                 {} s",
+                "agent connection from {peer} closed: no authenticated request within {} s",
                 AUTH_TIMEOUT.as_secs()
             ),
         );
@@ -274,7 +302,7 @@ impl AgentConn {
 fn not_authenticated() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        "no request with the cluster key in time",
+        "no authenticated request in time",
     )
 }
 

@@ -42,6 +42,23 @@ fn name_free(st: &State, name: &str, peer: &str) -> ApiResult<()> {
     }
 }
 
+/// A registering host's certificate is still taken (not revoked, not replaced by a newer
+/// enrolment): checked under the lock that a revocation's end of the session takes too.
+fn still_taken(st: &State, identity: Option<&ysched_common::tls::HostIdentity>) -> ApiResult<()> {
+    match identity {
+        Some(identity) => st.rec.check_certificate(identity).map_err(ApiError::Denied),
+        None => Ok(()),
+    }
+}
+
+/// What relaying a request needs to know of the session that relays it.
+#[derive(Debug, Clone, Copy)]
+pub struct RelaySession {
+    /// A login agent's: it relays every user of its host (a compute node's, only those with
+    /// a job running there).
+    pub login: bool,
+}
+
 /// A session's relay token: 32 random bytes from the kernel (`getrandom`, which needs no file
 /// descriptor: it works when a flood has taken them all).
 #[derive(Clone, PartialEq, Eq)]
@@ -88,12 +105,15 @@ impl std::fmt::Debug for RelayToken {
 
 impl Cluster {
     /// An agent (re)registered: record its inventory, reconcile the jobs it reports with ours,
-    /// and answer with the jobs it must kill. Returns the session id.
+    /// and answer with the jobs it must kill. Returns the session id. With the `identity` of
+    /// its certificate, which is checked again under the lock (a revocation may have come
+    /// since the connection was admitted).
     pub async fn register_node(
         &self,
         reg: Registration,
         peer: &str,
         tx: AgentTx,
+        identity: Option<&ysched_common::tls::HostIdentity>,
     ) -> ApiResult<u64> {
         let name = reg.name.clone();
         if name.is_empty() {
@@ -107,12 +127,13 @@ impl Cluster {
             .and_then(|()| ysched_common::text::check_printable("node name", &name))
             .map_err(ApiError::Invalid)?;
         if reg.login {
-            return self.register_login(&reg, peer, tx);
+            return self.register_login(&reg, peer, tx, identity);
         }
         let relay_token = RelayToken::new()?;
         let limits = self.limits();
         let (session_id, changed) = {
             let mut st = lock(&self.state);
+            still_taken(&st, identity)?;
             name_free(&st, &name, peer)?;
             let done = st.run(self, store::Room::Cluster, &WallClock, |rec, now| {
                 let (effects, kill_jobs) = rec.register(&reg, limits, now);
@@ -161,10 +182,17 @@ impl Cluster {
 
     /// A login agent registered: it keeps a session (for the requests it relays) and is no
     /// node: nothing is placed there and it appears in no node listing.
-    fn register_login(&self, reg: &Registration, peer: &str, tx: AgentTx) -> ApiResult<u64> {
+    fn register_login(
+        &self,
+        reg: &Registration,
+        peer: &str,
+        tx: AgentTx,
+        identity: Option<&ysched_common::tls::HostIdentity>,
+    ) -> ApiResult<u64> {
         let name = &reg.name;
         let relay_token = RelayToken::new()?;
         let mut st = lock(&self.state);
+        still_taken(&st, identity)?;
         name_free(&st, name, peer)?;
         if st.rec.nodes().contains_key(name) {
             let msg = format!(
@@ -194,22 +222,35 @@ impl Cluster {
         Ok(session_id)
     }
 
-    /// Whether `peer` is the connection of `node`'s live agent session: requests relayed for
-    /// that node may come there (agents older than the relay token send them there).
-    pub fn is_session_peer(&self, node: &str, peer: &str) -> bool {
+    /// `node`'s live agent session, if `peer` is its connection: requests relayed for that
+    /// node may come there (agents older than the relay token send them there).
+    pub fn session_on_peer(&self, node: &str, peer: &str) -> Option<RelaySession> {
         let st = lock(&self.state);
         st.sessions
             .get(node)
-            .is_some_and(|s| s.peer == peer && !s.tx.is_closed())
+            .filter(|s| s.peer == peer && !s.tx.is_closed())
+            .map(|s| RelaySession { login: s.login })
     }
 
-    /// Whether `token` is the relay token of `node`'s live agent session: a request relayed
-    /// for that node carrying it comes from that agent, on whatever connection.
-    pub fn is_relay_token(&self, node: &str, token: &[u8]) -> bool {
+    /// `node`'s live agent session, if `token` is its relay token: a request relayed for
+    /// that node carrying it comes from that agent, on whatever connection.
+    pub fn relay_session(&self, node: &str, token: &[u8]) -> Option<RelaySession> {
         let st = lock(&self.state);
         st.sessions
             .get(node)
-            .is_some_and(|s| !s.tx.is_closed() && s.relay_token.matches(token))
+            .filter(|s| !s.tx.is_closed() && s.relay_token.matches(token))
+            .map(|s| RelaySession { login: s.login })
+    }
+
+    /// Whether job `id` holds resources on `node` now (starting, running or being stopped
+    /// there), as user `uid`'s: what lets a compute node relay that user.
+    pub fn runs_on_as(&self, id: JobId, node: &str, uid: u32) -> bool {
+        let st = lock(&self.state);
+        st.rec.jobs().get(&id).is_some_and(|job| {
+            job.owner.uid == uid
+                && job.state.holds_resources()
+                && job.alloc.iter().any(|a| a.node == node)
+        })
     }
 
     pub fn node_disconnected(&self, name: &str, session_id: u64) {

@@ -10,12 +10,15 @@
 //! - `requests`: client requests that change state (submit, cancel, hold, requeue, drain).
 //! - `queries`: listings and details (read-only).
 //! - `agents`: agent sessions and their reports.
+//! - `hosts`: hosts' enrolments, revocations, and the check of their certificates.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
 //! - `usage`: usage reports (off the lock) and imports of usage.
 //! - `mail`: the mail users asked for about their jobs, sent after the flush.
 
 mod agents;
+pub use agents::RelaySession;
 use agents::RelayToken;
+mod hosts;
 pub mod mail;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
@@ -313,7 +316,8 @@ impl Cluster {
             config,
             store,
             state: Mutex::new(State {
-                rec: Records::new(rec.active_jobs, rec.nodes, rec.next_job_id, limits),
+                rec: Records::new(rec.active_jobs, rec.nodes, rec.next_job_id, limits)
+                    .with_hosts(rec.hosts),
                 sessions: BTreeMap::new(),
                 next_session_id: 1,
                 outbox: Vec::new(),

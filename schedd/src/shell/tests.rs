@@ -33,7 +33,7 @@ async fn cluster(config: Config) -> (Arc<Cluster>, tempfile::TempDir) {
         mem_mib: 1024,
         ..Default::default()
     };
-    cluster.register_node(node, "test", tx).await.unwrap();
+    cluster.register_node(node, "test", tx, None).await.unwrap();
     (cluster, dir)
 }
 
@@ -402,7 +402,7 @@ async fn a_gpu_resume_waits_for_the_node_s_word() {
         gpus,
         ..Default::default()
     };
-    let session = c.register_node(node, "test", tx).await.unwrap();
+    let session = c.register_node(node, "test", tx, None).await.unwrap();
     let fault = |faults: &[(u32, &str)], forgotten: &[u32]| GpuReport {
         faults: faults.iter().map(|(i, f)| (*i, f.to_string())).collect(),
         forgotten: forgotten.to_vec(),

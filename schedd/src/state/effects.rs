@@ -9,7 +9,7 @@ use super::commands::{AgentCommand, Payload};
 use super::history::{HistoryEntry, JobEventKind};
 use std::collections::BTreeSet;
 use ysched_common::time::Millis;
-use ysched_common::{AuditRecord, Job, JobId, JobState, Node};
+use ysched_common::{AuditRecord, HostEnrolment, Job, JobId, JobState, Node};
 
 #[derive(Default)]
 pub struct Effects {
@@ -18,6 +18,8 @@ pub struct Effects {
     pub jobs: Vec<Job>,
     /// New versions of nodes, written and taken into memory.
     pub nodes: Vec<Node>,
+    /// Hosts' new enrolments (or revocations), written and taken into memory.
+    pub hosts: Vec<HostEnrolment>,
     /// Scripts and environments, written (an array's tasks share one, under its id).
     pub payloads: Vec<(JobId, Payload)>,
     /// Entries of jobs' histories, written in order.
@@ -65,6 +67,7 @@ impl Effects {
         self.jobs.is_empty()
             && self.submitted.is_empty()
             && self.nodes.is_empty()
+            && self.hosts.is_empty()
             && self.payloads.is_empty()
             && self.events.is_empty()
             && self.audit.is_empty()

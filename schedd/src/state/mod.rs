@@ -27,6 +27,7 @@
 //! - `lifecycle`: how a job's run ends (an agent's report of a part's end and the final-state
 //!   decision table, a part its agent no longer knows, nodes gone silent, a failed GPU).
 //! - `usage`: the usage record of every run that an event ends (`Records::account_runs`).
+//! - `hosts`: hosts' enrolments (the certificate schedd takes from each), tokens, revocation.
 
 pub mod agent_events;
 pub mod client_events;
@@ -37,6 +38,7 @@ pub mod expected;
 pub mod gpu_health;
 pub mod heartbeat;
 pub mod history;
+pub mod hosts;
 pub mod lifecycle;
 pub mod plan;
 pub mod reactor;
@@ -74,7 +76,7 @@ pub use history::{HistoryEntry, JobEventKind};
 use crate::core::JobMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use ysched_common::{Job, JobId, JobSpec, Node, Owner};
+use ysched_common::{HostEnrolment, Job, JobId, JobSpec, Node, Owner};
 
 /// The records schedd keeps in memory: the jobs not yet finished (finished ones live only in
 /// the store), the nodes, and the next job id. Changed only by the state machine (events
@@ -86,6 +88,8 @@ pub struct Records {
     /// [`JobMap`]).
     jobs: JobMap,
     nodes: BTreeMap<String, Node>,
+    /// Every host ever enrolled (see `hosts`).
+    hosts: BTreeMap<String, HostEnrolment>,
     next_job_id: u64,
     /// Jobs changed in memory since the scheduler last brought its own copy up to date (see
     /// [`Records::refresh_copy`]): with a hundred thousand jobs queued, copying them all for
@@ -214,6 +218,12 @@ impl Records {
         rec
     }
 
+    /// The records with the hosts' enrolments read from the store.
+    pub fn with_hosts(mut self, hosts: BTreeMap<String, HostEnrolment>) -> Records {
+        self.hosts = hosts;
+        self
+    }
+
     /// The jobs not yet finished.
     pub fn jobs(&self) -> &JobMap {
         &self.jobs
@@ -276,6 +286,9 @@ impl Records {
         }
         for node in effects.nodes {
             self.nodes.insert(node.name.clone(), node);
+        }
+        for host in effects.hosts {
+            self.hosts.insert(host.name.clone(), host);
         }
         if let Some(next) = effects.next_job_id {
             self.next_job_id = next;

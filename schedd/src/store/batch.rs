@@ -8,7 +8,7 @@ use super::history::{end_of, index_of, IndexWrite};
 use super::upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES};
 use super::{ended, usage, Payload};
 use crate::state::Effects;
-use ysched_common::{AuditRecord, Job, JobEvent, JobId, JobSpec, Node, RunRecord};
+use ysched_common::{AuditRecord, HostEnrolment, Job, JobEvent, JobId, JobSpec, Node, RunRecord};
 
 /// One atomic change: job records, events and nodes written together. Serializable: it is
 /// what a replica's log entry carries (see `replica`), applied to each replica's store.
@@ -18,6 +18,10 @@ pub struct Batch {
     pub(super) events: Vec<(JobId, JobEvent)>,
     pub(super) payloads: Vec<(JobId, Vec<u8>)>,
     pub(super) nodes: Vec<(String, Vec<u8>)>,
+    /// Hosts' enrolments, by name (kept in `meta` under [`super::HOST_PREFIX`]). Left out of
+    /// the entries that enrol none (and of those written before enrolments were).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) hosts: Vec<(String, Vec<u8>)>,
     pub(super) audit: Vec<Vec<u8>>,
     pub(super) next_job_id: Option<u64>,
     pub(super) runs: Vec<(usage::RunKey, Vec<u8>)>,
@@ -132,6 +136,9 @@ impl From<&Effects> for Batch {
         }
         for node in &effects.nodes {
             batch.put_node(node);
+        }
+        for host in &effects.hosts {
+            batch.put_host(host);
         }
         for record in &effects.audit {
             batch.audit(record);
@@ -281,6 +288,12 @@ impl Batch {
         self.nodes.push((node.name.clone(), value));
     }
 
+    pub fn put_host(&mut self, host: &HostEnrolment) {
+        let value = serde_json::to_vec(host).expect("enrolment serializes");
+        self.bytes += (super::HOST_PREFIX.len() + host.name.len() + value.len()) as u64;
+        self.hosts.push((host.name.clone(), value));
+    }
+
     /// An audit entry; its detail is cut to [`AUDIT_DETAIL_MAX_BYTES`].
     pub fn audit(&mut self, record: &AuditRecord) {
         let value = match bounded_detail(&record.detail, AUDIT_DETAIL_MAX_BYTES) {
@@ -330,6 +343,7 @@ impl Batch {
             events,
             payloads,
             nodes,
+            hosts,
             audit,
             next_job_id,
             runs,
@@ -344,6 +358,7 @@ impl Batch {
         self.events.extend(events);
         self.payloads.extend(payloads);
         self.nodes.extend(nodes);
+        self.hosts.extend(hosts);
         self.audit.extend(audit);
         self.next_job_id = next_job_id.or(self.next_job_id);
         self.runs.extend(runs);
@@ -368,6 +383,7 @@ impl Batch {
             && self.events.is_empty()
             && self.payloads.is_empty()
             && self.nodes.is_empty()
+            && self.hosts.is_empty()
             && self.audit.is_empty()
             && self.next_job_id.is_none()
             && self.runs.is_empty()

@@ -63,6 +63,10 @@ impl Store {
             node.connected = false;
             rec.nodes.insert(node.name.clone(), node);
         }
+        for (name, value) in &batch.hosts {
+            let host: ysched_common::HostEnrolment = decode(name.as_bytes(), value)?;
+            rec.hosts.insert(host.name.clone(), host);
+        }
         for (key, value) in &batch.runs {
             each_run(&usage::decode(key, value)?);
         }

@@ -22,6 +22,7 @@
 //!   each detail bounded, the oldest entries removed past the retention (see [`upkeep`])
 //! - `meta`:     `next_job_id` → u64 BE. Written in the same transaction as each new job, so an
 //!   id is never reused, even after a crash (sled's `generate_id` jumps after recovery).
+//!   `host/` ++ host name → the host's `HostEnrolment` as JSON.
 //! - `usage`:    end time (i64 with the sign bit flipped, BE) ++ job id (u64 BE) ++ restart
 //!   count (u32 BE) → `RunRecord` in a compact binary form (see [`usage`]): one entry per run,
 //!   written in the batch of the event that ended it. Ordered by end time, so a time range is
@@ -42,7 +43,7 @@ use sled::Transactional;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
-use ysched_common::{Job, JobId, Node};
+use ysched_common::{HostEnrolment, Job, JobId, Node};
 
 mod arrays;
 mod batch;
@@ -87,6 +88,8 @@ pub struct Recovered {
     /// Jobs that are not finished.
     pub active_jobs: BTreeMap<JobId, Job>,
     pub nodes: BTreeMap<String, Node>,
+    /// Every host ever enrolled.
+    pub hosts: BTreeMap<String, HostEnrolment>,
     pub next_job_id: u64,
 }
 
@@ -130,6 +133,12 @@ pub struct Store {
 }
 
 const NEXT_JOB_ID: &[u8] = b"next_job_id";
+/// `meta` keys of hosts' enrolments: this, then the host's name.
+pub(crate) const HOST_PREFIX: &[u8] = b"host/";
+
+fn host_key(name: &str) -> Vec<u8> {
+    [HOST_PREFIX, name.as_bytes()].concat()
+}
 
 /// `meta`: the least store-wide id the next batch of events may take. Event keys order a
 /// job's events by ids this store generates; a replica whose state a snapshot replaced holds
@@ -340,6 +349,12 @@ impl Store {
             node.connected = false;
             nodes.insert(node.name.clone(), node);
         }
+        let mut hosts = BTreeMap::new();
+        for kv in self.meta.scan_prefix(HOST_PREFIX) {
+            let (k, v) = kv?;
+            let host: HostEnrolment = decode(&k, &v)?;
+            hosts.insert(host.name.clone(), host);
+        }
         let stored_next = self
             .meta
             .get(NEXT_JOB_ID)?
@@ -349,6 +364,7 @@ impl Store {
         Ok(Recovered {
             active_jobs,
             nodes,
+            hosts,
             next_job_id: stored_next.max(max_id + 1),
         })
     }
@@ -564,6 +580,9 @@ impl Store {
                     }
                     for (name, v) in &batch.nodes {
                         nodes.insert(name.as_bytes(), v.as_slice())?;
+                    }
+                    for (name, v) in &batch.hosts {
+                        meta.insert(host_key(name), v.as_slice())?;
                     }
                     for (k, v) in &audit {
                         au.insert(k, *v)?;

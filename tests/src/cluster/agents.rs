@@ -57,17 +57,49 @@ impl TestCluster {
     }
 
     /// Starts a second agent that claims the name of node `name` (its own spool and log,
-    /// `noded-<name>-dup.log`); the caller kills it.
+    /// `noded-<name>-dup.log`), not enrolled: it has only the cluster key, if the cluster
+    /// has one (see [`TestCluster::write_cluster_key`]); the caller kills it.
     pub fn spawn_impostor_agent(&self, name: &str) -> Child {
-        self.spawn_agent(name, &format!("{name}-dup"))
+        self.spawn_agent_with(name, &format!("{name}-dup"), None)
+    }
+
+    /// A token enrolling host `name` (a login host with `login`), from `yctl node enrol`.
+    pub fn enrol_token(&self, name: &str, login: bool) -> String {
+        let mut args = vec!["node", "enrol", name];
+        if login {
+            args.push("--login");
+        }
+        let out = self.run("yctl", &args);
+        assert!(
+            out.status.success(),
+            "yctl node enrol {name}: {}\n{}",
+            crate::stderr(&out),
+            self.logs()
+        );
+        crate::stdout(&out).trim().to_string()
+    }
+
+    /// The enrolment token file to start agent `instance` with: none when its spool holds a
+    /// certificate already, else a new token for host `name`.
+    fn token_file(&self, name: &str, instance: &str, login: bool) -> Option<PathBuf> {
+        let spool = self.dir.path().join("spool").join(instance);
+        if spool.join("identity").join("node.crt").exists() {
+            return None;
+        }
+        let path = self.dir.path().join(format!("{instance}.token"));
+        std::fs::write(&path, self.enrol_token(name, login)).unwrap();
+        Some(path)
     }
 
     /// Starts a login agent (`noded --no-jobs`) named `name`: no GPUs, runs nothing, serves
     /// its client socket ([`TestCluster::agent_socket`]). Stop it with `stop_agent`.
     pub fn start_login_agent(&mut self, name: &str) {
         let spool = self.dir.path().join("spool").join(name);
-        let child = self
-            .command("noded")
+        let mut cmd = self.command("noded");
+        if let Some(token) = self.token_file(name, name, true) {
+            cmd.arg("--enrol-token").arg(token);
+        }
+        let child = cmd
             .args(["-v", "--no-jobs", "--name", name, "--spool-dir"])
             .arg(&spool)
             .arg("--client-socket")
@@ -109,10 +141,20 @@ impl TestCluster {
     }
 
     /// Starts `noded` for node `name` (whose inventory or machine file is written), with
-    /// spool, log and client socket named after `instance`.
+    /// spool, log and client socket named after `instance`, enrolled as `name` first unless
+    /// its spool holds a certificate already.
     fn spawn_agent(&self, name: &str, instance: &str) -> Child {
+        let token = self.token_file(name, instance, false);
+        self.spawn_agent_with(name, instance, token)
+    }
+
+    /// [`Self::spawn_agent`] with the enrolment token file `token` (none: not enrolled now).
+    fn spawn_agent_with(&self, name: &str, instance: &str, token: Option<PathBuf>) -> Child {
         let spool = self.spool_dir(instance);
         let mut cmd = self.daemon_command("noded", instance);
+        if let Some(token) = token {
+            cmd.arg("--enrol-token").arg(token);
+        }
         cmd.args(["-v", "--name", name, "--cpus", "64", "--mem", "512G"]);
         if self.nvml_nodes.iter().any(|n| n.name == name) {
             cmd.arg("--nvml-library")

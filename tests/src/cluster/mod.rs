@@ -51,6 +51,13 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// A byte from the kernel's random source.
+fn rand_byte() -> u8 {
+    let mut b = [0u8; 1];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut b).unwrap();
+    b[0]
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -91,17 +98,42 @@ impl TestCluster {
         Self::start_all(nodes, nvml_nodes, scheduler_toml, extra_toml)
     }
 
+    /// As [`start`], on a cluster that predates enrolment: a shared cluster key exists (see
+    /// [`TestCluster::write_cluster_key`]) and schedd still takes it. The agents enrol all
+    /// the same (an upgraded cluster's); an impostor has only the key.
+    pub fn start_with_cluster_key(nodes: Vec<FakeNode>) -> TestCluster {
+        Self::start_prepared(nodes, Vec::new(), "", "", |c| {
+            c.write_cluster_key();
+        })
+    }
+
     fn start_all(
         nodes: Vec<FakeNode>,
         nvml_nodes: Vec<NvmlNode>,
         scheduler_toml: &str,
         extra_toml: &str,
     ) -> TestCluster {
+        Self::start_prepared(nodes, nvml_nodes, scheduler_toml, extra_toml, |_| {})
+    }
+
+    /// Writes the config, runs `prepare` on the cluster, then starts schedd and the agents.
+    fn start_prepared(
+        nodes: Vec<FakeNode>,
+        nvml_nodes: Vec<NvmlNode>,
+        scheduler_toml: &str,
+        extra_toml: &str,
+        prepare: impl FnOnce(&TestCluster),
+    ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("ys").tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        // The checkpoint root every user's jobs make their directories in, as a shared one
+        // is set up on a cluster.
+        let ckpt = work.join("ckpt");
+        std::fs::create_dir_all(&ckpt).unwrap();
+        std::fs::set_permissions(&ckpt, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let port = free_port();
         let conf = dir.path().join("ysched.toml");
         let d = dir.path().display();
@@ -129,6 +161,7 @@ impl TestCluster {
             schedd_address_space: None,
             daemon_env: BTreeMap::new(),
         };
+        prepare(&c);
         c.start_schedd();
         for name in nodes
             .iter()
@@ -176,6 +209,23 @@ impl TestCluster {
         let mut cmd = self.command(bin);
         cmd.envs(self.daemon_env.get(daemon).into_iter().flatten().cloned());
         cmd
+    }
+
+    /// Writes a shared cluster key (0600) where the config names it, as on a cluster that
+    /// predates enrolment: schedd takes it from its next start, agents started afterwards
+    /// send it (and one with no certificate of its own authenticates with it alone).
+    pub fn write_cluster_key(&self) -> String {
+        use std::os::unix::fs::OpenOptionsExt;
+        let key: String = (0..32).map(|_| format!("{:02x}", rand_byte())).collect();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(self.dir.path().join("cluster.key"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("{key}\n").as_bytes()).unwrap();
+        key
     }
 
     /// schedd's state directory.

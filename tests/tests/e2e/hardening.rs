@@ -129,7 +129,8 @@ fn wrong_ca_squatter(listener: TcpListener, stop: Arc<AtomicBool>) -> Arc<Mutex<
 
 #[test]
 fn agents_refuse_a_squatter_on_the_agent_port_and_never_send_it_the_key() {
-    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 2, "A100")]);
+    // An upgraded cluster's agent: it holds the shared cluster key beside its certificate.
+    let mut c = TestCluster::start_with_cluster_key(vec![FakeNode::uniform("n1", 2, "A100")]);
     let key = cluster_key(&c);
     c.stop_schedd(nix::sys::signal::Signal::SIGKILL);
 
@@ -164,7 +165,7 @@ fn agents_refuse_a_squatter_on_the_agent_port_and_never_send_it_the_key() {
         !text.contains("authorization"),
         "a gRPC request reached the squatter"
     );
-    assert!(log(&c, "noded-n1").contains("the cluster key was not sent"));
+    assert!(log(&c, "noded-n1").contains("nothing was sent to it"));
     std::thread::sleep(Duration::from_millis(700)); // the squatter thread lets go of the port
 
     // 2. A TLS server whose certificate comes from another CA.
@@ -346,7 +347,8 @@ fn a_launch_that_never_reaches_its_agent_ends_failed_instead_of_cycling() {
 
 #[test]
 fn a_second_agent_with_a_taken_name_is_refused_and_the_first_keeps_its_jobs() {
-    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, "A100")]);
+    // The impostor holds the cluster key (a cluster that still takes it), no certificate.
+    let c = TestCluster::start_with_cluster_key(vec![FakeNode::uniform("n1", 1, "A100")]);
     let id = c.submit(&["-G", "1", "--wrap", "sleep 30"]);
     c.wait_state(id, "RUNNING", SECS(10));
     let mut impostor = c.spawn_impostor_agent("n1");

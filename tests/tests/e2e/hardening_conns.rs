@@ -150,7 +150,17 @@ fn a_user_holding_many_connections_locks_out_only_themselves() {
     });
     answers_promptly(&c, None, other);
 
-    // 2. The node's client socket: the same, with node.max_connections_per_user (64).
+    // 2. The node's client socket: the same, with node.max_connections_per_user (64). The
+    // other user has a job there (a compute node relays only such users).
+    let out = c.run_as(
+        other,
+        other,
+        "ysub",
+        &["--parsable", "-G", "1", "--wrap", "sleep 300"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job: u64 = stdout(&out).trim().parse().unwrap();
+    c.wait_state(job, "RUNNING", SECS(10));
     let mut held = connect_as(&c.agent_socket("n1"), NOBODY, NOBODY, 200);
     wait_until(SECS(10), "136 closed on the node's socket", || {
         count_closed(&mut held) >= 136
@@ -167,7 +177,7 @@ fn a_user_holding_many_connections_locks_out_only_themselves() {
         ],
     );
     assert!((1..=5).contains(&refused), "{refused} lines");
-    assert_eq!(c.nodes()[0]["state"], "IDLE");
+    assert_eq!(c.nodes()[0]["state"], "ALLOCATED");
 }
 
 /// A TCP connection to `127.0.0.1:port` from the address `source` (any 127.x address is
@@ -287,7 +297,8 @@ fn unauthenticated_agent_connections_are_closed_and_agents_are_unaffected() {
     });
     assert!(start.elapsed() < SECS(10), "{:?}", start.elapsed());
 
-    // 3. 2,000 requests with a wrong cluster key, from 127.0.0.1: all refused.
+    // 3. 2,000 requests with a (wrong) cluster key and no certificate, from 127.0.0.1: all
+    // refused.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -354,19 +365,19 @@ fn unauthenticated_agent_connections_are_closed_and_agents_are_unaffected() {
             "no handshake",
         ),
         (
-            &["127.0.0.3", "no request with the cluster key within 5 s"][..],
+            &["127.0.0.3", "no authenticated request within 5 s"][..],
             "no request",
         ),
         (
-            &["wrong or missing cluster key from 127.0.0.1"][..],
-            "wrong key",
+            &["refused a request from 127.0.0.1", "no host certificate"][..],
+            "no certificate",
         ),
     ] {
         let n = lines_with(&schedd, needles);
         assert!((1..=5).contains(&n), "{what}: {n} lines\n{schedd}");
     }
     assert!(
-        schedd.contains("further 'wrong cluster key' lines about 127.0.0.1 are suppressed"),
+        schedd.contains("further 'no certificate' lines about 127.0.0.1 are suppressed"),
         "{schedd}"
     );
     // The registered agent never noticed.
@@ -453,7 +464,15 @@ fn slow_metrics_clients_do_not_keep_scrapes_out() {
 #[test]
 fn a_refusal_echoing_a_huge_input_through_a_node_does_not_end_its_session() {
     let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
-    let job = c.submit(&["-G", "1", "--wrap", "sleep 300"]);
+    // nobody's job on n1: what lets n1 relay nobody's requests.
+    let out = c.run_as(
+        NOBODY,
+        NOBODY,
+        "ysub",
+        &["--parsable", "-G", "1", "--wrap", "sleep 300"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job: u64 = stdout(&out).trim().parse().unwrap();
     c.wait_state(job, "RUNNING", SECS(10));
     let account = "z".repeat(60_000);
 
@@ -542,6 +561,7 @@ fn relayed_shares(key: &str, node: &str, token: &[u8]) -> tonic::Request<pb::Sha
         home: "/root".into(),
         relay_token: token.to_vec(),
         forwarded_by_replica: 0,
+        job_id: 0,
     };
     let mut request = tonic::Request::new(pb::SharesRequest::default());
     request
@@ -561,7 +581,7 @@ fn relayed_shares(key: &str, node: &str, token: &[u8]) -> tonic::Request<pb::Sha
 #[test]
 fn a_relayed_caller_is_believed_only_with_its_own_sessions_token() {
     use tokio_stream::StreamExt as _;
-    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
+    let c = TestCluster::start_with_cluster_key(vec![FakeNode::uniform("n1", 1, A100)]);
     let key = std::fs::read_to_string(c.dir.path().join("cluster.key"))
         .unwrap()
         .trim()

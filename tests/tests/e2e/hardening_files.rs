@@ -574,6 +574,22 @@ fn root_relayed_from_a_compute_node_may_not_submit_and_is_audited() {
         "",
     );
     c.start_login_agent("login2");
+    // Root on a compute node without a job there: the node relays nothing of root's.
+    let out = c.run_on(Some("n1"), 0, 0, "ysub", &["--wrap", "id -u > /tmp/never"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "node 'n1' is a compute node: it relays only the users with a job running on it, \
+             and uid 0 has none there"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(c.jobs().is_empty(), "{:?}", c.jobs());
+    // With a job of root's running there (submitted on the schedd host), root on n1 is
+    // relayed, as an ordinary user: it may not submit, and the refusal is audited.
+    let running = c.submit(&["-G", "0", "--wrap", "sleep 60"]);
+    c.wait_state(running, "RUNNING", SECS(10));
     let out = c.run_on(Some("n1"), 0, 0, "ysub", &["--wrap", "id -u > /tmp/never"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
@@ -581,7 +597,7 @@ fn root_relayed_from_a_compute_node_may_not_submit_and_is_audited() {
         "ysub: error: root relayed from node n1 may not submit jobs: jobs run as root only \
          when submitted on the schedd host or on a node of scheduler.admin_hosts"
     );
-    assert!(c.jobs().is_empty(), "{:?}", c.jobs());
+    assert_eq!(c.jobs().len(), 1, "{:?}", c.jobs());
     let audit: Vec<Value> =
         serde_json::from_str(&ok(&c.run("yctl", &["audit", "--json"]))).unwrap();
     let refused = audit
@@ -590,7 +606,15 @@ fn root_relayed_from_a_compute_node_may_not_submit_and_is_audited() {
         .expect("the refusal is audited");
     assert_eq!(refused["user"], "root");
     assert_eq!(refused["host"], "n1");
-    // nobody on the same node submits as before, and root on a trusted host too.
+    // nobody with a job on the same node submits as before, and root on a trusted host too.
+    let out = c.run_as(
+        NOBODY,
+        NOBODY,
+        "ysub",
+        &["--parsable", "-G", "0", "--wrap", "sleep 60"],
+    );
+    let nobodys: u64 = ok(&out).trim().parse().unwrap();
+    c.wait_state(nobodys, "RUNNING", SECS(10));
     let id: u64 = ok(&c.run_on(
         Some("n1"),
         NOBODY,
@@ -614,6 +638,9 @@ fn root_relayed_from_a_compute_node_may_not_submit_and_is_audited() {
     .unwrap();
     let j = c.wait_state(id, "COMPLETED", SECS(10));
     assert_eq!(j["uid"], 0);
+    for job in [running, nobodys] {
+        ok(&c.run("ycancel", &[&job.to_string()]));
+    }
 }
 
 /// Runs a daemon binary with the cluster's config until it exits (it must, within 10 s).
@@ -638,7 +665,7 @@ fn run_daemon(c: &TestCluster, bin: &str, args: &[&str]) -> Output {
 
 #[test]
 fn daemons_refuse_to_start_on_a_key_others_may_read() {
-    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
+    let mut c = TestCluster::start_with_cluster_key(vec![FakeNode::uniform("n1", 1, A100)]);
     let key = c.dir.path().join("cluster.key");
     let ca_key = c.dir.path().join("cluster-ca.key");
     for path in [&key, &ca_key] {

@@ -358,31 +358,18 @@ fn a_follower_forwards_clients_to_the_leader_as_themselves() {
     let j = job(&r, leader, id).unwrap();
     assert_eq!(j["user"], "nobody", "a forged caller was believed: {j}");
 
-    // A holder of the cluster key that is no replica (an agent's host) cannot pass its
-    // users off as forwarded by one.
-    let key = std::fs::read_to_string(r.dir.path().join("cluster.key"))
-        .unwrap()
-        .trim()
-        .to_string();
-    let ca = std::fs::read_to_string(r.dir.path().join("cluster-ca.crt")).unwrap();
+    // Root on an agent's host, with that host's own certificate, cannot pass its users off
+    // as forwarded by a replica (only replicas' certificates forward).
     let rows = r.cluster(leader).unwrap();
     let addr = row(&rows, leader)["address"].as_str().unwrap().to_string();
+    let ca = r.dir.path().join("cluster-ca.crt");
+    let identity = r.dir.path().join("spool/n1/identity");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
-            .unwrap()
-            .tls_config(
-                tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(ca))
-                    .domain_name(ysched_common::tls::SCHEDD_TLS_NAME),
-            )
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = ysched_tests::host_link::host_channel(&addr, &ca, Some(&identity)).await;
         let mut client = ysched_proto::ysched_client::YschedClient::new(channel);
         for token in [Vec::new(), vec![0u8; 32]] {
             let claim = ysched_proto::RelayedCaller {
@@ -395,16 +382,18 @@ fn a_follower_forwards_clients_to_the_leader_as_themselves() {
                 ..Default::default()
             };
             let mut request = tonic::Request::new(ysched_proto::SharesRequest::default());
-            request
-                .metadata_mut()
-                .insert("authorization", format!("Bearer {key}").parse().unwrap());
             request.metadata_mut().insert_bin(
                 ysched_common::identity::RELAYED_CALLER_METADATA,
                 tonic::metadata::MetadataValue::from_bytes(&prost::Message::encode_to_vec(&claim)),
             );
             let status = client.shares(request).await.unwrap_err();
             assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-            assert!(status.message().contains("forwarding token"), "{status:?}");
+            assert!(
+                status.message().contains(
+                    "names compute host 'n1': it may not send a request said to be forwarded"
+                ),
+                "{status:?}"
+            );
         }
     });
 

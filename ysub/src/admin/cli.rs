@@ -105,6 +105,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hosts' own credentials: enrol a host (a one-time token for its agent), revoke one,
+    /// list them
+    Node {
+        #[command(subcommand)]
+        command: super::hosts::NodeCommand,
+    },
     /// Show the audit log, newest first: refused submits, preemptions, cancels, holds,
     /// requeues, drains
     Audit {
@@ -174,6 +180,9 @@ pub fn check_limits(command: &Command) -> Result<()> {
             crate::jobs::check_target_count(&flatten_targets(jobs))
         }
         Command::Update(args) => super::update::update_request(args).map(|_| ()),
+        Command::Node {
+            command: super::hosts::NodeCommand::Revoke { name },
+        } => node_names(std::slice::from_ref(name)),
         _ => Ok(()),
     }
 }

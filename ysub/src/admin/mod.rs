@@ -5,11 +5,13 @@
 //! - [`audit`]: the audit log as a table and as JSON.
 //! - [`update`]: `yctl update`'s flags and `KEY=VALUE` words, and what it prints.
 //! - [`cluster`]: schedd's replicas (`yctl cluster`) as a table and as JSON.
+//! - [`hosts`]: hosts' credentials (`yctl node enrol|revoke|hosts`).
 
 pub mod audit;
 pub mod cli;
 pub mod cluster;
 pub mod drain;
+pub mod hosts;
 pub mod update;
 
 pub use audit::{audit_to_json, format_audit_table, AuditJson};
@@ -201,6 +203,7 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 print_stdout(&cluster::format_cluster_table(&status))?;
             }
         }
+        Command::Node { command } => hosts::run(&mut client, command).await?,
         Command::Audit { limit, json } => {
             let entries = reply(
                 client

@@ -14,7 +14,7 @@ pub fn fleet(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         env_usize("FLEET_NODES", 1000),
         env_usize("FLEET_JOBS", 20_000),
     );
-    let c = TestCluster::start(vec![]);
+    let c = TestCluster::start_with_cluster_key(vec![]);
     let t = Instant::now();
     let stats = start_fleet(rt, &c, n_nodes, Duration::from_millis(0));
     let registered = t.elapsed().as_secs_f64();

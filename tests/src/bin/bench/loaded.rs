@@ -16,7 +16,7 @@ pub fn loaded(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
         env_usize("FLEET_NODES", 1000),
         env_usize("LOADED_PENDING", 100_000),
     );
-    let c = TestCluster::start(vec![]);
+    let c = TestCluster::start_with_cluster_key(vec![]);
     let stats = start_fleet(rt, &c, n_nodes, Duration::from_secs(60));
     let work = c.work.to_string_lossy().into_owned();
     let job = move |tier: &str, gpus: u32, nodes: u32, duration_ms: usize| {

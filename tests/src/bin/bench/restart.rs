@@ -13,7 +13,7 @@ pub fn restart(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     use std::sync::atomic::Ordering;
     let n_nodes = env_usize("RESTART_NODES", 100);
     let down = Duration::from_secs(env_usize("RESTART_DOWN_SECS", 30) as u64);
-    let mut c = TestCluster::start(vec![]);
+    let mut c = TestCluster::start_with_cluster_key(vec![]);
     let stats = start_fleet(rt, &c, n_nodes, Duration::from_secs(20));
     let n_jobs = n_nodes * 8 * 2;
     let work = c.work.to_string_lossy().into_owned();
