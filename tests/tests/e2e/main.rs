@@ -15,6 +15,7 @@ mod hardening;
 mod hardening_cli;
 mod hardening_conns;
 mod hardening_files;
+mod hardening_hosts;
 mod hardening_node;
 mod history;
 mod metrics;
