@@ -143,7 +143,7 @@ fn root_on_a_compute_node_acts_only_as_that_node_and_for_its_jobs_owners() {
         // 1. Registering as another node, or as a login host, is refused.
         for (name, login) in [("n1", false), ("n9", false), ("n2", true)] {
             let channel = host_channel(&addr, &ca, Some(&n2_identity)).await;
-            let status = register(channel, name, login).await.err().expect("refused");
+            let status = register(channel, name, login).await.expect_err("refused");
             assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
             assert!(
                 status.message().contains("names compute host 'n2'"),
