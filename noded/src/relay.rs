@@ -394,6 +394,14 @@ impl Ysched for Relay {
             .await
     }
 
+    async fn change_cluster(
+        &self,
+        request: Request<pb::ClusterChangeRequest>,
+    ) -> Result<Response<pb::ClusterChangeReply>, Status> {
+        self.forward(request, |mut c, r| async move { c.change_cluster(r).await })
+            .await
+    }
+
     async fn enrol_host(
         &self,
         request: Request<pb::EnrolHostRequest>,

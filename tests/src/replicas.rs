@@ -19,6 +19,9 @@ pub struct Replicas {
     running: BTreeMap<u64, Child>,
     agents: Vec<Child>,
     restarts: u32,
+    /// Every replica of the config has been seen voting (the first replica forms the
+    /// cluster alone and brings the others in as they catch up).
+    formed: bool,
 }
 
 impl Replicas {
@@ -69,6 +72,7 @@ impl Replicas {
             running: BTreeMap::new(),
             agents: Vec::new(),
             restarts: 0,
+            formed: false,
         };
         for n in 1..=count {
             r.start_replica(n);
@@ -138,6 +142,31 @@ impl Replicas {
                 self.logs()
             );
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Starts replica `n` expecting it to refuse to run: waits (20 s at most) for it to exit,
+    /// and returns its exit status and its standard error.
+    pub fn start_replica_refused(&mut self, n: u64) -> (std::process::ExitStatus, String) {
+        assert!(!self.running.contains_key(&n), "replica {n} runs already");
+        let mut child = self
+            .command(n, "schedd")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start schedd");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+                return (status, err);
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("replica {n} did not refuse to start\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -303,7 +332,8 @@ impl Replicas {
 
     /// The replica that serves clients (leads), once one does, and how long that took: the
     /// one a running replica's `yctl cluster` says leads (in the highest term), once it
-    /// answers `yq` on its own socket (followers forward, so their answering proves nothing).
+    /// answers `yq` on its own socket (followers forward, so their answering proves nothing);
+    /// the first time, once every replica votes too (the cluster is formed).
     pub fn leader(&mut self, timeout: Duration) -> (u64, Duration) {
         let start = Instant::now();
         loop {
@@ -319,13 +349,18 @@ impl Replicas {
                     .filter(|r| r["role"] == "leader")
                     .max_by_key(|r| r["term"].as_u64())
                     .and_then(|r| r["replica"].as_u64());
-                if let Some(l) = leader {
+                // Until the cluster is formed, it counts only once every replica votes.
+                let formed = self.formed
+                    || rows.iter().filter(|r| r["membership"] == "voter").count()
+                        == self.count as usize;
+                if let Some(l) = leader.filter(|_| formed) {
                     if self.runs(l)
                         && self
                             .run_within(l, Duration::from_secs(2), "yq", &["--json"])
                             .status
                             .success()
                     {
+                        self.formed = true;
                         return (l, start.elapsed());
                     }
                 }

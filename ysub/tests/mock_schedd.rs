@@ -436,6 +436,17 @@ impl Ysched for MockSchedd {
         Err(Status::unimplemented("cluster_status"))
     }
 
+    async fn change_cluster(
+        &self,
+        request: Request<ClusterChangeRequest>,
+    ) -> Result<Response<ClusterChangeReply>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(ClusterChangeReply {
+            done: format!("{} {} {}", r.action, r.replica, r.address),
+            replica: r.replica,
+        }))
+    }
+
     async fn enrol_host(
         &self,
         request: Request<EnrolHostRequest>,

@@ -349,6 +349,13 @@ impl Ysched for FakeClients {
         self.unimplemented("enrol_host", &request)
     }
 
+    async fn change_cluster(
+        &self,
+        request: Request<pb::ClusterChangeRequest>,
+    ) -> Result<Response<pb::ClusterChangeReply>, Status> {
+        self.unimplemented("change_cluster", &request)
+    }
+
     async fn revoke_host(
         &self,
         request: Request<pb::NodeRef>,

@@ -1,4 +1,4 @@
-//! schedd's replicas (issue 24): the only module that knows openraft. A replicated entry
+//! schedd's replicas: the only module that knows openraft. A replicated entry
 //! carries one event's store batch (`store::Batch`); each replica appends entries to its own
 //! log and applies the committed ones, in order, to its own store.
 //!
@@ -6,7 +6,9 @@
 //! replica's `store::Store`, checked against openraft's own storage test suite; what a
 //! follower keeps warm for the day it leads ([`Warm`]); the network over a transport-neutral
 //! [`network::Link`] (its gRPC side is `server::replication`); a [`Replica`] that starts,
-//! joins and replicates; tests of three replicas in one process (`tests`, `cluster_tests`).
+//! joins and replicates; whether it may vote ([`voting`]: a replica that lost its store does
+//! not); the membership changes administrators make (`membership`); tests of three replicas
+//! in one process (`tests`, `cluster_tests`).
 
 // openraft's `StorageError` is what its traits return, large as it is.
 #![allow(clippy::result_large_err)]
@@ -14,15 +16,19 @@
 #[cfg(test)]
 mod cluster_tests;
 mod log_store;
+mod membership;
 pub mod network;
 mod node;
 mod state_machine;
 #[cfg(test)]
 mod tests;
+pub mod voting;
 
 pub use log_store::LogStore;
+pub use membership::MembershipChange;
 pub use node::{RaftStatus, Replica, ReplicaError, Timing};
 pub use state_machine::{StateMachine, Warm};
+pub use voting::{VoteGuard, Voting};
 
 openraft::declare_raft_types!(
     /// The replicas' Raft: an entry's data is a store batch; applying it answers nothing

@@ -2,7 +2,7 @@
 //! replicate a batch.
 
 use super::network::{Link, Network};
-use super::{LogStore, StateMachine, TypeConfig, Warm};
+use super::{LogStore, StateMachine, TypeConfig, VoteGuard, Warm};
 use crate::store::{Batch, Store};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft};
@@ -76,6 +76,12 @@ pub struct RaftStatus {
     pub last_log: u64,
     /// The replica it knows to lead.
     pub leader: Option<u64>,
+    /// The voters and the learners of the membership it knows, with their addresses.
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    pub members: BTreeMap<u64, String>,
+    /// Whether it grants votes (see [`super::voting`]).
+    pub votes: bool,
 }
 
 /// A started replica.
@@ -87,6 +93,8 @@ pub struct Replica {
     quorum_fresh_ms: u64,
     /// Its state machine: what it keeps warm for the day it leads.
     state: StateMachine,
+    /// Whether it may vote (a replica that lost its store may not).
+    pub voting: VoteGuard,
 }
 
 impl Replica {
@@ -140,6 +148,8 @@ impl Replica {
         }
         .validate()
         .map_err(|e| ReplicaError::Settings(e.to_string()))?;
+        let voting = VoteGuard::open(&store)
+            .map_err(|e| ReplicaError::Fatal(format!("cannot read the replica's store: {e}")))?;
         let raft = Raft::new(
             id,
             Arc::new(config),
@@ -149,11 +159,17 @@ impl Replica {
         )
         .await
         .map_err(|e| ReplicaError::Fatal(e.to_string()))?;
+        tokio::spawn(super::voting::follow_membership(
+            raft.clone(),
+            id,
+            voting.clone(),
+        ));
         Ok(Replica {
             id,
             raft,
             quorum_fresh_ms: timing.election_min_ms,
             state,
+            voting,
         })
     }
 
@@ -242,6 +258,15 @@ impl Replica {
             applied: m.last_applied.map_or(0, |l| l.index),
             last_log: m.last_log_index.unwrap_or(0),
             leader: m.current_leader,
+            voters: m.membership_config.membership().voter_ids().collect(),
+            learners: m.membership_config.membership().learner_ids().collect(),
+            members: m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, node)| (*id, node.addr.clone()))
+                .collect(),
+            votes: self.voting.refusal(self.id).is_none(),
         }
     }
 

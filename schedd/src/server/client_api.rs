@@ -557,6 +557,15 @@ impl pb::ysched_server::Ysched for ClientApi {
         )))
     }
 
+    async fn change_cluster(
+        &self,
+        req: Request<pb::ClusterChangeRequest>,
+    ) -> Result<Response<pb::ClusterChangeReply>, Status> {
+        let (caller, _) = self.caller(&req).await?;
+        let reply = super::hosts::change_cluster(&self.cluster, &caller, req.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
     async fn enrol_host(
         &self,
         req: Request<pb::EnrolHostRequest>,

@@ -27,10 +27,14 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
-    /// Every replica's row, as this one sees them now.
+    /// Every replica's row, as this one sees them now: those of `scheduler.replicas` and
+    /// those the membership has (a replica added later).
     pub async fn answer(&self) -> pb::ClusterStatusReply {
+        let own = self.replica.status();
+        let mut members = self.members.clone();
+        members.extend(own.members.clone());
         let mut asks = tokio::task::JoinSet::new();
-        for (id, addr) in &self.members {
+        for (id, addr) in &members {
             if *id == self.replica.id {
                 continue;
             }
@@ -38,10 +42,7 @@ impl ClusterView {
             asks.spawn(async move { (id, link.status(id, &addr).await) });
         }
         let mut statuses = BTreeMap::new();
-        statuses.insert(
-            self.replica.id,
-            status_message(self.replica.id, &self.replica.status()),
-        );
+        statuses.insert(self.replica.id, status_message(self.replica.id, &own));
         while let Some(asked) = asks.join_next().await {
             match asked {
                 Ok((id, Ok(status))) => {
@@ -52,7 +53,7 @@ impl ClusterView {
             }
         }
         pb::ClusterStatusReply {
-            replicas: rows(&self.members, self.replica.id, &statuses),
+            replicas: rows(&members, self.replica.id, &statuses),
         }
     }
 }
@@ -70,6 +71,14 @@ pub fn rows(
         .values()
         .filter(|s| s.role == "leader")
         .max_by_key(|s| s.term);
+    // The membership as the answering replica knows it.
+    let known = statuses.get(&answering);
+    let membership = |id: &u64| match known {
+        Some(s) if s.voters.contains(id) => "voter",
+        Some(s) if s.learners.contains(id) => "learner",
+        Some(_) => "none",
+        None => "",
+    };
     members
         .iter()
         .map(|(id, addr)| {
@@ -78,9 +87,11 @@ pub fn rows(
                 address: addr.clone(),
                 role: "unreachable".into(),
                 answering: *id == answering,
+                membership: membership(id).into(),
                 ..Default::default()
             };
             if let Some(s) = statuses.get(id) {
+                row.votes = Some(s.votes);
                 row.role = s.role.clone();
                 row.term = s.term;
                 row.applied = s.applied;
@@ -206,6 +217,9 @@ mod tests {
             applied: last_log.saturating_sub(1),
             last_log,
             leader: Some(2),
+            voters: vec![1, 2, 3],
+            votes: true,
+            ..Default::default()
         }
     }
 

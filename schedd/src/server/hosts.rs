@@ -71,6 +71,54 @@ pub async fn enrol_token(
     })
 }
 
+/// `ChangeCluster`: a change of who the replicas are (administrators), on the leader.
+pub async fn change_cluster(
+    cluster: &Cluster,
+    caller: &Caller,
+    req: pb::ClusterChangeRequest,
+) -> Result<pb::ClusterChangeReply, Status> {
+    use crate::replica::MembershipChange;
+    let address = req.address.trim().to_string();
+    let change = match req.action.as_str() {
+        "add" => {
+            if address.is_empty()
+                || address.len() > 256
+                || address.parse::<std::net::SocketAddr>().is_err() && !address.contains(':')
+            {
+                return Err(Status::invalid_argument(
+                    "a replica to add needs its agent-port address, HOST:PORT",
+                ));
+            }
+            ysched_common::text::check_printable("replica address", &address)
+                .map_err(Status::invalid_argument)?;
+            let id = match req.replica {
+                0 => cluster.place_for(&address),
+                id => id,
+            };
+            MembershipChange::Add { id, addr: address }
+        }
+        "promote" | "remove" if req.replica == 0 => {
+            return Err(Status::invalid_argument(
+                "name the replica by its place (1, 2, ...)",
+            ))
+        }
+        "promote" => MembershipChange::Promote(req.replica),
+        "remove" => MembershipChange::Remove(req.replica),
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "unknown change {:?}: add, promote or remove",
+                ysched_common::text::excerpt(other, 32)
+            )))
+        }
+    };
+    let replica = match &change {
+        MembershipChange::Add { id, .. } => *id,
+        MembershipChange::Promote(id) | MembershipChange::Remove(id) => *id,
+    };
+    let done = cluster.change_membership(caller, &change).await?;
+    Ok(pb::ClusterChangeReply { done, replica })
+}
+
 /// `ListHosts`: every host ever enrolled (administrators).
 pub fn list_hosts(cluster: &Cluster, caller: &Caller) -> Result<pb::HostList, Status> {
     Ok(pb::HostList {

@@ -15,15 +15,18 @@ mod auth;
 mod client_api;
 mod cluster_status;
 pub(crate) mod convert;
+mod empty_start;
 mod forward;
 mod hosts;
 mod leading;
 mod metrics_http;
 mod relay;
+mod replica_doors;
 mod replication;
 mod tls;
 
 pub(crate) use convert::part_end;
+pub use replica_doors::serve_replica;
 pub use tls::{load_or_create_ca, server_config as tls_server_config};
 /// Agent-port connections that may be open without having authenticated yet, in all.
 pub const UNAUTHENTICATED_AGENT_CONNECTIONS: usize = tls::UNAUTHENTICATED_TOTAL;
@@ -324,233 +327,6 @@ async fn serve_listeners(
         }
     }
     Ok(())
-}
-
-/// Serves as replica `place` of `scheduler.replicas` over `store`: always the replication
-/// service and `ClusterStatus`; clients and agents only while this replica leads (otherwise
-/// its client socket's requests are forwarded to the leader, and agents and relayed requests
-/// are told where the leader is). A replica that becomes the leader loads the state from its store (every
-/// committed change is in it) and starts scheduling; one that loses the lead exits (status
-/// 75), to be restarted as a follower.
-pub async fn serve_replica(
-    config: ysched_common::Config,
-    store: crate::store::Store,
-    place: u64,
-    mut doors: Doors,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    use crate::replica::{Replica, Timing};
-    let members: std::collections::BTreeMap<u64, String> = config
-        .scheduler
-        .replicas
-        .iter()
-        .enumerate()
-        .map(|(i, addr)| (i as u64 + 1, addr.clone()))
-        .collect();
-    let ca = Arc::clone(&doors.ca);
-    let ca_pem = &ca.cert_pem;
-    // Its own certificate, issued now with the CA key: the other replicas take Raft's
-    // messages only from a replica's.
-    let own = ca.issue_replica(place, ysched_common::time::now_ms() / 1000)?;
-    let key = doors.key.as_deref();
-    let link = Arc::new(replication::GrpcLink::new(
-        place,
-        key,
-        ca_pem,
-        &own,
-        config.max_message_bytes(),
-    )?);
-    let raft_link: Arc<dyn crate::replica::network::Link> = link.clone();
-    // As a follower it keeps warm what leading needs, so that once elected it serves at once.
-    let replica = Replica::start_keeping_warm(
-        place,
-        store.clone(),
-        raft_link,
-        Timing::default(),
-        crate::shell::usage_half_life_ms(&config),
-    )
-    .await?;
-    let forward_token = forward::ForwardToken::from_ca_key(&ca.key_pem());
-    let forwarder = forward::Forwarder::new(place, forward_token.clone(), key, ca_pem, &own)?;
-    // The cluster is formed once, by the first replica at its first start (a replica with a
-    // log of its own ignores it). Only the first: another that formed it too would stand at
-    // once in the same term and unseat a leader the others had just elected.
-    if place == 1 {
-        replica.initialize(&members).await?;
-    }
-    let replication_service = pb::replication_server::ReplicationServer::new(
-        replication::ReplicationApi::new(replica.clone()),
-    )
-    .max_decoding_message_size(config.max_message_bytes())
-    .max_encoding_message_size(config.max_message_bytes());
-    let (leader_tx, serving) = tokio::sync::watch::channel(leading::Serving::Elsewhere(
-        where_the_leader_is(place, None, &members),
-    ));
-    let view = Arc::new(cluster_status::ClusterView {
-        replica: replica.clone(),
-        link,
-        members: members.clone(),
-    });
-    let stop = CancellationToken::new();
-    let leading = tokio::spawn(lead_when_elected(
-        Electable {
-            config: config.clone(),
-            store,
-            replica: replica.clone(),
-            members,
-            forwarded: forward_token,
-            ca: Arc::clone(&ca),
-        },
-        leader_tx,
-        doors.metrics.take(),
-        stop.clone(),
-    ));
-    let replica_doors = ReplicaDoors {
-        replication: replication_service,
-        view,
-        forwarder: Arc::new(forwarder),
-    };
-    let served =
-        serve_listeners(&config, serving, Some(replica_doors), doors, stop, shutdown).await;
-    leading.abort();
-    replica.shutdown().await;
-    served
-}
-
-/// What a replica that does not lead tells clients and agents, and where it forwards
-/// clients.
-fn where_the_leader_is(
-    place: u64,
-    leader: Option<u64>,
-    members: &std::collections::BTreeMap<u64, String>,
-) -> leading::Elsewhere {
-    // A replica that counts itself the leader but has no majority behind it (one restarted
-    // with its own vote) does not lead either.
-    match leader
-        .filter(|l| *l != place)
-        .and_then(|l| Some((l, members.get(&l)?)))
-    {
-        Some((l, addr)) => leading::Elsewhere {
-            why: format!(
-                "not the leader: this schedd is replica {place} of scheduler.replicas; replica \
-                 {l} at {addr} leads"
-            ),
-            leader: Some((l, addr.clone())),
-        },
-        None => leading::Elsewhere {
-            why: format!(
-                "no quorum: no replica of scheduler.replicas leads (a majority of the {} must be \
-                 up and reach each other); this is replica {place}",
-                members.len()
-            ),
-            leader: None,
-        },
-    }
-}
-
-/// What a replica needs to lead once elected: its config, store and Raft, every replica's
-/// address, and the token its followers' forwarded requests carry.
-struct Electable {
-    config: ysched_common::Config,
-    store: crate::store::Store,
-    replica: crate::replica::Replica,
-    members: std::collections::BTreeMap<u64, String>,
-    forwarded: forward::ForwardToken,
-    ca: Arc<ysched_common::tls::ClusterCa>,
-}
-
-/// Follows the replica's role: once it leads and has applied everything committed, starts
-/// the `Cluster` from what the replica kept warm (or the store) and serves it (and the metrics endpoint); exits when the
-/// lead is lost (see `shell::lead_lost`).
-async fn lead_when_elected(
-    electable: Electable,
-    serving: tokio::sync::watch::Sender<leading::Serving<Leader>>,
-    metrics: Option<TcpListener>,
-    stop: CancellationToken,
-) {
-    let Electable {
-        config,
-        store,
-        replica,
-        members,
-        forwarded,
-        ca,
-    } = electable;
-    let mut watch = replica.raft.metrics();
-    let mut metrics = metrics;
-    let mut cluster: Option<Arc<Cluster>> = None;
-    loop {
-        let m = watch.borrow_and_update().clone();
-        let leads = m.current_leader == Some(replica.id) && m.state.is_leader();
-        match (&cluster, leads) {
-            (Some(_), false) => {
-                tracing::error!(
-                    "replica {} lost the lead ({}); exiting so that it restarts as a follower",
-                    replica.id,
-                    where_the_leader_is(replica.id, m.current_leader, &members).why
-                );
-                eprintln!("schedd: fatal: lost the lead");
-                std::process::exit(75);
-            }
-            (None, true)
-                if m.last_applied.map(|l| l.index) >= m.last_log_index && replica.has_quorum() =>
-            {
-                let loading = std::time::Instant::now();
-                match Cluster::start_leading(config.clone(), store.clone(), replica.clone()) {
-                    Ok(c) => {
-                        tracing::info!(
-                            replica = replica.id,
-                            term = m.current_term,
-                            took = ?loading.elapsed(),
-                            "leading: state loaded, serving clients and agents"
-                        );
-                        if let Some(listener) = metrics.take() {
-                            tokio::spawn(metrics_http::serve(
-                                listener,
-                                c.clone(),
-                                stop.clone().cancelled_owned(),
-                            ));
-                        }
-                        let _ = serving.send(leading::Serving::Leader(Leader::of(
-                            &c,
-                            Some(forwarded.clone()),
-                            &ca,
-                        )));
-                        cluster = Some(c);
-                    }
-                    Err(e) => {
-                        tracing::error!("cannot load the state to lead: {e}");
-                        eprintln!("schedd: fatal: cannot load the state to lead: {e}");
-                        std::process::exit(75);
-                    }
-                }
-            }
-            (None, _) => {
-                let _ = serving.send(leading::Serving::Elsewhere(where_the_leader_is(
-                    replica.id,
-                    m.current_leader,
-                    &members,
-                )));
-            }
-            (Some(_), true) => {}
-        }
-        // Looked at again on each change, and every 100 ms (a majority's acknowledgement
-        // ages without a change).
-        tokio::select! {
-            changed = watch.changed() => if changed.is_err() {
-                // Raft stopped under us (its store failed: a full disk, an I/O error): as for
-                // a failed store write, restart from what is on disk.
-                tracing::error!(
-                    "replica {} stopped (its log or state could not be written); exiting so \
-                     that it restarts from its store",
-                    replica.id
-                );
-                eprintln!("schedd: fatal: replica stopped");
-                std::process::exit(75);
-            },
-            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
-        }
-    }
 }
 
 #[cfg(test)]

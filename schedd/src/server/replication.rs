@@ -63,6 +63,13 @@ impl pb::replication_server::Replication for ReplicationApi {
                 ysched_common::text::excerpt(&m.kind, 32)
             ))
         })?;
+        if kind == Message::Vote {
+            // A replica that lost its store votes only once it knows it may (see
+            // `replica::voting`): refused here, so that its Raft never grants one.
+            if let Some(why) = self.replica.voting.refusal(self.replica.id) {
+                return Err(Status::failed_precondition(why));
+            }
+        }
         let body = answer(&self.replica.raft, kind, &m.body)
             .await
             .map_err(|e| Status::invalid_argument(format!("unreadable {} message: {e}", m.kind)))?;
@@ -123,6 +130,17 @@ pub fn status_message(id: u64, status: &RaftStatus) -> pb::ReplicaStatus {
         applied: status.applied,
         last_log: status.last_log,
         leader: status.leader,
+        voters: status.voters.clone(),
+        learners: status.learners.clone(),
+        votes: status.votes,
+        members: status
+            .members
+            .iter()
+            .map(|(id, addr)| pb::ReplicaAddress {
+                replica: *id,
+                address: addr.clone(),
+            })
+            .collect(),
     }
 }
 

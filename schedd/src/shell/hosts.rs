@@ -64,6 +64,57 @@ impl Cluster {
         Ok(())
     }
 
+    /// An administrator changes who the replicas are (see
+    /// [`crate::replica::Replica::change_membership`]); what was done. Not audited in the
+    /// store: the change is itself an entry of the replicated log, and logged.
+    pub async fn change_membership(
+        &self,
+        caller: &Caller,
+        change: &crate::replica::MembershipChange,
+    ) -> ApiResult<String> {
+        if !caller.is_admin() {
+            return Err(ApiError::Denied(
+                "only administrators may change the replicas".into(),
+            ));
+        }
+        let Some(replica) = &self.replica else {
+            return Err(ApiError::Conflict(
+                "this schedd runs alone (no scheduler.replicas): there is no membership to \
+                 change"
+                    .into(),
+            ));
+        };
+        let done = replica
+            .change_membership(change)
+            .await
+            .map_err(|e| match e {
+                crate::replica::ReplicaError::Settings(why) => ApiError::Conflict(why),
+                e => ApiError::Unavailable(e.to_string()),
+            })?;
+        tracing::warn!("{} changed the replicas: {done}", caller.describe());
+        Ok(done)
+    }
+
+    /// The place a replica added at `addr` takes when none is given: its place in
+    /// `scheduler.replicas`, else one after every member's.
+    pub fn place_for(&self, addr: &str) -> u64 {
+        let configured = self
+            .config()
+            .scheduler
+            .replicas
+            .iter()
+            .position(|a| a == addr);
+        match (configured, &self.replica) {
+            (Some(i), _) => i as u64 + 1,
+            (None, Some(replica)) => {
+                let members = replica.members();
+                let last = members.keys().max().copied().unwrap_or(0);
+                last.max(self.config().scheduler.replicas.len() as u64) + 1
+            }
+            (None, None) => 1,
+        }
+    }
+
     /// Whether a certificate for `identity` is taken (see [`Records::check_certificate`]).
     pub fn check_certificate(&self, identity: &HostIdentity) -> Result<(), String> {
         lock(&self.state).rec.check_certificate(identity)

@@ -115,6 +115,13 @@ impl Store {
         Ok(())
     }
 
+    /// Removes a value of the replica's own; durable after [`Store::flush`].
+    pub fn remove_replica_value(&self, key: &[u8]) -> Result<()> {
+        let _writing = self.writing();
+        self.raft_meta.remove(key)?;
+        Ok(())
+    }
+
     /// A mark the replicated state carries ([`APPLIED_MARK`], [`MEMBERSHIP_MARK`]).
     pub fn state_mark(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.meta.get(key)?.map(|v| v.to_vec()))

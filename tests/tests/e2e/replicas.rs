@@ -654,11 +654,12 @@ fn a_rolling_restart_disturbs_no_job_and_charges_every_run_once() {
     );
 }
 
-/// A follower whose state is lost (its state directory wiped) comes back empty, catches up
-/// from the others (the leader sends what it lacks) and can lead afterwards, with every job
-/// and the running job undisturbed.
+/// A follower whose state is lost (its state directory wiped) does not come back as a voter:
+/// schedd refuses to start it, saying how to bring it back. Removed, started again, added and
+/// promoted once caught up, it votes again and can lead, with every job and the running job
+/// undisturbed.
 #[test]
-fn a_wiped_replica_catches_up_and_leads() {
+fn a_wiped_replica_is_refused_then_rejoins_as_a_learner_and_leads() {
     let (mut r, mut leader) = with_an_agent();
     let pids = r.dir.path().join("pids");
     let running = r.submit(
@@ -682,19 +683,56 @@ fn a_wiped_replica_catches_up_and_leads() {
     });
 
     let wiped = (1..=3).find(|n| *n != leader).unwrap();
+    let addr = row(&r.cluster(leader).unwrap(), wiped)["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
     r.kill(wiped, Signal::SIGKILL);
     std::fs::remove_dir_all(r.dir.path().join(format!("state-{wiped}"))).unwrap();
+    // Still a voter of the cluster: it refuses to start, and says what to do.
+    let (status, err) = r.start_replica_refused(wiped);
+    assert_eq!(status.code(), Some(78), "{err}");
+    assert!(
+        err.contains(&format!("yctl cluster remove {wiped}")) && err.contains("must not vote"),
+        "{err}"
+    );
+    // The documented procedure: remove, start, add, promote once caught up.
+    let admin = |r: &Replicas, args: &[&str]| {
+        let out = r.run(leader, "yctl", &[&["cluster"], args].concat());
+        assert!(
+            out.status.success(),
+            "yctl cluster {args:?}: {}",
+            stderr(&out)
+        );
+        stdout(&out)
+    };
+    let place = wiped.to_string();
+    admin(&r, &["remove", &place]);
     r.start_replica(wiped);
+    let out = r.run(leader, "yctl", &["cluster", "promote", &place]);
+    assert!(!out.status.success(), "a removed replica was promoted");
+    assert!(stderr(&out).contains("add it first"), "{}", stderr(&out));
+    admin(&r, &["add", &addr, "--id", &place]);
     wait_until(
         Duration::from_secs(60),
-        "the wiped replica caught up",
+        "the wiped replica caught up as a learner",
         || {
-            r.cluster(wiped).is_some_and(|rows| {
+            r.cluster(leader).is_some_and(|rows| {
                 let me = row(&rows, wiped);
-                me["lag"] == 0 && me["applied"].as_u64().is_some_and(|a| a > 30)
+                me["membership"] == "learner"
+                    && me["votes"] == false
+                    && me["lag"] == 0
+                    && me["applied"].as_u64().is_some_and(|a| a > 30)
             })
         },
     );
+    admin(&r, &["promote", &place]);
+    wait_until(Duration::from_secs(20), "it votes again", || {
+        r.cluster(leader).is_some_and(|rows| {
+            let me = row(&rows, wiped);
+            me["membership"] == "voter" && me["votes"] == true
+        })
+    });
 
     // Until it leads: the leader is killed and restarted (as a follower) in turn; each
     // election is the wiped replica's about half the time.
@@ -726,4 +764,45 @@ fn a_wiped_replica_catches_up_and_leads() {
     );
     let started = std::fs::read_to_string(&pids).unwrap();
     assert_eq!(started.lines().count(), 1, "{started}");
+}
+
+/// The disk-loss case that lost acknowledged submits: C down, submits acknowledged by A and
+/// B, A down, B restarted with an empty store beside the stale C. B refuses to start (it
+/// would vote with a log it no longer has), so C cannot be elected without the submits; once
+/// A is back, every acknowledged submit is there and no id is handed out twice.
+#[test]
+fn a_wiped_replica_never_votes_so_no_acknowledged_submit_is_lost() {
+    let (mut r, a) = with_an_agent();
+    let b = (1..=3).find(|n| *n != a).unwrap();
+    let c = (1..=3).find(|n| *n != a && *n != b).unwrap();
+    r.kill(c, Signal::SIGKILL);
+    let acked: BTreeSet<u64> = (0..10)
+        .map(|i| r.submit(a, &["--hold", "-J", &format!("acked{i}"), "--wrap", "true"]))
+        .collect();
+    r.kill(a, Signal::SIGKILL);
+    r.kill(b, Signal::SIGKILL);
+    std::fs::remove_dir_all(r.dir.path().join(format!("state-{b}"))).unwrap();
+    r.start_replica(c);
+    let (status, err) = r.start_replica_refused(b);
+    assert_eq!(status.code(), Some(78), "{err}");
+    assert!(err.contains("counts it as a voter"), "{err}");
+    // C alone leads nothing and hands out no id.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = r.run(c, "ysub", &["--parsable", "--hold", "--wrap", "true"]);
+    assert!(!out.status.success(), "a lone stale replica took a submit");
+    // A is back: A and C elect A, which has every acknowledged submit.
+    r.start_replica(a);
+    let (leader, _) = r.leader(Duration::from_secs(30));
+    let listed = ids(&r.jobs(leader));
+    assert!(
+        acked.is_subset(&listed),
+        "lost: {:?}\n{}",
+        acked.difference(&listed),
+        r.logs()
+    );
+    let next = r.submit(leader, &["--hold", "--wrap", "true"]);
+    assert!(
+        next > *acked.iter().max().unwrap(),
+        "id {next} handed out again"
+    );
 }

@@ -104,6 +104,8 @@ pub enum Command {
     Cluster {
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        change: Option<super::cluster::ClusterCommand>,
     },
     /// Hosts' own credentials: enrol a host (a one-time token for its agent), revoke one,
     /// list them

@@ -1,5 +1,7 @@
-//! `yctl cluster`: schedd's replicas (`scheduler.replicas`) as a table and as JSON: each
-//! one's role, term, log and lag behind the leader, as the replica that answered sees them.
+//! `yctl cluster`: schedd's replicas (`scheduler.replicas`, and any added since) as a table
+//! and as JSON: each one's role, membership, whether it votes, term, log and lag behind the
+//! leader, as the replica that answered sees them; and the membership changes administrators
+//! make (`yctl cluster add|promote|remove`).
 
 use crate::output::{Column, Table};
 use serde::Serialize;
@@ -7,16 +9,60 @@ use std::borrow::Cow;
 use ysched_common::text::escape_for_terminal;
 use ysched_proto::{ClusterReplica, ClusterStatusReply};
 
-const CLUSTER_COLUMNS: &[Column; 8] = &[
+const CLUSTER_COLUMNS: &[Column; 10] = &[
     Column::right("REPLICA"),
     Column::left("ADDRESS"),
     Column::left("ROLE"),
+    Column::left("MEMBER"),
+    Column::left("VOTES"),
     Column::right("TERM"),
     Column::right("APPLIED"),
     Column::right("LAST_LOG"),
     Column::right("LAG"),
     Column::left("ANSWERED"),
 ];
+
+/// `yctl cluster add|promote|remove`: a change of who the replicas are, made by the leader.
+#[derive(clap::Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Add the replica at ADDR (its agent-port address) as a learner: it takes the log and
+    /// does not vote until promoted. Start schedd there with --replica N (N as printed)
+    Add {
+        #[arg(value_name = "ADDR")]
+        address: String,
+        /// Its place [default: its place in scheduler.replicas, else the next free one]
+        #[arg(long, value_name = "N")]
+        id: Option<u64>,
+    },
+    /// Make learner N a voter, once it has caught up with the log (`yctl cluster` shows its
+    /// lag)
+    Promote {
+        #[arg(value_name = "N")]
+        replica: u64,
+    },
+    /// Take replica N out of the membership (a voter or a learner): the others no longer
+    /// wait for it, and it no longer votes. How a replica that lost its disk comes back:
+    /// remove, start it again, add, promote
+    Remove {
+        #[arg(value_name = "N")]
+        replica: u64,
+    },
+}
+
+impl ClusterCommand {
+    pub fn request(&self) -> ysched_proto::ClusterChangeRequest {
+        let (action, replica, address) = match self {
+            ClusterCommand::Add { address, id } => ("add", id.unwrap_or(0), address.clone()),
+            ClusterCommand::Promote { replica } => ("promote", *replica, String::new()),
+            ClusterCommand::Remove { replica } => ("remove", *replica, String::new()),
+        };
+        ysched_proto::ClusterChangeRequest {
+            action: action.into(),
+            replica,
+            address,
+        }
+    }
+}
 
 /// The role of a replica that did not answer.
 const UNREACHABLE: &str = "unreachable";
@@ -38,6 +84,15 @@ pub fn format_cluster_table(reply: &ClusterStatusReply) -> String {
             Cow::Owned(r.replica.to_string()),
             escape_for_terminal(&r.address),
             escape_for_terminal(&r.role),
+            match r.membership.as_str() {
+                "" => Cow::Borrowed("-"),
+                m => escape_for_terminal(m),
+            },
+            Cow::Borrowed(match r.votes {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            }),
             figure(r.term),
             figure(r.applied),
             figure(r.last_log),
@@ -59,6 +114,12 @@ pub struct ClusterJson<'a> {
     pub address: &'a str,
     /// "leader", "follower", "candidate", "learner" or "unreachable".
     pub role: &'a str,
+    /// "voter", "learner" (takes the log, does not vote) or "none", as the replica that
+    /// answered knows the membership; null when it could not tell.
+    pub membership: Option<&'a str>,
+    /// Whether it grants votes (one that lost its store does not, until promoted); null
+    /// when unreachable.
+    pub votes: Option<bool>,
     /// Null when unreachable.
     pub term: Option<u64>,
     /// The last log index applied to its store; null when unreachable.
@@ -79,6 +140,8 @@ pub fn cluster_to_json(r: &ClusterReplica) -> ClusterJson<'_> {
         replica: r.replica,
         address: &r.address,
         role: &r.role,
+        membership: (!r.membership.is_empty()).then_some(r.membership.as_str()),
+        votes: r.votes,
         term: reached.then_some(r.term),
         applied: reached.then_some(r.applied),
         last_log: reached.then_some(r.last_log),
@@ -105,6 +168,8 @@ mod tests {
                     lag: Some(0),
                     leader: Some(1),
                     answering: false,
+                    membership: "voter".into(),
+                    votes: Some(true),
                 },
                 ClusterReplica {
                     replica: 2,
@@ -116,11 +181,14 @@ mod tests {
                     lag: Some(1),
                     leader: Some(1),
                     answering: true,
+                    membership: "learner".into(),
+                    votes: Some(false),
                 },
                 ClusterReplica {
                     replica: 3,
                     address: "h3:7400".into(),
                     role: "unreachable".into(),
+                    membership: "voter".into(),
                     ..Default::default()
                 },
             ],
@@ -138,11 +206,22 @@ mod tests {
             lines,
             [
                 vec![
-                    "REPLICA", "ADDRESS", "ROLE", "TERM", "APPLIED", "LAST_LOG", "LAG", "ANSWERED"
+                    "REPLICA", "ADDRESS", "ROLE", "MEMBER", "VOTES", "TERM", "APPLIED", "LAST_LOG",
+                    "LAG", "ANSWERED"
                 ],
-                vec!["1", "h1:7400", "leader", "3", "120", "120", "0"],
-                vec!["2", "h2:7400", "follower", "3", "118", "119", "1", "*"],
-                vec!["3", "h3:7400", "unreachable", "-", "-", "-", "-"],
+                vec!["1", "h1:7400", "leader", "voter", "yes", "3", "120", "120", "0"],
+                vec!["2", "h2:7400", "follower", "learner", "no", "3", "118", "119", "1", "*"],
+                vec![
+                    "3",
+                    "h3:7400",
+                    "unreachable",
+                    "voter",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-"
+                ],
             ]
         );
     }
@@ -155,14 +234,16 @@ mod tests {
         assert_eq!(
             json[1],
             serde_json::json!({
-                "replica": 2, "address": "h2:7400", "role": "follower", "term": 3,
+                "replica": 2, "address": "h2:7400", "role": "follower",
+                "membership": "learner", "votes": false, "term": 3,
                 "applied": 118, "last_log": 119, "lag": 1, "leader": 1, "answering": true
             })
         );
         assert_eq!(
             json[2],
             serde_json::json!({
-                "replica": 3, "address": "h3:7400", "role": "unreachable", "term": null,
+                "replica": 3, "address": "h3:7400", "role": "unreachable",
+                "membership": "voter", "votes": null, "term": null,
                 "applied": null, "last_log": null, "lag": null, "leader": null,
                 "answering": false
             })

@@ -190,7 +190,17 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
                 print_stdout(&format_shares_table(&list))?;
             }
         }
-        Command::Cluster { json } => {
+        Command::Cluster {
+            change: Some(change),
+            ..
+        } => {
+            let done = reply(client.change_cluster(change.request()).await)?;
+            print_stdout(&format!(
+                "{}\n",
+                ysched_common::text::escape_for_terminal(&done.done)
+            ))?;
+        }
+        Command::Cluster { json, change: None } => {
             let status = reply(client.cluster_status(ClusterStatusRequest {}).await)?;
             if json {
                 let rows: Vec<cluster::ClusterJson> = status
