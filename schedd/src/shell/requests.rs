@@ -137,6 +137,11 @@ impl Cluster {
             core::check_satisfiable_with(&spec, st.rec.nodes(), &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
             let config = &cluster.config;
+            if let Some(tier) = config.tier(&spec.tier) {
+                let quota = core::TierQuota::of(&spec.tier, tier);
+                core::check_quota_reachable(&spec, &quota, st.rec.nodes(), &mut st.topologies)
+                    .map_err(ApiError::Invalid)?;
+            }
             st.run(cluster, store::Room::Request, &WallClock, |rec, now| {
                 // Resolved under the lock, with the submit: a target that ends meanwhile is
                 // seen ending (its end is recorded for this job's dependency).

@@ -120,6 +120,7 @@ impl Records {
             self.check_update(caller, job, update)?;
         }
         if let Some(tier) = &update.tier {
+            self.check_whole_nodes_quota(&jobs, tier)?;
             let moving = jobs.iter().filter(|j| j.spec.tier != tier.name).count() as u64;
             self.check_tier_room(caller, &jobs[0].owner.uid, &tier.name, moving)?;
         }
@@ -241,6 +242,24 @@ impl Records {
                     )));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses moving an `--exclusive` job to a tier whose quota is smaller than every node
+    /// it could take (it would hold them whole: see `core::check_quota_reachable`). Once per
+    /// spec: an array's tasks share theirs.
+    fn check_whole_nodes_quota(&self, jobs: &[&Job], tier: &TierChange) -> ApiResult<()> {
+        let quota = crate::core::TierQuota {
+            tier: &tier.name,
+            per_account: tier.max_gpus_per_account,
+            per_user: tier.max_gpus_per_user,
+        };
+        let mut topologies = crate::core::Topologies::default();
+        let mut checked = BTreeSet::new();
+        for job in jobs.iter().filter(|j| checked.insert(Arc::as_ptr(&j.spec))) {
+            crate::core::check_quota_reachable(&job.spec, &quota, &self.nodes, &mut topologies)
+                .map_err(|why| ApiError::Invalid(format!("job {}: {why}", job.display_id())))?;
         }
         Ok(())
     }
