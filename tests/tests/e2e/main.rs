@@ -21,6 +21,7 @@ mod metrics;
 mod multihost;
 mod nvml;
 mod placement;
+mod policy;
 mod power_loss;
 mod preemption;
 mod replicas;
