@@ -30,9 +30,10 @@ pub enum NoStep {
     Elsewhere(JobState),
 }
 
-/// The hold `caller` sets: an administrator's, or a user's.
-pub fn hold_of(caller: &Caller) -> HeldBy {
-    if caller.is_admin() {
+/// The hold `caller` sets on `job`: an administrator's on another's job, else a user's (an
+/// administrator holding their own job holds it as its user, as `ysub --hold` does).
+pub fn hold_of(caller: &Caller, job: &Job) -> HeldBy {
+    if caller.is_admin() && caller.owner.uid != job.owner.uid {
         HeldBy::Admin
     } else {
         HeldBy::User
@@ -41,16 +42,17 @@ pub fn hold_of(caller: &Caller) -> HeldBy {
 
 /// What holding (`hold`) or releasing `job` does for `caller` (who may act on it: the owner
 /// check is the caller's). A user may neither release an administrator's hold nor, by holding
-/// again, make it their own; an administrator holding a user's hold makes it theirs.
+/// again, make it their own; an administrator holding another's job that its user holds
+/// makes the hold theirs.
 pub fn step(job: &Job, caller: &Caller, hold: bool) -> Result<Step, NoStep> {
-    let by = hold_of(caller);
+    let by = hold_of(caller, job);
     match (hold, job.state) {
         (true, JobState::Pending) => Ok(Step::Hold(by)),
         (true, JobState::Held) if job.held_by == HeldBy::User && by == HeldBy::Admin => {
             Ok(Step::Hold(HeldBy::Admin))
         }
         (true, JobState::Held) => Err(NoStep::AlreadyHeld(job.held_by)),
-        (false, JobState::Held) if job.held_by == HeldBy::Admin && by != HeldBy::Admin => {
+        (false, JobState::Held) if job.held_by == HeldBy::Admin && !caller.is_admin() => {
             Err(NoStep::AdminHold)
         }
         (false, JobState::Held) => Ok(Step::Release),

@@ -6,7 +6,7 @@ use super::update::JobUpdate;
 use super::{JobEventKind, Records};
 use crate::core::testkit::{alice, root, JobBuilder, T0};
 use crate::error::{ApiError, ApiResult};
-use ysched_common::{HeldBy, Job, JobId, JobState, JobTarget};
+use ysched_common::{Caller, HeldBy, Job, JobId, JobState, JobTarget};
 
 const NOW: i64 = T0 + 1_000;
 
@@ -100,6 +100,28 @@ fn a_users_hold_is_released_by_the_user_or_an_administrator_and_made_an_administ
         held.hold(&alice(), JobId(1), false, NOW).err(),
         Some(ApiError::Denied(REFUSED.into()))
     );
+}
+
+#[test]
+fn an_administrator_holding_their_own_job_holds_it_as_its_user() {
+    let admin_alice = Caller {
+        admin: true,
+        ..alice()
+    };
+    let mut rec = Records::with_jobs(vec![JobBuilder::new(1).build()]);
+    let fx = rec.hold(&admin_alice, JobId(1), true, NOW).unwrap();
+    assert_eq!(fx.jobs[0].held_by, HeldBy::User);
+    rec.commit(fx);
+    // Holding it again changes nothing, as for any user.
+    assert_eq!(
+        rec.hold(&admin_alice, JobId(1), true, NOW).err(),
+        Some(ApiError::Conflict("job 1 is already held".into()))
+    );
+    // Another administrator's hold of it is theirs; alice, an administrator, may release it.
+    let fx = rec.hold(&root(), JobId(1), true, NOW).unwrap();
+    rec.commit(fx);
+    assert_eq!(rec.jobs[&JobId(1)].held_by, HeldBy::Admin);
+    assert!(rec.hold(&admin_alice, JobId(1), false, NOW).is_ok());
 }
 
 #[test]
