@@ -155,7 +155,7 @@ fn job_info(j: &Job, spec: Option<Box<pb::JobSpec>>) -> pb::JobInfo {
         tier: j.spec.tier.clone(),
         tier_value: j.tier_value,
         state: j.state.as_str().to_string(),
-        reason: j.reason.clone(),
+        reason: j.reason_shown().to_string(),
         alloc: j.alloc.iter().map(Into::into).collect(),
         restart_count: j.restart_count,
         exit_code: j.exit_code,
@@ -187,6 +187,7 @@ fn job_info(j: &Job, spec: Option<Box<pb::JobSpec>>) -> pb::JobInfo {
                 Some(crate::StopReason::Cancel { .. })
             ),
         nodes_requested: j.spec.nodes.max(1),
+        hold: j.hold().map_or("", |by| by.as_str()).to_string(),
     }
 }
 

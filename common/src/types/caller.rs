@@ -65,8 +65,8 @@ pub struct AuditRecord {
     /// Who acted, from peer credentials; `schedd` for the scheduler's own decisions.
     pub user: String,
     pub uid: u32,
-    /// `submit_refused`, `preempt`, `cancel`, `hold`, `release`, `requeue`, `requeue_refused`,
-    /// `drain`, `resume`.
+    /// `submit_refused`, `preempt`, `cancel`, `hold`, `release`, `hold_refused`,
+    /// `release_refused`, `requeue`, `requeue_refused`, `drain`, `resume`.
     pub action: String,
     pub job_id: Option<JobId>,
     pub detail: String,

@@ -104,6 +104,37 @@ impl fmt::Display for JobState {
         f.write_str(self.as_str())
     }
 }
+/// Who holds a HELD job, as Slurm tells them apart: a user's hold may be released by the job's
+/// owner or an administrator, an administrator's only by an administrator. A job held by an
+/// earlier version (which had one kind of hold) reads as held by its user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeldBy {
+    /// Its owner (or an administrator on the owner's behalf, at submit).
+    #[default]
+    User,
+    /// An administrator (`Config::is_admin`).
+    Admin,
+}
+
+impl HeldBy {
+    /// Slurm's pending reason of a job so held: `JobHeldUser`, `JobHeldAdmin`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            HeldBy::User => "JobHeldUser",
+            HeldBy::Admin => "JobHeldAdmin",
+        }
+    }
+
+    /// `user`, `admin`: as `yq --json` and `yctl show job` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldBy::User => "user",
+            HeldBy::Admin => "admin",
+        }
+    }
+}
+
 /// Whether `value` is its type's default. Such fields are left out of the records schedd
 /// stores (and of its replicas' log entries) and read back as the default: a typical
 /// finished job's record was 1,130 bytes with them, 470 without, and sled replays its log
@@ -263,6 +294,9 @@ pub struct Job {
     /// Why pending or held, or how it ended; empty when running normally.
     #[serde(default, skip_serializing_if = "is_default")]
     pub reason: String,
+    /// Who holds it, while HELD (see [`Job::hold`]); [`HeldBy::User`] otherwise.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub held_by: HeldBy,
     #[serde(default, skip_serializing_if = "is_default")]
     pub alloc: Vec<NodeAlloc>,
     #[serde(default, skip_serializing_if = "is_default")]
@@ -315,6 +349,20 @@ impl Job {
     /// `12_7` for an array task, `19` otherwise.
     pub fn display_id(&self) -> String {
         crate::array::display_id(self.id, self.array.as_ref())
+    }
+
+    /// Who holds it, when it is HELD.
+    pub fn hold(&self) -> Option<HeldBy> {
+        (self.state == JobState::Held).then_some(self.held_by)
+    }
+
+    /// Why it waits, or how it ended, as `yq` shows it: a HELD job's is its hold's (Slurm's
+    /// `JobHeldUser` or `JobHeldAdmin`, whatever an earlier version wrote), others' their own.
+    pub fn reason_shown(&self) -> &str {
+        match self.hold() {
+            Some(by) => by.reason(),
+            None => &self.reason,
+        }
     }
 
     /// Has started at least once (now running, or requeued after a run).

@@ -16,7 +16,7 @@ mod run;
 
 pub use caller::{AuditRecord, Caller, Owner};
 pub use host::HostEnrolment;
-pub use job::{Job, JobEvent, JobId, JobSpec, JobState, StopReason, StopRequest};
+pub use job::{HeldBy, Job, JobEvent, JobId, JobSpec, JobState, StopReason, StopRequest};
 pub use node::{gpu_type_matches, Gpu, GpuLink, GpuOutage, Node, PcieRelation, GPU_HEALTH_BY};
 pub use run::{NodeAlloc, PartFailure, Parts, PartsProgress, RunRecord, RunView};
 

@@ -52,6 +52,7 @@ fn finished_job() -> Job {
         tier_value: 100,
         state: JobState::Completed,
         reason: String::new(),
+        held_by: Default::default(),
         alloc: vec![],
         restart_count: 0,
         exit_code: Some(0),

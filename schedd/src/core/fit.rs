@@ -89,6 +89,9 @@ pub(crate) struct NodeDemand<'a> {
     /// `--exclusive`: only a node nothing else holds, taken whole (every GPU in service,
     /// every CPU, all its memory).
     pub(crate) exclusive: bool,
+    /// For an `--exclusive` job under a GPU quota: only nodes with at most this many GPUs in
+    /// all (it would hold every one, see `quota`); `None`: any.
+    pub(crate) max_whole_gpus: Option<u32>,
     /// The worst path allowed between two of the job's GPUs on one node: `NvLink` for
     /// `--interconnect nvlink`, [`Path::ANY`] otherwise. Preemption tightens it to what evicting
     /// everything eligible would give, so that a smaller eviction may not buy a worse set.
@@ -123,6 +126,7 @@ impl<'a> NodeDemand<'a> {
             nodelist: &spec.nodelist,
             exclude: &spec.exclude,
             exclusive: spec.exclusive,
+            max_whole_gpus: None,
             worst_path: required_path(spec),
             ends_by: None,
             accepted: RefCell::new(Vec::new()),
@@ -138,6 +142,14 @@ impl<'a> NodeDemand<'a> {
     /// The same demand for a job that would end by `ends_by` (see the field).
     pub(crate) fn ending(self, ends_by: Option<Millis>) -> Self {
         NodeDemand { ends_by, ..self }
+    }
+
+    /// The same demand, taking (if exclusive) only nodes of at most `gpus` GPUs in all.
+    pub(crate) fn whole_at_most(self, gpus: u32) -> Self {
+        NodeDemand {
+            max_whole_gpus: Some(gpus),
+            ..self
+        }
     }
 
     /// The same demand, restricted to one GPU model.
@@ -462,6 +474,12 @@ pub(crate) enum Misfit<'d> {
     HeldWhole {
         job: JobId,
     },
+    /// The job takes whole nodes (`--exclusive`) and this one has more GPUs than its quota
+    /// lets it hold now (`most`).
+    WholeOverQuota {
+        gpus: u32,
+        most: u32,
+    },
 }
 
 impl Misfit<'_> {
@@ -475,6 +493,7 @@ impl Misfit<'_> {
                 | Misfit::MemBusy { .. }
                 | Misfit::NotWhole { .. }
                 | Misfit::HeldWhole { .. }
+                | Misfit::WholeOverQuota { .. }
         )
     }
 }
@@ -492,6 +511,12 @@ impl fmt::Display for Misfit<'_> {
             Misfit::HeldWhole { job } => {
                 write!(f, "job {job} holds this node whole (--exclusive)")
             }
+            Misfit::WholeOverQuota { gpus, most } => write!(
+                f,
+                "the job takes whole nodes (--exclusive): this one would count {} against \
+                 its tier's GPU quota, which lets it hold {most} more",
+                plural(*gpus, "GPU")
+            ),
             Misfit::MissingFeatures(missing) if missing.len() == 1 => {
                 write!(f, "missing feature {}", missing[0])
             }
@@ -622,6 +647,12 @@ pub(crate) fn fit_on_node<'d>(
             total: node.mem_mib,
         });
     }
+    if let (true, Some(most)) = (demand.exclusive, demand.max_whole_gpus) {
+        let gpus = node.gpus.len() as u32;
+        if gpus > most {
+            return Err(Misfit::WholeOverQuota { gpus, most });
+        }
+    }
 
     // `--exclusive` both ways: a whole node for the job, and nothing beside a job that has one.
     if let Some(whole) = view.holds_binding(demand.ends_by).find(|h| h.whole) {
@@ -736,7 +767,27 @@ pub(crate) fn find_placement_ending(
     spec: &JobSpec,
     ends_by: Option<Millis>,
 ) -> Option<Vec<NodeAlloc>> {
-    let demand = NodeDemand::of(spec).ending(ends_by);
+    place_demand(views, NodeDemand::of(spec).ending(ends_by), spec)
+}
+
+/// [`find_placement_ending`] for an `--exclusive` job that may hold at most `gpus` GPUs on
+/// each node (a quota's room): only nodes of at most that many GPUs in all.
+pub(crate) fn find_placement_whole_at_most(
+    views: &Views<'_>,
+    spec: &JobSpec,
+    ends_by: Option<Millis>,
+    gpus: u32,
+) -> Option<Vec<NodeAlloc>> {
+    let demand = NodeDemand::of(spec).ending(ends_by).whole_at_most(gpus);
+    place_demand(views, demand, spec)
+}
+
+/// Where a job with this demand goes on these views, or `None` (see [`find_placement`]).
+fn place_demand(
+    views: &Views<'_>,
+    demand: NodeDemand<'_>,
+    spec: &JobSpec,
+) -> Option<Vec<NodeAlloc>> {
     let n_nodes = n_nodes(spec) as usize;
     if n_nodes == 1 || demand.gpus == 0 {
         return best_nodes(views, &demand, n_nodes).map(|(allocs, _)| allocs);

@@ -10,9 +10,10 @@
 //!   gang placement (`find_placement`), and [`check_satisfiable`].
 //! - `preempt`: the minimal victim set on a node, the cheapest nodes to evict on, and the
 //!   victims of a job spanning nodes.
-//! - `pass`: one pass over the queue, building the plan and keeping node views in step; the
-//!   tiers' GPU quotas per account and per user; what holds a job back before any fit
-//!   (dependencies, `singleton`, an array's `%N`).
+//! - `pass`: one pass over the queue, building the plan and keeping node views in step; what
+//!   holds a job back before any fit (dependencies, `singleton`, an array's `%N`).
+//! - `quota`: the tiers' GPU quotas per account and per user, what a job counts against them
+//!   (an `--exclusive` job, every GPU of its nodes), and [`check_quota_reachable`].
 //! - `backfill`: expected ends of running jobs, the earliest start of a waiting job
 //!   (`earliest_start`), and the reservations that jobs ending in time may use meanwhile.
 //! - `explain`: per-node reasons for `yctl show job`.
@@ -34,6 +35,7 @@ mod fit;
 mod order;
 mod pass;
 mod preempt;
+mod quota;
 mod reason;
 mod topo;
 
@@ -44,6 +46,8 @@ mod dependency_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
+mod quota_tests;
+#[cfg(test)]
 mod slurm_options_tests;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
@@ -53,6 +57,7 @@ mod tests;
 pub use explain::explain;
 pub use fit::{check_satisfiable, check_satisfiable_with};
 pub use order::FairShare;
+pub use quota::{check_quota_reachable, TierQuota};
 pub use reason::PendingReason;
 pub use topo::Topologies;
 

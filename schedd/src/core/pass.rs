@@ -30,8 +30,11 @@
 //!
 //! **Quotas.** A tier's `max_gpus_per_account` and `max_gpus_per_user` count the GPUs held by
 //! the account's (user's) running and stopping jobs of that tier, plus those of its jobs placed
-//! or preempting earlier in the pass. A job that would go over waits (`AccountLimit`,
-//! `UserLimit`), preempts nobody, and holds up no job after it.
+//! or preempting earlier in the pass, each as [`super::quota`] counts them: an `--exclusive`
+//! job, every GPU of its nodes. A job that would go over waits (`AccountLimit`, `UserLimit`),
+//! preempts nobody, and holds up no job after it. An exclusive job under a quota is placed on
+//! nodes within what it may still hold when some fit; when only larger ones do, it waits for
+//! its quota.
 //!
 //! **Reservations.** With backfill on, each tier's first `reservations` jobs that wait for room
 //! (`Resources`, `Priority`) in a tier that may not preempt (one that may preempt gets in by
@@ -49,10 +52,11 @@ use ysched_common::{Job, JobId, JobState, NodeAlloc, StopReason, StopRequest, Ti
 
 use super::backfill::{earliest_start, end_if_started, Reservation};
 use super::fit::{
-    capacity_views, find_placement, find_placement_ending, required_path, satisfiable_on, Claim,
-    Hold, Views,
+    capacity_views, find_placement, find_placement_ending, find_placement_whole_at_most, n_nodes,
+    required_path, satisfiable_on, Claim, Hold, Views,
 };
 use super::preempt::{evictable, plan_preemption, Preemption};
+use super::quota::{gpus_charged, Quotas};
 use super::topo::{Path, Topologies};
 use super::{Eviction, ExpectedStart, JobMap, PendingReason, Placement, Plan, Policy, Snapshot};
 
@@ -230,75 +234,6 @@ impl BackfillState<'_> {
     }
 }
 
-/// GPUs held per (tier, account) and per (tier, user), for the tiers with a quota: by running
-/// and stopping jobs, and by the jobs this pass placed or let preempt (they will hold them).
-#[derive(Debug, Default)]
-struct Quotas<'a> {
-    /// Some tier has a quota; without one, the pass looks nothing up.
-    any: bool,
-    accounts: BTreeMap<(&'a str, &'a str), u32>,
-    users: BTreeMap<(&'a str, &'a str), u32>,
-}
-
-impl<'a> Quotas<'a> {
-    fn new(tiers: &BTreeMap<String, TierConfig>) -> Self {
-        Quotas {
-            any: tiers
-                .values()
-                .any(|t| t.max_gpus_per_account > 0 || t.max_gpus_per_user > 0),
-            ..Quotas::default()
-        }
-    }
-
-    /// Counts `gpus` held by `job` against its tier's quotas.
-    fn charge(&mut self, job: &'a Job, tiers: &BTreeMap<String, TierConfig>, gpus: u32) {
-        if !self.any || gpus == 0 {
-            return;
-        }
-        let Some(tier) = tiers.get(&job.spec.tier) else {
-            return;
-        };
-        let name = job.spec.tier.as_str();
-        if tier.max_gpus_per_account > 0 {
-            *self
-                .accounts
-                .entry((name, job.spec.account.as_str()))
-                .or_default() += gpus;
-        }
-        if tier.max_gpus_per_user > 0 {
-            *self
-                .users
-                .entry((name, job.owner.user.as_str()))
-                .or_default() += gpus;
-        }
-    }
-
-    /// `AccountLimit` or `UserLimit` when starting `job` would take its account or its user
-    /// over its tier's quota.
-    fn exceeded(
-        &self,
-        job: &'a Job,
-        tiers: &BTreeMap<String, TierConfig>,
-    ) -> Option<PendingReason> {
-        let gpus = job.spec.gpus;
-        if !self.any || gpus == 0 {
-            return None;
-        }
-        let tier = tiers.get(&job.spec.tier)?;
-        let name = job.spec.tier.as_str();
-        let over = |held: &BTreeMap<(&'a str, &'a str), u32>, who: &'a str, max: u32| {
-            max > 0 && held.get(&(name, who)).copied().unwrap_or(0) + gpus > max
-        };
-        if over(&self.accounts, &job.spec.account, tier.max_gpus_per_account) {
-            Some(PendingReason::AccountLimit)
-        } else if over(&self.users, &job.owner.user, tier.max_gpus_per_user) {
-            Some(PendingReason::UserLimit)
-        } else {
-            None
-        }
-    }
-}
-
 impl<'a> Pass<'a> {
     pub(crate) fn new(
         snap: &Snapshot<'a>,
@@ -324,8 +259,10 @@ impl<'a> Pass<'a> {
                 continue;
             }
             let evictable = evictable(job, policy.tiers, now);
-            let held = job.alloc.iter().map(|a| a.gpus.len() as u32).sum();
-            quotas.charge(job, policy.tiers, held);
+            if quotas.any() {
+                let held = gpus_charged(&job.spec, &job.alloc, |node| node_gpus(&capacity, node));
+                quotas.charge(job, policy.tiers, held);
+            }
             if let Some(array) = limited_array(job) {
                 *array_tasks.entry(array).or_default() += 1;
             }
@@ -460,7 +397,8 @@ impl<'a> Pass<'a> {
         if let Err(why) = &memo.satisfiable {
             return Decision::Unsatisfiable(why.clone());
         }
-        if let Some(limit) = self.quotas.exceeded(job, self.tiers) {
+        // What it asked for, at least, is what it would hold.
+        if let Some(limit) = self.quotas.exceeded(job, self.tiers, job.spec.gpus) {
             return Decision::OverLimit(limit);
         }
         // It runs on every listed node or not at one: one that takes no jobs (drained, down,
@@ -473,8 +411,8 @@ impl<'a> Pass<'a> {
         // Never ending crosses no reservation: it is the latest end of all.
         let end = ends_by.unwrap_or(Millis::MAX);
         if memo.no_room_from.is_none_or(|from| end < from) {
-            if let Some(allocs) = find_placement_ending(&self.views, &job.spec, ends_by) {
-                return Decision::Placed(allocs);
+            if let Some(decision) = self.place(job, ends_by) {
+                return decision;
             }
             let from = self.backfill.no_room_from(end);
             self.remember(shape, |memo| {
@@ -494,6 +432,9 @@ impl<'a> Pass<'a> {
             }
         } else if self.may_preempt(job) && !known_to_fail {
             if let Some(preemption) = plan_preemption(job, &self.views) {
+                if let Some(limit) = self.over_quota(job, &preemption.targets) {
+                    return Decision::OverLimit(limit);
+                }
                 return Decision::Preempting(preemption);
             }
             let value = job.tier_value;
@@ -510,6 +451,43 @@ impl<'a> Pass<'a> {
             Some(reservation) => Decision::Reserved(reason, reservation),
             None => Decision::Waiting(reason),
         }
+    }
+
+    /// Where `job` goes now, if anywhere: `Placed`, or `OverLimit` when the only room there is
+    /// would take it over its quota (an `--exclusive` job on nodes with more GPUs than it may
+    /// still hold). `None`: no room. An exclusive job under a quota tries the nodes within
+    /// what it may hold first, each of them at most its share of that room.
+    fn place(&self, job: &'a Job, ends_by: Option<Millis>) -> Option<Decision> {
+        let spec = &job.spec;
+        if let Some(room) = spec
+            .exclusive
+            .then(|| self.quotas.room(job, self.tiers))
+            .flatten()
+        {
+            let share = room / n_nodes(spec);
+            if let Some(allocs) = find_placement_whole_at_most(&self.views, spec, ends_by, share) {
+                return Some(Decision::Placed(allocs));
+            }
+        }
+        let allocs = find_placement_ending(&self.views, spec, ends_by)?;
+        Some(match self.over_quota(job, &allocs) {
+            Some(limit) => Decision::OverLimit(limit),
+            None => Decision::Placed(allocs),
+        })
+    }
+
+    /// The GPUs `job` would count against its quotas holding `allocs` (see [`super::quota`]).
+    fn charge_of(&self, job: &Job, allocs: &[NodeAlloc]) -> u32 {
+        gpus_charged(&job.spec, allocs, |node| node_gpus(&self.capacity, node))
+    }
+
+    /// `AccountLimit` or `UserLimit` when `job` holding `allocs` would go over its quota.
+    fn over_quota(&self, job: &'a Job, allocs: &[NodeAlloc]) -> Option<PendingReason> {
+        if !self.quotas.any() {
+            return None;
+        }
+        self.quotas
+            .exceeded(job, self.tiers, self.charge_of(job, allocs))
     }
 
     /// Why `job` is not considered for room at all, if it is not: its dependency, `singleton`,
@@ -612,6 +590,9 @@ impl<'a> Pass<'a> {
             }
         }
         let targets = find_placement(&freed, &job.spec)?;
+        if let Some(limit) = self.over_quota(job, &targets) {
+            return Some(Decision::OverLimit(limit));
+        }
         let on_targets = |v: &&&Job| {
             v.alloc
                 .iter()
@@ -645,10 +626,15 @@ impl<'a> Pass<'a> {
     }
 
     fn record(&mut self, job: &'a Job, decision: &Decision) {
-        if let Decision::Placed(_) | Decision::Preempting(_) | Decision::AwaitingEviction { .. } =
-            decision
-        {
-            self.claim(job);
+        let held = match decision {
+            Decision::Placed(allocs) => Some(allocs),
+            Decision::Preempting(preemption) => Some(&preemption.targets),
+            Decision::AwaitingEviction { targets, .. } => Some(targets),
+            _ => None,
+        };
+        if let Some(allocs) = held {
+            let gpus = self.charge_of(job, allocs);
+            self.claim(job, gpus);
         }
         match decision {
             Decision::Placed(allocs) => {
@@ -735,10 +721,10 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// `job` will hold its resources: count them against its quotas, its array's limit and
-    /// its name's `singleton`.
-    fn claim(&mut self, job: &'a Job) {
-        self.quotas.charge(job, self.tiers, job.spec.gpus);
+    /// `job` will hold its resources (`gpus` as its quotas count them): count them against
+    /// its quotas, its array's limit and its name's `singleton`.
+    fn claim(&mut self, job: &'a Job, gpus: u32) {
+        self.quotas.charge(job, self.tiers, gpus);
         if let Some(array) = limited_array(job) {
             *self.array_tasks.entry(array).or_default() += 1;
         }
@@ -880,6 +866,11 @@ impl<'n> NameKey<'n> {
             name,
         }
     }
+}
+
+/// How many GPUs node `name` has in all, out of service or not (`None`: not known).
+fn node_gpus(capacity: &Views<'_>, name: &str) -> Option<u32> {
+    capacity.get(name).map(|view| view.node().gpus.len() as u32)
 }
 
 /// `--begin` (seconds since the epoch) in the pass's milliseconds.

@@ -692,23 +692,40 @@ fn with_fair_share(mut cluster: Cluster, factors: &[f64], quotas: &[u32]) -> Clu
 }
 
 /// GPUs per (tier, account) that running jobs hold and that the plan adds (placements and
-/// preemptors, which will hold theirs).
+/// preemptors, which will hold theirs). An `--exclusive` job holds every GPU of its nodes (a
+/// preemptor's: of those it evicts on, at least).
 fn held_after(cluster: &Cluster, plan: &crate::core::Plan) -> BTreeMap<(String, String), u32> {
     let mut held = BTreeMap::new();
+    let whole = |nodes: &mut dyn Iterator<Item = &str>| -> u32 {
+        nodes.map(|n| cluster.nodes[n].gpus.len() as u32).sum()
+    };
     let mut add = |id: &JobId, gpus: u32| {
         let job = &cluster.jobs[id];
         let key = (job.spec.tier.clone(), job.spec.account.clone());
         *held.entry(key).or_default() += gpus;
     };
+    let holds = |id: &JobId, allocs: &[ysched_common::NodeAlloc]| {
+        if cluster.jobs[id].spec.exclusive {
+            whole(&mut allocs.iter().map(|a| a.node.as_str()))
+        } else {
+            allocs.iter().map(|a| a.gpus.len() as u32).sum()
+        }
+    };
     for job in cluster.jobs.values().filter(|j| j.state.holds_resources()) {
-        add(&job.id, job.alloc.iter().map(|a| a.gpus.len() as u32).sum());
+        add(&job.id, holds(&job.id, &job.alloc));
     }
     for placement in &plan.placements {
-        add(&placement.job, cluster.jobs[&placement.job].spec.gpus);
+        add(&placement.job, holds(&placement.job, &placement.alloc));
     }
     for (id, reason) in &plan.pending_reasons {
-        if matches!(reason, PendingReason::Preempting { .. }) {
-            add(id, cluster.jobs[id].spec.gpus);
+        if let PendingReason::Preempting { nodes, .. } = reason {
+            let job = &cluster.jobs[id];
+            let gpus = if job.spec.exclusive {
+                whole(&mut nodes.iter().map(String::as_str)).max(job.spec.gpus)
+            } else {
+                job.spec.gpus
+            };
+            add(id, gpus);
         }
     }
     held

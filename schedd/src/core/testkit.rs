@@ -219,6 +219,7 @@ impl JobBuilder {
             tier_value: 100,
             state: JobState::Pending,
             reason: String::new(),
+            held_by: Default::default(),
             alloc: Vec::new(),
             restart_count: 0,
             exit_code: None,
@@ -370,6 +371,13 @@ impl JobBuilder {
 
     pub fn held(mut self) -> Self {
         self.job.state = JobState::Held;
+        self
+    }
+
+    /// HELD by an administrator (`held`: by its user).
+    pub fn held_by_admin(mut self) -> Self {
+        self.job.state = JobState::Held;
+        self.job.held_by = ysched_common::HeldBy::Admin;
         self
     }
 

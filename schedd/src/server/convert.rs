@@ -509,6 +509,7 @@ pub(crate) fn kept_listing(job: &ysched_common::Job) -> ListingBytes {
         run_ms_before: std::mem::take(&mut head.run_ms_before),
         cancelling: std::mem::take(&mut head.cancelling),
         nodes_requested: std::mem::take(&mut head.nodes_requested),
+        hold: std::mem::take(&mut head.hold),
         ..Default::default()
     };
     let mut buf = Vec::with_capacity(

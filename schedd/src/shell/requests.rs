@@ -137,6 +137,11 @@ impl Cluster {
             core::check_satisfiable_with(&spec, st.rec.nodes(), &mut st.topologies)
                 .map_err(ApiError::Invalid)?;
             let config = &cluster.config;
+            if let Some(tier) = config.tier(&spec.tier) {
+                let quota = core::TierQuota::of(&spec.tier, tier);
+                core::check_quota_reachable(&spec, &quota, st.rec.nodes(), &mut st.topologies)
+                    .map_err(ApiError::Invalid)?;
+            }
             st.run(cluster, store::Room::Request, &WallClock, |rec, now| {
                 // Resolved under the lock, with the submit: a target that ends meanwhile is
                 // seen ending (its end is recorded for this job's dependency).
@@ -413,7 +418,9 @@ impl Cluster {
     }
 
     /// Holds (`hold`) or releases what `name` names: one job, or tasks of an array (every
-    /// one in the right state; see [`Records::hold_targets`]).
+    /// one in the right state; see [`Records::hold_targets`]). A refusal for want of
+    /// permission (another's job, an administrator's hold) is recorded in the audit log,
+    /// durably, before it is reported.
     pub async fn hold_named(
         self: &Arc<Self>,
         caller: &Caller,
@@ -422,11 +429,25 @@ impl Cluster {
     ) -> ApiResult<()> {
         let read = self.read_finished_off_runtime([name.job_id()]).await?;
         let finished = |id: JobId| read.job(id, &self.store);
-        let (changed, wake, ()) = self.run_event(|rec, now| {
+        let outcome = self.run_event(|rec, now| {
             let resolved = name.resolve(rec, &finished)?;
             Ok((rec.hold_targets(caller, &resolved, hold, now)?, ()))
-        })?;
-        self.settle(changed, wake).await
+        });
+        match outcome {
+            Ok((changed, wake, ())) => self.settle(changed, wake).await,
+            Err(ApiError::Denied(why)) => {
+                let action = if hold {
+                    "hold_refused"
+                } else {
+                    "release_refused"
+                };
+                let record =
+                    audit_record(caller, action, Some(name.job_id()), why.clone(), now_ms());
+                self.audit_refusal(caller, record).await?;
+                Err(ApiError::Denied(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Changes a queued job, or the queued tasks of an array (see [`Records::update_job`]);

@@ -128,7 +128,7 @@ fn an_array_is_one_batch_of_jobs_with_consecutive_ids_and_one_payload() {
     );
     assert!(held
         .iter()
-        .all(|j| j.state == JobState::Held && j.reason == "Held"));
+        .all(|j| j.state == JobState::Held && j.reason == "JobHeldUser"));
     assert_eq!(rec.next_job_id, 38);
 }
 
@@ -363,6 +363,51 @@ fn hold_and_release_of_a_range_apply_to_every_task_in_the_right_state() {
     let plain = rec.resolve(&target("1"), &none_finished).unwrap();
     let fx = rec.hold_targets(&alice(), &plain, true, NOW).unwrap();
     assert_eq!(fx.jobs[0].state, JobState::Held);
+}
+
+#[test]
+fn a_user_releasing_an_array_an_administrator_holds_a_task_of_releases_nothing() {
+    let mut rec = with_arrays();
+    let whole = rec.resolve(&target("10"), &none_finished).unwrap();
+    let fx = rec.hold_targets(&alice(), &whole, true, NOW).unwrap();
+    rec.commit(fx);
+    let task = rec.resolve(&target("10_3"), &none_finished).unwrap();
+    let fx = rec
+        .hold_targets(&crate::core::testkit::root(), &task, true, NOW)
+        .unwrap();
+    assert_eq!(fx.jobs[0].held_by, ysched_common::HeldBy::Admin);
+    rec.commit(fx);
+    // Four tasks are alice's to release, one is not: the whole request is refused.
+    let err = rec
+        .hold_targets(&alice(), &whole, false, NOW)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err,
+        ApiError::Denied(
+            "job 10_3 is held by an administrator: only an administrator may release it".into()
+        )
+    );
+    // Through update too.
+    let update = super::update::JobUpdate {
+        hold: Some(false),
+        ..Default::default()
+    };
+    let err = rec
+        .update_job(&alice(), &whole, &update, &none_finished, NOW)
+        .err()
+        .unwrap();
+    assert!(matches!(err, ApiError::Denied(_)), "{err:?}");
+    // Holding the array again leaves the administrator's hold as it is.
+    let err = rec.hold_targets(&alice(), &whole, true, NOW).err().unwrap();
+    assert!(
+        matches!(&err, ApiError::Conflict(m) if m.contains("5 are already held")),
+        "{err:?}"
+    );
+    // The other tasks alone are hers to release.
+    let others = rec.resolve(&target("10_[0-2]"), &none_finished).unwrap();
+    let fx = rec.hold_targets(&alice(), &others, false, NOW).unwrap();
+    assert_eq!(fx.jobs.len(), 3);
 }
 
 #[test]

@@ -3,13 +3,14 @@
 //! audited, the audit log: see [`refusal`]), then returns its effects.
 
 use super::history::JobEventKind;
+use super::holds;
 use super::targets::{not_found, plain_target, Resolved};
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
 use std::collections::BTreeMap;
 use ysched_common::array::{fold_tasks, JobTarget};
 use ysched_common::time::Millis;
-use ysched_common::{AuditRecord, Caller, Job, JobId, JobState, StopReason, StopRequest};
+use ysched_common::{AuditRecord, Caller, HeldBy, Job, JobId, JobState, StopReason, StopRequest};
 
 /// An audit entry for something `who` did.
 pub fn audit_record(
@@ -220,38 +221,17 @@ impl Records {
 
     /// Holds a PENDING job (`hold`) or releases a HELD one. Asking for the state a job is
     /// already in is refused (`job 12 is already held`, `job 12 is not held`), as every
-    /// other state is: the user learns that nothing changed.
+    /// other state is: the user learns that nothing changed. An administrator's hold is
+    /// released only by an administrator, and a user holding it again leaves it theirs (see
+    /// [`holds::step`]).
     pub fn hold(&self, caller: &Caller, id: JobId, hold: bool, now: Millis) -> ApiResult<Effects> {
         let job = self.jobs.get(&id).ok_or_else(|| {
             ApiError::NotFound(format!("invalid job id {id}: no such active job"))
         })?;
         check_owner(job, caller)?;
-        let (from, to) = if hold {
-            (JobState::Pending, JobState::Held)
-        } else {
-            (JobState::Held, JobState::Pending)
-        };
-        if job.state == to {
-            return Err(ApiError::Conflict(format!(
-                "job {} is {}",
-                job.display_id(),
-                if hold { "already held" } else { "not held" }
-            )));
-        }
-        if job.state != from {
-            return Err(ApiError::Conflict(format!(
-                "job {} is {}: only {} jobs can be {}",
-                job.display_id(),
-                job.state,
-                from,
-                if hold { "held" } else { "released" }
-            )));
-        }
+        let step = holds::step(job, caller, hold).map_err(|why| holds::refusal(job, hold, why))?;
         let mut job = Job::clone(job);
-        job.state = to;
-        job.reason = if hold { "Held".into() } else { String::new() };
-        // A held job is not waiting to run: its wait begins when it is released.
-        job.queued_at = (!hold).then_some(now);
+        holds::apply(&mut job, step, now);
         let action = if hold { "hold" } else { "release" };
         let mut fx = Effects {
             wake: true,
@@ -265,9 +245,13 @@ impl Records {
             } else {
                 JobEventKind::Released
             },
-            format!("by {}", caller.owner.user),
+            holds::event_detail(caller, step),
         );
-        fx.audit(audit_record(caller, action, Some(id), String::new(), now));
+        let detail = match step {
+            holds::Step::Hold(HeldBy::Admin) => "an administrator's hold".to_string(),
+            _ => String::new(),
+        };
+        fx.audit(audit_record(caller, action, Some(id), detail, now));
         fx.put_job(job);
         Ok(fx)
     }
@@ -275,7 +259,8 @@ impl Records {
     /// Holds (`hold`) or releases what `target` names. One job: as [`Records::hold`]. Tasks
     /// of an array (all, or a range): every one PENDING (HELD) is held (released), the
     /// others are passed over; refused when none is (naming whether they all are in the
-    /// state asked for already). One audit entry for the whole request.
+    /// state asked for already), and, changing nothing, when a user would release a task
+    /// an administrator holds. One audit entry for the whole request.
     pub fn hold_targets(
         &self,
         caller: &Caller,
@@ -289,33 +274,34 @@ impl Records {
                 _ => Err(ApiError::Invalid(format!("{} names no job", target.target))),
             };
         };
-        let (from, to) = if hold {
-            (JobState::Pending, JobState::Held)
+        let from = if hold {
+            JobState::Pending
         } else {
-            (JobState::Held, JobState::Pending)
+            JobState::Held
         };
         let mut fx = Effects {
             wake: true,
             ..Effects::default()
         };
         let (mut tasks, mut already) = (Vec::new(), 0usize);
-        let by = &caller.owner.user;
         for id in &target.ids {
             let Some(job) = self.jobs.get(id) else {
                 continue;
             };
             check_owner(job, caller)?;
-            if job.state == to {
-                already += 1;
-                continue;
-            }
-            if job.state != from {
-                continue;
-            }
+            let step = match holds::step(job, caller, hold) {
+                Ok(step) => step,
+                Err(holds::NoStep::AlreadyHeld(_) | holds::NoStep::NotHeld) => {
+                    already += 1;
+                    continue;
+                }
+                Err(holds::NoStep::AdminHold) => {
+                    return Err(holds::admin_hold_refused(&job.display_id()))
+                }
+                Err(holds::NoStep::Elsewhere(_)) => continue,
+            };
             let mut job = Job::clone(job);
-            job.state = to;
-            job.reason = if hold { "Held".into() } else { String::new() };
-            job.queued_at = (!hold).then_some(now);
+            holds::apply(&mut job, step, now);
             tasks.extend(job.array.map(|a| a.task));
             fx.event(
                 *id,
@@ -325,7 +311,7 @@ impl Records {
                 } else {
                     JobEventKind::Released
                 },
-                format!("by {by}"),
+                holds::event_detail(caller, step),
             );
             fx.put_job(job);
         }

@@ -15,6 +15,7 @@
 //!   nodes.
 //! - `submission`: submit (a job, or every task of an array).
 //! - `client_events`: cancel, hold and release, requeue, drain and resume.
+//! - `holds`: a user's hold and an administrator's: which one a caller sets, who may lift it.
 //! - `update`: `yctl update`, a queued job's tier, time limit, name, dependency or hold.
 //! - `targets`: jobs as users name them (`12`, `12_7`, `12_[1-5]`) resolved into job ids.
 //! - `dependencies`: `--dependency` resolved at submit, and the end states of finished jobs
@@ -38,6 +39,7 @@ pub mod expected;
 pub mod gpu_health;
 pub mod heartbeat;
 pub mod history;
+pub mod holds;
 pub mod hosts;
 pub mod lifecycle;
 pub mod plan;
@@ -56,6 +58,8 @@ mod array_tests;
 mod client_events_tests;
 #[cfg(test)]
 mod gpu_health_tests;
+#[cfg(test)]
+mod holds_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]

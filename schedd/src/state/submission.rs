@@ -5,7 +5,7 @@ use super::{Effects, Records};
 use std::sync::Arc;
 use ysched_common::array::ArrayTask;
 use ysched_common::time::Millis;
-use ysched_common::{Job, JobId, JobState, Owner};
+use ysched_common::{HeldBy, Job, JobId, JobState, Owner};
 
 /// A validated submit: the spec with defaults resolved, its payload and grace, the tier's
 /// value, and a way to name the checkpoint directory once the id is known.
@@ -42,7 +42,13 @@ impl Records {
             } else {
                 JobState::Pending
             },
-            reason: if held { "Held".into() } else { String::new() },
+            // A submit's hold is its user's, whoever submits: they may release it.
+            reason: if held {
+                HeldBy::User.reason().into()
+            } else {
+                String::new()
+            },
+            held_by: HeldBy::User,
             checkpoint_dir: (new.checkpoint_dir)(id),
             spec: Arc::clone(&spec),
             owner: Arc::clone(&owner),

@@ -6,6 +6,7 @@
 use super::client_events::{audit_record, check_owner, FinishedLookup};
 use super::dependencies::TargetStates;
 use super::history::JobEventKind;
+use super::holds;
 use super::targets::Resolved;
 use super::{Effects, Records};
 use crate::error::{ApiError, ApiResult};
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ysched_common::array::fold_tasks;
 use ysched_common::time::{format_elapsed, Millis};
-use ysched_common::{Caller, Dependency, Job, JobId, JobSpec, JobState};
+use ysched_common::{Caller, Dependency, HeldBy, Job, JobId, JobSpec, JobState};
 
 /// A tier a job moves to, with what the update needs of its config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,20 +94,8 @@ impl Records {
                     job.state
                 )));
             }
-            match (update.hold, job.state) {
-                (Some(true), JobState::Held) => {
-                    return Err(ApiError::Conflict(format!(
-                        "job {} is already held",
-                        job.display_id()
-                    )))
-                }
-                (Some(false), JobState::Pending) => {
-                    return Err(ApiError::Conflict(format!(
-                        "job {} is not held",
-                        job.display_id()
-                    )))
-                }
-                _ => {}
+            if let Some(hold) = update.hold {
+                holds::step(job, caller, hold).map_err(|why| holds::refusal(job, hold, why))?;
             }
         }
         jobs.retain(|j| matches!(j.state, JobState::Pending | JobState::Held));
@@ -115,11 +104,18 @@ impl Records {
                 "no task of {shown} is pending: only a pending job can be updated"
             )));
         }
-        // Each job as checked: a non-administrator's time limit only lower, a tier's quota.
+        // Each job as checked: a non-administrator's time limit only lower, a tier's quota,
+        // an administrator's hold released only by an administrator.
         for job in &jobs {
             self.check_update(caller, job, update)?;
+            if update.hold == Some(false)
+                && holds::step(job, caller, false) == Err(holds::NoStep::AdminHold)
+            {
+                return Err(holds::admin_hold_refused(&job.display_id()));
+            }
         }
         if let Some(tier) = &update.tier {
+            self.check_whole_nodes_quota(&jobs, tier)?;
             let moving = jobs.iter().filter(|j| j.spec.tier != tier.name).count() as u64;
             self.check_tier_room(caller, &jobs[0].owner.uid, &tier.name, moving)?;
         }
@@ -138,7 +134,11 @@ impl Records {
         let mut first_changes: Option<Vec<String>> = None;
         let mut tasks = Vec::new();
         for job in &jobs {
-            let changes = describe(job, update);
+            // A hold the caller may not change (another's, or none to release) is passed over.
+            let hold_step = update
+                .hold
+                .and_then(|hold| holds::step(job, caller, hold).ok());
+            let changes = describe(job, update, hold_step);
             let (mut spec_changed, mut new) = (false, (*job).clone());
             if update.tier.is_some()
                 || update.time_limit_secs.is_some()
@@ -154,22 +154,10 @@ impl Records {
             if let Some(tier) = &update.tier {
                 new.tier_value = tier.value;
             }
-            let hold_changes = match update.hold {
-                Some(true) if job.state == JobState::Pending => {
-                    new.state = JobState::Held;
-                    new.reason = "Held".into();
-                    // A held job is not waiting to run: its wait begins when it is released.
-                    new.queued_at = None;
-                    true
-                }
-                Some(false) if job.state == JobState::Held => {
-                    new.state = JobState::Pending;
-                    new.reason = String::new();
-                    new.queued_at = Some(now);
-                    true
-                }
-                _ => false,
-            };
+            if let Some(step) = hold_step {
+                holds::apply(&mut new, step, now);
+            }
+            let hold_changes = hold_step.is_some();
             if !spec_changed && !hold_changes {
                 continue;
             }
@@ -241,6 +229,24 @@ impl Records {
                     )));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses moving an `--exclusive` job to a tier whose quota is smaller than every node
+    /// it could take (it would hold them whole: see `core::check_quota_reachable`). Once per
+    /// spec: an array's tasks share theirs.
+    fn check_whole_nodes_quota(&self, jobs: &[&Job], tier: &TierChange) -> ApiResult<()> {
+        let quota = crate::core::TierQuota {
+            tier: &tier.name,
+            per_account: tier.max_gpus_per_account,
+            per_user: tier.max_gpus_per_user,
+        };
+        let mut topologies = crate::core::Topologies::default();
+        let mut checked = BTreeSet::new();
+        for job in jobs.iter().filter(|j| checked.insert(Arc::as_ptr(&j.spec))) {
+            crate::core::check_quota_reachable(&job.spec, &quota, &self.nodes, &mut topologies)
+                .map_err(|why| ApiError::Invalid(format!("job {}: {why}", job.display_id())))?;
         }
         Ok(())
     }
@@ -334,7 +340,7 @@ fn changed_spec(spec: &JobSpec, update: &JobUpdate) -> JobSpec {
 /// What the update changes of `job`, as its history and the reply say it: `tier high (was
 /// low)`, `time limit 1:00:00 (was 2:00:00)`, `name x (was y)`, `dependency afterok:12
 /// (was none)`, `held`, `released`. Changes to what it already is are left out.
-fn describe(job: &Job, update: &JobUpdate) -> Vec<String> {
+fn describe(job: &Job, update: &JobUpdate, hold: Option<holds::Step>) -> Vec<String> {
     let spec = &job.spec;
     let mut out = Vec::new();
     if let Some(tier) = update.tier.as_ref().filter(|t| t.name != spec.tier) {
@@ -362,10 +368,14 @@ fn describe(job: &Job, update: &JobUpdate) -> Vec<String> {
             out.push(format!("dependency {new} (was {old})"));
         }
     }
-    match (update.hold, job.state) {
-        (Some(true), JobState::Pending) => out.push("held".into()),
-        (Some(false), JobState::Held) => out.push("released".into()),
-        _ => {}
+    match (hold, job.state) {
+        (Some(holds::Step::Hold(HeldBy::Admin)), JobState::Held) => {
+            out.push("held by an administrator (was held by its user)".into())
+        }
+        (Some(holds::Step::Hold(HeldBy::Admin)), _) => out.push("held by an administrator".into()),
+        (Some(holds::Step::Hold(HeldBy::User)), _) => out.push("held".into()),
+        (Some(holds::Step::Release), _) => out.push("released".into()),
+        (None, _) => {}
     }
     out
 }

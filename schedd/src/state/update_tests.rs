@@ -181,6 +181,40 @@ fn a_tier_quota_the_job_exceeds_is_refused() {
 }
 
 #[test]
+fn an_exclusive_job_is_not_moved_to_a_tier_whose_quota_is_smaller_than_every_node() {
+    // It asks for one GPU but would hold a whole 8-GPU node.
+    let rec = Records::with_jobs(vec![JobBuilder::new(1).gpus(1).exclusive().build()]);
+    let update = JobUpdate {
+        tier: Some(TierChange {
+            max_gpus_per_user: 4,
+            ..high()
+        }),
+        ..JobUpdate::default()
+    };
+    let err = rec
+        .update_job(&alice(), &named(&rec, "1"), &update, &none_finished, NOW)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ApiError::Invalid(m) if m.starts_with("job 1: the job takes whole nodes \
+            (--exclusive) and would hold at least 8 GPUs")
+            && m.contains("(4, tiers.high.max_gpus_per_user)")),
+        "{err:?}"
+    );
+    // A quota as large as a node lets it move.
+    let update = JobUpdate {
+        tier: Some(TierChange {
+            max_gpus_per_user: 8,
+            ..high()
+        }),
+        ..JobUpdate::default()
+    };
+    assert!(rec
+        .update_job(&alice(), &named(&rec, "1"), &update, &none_finished, NOW)
+        .is_ok());
+}
+
+#[test]
 fn hold_and_release_through_update_name_a_change_that_is_none() {
     let rec = Records::with_jobs(vec![
         JobBuilder::new(1).build(),

@@ -19,6 +19,7 @@ pub(super) fn same_but_place(a: &Job, b: &Job) -> bool {
         tier_value,
         state,
         reason,
+        held_by,
         alloc,
         restart_count,
         exit_code,
@@ -40,6 +41,7 @@ pub(super) fn same_but_place(a: &Job, b: &Job) -> bool {
         && *tier_value == b.tier_value
         && *state == b.state
         && *reason == b.reason
+        && *held_by == b.held_by
         && *alloc == b.alloc
         && *restart_count == b.restart_count
         && *exit_code == b.exit_code

@@ -32,6 +32,7 @@ pub(crate) fn job(id: u64, state: JobState) -> Job {
         tier_value: 1000,
         state,
         reason: String::new(),
+        held_by: Default::default(),
         alloc: vec![],
         restart_count: 0,
         exit_code: None,

@@ -22,6 +22,7 @@ mod metrics;
 mod multihost;
 mod nvml;
 mod placement;
+mod policy;
 mod power_loss;
 mod preemption;
 mod replicas;

@@ -26,6 +26,9 @@ pub struct JobJson<'a> {
     pub tier_value: i64,
     pub state: &'a str,
     pub reason: &'a str,
+    /// Who holds a HELD job: `"admin"` (reason `JobHeldAdmin`: only an administrator may
+    /// release it) or `"user"` (`JobHeldUser`); null for a job not held.
+    pub hold: Option<&'a str>,
     /// A pending job's place in its tier's queue (1: next) at schedd's last scheduling pass;
     /// null for other jobs.
     pub queue_position: Option<u32>,
@@ -86,6 +89,7 @@ pub fn job_to_json_at(job: &JobInfo, now_ms: Millis) -> JobJson<'_> {
         tier_value: job.tier_value,
         state: &job.state,
         reason: &job.reason,
+        hold: Some(job.hold.as_str()).filter(|h| !h.is_empty()),
         queue_position: job.queue_position,
         fair_share: job.fair_share,
         node: NodeNames(&job.alloc),

@@ -92,7 +92,10 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
         [("ExpectedStart", when)]
     });
 
-    let lines: [&[(&str, String)]; 15] = [
+    // Who holds a held job: `admin` (only an administrator may release it) or `user`.
+    let held_by = (!job.hold.is_empty()).then(|| [("HeldBy", job.hold.clone())]);
+
+    let lines: [&[(&str, String)]; 16] = [
         &first,
         &[
             ("UserId", format!("{}({})", job.user, job.uid)),
@@ -105,6 +108,7 @@ pub fn format_job_detail(detail: &JobDetail, now_ms: Millis) -> String {
             ("JobState", job.state.clone()),
             ("Reason", or(&job.reason, "None")),
         ],
+        held_by.as_ref().map_or(&[], |line| line.as_slice()),
         &[("Dependency", or(&spec.dependency, "None"))],
         &[
             ("Restarts", usage(job.restart_count.to_string())),

@@ -709,6 +709,29 @@ fn detail_text() {
     assert!(out.contains("Grace=30 Signal=None\n"), "{out}");
 }
 
+#[test]
+fn a_held_job_says_who_holds_it() {
+    let mut detail = detail();
+    let job = detail.job.as_mut().unwrap();
+    job.state = "HELD".into();
+    job.reason = "JobHeldAdmin".into();
+    job.hold = "admin".into();
+    job.alloc.clear();
+    let out = format_job_detail(&detail, T0 + 20_000);
+    assert!(
+        out.contains("JobState=HELD Reason=JobHeldAdmin\n   HeldBy=admin\n"),
+        "{out}"
+    );
+    let value = serde_json::to_value(job_to_json(detail.job.as_ref().unwrap())).unwrap();
+    assert_eq!(value["reason"], "JobHeldAdmin");
+    assert_eq!(value["hold"], "admin");
+    // A job not held has no hold, and no line for it.
+    let out = format_job_detail(&super::tests::detail(), T0 + 20_000);
+    assert!(!out.contains("HeldBy"), "{out}");
+    let value = serde_json::to_value(job_to_json(&pending_job())).unwrap();
+    assert_eq!(value["hold"], serde_json::Value::Null);
+}
+
 /// `running_job` as schedd sends it to a user who may not see its usage.
 fn private_running_job() -> JobInfo {
     JobInfo {

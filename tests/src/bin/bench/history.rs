@@ -24,6 +24,7 @@ fn job(id: u64, owner: &Arc<Owner>, spec: &Arc<JobSpec>, state: JobState, end: O
         tier_value: 100,
         state,
         reason: String::new(),
+        held_by: Default::default(),
         alloc: vec![],
         restart_count: 0,
         exit_code: end.map(|_| 0),
