@@ -68,7 +68,8 @@ pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
     std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
     let key: String = raw.iter().map(|b| format!("{b:02x}")).collect();
     if let Some(dir) = path.parent() {
-        ysched_common::durable::create_dir_all(dir)?;
+        // Others read the CA certificate beside the key (see `load_or_create_ca`).
+        ysched_common::durable::create_dir_all_with_mode(dir, 0o755)?;
     }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -86,11 +87,11 @@ pub fn load_or_create_key(path: &Path) -> anyhow::Result<String> {
 }
 
 /// Binds the client socket (mode 0666: identity comes from peer credentials, not from
-/// file permissions).
+/// file permissions; a directory made for it is 0755, whatever schedd's umask).
 pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        ysched_common::durable::create_dir_all_with_mode(dir, 0o755)?;
     }
     match std::os::unix::net::UnixStream::connect(path) {
         Ok(_) => anyhow::bail!("another schedd is already listening on {}", path.display()),

@@ -7,6 +7,7 @@ mod checkpoint_eviction;
 mod compat;
 mod containment;
 mod fair_share;
+mod file_modes;
 mod foundation;
 mod full_disk;
 mod gpu_check_script;
