@@ -12,11 +12,13 @@
 //! - `agents`: agent sessions and their reports.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
 //! - `usage`: usage reports (off the lock) and imports of usage.
-//! - `mail`: the mail users asked for about their jobs, sent after the flush.
+//! - `mail`: the mail users asked for about their jobs, sent after the flush; `mail_queue`:
+//!   its queue, bounded in all and per user.
 
 mod agents;
 use agents::RelayToken;
 pub mod mail;
+mod mail_queue;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
 pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};

@@ -18,6 +18,7 @@ mod hardening_conns;
 mod hardening_files;
 mod hardening_node;
 mod history;
+mod mail_abuse;
 mod metrics;
 mod multihost;
 mod nvml;
