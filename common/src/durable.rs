@@ -38,3 +38,45 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
         Err(e) => Err(e),
     }
 }
+
+/// As [`create_dir_all`], each directory it creates set to exactly `mode` (not filtered by
+/// the umask): for directories others must enter, made by a daemon whose umask is 077 (the
+/// client socket's, the cluster CA certificate's).
+pub fn create_dir_all_with_mode(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_all_with_mode(parent, mode)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+            sync_parent(dir)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn directories_made_with_a_mode_get_exactly_that_mode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let existing = tmp.path().join("a");
+        std::fs::create_dir(&existing).unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let dir = existing.join("b/c");
+        create_dir_all_with_mode(&dir, 0o755).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&dir), 0o755);
+        assert_eq!(mode(&existing.join("b")), 0o755);
+        // What was there is left as it was.
+        assert_eq!(mode(&existing), 0o700);
+    }
+}

@@ -14,6 +14,7 @@ pub mod durable;
 pub mod edge;
 pub mod identity;
 pub mod limits;
+pub mod mail_address;
 pub mod parse;
 pub mod sdnotify;
 pub mod secret;

@@ -1,8 +1,10 @@
-//! Secret files (the cluster key, the cluster CA's key): read only when no one but their owner
-//! may read or change them, as ssh refuses a private key that others can read. A key that
-//! leaked through a loose mode lets anyone on the host register a node (and receive every
-//! job's script and environment) or impersonate `schedd`: the daemons refuse to start on it
-//! rather than run on a secret that may no longer be one.
+//! Secret files (the cluster key, the cluster CA's key) and private directories (`schedd`'s
+//! state directory): used only when no one but their owner may read or change them, as ssh
+//! refuses a private key that others can read. A key that leaked through a loose mode lets
+//! anyone on the host register a node (and receive every job's script and environment) or
+//! impersonate `schedd`; a state directory others may read hands them every user's scripts
+//! and exported secrets. The daemons refuse to start on either rather than run on a secret
+//! that may no longer be one.
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -30,6 +32,17 @@ pub enum SecretError {
         owner: u32,
         me: u32,
     },
+    #[error(
+        "{what} {path} is mode {mode:04o}: it must be readable, writable and searchable by its \
+         owner only (chmod 700 {path})"
+    )]
+    DirMode {
+        what: String,
+        path: String,
+        mode: u32,
+    },
+    #[error("{what} {path} is not a directory")]
+    NotADirectory { what: String, path: String },
     #[error("cannot read {what} {path}: {source}")]
     Io {
         what: String,
@@ -65,6 +78,94 @@ pub fn read_private_file(path: &Path, what: &str) -> Result<Option<String>, Secr
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(io)?;
     Ok(Some(text))
+}
+
+/// Makes every file and directory this process creates from now on private to its user
+/// (umask 077): sled's files and whatever else a library creates under `schedd`'s state
+/// directory get 0600 and 0700 without a mode of their own. What must be wider (the client
+/// socket, the cluster CA's certificate) sets its mode explicitly. Call it first thing in
+/// `main`: the umask is the process's, inherited by every thread and child.
+pub fn restrict_umask() {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+}
+
+/// Creates the private directory `dir` (`what` names it in messages: "state directory") mode
+/// 0700 with any missing parent (each made durable), or checks the one there: it must be a
+/// directory (a symlink to one is followed) that belongs to this process's user or root and
+/// that group and others may not use at all (`mode & 0o077 == 0`). Nothing in a refused
+/// directory is opened or changed.
+pub fn private_dir(dir: &Path, what: &str) -> Result<(), SecretError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source: std::io::Error| SecretError::Io {
+        what: what.to_string(),
+        path: dir.display().to_string(),
+        source,
+    };
+    let meta = match std::fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::durable::create_dir_all(dir).map_err(io)?;
+            // Exactly 0700, whatever the umask.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+            return Ok(());
+        }
+        Err(e) => return Err(io(e)),
+    };
+    if !meta.is_dir() {
+        return Err(SecretError::NotADirectory {
+            what: what.to_string(),
+            path: dir.display().to_string(),
+        });
+    }
+    check_private_dir(
+        meta.uid(),
+        meta.mode(),
+        nix::unistd::geteuid().as_raw(),
+        dir,
+        what,
+    )
+}
+
+/// The check of [`private_dir`] on an existing directory's owner and mode.
+fn check_private_dir(
+    owner: u32,
+    mode: u32,
+    me: u32,
+    dir: &Path,
+    what: &str,
+) -> Result<(), SecretError> {
+    match check_private(owner, mode, me, dir, what) {
+        Err(SecretError::Mode { what, path, mode }) => {
+            Err(SecretError::DirMode { what, path, mode })
+        }
+        checked => checked,
+    }
+}
+
+/// Takes group and others' bits off every file and directory under `dir` (not `dir`
+/// itself, not following links) that belongs to this process's user: what an older version
+/// left 0644 in a state directory that is private now. Returns how many it changed.
+pub fn tighten_private_tree(dir: &Path) -> std::io::Result<usize> {
+    use std::os::unix::fs::PermissionsExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let mut changed = 0;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(next) = todo.pop() {
+        for entry in std::fs::read_dir(&next)? {
+            let entry = entry?;
+            let meta = entry.metadata()?; // of the entry itself, links not followed
+            if meta.is_dir() {
+                todo.push(entry.path());
+            }
+            let mode = meta.mode() & 0o7777;
+            if meta.file_type().is_symlink() || meta.uid() != me || mode & 0o077 == 0 {
+                continue;
+            }
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode & !0o077))?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
 }
 
 /// The check of [`read_private_file`] on the file's owner and mode, for a process of uid `me`.
@@ -134,6 +235,75 @@ mod tests {
             .contains("mode 0602"));
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(read_private_file(&link, "cluster key").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_private_dir_is_made_0700_and_a_loose_one_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("lib/ysched");
+        private_dir(&state, "state directory").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        assert_eq!(mode(&state), 0o700);
+        // Made already: checked, and accepted as it is.
+        private_dir(&state, "state directory").unwrap();
+        std::fs::write(state.join("db"), "x").unwrap();
+        for loose in [0o755, 0o750, 0o705, 0o711, 0o770, 0o707, 0o701] {
+            std::fs::set_permissions(&state, std::fs::Permissions::from_mode(loose)).unwrap();
+            let err = private_dir(&state, "state directory")
+                .unwrap_err()
+                .to_string();
+            let d = state.display();
+            assert_eq!(
+                err,
+                format!(
+                    "state directory {d} is mode {loose:04o}: it must be readable, writable and \
+                     searchable by its owner only (chmod 700 {d})"
+                )
+            );
+            // Refused as it is: nothing changed.
+            assert_eq!(mode(&state), loose);
+        }
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Through a symlink, the directory itself is checked.
+        let link = tmp.path().join("state-link");
+        std::os::unix::fs::symlink(&state, &link).unwrap();
+        private_dir(&link, "state directory").unwrap();
+        let file = state.join("db");
+        assert_eq!(
+            private_dir(&file, "state directory")
+                .unwrap_err()
+                .to_string(),
+            format!("state directory {} is not a directory", file.display())
+        );
+        let err = check_private_dir(65534, 0o40700, 0, &state, "state directory")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+    }
+
+    #[test]
+    fn what_an_older_version_left_open_is_tightened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("db");
+        std::fs::create_dir(&db).unwrap();
+        std::fs::write(db.join("conf"), "x").unwrap();
+        std::fs::write(tmp.path().join("ballast"), "x").unwrap();
+        std::fs::write(tmp.path().join("mine"), "x").unwrap();
+        let set = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        set(&db, 0o755);
+        set(&db.join("conf"), 0o644);
+        set(&tmp.path().join("ballast"), 0o666);
+        set(&tmp.path().join("mine"), 0o600);
+        std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("link")).unwrap();
+        assert_eq!(tighten_private_tree(tmp.path()).unwrap(), 3);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        assert_eq!(mode(&db), 0o700);
+        assert_eq!(mode(&db.join("conf")), 0o600);
+        assert_eq!(mode(&tmp.path().join("ballast")), 0o600);
+        assert_eq!(mode(Path::new("/etc/passwd")), 0o644, "a link was followed");
+        assert_eq!(tighten_private_tree(tmp.path()).unwrap(), 0);
     }
 
     #[test]

@@ -62,6 +62,8 @@ fn limit_malloc_arenas() {
 }
 
 fn main() {
+    // Before anything is created: sled's files, the snapshots, the ballast are 0600.
+    ysched_common::secret::restrict_umask();
     limit_malloc_arenas();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -103,8 +105,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|_| u64::from(args.replica.unwrap_or(config.scheduler.replica)));
     raise_open_files_limit(&config);
     ysched_common::edge::peer_log::spawn_summaries();
-    // Durable entries: a power loss right after the first start must not take the directory.
-    ysched_common::durable::create_dir_all(&config.scheduler.state_dir)?;
+    // Every user's scripts and exported environments are in it: created 0700 (durably: a
+    // power loss right after the first start must not take it), refused when others may use
+    // it, and what an older schedd left readable inside is tightened.
+    let state_dir = &config.scheduler.state_dir;
+    ysched_common::secret::private_dir(state_dir, "state directory")?;
+    match ysched_common::secret::tighten_private_tree(state_dir) {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            "made {n} files and directories in {} private to schedd's user",
+            state_dir.display()
+        ),
+        Err(e) => anyhow::bail!(
+            "cannot make the files in {} private: {e}",
+            state_dir.display()
+        ),
+    }
     let ca = std::sync::Arc::new(server::load_or_create_ca(
         &config.ca_cert_path(),
         &config.ca_key_path(),

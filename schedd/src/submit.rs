@@ -56,6 +56,12 @@ pub fn validate(
     check_printable("partition", &wire.partition).map_err(invalid)?;
     check_printable("QOS", &wire.qos).map_err(invalid)?;
     check_printable("mail address", &wire.mail_user).map_err(invalid)?;
+    // Empty: the submitting user. Otherwise an address or a user name, never an option of
+    // sendmail's, a program or a file (the check `ysub` makes too).
+    let mail_user = wire.mail_user.trim();
+    if !mail_user.is_empty() {
+        ysched_common::mail_address::check_mail_user(mail_user).map_err(invalid)?;
+    }
     check_printable("comment", &wire.comment).map_err(invalid)?;
     // The same bounds `ysub` enforces, for clients that bypass it.
     for (flag, value, max) in [

@@ -515,6 +515,24 @@ mod slurm_option_tests {
             ..wire()
         })
         .contains("control character"));
+        // A program, a file, an option of sendmail's: refused as ysub refuses them.
+        for hostile in ["|/tmp/x", "/etc/passwd", "-oQ/tmp", "a@b -oQ/tmp", " -t"] {
+            assert_eq!(
+                refused(SubmitRequest {
+                    mail_user: hostile.into(),
+                    ..wire()
+                }),
+                ysched_common::mail_address::check_mail_user(hostile.trim()).unwrap_err()
+            );
+        }
+        for fine in ["alice", "alice@example.org", " alice@example.org "] {
+            let valid = check(SubmitRequest {
+                mail_user: fine.into(),
+                ..wire()
+            })
+            .unwrap();
+            assert_eq!(valid.spec.mail_user, fine.trim());
+        }
         // Mail turned off: refused at once, without looking for sendmail.
         let mut off = config();
         off.notify.sendmail = Default::default();

@@ -24,6 +24,14 @@ pub struct NotifyConfig {
     /// The program schedd runs as `<sendmail> -t`, the message on its standard input, for
     /// `--mail-type`. Empty: no mail is sent, and a submit with `--mail-type` is refused.
     pub sendmail: PathBuf,
+    /// Mails waiting for a sendmail, all users' together; beyond it a mail is dropped.
+    pub max_queued: u32,
+    /// Mails of one user (the job's owner) waiting at once: their share of the queue.
+    /// Beyond it that user's mails are dropped, and only theirs.
+    pub max_queued_per_user: u32,
+    /// Mails one user's jobs may queue per minute: a burst of this many, then as many a
+    /// minute, evenly; beyond it that user's mails are dropped.
+    pub max_per_user_per_minute: u32,
 }
 
 /// Default of `notify.sendmail`: where every mail transfer agent installs it.
@@ -33,6 +41,9 @@ impl Default for NotifyConfig {
     fn default() -> Self {
         NotifyConfig {
             sendmail: DEFAULT_SENDMAIL.into(),
+            max_queued: 1000,
+            max_queued_per_user: 100,
+            max_per_user_per_minute: 60,
         }
     }
 }
@@ -109,7 +120,8 @@ impl super::Config {
     }
 
     /// `[slurm]` and `[notify]` beyond their types: every map target a configured tier,
-    /// every mapped name printable and no longer than a tier name; sendmail an absolute path.
+    /// every mapped name printable and no longer than a tier name; sendmail an absolute path;
+    /// the mail queue's bounds at least 1, one user's share within the whole.
     pub(super) fn validate_slurm(&self) -> Result<(), String> {
         for (kind, map) in [
             (SlurmName::Partition, &self.slurm.partitions),
@@ -140,6 +152,26 @@ impl super::Config {
             return Err(format!(
                 "notify.sendmail = {:?} must be empty (no mail) or an absolute path",
                 sendmail.display().to_string()
+            ));
+        }
+        let notify = &self.notify;
+        for (key, value) in [
+            ("notify.max_queued", notify.max_queued),
+            ("notify.max_queued_per_user", notify.max_queued_per_user),
+            (
+                "notify.max_per_user_per_minute",
+                notify.max_per_user_per_minute,
+            ),
+        ] {
+            if value == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        if notify.max_queued_per_user > notify.max_queued {
+            return Err(format!(
+                "notify.max_queued_per_user = {} must be at most notify.max_queued = {} (one \
+                 user's share of the queue)",
+                notify.max_queued_per_user, notify.max_queued
             ));
         }
         Ok(())

@@ -209,6 +209,30 @@ fn sendmail_defaults_to_the_usual_path_and_may_be_turned_off() {
 }
 
 #[test]
+fn the_mail_queue_is_bounded_in_all_and_per_user() {
+    let c = Config::default();
+    assert_eq!(
+        (
+            c.notify.max_queued,
+            c.notify.max_queued_per_user,
+            c.notify.max_per_user_per_minute
+        ),
+        (1000, 100, 60)
+    );
+    let c = Config::parse("[notify]\nmax_queued = 50\nmax_queued_per_user = 50\n").unwrap();
+    assert_eq!(c.notify.max_queued_per_user, 50);
+    assert_eq!(
+        Config::parse("[notify]\nmax_queued_per_user = 1001\n").unwrap_err(),
+        "notify.max_queued_per_user = 1001 must be at most notify.max_queued = 1000 (one \
+         user's share of the queue)"
+    );
+    assert_eq!(
+        Config::parse("[notify]\nmax_per_user_per_minute = 0\n").unwrap_err(),
+        "notify.max_per_user_per_minute must be at least 1"
+    );
+}
+
+#[test]
 fn replicas_are_none_or_three_five_or_seven_distinct_addresses() {
     let three = "replicas = [\"h1:7400\", \"h2:7400\", \"10.0.0.3:7400\"]\n";
     let c = Config::parse(&format!("[scheduler]\n{three}")).unwrap();

@@ -224,8 +224,14 @@ fn free_bytes(path: &std::path::Path) -> Option<u64> {
 /// Writes [`PROBE_BYTES`] to `path`, syncs and removes it.
 fn probe_write(path: &std::path::Path) -> io::Result<()> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let written = (|| {
-        let mut file = std::fs::File::create(path)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
         file.write_all(&[b'.'; PROBE_BYTES])?;
         file.sync_all()
     })();

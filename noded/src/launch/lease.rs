@@ -1,6 +1,6 @@
 //! The fence lease (`node.fence_after_secs`, F): how long jobs may run without schedd.
 //!
-//! The agent keeps the file `<spool>/lease`, one line of text, mode 0644, right-aligned in a
+//! The agent keeps the file `<spool>/lease`, one line of text, mode 0600, right-aligned in a
 //! fixed width ([`LEASE_LEN`] bytes) and rewritten in place: a renewal allocates nothing, so
 //! it works on a full spool (on a file system that does not copy on write: not btrfs or ZFS).
 //!
@@ -26,8 +26,9 @@ use std::path::{Path, PathBuf};
 
 /// The lease file's name, in the spool's root.
 pub const LEASE_FILE: &str = "lease";
-/// Mode of the lease file: anyone may see when this node fences.
-pub const LEASE_MODE: u32 = 0o644;
+/// Mode of the lease file: root's only, as every file in the spool (its readers, the
+/// supervisor and an older noded's shepherds, are root).
+pub const LEASE_MODE: u32 = 0o600;
 /// The lease file's size: the text right-aligned in 20 bytes (a `u64` in decimal), then a
 /// newline.
 pub const LEASE_LEN: usize = 21;
@@ -74,7 +75,7 @@ impl Lease {
         })
     }
 
-    /// Writes the lease at `path` (created if missing), mode 0644, in place. Not synced to
+    /// Writes the lease at `path` (created if missing), mode 0600, in place. Not synced to
     /// disk: the lease only matters to running shepherds, which a crash of the host ends
     /// too.
     pub fn write(self, path: &Path) -> io::Result<()> {
@@ -93,7 +94,7 @@ impl Lease {
     }
 }
 
-/// Opens (creating) the lease file for rewriting in place, mode 0644, with its
+/// Opens (creating) the lease file for rewriting in place, mode 0600, with its
 /// [`LEASE_LEN`] bytes allocated. A new file says `off` (as a missing one means); one an
 /// earlier agent left keeps its lease, rewritten in the fixed width.
 fn open_lease_file(path: &Path) -> io::Result<std::fs::File> {

@@ -376,6 +376,10 @@ impl Shared {
             .append(true)
             .mode(spool::FILE_MODE)
             .open(self.spool.root().join(node_supervisor::LOG_FILE))?;
+        // One an older noded left 0644 too: it quotes jobs' launches.
+        log.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
+            spool::FILE_MODE,
+        ))?;
         let mut child = tokio::process::Command::new(&self.shepherd_program)
             .arg0("noded")
             .arg(node_supervisor::SUPERVISOR_SUBCOMMAND)

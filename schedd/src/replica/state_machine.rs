@@ -204,7 +204,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let dir = self.store.snapshot_dir().map_err(state_read)?;
         let building = dir.join(format!("building-{n}"));
         let write = || -> Result<_, crate::store::Error> {
-            let file = std::fs::File::create(&building)
+            let file = crate::store::create_snapshot_file(&building)
                 .map_err(|e| crate::store::Error::Snapshot(e.to_string()))?;
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
             self.store.export_state_to(&mut out)
@@ -301,14 +301,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         let dir = self.store.snapshot_dir().map_err(state_read)?;
         let path = dir.join(format!("receiving-{n}"));
-        let file = tokio::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .await
-            .map_err(failed)?;
+        let file =
+            tokio::fs::File::from_std(crate::store::create_snapshot_file(&path).map_err(failed)?);
         // Unnamed from the start: it goes when it is dropped; what is installed is copied
         // to a file of its own.
         let _ = std::fs::remove_file(&path);
@@ -335,7 +329,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let copied = (|| {
             use std::io::Seek;
             file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
-            let mut out = std::fs::File::create(&path).map_err(io)?;
+            let mut out = crate::store::create_snapshot_file(&path).map_err(io)?;
             std::io::copy(&mut file, &mut out).map_err(io)?;
             Ok::<_, crate::store::Error>(())
         })();

@@ -100,11 +100,11 @@ pub fn load_cluster_key(config: &ysched_common::Config) -> anyhow::Result<Option
 }
 
 /// Binds the client socket (mode 0666: identity comes from peer credentials, not from
-/// file permissions).
+/// file permissions; a directory made for it is 0755, whatever schedd's umask).
 pub fn bind_client_socket(path: &Path) -> anyhow::Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        ysched_common::durable::create_dir_all_with_mode(dir, 0o755)?;
     }
     match std::os::unix::net::UnixStream::connect(path) {
         Ok(_) => anyhow::bail!("another schedd is already listening on {}", path.display()),

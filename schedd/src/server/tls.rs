@@ -45,7 +45,8 @@ pub(super) const UNAUTHENTICATED_PER_IP: usize = 64;
 /// Connections from all addresses that have not authenticated yet.
 pub(super) const UNAUTHENTICATED_TOTAL: usize = 1024;
 
-/// Reads the cluster CA, or creates it (certificate 0644, key 0600) when neither file exists.
+/// Reads the cluster CA, or creates it (certificate 0644, key 0600, exactly: schedd's umask
+/// is 077) when neither file exists.
 /// One file without the other is an error: a new CA would lock out every agent. A key others
 /// may read or write, or that belongs to another user, is refused (see
 /// [`ysched_common::secret`]).
@@ -69,7 +70,8 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
         (None, None) => {
             let ca = ClusterCa::generate()?;
             if let Some(dir) = cert_path.parent() {
-                ysched_common::durable::create_dir_all(dir)?;
+                // The certificate is for copying to every node: others may reach it.
+                ysched_common::durable::create_dir_all_with_mode(dir, 0o755)?;
             }
             let write = |p: &Path, mode: u32, text: &str| -> anyhow::Result<()> {
                 let mut f = std::fs::OpenOptions::new()
@@ -78,6 +80,8 @@ pub fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> anyhow::Result<Cl
                     .mode(mode)
                     .open(p)
                     .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))?;
+                // The mode given to open is filtered by the umask.
+                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
                 std::io::Write::write_all(&mut f, text.as_bytes())?;
                 f.sync_all()?;
                 // Its name too: a CA lost to a power loss would be replaced, and refused by

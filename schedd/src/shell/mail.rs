@@ -1,6 +1,9 @@
 //! Mail about jobs (`--mail-type`, `--mail-user`): which of an event's job changes a user asked
 //! to be told of ([`collect`]), the message (RFC 5322, Slurm's subjects), and the [`Mailer`]
-//! that hands each to `<notify.sendmail> -t` on threads of its own.
+//! that hands each to `<notify.sendmail> -i -t` on threads of its own. The recipient is only
+//! ever in the `To:` header, never on sendmail's command line, and is an address or a user
+//! name (`ysched_common::mail_address`, checked at submit; a record from before that check
+//! mails its owner instead).
 //!
 //! **When.** The shell's observer collects the mails of an event while the reactor commits it
 //! (under the state lock: no I/O there, only the message text); the flush loop hands them to
@@ -20,28 +23,31 @@
 //! when its last task ends (by that task's end), INVALID_DEPEND once (by the lowest task);
 //! REQUEUE still for each task requeued.
 //!
-//! **Bounds.** At most [`MAX_SENDING`] sendmails run at once, each given [`SEND_TIMEOUT`];
-//! at most [`MAX_QUEUED`] mails wait, and beyond that a mail is dropped with a log line. A
-//! failure is logged and counted, never fatal.
+//! **Bounds.** At most [`MAX_SENDING`] sendmails run at once, each given [`SEND_TIMEOUT`].
+//! Mails wait in a queue bounded in all and per user, with a rate per user (`[notify]`, see
+//! `mail_queue`): one user's flood drops that user's mail only, summed up in one log line. A
+//! failure is logged (rate-limited per user) and counted, never fatal.
 
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use ysched_common::config::NotifyConfig;
+use ysched_common::edge::peer_log;
 use ysched_common::{Job, JobId, JobState};
 
+use super::mail_queue::{Bounds, MailQueue};
 use crate::state::Records;
 
 /// sendmails running at once.
 pub const MAX_SENDING: usize = 4;
-/// Mails waiting for a sendmail; more are dropped.
-pub const MAX_QUEUED: usize = 1000;
 /// How long one sendmail may take before it is killed.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often an idle mail thread looks for drops to sum up in the log.
+const SUMMARY_CHECK: Duration = Duration::from_secs(1);
 
 /// Refuses a submit that asks for mail when this host cannot send any: mail turned off, or no
 /// executable sendmail where `notify.sendmail` says. Reads the file system: call it off the
@@ -72,13 +78,15 @@ fn is_executable_file(path: &Path) -> bool {
 /// One message to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mail {
+    /// The job's owner: whose share of the queue and rate it counts against.
+    pub user: String,
     pub to: String,
     pub subject: String,
     pub body: String,
 }
 
 impl Mail {
-    /// The message as `sendmail -t` reads it: headers (the recipients from `To:`), a blank
+    /// The message as `sendmail -i -t` reads it: headers (the recipients from `To:`), a blank
     /// line, the body.
     pub fn rfc5322(&self) -> String {
         format!(
@@ -275,10 +283,15 @@ fn mail_for(job: &Job, event: Event, subject_id: &str, per_task: bool) -> Option
         }
         Event::InvalidDepend => {}
     }
-    let to = if job.spec.mail_user.is_empty() {
+    // An address or a user name, as checked at submit; a record from before that check
+    // with anything else mails its owner.
+    let mail_user = &job.spec.mail_user;
+    let to = if mail_user.is_empty()
+        || ysched_common::mail_address::check_mail_user(mail_user).is_err()
+    {
         job.owner.user.clone()
     } else {
-        job.spec.mail_user.clone()
+        mail_user.clone()
     };
     let nodes: Vec<&str> = job.alloc.iter().map(|a| a.node.as_str()).collect();
     let mut body = format!(
@@ -300,7 +313,12 @@ fn mail_for(job: &Job, event: Event, subject_id: &str, per_task: bool) -> Option
         "\n`yctl show job {}` tells the rest.\n",
         job.display_id()
     ));
-    Some(Mail { to, subject, body })
+    Some(Mail {
+        user: job.owner.user.clone(),
+        to,
+        subject,
+        body,
+    })
 }
 
 /// Slurm's run-time form: `HH:MM:SS`, `D-HH:MM:SS` from a day on.
@@ -322,19 +340,36 @@ pub struct MailCounts {
     pub dropped: AtomicU64,
 }
 
-/// Sends mails through `<sendmail> -t` on [`MAX_SENDING`] threads of its own, started with
-/// the first mail.
+/// Sends mails through `<sendmail> -i -t` on [`MAX_SENDING`] threads of its own, started with
+/// the first mail, from the per-user bounded [`MailQueue`].
 pub struct Mailer {
     sendmail: Option<PathBuf>,
-    queue: OnceLock<mpsc::SyncSender<Mail>>,
+    queue: Arc<Queue>,
+    started: OnceLock<()>,
     counts: Arc<MailCounts>,
+}
+
+/// The queue the mail threads share, and the wake-up of one of them.
+struct Queue {
+    mails: Mutex<MailQueue>,
+    ready: Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MailQueue> {
+        self.mails.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Mailer {
     pub fn new(notify: &NotifyConfig) -> Mailer {
         Mailer {
             sendmail: notify.sendmail().map(Path::to_path_buf),
-            queue: OnceLock::new(),
+            queue: Arc::new(Queue {
+                mails: Mutex::new(MailQueue::new(Bounds::of(notify))),
+                ready: Condvar::new(),
+            }),
+            started: OnceLock::new(),
             counts: Arc::default(),
         }
     }
@@ -343,7 +378,8 @@ impl Mailer {
         &self.counts
     }
 
-    /// Queues `mails`, never blocking: beyond [`MAX_QUEUED`] waiting, a mail is dropped.
+    /// Queues `mails`, never blocking: a mail over its user's share or rate, or beyond the
+    /// whole queue, is dropped (summed up in the log per user, see `mail_queue`).
     pub fn send(&self, mails: Vec<Mail>) {
         let Some(sendmail) = &self.sendmail else {
             if !mails.is_empty() {
@@ -360,36 +396,39 @@ impl Mailer {
         if mails.is_empty() {
             return;
         }
-        let queue = self
-            .queue
-            .get_or_init(|| start_workers(sendmail.clone(), Arc::clone(&self.counts)));
+        self.started.get_or_init(|| {
+            start_workers(
+                sendmail.clone(),
+                Arc::clone(&self.queue),
+                Arc::clone(&self.counts),
+            )
+        });
+        let now = Instant::now();
+        let (mut queued, mut dropped) = (0, 0);
+        let mut queue = self.queue.lock();
         for mail in mails {
-            if let Err(e) = queue.try_send(mail) {
-                let mail = match e {
-                    mpsc::TrySendError::Full(mail) | mpsc::TrySendError::Disconnected(mail) => mail,
-                };
-                self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    "job mail to {} dropped ({MAX_QUEUED} mails wait already): {}",
-                    mail.to,
-                    mail.subject
-                );
+            match queue.offer(mail, now) {
+                Ok(()) => queued += 1,
+                Err(_) => dropped += 1,
             }
+        }
+        drop(queue);
+        self.counts.dropped.fetch_add(dropped, Ordering::Relaxed);
+        // A thread for each mail, and one at least for drops: it sums them up when due.
+        let wake = if dropped > 0 { queued.max(1) } else { queued };
+        for _ in 0..wake.min(MAX_SENDING) {
+            self.queue.ready.notify_one();
         }
     }
 }
 
-fn start_workers(sendmail: PathBuf, counts: Arc<MailCounts>) -> mpsc::SyncSender<Mail> {
-    let (tx, rx) = mpsc::sync_channel::<Mail>(MAX_QUEUED);
-    let rx = Arc::new(Mutex::new(rx));
+fn start_workers(sendmail: PathBuf, queue: Arc<Queue>, counts: Arc<MailCounts>) {
     for i in 0..MAX_SENDING {
-        let (rx, sendmail, counts) = (Arc::clone(&rx), sendmail.clone(), Arc::clone(&counts));
+        let (queue, sendmail, counts) = (Arc::clone(&queue), sendmail.clone(), Arc::clone(&counts));
         let spawned = std::thread::Builder::new()
             .name(format!("mail-{i}"))
             .spawn(move || loop {
-                // One worker waits on the queue at a time; the others wait for the lock.
-                let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok(mail) = next else { return };
+                let mail = next_mail(&queue);
                 match send_one(&sendmail, &mail) {
                     Ok(()) => {
                         counts.sent.fetch_add(1, Ordering::Relaxed);
@@ -397,10 +436,15 @@ fn start_workers(sendmail: PathBuf, counts: Arc<MailCounts>) -> mpsc::SyncSender
                     }
                     Err(e) => {
                         counts.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(
-                            "job mail to {} failed ({}): {e}",
-                            mail.to,
-                            sendmail.display()
+                        peer_log::warn(
+                            "job mail failed",
+                            &mail.user,
+                            format_args!(
+                                "job mail of user {} to {} failed ({}): {e}",
+                                mail.user,
+                                mail.to,
+                                sendmail.display()
+                            ),
                         );
                     }
                 }
@@ -409,15 +453,46 @@ fn start_workers(sendmail: PathBuf, counts: Arc<MailCounts>) -> mpsc::SyncSender
             tracing::error!("cannot start a mail thread: {e}");
         }
     }
-    tx
 }
 
-/// Runs `<sendmail> -t` with the message on its standard input, killed after
-/// [`SEND_TIMEOUT`].
+/// Waits for the next mail to send; while none waits, logs what was dropped once it is due
+/// (see `mail_queue`).
+fn next_mail(queue: &Queue) -> Mail {
+    let mut mails = queue.lock();
+    loop {
+        let lines = mails.take_summaries(Instant::now());
+        if !lines.is_empty() {
+            drop(mails);
+            for line in lines {
+                tracing::warn!("job mail: {line}");
+            }
+            mails = queue.lock();
+        }
+        if let Some(mail) = mails.next() {
+            return mail;
+        }
+        mails = if mails.has_drops() {
+            queue
+                .ready
+                .wait_timeout(mails, SUMMARY_CHECK)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+        } else {
+            queue
+                .ready
+                .wait(mails)
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+    }
+}
+
+/// Runs `<sendmail> -i -t` with the message on its standard input, killed after
+/// [`SEND_TIMEOUT`]: the recipients come from the `To:` header only (`-t`), so no part of
+/// an address is ever an argument, and a line of a lone `.` does not end the message (`-i`).
 fn send_one(sendmail: &Path, mail: &Mail) -> Result<(), String> {
     use std::process::{Command, Stdio};
     let mut child = Command::new(sendmail)
-        .arg("-t")
+        .args(["-i", "-t"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

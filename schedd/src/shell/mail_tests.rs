@@ -138,8 +138,25 @@ fn an_array_mails_once_unless_it_asks_for_every_task() {
 }
 
 #[test]
+fn a_recorded_address_that_is_no_address_mails_the_owner() {
+    let mut running = with_mail(J::new(9).running_on("n1", &[0]), &["END"]);
+    let done = |running: &Job| ended(running.clone(), JobState::Completed, 0);
+    for (given, to) in [
+        ("ops@example.org", "ops@example.org"),
+        ("|/tmp/evil", "alice"),
+        ("-oQ/tmp", "alice"),
+        ("/etc/passwd", "alice"),
+    ] {
+        Arc::make_mut(&mut running.spec).mail_user = given.into();
+        let out = mails(std::slice::from_ref(&running), &[done(&running)]);
+        assert_eq!((out[0].to.as_str(), out[0].user.as_str()), (to, "alice"));
+    }
+}
+
+#[test]
 fn the_message_has_one_line_per_header() {
     let mail = Mail {
+        user: "bob".into(),
         to: "bob@example.org\r\nBcc: eve@example.org".into(),
         subject: "ysched Job_id=1 Name=x Ended".into(),
         body: "line one\nline two\n".into(),
@@ -155,6 +172,7 @@ fn sendmail_must_be_an_executable_file() {
     std::fs::create_dir_all(&dir).unwrap();
     let notify = |path: &Path| NotifyConfig {
         sendmail: path.to_path_buf(),
+        ..Default::default()
     };
     let missing = dir.join("missing");
     assert_eq!(
@@ -170,7 +188,8 @@ fn sendmail_must_be_an_executable_file() {
     assert!(check_sendmail(&notify(&plain)).is_err());
     assert!(check_sendmail(&notify(&dir)).is_err());
     assert!(check_sendmail(&NotifyConfig {
-        sendmail: PathBuf::new()
+        sendmail: PathBuf::new(),
+        ..Default::default()
     })
     .unwrap_err()
     .contains("notify.sendmail is empty"));
@@ -202,8 +221,10 @@ fn the_mailer_runs_sendmail_with_the_message_and_counts_failures() {
     write_script(&script, &out);
     let mailer = Mailer::new(&NotifyConfig {
         sendmail: script.clone(),
+        ..Default::default()
     });
     let mail = Mail {
+        user: "alice".into(),
         to: "alice".into(),
         subject: "ysched Job_id=1 Name=x Began, Queued time 00:00:01".into(),
         body: "hello\n".into(),
@@ -211,8 +232,10 @@ fn the_mailer_runs_sendmail_with_the_message_and_counts_failures() {
     mailer.send(vec![mail]);
     let broken = Mailer::new(&NotifyConfig {
         sendmail: dir.join("missing"),
+        ..Default::default()
     });
     broken.send(vec![Mail {
+        user: "bob".into(),
         to: "bob".into(),
         subject: "s".into(),
         body: String::new(),
@@ -226,7 +249,7 @@ fn the_mailer_runs_sendmail_with_the_message_and_counts_failures() {
     }
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(
-        text.starts_with("args: -t\nTo: alice\r\nSubject: ysched Job_id=1"),
+        text.starts_with("args: -i -t\nTo: alice\r\nSubject: ysched Job_id=1"),
         "{text}"
     );
     assert_eq!(broken.counts().failed.load(Ordering::Relaxed), 1);

@@ -13,13 +13,15 @@
 //! - `hosts`: hosts' enrolments, revocations, and the check of their certificates.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
 //! - `usage`: usage reports (off the lock) and imports of usage.
-//! - `mail`: the mail users asked for about their jobs, sent after the flush.
+//! - `mail`: the mail users asked for about their jobs, sent after the flush; `mail_queue`:
+//!   its queue, bounded in all and per user.
 
 mod agents;
 pub use agents::RelaySession;
 use agents::RelayToken;
 mod hosts;
 pub mod mail;
+mod mail_queue;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
 pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};

@@ -67,7 +67,7 @@ pub use error::{Error, Result};
 pub use history::Expired;
 use history::IndexWrite;
 pub use listed::{Finished, FinishedEntry, StoredBytes};
-pub use raft::{APPLIED_MARK, MEMBERSHIP_MARK};
+pub use raft::{create_snapshot_file, APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;
 pub use crate::state::reactor::Room;

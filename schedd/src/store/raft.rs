@@ -143,10 +143,15 @@ impl Store {
     }
 
     /// Where a replica keeps the files of its snapshots: `snapshots/` in the state directory
-    /// (made if missing).
+    /// (made 0700 if missing: a snapshot is the whole state, every user's scripts included;
+    /// its files are made 0600, see [`create_snapshot_file`]).
     pub fn snapshot_dir(&self) -> Result<std::path::PathBuf> {
+        use std::os::unix::fs::DirBuilderExt;
         let dir = self.dir.join("snapshots");
-        std::fs::create_dir_all(&dir)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
             .map_err(|e| Error::Snapshot(format!("cannot make {}: {e}", dir.display())))?;
         Ok(dir)
     }
@@ -332,4 +337,19 @@ fn index_of(key: &[u8]) -> Result<u64> {
     <[u8; 8]>::try_from(key)
         .map(u64::from_be_bytes)
         .map_err(|_| Error::CorruptLog(format!("a key of {} bytes", key.len())))
+}
+
+/// Creates (or truncates) a snapshot's file in [`Store::snapshot_dir`], mode 0600 whatever
+/// the umask: it holds the whole state.
+pub fn create_snapshot_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
 }

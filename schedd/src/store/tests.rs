@@ -287,3 +287,24 @@ async fn a_group_of_batches_lands_as_if_applied_one_by_one() {
     assert_eq!(seen(grouped.path()), expected);
     assert_eq!(seen(alone.path()), expected);
 }
+
+/// A replica's snapshots are the whole state: their directory is 0700 and their files 0600,
+/// whatever the umask or a file an older schedd left.
+#[test]
+fn snapshot_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let snapshots = store.snapshot_dir().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&snapshots), 0o700);
+    let fresh = snapshots.join("1-2-1.snap");
+    drop(crate::store::create_snapshot_file(&fresh).unwrap());
+    assert_eq!(mode(&fresh), 0o600);
+    let older = snapshots.join("building-1");
+    std::fs::write(&older, b"old").unwrap();
+    std::fs::set_permissions(&older, std::fs::Permissions::from_mode(0o644)).unwrap();
+    drop(crate::store::create_snapshot_file(&older).unwrap());
+    assert_eq!(mode(&older), 0o600);
+    assert_eq!(std::fs::read(&older).unwrap(), b"", "truncated");
+}

@@ -15,6 +15,7 @@
 
 use super::{Result, Room, Store};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use ysched_common::parse::format_size;
@@ -153,6 +154,7 @@ impl Store {
                 .write(true)
                 .create(true)
                 .truncate(true)
+                .mode(0o600)
                 .open(&tmp)?;
             allocate(&file, BALLAST_BYTES)?;
             file.sync_all()?;

@@ -27,6 +27,8 @@ fn schedd_keeps_every_acknowledged_submit_after_a_power_loss() {
     // A first start: not even the store's files are durable yet.
     std::fs::remove_dir_all(&state).unwrap();
     let power = PowerLoss::new(&state, &c.dir.path().join("power-loss-record"));
+    // Private, as schedd makes it (it refuses one others may read).
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     c.set_daemon_env("schedd", power.env());
     c.start_schedd();
     c.wait_nodes_up(1);

@@ -254,7 +254,7 @@ fn begin_and_end_mails_go_through_sendmail() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(text.contains("--- -t\n"), "{text}");
+    assert!(text.contains("--- -i -t\n"), "{text}");
     assert!(text.contains("To: ops@example.org\r\n"), "{text}");
     assert!(
         text.contains(&format!(

@@ -2,9 +2,15 @@
 //! DIR, to this binary. A name that another program already has on PATH (a real Slurm's
 //! `sbatch`) is refused, naming that program, so that these commands never shadow it: choose
 //! a prefix or suffix, or a DIR that only the pipelines that want them put on PATH.
+//!
+//! Whoever may change DIR may swap the links for programs of their own, which the next
+//! pipeline (root's, maybe) runs: DIR is refused when it is a symbolic link, when it or a
+//! directory above it belongs to another user than the caller or root, or when group or
+//! others may write it (unless it is root's and sticky, as /tmp); an entry already there is
+//! kept only when it is a link to this binary, and refused otherwise, never replaced.
 
 use super::TOOLS;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -69,11 +75,98 @@ pub fn other_program(name: &str, path_var: &OsString, dir: &Path, me: &Path) -> 
         })
 }
 
+/// Why `dir` (or a directory above it) would let another user change what is installed in
+/// it, for a caller of uid `me`: a symbolic link (only for `dir` itself: `link`), another
+/// user's, or writable by group or others without being root's and sticky.
+fn unsafe_dir(dir: &Path, meta: &std::fs::Metadata, me: u32, link: bool) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = dir.display();
+    if link && meta.file_type().is_symlink() {
+        return Some(format!(
+            "{shown} is a symbolic link: give the directory itself (links in a directory others \
+             may write can be swapped)"
+        ));
+    }
+    if !meta.is_dir() {
+        return Some(format!("{shown} is not a directory"));
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Some(format!(
+            "{shown} belongs to uid {}: it must be yours or root's, or its owner could swap the \
+             links",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    let sticky_roots = meta.uid() == 0 && mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky_roots {
+        return Some(format!(
+            "{shown} is mode {mode:04o}: others may write it (and swap the links); make it \
+             writable by its owner only (chmod go-w {shown}) or choose another directory"
+        ));
+    }
+    None
+}
+
+/// Refuses `dir` when another user could change what is installed there (see the module
+/// docs): `dir` itself if it exists, and every directory above it that exists.
+fn check_dir(dir: &Path, me: u32) -> Result<()> {
+    let refuse = |why: String| anyhow!("{why}; nothing was installed");
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        if let Some(why) = unsafe_dir(dir, &meta, me, true) {
+            return Err(refuse(why));
+        }
+    }
+    let absolute = std::path::absolute(dir).with_context(|| format!("{}", dir.display()))?;
+    // The directories above, as they really are (links in the path resolved).
+    let mut above = absolute.parent();
+    while let Some(parent) = above {
+        if let Ok(real) = parent.canonicalize() {
+            for ancestor in real.ancestors() {
+                let meta = std::fs::metadata(ancestor)
+                    .with_context(|| format!("cannot look at {}", ancestor.display()))?;
+                if let Some(why) = unsafe_dir(ancestor, &meta, me, false) {
+                    return Err(refuse(why));
+                }
+            }
+            break;
+        }
+        above = parent.parent();
+    }
+    Ok(())
+}
+
+/// Whether the existing entry `link` may be kept: a symbolic link whose target is this
+/// binary, `me`, exactly (a target through other directories could be swapped); refused,
+/// with why, otherwise.
+fn kept_entry(link: &Path, me: &Path) -> Result<bool> {
+    let Ok(meta) = std::fs::symlink_metadata(link) else {
+        return Ok(false);
+    };
+    if !meta.file_type().is_symlink() {
+        bail!(
+            "{} exists and is not a link to yslurm; nothing was installed",
+            link.display()
+        );
+    }
+    let target = std::fs::read_link(link).with_context(|| format!("{}", link.display()))?;
+    if target != me {
+        bail!(
+            "{} is a symbolic link to {}, not to yslurm; nothing was installed",
+            link.display(),
+            target.display()
+        );
+    }
+    Ok(true)
+}
+
 /// Makes the links, all or none: every name is checked before the first is made. Returns
 /// the links made (an existing link to this binary is kept and listed).
 pub fn install(cli: &InstallCli, path_var: &OsString) -> Result<Vec<PathBuf>> {
     let me = std::env::current_exe().context("cannot find the yslurm binary")?;
     let me = me.canonicalize().unwrap_or(me);
+    let uid = nix::unistd::geteuid().as_raw();
+    check_dir(&cli.dir, uid)?;
     for part in [&cli.prefix, &cli.suffix] {
         if part.contains('/') || part.contains('\0') {
             bail!("--prefix and --suffix may not contain '/': got '{part}'");
@@ -99,20 +192,18 @@ pub fn install(cli: &InstallCli, path_var: &OsString) -> Result<Vec<PathBuf>> {
                 cli.dir.display()
             );
         }
-        let link = cli.dir.join(name);
-        if std::fs::symlink_metadata(&link).is_ok() && !same_file(&link, &me) {
-            bail!(
-                "{} exists and is not a link to yslurm; nothing was installed",
-                link.display()
-            );
-        }
+        kept_entry(&cli.dir.join(name), &me)?;
     }
-    std::fs::create_dir_all(&cli.dir)
+    // 0755 whatever the umask (one that left it group-writable would be refused next time).
+    ysched_common::durable::create_dir_all_with_mode(&cli.dir, 0o755)
         .with_context(|| format!("cannot create {}", cli.dir.display()))?;
+    // Again, as made: a link planted meanwhile where the directory was missing is refused.
+    check_dir(&cli.dir, uid)?;
     let mut made = Vec::new();
     for name in &names {
         let link = cli.dir.join(name);
-        if !same_file(&link, &me) {
+        if !kept_entry(&link, &me)? {
+            // Never replaces anything: an entry made meanwhile fails it (EEXIST).
             std::os::unix::fs::symlink(&me, &link)
                 .with_context(|| format!("cannot make {}", link.display()))?;
         }
@@ -175,5 +266,68 @@ mod tests {
             .to_string();
         assert!(err.contains("is not a link to yslurm"), "{err}");
         assert!(install(&cli(&taken, "ys"), &OsString::new()).is_err());
+    }
+
+    #[test]
+    fn refuses_a_link_an_open_directory_and_a_foreign_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let set = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let none = OsString::new();
+        let real = tmp.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = install(&cli(&link, ""), &none).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{} is a symbolic link: give the directory itself (links in a directory others \
+                 may write can be swapped); nothing was installed",
+                link.display()
+            )
+        );
+        assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+
+        // Writable by group or others: refused, itself or above the directory made.
+        for mode in [0o777, 0o775, 0o757] {
+            set(&real, mode);
+            let err = install(&cli(&real, ""), &none).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "{} is mode {mode:04o}: others may write",
+                    real.display()
+                )),
+                "{err}"
+            );
+            let below = real.join("bin");
+            let err = install(&cli(&below, ""), &none).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{} is mode", real.display())),
+                "{err}"
+            );
+            assert!(!below.exists());
+        }
+        set(&real, 0o755);
+        // Made where it was missing: 0755, whatever the umask.
+        let below = real.join("a/bin");
+        install(&cli(&below, ""), &none).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&below), 0o755);
+
+        // An entry that links elsewhere is refused, never replaced.
+        let entries = tmp.path().join("entries");
+        std::fs::create_dir(&entries).unwrap();
+        std::os::unix::fs::symlink("/bin/true", entries.join("sinfo")).unwrap();
+        let err = install(&cli(&entries, ""), &none).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{} is a symbolic link to /bin/true, not to yslurm; nothing was installed",
+                entries.join("sinfo").display()
+            )
+        );
+        assert_eq!(std::fs::read_dir(&entries).unwrap().count(), 1);
     }
 }

@@ -283,6 +283,9 @@ fn check_slurm_texts(options: &JobOptions) -> Result<()> {
     bounded("partition", &options.partition, &limits::PARTITION)?;
     bounded("QOS", &options.qos, &limits::QOS)?;
     bounded("mail user", &options.mail_user, &limits::MAIL_USER)?;
+    if let Some(mail_user) = &options.mail_user {
+        ysched_common::mail_address::check_mail_user(mail_user.trim()).map_err(|e| anyhow!(e))?;
+    }
     bounded("comment", &options.comment, &limits::COMMENT)?;
     if let Some(key) = &options.wckey {
         // Sent as the comment `wckey=KEY`.

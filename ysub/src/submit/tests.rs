@@ -645,6 +645,28 @@ fn only_terminal_states_end_the_wait() {
 }
 
 #[test]
+fn mail_user_is_an_address_or_a_user_name() {
+    for hostile in ["|/tmp/x", "/etc/passwd", "-oQ/tmp", "a@b -oQ/tmp"] {
+        let err = spec_for("#!/bin/sh\n", &[&format!("--mail-user={hostile}")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            ysched_common::mail_address::check_mail_user(hostile).unwrap_err()
+        );
+    }
+    // In a script's directives too.
+    let err = spec_for("#!/bin/sh\n#YSUB --mail-user=|/bin/evil\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("it contains '|'"), "{err}");
+    for fine in ["alice", "ops@example.org"] {
+        let spec = spec_for("#!/bin/sh\n", &["--mail-user", fine]).unwrap();
+        assert_eq!(spec.mail_user, fine);
+    }
+}
+
+#[test]
 fn the_new_options_refuse_empty_values_and_name_their_bounds() {
     for (args, wanted) in [
         (&["--mail-user", ""][..], "--mail-user is empty"),

@@ -25,10 +25,10 @@
 //! (see [`scan_spool`]); every JSON file is written atomically (temporary file, fsync,
 //! rename, directory fsync).
 //!
-//! Jobs' scripts and environments are private: `jobs/` and each `jobs/<id>/` are mode 0711,
-//! owned by noded's user (root), so other users can neither list them nor create anything in
-//! them, and every file is mode 0600 (root only) except `script`, which the job user needs
-//! to run and only they may read. A spool left by an older noded with wider modes is
+//! Jobs' scripts and environments are private: the root, `jobs/` and each `jobs/<id>/` are
+//! mode 0711, owned by noded's user (root), so other users can neither list them nor create
+//! anything in them, and every file is mode 0600 (root only) except `script`, which the job
+//! user needs to run and only they may read. A spool left by an older noded with wider modes is
 //! tightened when it is opened.
 
 mod job_dir;
@@ -67,18 +67,23 @@ pub struct Spool {
 
 impl Spool {
     /// Opens (creating if needed) the spool, and tightens the modes a spool of an older noded
-    /// may have (see the module docs). The root is created 0755 and `jobs/` 0711: job users
-    /// pass through both to run their script.
+    /// may have (see the module docs). The root and `jobs/` are 0711: job users pass through
+    /// both to run their script, and nobody else lists or changes them (a root that group or
+    /// others may read or write loses those bits).
     /// The path is made absolute: shepherds are recognised by the job directory on their
     /// command line, which must not depend on noded's working directory.
     pub fn open(root: &Path) -> io::Result<Spool> {
         std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o755)
+            .mode(DIR_MODE)
             .create(root.join("jobs"))?;
         let root = root.canonicalize()?;
         let jobs = root.join("jobs");
         set_mode(&jobs, DIR_MODE)?;
+        let root_mode = std::fs::metadata(&root)?.mode() & 0o7777;
+        if root_mode & 0o066 != 0 {
+            set_mode(&root, root_mode & !0o066)?;
+        }
         ysched_common::durable::sync_dir(&root)?;
         ysched_common::durable::sync_parent(&root)?;
         for dir in [root.as_path(), jobs.as_path()] {

@@ -109,6 +109,7 @@ fn files_are_private_and_an_old_spool_is_tightened() {
     };
     std::fs::write(dir.script(), b"#!/bin/sh\n").unwrap();
     std::fs::write(dir.shepherd_log(), b"log\n").unwrap();
+    open(root.path(), 0o777);
     open(&root.path().join("jobs"), 0o755);
     open(dir.path(), 0o755);
     open(&dir.script(), 0o755);
@@ -123,6 +124,7 @@ fn files_are_private_and_an_old_spool_is_tightened() {
 
     let spool = Spool::open(root.path()).unwrap();
     let dir = spool.job_dir(3);
+    assert_eq!(mode(root.path()), 0o711);
     assert_eq!(mode(&root.path().join("jobs")), DIR_MODE);
     assert_eq!(mode(dir.path()), DIR_MODE);
     assert_eq!(mode(&dir.script()), SCRIPT_MODE);

@@ -22,6 +22,12 @@ pub fn power_loss(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
     c.stop_schedd(SIGTERM);
     std::fs::remove_dir_all(c.state_dir()).unwrap();
     let power = PowerLoss::new(&c.state_dir(), &c.dir.path().join("power-loss-record"));
+    // Private, as schedd makes it (it refuses one others may read).
+    std::fs::set_permissions(
+        c.state_dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
     let work = c.work.display().to_string();
     let (mut acked_total, mut lost_total) = (0, 0);
     for round in 0..rounds {
