@@ -1,5 +1,6 @@
 //! This host's credential towards schedd: its own certificate and key from the cluster CA
-//! (kept in `node.identity_dir`, the key 0600, made on this host and never sent anywhere),
+//! (kept in `node.identity_dir`, 0700, its files 0600; the key made on this host and never
+//! sent anywhere),
 //! got once by enrolling with a token an administrator made (`yctl node enrol NAME`, then
 //! `noded --enrol-token FILE`); or, on a cluster that predates enrolment, the shared cluster
 //! key.
@@ -266,7 +267,7 @@ fn keep(dir: &Path, cert_pem: &str, key_pem: &str, token: &str) -> anyhow::Resul
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     // The key first: a certificate without its key is refused at the next start.
     write_new(dir, KEY_FILE, key_pem, 0o600)?;
-    write_new(dir, CERT_FILE, cert_pem, 0o644)?;
+    write_new(dir, CERT_FILE, cert_pem, 0o600)?;
     write_new(dir, TOKEN_FILE, &format!("{}\n", digest(token)), 0o600)?;
     ysched_common::durable::sync_dir(dir)?;
     Ok(())

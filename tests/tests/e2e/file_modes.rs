@@ -183,13 +183,19 @@ fn nothing_a_daemon_writes_is_open_to_group_or_others_but_what_must_be() {
     }
     // Outside: the exceptions, each on purpose. The client socket is 0666 (identity comes
     // from the kernel's peer credentials, not from the file's mode); the cluster CA
-    // certificate is 0644 (public, copied to every node); the keys are 0600.
+    // certificate is 0644 (public, copied to every node); the keys are 0600, each host's
+    // own key and certificate too (in its identity directory, 0700).
     let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     let d = c.dir.path();
     assert_eq!(mode(&c.socket()), 0o666);
     assert_eq!(mode(&d.join("cluster-ca.crt")), 0o644);
     assert_eq!(mode(&d.join("cluster-ca.key")), 0o600);
-    assert_eq!(mode(&d.join("cluster.key")), 0o600);
+    for node in ["n1", "n2"] {
+        let identity = c.spool_dir(node).join("identity");
+        assert_eq!(mode(&identity), 0o700);
+        assert_eq!(mode(&identity.join("node.key")), 0o600);
+        assert_eq!(mode(&identity.join("node.crt")), 0o600);
+    }
     // Nothing was disturbed: the jobs run on.
     for id in running {
         assert_eq!(c.job(id)["state"], "RUNNING");
