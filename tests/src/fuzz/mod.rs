@@ -6,8 +6,10 @@
 //!
 //! Deterministic for a seed (its own xorshift generator), so a failure can be replayed with
 //! `YSCHED_FUZZ_SEED`. Runs as whatever user starts it: the test runs it as `nobody` through
-//! the `fuzz-client` binary.
+//! the `fuzz-client` binary. [`agent_port`] does the same on the agent port, with a host's
+//! own certificate.
 
+pub mod agent_port;
 mod requests;
 mod rng;
 mod send;

@@ -506,3 +506,136 @@ fn raft_cannot_be_steered_from_an_agents_host() {
             .expect("a replica's vote request is read");
     });
 }
+
+/// How long each agent-port fuzz runs (`YSCHED_FUZZ_SECS`, default 5), and its seed
+/// (`YSCHED_FUZZ_SEED` replays one).
+fn fuzz_settings() -> (Duration, u64) {
+    let secs: f64 = std::env::var("YSCHED_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let seed = std::env::var("YSCHED_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("agent-port fuzz seed {seed} (YSCHED_FUZZ_SEED={seed} replays it), {secs} s");
+    (Duration::from_secs_f64(secs), seed)
+}
+
+/// Root on compute node n2, with n2's certificate, sends arbitrary requests of every kind on
+/// the agent port: none that is not n2's own business is taken, schedd never aborts, and
+/// nothing of n1's, of another user's or of the cluster's changes.
+#[test]
+fn arbitrary_requests_with_a_hosts_certificate_change_nothing_it_does_not_own() {
+    use ysched_tests::fuzz::agent_port::{self, AgentPortTarget};
+    let (duration, seed) = fuzz_settings();
+    let mut c = TestCluster::start(vec![
+        FakeNode::uniform("n1", 2, A100),
+        FakeNode::uniform("n2", 1, A100),
+    ]);
+    let victim = nobodys_job_on(&c, "n1");
+    let held = c.submit(&["--hold", "-J", "roots", "--wrap", "true"]);
+    let target = AgentPortTarget {
+        addr: format!("127.0.0.1:{}", c.port),
+        ca_file: c.dir.path().join("cluster-ca.crt"),
+        identity_dir: c.spool_dir("n2").join("identity"),
+        own_name: "n2".into(),
+        other_names: vec![
+            "n1".into(),
+            "login1".into(),
+            "".into(),
+            "n1\u{1b}[2J".into(),
+        ],
+        job_ids: vec![victim, held, victim + 1000],
+    };
+    c.stop_agent("n2", nix::sys::signal::Signal::SIGKILL);
+    let stats = {
+        let rt = runtime();
+        rt.block_on(agent_port::run(&target, &agent_port::KINDS, duration, seed))
+    };
+    eprintln!("agent-port fuzz: {stats:?}");
+    for (kind, codes) in &stats {
+        assert!(codes.values().sum::<u64>() > 0, "no {kind} sent");
+        if kind != "reports_as_itself" {
+            assert!(
+                !codes.contains_key("Ok"),
+                "{kind} was taken from n2's certificate (seed {seed}): {codes:?}"
+            );
+        }
+    }
+    assert!(c.schedd_alive(), "schedd died (seed {seed})\n{}", c.logs());
+    assert!(
+        !log(&c, "schedd").contains("panicked"),
+        "{}",
+        log(&c, "schedd")
+    );
+    // n1's job runs on, root's job is still held, no relayed job exists, no node was added.
+    assert_eq!(c.job(victim)["state"], "RUNNING", "seed {seed}");
+    assert_eq!(c.job(held)["state"], "HELD", "seed {seed}");
+    assert!(c.jobs().iter().all(|j| j["name"] != "fuzz-relayed"));
+    let names: Vec<String> = c
+        .nodes()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["n1", "n2"]);
+    // And n1 still relays its job's owner.
+    let out = c.run_on(Some("n1"), NOBODY, NOBODY, "yq", &["--me"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(c.run("ycancel", &[&victim.to_string()]).status.success());
+}
+
+/// The same against three replicas, on their replication link: every message from an
+/// agent's certificate is refused, and the cluster keeps its leader and term.
+#[test]
+fn arbitrary_raft_messages_from_an_agents_host_move_no_replica() {
+    use ysched_tests::fuzz::agent_port::{self, AgentPortTarget};
+    let (duration, seed) = fuzz_settings();
+    let mut r = Replicas::start(3);
+    r.start_agent(&FakeNode::uniform("n1", 1, A100));
+    let (leader, _) = r.leader(SECS(30));
+    let rows = r.cluster(leader).unwrap();
+    let term = |rows: &[serde_json::Value]| -> u64 {
+        rows.iter()
+            .filter_map(|x| x["term"].as_u64())
+            .max()
+            .unwrap()
+    };
+    let before = term(&rows);
+    let identity = r.dir.path().join("spool/n1/identity");
+    wait_until(SECS(30), "n1 enrolled", || {
+        identity.join("node.crt").exists()
+    });
+    let rt = runtime();
+    for row in &rows {
+        let target = AgentPortTarget {
+            addr: row["address"].as_str().unwrap().to_string(),
+            ca_file: r.dir.path().join("cluster-ca.crt"),
+            identity_dir: identity.clone(),
+            own_name: "n1".into(),
+            other_names: vec!["n2".into()],
+            job_ids: Vec::new(),
+        };
+        let stats = rt.block_on(agent_port::run(
+            &target,
+            &["raft", "replica_status"],
+            duration / 3,
+            seed,
+        ));
+        for (kind, codes) in &stats {
+            assert_eq!(
+                codes.keys().collect::<Vec<_>>(),
+                ["Unauthenticated"],
+                "{kind} (seed {seed}): {codes:?}"
+            );
+        }
+    }
+    let (now, _) = r.leader(SECS(10));
+    assert_eq!(now, leader, "the leader changed (seed {seed})");
+    assert_eq!(term(&r.cluster(leader).unwrap()), before, "seed {seed}");
+}
