@@ -639,3 +639,23 @@ fn arbitrary_raft_messages_from_an_agents_host_move_no_replica() {
     assert_eq!(now, leader, "the leader changed (seed {seed})");
     assert_eq!(term(&r.cluster(leader).unwrap()), before, "seed {seed}");
 }
+
+/// The node supervisor's socket (how noded hands it jobs) is root's: another user cannot
+/// connect to it, let alone start a job through it.
+#[test]
+fn the_node_supervisors_socket_is_closed_to_other_users() {
+    let c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
+    let id = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id, "COMPLETED", SECS(20));
+    let socket = c.spool_dir("n1").join("supervisor.sock");
+    assert!(socket.exists(), "no supervisor socket at {}", socket.display());
+    let path = socket.clone();
+    let refused = on_thread_as(NOBODY, NOBODY, move || {
+        std::os::unix::net::UnixStream::connect(&path).map(|_| ())
+    });
+    let err = refused.expect_err("nobody reached the supervisor's socket");
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    // Root (noded's user) still reaches it: a job still runs.
+    let id = c.submit(&["-G", "1", "--wrap", "true"]);
+    c.wait_state(id, "COMPLETED", SECS(20));
+}
