@@ -24,7 +24,7 @@ impl Default for Timing {
     fn default() -> Self {
         // A follower stands for election after a silence of openraft's leader lease (the
         // longest election timeout) plus a random election timeout: 1.5 to 2 s here, so that
-        // a new leader serves within 3 s of a leader's death (issue 24). With 0.8-1.6 s it
+        // a new leader serves within 3 s of a leader's death. With 0.8-1.6 s it
         // was 2.4 to 3.2 s of silence, and clients saw a gap of 3.1 s (p50, `bench
         // replicas`). Followers refuse votes while they hear from a leader, so a slow
         // replica cannot unseat a live one; a leader unheard for 1.5 s is replaced.

@@ -1,4 +1,4 @@
-//! A service that serves only while this replica leads (issue 24): the client and agent
+//! A service that serves only while this replica leads: the client and agent
 //! services of the current leader's `Cluster`, and, on a replica that does not lead, a
 //! refusal naming the leader, so that clients and agents go there; or, for the client
 //! socket, the request forwarded to the leader (see `forward`).

@@ -1,4 +1,4 @@
-//! What a follower keeps of the replicated state as it applies entries (issue 24), so that
+//! What a follower keeps of the replicated state as it applies entries, so that
 //! once elected it serves without reading the store again: the active jobs, nodes and id
 //! counter that [`Store::recover`] reads, brought up to date from each applied batch by
 //! decoding only what the batch wrote (its job records, array records, nodes and runs).

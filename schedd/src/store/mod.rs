@@ -254,7 +254,7 @@ impl Store {
                 // 128 MiB cost about 65 MiB more RSS than 64 (268 against 325-335 MiB: the
                 // target is 300). A usage report walks a week of runs and reads again what
                 // does not fit: over a million runs it takes 1.6-1.9 s with 64 MiB against
-                // 0.5 s with 128 (the target is 2 s; 32 MiB took 5.3 s in issue 23).
+                // 0.5 s with 128 (the target is 2 s; 32 MiB took 5.3 s).
                 .cache_capacity(64 * 1024 * 1024)
                 .open()
         };

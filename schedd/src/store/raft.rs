@@ -1,4 +1,4 @@
-//! A replica's own Raft storage beside the replicated state (issue 24), and the state's side
+//! A replica's own Raft storage beside the replicated state, and the state's side
 //! of replication. This module knows sled, not Raft: the log's entries, the vote and the
 //! commit point are bytes the `replica` module encodes.
 //!

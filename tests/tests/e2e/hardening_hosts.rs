@@ -648,7 +648,11 @@ fn the_node_supervisors_socket_is_closed_to_other_users() {
     let id = c.submit(&["-G", "1", "--wrap", "true"]);
     c.wait_state(id, "COMPLETED", SECS(20));
     let socket = c.spool_dir("n1").join("supervisor.sock");
-    assert!(socket.exists(), "no supervisor socket at {}", socket.display());
+    assert!(
+        socket.exists(),
+        "no supervisor socket at {}",
+        socket.display()
+    );
     let path = socket.clone();
     let refused = on_thread_as(NOBODY, NOBODY, move || {
         std::os::unix::net::UnixStream::connect(&path).map(|_| ())
