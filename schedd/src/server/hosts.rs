@@ -81,10 +81,10 @@ pub async fn change_cluster(
     let address = req.address.trim().to_string();
     let change = match req.action.as_str() {
         "add" => {
-            if address.is_empty()
-                || address.len() > 256
-                || address.parse::<std::net::SocketAddr>().is_err() && !address.contains(':')
-            {
+            let host_port = address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if address.len() > 256 || !host_port {
                 return Err(Status::invalid_argument(
                     "a replica to add needs its agent-port address, HOST:PORT",
                 ));
