@@ -148,6 +148,25 @@ pub fn read_token(path: &Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// Refuses a token made for another host or role than this one's (`name`, a login host with
+/// `login`): using it would enrol that host, and retire its certificate, for nothing.
+pub fn check_token_is_for(token: &str, name: &str, login: bool) -> anyhow::Result<()> {
+    let role = if login {
+        HostRole::Login
+    } else {
+        HostRole::Compute
+    };
+    match ysched_common::tls::EnrolToken::unverified_host(token) {
+        None => bail!("the enrolment token is not one (it must start with ysched-enrol-1.)"),
+        Some((for_name, for_role)) if for_name != name || for_role != role => bail!(
+            "the enrolment token is for {for_role} host '{}', but noded runs as {role} host \
+             '{name}': use that host's token, or start noded as that host",
+            ysched_common::text::excerpt(&for_name, 64)
+        ),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Whether the certificate in `dir` was got with `token` already.
 pub fn enrolled_with(dir: &Path, token: &str) -> bool {
     std::fs::read_to_string(dir.join(TOKEN_FILE)).is_ok_and(|d| d.trim() == digest(token))

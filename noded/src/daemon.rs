@@ -318,6 +318,7 @@ async fn host_credential(
     if let Some(path) = token_file {
         let token = credential::read_token(&path)?;
         if own.is_none() || !credential::enrolled_with(&dir, &token) {
+            credential::check_token_is_for(&token, host.name, host.login)?;
             let enrolled =
                 credential::enrol(&token, host.name, host.endpoints, host.ca_cert_pem, &dir)
                     .await

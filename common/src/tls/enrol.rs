@@ -110,6 +110,16 @@ impl EnrolToken {
         Ok(token)
     }
 
+    /// The host and role `text` says it enrols, unverified (only schedd can verify a
+    /// token): for a host to check, before it uses a token, that the token is for it.
+    pub fn unverified_host(text: &str) -> Option<(String, HostRole)> {
+        let body = text.trim().strip_prefix(&format!("{PREFIX}."))?;
+        let mut fields = body.split('.');
+        let name = String::from_utf8(unhex(fields.next()?)?).ok()?;
+        let role = HostRole::parse(fields.next()?)?;
+        Some((name, role))
+    }
+
     /// The identity an enrolment with this token gets.
     pub fn identity(&self) -> HostIdentity {
         HostIdentity {

@@ -82,6 +82,11 @@ fn tokens_verify_only_whole_unexpired_and_from_this_cluster() {
     };
     let text = token.encode(&key);
     assert!(text.starts_with("ysched-enrol-1."), "{text}");
+    assert_eq!(
+        EnrolToken::unverified_host(&text),
+        Some(("node.1".to_string(), HostRole::Compute))
+    );
+    assert_eq!(EnrolToken::unverified_host("garbage"), None);
     assert_eq!(EnrolToken::verify(&text, &key, 5_000), Ok(token.clone()));
     assert_eq!(
         EnrolToken::verify(&format!("  {text}\n"), &key, 1_000),
