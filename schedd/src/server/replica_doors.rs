@@ -162,7 +162,7 @@ async fn start_empty(
             );
         }
         empty_start::Decision::Refuse(why) => {
-            tracing::error!("{why}");
+            // On stderr once (the journal has it), as a start-up error.
             eprintln!("schedd: error: {why}");
             std::process::exit(78);
         }
