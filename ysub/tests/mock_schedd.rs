@@ -1689,3 +1689,26 @@ fn yctl_node_hosts_and_revoke() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("was ever enrolled"));
 }
+
+#[test]
+fn yctl_cluster_changes_name_the_action_the_replica_and_the_address() {
+    let mock = Harness::start();
+    for (args, done) in [
+        (
+            &["cluster", "add", "sched4:7117", "--id", "4"][..],
+            "add 4 sched4:7117\n",
+        ),
+        (
+            &["cluster", "add", "sched5:7117"][..],
+            "add 0 sched5:7117\n",
+        ),
+        (&["cluster", "promote", "4"][..], "promote 4 \n"),
+        (&["cluster", "remove", "2"][..], "remove 2 \n"),
+    ] {
+        let out = mock.run("yctl", args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), done, "{args:?}");
+    }
+    let out = mock.run("yctl", &["cluster", "promote", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+}
