@@ -28,6 +28,15 @@ impl Replicas {
     /// Writes the configs of `count` replicas and starts them all: the first alone until it
     /// made the cluster CA the others share.
     pub fn start(count: u64) -> Replicas {
+        let mut r = Self::configure(count);
+        for n in 1..=count {
+            r.start_replica(n);
+        }
+        r
+    }
+
+    /// Writes the configs of `count` replicas and starts none (see [`Replicas::start_replica`]).
+    pub fn configure(count: u64) -> Replicas {
         let dir = tempfile::Builder::new().prefix("ysr").tempdir().unwrap();
         // Other users' CLIs (`run_as`) read the configs and reach the sockets inside.
         std::fs::set_permissions(
@@ -64,7 +73,7 @@ impl Replicas {
             )
             .unwrap();
         }
-        let mut r = Replicas {
+        Replicas {
             tag: crate::process::unique_tag("ysrep"),
             dir,
             bin_dir: bin_dir(),
@@ -73,11 +82,7 @@ impl Replicas {
             agents: Vec::new(),
             restarts: 0,
             formed: false,
-        };
-        for n in 1..=count {
-            r.start_replica(n);
         }
-        r
     }
 
     fn command(&self, n: u64, bin: &str) -> Command {

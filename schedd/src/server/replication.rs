@@ -63,9 +63,12 @@ impl pb::replication_server::Replication for ReplicationApi {
                 ysched_common::text::excerpt(&m.kind, 32)
             ))
         })?;
-        if kind == Message::Vote {
-            // A replica that lost its store votes only once it knows it may (see
-            // `replica::voting`): refused here, so that its Raft never grants one.
+        // A replica that started with an empty store takes no message before it knows
+        // where it stands (a leader could otherwise make it a voter while it is still asking,
+        // and it would take that for a vote it had before), and votes only once it knows it
+        // may (see `replica::voting`): refused here, so that its Raft never grants one.
+        let voting = self.replica.voting.state();
+        if kind == Message::Vote || voting == crate::replica::Voting::Undecided {
             if let Some(why) = self.replica.voting.refusal(self.replica.id) {
                 return Err(Status::failed_precondition(why));
             }

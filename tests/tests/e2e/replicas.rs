@@ -806,3 +806,43 @@ fn a_wiped_replica_never_votes_so_no_acknowledged_submit_is_lost() {
         "id {next} handed out again"
     );
 }
+
+/// A new cluster forms with a majority: the first replica leads alone, the second joins and
+/// votes once caught up, and a third started later (with an empty store, as at its first
+/// start) joins as a learner and is made a voter once it has caught up, without an
+/// administrator: it never voted, so it has nothing to forget.
+#[test]
+fn a_replica_started_after_the_cluster_formed_joins_and_votes_once_caught_up() {
+    let mut r = Replicas::configure(3);
+    r.start_replica(1);
+    r.start_replica(2);
+    let mut leader = 0;
+    wait_until(
+        Duration::from_secs(30),
+        "two replicas form the cluster",
+        || {
+            let Some(rows) = r.cluster(1) else {
+                return false;
+            };
+            let voters = rows.iter().filter(|x| x["membership"] == "voter").count();
+            let leads = rows.iter().find(|x| x["role"] == "leader");
+            leader = leads.and_then(|x| x["replica"].as_u64()).unwrap_or(0);
+            voters == 2 && leader != 0
+        },
+    );
+    let out = r.run(leader, "yctl", &["node", "enrol", "n9"]);
+    assert!(
+        out.status.success(),
+        "a formed cluster of two serves: {}",
+        stderr(&out)
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    r.start_replica(3);
+    wait_until(Duration::from_secs(30), "replica 3 votes", || {
+        r.cluster(3).is_some_and(|rows| {
+            let three = row(&rows, 3);
+            three["membership"] == "voter" && three["votes"] == true && three["lag"] == 0
+        })
+    });
+    assert!(r.runs(3), "replica 3 refused to start\n{}", r.logs());
+}
