@@ -457,7 +457,7 @@ impl Cluster {
                     if wake {
                         self.wake.notify_one();
                     }
-                    self.changed(changed);
+                    self.changed_when_durable(changed);
                     // Reports that only say jobs started are answered by nothing: their
                     // change becomes durable with the next flush, whoever asks for it (a
                     // launch or a stop they lead to leaves after the pass's own flush). An

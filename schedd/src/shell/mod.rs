@@ -243,6 +243,9 @@ pub struct Cluster {
     /// With a replica: the changes written since the last flush, in the order they were
     /// made (under the state lock), each to be replicated as one entry.
     proposals: Mutex<Vec<store::Batch>>,
+    /// With a replica: jobs whose change is announced to watchers after the flush that
+    /// replicates it (see [`Cluster::changed_when_durable`]).
+    announced_after_flush: Mutex<Vec<JobId>>,
     /// Set once replication failed: why. Nothing is acknowledged after it (see
     /// [`Cluster::replication_failed`]).
     replication_failure: std::sync::OnceLock<String>,
@@ -344,6 +347,7 @@ impl Cluster {
             mailer: mail::Mailer::new(&config_notify),
             replica,
             proposals: Mutex::default(),
+            announced_after_flush: Mutex::default(),
             replication_failure: std::sync::OnceLock::new(),
         });
         cluster.store_watch.start();
@@ -397,7 +401,7 @@ impl Cluster {
             while let Ok(w) = rx.try_recv() {
                 waiters.extend(w);
             }
-            let (outbox, mails, proposals) = {
+            let (outbox, mails, proposals, announced) = {
                 let mut st = lock(&self.state);
                 if let Err(e) = self.write_unwritten(&mut st.unwritten) {
                     tracing::error!("writing held changes failed: {e}");
@@ -406,6 +410,12 @@ impl Cluster {
                     std::mem::take(&mut st.outbox),
                     std::mem::take(&mut st.mails),
                     std::mem::take(&mut *self.lock_proposals()),
+                    std::mem::take(
+                        &mut *self
+                            .announced_after_flush
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    ),
                 )
             };
             let ok = if let Some(replica) = &self.replica {
@@ -452,6 +462,7 @@ impl Cluster {
                 drop(st);
                 // Durable now: the users may be told (queued, never waited for).
                 self.mailer.send(mails);
+                self.changed(announced);
             }
             for w in waiters {
                 let _ = w.send(ok);
@@ -483,6 +494,23 @@ impl Cluster {
         for id in ids {
             let _ = self.changes.send(id);
         }
+    }
+
+    /// Announces to watchers jobs whose change a flush has yet to cover (an agent's report):
+    /// at once with one `schedd`, whose store has the change already (written, not yet
+    /// flushed), so a watcher that reads a finished job there reads it. A replica's leader
+    /// writes a change to its store only once the change is replicated and applied: it
+    /// announces after that flush, or a watcher would read a job that left memory in its
+    /// store's earlier version, and wait for a change that already came.
+    fn changed_when_durable(&self, ids: Vec<JobId>) {
+        if self.replica.is_none() {
+            return self.changed(ids);
+        }
+        self.announced_after_flush
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(ids);
+        let _ = self.flush_tx.send(None);
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
@@ -628,7 +656,7 @@ impl Cluster {
         if wake {
             self.wake.notify_one();
         }
-        self.changed(changed);
+        self.changed_when_durable(changed);
     }
 
     /// Backfill as configured (`scheduler.backfill`, `scheduler.backfill_reservations`).

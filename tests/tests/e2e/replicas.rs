@@ -846,3 +846,27 @@ fn a_replica_started_after_the_cluster_formed_joins_and_votes_once_caught_up() {
     });
     assert!(r.runs(3), "replica 3 refused to start\n{}", r.logs());
 }
+
+/// `ysub --wait` returns with the job's exit code through the leader's socket and a
+/// follower's alike (it once waited forever with replicas: the leader announced a job's end
+/// before its own store had it, and the watch read the earlier version there).
+#[test]
+fn ysub_wait_returns_the_exit_code_through_every_replica() {
+    let (mut r, leader) = with_an_agent();
+    for n in 1..=3u64 {
+        let code = (n + 10).to_string();
+        let out = r.run(
+            n,
+            "ysub",
+            &["-G", "1", "--wait", "--wrap", &format!("exit {code}")],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(n as i32 + 10),
+            "ysub --wait on replica {n} (leader {leader}): {}\n{}",
+            stderr(&out),
+            r.logs()
+        );
+    }
+    let _ = r.leader(Duration::from_secs(5));
+}
