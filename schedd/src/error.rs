@@ -1,8 +1,6 @@
 //! What a request can fail with. The kind decides the gRPC status code (in `server`); the
 //! message is shown to the user as it is.
 
-use crate::store;
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// Bad input: the message names the value and the rule it broke.
@@ -25,13 +23,3 @@ pub enum ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
-
-impl From<store::Error> for ApiError {
-    fn from(e: store::Error) -> Self {
-        if e.is_unavailable() {
-            ApiError::Unavailable(e.to_string())
-        } else {
-            ApiError::Internal(e.to_string())
-        }
-    }
-}

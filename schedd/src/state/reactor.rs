@@ -19,23 +19,10 @@ use super::dependencies::EndedTargets;
 use super::{Effects, Records};
 use crate::error::ApiResult;
 use crate::fair_share::UsageBook;
+pub use crate::store::Room;
 use std::sync::Arc;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, RunRecord};
-
-/// Whose write it is, which decides how much of the state disk's reserve
-/// (`scheduler.state_reserve_mib`) it may use (see `store::Store::check_room`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Room {
-    /// A client's request (a submit, a cancel, an audited refusal): refused once the free
-    /// space is below the reserve.
-    Request,
-    /// The cluster's own bookkeeping (agents' registrations and reports, placements, nodes'
-    /// health): it may use three quarters of the reserve, so that requests filling the disk
-    /// never keep jobs from being started, ended and acknowledged, nor agents from
-    /// registering.
-    Cluster,
-}
 
 /// Where an event's time comes from: read once per event.
 pub trait Clock {

@@ -57,3 +57,15 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// A store's failure as a request sees it: unavailable (a full or unwritable disk: nothing
+/// changed, retry later) or internal.
+impl From<Error> for crate::error::ApiError {
+    fn from(e: Error) -> Self {
+        if e.is_unavailable() {
+            crate::error::ApiError::Unavailable(e.to_string())
+        } else {
+            crate::error::ApiError::Internal(e.to_string())
+        }
+    }
+}

@@ -70,7 +70,6 @@ pub use listed::{Finished, FinishedEntry, StoredBytes};
 pub use raft::{create_snapshot_file, APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;
-pub use crate::state::reactor::Room;
 pub use upkeep::{bounded_detail, AUDIT_DETAIL_MAX_BYTES, BALLAST_BYTES, BALLAST_FILE};
 
 #[cfg(test)]
@@ -91,6 +90,20 @@ pub struct Recovered {
     /// Every host ever enrolled.
     pub hosts: BTreeMap<String, HostEnrolment>,
     pub next_job_id: u64,
+}
+
+/// Whose write it is, which decides how much of the state disk's reserve
+/// (`scheduler.state_reserve_mib`) it may use (see `store::Store::check_room`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// A client's request (a submit, a cancel, an audited refusal): refused once the free
+    /// space is below the reserve.
+    Request,
+    /// The cluster's own bookkeeping (agents' registrations and reports, placements, nodes'
+    /// health): it may use three quarters of the reserve, so that requests filling the disk
+    /// never keep jobs from being started, ended and acknowledged, nor agents from
+    /// registering.
+    Cluster,
 }
 
 #[derive(Clone)]
