@@ -307,7 +307,7 @@ impl Cluster {
                 .heartbeat(name, running_jobs, checkpoints, unhealthy, gpus, now);
             // After `last_seen` moved (see above). A replica that leads without a majority
             // behind it lately renews no lease: fences follow the quorum, not one process.
-            if self.replica.as_ref().is_none_or(|r| r.has_quorum()) {
+            if self.durability.may_renew_fences() {
                 let _ = session.tx.send(AgentCommand::HeartbeatAck { seq });
             }
             match seen {

@@ -77,7 +77,7 @@ impl Cluster {
                 "only administrators may change the replicas".into(),
             ));
         }
-        let Some(replica) = &self.replica else {
+        let Some(replica) = self.durability.replica() else {
             return Err(ApiError::Conflict(
                 "this schedd runs alone (no scheduler.replicas): there is no membership to \
                  change"
@@ -104,7 +104,7 @@ impl Cluster {
             .replicas
             .iter()
             .position(|a| a == addr);
-        match (configured, &self.replica) {
+        match (configured, self.durability.replica()) {
             (Some(i), _) => i as u64 + 1,
             (None, Some(replica)) => {
                 let members = replica.members();

@@ -19,6 +19,7 @@
 mod agents;
 pub use agents::RelaySession;
 use agents::RelayToken;
+mod durability;
 mod hosts;
 pub mod mail;
 mod mail_queue;
@@ -47,80 +48,12 @@ use crate::state::submission::NewJob;
 use crate::state::{Effects, Records, SchedulerCopy};
 use crate::store::{self, Store};
 use crate::submit::{self, ValidSubmit};
+use durability::{Durability, Unwritten};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{AuditRecord, Caller, Config, Job, JobId, JobState};
-
-/// sled fails for good after a failed flush or a write that failed inside it (every later
-/// write fails, or never returns, until it is reopened), and the changes it could not flush
-/// are already in memory: the only safe state is the one on disk. Exit, so that the service
-/// manager restarts schedd from the store (everything acknowledged is there). A full disk is
-/// refused before this (`Store::check_room`).
-fn store_failed(e: &dyn std::fmt::Display) -> ! {
-    tracing::error!(
-        "state store write failed: {e}; exiting so that schedd restarts from what is on disk \
-         (nothing acknowledged is lost)"
-    );
-    eprintln!("schedd: fatal: state store write failed: {e}");
-    std::process::exit(75)
-}
-
-/// How long one write or flush of the store may take before schedd counts the store as
-/// wedged (sled waits forever on a write that failed under it) and exits 75, as for a failed
-/// flush. A write takes milliseconds, a flush at most a few seconds on a loaded disk.
-const STORE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Watches the store's writes and flushes from a thread of its own: one that has not
-/// returned after [`STORE_STALL`] ends schedd (exit 75), with a log line, rather than leave
-/// every request waiting for it forever.
-#[derive(Default)]
-struct StoreWatch {
-    /// When the write in progress began (ms since the epoch); 0: none.
-    write_since: std::sync::atomic::AtomicI64,
-    /// When the flush in progress began; 0: none.
-    flush_since: std::sync::atomic::AtomicI64,
-}
-
-impl StoreWatch {
-    fn start(self: &Arc<Self>) {
-        let watch = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("store-watch".into())
-            .spawn(move || loop {
-                std::thread::sleep(std::time::Duration::from_secs(1));
-                let limit = STORE_STALL.as_millis() as i64;
-                let now = now_ms();
-                for (what, since) in [("write", &watch.write_since), ("flush", &watch.flush_since)]
-                {
-                    let since = since.load(std::sync::atomic::Ordering::Relaxed);
-                    if since > 0 && now - since > limit {
-                        store_failed(&format!(
-                            "a {what} of the state store has not returned for {} s (is its \
-                             disk full or failing?)",
-                            (now - since) / 1000
-                        ));
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot start the state store's watchdog: {e}");
-        }
-    }
-
-    /// Marks `slot` busy until the returned guard is dropped.
-    fn busy(slot: &std::sync::atomic::AtomicI64) -> impl Drop + '_ {
-        struct Busy<'a>(&'a std::sync::atomic::AtomicI64);
-        impl Drop for Busy<'_> {
-            fn drop(&mut self) {
-                self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        slot.store(now_ms().max(1), std::sync::atomic::Ordering::Relaxed);
-        Busy(slot)
-    }
-}
 
 /// Messages to one agent's session, in the order they must arrive.
 pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;
@@ -165,28 +98,6 @@ pub struct State {
     unwritten: Unwritten,
 }
 
-/// Changes memory took before the store: always within one hold of the lock, or until the
-/// next write or flush, and only for changes nothing answers. sled 0.34 writes its log
-/// buffer out, and wakes every one of its IO threads, at each transaction, whatever its
-/// size: most of schedd's CPU per job went there while each submit and each agent's start
-/// report was a transaction of its own. Every write first writes what is held here (in one
-/// transaction with it), and so does the flush loop before it flushes: a change held here
-/// is as durable as one written and not yet flushed, and nothing is acknowledged, launched
-/// or stopped before the flush that covers it. Its room was checked before memory took it
-/// (a refusal still changes nothing); sled failing a write ends schedd (see
-/// [`store_failed`]), the store the truth again at the restart.
-#[derive(Default)]
-struct Unwritten {
-    /// Changes that need no flush of their own (agents' start reports, see
-    /// [`Cluster::report_loop`]): written with the next write or flush, which they ask for.
-    held: Vec<store::Batch>,
-    /// The event running now may be held (set around it).
-    hold: bool,
-    /// While the submit loop runs a round (see [`Cluster::submit_loop`]): its events'
-    /// changes, written together at its end, before the lock is let go.
-    round: Option<Vec<store::Batch>>,
-}
-
 /// A submit's event, run under the lock by the submit loop (see [`Cluster::submit_loop`]).
 type SubmitEvent = Box<dyn FnOnce(&mut State, &Cluster) -> ApiResult<reactor::Done<()>> + Send>;
 
@@ -225,8 +136,6 @@ pub struct Cluster {
     scheduler_view: Arc<tokio::sync::Mutex<SchedulerView>>,
     /// Prometheus metrics: counters moved by events, gauges counted at scrape (`scrape`).
     metrics: Arc<crate::metrics::Metrics>,
-    /// The store's writes and flushes in progress, for the watchdog.
-    store_watch: Arc<StoreWatch>,
     /// Wakes the upkeep of the state disk (`upkeep`): the audit log grew past its limit.
     upkeep_wake: Notify,
     /// How many of each user's refused requests were audited lately.
@@ -236,28 +145,13 @@ pub struct Cluster {
     gpu_reports: Notify,
     /// Sends job mails (`notify.sendmail`), off the lock and off the runtime.
     mailer: mail::Mailer,
-    /// This schedd's replica when it is one of `scheduler.replicas` (it then leads): changes
-    /// are replicated instead of written to the store here, and are durable once a majority
-    /// of replicas have them (see [`Cluster::flush_loop`]).
-    replica: Option<crate::replica::Replica>,
-    /// With a replica: the changes written since the last flush, in the order they were
-    /// made (under the state lock), each to be replicated as one entry.
-    proposals: Mutex<Vec<store::Batch>>,
-    /// With a replica: jobs whose change is announced to watchers after the flush that
-    /// replicates it (see [`Cluster::changed_when_durable`]).
+    /// Where a change becomes durable: this schedd's store, or (when it leads replicas) the
+    /// replicas' Raft log (see `durability`).
+    durability: Arc<dyn Durability>,
+    /// Jobs whose change is announced to watchers after the next flush (see
+    /// [`Cluster::changed_when_durable`]).
     announced_after_flush: Mutex<Vec<JobId>>,
-    /// Set once replication failed: why. Nothing is acknowledged after it (see
-    /// [`Cluster::replication_failed`]).
-    replication_failure: std::sync::OnceLock<String>,
 }
-
-/// How long a leader that could not replicate goes on answering (every change refused with
-/// why) before it exits (see [`Cluster::replication_failed`]).
-const EXIT_AFTER_FAILED_REPLICATION: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// How long a leader waits for a majority to take its changes before it gives up the lead
-/// (see [`lead_lost`]): clients then get "no quorum" until one is back.
-const REPLICATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panic while holding the lock would be a bug; keep serving rather than cascade.
@@ -314,6 +208,14 @@ impl Cluster {
         metrics.recovered(rec.active_jobs.values());
         let deps = EndedTargets::rebuild(&rec.active_jobs, |id| store.job_state(id))?;
         let limits = crate::state::RecordLimits::from_config(&config);
+        let durability: Arc<dyn Durability> = match replica {
+            Some(replica) => Arc::new(durability::Replicated::new(replica)),
+            None => {
+                let watch = Arc::new(durability::StoreWatch::default());
+                watch.start();
+                Arc::new(durability::LocalStore::new(store.clone(), watch))
+            }
+        };
         let config_notify = config.notify.clone();
         let cluster = Arc::new(Cluster {
             metrics,
@@ -340,17 +242,13 @@ impl Cluster {
             reports_tx,
             submits_tx,
             scheduler_view: Default::default(),
-            store_watch: Default::default(),
             upkeep_wake: Notify::new(),
             refusals: Default::default(),
             gpu_reports: Notify::new(),
             mailer: mail::Mailer::new(&config_notify),
-            replica,
-            proposals: Mutex::default(),
+            durability,
             announced_after_flush: Mutex::default(),
-            replication_failure: std::sync::OnceLock::new(),
         });
-        cluster.store_watch.start();
         tokio::spawn(cluster.clone().report_loop(reports_rx));
         tokio::spawn(cluster.clone().submit_loop(submits_rx));
         tokio::spawn(cluster.clone().flush_loop(flush_rx));
@@ -382,8 +280,8 @@ impl Cluster {
         async move {
             match rx.await {
                 Ok(true) => Ok(()),
-                _ => Err(match self.replication_failure.get() {
-                    Some(why) => ApiError::Unavailable(why.clone()),
+                _ => Err(match self.durability.failure() {
+                    Some(why) => ApiError::Unavailable(why),
                     None => ApiError::Internal("state store flush failed".into()),
                 }),
             }
@@ -401,54 +299,25 @@ impl Cluster {
             while let Ok(w) = rx.try_recv() {
                 waiters.extend(w);
             }
-            let (outbox, mails, proposals, announced) = {
+            let (outbox, mails, announced, flushing) = {
                 let mut st = lock(&self.state);
-                if let Err(e) = self.write_unwritten(&mut st.unwritten) {
+                if let Err(e) = self.durability.write_held(&mut st.unwritten) {
                     tracing::error!("writing held changes failed: {e}");
                 }
                 (
                     std::mem::take(&mut st.outbox),
                     std::mem::take(&mut st.mails),
-                    std::mem::take(&mut *self.lock_proposals()),
                     std::mem::take(
                         &mut *self
                             .announced_after_flush
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner),
                     ),
+                    // Taken with the outbox, under the lock: it covers what the outbox needs.
+                    self.durability.flush(),
                 )
             };
-            let ok = if let Some(replica) = &self.replica {
-                // Durable once a majority of the replicas have the changes in their logs;
-                // the answer comes once this replica applied them to its store too.
-                let replicated = if self.replication_failure.get().is_some() {
-                    false
-                } else {
-                    match tokio::time::timeout(
-                        REPLICATION_TIMEOUT,
-                        replica.replicate_all(proposals),
-                    )
-                    .await
-                    {
-                        Ok(Ok(())) => true,
-                        Ok(Err(e)) => self.replication_failed(e.to_string()),
-                        Err(_) => self.replication_failed(format!(
-                            "no quorum: a majority of scheduler.replicas did not take the \
-                             change within {} s: it was not acknowledged, and takes effect only \
-                             if this replica leads again once a majority is back (check with \
-                             yq before you repeat it)",
-                            REPLICATION_TIMEOUT.as_secs()
-                        )),
-                    }
-                };
-                replicated
-            } else {
-                let _busy = StoreWatch::busy(&self.store_watch.flush_since);
-                match self.store.flush().await {
-                    Ok(()) => true,
-                    Err(e) => store_failed(&e),
-                }
-            };
+            let ok = flushing.await.is_ok();
             if ok {
                 let st = lock(&self.state);
                 for (node, msg) in outbox {
@@ -470,26 +339,6 @@ impl Cluster {
         }
     }
 
-    /// A leader that could not replicate (it lost the lead, or a majority of the replicas
-    /// did not answer in time) holds changes in memory that may never be durable: from now
-    /// on it acknowledges nothing (each waiting request is told `why`), and it exits shortly
-    /// (status 75), so that the service manager restarts it as a follower of whoever leads,
-    /// from what was committed. Always `false` (nothing was replicated).
-    fn replication_failed(&self, why: String) -> bool {
-        tracing::error!("replication failed: {why}; exiting so that schedd restarts as a follower");
-        let _ = self.replication_failure.set(why);
-        tokio::spawn(async {
-            tokio::time::sleep(EXIT_AFTER_FAILED_REPLICATION).await;
-            eprintln!("schedd: fatal: replication failed");
-            std::process::exit(75)
-        });
-        false
-    }
-
-    fn lock_proposals(&self) -> MutexGuard<'_, Vec<store::Batch>> {
-        self.proposals.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
         for id in ids {
             let _ = self.changes.send(id);
@@ -503,7 +352,7 @@ impl Cluster {
     /// announces after that flush, or a watcher would read a job that left memory in its
     /// store's earlier version, and wait for a change that already came.
     fn changed_when_durable(&self, ids: Vec<JobId>) {
-        if self.replica.is_none() {
+        if !self.durability.store_follows_flush() {
             return self.changed(ids);
         }
         self.announced_after_flush
@@ -535,55 +384,11 @@ impl Cluster {
         }
         self.store.check_room(batch.bytes(), room)?;
         let audited = batch.has_audit();
-        if self.replica.is_none() && (unwritten.hold || unwritten.round.is_some()) {
-            match &mut unwritten.round {
-                Some(round) => round.push(batch),
-                None => unwritten.held.push(batch),
-            }
-            if audited {
-                self.audit_written();
-            }
-            return Ok(());
+        self.durability.take(batch, unwritten)?;
+        if audited {
+            self.audit_written();
         }
-        if self.replica.is_some() {
-            // Replicated at the next flush, in this order; every replica (this one too)
-            // writes it to its store when it is committed.
-            self.lock_proposals().push(batch);
-            if audited {
-                self.audit_written();
-            }
-            return Ok(());
-        }
-        let _busy = StoreWatch::busy(&self.store_watch.write_since);
-        let held = std::mem::take(&mut unwritten.held);
-        match self.store.apply_group(held.into_iter().chain([batch])) {
-            Err(e) if e.is_fatal_write() => store_failed(&e),
-            Err(e) => Err(e.into()),
-            Ok(()) => {
-                if audited {
-                    self.audit_written();
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Writes the changes held and those of a round of the submit loop (see
-    /// [`Unwritten`]), in as few transactions as the store can make of them. A failure that
-    /// leaves sled working (only a test's injected one: the room was checked before) loses
-    /// them, as a crash before a flush would: the caller refuses the round's requests.
-    fn write_unwritten(&self, unwritten: &mut Unwritten) -> ApiResult<()> {
-        let mut batches = std::mem::take(&mut unwritten.held);
-        batches.extend(unwritten.round.take().unwrap_or_default());
-        if batches.is_empty() {
-            return Ok(());
-        }
-        let _busy = StoreWatch::busy(&self.store_watch.write_since);
-        match self.store.apply_group(batches) {
-            Err(e) if e.is_fatal_write() => store_failed(&e),
-            Err(e) => Err(e.into()),
-            Ok(()) => Ok(()),
-        }
+        Ok(())
     }
 
     /// Runs one event of a client's request under the lock (see [`Cluster::run_event_in`]).

@@ -274,7 +274,7 @@ impl Cluster {
                         break;
                     }
                 }
-                if let Err(e) = self.write_unwritten(&mut st.unwritten) {
+                if let Err(e) = self.durability.write_held(&mut st.unwritten) {
                     for (done, _) in &mut answers {
                         if let Ok(done) = done {
                             st.reactor.submit_lost(&mut st.rec, &done.submitted);

@@ -5,6 +5,7 @@
 //! planned on the store and then written as one batch; with replicas, that batch is an entry
 //! of the log like any change, so that every replica's store keeps the same history.
 
+use super::durability::Failure;
 use super::*;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,12 +23,6 @@ const EXPIRE_JOBS_BATCH: usize = 200;
 /// store between them.
 const STEP_PAUSE: Duration = Duration::from_millis(10);
 
-/// Why a step of an expiry stopped the work: its store (full, or a failed write) or the
-/// replication of its removals.
-enum StepFailed {
-    Store(store::Error),
-    Replication(String),
-}
 /// The upkeep thread's nice value (see [`lower_priority`]): 10, as `nice` gives by default,
 /// about a tenth of the CPU a thread at 0 gets when both want it.
 const UPKEEP_NICE: libc::c_int = 10;
@@ -276,14 +271,12 @@ impl Cluster {
             + Send
             + 'static,
     ) -> usize {
-        if self.replica.is_some() && self.replication_failure.get().is_some() {
+        if self.durability.failure().is_some() {
             return 0;
         }
         let store = self.store.clone();
-        let watch = Arc::clone(&self.store_watch);
-        let replica = self.replica.clone();
+        let durability = Arc::clone(&self.durability);
         let runtime = tokio::runtime::Handle::current();
-        let named = what.to_string();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("upkeep".into())
@@ -294,37 +287,10 @@ impl Cluster {
                     let (n, removals) = match step(&store, &mut state) {
                         Ok(Some(planned)) => planned,
                         Ok(None) => break Ok(()),
-                        Err(e) => break Err(StepFailed::Store(e)),
+                        Err(e) => break Err(Failure::Refused(e)),
                     };
                     if !removals.is_empty() {
-                        let written = match &replica {
-                            // The timer is made inside the runtime's context.
-                            Some(replica) => runtime
-                                .block_on(async {
-                                    tokio::time::timeout(
-                                        REPLICATION_TIMEOUT,
-                                        replica.replicate(removals),
-                                    )
-                                    .await
-                                })
-                                .map_err(|_| {
-                                    StepFailed::Replication(format!(
-                                        "{named}: no quorum: a majority of scheduler.replicas \
-                                         did not take the removal within {} s",
-                                        REPLICATION_TIMEOUT.as_secs()
-                                    ))
-                                })
-                                .and_then(|replicated| {
-                                    replicated.map(|_| ()).map_err(|e| {
-                                        StepFailed::Replication(format!("{named}: {e}"))
-                                    })
-                                }),
-                            None => {
-                                let _busy = StoreWatch::busy(&watch.write_since);
-                                store.apply(removals).map_err(StepFailed::Store)
-                            }
-                        };
-                        if let Err(e) = written {
+                        if let Err(e) = durability.write_alone(removals, &runtime) {
                             break Err(e);
                         }
                     }
@@ -345,13 +311,12 @@ impl Cluster {
         }
         match done_rx.await {
             Ok((removed, Ok(()))) => removed,
-            Ok((_, Err(StepFailed::Store(e)))) if e.is_fatal_write() => store_failed(&e),
-            Ok((removed, Err(StepFailed::Store(e)))) => {
+            Ok((removed, Err(Failure::Refused(e)))) => {
                 tracing::warn!("{what} paused: {e}");
                 removed
             }
-            Ok((removed, Err(StepFailed::Replication(why)))) => {
-                self.replication_failed(why);
+            Ok((removed, Err(Failure::Lost(why)))) => {
+                self.durability.fail(format!("{what}: {why}"));
                 removed
             }
             Err(_) => {
