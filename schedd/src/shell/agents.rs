@@ -1,10 +1,23 @@
 //! Agent sessions: registration (one agent per node name), heartbeats, starts and ends.
 
-use super::*;
+use super::{lock, AgentTx, Cluster, Session, State, WallClock};
+use crate::error::ApiError;
+use crate::error::ApiResult;
 use crate::metrics::preempted_checkpoint_saves;
+use crate::state::agent_events::AgentReport;
+use crate::state::agent_events::Registration;
+use crate::state::commands::AgentCommand;
 use crate::state::gpu_health::GpuReport;
+use crate::state::reactor;
 use crate::state::HeartbeatSeen;
+use crate::state::Records;
+use crate::store;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use ysched_common::time::now_ms;
 use ysched_common::time::Millis;
+use ysched_common::JobId;
 use ysched_common::Node;
 
 /// The GPUs `after` has out of service for a failure that `before` (the node's previous

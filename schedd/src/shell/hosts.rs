@@ -2,8 +2,13 @@
 //! recorded (durable before they are answered), the certificate check every connection of a
 //! host goes through, and the listing (`yctl node hosts`).
 
-use super::*;
+use super::{lock, Cluster};
+use crate::error::ApiError;
+use crate::error::ApiResult;
+use crate::state::Effects;
+use ysched_common::time::now_ms;
 use ysched_common::tls::{EnrolToken, HostIdentity};
+use ysched_common::Caller;
 use ysched_common::HostEnrolment;
 
 impl Cluster {

@@ -38,22 +38,19 @@ pub use usage::TraceExport;
 
 use crate::core::{self, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
-use crate::fair_share::{QueueView, UsageBook};
-use crate::state::agent_events::{AgentReport, Limits, Registration};
-use crate::state::client_events::audit_record;
+use crate::fair_share::QueueView;
+use crate::state::agent_events::{AgentReport, Limits};
 use crate::state::commands::AgentCommand;
 use crate::state::dependencies::EndedTargets;
 use crate::state::reactor::{self, Clock, Ports, Reactor};
-use crate::state::submission::NewJob;
 use crate::state::{Effects, Records, SchedulerCopy};
 use crate::store::{self, Store};
-use crate::submit::{self, ValidSubmit};
 use durability::{Durability, Unwritten};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
-use ysched_common::{AuditRecord, Caller, Config, Job, JobId, JobState};
+use ysched_common::{Caller, Config, Job, JobId, JobState};
 
 /// Messages to one agent's session, in the order they must arrive.
 pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;

@@ -1,8 +1,28 @@
 //! Client requests that change state: each is an event of the state machine, run by the shell.
 
-use super::*;
+use super::{lock, Cluster, Named, QueuedSubmit, State, SubmitEvent, WallClock};
+use crate::core;
+use crate::error::ApiError;
+use crate::error::ApiResult;
+use crate::state::client_events::audit_record;
+use crate::state::reactor;
+use crate::state::submission::NewJob;
 use crate::state::targets::{parse_targets, plain_target};
+use crate::store;
+use crate::store::Store;
+use crate::submit;
+use crate::submit::ValidSubmit;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
 use ysched_common::array::merge_targets;
+use ysched_common::time::now_ms;
+use ysched_common::AuditRecord;
+use ysched_common::Caller;
+use ysched_common::Job;
+use ysched_common::JobId;
+use ysched_common::JobState;
 use ysched_common::{DependencyRequest, JobTarget};
 
 /// Jobs and job states read from the store before a request takes the lock (see

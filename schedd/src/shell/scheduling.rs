@@ -2,9 +2,23 @@
 //! applied for what still holds. Each pass orders every tier by fair share: the factors come
 //! from the usage book (ended runs) and the running jobs, computed off the lock.
 
-use super::*;
+use super::{lock, Cluster, State};
+use crate::core;
+use crate::core::Policy;
+use crate::core::Snapshot;
+use crate::error::ApiError;
+use crate::error::ApiResult;
 use crate::fair_share::share_table;
+use crate::fair_share::QueueView;
+use crate::fair_share::UsageBook;
 use crate::state::expected::expect_preemptors;
+use crate::store;
+use crate::store::Store;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use ysched_common::time::now_ms;
+use ysched_common::Config;
+use ysched_common::JobId;
 
 /// The half-life of the usage fair share counts (`fair_share.half_life`).
 pub fn usage_half_life_ms(config: &Config) -> i64 {

@@ -2,7 +2,7 @@
 //! nodes and sessions are counted under the lock (one pass over the nodes), then everything
 //! is set and encoded without it.
 
-use super::*;
+use super::{lock, Cluster};
 use crate::metrics::Format;
 
 impl Cluster {

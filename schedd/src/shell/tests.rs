@@ -5,6 +5,7 @@
 use super::*;
 use crate::core::testkit::{alice, caller};
 use crate::state::agent_events::Registration;
+use crate::submit;
 use std::time::{Duration, Instant};
 use ysched_common::{RunRecord, SubmitRequest};
 

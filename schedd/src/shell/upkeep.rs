@@ -6,10 +6,19 @@
 //! of the log like any change, so that every replica's store keeps the same history.
 
 use super::durability::Failure;
-use super::*;
+use super::{lock, Cluster};
+use crate::error::ApiResult;
+use crate::state::Effects;
+use crate::store;
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
 use std::time::Duration;
+use ysched_common::time::now_ms;
 use ysched_common::time::Millis;
+use ysched_common::AuditRecord;
+use ysched_common::Caller;
 
 /// How often the upkeep runs when nothing wakes it.
 const UPKEEP_EVERY: Duration = Duration::from_secs(60);

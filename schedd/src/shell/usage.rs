@@ -2,9 +2,14 @@
 //! store's recorded runs and a copy of the running jobs' usage so far, and imports of runs
 //! recorded elsewhere (`yctl usage import`), as one event.
 
-use super::*;
+use super::{lock, Cluster};
+use crate::error::ApiError;
+use crate::error::ApiResult;
 use crate::report::{self, GroupBy, Report};
 use crate::state::usage;
+use ysched_common::time::now_ms;
+use ysched_common::Caller;
+use ysched_common::JobId;
 use ysched_common::RunRecord;
 
 /// The longest window a report may cover (ten years: a day line each).
