@@ -1,6 +1,6 @@
 //! Agent sessions: registration (one agent per node name), heartbeats, starts and ends.
 
-use super::{lock, AgentTx, Cluster, Session, State, WallClock};
+use super::{lock, AgentTx, Cluster, RelaySession, State, WallClock};
 use crate::error::ApiError;
 use crate::error::ApiResult;
 use crate::metrics::preempted_checkpoint_saves;
@@ -38,81 +38,12 @@ fn newly_failed(before: Option<&Node>, after: &Node) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// Two agents under one name would take turns replacing each other's inventory and failing
-/// each other's jobs: the first one connected keeps the name.
-fn name_free(st: &State, name: &str, peer: &str) -> ApiResult<()> {
-    match st.sessions.get(name).filter(|s| !s.tx.is_closed()) {
-        Some(current) => {
-            let msg = format!(
-                "node name '{name}' is already in use by the agent connected from {}: \
-                 refusing the agent from {peer} (give it another --name)",
-                current.peer
-            );
-            tracing::error!("{msg}");
-            Err(ApiError::AlreadyExists(msg))
-        }
-        None => Ok(()),
-    }
-}
-
 /// A registering host's certificate is still taken (not revoked, not replaced by a newer
 /// enrolment): checked under the lock that a revocation's end of the session takes too.
 fn still_taken(st: &State, identity: Option<&ysched_common::tls::HostIdentity>) -> ApiResult<()> {
     match identity {
         Some(identity) => st.rec.check_certificate(identity).map_err(ApiError::Denied),
         None => Ok(()),
-    }
-}
-
-/// What relaying a request needs to know of the session that relays it.
-#[derive(Debug, Clone, Copy)]
-pub struct RelaySession {
-    /// A login agent's: it relays every user of its host (a compute node's, only those with
-    /// a job running there).
-    pub login: bool,
-}
-
-/// A session's relay token: 32 random bytes from the kernel (`getrandom`, which needs no file
-/// descriptor: it works when a flood has taken them all).
-#[derive(Clone, PartialEq, Eq)]
-pub(super) struct RelayToken([u8; 32]);
-
-impl RelayToken {
-    fn new() -> ApiResult<RelayToken> {
-        let mut bytes = [0u8; 32];
-        let mut filled = 0;
-        while filled < bytes.len() {
-            let rest = &mut bytes[filled..];
-            // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
-            let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-            match n {
-                n if n > 0 => filled += n as usize,
-                _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-                _ => {
-                    return Err(ApiError::Unavailable(format!(
-                        "cannot make a session token: {}",
-                        std::io::Error::last_os_error()
-                    )))
-                }
-            }
-        }
-        Ok(RelayToken(bytes))
-    }
-
-    /// Whether `given` is this token, in time independent of where they differ.
-    fn matches(&self, given: &[u8]) -> bool {
-        given.len() == self.0.len()
-            && given
-                .iter()
-                .zip(&self.0)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    }
-}
-
-impl std::fmt::Debug for RelayToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RelayToken(..)")
     }
 }
 
@@ -142,12 +73,11 @@ impl Cluster {
         if reg.login {
             return self.register_login(&reg, peer, tx, identity);
         }
-        let relay_token = RelayToken::new()?;
         let limits = self.limits();
         let (session_id, changed) = {
             let mut st = lock(&self.state);
             still_taken(&st, identity)?;
-            name_free(&st, &name, peer)?;
+            st.sessions.name_free(&name, peer)?;
             let done = st.run(self, store::Room::Cluster, &WallClock, |rec, now| {
                 let (effects, kill_jobs) = rec.register(&reg, limits, now);
                 let failed = effects
@@ -170,22 +100,12 @@ impl Cluster {
             }
             // First on the new session; what the registration decided follows after the
             // flush, through the outbox (which the lock keeps from leaving before this).
-            let _ = tx.send(AgentCommand::Registered {
+            let registered = tx.clone();
+            let (session_id, relay_token) = st.sessions.open(&name, peer, tx, false)?;
+            let _ = registered.send(AgentCommand::Registered {
                 kill_jobs,
-                relay_token: relay_token.0.to_vec(),
+                relay_token,
             });
-            let session_id = st.next_session_id;
-            st.next_session_id += 1;
-            st.sessions.insert(
-                name.clone(),
-                Session {
-                    id: session_id,
-                    peer: peer.to_string(),
-                    relay_token,
-                    tx,
-                    login: false,
-                },
-            );
             (session_id, done.changed)
         };
         self.settle(changed, true).await?;
@@ -203,10 +123,9 @@ impl Cluster {
         identity: Option<&ysched_common::tls::HostIdentity>,
     ) -> ApiResult<u64> {
         let name = &reg.name;
-        let relay_token = RelayToken::new()?;
         let mut st = lock(&self.state);
         still_taken(&st, identity)?;
-        name_free(&st, name, peer)?;
+        st.sessions.name_free(name, peer)?;
         if st.rec.nodes().contains_key(name) {
             let msg = format!(
                 "'{name}' is the name of a compute node: refusing it for the login agent from \
@@ -215,22 +134,12 @@ impl Cluster {
             tracing::error!("{msg}");
             return Err(ApiError::AlreadyExists(msg));
         }
-        let session_id = st.next_session_id;
-        st.next_session_id += 1;
-        let _ = tx.send(AgentCommand::Registered {
+        let registered = tx.clone();
+        let (session_id, relay_token) = st.sessions.open(name, peer, tx, true)?;
+        let _ = registered.send(AgentCommand::Registered {
             kill_jobs: reg.running_jobs.clone(),
-            relay_token: relay_token.0.to_vec(),
+            relay_token,
         });
-        st.sessions.insert(
-            name.clone(),
-            Session {
-                id: session_id,
-                peer: peer.to_string(),
-                relay_token,
-                tx,
-                login: true,
-            },
-        );
         tracing::info!(node = %name, "login agent registered from {peer}");
         Ok(session_id)
     }
@@ -238,21 +147,13 @@ impl Cluster {
     /// `node`'s live agent session, if `peer` is its connection: requests relayed for that
     /// node may come there (agents older than the relay token send them there).
     pub fn session_on_peer(&self, node: &str, peer: &str) -> Option<RelaySession> {
-        let st = lock(&self.state);
-        st.sessions
-            .get(node)
-            .filter(|s| s.peer == peer && !s.tx.is_closed())
-            .map(|s| RelaySession { login: s.login })
+        lock(&self.state).sessions.on_peer(node, peer)
     }
 
     /// `node`'s live agent session, if `token` is its relay token: a request relayed for
     /// that node carrying it comes from that agent, on whatever connection.
     pub fn relay_session(&self, node: &str, token: &[u8]) -> Option<RelaySession> {
-        let st = lock(&self.state);
-        st.sessions
-            .get(node)
-            .filter(|s| !s.tx.is_closed() && s.relay_token.matches(token))
-            .map(|s| RelaySession { login: s.login })
+        lock(&self.state).sessions.with_token(node, token)
     }
 
     /// Whether job `id` holds resources on `node` now (starting, running or being stopped
@@ -268,11 +169,7 @@ impl Cluster {
 
     pub fn node_disconnected(&self, name: &str, session_id: u64) {
         let mut st = lock(&self.state);
-        if let Some(session) = st.sessions.remove(name) {
-            if session.id != session_id {
-                st.sessions.insert(name.to_string(), session);
-                return;
-            }
+        if let Some(session) = st.sessions.close(name, Some(session_id)) {
             if session.login {
                 tracing::info!(node = name, "login agent disconnected");
                 return;
@@ -312,16 +209,16 @@ impl Cluster {
         let seen = {
             let mut st = lock(&self.state);
             let st = &mut *st;
-            let Some(session) = st.sessions.get(name).filter(|s| s.id == session_id) else {
+            if !st.sessions.is_current(name, session_id) {
                 return; // an old session's heartbeat: its connection is on its way out
-            };
+            }
             let seen = st
                 .rec
                 .heartbeat(name, running_jobs, checkpoints, unhealthy, gpus, now);
             // After `last_seen` moved (see above). A replica that leads without a majority
             // behind it lately renews no lease: fences follow the quorum, not one process.
             if self.durability.may_renew_fences() {
-                let _ = session.tx.send(AgentCommand::HeartbeatAck { seq });
+                st.sessions.send(name, AgentCommand::HeartbeatAck { seq });
             }
             match seen {
                 Some(seen) => seen,
@@ -504,7 +401,7 @@ impl Cluster {
     pub(super) fn end_silent_session(&self, name: &str) {
         let mut st = lock(&self.state);
         if st.rec.node_disconnected(name) {
-            st.sessions.remove(name);
+            st.sessions.close(name, None);
             tracing::warn!(
                 node = name,
                 "no heartbeat for scheduler.node_timeout_secs: session ended"
@@ -516,8 +413,7 @@ impl Cluster {
     /// again.
     fn end_session(&self, name: &str, session_id: u64) {
         let mut st = lock(&self.state);
-        if st.sessions.get(name).is_some_and(|s| s.id == session_id) {
-            st.sessions.remove(name);
+        if st.sessions.close(name, Some(session_id)).is_some() {
             st.rec.node_disconnected(name);
         }
     }

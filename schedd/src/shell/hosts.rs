@@ -40,7 +40,7 @@ impl Cluster {
         let (changed, wake, ()) =
             self.run_event(|rec, now| Ok((rec.revoke_host(caller, name, now)?, ())))?;
         self.settle(changed, wake).await?;
-        let session = lock(&self.state).sessions.get(name).map(|s| s.id);
+        let session = lock(&self.state).sessions.id_of(name);
         if let Some(id) = session {
             // Its sender dropped: the session's stream to the agent ends.
             self.node_disconnected(name, id);
@@ -138,7 +138,7 @@ impl Cluster {
             .hosts()
             .values()
             .map(|h| {
-                let connected = st.sessions.get(&h.name).is_some_and(|s| !s.tx.is_closed());
+                let connected = st.sessions.connected(&h.name);
                 (h.clone(), connected)
             })
             .collect())

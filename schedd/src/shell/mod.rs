@@ -9,7 +9,7 @@
 //!
 //! - `requests`: client requests that change state (submit, cancel, hold, requeue, drain).
 //! - `queries`: listings and details (read-only).
-//! - `agents`: agent sessions and their reports.
+//! - `agents`: agent sessions and their reports; `sessions`: the live sessions themselves.
 //! - `hosts`: hosts' enrolments, revocations, and the check of their certificates.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
 //! - `usage`: usage reports (off the lock) and imports of usage.
@@ -17,8 +17,9 @@
 //!   its queue, bounded in all and per user.
 
 mod agents;
-pub use agents::RelaySession;
-use agents::RelayToken;
+mod sessions;
+pub use sessions::RelaySession;
+use sessions::{AgentTx, Sessions};
 mod durability;
 mod hosts;
 pub mod mail;
@@ -52,27 +53,10 @@ use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 use ysched_common::time::now_ms;
 use ysched_common::{Caller, Config, Job, JobId, JobState};
 
-/// Messages to one agent's session, in the order they must arrive.
-pub type AgentTx = mpsc::UnboundedSender<AgentCommand>;
-
-struct Session {
-    id: u64,
-    /// The address the agent's connection comes from: its relayed client requests come on
-    /// that connection or carry `relay_token` (see `server::relay`).
-    peer: String,
-    /// The session's secret, sent to the agent only in its `Registered`: a relayed request
-    /// carrying it comes from this agent, on whatever connection (see `server::relay`).
-    relay_token: RelayToken,
-    tx: AgentTx,
-    /// A login agent: it relays clients and runs nothing; its name is no node.
-    login: bool,
-}
-
 pub struct State {
     /// Jobs not yet finished (finished ones live only in the store), nodes, the id counter.
     rec: Records,
-    sessions: BTreeMap<String, Session>,
-    next_session_id: u64,
+    sessions: Sessions,
     /// Agent messages waiting for the next flush: never sent before the change they carry is
     /// durable, and sent in the order they were queued.
     outbox: Vec<(String, AgentCommand)>,
@@ -222,8 +206,7 @@ impl Cluster {
             state: Mutex::new(State {
                 rec: Records::new(rec.active_jobs, rec.nodes, rec.next_job_id, limits)
                     .with_hosts(rec.hosts),
-                sessions: BTreeMap::new(),
-                next_session_id: 1,
+                sessions: Sessions::default(),
                 outbox: Vec::new(),
                 mails: Vec::new(),
                 topologies: core::Topologies::default(),
@@ -321,9 +304,7 @@ impl Cluster {
                     if let AgentCommand::Launch(order) = &msg {
                         ysched_common::stamp::stamp("d.launch_out", order.job.id.0);
                     }
-                    if let Some(s) = st.sessions.get(&node) {
-                        let _ = s.tx.send(msg);
-                    }
+                    st.sessions.send(&node, msg);
                 }
                 drop(st);
                 // Durable now: the users may be told (queued, never waited for).

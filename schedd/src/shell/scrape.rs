@@ -11,8 +11,8 @@ impl Cluster {
     pub fn metrics_text(&self, format: Format) -> String {
         let census = {
             let st = lock(&self.state);
-            let live = st.sessions.values().filter(|s| !s.tx.is_closed());
-            self.metrics.census(st.rec.nodes(), live.map(|s| s.login))
+            self.metrics
+                .census(st.rec.nodes(), st.sessions.live_logins())
         };
         self.metrics.render(&census, format)
     }
