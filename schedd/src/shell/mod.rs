@@ -7,7 +7,8 @@
 //!
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 //!
-//! - `requests`: client requests that change state (submit, cancel, hold, requeue, drain).
+//! - `submits`: submits, run in rounds by the submit loop.
+//! - `requests`: the other client requests that change state (cancel, hold, requeue, drain).
 //! - `queries`: listings and details (read-only).
 //! - `agents`: agent sessions and their reports; `sessions`: the live sessions themselves.
 //! - `hosts`: hosts' enrolments, revocations, and the check of their certificates.
@@ -26,9 +27,11 @@ pub mod mail;
 mod mail_queue;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
-pub use requests::{GpuResumeOutcome, Submitted, GPU_CONFIRM_WAIT};
+pub use requests::{GpuResumeOutcome, GPU_CONFIRM_WAIT};
+pub use submits::Submitted;
 mod requests;
 mod scheduling;
+mod submits;
 pub use scheduling::usage_half_life_ms;
 mod scrape;
 #[cfg(test)]
