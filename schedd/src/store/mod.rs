@@ -65,7 +65,7 @@ use batch::{encode_job, JobWrite};
 pub use error::{Error, Result};
 pub use history::Expired;
 use history::IndexWrite;
-pub use listed::{Finished, FinishedEntry, StoredBytes};
+pub use listed::{Finished, FinishedEntry, PageRoom, StoredBytes};
 pub use raft::{APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;
