@@ -10,7 +10,9 @@
 //! [`ysched_common::edge::MAX_STATUS_MESSAGE_BYTES`] long, whatever input it echoes.
 
 mod agent_api;
+mod answering;
 mod client_api;
+mod client_service;
 mod cluster_status;
 pub(crate) mod convert;
 mod forward;
@@ -19,6 +21,7 @@ mod metrics_http;
 mod relay;
 mod replication;
 mod tls;
+mod watch;
 
 pub(crate) use convert::part_end;
 pub use tls::{load_or_create_ca, server_config as tls_server_config};
@@ -32,6 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
+use ysched_common::edge::answers::AnswerBudget;
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_proto as pb;
@@ -113,11 +117,11 @@ const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
 /// The services of the schedd that leads (the only one there is without replicas).
 #[derive(Clone)]
 struct Leader {
-    clients: client_api::ClientService,
+    clients: client_service::ClientService,
     agents: NodeAgentServer<agent_api::AgentApi>,
     /// The client API again, for requests agents relay from their hosts' client sockets
     /// (see `relay`): behind the same cluster-key check as the sessions.
-    relayed: client_api::ClientService,
+    relayed: client_service::ClientService,
 }
 
 impl Leader {
@@ -128,12 +132,25 @@ impl Leader {
         // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its
         // node.
         let max_message = cluster.config().max_message_bytes();
+        // One budget of answers not yet read for both doors: a user's relayed requests and
+        // those on schedd's own socket share their room.
+        let answers = AnswerBudget::new(Default::default(), "schedd");
         Leader {
-            clients: client_api::ClientService::new(cluster.clone(), max_message, None),
+            clients: client_service::ClientService::new(
+                cluster.clone(),
+                max_message,
+                None,
+                answers.clone(),
+            ),
             agents: NodeAgentServer::new(agent_api::AgentApi::new(cluster.clone()))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_message),
-            relayed: client_api::ClientService::new(cluster.clone(), max_message, forwarded),
+            relayed: client_service::ClientService::new(
+                cluster.clone(),
+                max_message,
+                forwarded,
+                answers,
+            ),
         }
     }
 }
