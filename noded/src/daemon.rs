@@ -161,7 +161,6 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         node: name.clone(),
         schedd: schedd.clone(),
         cluster_key: cluster_key.clone(),
-        max_message_bytes: config.max_message_bytes(),
         max_connections_per_user: config.node.max_connections_per_user as usize,
         max_client_connections: config.node.max_client_connections as usize,
     };
