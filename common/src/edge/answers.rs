@@ -21,6 +21,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// Metadata a node's relay adds to a request whose answer may be large: the room (bytes) it
+/// reserved for the answer, so that schedd makes a page of a listing that fits it rather than
+/// one the relay would have to refuse.
+pub const ANSWER_ROOM_METADATA: &str = "ysched-answer-room";
+
 /// The caps of one daemon's budget (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {

@@ -2,10 +2,12 @@
 //! as it comes (the relay's connection to schedd is shared by every user of the host, so one
 //! client that does not read must not leave schedd's data unread on it, which would stall
 //! the others' answers), queued for the client, and handed to the client's connection only as
-//! its HTTP/2 window lets each piece go. What is queued is reserved, piece by piece, in the
-//! node's budget of answers not yet read (`ysched_common::edge::answers`) and given back as
-//! each piece leaves; past a cap the answer is cut: what is queued is dropped and the client
-//! gets `RESOURCE_EXHAUSTED`, and schedd's stream is reset.
+//! its HTTP/2 window lets each piece go. What is queued is reserved in the node's budget of
+//! answers not yet read (`ysched_common::edge::answers`): a unary answer within the room
+//! reserved for it before its request went on (grown if it comes larger), held until its body
+//! is dropped; a stream's events piece by piece, each given back as it leaves. Past a cap the
+//! answer is cut: what is queued is dropped, the client gets `RESOURCE_EXHAUSTED`, and
+//! schedd's stream is reset.
 
 use super::schedd_status;
 use bytes::Bytes;
@@ -22,7 +24,10 @@ use ysched_common::edge::answers::{AnswerBudget, Holder, Reservation};
 /// What is queued for the client, and how it ends.
 #[derive(Default)]
 struct Queue {
-    pieces: VecDeque<(Bytes, Reservation)>,
+    /// Each with its own reservation when the answer has no room of its own (a stream).
+    pieces: VecDeque<(Bytes, Option<Reservation>)>,
+    /// The room of a unary answer, reserved before its request went on.
+    room: Option<Reservation>,
     trailers: Option<HeaderMap>,
     /// Nothing more comes (the trailers, if any, are the last).
     ended: bool,
@@ -65,15 +70,23 @@ impl Body for RelayedAnswer {
     }
 }
 
-/// The body of schedd's answer `upstream`, relayed to `holder` within `budget` (see the module
-/// docs); the pump runs on a task of its own until the answer has been read from schedd, or
-/// the client is gone.
-pub(super) fn relayed<B>(upstream: B, budget: AnswerBudget, holder: Holder) -> RelayedAnswer
+/// The body of schedd's answer `upstream`, relayed to `holder` within `budget`, in `room` when
+/// it is a unary answer's (see the module docs); the pump runs on a task of its own until the
+/// answer has been read from schedd, or the client is gone.
+pub(super) fn relayed<B>(
+    upstream: B,
+    budget: AnswerBudget,
+    holder: Holder,
+    room: Option<Reservation>,
+) -> RelayedAnswer
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: std::fmt::Display,
 {
-    let queue = Arc::new(Mutex::new(Queue::default()));
+    let queue = Arc::new(Mutex::new(Queue {
+        room,
+        ..Queue::default()
+    }));
     let (reader, gone) = tokio::sync::oneshot::channel();
     tokio::spawn(pump(upstream, Arc::clone(&queue), gone, budget, holder));
     RelayedAnswer {
@@ -92,6 +105,8 @@ async fn pump<B>(
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
+    // What a unary answer has brought so far: its room grows to it if it must.
+    let mut received = 0u64;
     loop {
         let frame = tokio::select! {
             frame = upstream.frame() => frame,
@@ -104,21 +119,31 @@ async fn pump<B>(
                 "schedd's answer broke off: {e}"
             )))),
             Some(Ok(frame)) => match frame.into_data() {
-                Ok(piece) => match budget.reserve(&holder, piece.len() as u64) {
-                    Ok(held) => {
-                        let mut q = lock(&queue);
-                        q.pieces.push_back((piece, held));
-                        if let Some(waker) = q.waker.take() {
-                            waker.wake();
+                Ok(piece) => {
+                    let mut q = lock(&queue);
+                    let len = piece.len() as u64;
+                    received += len;
+                    let held = match q.room.as_mut() {
+                        Some(room) if received <= room.bytes() => Ok(None),
+                        Some(room) => room.resize(received).map(|()| None),
+                        None => budget.reserve(&holder, len).map(Some),
+                    };
+                    match held {
+                        Ok(held) => {
+                            q.pieces.push_back((piece, held));
+                            if let Some(waker) = q.waker.take() {
+                                waker.wake();
+                            }
+                            continue;
                         }
-                        continue;
+                        Err(refusal) => {
+                            // What was queued goes (the client cannot use part of an answer).
+                            q.pieces.clear();
+                            q.room = None;
+                            Some(status_trailers(refusal.into()))
+                        }
                     }
-                    Err(refusal) => {
-                        // What was queued goes (the client cannot use a part of an answer).
-                        lock(&queue).pieces.clear();
-                        Some(status_trailers(refusal.into()))
-                    }
-                },
+                }
                 Err(frame) => frame.into_trailers().ok().map(|trailers| {
                     match Status::from_header_map(&trailers) {
                         Some(status) => status_trailers(schedd_status(status)),
@@ -182,7 +207,7 @@ mod tests {
             connection: Some(connection.clone()),
         };
         let (tx, body) = upstream();
-        let mut answer = relayed(body, budget.clone(), holder);
+        let mut answer = relayed(body, budget.clone(), holder, None);
         for _ in 0..4 {
             tx.send(Ok(Frame::data(Bytes::from(vec![1u8; 1000]))))
                 .await
@@ -219,7 +244,7 @@ mod tests {
             connection: None,
         };
         let (tx, body) = upstream();
-        let mut answer = relayed(body, budget.clone(), holder);
+        let mut answer = relayed(body, budget.clone(), holder, None);
         for _ in 0..100 {
             if tx
                 .send(Ok(Frame::data(Bytes::from(vec![1u8; 16 << 10]))))
@@ -244,6 +269,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_unary_answer_is_held_in_its_room_grown_if_it_comes_larger() {
+        let budget = AnswerBudget::new(caps(1 << 20), "node n1's agent");
+        let holder = Holder {
+            uid: 7,
+            connection: None,
+        };
+        let room = budget.reserve(&holder, 3000).unwrap();
+        let (tx, body) = upstream();
+        let mut answer = relayed(body, budget.clone(), holder, Some(room));
+        for _ in 0..2 {
+            tx.send(Ok(Frame::data(Bytes::from(vec![1u8; 1000]))))
+                .await
+                .unwrap();
+        }
+        eventually(|| lock(&answer.queue).pieces.len() == 2).await;
+        assert_eq!(budget.held(), 3000, "within its room");
+        for _ in 0..2 {
+            tx.send(Ok(Frame::data(Bytes::from(vec![1u8; 1000]))))
+                .await
+                .unwrap();
+        }
+        eventually(|| budget.held() == 4000).await;
+        drop(tx);
+        while answer.frame().await.is_some() {}
+        assert_eq!(budget.held(), 4000, "held until the body is dropped");
+        drop(answer);
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[tokio::test]
     async fn a_client_gone_ends_the_pump_and_gives_everything_back() {
         let budget = AnswerBudget::new(caps(1 << 20), "node n1's agent");
         let holder = Holder {
@@ -251,7 +306,7 @@ mod tests {
             connection: None,
         };
         let (tx, body) = upstream();
-        let answer = relayed(body, budget.clone(), holder);
+        let answer = relayed(body, budget.clone(), holder, None);
         tx.send(Ok(Frame::data(Bytes::from(vec![1u8; 5000]))))
             .await
             .unwrap();

@@ -38,10 +38,11 @@ use tonic::codegen::http;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::transport::Channel;
 use tonic::Status;
-use ysched_common::edge::answers::{AnswerBudget, Holder};
+use ysched_common::edge::answers::{AnswerBudget, Holder, ANSWER_ROOM_METADATA};
 use ysched_common::edge::unix_listener::{ClientConnectInfo, ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_common::identity::{relayed_caller, Hop};
+use ysched_common::limits;
 use ysched_proto as pb;
 
 pub use ysched_common::identity::RELAYED_CALLER_METADATA as CALLER_METADATA;
@@ -164,6 +165,27 @@ impl Relay {
             0,
         )
         .await?;
+        let holder = Holder {
+            uid: cred.uid(),
+            connection: Some(connection.answers),
+        };
+        // The room for a unary answer, reserved before schedd makes it: a user whose answers
+        // not yet read fill their room here costs schedd nothing more.
+        let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+        let room = if method == "WatchJob" {
+            None
+        } else {
+            let most = if LARGE_ANSWERS.contains(&method) {
+                limits::LISTING_BYTES_PER_REPLY.max
+            } else {
+                SMALL_ROOM
+            };
+            Some(self.answers.reserve_up_to(
+                &holder,
+                most,
+                SMALL_ROOM.min(limits::LISTING_BYTES_AT_LEAST),
+            )?)
+        };
         let (parts, body) = req.into_parts();
         // The method's path alone: the channel puts schedd's address in front.
         let uri: http::Uri = parts
@@ -184,6 +206,9 @@ impl Relay {
         let mut metadata = MetadataMap::new();
         metadata.insert("authorization", self.authorization.clone());
         metadata.insert_bin(CALLER_METADATA, MetadataValue::from_bytes(&caller));
+        if let Some(room) = &room {
+            metadata.insert(ANSWER_ROOM_METADATA, MetadataValue::from(room.bytes()));
+        }
         headers.extend(metadata.into_headers());
         use tower::ServiceExt;
         let answer = link.channel.oneshot(outgoing).await.map_err(|e| {
@@ -193,11 +218,7 @@ impl Relay {
             ))
         })?;
         let (parts, body) = answer.into_parts();
-        let holder = Holder {
-            uid: cred.uid(),
-            connection: Some(connection.answers),
-        };
-        let body = answer::relayed(body, self.answers.clone(), holder);
+        let body = answer::relayed(body, self.answers.clone(), holder, room);
         let mut relayed = http::Response::new(Body::new(body));
         *relayed.status_mut() = parts.status;
         *relayed.headers_mut() = passed_answer_headers(&parts.headers);
@@ -214,6 +235,12 @@ impl Relay {
         })
     }
 }
+
+/// Methods whose answers may be large (a page of a listing, every node, a report): the room
+/// reserved before the request goes on is a listing's page at most (see `relayed`).
+const LARGE_ANSWERS: [&str; 5] = ["ListJobs", "ListNodes", "Audit", "Report", "ExportTrace"];
+/// The room reserved before any other unary request goes on; its answer grows it if it must.
+const SMALL_ROOM: u64 = 64 << 10;
 
 /// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
 /// the client chose.

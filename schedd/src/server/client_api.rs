@@ -12,6 +12,7 @@ use prost::Message;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
+use ysched_common::edge::answers::ANSWER_ROOM_METADATA;
 use ysched_common::edge::unix_listener::ClientConnectInfo;
 use ysched_common::{limits, Caller};
 use ysched_proto as pb;
@@ -75,7 +76,14 @@ impl ClientApi {
     /// less room for answers not yet read; `RESOURCE_EXHAUSTED` when it has almost none.
     /// Returns the room.
     fn room_to_make<T>(&self, req: &Request<T>) -> Result<u64, Status> {
-        let most = limits::LISTING_BYTES_PER_REPLY.max;
+        // A node's relay says how much room it has for the answer (see `noded::relay`).
+        let relay_room = req
+            .metadata()
+            .get(ANSWER_ROOM_METADATA)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let most = relay_room.map_or(limits::LISTING_BYTES_PER_REPLY.max, |room| {
+            room.min(limits::LISTING_BYTES_PER_REPLY.max)
+        });
         match Answering::of(req) {
             Some(answering) => answering.room(most, limits::LISTING_BYTES_AT_LEAST),
             None => Ok(most),
