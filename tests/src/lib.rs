@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod fuzz;
 pub mod neighbour;
 pub mod power_loss;
+pub mod slow_readers;
 pub mod unread;
 
 mod as_user;

@@ -29,6 +29,8 @@ pub struct Tally {
     pub failed: AtomicUsize,
     /// Answered whole (an empty answer fits a window of 0).
     pub answered: AtomicUsize,
+    /// Connections on which HTTP/2 could not even start (closed at accept: over a limit).
+    pub connections_lost: AtomicUsize,
     pub first_refusal: Mutex<String>,
     pub first_failure: Mutex<String>,
 }
@@ -63,11 +65,13 @@ pub struct UnreadListings {
 
 impl UnreadListings {
     /// Opens HTTP/2 (window 0) on each of `connections` and sends `per_connection` copies of
-    /// `request` on each, never reading an answer.
+    /// `request` on each, never reading an answer; with `again`, a request refused or failed
+    /// is sent again after that pause, for as long as this lives.
     pub fn start(
         connections: Vec<UnixStream>,
         per_connection: usize,
         request: pb::ListJobsRequest,
+        again: Option<std::time::Duration>,
     ) -> UnreadListings {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -81,6 +85,7 @@ impl UnreadListings {
                 let channel = match unread_channel(stream).await {
                     Ok(channel) => channel,
                     Err(e) => {
+                        tally.connections_lost.fetch_add(1, Ordering::Relaxed);
                         tally.sent.fetch_add(per_connection, Ordering::Relaxed);
                         tally.failed.fetch_add(per_connection, Ordering::Relaxed);
                         note(&tally.first_failure, format!("connect: {e}"));
@@ -91,19 +96,25 @@ impl UnreadListings {
                     let (tally, request) = (Arc::clone(&tally), request.clone());
                     let mut client = pb::ysched_client::YschedClient::new(channel.clone())
                         .max_decoding_message_size(usize::MAX);
-                    tally.sent.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(async move {
-                        match client.list_jobs(request).await {
-                            Ok(_) => tally.answered.fetch_add(1, Ordering::Relaxed),
-                            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
-                                note(&tally.first_refusal, s.message().to_string());
-                                tally.refused.fetch_add(1, Ordering::Relaxed)
+                        loop {
+                            tally.sent.fetch_add(1, Ordering::Relaxed);
+                            match client.list_jobs(request.clone()).await {
+                                Ok(_) => tally.answered.fetch_add(1, Ordering::Relaxed),
+                                Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                                    note(&tally.first_refusal, s.message().to_string());
+                                    tally.refused.fetch_add(1, Ordering::Relaxed)
+                                }
+                                Err(s) => {
+                                    note(&tally.first_failure, format!("{s:?}"));
+                                    tally.failed.fetch_add(1, Ordering::Relaxed)
+                                }
+                            };
+                            match again {
+                                Some(pause) => tokio::time::sleep(pause).await,
+                                None => return,
                             }
-                            Err(s) => {
-                                note(&tally.first_failure, format!("{s:?}"));
-                                tally.failed.fetch_add(1, Ordering::Relaxed)
-                            }
-                        };
+                        }
                     });
                 }
             });

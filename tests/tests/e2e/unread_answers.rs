@@ -102,7 +102,7 @@ fn flood(c: &mut TestCluster, agent: Option<&str>, other: u32, watched: Vec<u32>
     let socket = agent.map_or_else(|| c.socket(), |a| c.agent_socket(a));
     let peak = PeakRss::watch(watched);
     let connections = connect_as(&socket, NOBODY, NOBODY, 64);
-    let attack = UnreadListings::start(connections, 16, whole_history());
+    let attack = UnreadListings::start(connections, 16, whole_history(), None);
     let tally = &attack.tally;
     // Each request is held (the user's room: a few pages) or refused, within seconds.
     let mut settled = (0, Instant::now());
