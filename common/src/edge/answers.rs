@@ -129,6 +129,16 @@ impl std::fmt::Display for Refusal {
                 limits::UNREAD_ANSWERS,
             ),
         };
+        if self.asked > self.limit {
+            return write!(
+                f,
+                "this answer alone is {}, over the limit {per} of answers not yet read, {} \
+                 ({}): ask for less at once (a shorter window, or a --limit)",
+                format_size(self.asked),
+                format_size(self.limit),
+                row.key
+            );
+        }
         let what = match self.cap {
             Cap::Total => "retry shortly",
             Cap::Connection | Cap::User => {
@@ -402,7 +412,7 @@ mod tests {
     #[test]
     fn the_rest_kept_for_small_answers_goes_to_users_who_hold_little() {
         let budget = AnswerBudget::new(caps(), "schedd");
-        // Three users fill what everyone may use (96 - 16 MiB).
+        // Five users fill what everyone may use (96 - 16 MiB).
         let held: Vec<Reservation> = (0..5)
             .map(|i| {
                 budget
@@ -454,6 +464,13 @@ mod tests {
             .starts_with("node n1's agent holds 1.0 MiB"));
         assert_eq!(r.bytes(), MIB, "unchanged when refused");
         r.resize(16 * MIB).unwrap();
+        // One answer larger than a cap by itself: the message says to ask for less.
+        let alone = budget.reserve(&on(4, &ConnectionAnswers::default()), 20 * MIB);
+        assert_eq!(
+            alone.unwrap_err().to_string(),
+            "this answer alone is 20.0 MiB, over the limit per connection of answers not yet \
+             read, 16.0 MiB (fixed): ask for less at once (a shorter window, or a --limit)"
+        );
         // Past the least room: refused.
         assert_eq!(
             budget
