@@ -109,20 +109,24 @@ impl ClientApi {
         let r = req.into_inner();
         // Names are resolved and finished jobs read from the store on a blocking thread: a
         // listing of the whole history must not hold up the threads that answer everyone.
-        let reply = self
-            .cluster
-            .off_runtime(move |cluster| {
-                if !r.targets.is_empty() {
-                    let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
-                    filter.ids.extend(named);
-                }
-                let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
-                let listing =
-                    super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
-                let page = cluster.list_jobs_with(&filter, &listing)?;
-                Ok(listing.encode(page.entries, page.next_after))
-            })
-            .await?;
+        // One that scans the history runs at low priority (see `shell::bulk`).
+        let bulk = r.targets.is_empty() && filter.scans_history();
+        let work = move |cluster: &Cluster| {
+            if !r.targets.is_empty() {
+                let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
+                filter.ids.extend(named);
+            }
+            let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
+            let listing =
+                super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
+            let page = cluster.list_jobs_with(&filter, &listing)?;
+            Ok(listing.encode(page.entries, page.next_after))
+        };
+        let reply = if bulk {
+            self.cluster.off_runtime_bulk(work).await?
+        } else {
+            self.cluster.off_runtime(work).await?
+        };
         let (n, bytes) = (reply.jobs(), reply.encoded_len());
         tracing::debug!(n, bytes, took = ?t.elapsed(), "list_jobs");
         Ok(reply)

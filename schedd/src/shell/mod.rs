@@ -8,7 +8,7 @@
 //! Locking: one `std::sync::Mutex<State>`, held only for short sections with no `.await`.
 //!
 //! - `requests`: client requests that change state (submit, cancel, hold, requeue, drain).
-//! - `queries`: listings and details (read-only).
+//! - `queries`: listings and details (read-only); `bulk`: reads of the history at low priority.
 //! - `agents`: agent sessions and their reports.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
 //! - `usage`: usage reports (off the lock) and imports of usage.
@@ -16,6 +16,7 @@
 
 mod agents;
 use agents::RelayToken;
+mod bulk;
 pub mod mail;
 mod queries;
 pub use queries::{JobDetail, JobFilter, Listing, Named, Page};

@@ -548,6 +548,13 @@ impl JobFilter {
     fn windowed(&self) -> bool {
         self.since.is_some()
     }
+
+    /// Whether the listing scans the history (by end time, or every finished job by id), not
+    /// only reads the jobs it names: a bulk read (see `bulk`).
+    pub fn scans_history(&self) -> bool {
+        self.ids.is_empty()
+            && (self.windowed() || self.all || self.states.iter().any(|s| s.is_terminal()))
+    }
 }
 
 /// A job in full: its record, why it waits on each node (node, reason), and its history.

@@ -234,6 +234,12 @@ impl Store {
         };
         for ended in self.ended_keys(from_ms, to_ms) {
             let (id, value) = ended?;
+            // A key past the page, or before it, is not read: each page of a long window
+            // passes over most of its keys. (A run of tasks goes on from its key's id: it may
+            // reach past `after`, never back before `cut`.)
+            if !page.open(id) || (id <= after && value.first() != Some(&TASKS)) {
+                continue;
+            }
             match parse(id, &value) {
                 Some(EndedValue::Listed(entry)) if id > after => {
                     if selects(&entry) {
