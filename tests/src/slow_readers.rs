@@ -29,12 +29,14 @@ pub const ATTACKERS: [(u32, u32); 4] = [
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub quiet: Seen,
-    /// Under the slow readers, and schedd's highest resident memory meanwhile.
+    /// Under the slow readers, and schedd's highest resident memory and its CPU meanwhile.
     pub unread: Seen,
     pub unread_rss_mib: f64,
+    pub unread_cpu_share: f64,
     /// Under the history floods.
     pub floods: Seen,
     pub floods_rss_mib: f64,
+    pub floods_cpu_share: f64,
     pub attacker_reports: Vec<String>,
     pub schedd_alive: bool,
 }
@@ -73,11 +75,16 @@ impl PeakRss {
     }
 }
 
-/// Runs `mode` as every one of [`ATTACKERS`] for `secs` while the neighbour measures:
-/// what the neighbour saw, schedd's highest resident memory, and each attacker's line.
-fn phase(c: &TestCluster, mode: &str, secs: f64, reports: &mut Vec<String>) -> (Seen, f64) {
+/// What one phase measured: the neighbour's latencies, schedd's highest resident memory (MiB)
+/// and its CPU (cores' worth, on average).
+type Phase = (Seen, f64, f64);
+
+/// Runs `mode` as every one of [`ATTACKERS`] for `secs` while the neighbour measures (see
+/// [`Phase`]); each attacker's line goes to `reports`.
+fn phase(c: &TestCluster, mode: &str, secs: f64, reports: &mut Vec<String>) -> Phase {
     let pid = c.schedd_pid().expect("schedd runs");
     let peak = PeakRss::watch(pid);
+    let (start, cpu_before) = (Instant::now(), crate::cpu_ms(pid).map_or(0.0, |c| c.0));
     let binary = attacker_binary(c);
     let attackers: Vec<_> = ATTACKERS
         .iter()
@@ -94,7 +101,8 @@ fn phase(c: &TestCluster, mode: &str, secs: f64, reports: &mut Vec<String>) -> (
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    (seen, peak.stop())
+    let cpu = crate::cpu_ms(pid).map_or(0.0, |c| c.0) - cpu_before;
+    (seen, peak.stop(), cpu / 1e3 / start.elapsed().as_secs_f64())
 }
 
 /// The whole run on `c` (one node), after `history` finished jobs are written into its
@@ -112,8 +120,16 @@ pub fn run(c: &mut TestCluster, history: u64, secs: f64) -> Outcome {
         ..Outcome::default()
     };
     let mut reports = Vec::new();
-    (outcome.unread, outcome.unread_rss_mib) = phase(c, "unread", secs, &mut reports);
-    (outcome.floods, outcome.floods_rss_mib) = phase(c, "history", secs, &mut reports);
+    (
+        outcome.unread,
+        outcome.unread_rss_mib,
+        outcome.unread_cpu_share,
+    ) = phase(c, "unread", secs, &mut reports);
+    (
+        outcome.floods,
+        outcome.floods_rss_mib,
+        outcome.floods_cpu_share,
+    ) = phase(c, "history", secs, &mut reports);
     outcome.attacker_reports = reports;
     outcome.schedd_alive = c.schedd_alive();
     outcome

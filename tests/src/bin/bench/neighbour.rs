@@ -110,8 +110,8 @@ fn slow_readers() -> Vec<Figure> {
     show("under history floods", &o.floods);
     println!(
         "  (schedd's RSS at most {:.0} MiB under slow readers, {:.0} MiB under history \
-         floods; alive at the end: {})",
-        o.unread_rss_mib, o.floods_rss_mib, o.schedd_alive
+         floods; its CPU {:.2} and {:.2} cores; alive at the end: {})",
+        o.unread_rss_mib, o.floods_rss_mib, o.unread_cpu_share, o.floods_cpu_share, o.schedd_alive
     );
     let failed = (o.unread.failures.len() + o.floods.failures.len()) as f64;
     vec![
