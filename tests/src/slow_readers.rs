@@ -132,6 +132,13 @@ pub fn run(c: &mut TestCluster, history: u64, secs: f64) -> Outcome {
     ) = phase(c, "history", secs, &mut reports);
     outcome.attacker_reports = reports;
     outcome.schedd_alive = c.schedd_alive();
+    if !outcome.schedd_alive {
+        let log = std::fs::read_to_string(c.dir.path().join("schedd.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            println!("  | {line}");
+        }
+    }
     outcome
 }
 
