@@ -172,6 +172,50 @@ pub const JOBS_PER_REPLY: Limit = Limit {
     unit: Unit::Items,
     key: "fixed",
 };
+/// Bytes in one reply of a listing: with [`JOBS_PER_REPLY`], what one page of a listing may
+/// hold, so that a page of long entries (a path of 4 KiB each) is as bounded as one of short
+/// ones. Less when the caller's room for answers not yet read is smaller (see
+/// [`UNREAD_ANSWERS_PER_USER`]): the page is then cut shorter, and the tools follow the pages.
+pub const LISTING_BYTES_PER_REPLY: Limit = Limit {
+    what: "bytes in one reply of a listing (larger answers come in pages, which the tools follow)",
+    given_by: "yq, ycancel -u, sacct, squeue",
+    max: 8 << 20,
+    unit: Unit::Bytes,
+    key: "fixed",
+};
+/// Answers (encoded) a daemon holds for one client connection that the client has not read
+/// yet: listings, reports, watches' queued events. Reserved before an answer is handed to the
+/// connection, given back once it is sent or the connection is gone; past it a request is
+/// refused (`RESOURCE_EXHAUSTED`). Above [`LISTING_BYTES_PER_REPLY`], so a page always fits.
+pub const UNREAD_ANSWERS_PER_CONNECTION: Limit = bytes(
+    "answers not yet read on one client connection (schedd's or a node's socket)",
+    "any client",
+    16 << 20,
+);
+/// The same for all the connections of one user (uid) together, on schedd (its own socket and
+/// every node's relay) or on one node: what a user who asks and never reads costs at most.
+pub const UNREAD_ANSWERS_PER_USER: Limit = bytes(
+    "answers not yet read by one user (uid), on schedd or on one node",
+    "any client",
+    32 << 20,
+);
+/// The same for every user together, on schedd or on one node; its last
+/// [`UNREAD_ANSWERS_KEPT_FOR_SMALL`] goes only to users who hold less than
+/// [`SMALL_ANSWERS_HOLDER`], so that users who flood together do not starve another's `yq`.
+pub const UNREAD_ANSWERS: Limit = bytes(
+    "answers not yet read by all users together, on schedd or on one node",
+    "any client",
+    256 << 20,
+);
+/// The part of [`UNREAD_ANSWERS`] kept for users who hold little (see [`SMALL_ANSWERS_HOLDER`]).
+pub const UNREAD_ANSWERS_KEPT_FOR_SMALL: u64 = 32 << 20;
+/// A user holding at most this much (with the answer asked for) may use the part of
+/// [`UNREAD_ANSWERS`] kept for small answers: a person's `yq --me` or `ysub`, however full the
+/// rest is.
+pub const SMALL_ANSWERS_HOLDER: u64 = 1 << 20;
+/// The least room a page of a listing is built in: below it the request is refused rather than
+/// answered a few jobs at a time.
+pub const LISTING_BYTES_AT_LEAST: u64 = 64 << 10;
 pub const STATES: Limit = items("job states in one request", "yq -t", 32);
 pub const STATE: Limit = bytes("job state", "yq -t (each state)", 32);
 pub const NODE_NAME: Limit = bytes(
@@ -258,6 +302,7 @@ pub const ALL: &[Limit] = &[
     JOBS_NAMED,
     USER,
     JOBS_PER_REPLY,
+    LISTING_BYTES_PER_REPLY,
     STATES,
     STATE,
     NODE_NAME,
@@ -272,6 +317,9 @@ pub const ALL: &[Limit] = &[
     MAIL_TYPE,
     COMMENT,
     JOBS_PER_USER,
+    UNREAD_ANSWERS_PER_CONNECTION,
+    UNREAD_ANSWERS_PER_USER,
+    UNREAD_ANSWERS,
 ];
 
 /// The most jobs one request may name (see [`JOBS_NAMED`]): enough for any one array.

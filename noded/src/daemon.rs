@@ -183,7 +183,6 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         schedd: schedd.clone(),
         cluster_key: credential.cluster_key.clone(),
         jobs: (!login).then(|| launcher.jobs_of_users()),
-        max_message_bytes: config.max_message_bytes(),
         max_connections_per_user: config.node.max_connections_per_user as usize,
         max_client_connections: config.node.max_client_connections as usize,
     };

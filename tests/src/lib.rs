@@ -12,6 +12,8 @@ pub mod fuzz;
 pub mod host_link;
 pub mod neighbour;
 pub mod power_loss;
+pub mod slow_readers;
+pub mod unread;
 
 mod as_user;
 mod cluster;
@@ -29,7 +31,7 @@ pub use as_user::{call_as, connect_as, on_thread_as};
 pub use cluster::{bin_dir, TestCluster};
 pub use connections::{count_closed, NonBlocking};
 pub use disk::{fill, fill_leaving, free_bytes, mount_tmpfs, Mounted};
-pub use history::{job_detail, runs_in_history};
+pub use history::{job_detail, runs_in_history, seed_finished_jobs};
 pub use nodes::{FakeGpu, FakeNode, NvmlNode};
 pub use output::{job_gpus, stderr, stdout};
 pub use process::{cpu_ms, kill_tagged, rss_mib};

@@ -7,7 +7,8 @@
 //! The flood runs in child processes of the bench binary itself, as `nobody`
 //! (`bench --neighbour-attacker MODE SOCKET SECS`): identity comes from the socket's peer
 //! credentials, so the attacker must really be another uid. The other user is `daemon`
-//! (uid 1), present on every Debian-like system.
+//! (uid 1), present on every Debian-like system. The same group then floods with listings of
+//! a long history, read and never read, from four users (see [`crate::slow_readers`]).
 
 use crate::TestCluster;
 use std::path::{Path, PathBuf};
@@ -65,7 +66,7 @@ pub struct Outcome {
 
 /// Runs the neighbour's loop for `secs`: alternately `yq --me` and `ysub --hold --wrap true`
 /// (then cancelled, so its own jobs do not pile up), every 100 ms.
-fn neighbour_loop(c: &TestCluster, secs: f64) -> Seen {
+pub(crate) fn neighbour_loop(c: &TestCluster, secs: f64) -> Seen {
     let mut seen = Seen::default();
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let mut i = 0u64;
@@ -102,14 +103,21 @@ fn neighbour_loop(c: &TestCluster, secs: f64) -> Seen {
 }
 
 /// A copy of the running bench binary where `nobody` can execute it.
-fn attacker_binary(c: &TestCluster) -> PathBuf {
+pub(crate) fn attacker_binary(c: &TestCluster) -> PathBuf {
     let copy = c.dir.path().join("bin").join("bench-attacker");
     std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
     std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
     copy
 }
 
-fn spawn_attacker(binary: &Path, mode: &str, socket: &Path, secs: f64) -> Child {
+/// The bench binary as an attacker in `mode`, as `uid`/`gid`, for `secs`.
+pub(crate) fn spawn_attacker(
+    binary: &Path,
+    mode: &str,
+    socket: &Path,
+    secs: f64,
+    (uid, gid): (u32, u32),
+) -> Child {
     use std::os::unix::process::CommandExt;
     Command::new(binary)
         .args([
@@ -118,8 +126,8 @@ fn spawn_attacker(binary: &Path, mode: &str, socket: &Path, secs: f64) -> Child 
             &socket.display().to_string(),
             &secs.to_string(),
         ])
-        .uid(ATTACKER.0)
-        .gid(ATTACKER.1)
+        .uid(uid)
+        .gid(gid)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -158,12 +166,12 @@ pub fn run(c: &TestCluster, secs: f64) -> Outcome {
     // left of the user's places.
     let mut attackers: Vec<Child> = MODES[1..]
         .iter()
-        .map(|mode| spawn_attacker(&binary, mode, &c.socket(), secs))
+        .map(|mode| spawn_attacker(&binary, mode, &c.socket(), secs, ATTACKER))
         .collect();
     std::thread::sleep(Duration::from_millis(500));
     attackers.insert(
         0,
-        spawn_attacker(&binary, MODES[0], &c.socket(), secs - 0.5),
+        spawn_attacker(&binary, MODES[0], &c.socket(), secs - 0.5, ATTACKER),
     );
     // Let the flood build up before measuring.
     std::thread::sleep(Duration::from_secs(1));
@@ -210,6 +218,8 @@ pub fn attacker_main(args: &[String]) {
         "connections" => hold_connections(&socket, until),
         "requests" => rt.block_on(bad_requests(&socket, until)),
         "arrays" => rt.block_on(big_arrays(&socket, until)),
+        "unread" => crate::slow_readers::unread_flood(&socket, until),
+        "history" => rt.block_on(crate::slow_readers::history_flood(&socket, until)),
         other => format!("unknown mode {other}"),
     };
     println!("{line}");

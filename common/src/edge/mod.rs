@@ -7,10 +7,14 @@
 //! * [`peer_log`]: what is logged about refused or unauthenticated peers is rate-limited per
 //!   peer, so a flood of bad requests cannot flood the log;
 //! * [`cap_message`]: an error message sent back is short, whatever input it echoes, so that
-//!   no answer can break HTTP/2's header limits (a gRPC status travels in a header).
+//!   no answer can break HTTP/2's header limits (a gRPC status travels in a header);
+//! * [`answers`] and [`answer_body`]: the answers a client has not read yet hold at most so
+//!   much memory per connection, per user and in all; past it a request is refused.
 //!
 //! Unlike the rest of `common`, these do I/O (sockets, `tracing`, `setrlimit`).
 
+pub mod answer_body;
+pub mod answers;
 pub mod peer_log;
 pub mod unix_listener;
 

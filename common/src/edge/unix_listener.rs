@@ -9,7 +9,11 @@
 //!
 //! Accept errors (out of file descriptors) are logged and retried after a pause instead of
 //! in a busy loop.
+//!
+//! Each request of a connection carries its [`ClientConnectInfo`]: the peer's credentials,
+//! and what the connection's answers not yet read hold (see [`super::answers`]).
 
+use super::answers::ConnectionAnswers;
 use super::peer_log;
 use std::collections::HashMap;
 use std::future::Future;
@@ -122,6 +126,7 @@ impl LimitedIncoming {
         if self.limits.exempt_uid == Some(uid) {
             return Some(ClientConnection {
                 stream,
+                answers: ConnectionAnswers::default(),
                 _slot: None,
             });
         }
@@ -147,6 +152,7 @@ impl LimitedIncoming {
         match refusal {
             None => Some(ClientConnection {
                 stream,
+                answers: ConnectionAnswers::default(),
                 _slot: Some(Slot {
                     shared: self.shared.clone(),
                     uid,
@@ -198,18 +204,38 @@ impl Stream for LimitedIncoming {
     }
 }
 
-/// An admitted client connection: the socket, and its place in the counts while it lives.
+/// An admitted client connection: the socket, what its answers not yet read hold, and its
+/// place in the counts while it lives.
 #[derive(Debug)]
 pub struct ClientConnection {
     stream: UnixStream,
+    answers: ConnectionAnswers,
     _slot: Option<Slot>,
 }
 
+/// What each request of a client connection carries in its extensions: the kernel's word on
+/// the peer, and the connection's answers not yet read (one count for all its requests).
+#[derive(Debug, Clone)]
+pub struct ClientConnectInfo {
+    pub uds: tonic::transport::server::UdsConnectInfo,
+    pub answers: ConnectionAnswers,
+}
+
+impl ClientConnectInfo {
+    /// The peer's credentials as the kernel gave them at accept (`SO_PEERCRED`).
+    pub fn peer_cred(&self) -> Option<tokio::net::unix::UCred> {
+        self.uds.peer_cred
+    }
+}
+
 impl tonic::transport::server::Connected for ClientConnection {
-    type ConnectInfo = tonic::transport::server::UdsConnectInfo;
+    type ConnectInfo = ClientConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        ClientConnectInfo {
+            uds: self.stream.connect_info(),
+            answers: self.answers.clone(),
+        }
     }
 }
 

@@ -1,20 +1,20 @@
 //! The `Ysched` service for local clients (and those agents relay), with `ListJobs`
-//! answered from the listing entries active jobs keep (see [`ClientService`]).
+//! answered from the listing entries active jobs keep (see `client_service`).
 
+use super::answering::Answering;
 use super::convert::JobListReply;
 use super::forward::ForwardToken;
+use super::watch;
 use crate::error::ApiError;
 use crate::shell::{Cluster, GpuResumeOutcome, Named};
 use crate::submit;
 use prost::Message;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use tokio_stream::Stream;
-use tonic::codegen::{http, Body, Service, StdError};
-use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
-use ysched_common::{limits, Caller, JobId, JobState};
+use ysched_common::edge::answers::ANSWER_ROOM_METADATA;
+use ysched_common::edge::unix_listener::ClientConnectInfo;
+use ysched_common::{limits, Caller};
 use ysched_proto as pb;
 
 pub struct ClientApi {
@@ -45,10 +45,19 @@ impl ClientApi {
     /// the agent port, the caller the relaying agent names (see [`super::relay`]). Anything
     /// else is refused.
     async fn caller<T>(&self, req: &Request<T>) -> Result<(Caller, Option<PathBuf>), Status> {
+        let (caller, home) = self.identify(req).await?;
+        // The caller's answers count against their own room (see `answering`).
+        if let Some(answering) = Answering::of(req) {
+            answering.set_caller(caller.owner.uid);
+        }
+        Ok((caller, home))
+    }
+
+    async fn identify<T>(&self, req: &Request<T>) -> Result<(Caller, Option<PathBuf>), Status> {
         let config = self.cluster.config();
-        if let Some(info) = req.extensions().get::<UdsConnectInfo>() {
+        if let Some(info) = req.extensions().get::<ClientConnectInfo>() {
             let cred = info
-                .peer_cred
+                .peer_cred()
                 .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
             let (uid, gid) = (cred.uid(), cred.gid());
             // The name service (NSS: LDAP, sssd) may be slow or hang: asked on a blocking
@@ -72,121 +81,70 @@ impl ClientApi {
         Ok((caller, relayed.home))
     }
 
+    /// Reserves the room for an answer that is costly to make (a page of a listing, a report,
+    /// the audit log) before it is made: at most a listing's page, less when the caller has
+    /// less room for answers not yet read; `RESOURCE_EXHAUSTED` when it has almost none.
+    /// Returns the room.
+    fn room_to_make<T>(&self, req: &Request<T>) -> Result<u64, Status> {
+        // A node's relay says how much room it has for the answer (see `noded::relay`).
+        let relay_room = req
+            .metadata()
+            .get(ANSWER_ROOM_METADATA)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let most = relay_room.map_or(limits::LISTING_BYTES_PER_REPLY.max, |room| {
+            room.min(limits::LISTING_BYTES_PER_REPLY.max)
+        });
+        match Answering::of(req) {
+            Some(answering) => answering.room(most, limits::LISTING_BYTES_AT_LEAST),
+            None => Ok(most),
+        }
+    }
+
     /// `ListJobs`' reply, encoded: the jobs the request selects, as the caller may see them
     /// (see `convert::WireListing`).
-    async fn job_list(&self, req: Request<pb::ListJobsRequest>) -> Result<JobListReply, Status> {
+    pub(super) async fn job_list(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<JobListReply, Status> {
         let t = std::time::Instant::now();
         let (caller, _) = self.caller(&req).await?;
         // Bounded before anything is looked up (see `convert::job_filter`).
         let mut filter = super::convert::job_filter(req.get_ref())?;
+        // The page is made in the room the caller has for answers not yet read, and cut
+        // shorter when that is less than a whole page (the tools follow the pages).
+        let room = self.room_to_make(&req)?;
+        filter.max_bytes = filter
+            .max_bytes
+            .min(room.saturating_sub(ANSWER_FRAMING) as usize);
         let r = req.into_inner();
         // Names are resolved and finished jobs read from the store on a blocking thread: a
         // listing of the whole history must not hold up the threads that answer everyone.
-        let reply = self
-            .cluster
-            .off_runtime(move |cluster| {
-                if !r.targets.is_empty() {
-                    let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
-                    filter.ids.extend(named);
-                }
-                let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
-                let listing =
-                    super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
-                let page = cluster.list_jobs_with(&filter, &listing)?;
-                Ok(listing.encode(page.entries, page.next_after))
-            })
-            .await?;
+        // One that scans the history runs at low priority (see `shell::bulk`).
+        let bulk = r.targets.is_empty() && filter.scans_history();
+        let work = move |cluster: &Cluster| {
+            if !r.targets.is_empty() {
+                let named = cluster.resolve_targets(&r.targets, r.job_ids.len())?;
+                filter.ids.extend(named);
+            }
+            let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
+            let listing =
+                super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
+            let page = cluster.list_jobs_with(&filter, &listing)?;
+            Ok(listing.encode(page.entries, page.next_after))
+        };
+        let reply = if bulk {
+            self.cluster.off_runtime_bulk(work).await?
+        } else {
+            self.cluster.off_runtime(work).await?
+        };
         let (n, bytes) = (reply.jobs(), reply.encoded_len());
         tracing::debug!(n, bytes, took = ?t.elapsed(), "list_jobs");
         Ok(reply)
     }
 }
 
-/// The client service: `ListJobs` answered from the listing entries active jobs keep (the
-/// generated service could only send a `JobList` of `JobInfo`s made afresh), every other
-/// method passed to the generated service.
-#[derive(Clone)]
-pub struct ClientService {
-    api: Arc<ClientApi>,
-    generated: pb::ysched_server::YschedServer<ClientApi>,
-    max_decoding: usize,
-}
-
-impl ClientService {
-    /// The service for `cluster`, taking requests of at most `max_decoding` bytes, and
-    /// forwarded ones with the `forwarded` token; enrolment tokens are signed for `ca`.
-    pub fn new(
-        cluster: Arc<Cluster>,
-        max_decoding: usize,
-        forwarded: Option<ForwardToken>,
-        ca: Arc<ysched_common::tls::ClusterCa>,
-    ) -> Self {
-        ClientService {
-            api: Arc::new(ClientApi::new(
-                cluster.clone(),
-                forwarded.clone(),
-                Arc::clone(&ca),
-            )),
-            generated: pb::ysched_server::YschedServer::new(ClientApi::new(cluster, forwarded, ca))
-                .max_decoding_message_size(max_decoding)
-                .max_encoding_message_size(usize::MAX),
-            max_decoding,
-        }
-    }
-}
-
-impl tonic::server::NamedService for ClientService {
-    const NAME: &'static str = pb::ysched_server::SERVICE_NAME;
-}
-
-/// The path of `ListJobs`, as the generated service matches it.
-const LIST_JOBS_PATH: &str = "/ysched.v1.Ysched/ListJobs";
-
-/// `ListJobs` as a unary service of [`ClientService`].
-struct ListJobsFast(Arc<ClientApi>);
-
-impl tonic::server::UnaryService<pb::ListJobsRequest> for ListJobsFast {
-    type Response = JobListReply;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Response<JobListReply>, Status>> + Send>>;
-
-    fn call(&mut self, request: Request<pb::ListJobsRequest>) -> Self::Future {
-        let api = Arc::clone(&self.0);
-        Box::pin(async move { api.job_list(request).await.map(Response::new) })
-    }
-}
-
-impl<B> Service<http::Request<B>> for ClientService
-where
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        Service::<http::Request<B>>::poll_ready(&mut self.generated, cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if req.uri().path() != LIST_JOBS_PATH {
-            return self.generated.call(req);
-        }
-        let api = Arc::clone(&self.api);
-        let max_decoding = self.max_decoding;
-        Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<JobListReply, pb::ListJobsRequest>::default();
-            let mut grpc = tonic::server::Grpc::new(codec)
-                .apply_max_message_size_config(Some(max_decoding), Some(usize::MAX));
-            Ok(grpc.unary(ListJobsFast(api), req).await)
-        })
-    }
-}
+/// What an answer adds to its message: gRPC's frame header, and a listing's `next_after_id`.
+const ANSWER_FRAMING: u64 = 64;
 
 /// The job a `JobRef` names: its `target` as typed when set, else its `job_id`.
 fn named(r: &pb::JobRef) -> Result<Named, ApiError> {
@@ -204,208 +162,6 @@ fn check_gpus_of_node(node: &str, gpus: &[u32]) -> Result<(), Status> {
 
 fn invalid(message: String) -> Status {
     ApiError::Invalid(message).into()
-}
-
-type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
-
-/// `WatchJob` of a name of several jobs (an array, `12_[1-5]`): each of `ids` once, when it
-/// has ended (already ended ones first, in id order), without its spec; the stream ends after
-/// the last. One stream for a whole array, where a watch per task cost a request per task to
-/// `ysub --wait` and to schedd. A job that cannot be read any more (purged from the history)
-/// ends the stream with the error.
-///
-/// What a watch holds is bounded whatever the array's size: a bit per job still waited for
-/// (see [`Waiting`]), the stream's few queued answers, and while it looks at every job (the
-/// first look, and after missed announcements) one chunk of them, looked at on a blocking
-/// thread since ended tasks are read from the store.
-fn watch_ends(
-    cluster: &Arc<Cluster>,
-    ids: Vec<JobId>,
-    mut changes: tokio::sync::broadcast::Receiver<JobId>,
-    seen_by_caller: impl Fn(&ysched_common::Job) -> pb::JobInfo + Send + Sync + 'static,
-) -> Response<WatchStream> {
-    use tokio::sync::broadcast::error::RecvError;
-    let cluster = Arc::clone(cluster);
-    let seen_by_caller = Arc::new(seen_by_caller);
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        let mut waiting = Waiting::new(&ids);
-        drop(ids);
-        let mut look_at_all = true;
-        loop {
-            if look_at_all {
-                look_at_all = false;
-                // A chunk at a time on a blocking thread, its answers sent from here: a
-                // client slow to read holds up its own watch, never a blocking thread.
-                let mut after = None;
-                loop {
-                    let chunk: Vec<JobId> = waiting
-                        .ids()
-                        .filter(|id| after.is_none_or(|a| *id > a))
-                        .take(LOOKED_AT_ONCE)
-                        .collect();
-                    let Some(&last) = chunk.last() else {
-                        break;
-                    };
-                    after = Some(last);
-                    let (cluster, seen) = (Arc::clone(&cluster), Arc::clone(&seen_by_caller));
-                    let looked = tokio::task::spawn_blocking(move || {
-                        chunk
-                            .into_iter()
-                            .map(|id| (id, ended(&cluster, &*seen, id)))
-                            .collect::<Vec<_>>()
-                    })
-                    .await;
-                    let looked = match looked {
-                        Ok(looked) => looked,
-                        Err(e) => {
-                            let _ = tx
-                                .send(Err(Status::internal(format!("watch failed: {e}"))))
-                                .await;
-                            return;
-                        }
-                    };
-                    for (id, answer) in looked {
-                        if !pass_on(&tx, &mut waiting, id, answer).await {
-                            return;
-                        }
-                    }
-                }
-            }
-            if waiting.is_empty() {
-                return;
-            }
-            // As for one job: a client that went away ends its watch at once.
-            let change = tokio::select! {
-                change = changes.recv() => change,
-                () = tx.closed() => return,
-            };
-            match change {
-                Ok(id) if waiting.contains(id) => {
-                    let answer = ended(&cluster, &*seen_by_caller, id);
-                    if !pass_on(&tx, &mut waiting, id, answer).await {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                // Changes were missed: look at every job still waited for.
-                Err(RecvError::Lagged(_)) => look_at_all = true,
-                Err(RecvError::Closed) => return,
-            }
-        }
-    });
-    Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
-}
-
-/// What a watch does with what it found of job `id` (see [`ended`]): an ended job is sent and
-/// no longer waited for. `false` when the watch is over: the client went away, or the job
-/// could not be read (the error sent).
-async fn pass_on(
-    tx: &tokio::sync::mpsc::Sender<Result<pb::JobInfo, Status>>,
-    waiting: &mut Waiting,
-    id: JobId,
-    answer: Result<Option<pb::JobInfo>, Status>,
-) -> bool {
-    match answer {
-        Ok(None) => true,
-        Ok(Some(info)) => {
-            waiting.remove(id);
-            tx.send(Ok(info)).await.is_ok()
-        }
-        Err(status) => {
-            let _ = tx.send(Err(status)).await;
-            false
-        }
-    }
-}
-
-/// How many jobs a watch looks at in one go on a blocking thread (see [`watch_ends`]).
-const LOOKED_AT_ONCE: usize = 256;
-
-/// Job `id` as its watcher sees it, without its spec, if it has ended.
-fn ended(
-    cluster: &Cluster,
-    seen_by_caller: &dyn Fn(&ysched_common::Job) -> pb::JobInfo,
-    id: JobId,
-) -> Result<Option<pb::JobInfo>, Status> {
-    let job = cluster.job(id)?;
-    if !job.state.is_terminal() {
-        return Ok(None);
-    }
-    let mut info = seen_by_caller(&job);
-    info.spec = None;
-    Ok(Some(info))
-}
-
-/// The jobs a watch still waits for, among the ids it was given: those ids as runs of
-/// consecutive ones (an array's tasks are one run) and a bit each, so that a watch of a
-/// 10,000-task array holds about 1.3 KB, not a set of 10,000 ids.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Waiting {
-    /// `(first id, how many, the first one's place)`, ascending.
-    runs: Vec<(u64, u64, usize)>,
-    /// A bit per place: still waited for.
-    bits: Vec<u64>,
-    left: usize,
-}
-
-impl Waiting {
-    /// `ids` ascending (as a name resolves).
-    fn new(ids: &[JobId]) -> Waiting {
-        let mut runs: Vec<(u64, u64, usize)> = Vec::new();
-        for (place, id) in ids.iter().enumerate() {
-            match runs.last_mut() {
-                Some((first, len, _)) if *first + *len == id.0 => *len += 1,
-                _ => runs.push((id.0, 1, place)),
-            }
-        }
-        let mut bits = vec![u64::MAX; ids.len().div_ceil(64)];
-        if !ids.len().is_multiple_of(64) {
-            if let Some(last) = bits.last_mut() {
-                *last = (1u64 << (ids.len() % 64)) - 1;
-            }
-        }
-        Waiting {
-            runs,
-            bits,
-            left: ids.len(),
-        }
-    }
-
-    fn place(&self, id: JobId) -> Option<usize> {
-        let i = self.runs.partition_point(|(first, _, _)| *first <= id.0);
-        let (first, len, start) = *self.runs.get(i.checked_sub(1)?)?;
-        (id.0 < first + len).then(|| start + (id.0 - first) as usize)
-    }
-
-    fn contains(&self, id: JobId) -> bool {
-        self.place(id)
-            .is_some_and(|p| self.bits[p / 64] & (1 << (p % 64)) != 0)
-    }
-
-    fn remove(&mut self, id: JobId) {
-        if let Some(p) = self.place(id) {
-            let word = &mut self.bits[p / 64];
-            if *word & (1 << (p % 64)) != 0 {
-                *word &= !(1 << (p % 64));
-                self.left -= 1;
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.left == 0
-    }
-
-    /// The ids still waited for, ascending.
-    fn ids(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.runs.iter().flat_map(move |&(first, len, start)| {
-            (0..len).filter_map(move |k| {
-                let p = start + k as usize;
-                (self.bits[p / 64] & (1 << (p % 64)) != 0).then_some(JobId(first + k))
-            })
-        })
-    }
 }
 
 #[tonic::async_trait]
@@ -686,6 +442,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::AuditRequest>,
     ) -> Result<Response<pb::AuditList>, Status> {
         let (caller, _) = self.caller(&req).await?;
+        self.room_to_make(&req)?;
         let limit = req.get_ref().limit as usize;
         // A scan of the audit log in the store: on a blocking thread.
         let entries = self
@@ -712,6 +469,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::ReportReply>, Status> {
         let (caller, _) = self.caller(&req).await?;
+        self.room_to_make(&req)?;
         let r = req.into_inner();
         limits::REPORT_BY.check_len(&r.by).map_err(invalid)?;
         let t = std::time::Instant::now();
@@ -728,6 +486,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::TraceReply>, Status> {
         let (caller, _) = self.caller(&req).await?;
+        self.room_to_make(&req)?;
         let r = req.into_inner();
         let t = std::time::Instant::now();
         let export = self
@@ -753,13 +512,16 @@ impl pb::ysched_server::Ysched for ClientApi {
         Ok(Response::new(pb::ImportUsageReply { imported }))
     }
 
-    type WatchJobStream = WatchStream;
+    type WatchJobStream = watch::WatchStream;
 
-    async fn watch_job(&self, req: Request<pb::JobRef>) -> Result<Response<WatchStream>, Status> {
+    async fn watch_job(
+        &self,
+        req: Request<pb::JobRef>,
+    ) -> Result<Response<watch::WatchStream>, Status> {
         let (caller, _) = self.caller(&req).await?;
         let name = named(req.get_ref())?;
         // Subscribe before the first read so no change slips between them.
-        let mut changes = self.cluster.subscribe();
+        let changes = self.cluster.subscribe();
         let ids = match &name {
             Named::Id(id) => vec![*id],
             Named::Target(_) => self.cluster.resolve(&name).await?.ids,
@@ -774,95 +536,27 @@ impl pb::ysched_server::Ysched for ClientApi {
             );
             info
         };
+        let answering = Answering::of(&req);
         let id = match ids.as_slice() {
             [id] => *id,
-            _ => return Ok(watch_ends(&self.cluster, ids, changes, seen_by_caller)),
+            _ => {
+                return Ok(watch::watch_ends(
+                    &self.cluster,
+                    ids,
+                    changes,
+                    seen_by_caller,
+                    answering,
+                ))
+            }
         };
         let first = seen_by_caller(&self.cluster.job(id)?);
-        let cluster = self.cluster.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(async move {
-            let mut last = first;
-            let terminal =
-                |j: &pb::JobInfo| JobState::parse(&j.state).is_some_and(|s| s.is_terminal());
-            if tx.send(Ok(last.clone())).await.is_err() || terminal(&last) {
-                return;
-            }
-            loop {
-                // A client that went away ends its watch at once, not at the job's next
-                // change (a held job may never change: its watchers would pile up).
-                let change = tokio::select! {
-                    change = changes.recv() => change,
-                    () = tx.closed() => return,
-                };
-                match change {
-                    Ok(changed) if changed != id => continue,
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(_) => return,
-                }
-                let Ok(job) = cluster.job(id) else {
-                    return;
-                };
-                let info = seen_by_caller(&job);
-                if info != last {
-                    last = info;
-                    if tx.send(Ok(last.clone())).await.is_err() || terminal(&last) {
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{JobId, Waiting};
-
-    fn ids(v: impl IntoIterator<Item = u64>) -> Vec<JobId> {
-        v.into_iter().map(JobId).collect()
-    }
-
-    #[test]
-    fn a_watch_waits_for_each_id_it_was_given_until_removed() {
-        // An array's 130 tasks (past two words of bits), then a gap, then two more ids.
-        let given = ids((12..142).chain([500, 501]));
-        let mut waiting = Waiting::new(&given);
-        assert_eq!(waiting.runs.len(), 2);
-        assert_eq!(waiting.bits.len(), 3, "a bit per id");
-        assert_eq!(waiting.ids().collect::<Vec<_>>(), given);
-        for outside in [0, 11, 142, 499, 502, u64::MAX] {
-            assert!(!waiting.contains(JobId(outside)), "{outside}");
-        }
-        for id in [12, 75, 76, 141, 500] {
-            assert!(waiting.contains(JobId(id)));
-            waiting.remove(JobId(id));
-            assert!(!waiting.contains(JobId(id)));
-            // Removing twice, or an id never given, changes nothing.
-            waiting.remove(JobId(id));
-            waiting.remove(JobId(id + 1000));
-        }
-        let left: Vec<JobId> = waiting.ids().collect();
-        assert_eq!(left.len(), 132 - 5);
-        assert_eq!(waiting.left, left.len());
-        assert!(!left.contains(&JobId(75)) && left.contains(&JobId(74)));
-        for id in left {
-            assert!(!waiting.is_empty());
-            waiting.remove(id);
-        }
-        assert!(waiting.is_empty());
-        assert_eq!(waiting.ids().count(), 0);
-    }
-
-    #[test]
-    fn a_watch_of_64_ids_uses_a_whole_word() {
-        let mut waiting = Waiting::new(&ids(1..=64));
-        assert_eq!(waiting.bits, [u64::MAX]);
-        waiting.remove(JobId(64));
-        assert!(waiting.contains(JobId(63)) && !waiting.contains(JobId(64)));
-        assert_eq!(waiting.ids().count(), 63);
+        Ok(watch::watch_one(
+            &self.cluster,
+            id,
+            first,
+            changes,
+            seen_by_caller,
+            answering,
+        ))
     }
 }

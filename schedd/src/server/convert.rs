@@ -546,6 +546,20 @@ fn kept_segments(kept: &[u8]) -> [&[u8]; 3] {
 impl crate::shell::Listing for WireListing<'_> {
     type Entry = ListedJob;
 
+    /// The entry's bytes in the `JobList`, with its field's key and length (as
+    /// [`WireListing::encode`] measures it; a `Made` entry before others' usage is hidden from
+    /// it, which only makes it smaller).
+    fn size(&self, entry: &ListedJob) -> usize {
+        let len = match entry {
+            ListedJob::Kept { kept, queue } => {
+                kept.len() - KEPT_HEADER + queue.as_ref().map_or(0, |q| q.len())
+            }
+            ListedJob::Made(info) => info.encoded_len(),
+            ListedJob::Finished(bytes) => bytes.len(),
+        };
+        1 + prost::encoding::encoded_len_varint(len as u64) + len
+    }
+
     fn entry(&self, job: &ysched_common::Job) -> ListedJob {
         ListedJob::Made(Box::new(ysched_common::convert::job_listing(job)))
     }
@@ -663,6 +677,8 @@ pub fn job_filter(req: &pb::ListJobsRequest) -> Result<JobFilter, ApiError> {
             0 => limits::JOBS_PER_REPLY.max,
             asked => asked.min(limits::JOBS_PER_REPLY.max),
         } as usize,
+        // Set by the server from the caller's room for answers (see `client_api::job_list`).
+        max_bytes: limits::LISTING_BYTES_PER_REPLY.max as usize,
     })
 }
 

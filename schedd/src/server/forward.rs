@@ -16,7 +16,6 @@ use std::sync::Arc;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
-use tonic::transport::server::UdsConnectInfo;
 use tonic::Status;
 use ysched_common::identity::{relayed_caller, Handover, Hop, RELAYED_CALLER_METADATA};
 
@@ -114,8 +113,8 @@ impl Forwarder {
     ) -> Result<http::Response<Body>, Refusal> {
         let cred = req
             .extensions()
-            .get::<UdsConnectInfo>()
-            .and_then(|info| info.peer_cred)
+            .get::<ysched_common::edge::unix_listener::ClientConnectInfo>()
+            .and_then(|info| info.peer_cred())
             .ok_or_else(|| {
                 Refusal::Caller(Status::unauthenticated(
                     "no peer credentials on this connection",

@@ -11,8 +11,10 @@
 //! [`ysched_common::edge::MAX_STATUS_MESSAGE_BYTES`] long, whatever input it echoes.
 
 mod agent_api;
+mod answering;
 mod auth;
 mod client_api;
+mod client_service;
 mod cluster_status;
 pub(crate) mod convert;
 mod empty_start;
@@ -24,6 +26,7 @@ mod relay;
 mod replica_doors;
 mod replication;
 mod tls;
+mod watch;
 
 pub(crate) use convert::part_end;
 pub use replica_doors::serve_replica;
@@ -39,6 +42,7 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
+use ysched_common::edge::answers::AnswerBudget;
 use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_proto as pb;
@@ -128,11 +132,11 @@ const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
 #[derive(Clone)]
 struct Leader {
     cluster: Arc<Cluster>,
-    clients: client_api::ClientService,
+    clients: client_service::ClientService,
     agents: NodeAgentServer<agent_api::AgentApi>,
     /// The client API again, for requests agents relay from their hosts' client sockets
-    /// (see `relay`): behind the same cluster-key check as the sessions.
-    relayed: client_api::ClientService,
+    /// (see `relay`).
+    relayed: client_service::ClientService,
     enrolment: pb::enrolment_server::EnrolmentServer<hosts::EnrolmentApi>,
 }
 
@@ -148,8 +152,17 @@ impl Leader {
         // `scheduler.max_script_mib` each), so a job accepted at submit always reaches its
         // node.
         let max_message = cluster.config().max_message_bytes();
+        // One budget of answers not yet read for both doors: a user's relayed requests and
+        // those on schedd's own socket share their room.
+        let answers = AnswerBudget::new(Default::default(), "schedd");
         let clients = |forwarded| {
-            client_api::ClientService::new(cluster.clone(), max_message, forwarded, ca.clone())
+            client_service::ClientService::new(
+                cluster.clone(),
+                max_message,
+                forwarded,
+                answers.clone(),
+                ca.clone(),
+            )
         };
         Leader {
             cluster: cluster.clone(),

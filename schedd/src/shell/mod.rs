@@ -9,7 +9,7 @@
 //!
 //! - `submits`: submits, run in rounds by the submit loop.
 //! - `requests`: the other client requests that change state (cancel, hold, requeue, drain).
-//! - `queries`: listings and details (read-only).
+//! - `queries`: listings and details (read-only); `bulk`: reads of the history at low priority.
 //! - `agents`: agent sessions and their reports; `sessions`: the live sessions themselves.
 //! - `hosts`: hosts' enrolments, revocations, and the check of their certificates.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
@@ -21,6 +21,7 @@ mod agents;
 mod sessions;
 pub use sessions::RelaySession;
 use sessions::{AgentTx, Sessions};
+mod bulk;
 mod durability;
 mod hosts;
 pub mod mail;

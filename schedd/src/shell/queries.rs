@@ -6,7 +6,15 @@ use crate::state::client_events::FinishedLookup;
 use crate::state::targets::{parse_target, parse_targets, plain_target, Resolved};
 use crate::state::views::{node_view, NodeView};
 use crate::state::ListingBytes;
-use crate::store::{Finished, FinishedEntry};
+use crate::store::{Finished as StoredFinished, FinishedEntry, PageRoom};
+
+/// Finished jobs a listing read, in id order, with where the read stopped short (`Some`: more
+/// may follow after that id).
+type Finished<T> = (Vec<(JobId, T)>, Option<JobId>);
+
+/// Finished jobs' records read at once by a listing by id: a page is read a chunk at a time,
+/// so that it holds its entries and one chunk of records, not a page of records.
+const READ_AT_ONCE: usize = 1024;
 
 /// How a listing makes each job's entry.
 pub trait Listing {
@@ -23,6 +31,11 @@ pub trait Listing {
     /// An active job's entry from what it keeps (`kept`, made by [`Listing::encode`]).
     fn kept_entry(&self, job: &Job, _kept: &ListingBytes) -> Self::Entry {
         self.entry(job)
+    }
+    /// The bytes `entry` weighs on the wire, for pages bounded in bytes (`JobFilter::max_bytes`);
+    /// 0 (the default): pages bounded in jobs only.
+    fn size(&self, _entry: &Self::Entry) -> usize {
+        0
     }
     /// A finished job's entry from what the history's index keeps of it (its listing entry
     /// as `ysched_common::convert::job_listing_bytes` made it when it ended), for listings by
@@ -61,9 +74,11 @@ impl Cluster {
     /// the job: a listing of ten thousand jobs copies bytes, not records), the finished ones
     /// of a window by end time from what the history's index keeps (bytes too).
     ///
-    /// Paged by id (`filter.after`, `filter.limit`): a page holds the first `limit` selected
-    /// jobs with ids above `after`; a job that ends between two pages is in one of them only
-    /// (its id is either behind the cut or ahead of it).
+    /// Paged by id (`filter.after`, `filter.limit`, `filter.max_bytes`): a page holds the
+    /// first selected jobs with ids above `after` that fit `limit` and `max_bytes`; a job that
+    /// ends between two pages is in one of them only (its id is either behind the cut or
+    /// ahead of it). Building a page holds the page (and a chunk of records), however much
+    /// history the filter selects.
     pub fn list_jobs_with<L: Listing>(
         &self,
         filter: &JobFilter,
@@ -106,55 +121,30 @@ impl Cluster {
                     ))
                 });
         }
-        // Where the finished jobs read stopped short, when they did (more may follow).
-        let mut bound = None;
-        let finished: Vec<(JobId, L::Entry)> = if !ids.is_empty() {
-            // Asked by id: look each one up, never scan the history; those found active are
-            // not looked for again (an array's 10,000 tasks).
+        // What the page may hold: `limit` jobs, and `max_bytes` of entries (the first always).
+        let room = PageRoom {
+            jobs: if filter.limit == 0 {
+                usize::MAX
+            } else {
+                filter.limit
+            },
+            bytes: if filter.max_bytes == 0 {
+                usize::MAX
+            } else {
+                filter.max_bytes
+            },
+        };
+        // The finished jobs, a page's worth at most, and where their read stopped short, when
+        // it did (more may follow).
+        let (finished, bound) = if !ids.is_empty() {
             let found: BTreeSet<JobId> = active.iter().map(|(id, _)| *id).collect();
-            self.store
-                .jobs_by_id(
-                    ids.iter()
-                        .copied()
-                        .filter(|id| *id > after && !found.contains(id)),
-                )?
-                .iter()
-                .filter(|j| j.state.is_terminal() && want(j))
-                .map(listed)
-                .collect()
+            self.finished_named(filter, listing, &found, room)?
         } else if filter.windowed() {
-            let since = filter.since.unwrap_or(i64::MIN);
-            let mut entries = Vec::new();
-            for finished in self.store.finished_listed_between(since, i64::MAX, after)? {
-                match finished {
-                    Finished::Entry(kept) => {
-                        if !filter.selects_finished(&kept, uid) {
-                            continue;
-                        }
-                        match listing.finished_entry(&kept) {
-                            Some(entry) => entries.push((kept.id, entry)),
-                            // A listing that makes its entries from records only.
-                            None => {
-                                if let Some(job) = self.store.job(kept.id)? {
-                                    entries.push(listed(&job));
-                                }
-                            }
-                        }
-                    }
-                    Finished::Record(job) => {
-                        if want(&job) {
-                            entries.push(listed(&job));
-                        }
-                    }
-                }
-            }
-            entries
+            self.finished_by_end(filter, listing, room)?
         } else if filter.all || filter.states.iter().any(|s| s.is_terminal()) {
-            let (jobs, stopped) = self.store.finished_jobs_after(after, filter.limit, want)?;
-            bound = stopped;
-            jobs.iter().map(listed).collect()
+            self.finished_by_id(filter, listing, room)?
         } else {
-            recent
+            (recent, None)
         };
         let mut merged = if finished.is_empty() {
             active
@@ -176,18 +166,22 @@ impl Cluster {
             merged.extend(active);
             merged
         };
-        // The page: the first `limit` jobs, and none past where the finished jobs read
-        // stopped (there may be finished ones before the next active one).
+        // The page: the first jobs that fit its room, and none past where the finished jobs
+        // read stopped (there may be finished ones before the next active one).
         if let Some(bound) = bound {
             merged.retain(|(id, _)| *id <= bound);
         }
-        let limit = if filter.limit == 0 {
-            usize::MAX
-        } else {
-            filter.limit
-        };
-        let cut = bound.is_some() || merged.len() > limit;
-        merged.truncate(limit);
+        let (mut kept, mut bytes) = (0, 0usize);
+        for (_, entry) in &merged {
+            let size = listing.size(entry);
+            if kept == room.jobs || (kept > 0 && bytes.saturating_add(size) > room.bytes) {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            kept += 1;
+        }
+        let cut = bound.is_some() || merged.len() > kept;
+        merged.truncate(kept);
         let next_after = if cut {
             merged.last().map(|(id, _)| *id)
         } else {
@@ -197,6 +191,115 @@ impl Cluster {
             entries: merged.into_iter().map(|(_, e)| e).collect(),
             next_after,
         })
+    }
+
+    /// The finished jobs of `filter.ids` (a page's worth: `room`) not `active`, read a few at
+    /// a time by id (never a scan of the history): an array's 10,000 tasks listed by name cost
+    /// a page's records at once, not 10,000.
+    fn finished_named<L: Listing>(
+        &self,
+        filter: &JobFilter,
+        listing: &L,
+        active: &BTreeSet<JobId>,
+        room: PageRoom,
+    ) -> ApiResult<Finished<L::Entry>> {
+        let (uid, after) = (
+            filter.user.parse::<u32>().ok(),
+            filter.after.unwrap_or(JobId(0)),
+        );
+        let mut ids = filter
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| *id > after && !active.contains(id))
+            .peekable();
+        let mut page = Vec::new();
+        let mut bytes = 0usize;
+        while ids.peek().is_some() {
+            let chunk: Vec<JobId> = ids.by_ref().take(READ_AT_ONCE).collect();
+            let last = chunk.last().copied();
+            for job in self.store.jobs_by_id(chunk)? {
+                if job.state.is_terminal() && job.id > after && filter.selects(&job, uid) {
+                    let entry = listing.entry(&job);
+                    bytes = bytes.saturating_add(listing.size(&entry));
+                    page.push((job.id, entry));
+                }
+            }
+            if ids.peek().is_some() && (page.len() >= room.jobs || bytes >= room.bytes) {
+                return Ok((page, last));
+            }
+        }
+        Ok((page, None))
+    }
+
+    /// The finished jobs that ended since `filter.since`, a page's worth (`room`), from what
+    /// the history's index keeps (see `store::listed`).
+    fn finished_by_end<L: Listing>(
+        &self,
+        filter: &JobFilter,
+        listing: &L,
+        room: PageRoom,
+    ) -> ApiResult<Finished<L::Entry>> {
+        let (uid, after) = (
+            filter.user.parse::<u32>().ok(),
+            filter.after.unwrap_or(JobId(0)),
+        );
+        let since = filter.since.unwrap_or(i64::MIN);
+        let (found, bound) =
+            self.store
+                .finished_listed_page(since, i64::MAX, after, room, |kept| {
+                    filter.selects_finished(kept, uid)
+                })?;
+        let mut page = Vec::with_capacity(found.len());
+        for finished in found {
+            match finished {
+                StoredFinished::Entry(kept) => match listing.finished_entry(&kept) {
+                    Some(entry) => page.push((kept.id, entry)),
+                    // A listing that makes its entries from records only.
+                    None => {
+                        if let Some(job) = self.store.job(kept.id)? {
+                            page.push((job.id, listing.entry(&job)));
+                        }
+                    }
+                },
+                StoredFinished::Record(job) => {
+                    if job.id > after && filter.selects(&job, uid) {
+                        page.push((job.id, listing.entry(&job)));
+                    }
+                }
+            }
+        }
+        Ok((page, bound))
+    }
+
+    /// The finished jobs after `filter.after` in id order, a page's worth (`room`), read
+    /// [`READ_AT_ONCE`] at a time: a page costs what it returns, not `limit` records at once.
+    fn finished_by_id<L: Listing>(
+        &self,
+        filter: &JobFilter,
+        listing: &L,
+        room: PageRoom,
+    ) -> ApiResult<Finished<L::Entry>> {
+        let (uid, after) = (
+            filter.user.parse::<u32>().ok(),
+            filter.after.unwrap_or(JobId(0)),
+        );
+        let want = |j: &Job| j.id > after && filter.selects(j, uid);
+        let mut page = Vec::new();
+        let (mut from, mut bytes) = (after, 0usize);
+        loop {
+            let take = (room.jobs - page.len()).min(READ_AT_ONCE);
+            let (jobs, stopped) = self.store.finished_jobs_after(from, take, want)?;
+            for job in &jobs {
+                let entry = listing.entry(job);
+                bytes = bytes.saturating_add(listing.size(&entry));
+                page.push((job.id, entry));
+            }
+            match stopped {
+                Some(last) if page.len() < room.jobs && bytes < room.bytes => from = last,
+                stopped => return Ok((page, stopped)),
+            }
+        }
     }
 
     /// The one job `name` names; a name of several (an array, a range of tasks) is refused,
@@ -419,6 +522,9 @@ pub struct JobFilter {
     pub after: Option<JobId>,
     /// At most this many jobs in one page; 0: no limit (schedd's server always sets one).
     pub limit: usize,
+    /// At most about this many bytes of entries in one page, as [`Listing::size`] weighs them
+    /// (the first entry always); 0: no limit.
+    pub max_bytes: usize,
 }
 
 impl JobFilter {
@@ -441,6 +547,13 @@ impl JobFilter {
     /// Whether history is asked for by its end time.
     fn windowed(&self) -> bool {
         self.since.is_some()
+    }
+
+    /// Whether the listing scans the history (by end time, or every finished job by id), not
+    /// only reads the jobs it names: a bulk read (see `bulk`).
+    pub fn scans_history(&self) -> bool {
+        self.ids.is_empty()
+            && (self.windowed() || self.all || self.states.iter().any(|s| s.is_terminal()))
     }
 }
 

@@ -623,3 +623,69 @@ async fn a_listing_by_end_time_hides_what_others_jobs_used_when_reports_are_priv
         of(mine)
     );
 }
+
+/// A listing of ids that weighs each entry 100 bytes.
+struct HundredBytes;
+
+impl Listing for HundredBytes {
+    type Entry = JobId;
+    fn entry(&self, job: &Job) -> JobId {
+        job.id
+    }
+    fn finished_entry(&self, finished: &store::FinishedEntry) -> Option<JobId> {
+        Some(finished.id)
+    }
+    fn size(&self, _entry: &JobId) -> usize {
+        100
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_bounded_in_bytes_list_every_job_once_active_and_finished() {
+    let (c, _dir) = cluster(Config::default()).await;
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        ids.push(submit(&c, "", "", true).await.unwrap().id);
+    }
+    for id in [ids[0], ids[3], ids[4]] {
+        c.cancel_named(&alice(), &[id.0], &[], "").await.unwrap();
+    }
+    let array = submit(&c, "0-9", "", true).await.unwrap().id;
+    c.cancel_named(&alice(), &[array.0], &[], "").await.unwrap();
+    let mut every: Vec<JobId> = ids.clone();
+    every.extend((0..10).map(|i| JobId(array.0 + i)));
+    let bounded = |filter: JobFilter| JobFilter {
+        max_bytes: 350,
+        ..filter
+    };
+    for filter in [
+        JobFilter {
+            all: true,
+            ..Default::default()
+        },
+        JobFilter {
+            since: Some(1),
+            ..Default::default()
+        },
+        JobFilter {
+            ids: every.iter().copied().collect(),
+            ..Default::default()
+        },
+    ] {
+        let filter = bounded(filter);
+        let listed = all_pages(&c, &filter, &HundredBytes, 1_000, |_| None).await;
+        assert_eq!(listed, every, "{filter:?}");
+        // Three entries of 100 bytes fit in 350, whatever the limit in jobs.
+        let page = c
+            .list_jobs_with(
+                &JobFilter {
+                    limit: 1_000,
+                    ..filter.clone()
+                },
+                &HundredBytes,
+            )
+            .unwrap();
+        assert_eq!(page.entries, every[..3], "{filter:?}");
+        assert_eq!(page.next_after, Some(every[2]));
+    }
+}

@@ -392,10 +392,11 @@ mod tests {
 }
 
 /// Lowers the calling thread's CPU priority to [`UPKEEP_NICE`], so that the requests and
-/// passes win the CPU over a long retention. Best effort: on Linux a nice value is per
-/// thread (`setpriority` on the thread's id); where it cannot be set (a seccomp filter, an
-/// odd kernel) the work runs at the priority it has, which is only slower for others.
-fn lower_priority() {
+/// passes win the CPU over a long retention (or a bulk read of the history, see `bulk`). Best
+/// effort: on Linux a nice value is per thread (`setpriority` on the thread's id); where it
+/// cannot be set (a seccomp filter, an odd kernel) the work runs at the priority it has, which
+/// is only slower for others.
+pub(super) fn lower_priority() {
     // SAFETY: gettid has no arguments; setpriority reads its three integer arguments only.
     let rc = unsafe {
         let tid = libc::gettid();

@@ -29,9 +29,9 @@
 //! (its submit's, and its first task's, which share its id) go with its last task. Usage
 //! records are kept apart, for `keep_usage` ([`Store::expire_usage`]).
 
-use super::arrays::{ArrayRecord, Shared};
+use super::arrays::ArrayRecord;
 use super::batch::Removals;
-use super::listed::{self, EndedValue, Finished};
+use super::listed::{self, EndedValue};
 use super::{decode, usage, Batch, Result, Store};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use ysched_common::time::Millis;
@@ -205,7 +205,7 @@ impl Store {
 
     /// The `e` keys of the ends in `[from_ms, to_ms)`, in key order: each one's job and value
     /// (keys that are not an end's are passed over).
-    fn ended_keys(
+    pub(super) fn ended_keys(
         &self,
         from_ms: Millis,
         to_ms: Millis,
@@ -233,99 +233,6 @@ impl Store {
             }
         }
         Ok(ids.into_iter().collect())
-    }
-
-    /// The finished jobs that ended in `[from_ms, to_ms)` with ids above `after`, in id order,
-    /// each once: as their `e` keys keep them for listings (one range scan, no record read),
-    /// or, where a key has no listing (an earlier version's, or a run of an array's tasks
-    /// kept in its record), made from their records. A job with two keys (written again with
-    /// another end, which schedd does not do) is listed as of its latest end.
-    pub fn finished_listed_between(
-        &self,
-        from_ms: Millis,
-        to_ms: Millis,
-        after: JobId,
-    ) -> Result<Vec<Finished>> {
-        /// What each id's latest key said.
-        enum Found {
-            Entry(listed::FinishedEntry),
-            Record,
-        }
-        // In key order (by end time), then in id order with each id's latest key kept: one
-        // sort of a vector (a map kept in order as the keys came cost a node per job).
-        let mut found: Vec<(JobId, Found)> = Vec::new();
-        for ended in self.ended_keys(from_ms, to_ms) {
-            let (id, value) = ended?;
-            match listed::parse(id, &value) {
-                Some(EndedValue::Listed(entry)) if id > after => {
-                    found.push((id, Found::Entry(entry)));
-                }
-                Some(EndedValue::Tasks { last }) if last > after => {
-                    for task in id.0.max(after.0 + 1)..=last.0 {
-                        found.push((JobId(task), Found::Record));
-                    }
-                }
-                Some(EndedValue::Bare) | None if id > after => {
-                    found.push((id, Found::Record));
-                }
-                _ => {}
-            }
-        }
-        // Stable: of an id's keys, the latest stays last, and takes the place of the earlier.
-        found.sort_by_key(|(id, _)| *id);
-        found.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
-        let mut shared = Shared::default();
-        // The array whose tasks were made last, with its first task made whole: a run of
-        // tasks reads its array's record once.
-        let mut array: Option<(ArrayRecord, Job)> = None;
-        let mut listed = Vec::with_capacity(found.len());
-        for (id, what) in found {
-            match what {
-                Found::Entry(entry) => listed.push(Finished::Entry(entry)),
-                Found::Record => {
-                    let own = self.jobs.get(id.0.to_be_bytes())?;
-                    let job = match own {
-                        Some(v) => self.complete_unless_expired(
-                            decode(&id.0.to_be_bytes(), &v)?,
-                            &mut shared,
-                        )?,
-                        None => {
-                            let cached = array.as_ref().is_some_and(|(r, _)| {
-                                id.0.checked_sub(r.first.id.0)
-                                    .is_some_and(|p| p < u64::from(r.count))
-                            });
-                            if !cached {
-                                array = match self.submitted_task(id)? {
-                                    Some((record, _)) => self
-                                        .first_task_unless_expired(&record, &mut shared)?
-                                        .map(|first| (record, first)),
-                                    None => None,
-                                };
-                            }
-                            array.as_ref().and_then(|(record, first)| {
-                                let place = (id.0 - record.first.id.0) as usize;
-                                // As `submitted_task` decides: a task neither kept as it
-                                // ended nor in a live array has expired.
-                                record
-                                    .ended_at(place)
-                                    .is_some()
-                                    .then(|| record.task(first, place))
-                            })
-                        }
-                    };
-                    if let Some(job) = job.filter(|j| j.state.is_terminal()) {
-                        listed.push(Finished::Record(Box::new(job)));
-                    }
-                }
-            }
-        }
-        Ok(listed)
     }
 
     /// Finished jobs that ended in `[from_ms, to_ms)`, in id order: what the index names,

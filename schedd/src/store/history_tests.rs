@@ -639,3 +639,87 @@ fn a_job_ended_twice_is_listed_once_as_of_its_later_end() {
         .collect();
     assert_eq!(states, [(1, JobState::Failed), (2, JobState::Completed)]);
 }
+
+#[test]
+fn a_page_by_end_time_holds_its_first_ids_whatever_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = records();
+    let store = Store::open(dir.path()).unwrap();
+    // Ten tasks cancelled while queued...
+    let tasks = submit_array(&store, &mut rec, "0-9");
+    let caller = ysched_common::Caller::local(owner());
+    let target = ysched_common::JobTarget::parse(&tasks[0].id.to_string()).unwrap();
+    let (fx, _) = rec
+        .cancel_targets(
+            &caller,
+            &[target],
+            "",
+            &|id| store.job(id).map_err(crate::error::ApiError::from),
+            5_000,
+        )
+        .unwrap();
+    store.apply(&fx).unwrap();
+    rec.commit(fx);
+    // ...and ten plain jobs, the later ids ending first: keys come in another order than ids.
+    let first_plain = tasks[9].id.0 + 1;
+    for k in 0..10 {
+        write_plain(&store, first_plain + k, Some(9_000 - 100 * k as i64));
+    }
+    let every: Vec<u64> = (tasks[0].id.0..first_plain + 10).collect();
+    let whole = store
+        .finished_listed_between(0, i64::MAX, JobId(0))
+        .unwrap();
+    let longest = whole.iter().map(|f| listing_of(f).len()).max().unwrap();
+    for room in [
+        PageRoom {
+            jobs: 4,
+            bytes: usize::MAX,
+        },
+        // Two or three entries a page.
+        PageRoom {
+            jobs: usize::MAX,
+            bytes: 3 * longest - 1,
+        },
+        PageRoom { jobs: 1, bytes: 0 },
+    ] {
+        let (mut listed, mut after, mut pages) = (Vec::new(), JobId(0), 0);
+        loop {
+            let (page, bound) = store
+                .finished_listed_page(0, i64::MAX, after, room, |_| true)
+                .unwrap();
+            pages += 1;
+            assert!(!page.is_empty() && page.len() <= room.jobs, "{room:?}");
+            let bytes: usize = page.iter().map(|f| listing_of(f).len()).sum();
+            assert!(bytes <= room.bytes || page.len() == 1, "{room:?}: {bytes}");
+            listed.extend(page.iter().map(|f| f.id().0));
+            match bound {
+                Some(bound) => {
+                    assert_eq!(Some(bound.0), listed.last().copied(), "{room:?}");
+                    after = bound;
+                }
+                None => break,
+            }
+        }
+        assert_eq!(listed, every, "{room:?}: each job once, in id order");
+        assert!(pages > 3, "{room:?}: {pages} pages");
+    }
+    // What `selects` leaves out is not in the page and takes no room: the even plain jobs.
+    let (page, bound) = store
+        .finished_listed_page(
+            0,
+            i64::MAX,
+            tasks[9].id,
+            PageRoom {
+                jobs: 3,
+                bytes: usize::MAX,
+            },
+            |entry| entry.id.0 % 2 == 0,
+        )
+        .unwrap();
+    let even: Vec<u64> = (first_plain..first_plain + 10)
+        .filter(|id| id % 2 == 0)
+        .take(3)
+        .collect();
+    assert_eq!(page.iter().map(|f| f.id().0).collect::<Vec<_>>(), even);
+    assert_eq!(bound, Some(JobId(even[2])));
+}

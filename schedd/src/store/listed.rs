@@ -12,7 +12,13 @@
 //!   that ended together without a record of their own (an array cancelled while queued: see
 //!   [`super::ended`]): one key for them all, so that cancelling a 10,000-task array writes
 //!   one key, not 10,000; each task is made from its array's record when listed.
+//!
+//! A listing by end time reads them a page at a time ([`Store::finished_listed_page`]):
+//! whatever the window, it holds the page it returns, not the window.
 
+use super::arrays::Shared;
+use super::{decode, Result, Store};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState};
@@ -48,6 +54,11 @@ impl FinishedEntry {
     /// The job's account.
     pub fn account(&self) -> &str {
         std::str::from_utf8(&self.value[self.account.clone()]).unwrap_or_default()
+    }
+
+    /// The length of its listing entry.
+    pub fn listing_len(&self) -> usize {
+        self.value.len() - self.listing
     }
 
     /// Its listing entry, as `ysched_common::convert::job_listing_bytes` made it when the job
@@ -103,6 +114,200 @@ impl Finished {
             Finished::Entry(e) => e.id,
             Finished::Record(j) => j.id,
         }
+    }
+}
+
+/// What one page of a listing by end time may hold: so many jobs, and about so many bytes of
+/// listing entries (the first job always, whatever its size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRoom {
+    pub jobs: usize,
+    pub bytes: usize,
+}
+
+impl PageRoom {
+    /// No bound: the whole window.
+    pub const WHOLE: PageRoom = PageRoom {
+        jobs: usize::MAX,
+        bytes: usize::MAX,
+    };
+}
+
+/// What a job to be made from its record is counted as in a page until it is read.
+const RECORD_GUESS: usize = 512;
+
+/// What each id's latest key said, in a page being read.
+enum Found {
+    Entry(FinishedEntry),
+    Record,
+}
+
+impl Found {
+    fn size(&self) -> usize {
+        match self {
+            Found::Entry(entry) => entry.listing_len(),
+            Found::Record => RECORD_GUESS,
+        }
+    }
+}
+
+/// The first ids of a window (the page), each with its latest key, as the keys come (by end
+/// time): never more than the page holds; past the first id that had to go (`cut`), ids
+/// are passed over.
+struct FirstIds {
+    room: PageRoom,
+    found: BTreeMap<JobId, Found>,
+    bytes: usize,
+    cut: Option<JobId>,
+}
+
+impl FirstIds {
+    fn open(&self, id: JobId) -> bool {
+        self.cut.is_none_or(|cut| id < cut)
+    }
+
+    /// `id` as its latest key says: kept while it is among the page's first ids.
+    fn put(&mut self, id: JobId, what: Found) {
+        if !self.open(id) {
+            return;
+        }
+        self.bytes += what.size();
+        if let Some(earlier) = self.found.insert(id, what) {
+            self.bytes -= earlier.size();
+        }
+        while self.found.len() > self.room.jobs
+            || (self.bytes > self.room.bytes && self.found.len() > 1)
+        {
+            let Some((last, what)) = self.found.pop_last() else {
+                break;
+            };
+            self.bytes -= what.size();
+            self.cut = Some(last);
+        }
+    }
+
+    /// `id`'s latest key is not selected: an earlier one no longer counts either.
+    fn remove(&mut self, id: JobId) {
+        if let Some(earlier) = self.found.remove(&id) {
+            self.bytes -= earlier.size();
+        }
+    }
+}
+
+impl Store {
+    /// The finished jobs that ended in `[from_ms, to_ms)` with ids above `after`, in id order,
+    /// each once (see [`Store::finished_listed_page`]), all of them.
+    pub fn finished_listed_between(
+        &self,
+        from_ms: Millis,
+        to_ms: Millis,
+        after: JobId,
+    ) -> Result<Vec<Finished>> {
+        Ok(self
+            .finished_listed_page(from_ms, to_ms, after, PageRoom::WHOLE, |_| true)?
+            .0)
+    }
+
+    /// A page of the finished jobs that ended in `[from_ms, to_ms)` with ids above `after`,
+    /// in id order, each once: those whose `e` keys keep them for listings as their keys keep
+    /// them (one range scan, no record read), if `selects` takes them; or, where a key has no
+    /// listing (an earlier version's, or a run of an array's tasks kept in its record), made
+    /// from their records (which the caller then selects). A job with two keys (written
+    /// again with another end, which schedd does not do) is listed as of its latest end.
+    ///
+    /// The page is the first ids that fit `room`; `Some(bound)` when more may follow after
+    /// `bound`. While it scans the window it holds the page, not the window: a listing since
+    /// the first day of a long history costs a page's memory, however many jobs ended since.
+    pub fn finished_listed_page(
+        &self,
+        from_ms: Millis,
+        to_ms: Millis,
+        after: JobId,
+        room: PageRoom,
+        selects: impl Fn(&FinishedEntry) -> bool,
+    ) -> Result<(Vec<Finished>, Option<JobId>)> {
+        let mut page = FirstIds {
+            room,
+            found: BTreeMap::new(),
+            bytes: 0,
+            cut: None,
+        };
+        for ended in self.ended_keys(from_ms, to_ms) {
+            let (id, value) = ended?;
+            // A key past the page, or before it, is not read: each page of a long window
+            // passes over most of its keys. (A run of tasks goes on from its key's id: it may
+            // reach past `after`, never back before `cut`.)
+            if !page.open(id) || (id <= after && value.first() != Some(&TASKS)) {
+                continue;
+            }
+            match parse(id, &value) {
+                Some(EndedValue::Listed(entry)) if id > after => {
+                    if selects(&entry) {
+                        page.put(id, Found::Entry(entry));
+                    } else {
+                        page.remove(id);
+                    }
+                }
+                Some(EndedValue::Tasks { last }) if last > after => {
+                    let mut task = id.0.max(after.0 + 1);
+                    while task <= last.0 && page.open(JobId(task)) {
+                        page.put(JobId(task), Found::Record);
+                        task += 1;
+                    }
+                }
+                Some(EndedValue::Bare) | None if id > after => page.put(id, Found::Record),
+                _ => {}
+            }
+        }
+        let bound = page
+            .cut
+            .and_then(|_| page.found.last_key_value().map(|(id, _)| *id));
+        let mut shared = Shared::default();
+        // The array whose tasks were made last, with its first task made whole: a run of
+        // tasks reads its array's record once.
+        let mut array: Option<(super::arrays::ArrayRecord, Job)> = None;
+        let mut listed = Vec::with_capacity(page.found.len());
+        for (id, what) in page.found {
+            match what {
+                Found::Entry(entry) => listed.push(Finished::Entry(entry)),
+                Found::Record => {
+                    let own = self.jobs.get(id.0.to_be_bytes())?;
+                    let job = match own {
+                        Some(v) => self.complete_unless_expired(
+                            decode(&id.0.to_be_bytes(), &v)?,
+                            &mut shared,
+                        )?,
+                        None => {
+                            let cached = array.as_ref().is_some_and(|(r, _)| {
+                                id.0.checked_sub(r.first.id.0)
+                                    .is_some_and(|p| p < u64::from(r.count))
+                            });
+                            if !cached {
+                                array = match self.submitted_task(id)? {
+                                    Some((record, _)) => self
+                                        .first_task_unless_expired(&record, &mut shared)?
+                                        .map(|first| (record, first)),
+                                    None => None,
+                                };
+                            }
+                            array.as_ref().and_then(|(record, first)| {
+                                let place = (id.0 - record.first.id.0) as usize;
+                                // As `submitted_task` decides: a task neither kept as it
+                                // ended nor in a live array has expired.
+                                record
+                                    .ended_at(place)
+                                    .is_some()
+                                    .then(|| record.task(first, place))
+                            })
+                        }
+                    };
+                    if let Some(job) = job.filter(|j| j.state.is_terminal()) {
+                        listed.push(Finished::Record(Box::new(job)));
+                    }
+                }
+            }
+        }
+        Ok((listed, bound))
     }
 }
 

@@ -66,7 +66,7 @@ use batch::{encode_job, JobWrite};
 pub use error::{Error, Result};
 pub use history::Expired;
 use history::IndexWrite;
-pub use listed::{Finished, FinishedEntry, StoredBytes};
+pub use listed::{Finished, FinishedEntry, PageRoom, StoredBytes};
 pub use raft::{create_snapshot_file, APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;

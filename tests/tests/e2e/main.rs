@@ -31,5 +31,6 @@ mod replicas;
 mod report;
 mod slurm_options;
 mod slurm_scripts;
+mod unread_answers;
 mod update_and_filters;
 mod ysim_agreement;

@@ -19,26 +19,32 @@
 //! The client socket admits at most `node.max_connections_per_user` live connections per uid
 //! and `node.max_client_connections` in all (`ysched_common::edge::unix_listener`).
 //!
-//! schedd's answers come back as they are, except that an error message is capped at
-//! [`MAX_STATUS_MESSAGE_BYTES`]. While the agent has no session, requests fail with
+//! A request goes on as it came (its body streamed), with none of the client's metadata but
+//! gRPC's own headers. schedd's answers come back as they are, except that an error message
+//! is capped at [`MAX_STATUS_MESSAGE_BYTES`]: read from schedd as they come, and held for the
+//! client only within the node's budget of answers not yet read, per connection, per local
+//! user and in all (see [`answer`]). While the agent has no session, requests fail with
 //! `UNAVAILABLE`, naming the node and schedd's address.
 
+mod answer;
+
 use anyhow::Context as _;
+use std::convert::Infallible;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::net::UnixListener;
-use tokio_stream::{Stream, StreamExt as _};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::server::UdsConnectInfo;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::transport::Channel;
-use tonic::{Request, Response, Status};
-use ysched_common::edge::unix_listener::{ConnectionLimits, LimitedIncoming};
+use tonic::Status;
+use ysched_common::edge::answers::{AnswerBudget, Holder, ANSWER_ROOM_METADATA};
+use ysched_common::edge::unix_listener::{ClientConnectInfo, ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_common::identity::{relayed_caller, Handover, Hop};
+use ysched_common::limits;
 use ysched_proto as pb;
-use ysched_proto::ysched_client::YschedClient;
-use ysched_proto::ysched_server::{Ysched, YschedServer};
 
 pub use ysched_common::identity::RELAYED_CALLER_METADATA as CALLER_METADATA;
 
@@ -93,8 +99,6 @@ pub struct RelayConfig {
     /// The jobs running here, by user: on a compute node, the job that vouches for each
     /// caller; `None` on a login host (schedd takes every user of its host from it).
     pub jobs: Option<crate::launch::UserJobs>,
-    /// Largest request passed to schedd (`Config::max_message_bytes`).
-    pub max_message_bytes: usize,
     /// `node.max_connections_per_user` and `node.max_client_connections`.
     pub max_connections_per_user: usize,
     pub max_client_connections: usize,
@@ -106,9 +110,10 @@ pub struct Relay {
     schedd: String,
     authorization: Option<MetadataValue<Ascii>>,
     jobs: Option<crate::launch::UserJobs>,
-    max_message_bytes: usize,
     limits: ConnectionLimits,
     session: SessionSlot,
+    /// What answers not yet read by this host's clients may hold.
+    answers: AnswerBudget,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,12 +128,14 @@ impl Relay {
             .map(|key| format!("Bearer {key}").parse())
             .transpose()
             .map_err(|_| BadClusterKey)?;
+        let answers =
+            AnswerBudget::new(Default::default(), format!("node {}'s agent", config.node));
         Ok(Relay {
             node: config.node,
             schedd: config.schedd,
             authorization,
             jobs: config.jobs,
-            max_message_bytes: config.max_message_bytes,
+            answers,
             limits: ConnectionLimits {
                 per_user: config.max_connections_per_user,
                 per_user_key: "node.max_connections_per_user",
@@ -140,41 +147,106 @@ impl Relay {
         })
     }
 
-    /// The request to send to schedd by `link`: the client's message, the cluster key (if
-    /// this host has one), and the caller as the kernel named it, with the session's relay
-    /// token and, on a compute node, a job of the caller's running here. Refused without peer
-    /// credentials.
-    async fn outgoing<T>(
-        &self,
-        request: Request<T>,
-        link: &RelayLink,
-    ) -> Result<Request<T>, Status> {
-        let cred = request
+    /// `req`, from the client socket, relayed to schedd: its answer, as it comes (see the
+    /// module docs); a refusal of the relay's own (no credentials, no session) as the answer.
+    async fn relay(&self, req: http::Request<Body>) -> http::Response<Body> {
+        match self.relayed(req).await {
+            Ok(answer) => answer,
+            Err(status) => status.into_http(),
+        }
+    }
+
+    async fn relayed(&self, req: http::Request<Body>) -> Result<http::Response<Body>, Status> {
+        let connection = req
             .extensions()
-            .get::<UdsConnectInfo>()
-            .and_then(|info| info.peer_cred)
+            .get::<ClientConnectInfo>()
+            .cloned()
             .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
+        let cred = connection
+            .peer_cred()
+            .ok_or_else(|| Status::unauthenticated("no peer credentials on this connection"))?;
+        let link = self.link()?;
+        // On a compute node, a job of the caller's running here vouches for them; schedd
+        // refuses anyone else, so they are refused here, costing schedd nothing.
+        let job_id = match &self.jobs {
+            None => 0,
+            Some(jobs) => jobs.job_of(cred.uid()).ok_or_else(|| {
+                Status::permission_denied(format!(
+                    "node '{}' is a compute node: it relays only the users with a job running \
+                     on it, and uid {} has none there; run the command on a login host or a \
+                     scheduler host",
+                    self.node,
+                    cred.uid()
+                ))
+            })?,
+        };
         let handover = Handover {
             node: self.node.clone(),
             relay_token: link.token.clone(),
-            job_id: self
-                .jobs
-                .as_ref()
-                .and_then(|jobs| jobs.job_of(cred.uid()))
-                .unwrap_or(0),
+            job_id,
             ..Handover::default()
         };
         let caller = relayed_caller(cred.uid(), cred.gid(), Hop::Relay, handover).await?;
-        let mut outgoing = Request::new(request.into_inner());
-        let metadata = outgoing.metadata_mut();
+        let holder = Holder {
+            uid: cred.uid(),
+            connection: Some(connection.answers),
+        };
+        // The room for a unary answer, reserved before schedd makes it: a user whose answers
+        // not yet read fill their room here costs schedd nothing more.
+        let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+        let room = if method == "WatchJob" {
+            None
+        } else {
+            let most = if LARGE_ANSWERS.contains(&method) {
+                limits::LISTING_BYTES_PER_REPLY.max
+            } else {
+                SMALL_ROOM
+            };
+            Some(self.answers.reserve_up_to(
+                &holder,
+                most,
+                SMALL_ROOM.min(limits::LISTING_BYTES_AT_LEAST),
+            )?)
+        };
+        let (parts, body) = req.into_parts();
+        // The method's path alone: the channel puts schedd's address in front.
+        let uri: http::Uri = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse()
+            .map_err(|e| Status::invalid_argument(format!("a request to a bad path: {e}")))?;
+        let mut outgoing = http::Request::new(body);
+        *outgoing.method_mut() = parts.method;
+        *outgoing.uri_mut() = uri;
+        let headers = outgoing.headers_mut();
+        for name in PASSED_HEADERS {
+            if let Some(value) = parts.headers.get(name) {
+                headers.insert(name, value.clone());
+            }
+        }
+        let mut metadata = MetadataMap::new();
         if let Some(authorization) = &self.authorization {
             metadata.insert("authorization", authorization.clone());
         }
-        metadata.insert_bin(
-            CALLER_METADATA,
-            tonic::metadata::MetadataValue::from_bytes(&caller),
-        );
-        Ok(outgoing)
+        metadata.insert_bin(CALLER_METADATA, MetadataValue::from_bytes(&caller));
+        if let Some(room) = &room {
+            metadata.insert(ANSWER_ROOM_METADATA, MetadataValue::from(room.bytes()));
+        }
+        headers.extend(metadata.into_headers());
+        use tower::ServiceExt;
+        let answer = link.channel.oneshot(outgoing).await.map_err(|e| {
+            Status::unavailable(format!(
+                "node {} could not relay the request to schedd at {}: {e}; retry shortly",
+                self.node, self.schedd
+            ))
+        })?;
+        let (parts, body) = answer.into_parts();
+        let body = answer::relayed(body, self.answers.clone(), holder, room);
+        let mut relayed = http::Response::new(Body::new(body));
+        *relayed.status_mut() = parts.status;
+        *relayed.headers_mut() = passed_answer_headers(&parts.headers);
+        Ok(relayed)
     }
 
     /// The session's relay link, or `UNAVAILABLE` without a session.
@@ -186,32 +258,44 @@ impl Relay {
             ))
         })
     }
+}
 
-    /// A client of schedd by `link`.
-    fn client(&self, link: RelayLink) -> YschedClient<Channel> {
-        YschedClient::new(link.channel)
-            .max_encoding_message_size(self.max_message_bytes)
-            // What schedd sends a client (a listing of every job) has no limit there either.
-            .max_decoding_message_size(usize::MAX)
-    }
+/// Methods whose answers may be large (a page of a listing, every node, a report): the room
+/// reserved before the request goes on is a listing's page at most (see `relayed`).
+const LARGE_ANSWERS: [&str; 6] = [
+    "ListJobs",
+    "ListNodes",
+    "ListHosts",
+    "Audit",
+    "Report",
+    "ExportTrace",
+];
+/// The room reserved before any other unary request goes on; its answer grows it if it must.
+const SMALL_ROOM: u64 = 64 << 10;
 
-    /// Forwards one unary request with `call` and returns schedd's answer.
-    async fn forward<T, R, F, Fut>(
-        &self,
-        request: Request<T>,
-        call: F,
-    ) -> Result<Response<R>, Status>
-    where
-        F: FnOnce(YschedClient<Channel>, Request<T>) -> Fut,
-        Fut: std::future::Future<Output = Result<Response<R>, Status>>,
-    {
-        let link = self.link()?;
-        let outgoing = self.outgoing(request, &link).await?;
-        let reply = call(self.client(link), outgoing)
-            .await
-            .map_err(schedd_status)?;
-        Ok(Response::new(reply.into_inner()))
+/// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
+/// the client chose.
+const PASSED_HEADERS: [&str; 5] = [
+    "content-type",
+    "te",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
+
+/// The headers of schedd's answer the client gets: gRPC's own, with a status (an answer that
+/// is only a status) capped as [`schedd_status`] caps it.
+fn passed_answer_headers(headers: &http::HeaderMap) -> http::HeaderMap {
+    let mut passed = match Status::from_header_map(headers) {
+        Some(status) => answer::status_trailers(schedd_status(status)),
+        None => http::HeaderMap::new(),
+    };
+    for name in ["content-type", "grpc-encoding", "grpc-accept-encoding"] {
+        if let Some(value) = headers.get(name) {
+            passed.insert(name, value.clone());
+        }
     }
+    passed
 }
 
 /// The longest error details passed back (schedd sends none today).
@@ -232,198 +316,30 @@ fn schedd_status(status: Status) -> Status {
     )
 }
 
-type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobInfo, Status>> + Send>>;
+/// The relay as the client socket's server runs it.
+#[derive(Clone)]
+struct RelayService(Arc<Relay>);
 
-#[tonic::async_trait]
-impl Ysched for Relay {
-    async fn submit(
-        &self,
-        request: Request<pb::SubmitRequest>,
-    ) -> Result<Response<pb::SubmitReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.submit(r).await })
-            .await
+impl tonic::server::NamedService for RelayService {
+    const NAME: &'static str = pb::ysched_server::SERVICE_NAME;
+}
+
+impl tower::Service<http::Request<Body>> for RelayService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
     }
 
-    async fn list_jobs(
-        &self,
-        request: Request<pb::ListJobsRequest>,
-    ) -> Result<Response<pb::JobList>, Status> {
-        self.forward(request, |mut c, r| async move { c.list_jobs(r).await })
-            .await
-    }
-
-    async fn get_job(
-        &self,
-        request: Request<pb::JobRef>,
-    ) -> Result<Response<pb::JobDetail>, Status> {
-        self.forward(request, |mut c, r| async move { c.get_job(r).await })
-            .await
-    }
-
-    async fn cancel(
-        &self,
-        request: Request<pb::CancelRequest>,
-    ) -> Result<Response<pb::CancelReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.cancel(r).await })
-            .await
-    }
-
-    async fn hold(&self, request: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.hold(r).await })
-            .await
-    }
-
-    async fn release(&self, request: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.release(r).await })
-            .await
-    }
-
-    async fn list_nodes(
-        &self,
-        request: Request<pb::ListNodesRequest>,
-    ) -> Result<Response<pb::NodeList>, Status> {
-        self.forward(request, |mut c, r| async move { c.list_nodes(r).await })
-            .await
-    }
-
-    async fn drain(
-        &self,
-        request: Request<pb::DrainRequest>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.drain(r).await })
-            .await
-    }
-
-    async fn resume(&self, request: Request<pb::NodeRef>) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.resume(r).await })
-            .await
-    }
-
-    async fn requeue(&self, request: Request<pb::JobRef>) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.requeue(r).await })
-            .await
-    }
-
-    type WatchJobStream = WatchStream;
-
-    async fn watch_job(
-        &self,
-        request: Request<pb::JobRef>,
-    ) -> Result<Response<Self::WatchJobStream>, Status> {
-        let link = self.link()?;
-        let outgoing = self.outgoing(request, &link).await?;
-        let mut client = self.client(link);
-        let stream = client
-            .watch_job(outgoing)
-            .await
-            .map_err(schedd_status)?
-            .into_inner()
-            .map(|item| item.map_err(schedd_status));
-        Ok(Response::new(Box::pin(stream)))
-    }
-
-    async fn audit(
-        &self,
-        request: Request<pb::AuditRequest>,
-    ) -> Result<Response<pb::AuditList>, Status> {
-        self.forward(request, |mut c, r| async move { c.audit(r).await })
-            .await
-    }
-
-    async fn shares(
-        &self,
-        request: Request<pb::SharesRequest>,
-    ) -> Result<Response<pb::ShareList>, Status> {
-        self.forward(request, |mut c, r| async move { c.shares(r).await })
-            .await
-    }
-
-    async fn report(
-        &self,
-        request: Request<pb::ReportRequest>,
-    ) -> Result<Response<pb::ReportReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.report(r).await })
-            .await
-    }
-
-    async fn export_trace(
-        &self,
-        request: Request<pb::ReportRequest>,
-    ) -> Result<Response<pb::TraceReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.export_trace(r).await })
-            .await
-    }
-
-    async fn import_usage(
-        &self,
-        request: Request<pb::ImportUsageRequest>,
-    ) -> Result<Response<pb::ImportUsageReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.import_usage(r).await })
-            .await
-    }
-
-    async fn drain_gpu(
-        &self,
-        request: Request<pb::DrainGpuRequest>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.drain_gpu(r).await })
-            .await
-    }
-
-    async fn resume_gpu(
-        &self,
-        request: Request<pb::ResumeGpuRequest>,
-    ) -> Result<Response<pb::ResumeGpuReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.resume_gpu(r).await })
-            .await
-    }
-
-    async fn update_job(
-        &self,
-        request: Request<pb::UpdateJobRequest>,
-    ) -> Result<Response<pb::UpdateJobReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.update_job(r).await })
-            .await
-    }
-
-    async fn cluster_status(
-        &self,
-        request: Request<pb::ClusterStatusRequest>,
-    ) -> Result<Response<pb::ClusterStatusReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.cluster_status(r).await })
-            .await
-    }
-
-    async fn change_cluster(
-        &self,
-        request: Request<pb::ClusterChangeRequest>,
-    ) -> Result<Response<pb::ClusterChangeReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.change_cluster(r).await })
-            .await
-    }
-
-    async fn enrol_host(
-        &self,
-        request: Request<pb::EnrolHostRequest>,
-    ) -> Result<Response<pb::EnrolHostReply>, Status> {
-        self.forward(request, |mut c, r| async move { c.enrol_host(r).await })
-            .await
-    }
-
-    async fn revoke_host(
-        &self,
-        request: Request<pb::NodeRef>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        self.forward(request, |mut c, r| async move { c.revoke_host(r).await })
-            .await
-    }
-
-    async fn list_hosts(
-        &self,
-        request: Request<pb::ListHostsRequest>,
-    ) -> Result<Response<pb::HostList>, Status> {
-        self.forward(request, |mut c, r| async move { c.list_hosts(r).await })
-            .await
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let relay = Arc::clone(&self.0);
+        Box::pin(async move { Ok(relay.relay(req).await) })
     }
 }
 
@@ -462,7 +378,6 @@ const CLIENT_STREAMS_PER_CONNECTION: u32 = 16;
 
 /// Serves the relay on `listener` until the listener fails.
 pub async fn serve(listener: UnixListener, relay: Relay) -> Result<(), tonic::transport::Error> {
-    let max_message_bytes = relay.max_message_bytes;
     let name = match listener.local_addr() {
         Ok(addr) => match addr.as_pathname() {
             Some(path) => format!("client socket {}", path.display()),
@@ -475,11 +390,7 @@ pub async fn serve(listener: UnixListener, relay: Relay) -> Result<(), tonic::tr
         .initial_stream_window_size(Some(WINDOW))
         .initial_connection_window_size(Some(WINDOW))
         .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION))
-        .add_service(
-            YschedServer::new(relay)
-                .max_decoding_message_size(max_message_bytes)
-                .max_encoding_message_size(usize::MAX),
-        )
+        .add_service(RelayService(Arc::new(relay)))
         .serve_with_incoming(incoming)
         .await
 }
