@@ -15,6 +15,8 @@ pub mod edge;
 pub mod identity;
 pub mod limits;
 pub mod mail_address;
+pub mod mail_types;
+pub mod output_pattern;
 pub mod parse;
 pub mod sdnotify;
 pub mod secret;

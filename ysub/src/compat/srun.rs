@@ -147,31 +147,20 @@ pub fn step(cli: &SrunCli, job: &JobContext) -> Result<Step> {
 
 /// An output pattern expanded for the task of rank `rank`.
 pub fn expand(pattern: &str, job: &JobContext, rank: u32) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
+    ysched_common::output_pattern::expand_with(pattern, |letter, out| {
+        match letter {
+            'j' => out.push_str(&job.job_id),
+            'A' => out.push_str(job.array_job_id.as_deref().unwrap_or(&job.job_id)),
+            'a' => out.push_str(job.array_task_id.as_deref().unwrap_or("0")),
+            't' => out.push_str(&rank.to_string()),
+            'n' => out.push_str(&job.node_rank.to_string()),
+            'N' => out.push_str(&job.node),
+            'x' => out.push_str(&job.name),
+            'u' => out.push_str(&job.user),
+            _ => return false,
         }
-        match chars.next() {
-            Some('j') => out.push_str(&job.job_id),
-            Some('A') => out.push_str(job.array_job_id.as_deref().unwrap_or(&job.job_id)),
-            Some('a') => out.push_str(job.array_task_id.as_deref().unwrap_or("0")),
-            Some('t') => out.push_str(&rank.to_string()),
-            Some('n') => out.push_str(&job.node_rank.to_string()),
-            Some('N') => out.push_str(&job.node),
-            Some('x') => out.push_str(&job.name),
-            Some('u') => out.push_str(&job.user),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+        true
+    })
 }
 
 /// The `srun` command.

@@ -2,7 +2,7 @@
 //! a bound on how many they may name, so that `node[1-999999999]` is refused, not allocated.
 
 /// The most names one host list may expand to: as many as a job may have nodes.
-pub const MAX_HOSTS: usize = ysched_common::parse::MAX_NODES as usize;
+pub const MAX_HOSTS: usize = ysched_common::limits::MAX_NODES as usize;
 
 /// The node names `list` names, in order, duplicates dropped (Slurm's `-w a,a` is node `a`
 /// once). Items are separated by commas outside brackets; each may hold bracketed ranges,

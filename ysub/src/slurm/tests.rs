@@ -258,6 +258,30 @@ fn output_patterns_take_the_letters_ysched_expands() {
 }
 
 #[test]
+fn the_output_notes_name_the_letters_of_the_pattern_table() {
+    use ysched_common::output_pattern::LETTERS;
+    let letters = |expanded: bool| {
+        LETTERS
+            .iter()
+            .filter(|l| l.expanded == expanded)
+            .map(|l| format!("%{}", l.letter))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for long in ["output", "error"] {
+        let note = by_long(long).unwrap().note;
+        assert!(
+            note.contains(&format!("`{} %%` are expanded", letters(true))),
+            "{note}"
+        );
+        assert!(
+            note.contains(&format!("other letters (`{}`)", letters(false))),
+            "{note}"
+        );
+    }
+}
+
+#[test]
 fn the_rest_of_the_translations() {
     let s = sbatch(&[
         "-J x -A proj",

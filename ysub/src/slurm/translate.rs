@@ -6,12 +6,11 @@
 
 use super::table::{self, Action, Conversion, SbatchOption, Takes};
 use crate::args::clap_error_message;
-use crate::submit::options::{gres, JobOptions, OptionWords, MAX_TASKS_PER_NODE};
+use crate::submit::options::{gres, JobOptions, OptionWords};
 use clap::Parser;
 use std::fmt;
-use ysched_common::parse::{
-    parse_bounded_u32, parse_job_mem_mib, parse_mem_mib, parse_time_limit, MAX_CPUS, MAX_NODES,
-};
+use ysched_common::limits::{MAX_CPUS, MAX_NODES, MAX_NTASKS_PER_NODE};
+use ysched_common::parse::{parse_bounded_u32, parse_job_mem_mib, parse_mem_mib, parse_time_limit};
 use ysched_common::text::{escape_for_terminal, excerpt};
 
 /// Where sbatch words come from.
@@ -255,7 +254,7 @@ fn apply(
             }
             Conversion::Ntasks => {
                 let tasks =
-                    parse_bounded_u32("--ntasks", &value_text, 1, MAX_NODES * MAX_TASKS_PER_NODE)
+                    parse_bounded_u32("--ntasks", &value_text, 1, MAX_NODES * MAX_NTASKS_PER_NODE)
                         .map_err(|e| bad(e.to_string()))?;
                 return merge(
                     into,
@@ -367,19 +366,10 @@ fn slurm_constraint(value: &str) -> Result<String, String> {
     Ok(value.replace('&', ","))
 }
 
-/// The letters Slurm's output patterns take that ysched does not, and what they stand for.
-const PATTERN_LETTERS_NOT_TAKEN: &[(char, &str)] = &[
-    ('J', "job id.step id"),
-    ('s', "step id"),
-    ('t', "task id"),
-    ('n', "node id relative to the job"),
-    ('b', "array task id modulo 10"),
-];
-
 /// Refuses an `-o`/`-e` pattern with a `%` letter ysched does not expand, or with padding
 /// (`%4j`), naming it: a file name with `%t` left in it would surprise.
 fn check_output_pattern(pattern: &str) -> Result<(), String> {
-    let taken = "use %j %x %A %a %N %u or %%";
+    use ysched_common::output_pattern::{expanded_letters, letter_of};
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
         if c != '%' {
@@ -389,22 +379,22 @@ fn check_output_pattern(pattern: &str) -> Result<(), String> {
         while let Some(d) = chars.next_if(char::is_ascii_digit) {
             width.push(d);
         }
-        match chars.next() {
-            Some(letter @ ('j' | 'x' | 'A' | 'a' | 'N' | 'u')) if !width.is_empty() => {
+        let Some(letter) = chars.next().filter(|l| *l != '%') else {
+            continue;
+        };
+        match letter_of(letter) {
+            Some(l) if l.expanded && !width.is_empty() => {
                 return Err(format!(
                     "'%{width}{letter}': padding is not supported; write %{letter}"
                 ))
             }
-            Some('j' | 'x' | 'A' | 'a' | 'N' | 'u' | '%') | None => {}
-            Some(letter) => {
-                let meaning = PATTERN_LETTERS_NOT_TAKEN
-                    .iter()
-                    .find(|(l, _)| *l == letter)
-                    .map(|(_, m)| format!(" ({m})"))
-                    .unwrap_or_default();
+            Some(l) if l.expanded => {}
+            known => {
+                let meaning = known.map(|l| format!(" ({})", l.means)).unwrap_or_default();
                 return Err(format!(
-                    "'%{letter}'{meaning} in '{}' has no ysched meaning: {taken}",
-                    excerpt(pattern, 60)
+                    "'%{letter}'{meaning} in '{}' has no ysched meaning: use {} or %%",
+                    excerpt(pattern, 60),
+                    expanded_letters()
                 ));
             }
         }
