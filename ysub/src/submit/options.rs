@@ -2,6 +2,7 @@
 //! parsers that check each one's form, and the command line itself.
 
 use crate::args::OptionError;
+pub use crate::slurm::values::GresGpus;
 use clap::{Args, Parser};
 use ysched_common::limits::{
     MAX_ARRAY_SIZE_CEILING, MAX_CPUS, MAX_GPUS, MAX_NODES, MAX_NTASKS_PER_NODE,
@@ -169,13 +170,6 @@ pub struct JobOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeNames(pub Vec<String>);
 
-/// `--gres gpu[:TYPE][:N]`: GPUs per node and their model.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GresGpus {
-    pub per_node: u32,
-    pub gpu_type: Option<String>,
-}
-
 /// `--mail-type`'s events, upper case; empty for `NONE`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MailTypes(pub Vec<String>);
@@ -219,46 +213,9 @@ fn mail_types(value: &str) -> Result<MailTypes, OptionError> {
     Ok(MailTypes(types))
 }
 
-/// The value parser of `--gres`: `gpu`, `gpu:N`, `gpu:TYPE` or `gpu:TYPE:N` (N from 0 to
-/// 100000, default 1); another resource, or more than one, is refused.
-pub(crate) fn gres(value: &str) -> Result<GresGpus, OptionError> {
-    let text = value.trim();
-    let bad = |why: String| {
-        OptionError(format!(
-            "invalid --gres '{}': {why}",
-            ysched_common::text::excerpt(text, 60)
-        ))
-    };
-    if text.contains(',') {
-        return Err(bad("give one resource, gpu[:TYPE][:N]".into()));
-    }
-    let mut fields = text.split(':');
-    let name = fields.next().unwrap_or_default();
-    if name != "gpu" {
-        return Err(bad(format!(
-            "ysched schedules GPUs only ('{}' is not gpu): give gpu[:TYPE][:N], and -C/--constraint for node features",
-            ysched_common::text::excerpt(name, 30)
-        )));
-    }
-    let rest: Vec<&str> = fields.collect();
-    let count = |text: &str| {
-        parse_bounded_u32("--gres", text, 0, MAX_GPUS).map_err(|e| OptionError(e.to_string()))
-    };
-    let is_number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    let (gpu_type, per_node) = match rest[..] {
-        [] => (None, 1),
-        [n] if is_number(n) => (None, count(n)?),
-        [model] => (Some(model), 1),
-        [model, n] => (Some(model), count(n)?),
-        _ => return Err(bad("use gpu[:TYPE][:N]".into())),
-    };
-    if gpu_type.is_some_and(|t| t.trim().is_empty()) {
-        return Err(bad("the GPU type is empty".into()));
-    }
-    Ok(GresGpus {
-        per_node,
-        gpu_type: gpu_type.map(str::to_string),
-    })
+/// The value parser of `--gres`: Slurm's `gpu[:TYPE][:N]` ([`crate::slurm::values::gres`]).
+fn gres(value: &str) -> Result<GresGpus, OptionError> {
+    crate::slurm::values::gres(value).map_err(OptionError)
 }
 
 /// The value parser of a whole-number option that must lie in `min..=max`; its errors name
