@@ -12,6 +12,7 @@ pub mod convert;
 pub mod dependency;
 pub mod durable;
 pub mod edge;
+pub mod gpu_json;
 pub mod identity;
 pub mod limits;
 pub mod mail_address;
