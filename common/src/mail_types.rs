@@ -106,6 +106,18 @@ mod tests {
     }
 
     #[test]
+    fn the_user_guide_names_every_word() {
+        let guide = include_str!("../../docs/user-guide.md");
+        let row = guide
+            .lines()
+            .find(|l| l.starts_with("| `--mail-type TYPES` |"))
+            .expect("the --mail-type row of the user guide's options table");
+        for word in words() {
+            assert!(row.contains(&format!("`{word}`")), "{word}: {row}");
+        }
+    }
+
+    #[test]
     fn refusals_name_the_value_and_the_word() {
         assert_eq!(
             parse(&["END", "STAGE_OUT"]).unwrap_err(),

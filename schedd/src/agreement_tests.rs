@@ -152,6 +152,35 @@ fn ysub_and_schedd_refuse_a_bad_submit_alike() {
             },
         ),
         (
+            vec!["--signal=USR1@70000"],
+            pb::JobSpec {
+                warn_signal: Some(pb::WarnSignal {
+                    signal: 10,
+                    secs: 70_000,
+                    batch_only: false,
+                }),
+                ..fine()
+            },
+        ),
+        (
+            vec!["--signal=99"],
+            pb::JobSpec {
+                warn_signal: Some(pb::WarnSignal {
+                    signal: 99,
+                    secs: 60,
+                    batch_only: false,
+                }),
+                ..fine()
+            },
+        ),
+        (
+            vec!["-w", "n1,a\u{202e}b"],
+            pb::JobSpec {
+                nodelist: vec!["n1".into(), "a\u{202e}b".into()],
+                ..fine()
+            },
+        ),
+        (
             vec!["--dependency", "afterok:x"],
             pb::JobSpec {
                 dependency: "afterok:x".into(),

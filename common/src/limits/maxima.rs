@@ -16,6 +16,9 @@ pub const MAX_MEM_MIB: u64 = 1 << 30;
 /// The longest time limit a job may have: 365 days. Longer is refused rather than stored, so
 /// no time arithmetic downstream can overflow.
 pub const MAX_TIME_LIMIT_SECS: u64 = 365 * 86_400;
+/// The most seconds `--signal`'s `@SECS` may be (sbatch's bound); checked by
+/// [`crate::WarnSignal::check`], in the CLIs and `schedd` alike.
+pub const MAX_WARN_SECS: u32 = 65_535;
 /// The largest `scheduler.max_array_size` a configuration may set: any array index at or
 /// above it is refused whatever the configuration says.
 pub const MAX_ARRAY_SIZE_CEILING: u32 = 4_000_001;

@@ -9,7 +9,8 @@
 //! same client library as `ysub`, `yq` and `ycancel`; what ysched cannot do is refused with
 //! `<tool>: error: ...` and exit 1, never silently dropped.
 //!
-//! Slurm's words, states and formats are [`crate::slurm`]'s; nothing outside `compat` uses it.
+//! Slurm's words, states and formats come from [`crate::slurm`]; no other module uses
+//! `compat` (only the `yslurm` binary).
 //!
 //! - [`sbatch`], [`squeue`], [`scancel`], [`sinfo`], [`sacct`], [`srun`]: the commands.
 //! - [`install`]: `yslurm install`.

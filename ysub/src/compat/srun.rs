@@ -19,6 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, Stdio};
 use tokio::signal::unix::{signal, SignalKind};
+use ysched_common::limits::MAX_NTASKS_PER_NODE;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,10 +31,12 @@ use tokio::signal::unix::{signal, SignalKind};
 pub struct SrunCli {
     /// Tasks in all, spread over the job's nodes as evenly as Slurm's block distribution
     /// [default: SLURM_NTASKS_PER_NODE (or YS_NTASKS_PER_NODE) on each node, else 1]
-    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(short = 'n', long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NTASKS_PER_NODE)))]
     pub ntasks: Option<u32>,
     /// Tasks on each node
-    #[arg(long = "ntasks-per-node", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long = "ntasks-per-node", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NTASKS_PER_NODE)))]
     pub ntasks_per_node: Option<u32>,
     /// Nodes: accepted when it is at most the job's (each node's srun runs that node's tasks)
     #[arg(short = 'N', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
