@@ -2,7 +2,9 @@
 //! maximum, and the config key that sets it (or "fixed"). The CLIs check these before they
 //! send anything and `schedd` checks them again where a request enters (before its state lock),
 //! with the same one-line message, e.g. `job name is 100000 bytes; the limit is 256 (fixed)`.
-//! `docs/admin-guide.md` ("Limits") lists every row; a unit test keeps the two in step.
+//! The numbers a job asks for (GPUs, nodes, CPUs, memory, time) have their maxima in a table
+//! of their own ([`MAXIMA`], `maxima.rs`). `docs/admin-guide.md` ("Limits") lists every row
+//! of both; a unit test keeps them in step.
 //!
 //! Everything is measured in bytes (UTF-8) or in items. Why each number:
 //!
@@ -17,6 +19,9 @@
 
 use crate::config::Config;
 use crate::parse::format_size;
+
+mod maxima;
+pub use maxima::*;
 
 /// How a limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,7 +408,7 @@ pub fn launch_size(parts: &LaunchParts) -> u64 {
 
 /// The most the node list of a launch weighs: every node of the largest job, each name at its
 /// limit with its framing.
-pub const NODE_LIST_BYTES: u64 = crate::parse::MAX_NODES as u64 * (NODE_NAME.max + FIELD_OVERHEAD);
+pub const NODE_LIST_BYTES: u64 = MAX_NODES as u64 * (NODE_NAME.max + FIELD_OVERHEAD);
 
 /// Refuses a job whose launch would not fit what every link accepts: `the job's launch
 /// message would be 10.5 MiB (script 4.0 MiB, environment 4.0 MiB, arguments 2.4 MiB, name

@@ -1,24 +1,14 @@
-//! Parsers for the option formats users know from Slurm. Each error names the bad input.
+//! Parsers for the option formats users know from Slurm. Each error names the bad input; a
+//! value past its maximum ([`crate::limits::MAXIMA`]) gets the refusal `schedd` gives too.
 
+use crate::limits::{self, MAX_MEM_MIB, MAX_TIME_LIMIT_SECS};
 use thiserror::Error;
-
-/// The longest time limit a job may have: 365 days. Longer is refused rather than stored, so
-/// no time arithmetic downstream can overflow.
-pub const MAX_TIME_LIMIT_SECS: u64 = 365 * 86_400;
-/// The largest `--mem`: 1024T (1 PiB) per node, in MiB.
-pub const MAX_MEM_MIB: u64 = 1 << 30;
-/// The most GPUs one job may ask for (`--gpus`, over all its nodes).
-pub const MAX_GPUS: u32 = 100_000;
-/// The most nodes one job may span (`--nodes`).
-pub const MAX_NODES: u32 = 10_000;
-/// The most CPUs per node one job may ask for (`--cpus`).
-pub const MAX_CPUS: u32 = 100_000;
 
 #[derive(Debug, Error, PartialEq)]
 pub enum ParseError {
     #[error("invalid time limit '{0}': use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")]
     Time(String),
-    #[error("time limit '{0}' exceeds the maximum of 365 days (365-00:00:00)")]
+    #[error("{}", limits::TIME_LIMIT.refusal(.0))]
     TimeTooLong(String),
     #[error("invalid time limit '{input}': {field} must be 0 to {max} (got {value})")]
     TimeField {
@@ -29,7 +19,7 @@ pub enum ParseError {
     },
     #[error("invalid memory size '{0}': use a whole number with an optional K, M, G or T suffix (default M)")]
     Size(String),
-    #[error("memory size '{0}' exceeds the maximum of 1024T (1 PiB)")]
+    #[error("{}", limits::MEM.refusal(.0))]
     SizeTooLarge(String),
     #[error(
         "--mem {0} asks for no memory; give at least 1M, or leave --mem out for no memory request"
@@ -48,7 +38,7 @@ pub enum ParseError {
         value: String,
         min: u64,
     },
-    #[error("{flag} {value} exceeds the maximum of {max}")]
+    #[error("{}", limits::over_maximum(flag, value, &max.to_string()))]
     TooLarge {
         flag: String,
         value: String,
@@ -236,6 +226,7 @@ pub fn format_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MAX_GPUS;
 
     #[test]
     fn sizes_for_messages() {

@@ -43,8 +43,7 @@ const SIGNALS: [(i32, &str); 31] = [
 
 /// Seconds before the time limit when `@SECS` is not given (sbatch's default).
 pub const DEFAULT_WARN_SECS: u32 = 60;
-/// The most seconds `@SECS` may be (sbatch's bound).
-pub const MAX_WARN_SECS: u32 = 65_535;
+pub use crate::limits::MAX_WARN_SECS;
 
 /// The name of signal `number` without `SIG` (`USR1`), if it is a standard signal.
 pub fn signal_name(number: i32) -> Option<&'static str> {

@@ -14,6 +14,9 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// Output paths' patterns, kept here for the callers that expand them by this path.
+pub use crate::output_pattern::{expand_output_pattern, PatternVars};
+
 /// Whether `c` is a control character (C0, DEL, C1) or a line or paragraph separator
 /// (U+2028, U+2029).
 fn is_control(c: char) -> bool {
@@ -116,8 +119,13 @@ pub fn check_printable(field: &str, value: &str) -> Result<(), String> {
         return Ok(());
     };
     let shown = excerpt(value, ECHO_CHARS);
-    // "job name" → "names", "account" → "accounts", "drain reason" → "reasons".
+    // "job name" → "names", "account" → "accounts", "mail address" → "addresses".
     let noun = field.rsplit(' ').next().unwrap_or(field);
+    let noun = if noun.ends_with('s') {
+        format!("{noun}e")
+    } else {
+        noun.to_string()
+    };
     if is_control(bad) {
         Err(format!(
             "{field} \"{shown}\" contains a control character (U+{:04X}); {noun}s may not \
@@ -316,57 +324,4 @@ mod tests {
             assert_eq!(check_printable("x", &escape_for_terminal(s)), Ok(()));
         }
     }
-}
-
-/// What sbatch-style patterns in output paths stand for (see [`expand_output_pattern`]).
-#[derive(Debug, Clone, Copy)]
-pub struct PatternVars<'a> {
-    pub job_id: u64,
-    pub job_name: &'a str,
-    pub user: &'a str,
-    /// The node the path is opened on; `None`: `%N` is kept as written (it differs per node).
-    pub node: Option<&'a str>,
-    /// An array task's array id and task index; `None`: not an array task.
-    pub array: Option<(u64, u32)>,
-}
-
-/// Expands sbatch-style patterns: `%j` job id, `%x` job name, `%u` user, `%N` node, `%A` the
-/// array's id (a plain job: its job id), `%a` the array task's index (a plain job: `0`), `%%` a
-/// percent sign. Unknown patterns are kept as written. The one expansion noded opens files
-/// with and the CLIs show.
-pub fn expand_output_pattern(pattern: &str, vars: &PatternVars) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(pattern.len() + 16);
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('j') => {
-                let _ = write!(out, "{}", vars.job_id);
-            }
-            Some('x') => out.push_str(vars.job_name),
-            Some('u') => out.push_str(vars.user),
-            Some('N') => match vars.node {
-                Some(node) => out.push_str(node),
-                None => out.push_str("%N"),
-            },
-            Some('A') => {
-                let array_id = vars.array.map_or(vars.job_id, |(array_id, _)| array_id);
-                let _ = write!(out, "{array_id}");
-            }
-            Some('a') => {
-                let _ = write!(out, "{}", vars.array.map_or(0, |(_, task)| task));
-            }
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
 }

@@ -9,6 +9,7 @@ use crate::gpu::{ExcludedGpu, InventoryError};
 use crate::host;
 use crate::launch::{CgroupRoot, Containment};
 use serde::Serialize;
+use ysched_common::gpu_json::{GpuJson, GpuLinkJson as LinkJson};
 use ysched_common::topo_matrix::{align_columns, format_topo_matrix};
 use ysched_common::{Config, Gpu};
 
@@ -217,27 +218,6 @@ pub struct ContainmentJson {
     /// Where the jobs' cgroups go; null without cgroups.
     pub cgroup_root: Option<String>,
     pub description: String,
-}
-
-#[derive(Debug, Serialize)]
-pub struct GpuJson<'a> {
-    pub index: u32,
-    pub uuid: &'a str,
-    pub model: &'a str,
-    pub memory_mib: u64,
-    pub pci_bus_id: &'a str,
-    /// Null when unknown.
-    pub numa_node: Option<i32>,
-    pub nvlink: &'a [u32],
-    pub links: Vec<LinkJson>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct LinkJson {
-    pub peer: u32,
-    /// PIX, PXB, PHB, NODE or SYS.
-    pub pcie: &'static str,
-    pub nvlinks: u32,
 }
 
 #[cfg(test)]

@@ -56,6 +56,23 @@ where
     Ok(String::from_utf8(bytes).expect("the fields are UTF-8"))
 }
 
+/// The header `csv` writes for `row`: the names of its fields, in order, for a flat row type
+/// (no sequence or struct in it) whose columns are its fields, so that a header never needs
+/// writing out by hand.
+pub fn header_of<R: Serialize>(row: &R) -> Result<Vec<String>, CsvError> {
+    let mut writer = WriterBuilder::new()
+        .has_headers(true)
+        .terminator(Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    writer.serialize(row)?;
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| csv::Error::from(e.into_error()))?;
+    // Every field was a Rust string or a number.
+    let text = String::from_utf8(bytes).expect("the fields are UTF-8");
+    split_line(text.lines().next().unwrap_or_default())
+}
+
 /// `text` without its blank and comment lines, and for each line left its number in `text`.
 fn without_comments(text: &str) -> (String, Vec<usize>) {
     let mut out = String::with_capacity(text.len());
@@ -197,6 +214,20 @@ mod tests {
             (rows[0].1["a"].as_str(), rows[0].1["b"].as_str()),
             ("x\ry", "z\rw")
         );
+    }
+
+    #[test]
+    fn a_header_names_a_rows_fields() {
+        #[derive(Serialize)]
+        struct Row {
+            name: &'static str,
+            gpus: Option<u32>,
+        }
+        let row = Row {
+            name: "a,b",
+            gpus: None,
+        };
+        assert_eq!(header_of(&row).unwrap(), ["name", "gpus"]);
     }
 
     #[test]

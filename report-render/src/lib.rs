@@ -6,6 +6,7 @@
 //! - [`html`]: escaping, the page skeleton and style, HTML tables and figures.
 //! - [`chart`]: bar and line charts as inline SVG, drawn with `plotters` (the only crate that
 //!   depends on it), in one palette and one look.
+//! - [`sections`]: a report's titled tables, rendered as text and as HTML from one list.
 //! - [`csv_rows`]: reading the CSV files `ysim` takes (header row, `#` comments, RFC 4180).
 //! - [`trace`]: the trace CSV's row type, its writer and its reader.
 //!
@@ -14,6 +15,7 @@
 pub mod chart;
 pub mod csv_rows;
 pub mod html;
+pub mod sections;
 pub mod table;
 pub mod trace;
 

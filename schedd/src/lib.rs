@@ -16,6 +16,8 @@
 //! - [`metrics`]: Prometheus metrics (the only module that knows `prometheus-client`).
 //! - [`report`]: usage reports (`yctl report`) as a pure function of recorded runs.
 
+#[cfg(test)]
+mod agreement_tests;
 pub mod core;
 pub mod error;
 pub mod fair_share;

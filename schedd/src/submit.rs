@@ -39,8 +39,8 @@ pub fn validate(
             caller.host.as_deref().unwrap_or_default()
         )));
     }
+    use ysched_common::limits;
     use ysched_common::text::{check_printable, excerpt};
-    use ysched_common::{limits, parse};
     let invalid = ApiError::Invalid;
     // Every text first, by its length, before anything looks at its content, then what the
     // job will carry to its node: the same limits `ysub` checks (`ysched_common::limits`).
@@ -63,35 +63,14 @@ pub fn validate(
         ysched_common::mail_address::check_mail_user(mail_user).map_err(invalid)?;
     }
     check_printable("comment", &wire.comment).map_err(invalid)?;
-    // The same bounds `ysub` enforces, for clients that bypass it.
-    for (flag, value, max) in [
-        ("--gpus", u64::from(wire.gpus), u64::from(parse::MAX_GPUS)),
-        (
-            "--nodes",
-            u64::from(wire.nodes),
-            u64::from(parse::MAX_NODES),
-        ),
-        ("--cpus", u64::from(wire.cpus), u64::from(parse::MAX_CPUS)),
-    ] {
-        if value > max {
-            return Err(invalid(format!(
-                "{flag} {value} exceeds the maximum of {max}"
-            )));
-        }
-    }
-    if wire.mem_mib > parse::MAX_MEM_MIB {
-        return Err(invalid(format!(
-            "--mem {}M exceeds the maximum of 1024T",
-            wire.mem_mib
-        )));
-    }
-    if wire.time_limit_secs > parse::MAX_TIME_LIMIT_SECS {
-        return Err(invalid(format!(
-            "time limit of {} seconds exceeds the maximum of 365 days ({} seconds)",
-            wire.time_limit_secs,
-            parse::MAX_TIME_LIMIT_SECS
-        )));
-    }
+    // The same bounds `ysub` enforces, for clients that bypass it, with its messages.
+    limits::GPUS.check(wire.gpus.into()).map_err(invalid)?;
+    limits::NODES.check(wire.nodes.into()).map_err(invalid)?;
+    limits::CPUS.check(wire.cpus.into()).map_err(invalid)?;
+    limits::MEM.check(wire.mem_mib).map_err(invalid)?;
+    limits::TIME_LIMIT
+        .check(wire.time_limit_secs)
+        .map_err(invalid)?;
     let tier_name = resolve_tier(&wire, config).map_err(invalid)?;
     let Some(tier) = config.tier(&tier_name) else {
         // Unreachable: a resolved name is a configured tier.
@@ -157,10 +136,10 @@ pub fn validate(
             )))
         }
     };
-    if nodes_wanted > parse::MAX_NODES {
+    if nodes_wanted > limits::MAX_NODES {
         return Err(invalid(format!(
             "--nodelist of {nodes_wanted} nodes exceeds the maximum of {} nodes",
-            parse::MAX_NODES
+            limits::MAX_NODES
         )));
     }
     let begin_unix_secs = match wire.begin_unix_secs {
@@ -172,7 +151,7 @@ pub fn validate(
         }
         secs => Some(secs),
     };
-    let mail_types = mail_types(&wire.mail_types).map_err(invalid)?;
+    let mail_types = ysched_common::mail_types::parse(&wire.mail_types).map_err(invalid)?;
     if !mail_types.is_empty() && config.notify.sendmail().is_none() {
         return Err(invalid(
             "--mail-type needs sendmail on the scheduler host, and mail is turned off there \
@@ -180,12 +159,9 @@ pub fn validate(
                 .into(),
         ));
     }
-    if wire.ntasks_per_node > MAX_NTASKS_PER_NODE {
-        return Err(invalid(format!(
-            "--ntasks-per-node {} is out of range (1 to {MAX_NTASKS_PER_NODE})",
-            wire.ntasks_per_node
-        )));
-    }
+    limits::NTASKS_PER_NODE
+        .check(wire.ntasks_per_node.into())
+        .map_err(invalid)?;
     if !wire.gpus.is_multiple_of(nodes_wanted) {
         return Err(invalid(format!(
             "--gpus {} cannot be split evenly over --nodes {nodes_wanted}",
@@ -324,75 +300,6 @@ pub fn validate(
         grace_secs: grace,
         dependency,
     })
-}
-
-/// The most processes per node `--ntasks-per-node` may announce.
-pub const MAX_NTASKS_PER_NODE: u32 = 10_000;
-
-/// The mail types `--mail-type` accepts (Slurm's, less those of features ysched lacks), in
-/// the order they are stored.
-pub const MAIL_TYPES: [&str; 9] = [
-    "BEGIN",
-    "END",
-    "FAIL",
-    "REQUEUE",
-    "INVALID_DEPEND",
-    "TIME_LIMIT",
-    "TIME_LIMIT_50",
-    "TIME_LIMIT_80",
-    "TIME_LIMIT_90",
-];
-
-/// What `ALL` stands for, as in Slurm: every event of a job's life, not the time-limit
-/// warnings.
-const MAIL_ALL: [&str; 5] = ["BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND"];
-
-/// `--mail-type` checked, upper-cased, `ALL` expanded and in [`MAIL_TYPES`]' order (plus
-/// `ARRAY_TASKS` last); `NONE` alone is no mail.
-fn mail_types(given: &[String]) -> Result<Vec<String>, String> {
-    use ysched_common::text::excerpt;
-    let mut wanted = std::collections::BTreeSet::new();
-    let mut array_tasks = false;
-    let mut none = false;
-    for raw in given {
-        let word = raw.trim().to_ascii_uppercase();
-        match word.as_str() {
-            "NONE" => none = true,
-            "ALL" => wanted.extend(MAIL_ALL),
-            "ARRAY_TASKS" => array_tasks = true,
-            other => match MAIL_TYPES.iter().find(|t| **t == other) {
-                Some(known) => {
-                    wanted.insert(*known);
-                }
-                None => {
-                    return Err(format!(
-                        "unknown --mail-type '{}' (known: NONE, {}, ARRAY_TASKS, ALL)",
-                        excerpt(raw, 32),
-                        MAIL_TYPES.join(", ")
-                    ))
-                }
-            },
-        }
-    }
-    if none && (array_tasks || !wanted.is_empty()) {
-        return Err("--mail-type NONE cannot be given with other mail types".into());
-    }
-    if array_tasks && wanted.is_empty() {
-        return Err(
-            "--mail-type ARRAY_TASKS needs the events to mail too (e.g. \
-                    END,ARRAY_TASKS)"
-                .into(),
-        );
-    }
-    let mut types: Vec<String> = MAIL_TYPES
-        .iter()
-        .filter(|t| wanted.contains(*t))
-        .map(|t| t.to_string())
-        .collect();
-    if array_tasks {
-        types.push("ARRAY_TASKS".into());
-    }
-    Ok(types)
 }
 
 /// `-w` or `-x`'s node names, each printable, not empty, and named once; sorted.

@@ -477,12 +477,12 @@ mod slurm_option_tests {
             mail_types: names(&["STAGE_OUT"]),
             ..wire()
         })
-        .contains("unknown --mail-type 'STAGE_OUT'"));
+        .contains("'STAGE_OUT' is not one of NONE, BEGIN"));
         assert!(refused(SubmitRequest {
             mail_types: names(&["NONE", "END"]),
             ..wire()
         })
-        .contains("NONE cannot be given"));
+        .contains("NONE cannot be combined"));
         assert!(refused(SubmitRequest {
             mail_types: names(&["ARRAY_TASKS"]),
             ..wire()
@@ -498,7 +498,7 @@ mod slurm_option_tests {
                 ntasks_per_node: 10_001,
                 ..wire()
             }),
-            "--ntasks-per-node 10001 is out of range (1 to 10000)"
+            "--ntasks-per-node 10001 exceeds the maximum of 10000"
         );
         assert!(refused(SubmitRequest {
             comment: "x".repeat(1025),
@@ -587,13 +587,13 @@ mod slurm_flag_tests {
         assert!(!plain.slurm_env && !plain.open_append);
         assert_eq!(plain.ntasks_per_node, 0);
         let err = submit(SubmitRequest {
-            ntasks_per_node: MAX_NTASKS_PER_NODE + 1,
+            ntasks_per_node: ysched_common::limits::MAX_NTASKS_PER_NODE + 1,
             ..Default::default()
         })
         .unwrap_err();
         assert!(
             err.to_string()
-                .contains("--ntasks-per-node 10001 is out of range (1 to 10000)"),
+                .contains("--ntasks-per-node 10001 exceeds the maximum of 10000"),
             "{err}"
         );
     }

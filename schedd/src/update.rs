@@ -7,7 +7,7 @@
 use crate::error::ApiError;
 pub use crate::state::update::TierChange;
 use ysched_common::text::{check_printable, excerpt};
-use ysched_common::{limits, parse, Caller, Config, DependencyRequest};
+use ysched_common::{limits, Caller, Config, DependencyRequest};
 
 /// An update's changes, each `None` when not asked for.
 #[derive(Debug, Clone, Default)]
@@ -108,12 +108,7 @@ pub fn validate(
         });
     }
     if let Some(secs) = request.time_limit_secs {
-        if secs > parse::MAX_TIME_LIMIT_SECS {
-            return Err(invalid(format!(
-                "time limit of {secs} seconds exceeds the maximum of 365 days ({} seconds)",
-                parse::MAX_TIME_LIMIT_SECS
-            )));
-        }
+        limits::TIME_LIMIT.check(secs).map_err(invalid)?;
         update.time_limit_secs = Some((secs > 0).then_some(secs));
     }
     if let Some(name) = &request.name {
@@ -190,7 +185,7 @@ mod tests {
             .to_string();
         assert!(err.contains("nothing to update"), "{err}");
         let mut r = request();
-        r.time_limit_secs = Some(parse::MAX_TIME_LIMIT_SECS + 1);
+        r.time_limit_secs = Some(limits::MAX_TIME_LIMIT_SECS + 1);
         assert!(validate(&r, &alice, &config).is_err());
         r.time_limit_secs = Some(0);
         assert_eq!(

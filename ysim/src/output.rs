@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 use ysched_report::html::{self, push_figure, PAGE_END};
 use ysched_report::percent;
-use ysched_report::table::{render_rows, Align};
+use ysched_report::sections::{self, Section};
+use ysched_report::table::Align;
 
 /// `45s`, `12.5m`, `3.4h`, `2.1d`; `-` for nothing.
 pub fn duration(secs: Option<f64>) -> String {
@@ -28,11 +29,6 @@ fn label_then_figures(rows: &[Vec<String>]) -> Vec<Align> {
     (0..columns)
         .map(|c| if c == 0 { Align::Left } else { Align::Right })
         .collect()
-}
-
-/// Columns padded to their widest cell: the first left-aligned, the others right-aligned.
-fn render(rows: &[Vec<String>]) -> String {
-    render_rows(rows, &label_then_figures(rows))
 }
 
 /// Every tier any policy reports, in the first policy's order, then the others'.
@@ -246,6 +242,48 @@ fn team_rows(r: &Report) -> Vec<Vec<String>> {
     rows
 }
 
+/// The report's tables, in order, with their headings in text and on the page: one list for
+/// both.
+fn sections(r: &Report) -> Vec<Section> {
+    let section = |text_heading, html_heading, rows: Vec<Vec<String>>| Section {
+        text_heading,
+        html_heading,
+        align: label_then_figures(&rows),
+        rows,
+    };
+    vec![
+        section(None, "Policies", summary_rows(r)),
+        section(
+            Some("start latency (first start - submit) by tier: mean / p50 / p95"),
+            "Start latency by tier (mean / p50 / p95)",
+            latency_rows(r),
+        ),
+        section(
+            Some(
+                "preempted runs by tier (checkpoint saved within the grace, work lost, \
+                 restarts)",
+            ),
+            "Preempted runs by tier",
+            preemption_rows(r),
+        ),
+        section(
+            Some("team share of the GPU-hours used in the window"),
+            "Team share of the GPU-hours used",
+            team_rows(r),
+        ),
+        section(
+            Some("start latency (first start - submit) by team: mean / p50 / p95"),
+            "Start latency by team (mean / p50 / p95)",
+            team_latency_rows(r),
+        ),
+        section(
+            Some("preempted runs by team (checkpoints saved, restarts in the window)"),
+            "Preempted runs by team (checkpoints saved, restarts)",
+            team_preemption_rows(r),
+        ),
+    ]
+}
+
 /// The report as text: the workload, then one table per question.
 pub fn table(r: &Report) -> String {
     let w = &r.workload;
@@ -264,19 +302,7 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(s, "  - {note}");
     }
     s.push('\n');
-    s.push_str(&render(&summary_rows(r)));
-    s.push_str("\nstart latency (first start - submit) by tier: mean / p50 / p95\n");
-    s.push_str(&render(&latency_rows(r)));
-    s.push_str(
-        "\npreempted runs by tier (checkpoint saved within the grace, work lost, restarts)\n",
-    );
-    s.push_str(&render(&preemption_rows(r)));
-    s.push_str("\nteam share of the GPU-hours used in the window\n");
-    s.push_str(&render(&team_rows(r)));
-    s.push_str("\nstart latency (first start - submit) by team: mean / p50 / p95\n");
-    s.push_str(&render(&team_latency_rows(r)));
-    s.push_str("\npreempted runs by team (checkpoints saved, restarts in the window)\n");
-    s.push_str(&render(&team_preemption_rows(r)));
+    s.push_str(&sections::text(&sections(r)));
     let refusals = refusals(r);
     if !refusals.is_empty() {
         s.push_str("\nrefused at submit\n");
@@ -304,10 +330,6 @@ pub fn json(r: &Report) -> String {
     let mut s = serde_json::to_string_pretty(r).expect("a report serializes");
     s.push('\n');
     s
-}
-
-fn html_table(rows: &[Vec<String>]) -> String {
-    html::table(rows, &label_then_figures(rows))
 }
 
 mod charts {
@@ -441,18 +463,8 @@ pub fn html(r: &Report) -> Result<String> {
     for note in &w.notes {
         let _ = writeln!(h, "<li>{}</li>", e(note));
     }
-    h.push_str("</ul>\n<h2>Policies</h2>\n");
-    h.push_str(&html_table(&summary_rows(r)));
-    h.push_str("<h2>Start latency by tier (mean / p50 / p95)</h2>\n");
-    h.push_str(&html_table(&latency_rows(r)));
-    h.push_str("<h2>Preempted runs by tier</h2>\n");
-    h.push_str(&html_table(&preemption_rows(r)));
-    h.push_str("<h2>Team share of the GPU-hours used</h2>\n");
-    h.push_str(&html_table(&team_rows(r)));
-    h.push_str("<h2>Start latency by team (mean / p50 / p95)</h2>\n");
-    h.push_str(&html_table(&team_latency_rows(r)));
-    h.push_str("<h2>Preempted runs by team (checkpoints saved, restarts)</h2>\n");
-    h.push_str(&html_table(&team_preemption_rows(r)));
+    h.push_str("</ul>\n");
+    h.push_str(&sections::html(&sections(r)));
     let refusals = refusals(r);
     if !refusals.is_empty() {
         h.push_str("<h2>Refused at submit</h2>\n<ul>\n");

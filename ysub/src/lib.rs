@@ -7,14 +7,15 @@
 //!   and the shared `main` wrapper ([`client::run_tool`]).
 //! * [`output`]: aligned text tables and writing to stdout.
 //! * [`script`]: `#YSUB` and `#SBATCH` directives and `--export` lists.
-//! * [`slurm`]: the table of sbatch's options, and their translation into ysub's.
+//! * [`slurm`]: Slurm's words, formats and states: the table of sbatch's options and their
+//!   translation, host lists, job and node states, `%` formats. It uses no other module here.
 //! * [`jobs`] / [`nodes`]: the text and JSON renderings of jobs and nodes, shared by the tools.
 //! * [`ysched_common::topo_matrix`]: a node's GPU matrix as `nvidia-smi topo -m` prints it.
 //! * [`shares`]: `yctl shares`, fair share per account.
 //! * [`submit`], [`queue`], [`cancel`], [`admin`]: the four tools; [`report`]: `yctl report`
 //!   and `yctl usage import`.
 //! * [`compat`]: `yslurm`, Slurm's commands (sbatch, squeue, scancel, sinfo, sacct, srun) for
-//!   the tools that call them.
+//!   the tools that call them; no other module uses it.
 
 pub mod admin;
 pub mod args;

@@ -142,13 +142,7 @@ pub fn parse_states(list: &str) -> Result<Option<Vec<String>>> {
         if item.eq_ignore_ascii_case("all") {
             return Ok(None);
         }
-        let state = JobState::parse(item).ok_or_else(|| {
-            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            anyhow!(
-                "invalid job state '{item}': use one of {} (or short codes like PD, R, CD)",
-                known.join(", ")
-            )
-        })?;
+        let state = JobState::parse_named(item).map_err(|e| anyhow!(e))?;
         if !states.contains(&state) {
             states.push(state);
         }

@@ -44,9 +44,10 @@ impl Config {
         if self.scheduler.max_launch_attempts == 0 {
             return Err("scheduler.max_launch_attempts must be at least 1".into());
         }
-        if self.scheduler.max_array_size == 0 || self.scheduler.max_array_size > 4_000_001 {
+        let ceiling = crate::limits::MAX_ARRAY_SIZE_CEILING;
+        if self.scheduler.max_array_size == 0 || self.scheduler.max_array_size > ceiling {
             return Err(format!(
-                "scheduler.max_array_size = {} is out of range (1 to 4000001)",
+                "scheduler.max_array_size = {} is out of range (1 to {ceiling})",
                 self.scheduler.max_array_size
             ));
         }

@@ -50,6 +50,57 @@ fn the_admin_guide_lists_every_limit_with_its_default_and_key() {
 }
 
 #[test]
+fn the_admin_guide_lists_every_maximum() {
+    let guide = include_str!("../../../docs/admin-guide.md");
+    for maximum in MAXIMA {
+        let row = guide
+            .lines()
+            .find(|l| {
+                l.replace('`', "")
+                    .starts_with(&format!("| {} |", maximum.what))
+            })
+            .unwrap_or_else(|| panic!("no row for '{}' in the Limits table", maximum.what));
+        let plain = row.replace('`', "");
+        let cells: Vec<&str> = plain.split(" | ").collect();
+        assert_eq!(cells.get(2).copied(), Some(maximum.shown), "{row}");
+        assert_eq!(cells.get(3).copied(), Some("fixed |"), "{row}");
+    }
+}
+
+#[test]
+fn maxima_refuse_in_the_form_the_parsers_use() {
+    for maximum in MAXIMA.iter().filter(|m| m.written == Written::Plain) {
+        assert_eq!(maximum.shown, maximum.max.to_string(), "{}", maximum.what);
+    }
+    assert_eq!(
+        GPUS.check(100_001).unwrap_err(),
+        "--gpus 100001 exceeds the maximum of 100000"
+    );
+    assert_eq!(GPUS.check(100_000), Ok(()));
+    assert_eq!(
+        MEM.check(MAX_MEM_MIB + 1).unwrap_err(),
+        "memory size '1073741825M' exceeds the maximum of 1024T (1 PiB)"
+    );
+    assert_eq!(
+        TIME_LIMIT.check(MAX_TIME_LIMIT_SECS + 1).unwrap_err(),
+        "time limit '365-00:00:01' exceeds the maximum of 365 days (365-00:00:00)"
+    );
+    // What schedd writes for a value is what the CLI's parser refuses for that value.
+    assert_eq!(
+        crate::parse::parse_mem_mib("1073741825M")
+            .unwrap_err()
+            .to_string(),
+        MEM.check(MAX_MEM_MIB + 1).unwrap_err()
+    );
+    assert_eq!(
+        crate::parse::parse_time_limit("365-00:00:01")
+            .unwrap_err()
+            .to_string(),
+        TIME_LIMIT.check(MAX_TIME_LIMIT_SECS + 1).unwrap_err()
+    );
+}
+
+#[test]
 fn the_defaults_in_the_table_are_the_configs() {
     let c = Config::default();
     assert_eq!(SCRIPT.max, c.max_script_bytes());

@@ -85,6 +85,20 @@ impl JobState {
         short.or_else(|| JobState::ALL.into_iter().find(|st| st.as_str() == u))
     }
 
+    /// [`JobState::parse`], or the one refusal of a word that is no job state, naming every
+    /// state: `invalid job state 'X': use one of PENDING, HELD, ... (or short codes like PD,
+    /// R, CD)`. For every filter by state (`yq -t`, `ycancel -t`).
+    pub fn parse_named(s: &str) -> Result<JobState, String> {
+        JobState::parse(s).ok_or_else(|| {
+            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            format!(
+                "invalid job state '{}': use one of {} (or short codes like PD, R, CD)",
+                crate::text::excerpt(s, 32),
+                known.join(", ")
+            )
+        })
+    }
+
     /// A finished job never changes state again.
     pub fn is_terminal(self) -> bool {
         !matches!(

@@ -96,7 +96,7 @@ pub fn update_request(args: &UpdateArgs) -> Result<UpdateJobRequest> {
     let time_limit_secs = match &time {
         Some(text) => Some(
             ysched_common::parse::parse_time_limit(text)
-                .map_err(|e| anyhow!("time limit: {e}"))?
+                .map_err(|e| anyhow!(e))?
                 .unwrap_or(0),
         ),
         None => None,

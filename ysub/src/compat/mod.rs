@@ -9,18 +9,17 @@
 //! same client library as `ysub`, `yq` and `ycancel`; what ysched cannot do is refused with
 //! `<tool>: error: ...` and exit 1, never silently dropped.
 //!
-//! - [`slurm_words`]: Slurm's job and node state words, times, durations and host lists.
-//! - [`format`]: `%` format strings (`squeue -o`, `sinfo -o`) and fixed-width columns.
+//! Slurm's words, states and formats come from [`crate::slurm`]; no other module uses
+//! `compat` (only the `yslurm` binary).
+//!
 //! - [`sbatch`], [`squeue`], [`scancel`], [`sinfo`], [`sacct`], [`srun`]: the commands.
 //! - [`install`]: `yslurm install`.
 
-pub mod format;
 pub mod install;
 pub mod sacct;
 pub mod sbatch;
 pub mod scancel;
 pub mod sinfo;
-pub mod slurm_words;
 pub mod squeue;
 pub mod srun;
 

@@ -2,16 +2,16 @@
 //! `--parsable2` (`|` between fields) and `--parsable` (and after the last), which submitit,
 //! Snakemake and dask read.
 
-use super::slurm_words::{
-    job_nodes, parse_slurm_states, sacct_duration, slurm_state, slurm_time, time_limit,
-    ysched_states_for,
-};
 use crate::client;
 use crate::jobs::TargetList;
 use crate::jobs::{
     check_target_count, display_id, elapsed_secs, flatten_targets, parse_target_list,
 };
 use crate::queue::current_user_name;
+use crate::slurm::words::{
+    job_nodes, parse_slurm_states, sacct_duration, slurm_state, slurm_time, time_limit,
+    ysched_states_for,
+};
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
 use std::ffi::OsString;

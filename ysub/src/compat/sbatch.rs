@@ -1,10 +1,11 @@
 //! `sbatch`: submits a batch script as `ysub` does, from Slurm's flags and `#SBATCH` lines
-//! (translated through ysub's one table of sbatch's options, [`crate::slurm`]), printing
+//! (translated through ysub's one table of sbatch's options, [`crate::slurm`], as ysub reads
+//! `#SBATCH` lines: [`crate::submit::sbatch`]), printing
 //! `Submitted batch job ID` (or the id alone with `--parsable`). Its jobs always get Slurm's
 //! `SLURM_*` variables: whoever calls sbatch reads them.
 
 use crate::client;
-use crate::slurm::{parse_sbatch_command_line, resolve_sbatch};
+use crate::submit::sbatch::{parse_sbatch_command_line, resolve_sbatch};
 use crate::submit::submit_and_report;
 use anyhow::{anyhow, Result};
 use std::ffi::OsString;

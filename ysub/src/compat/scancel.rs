@@ -1,9 +1,9 @@
 //! `scancel`: cancel jobs by id, or by user, name, state and partition, as Slurm's.
 
-use super::slurm_words::{parse_slurm_states, slurm_state, ysched_states_for};
 use crate::client::{self, reply};
 use crate::jobs::{check_target_count, display_id, flatten_targets, parse_target_list, TargetList};
 use crate::queue::current_user_name;
+use crate::slurm::words::{parse_slurm_states, slurm_state, ysched_states_for};
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;
 use std::ffi::OsString;

@@ -1,10 +1,11 @@
 //! `sinfo`: the nodes as one Slurm partition, `ysched`, grouped by state, or one line per
 //! node (`-N`), in Slurm's columns and `%` codes.
 
-use super::format::{parse_percent_format, render_line, Piece};
-use super::slurm_words::{compress_hostlist, node_state, parse_node_states};
 use crate::client::{self, reply};
 use crate::nodes::gpu_model_counts;
+use crate::slurm::compress_hostlist;
+use crate::slurm::format::{parse_percent_format, render_line, Piece};
+use crate::slurm::words::{node_state, parse_node_states};
 use anyhow::{anyhow, Result};
 use clap::Parser;
 use std::ffi::OsString;

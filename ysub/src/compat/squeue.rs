@@ -1,16 +1,16 @@
 //! `squeue`: the job queue in Slurm's columns and `%` codes.
 
-use super::format::{parse_named_format, parse_percent_format, render_line, Piece};
-use super::slurm_words::{
-    job_nodes, parse_slurm_states, slurm_job_state, slurm_time, squeue_duration, time_limit,
-    ysched_states_for,
-};
 use crate::client;
 use crate::jobs::{
     check_target_count, display_id, elapsed_secs, flatten_targets, job_lines, parse_target_list,
     Fold, JobLine, TargetList,
 };
 use crate::queue::current_user_name;
+use crate::slurm::format::{parse_named_format, parse_percent_format, render_line, Piece};
+use crate::slurm::words::{
+    job_nodes, parse_slurm_states, slurm_job_state, slurm_time, squeue_duration, time_limit,
+    ysched_states_for,
+};
 use anyhow::{anyhow, Result};
 use clap::Parser;
 use std::ffi::OsString;

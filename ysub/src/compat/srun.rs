@@ -19,6 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, Stdio};
 use tokio::signal::unix::{signal, SignalKind};
+use ysched_common::limits::MAX_NTASKS_PER_NODE;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,10 +31,12 @@ use tokio::signal::unix::{signal, SignalKind};
 pub struct SrunCli {
     /// Tasks in all, spread over the job's nodes as evenly as Slurm's block distribution
     /// [default: SLURM_NTASKS_PER_NODE (or YS_NTASKS_PER_NODE) on each node, else 1]
-    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(short = 'n', long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NTASKS_PER_NODE)))]
     pub ntasks: Option<u32>,
     /// Tasks on each node
-    #[arg(long = "ntasks-per-node", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long = "ntasks-per-node", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NTASKS_PER_NODE)))]
     pub ntasks_per_node: Option<u32>,
     /// Nodes: accepted when it is at most the job's (each node's srun runs that node's tasks)
     #[arg(short = 'N', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -147,31 +150,20 @@ pub fn step(cli: &SrunCli, job: &JobContext) -> Result<Step> {
 
 /// An output pattern expanded for the task of rank `rank`.
 pub fn expand(pattern: &str, job: &JobContext, rank: u32) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
+    ysched_common::output_pattern::expand_with(pattern, |letter, out| {
+        match letter {
+            'j' => out.push_str(&job.job_id),
+            'A' => out.push_str(job.array_job_id.as_deref().unwrap_or(&job.job_id)),
+            'a' => out.push_str(job.array_task_id.as_deref().unwrap_or("0")),
+            't' => out.push_str(&rank.to_string()),
+            'n' => out.push_str(&job.node_rank.to_string()),
+            'N' => out.push_str(&job.node),
+            'x' => out.push_str(&job.name),
+            'u' => out.push_str(&job.user),
+            _ => return false,
         }
-        match chars.next() {
-            Some('j') => out.push_str(&job.job_id),
-            Some('A') => out.push_str(job.array_job_id.as_deref().unwrap_or(&job.job_id)),
-            Some('a') => out.push_str(job.array_task_id.as_deref().unwrap_or("0")),
-            Some('t') => out.push_str(&rank.to_string()),
-            Some('n') => out.push_str(&job.node_rank.to_string()),
-            Some('N') => out.push_str(&job.node),
-            Some('x') => out.push_str(&job.name),
-            Some('u') => out.push_str(&job.user),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+        true
+    })
 }
 
 /// The `srun` command.

@@ -187,9 +187,9 @@ pub fn parse_format(text: &str) -> Result<Format> {
 }
 
 /// squeue's format: `%[.][width]code`, other text kept as is (`%%`: a percent sign), read by
-/// the parser `squeue` itself uses (`crate::compat::format`), each code then named here.
+/// the parser `squeue` itself uses (`crate::slurm::format`), each code then named here.
 fn parse_squeue(text: &str) -> Result<Vec<Piece>> {
-    use crate::compat::format::{parse_percent_format, Piece as Percent};
+    use crate::slurm::format::{parse_percent_format, Piece as Percent};
     let codes: Vec<char> = FIELDS.iter().filter_map(|(code, _, _, _)| *code).collect();
     let pieces = parse_percent_format(text, &codes)
         // `format '...': unknown field %z (known: ...)` becomes `--format '...': ...`.

@@ -73,9 +73,9 @@ pub fn shown_state(job: &JobInfo) -> &str {
 
 /// The state as squeue's compact code (`%t`): PD (pending or held: squeue shows a held job
 /// pending, its reason saying why), R, CG (in a cancel's grace, or being preempted), CD, F,
-/// CA, TO, NF, PR, OOM: Slurm's words as `squeue` itself (`crate::compat`) gives them.
+/// CA, TO, NF, PR, OOM: Slurm's words ([`crate::slurm::words`]), as `squeue` gives them.
 pub fn compact_state(job: &JobInfo) -> &'static str {
-    crate::compat::slurm_words::slurm_job_state(job).short
+    crate::slurm::words::slurm_job_state(job).short
 }
 
 /// The nodes the job holds, comma-joined, or `None` when it holds none.

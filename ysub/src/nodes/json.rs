@@ -3,21 +3,16 @@
 
 use super::{gpu_holder, gpu_outage, Holder};
 use serde::Serialize;
+pub use ysched_common::gpu_json::GpuLinkJson;
 use ysched_common::time::rfc3339;
 use ysched_proto::NodeInfo;
 
+/// A GPU as its node found it ([`ysched_common::gpu_json`], as `noded --inventory --json`
+/// prints it), then what schedd knows of it.
 #[derive(Debug, Serialize)]
 pub struct GpuJson<'a> {
-    pub index: u32,
-    pub uuid: &'a str,
-    pub model: &'a str,
-    pub memory_mib: u64,
-    pub pci_bus_id: &'a str,
-    /// Null when unknown.
-    pub numa_node: Option<i32>,
-    pub nvlink: &'a [u32],
-    /// How it reaches each other GPU of the node; empty when the agent did not say.
-    pub links: Vec<GpuLinkJson<'a>>,
+    #[serde(flatten)]
+    pub gpu: ysched_common::gpu_json::GpuJson<'a>,
     /// The job holding it; null when idle, or when that job's usage is not the caller's to
     /// see (`scheduler.reports_public = false`).
     pub job: Option<u64>,
@@ -37,15 +32,6 @@ pub struct GpuOutageJson<'a> {
     pub since_ms: i64,
     /// `noded health` (its node found it failing) or the administrator who took it out.
     pub by: &'a str,
-}
-
-#[derive(Debug, Serialize)]
-pub struct GpuLinkJson<'a> {
-    pub peer: u32,
-    /// PIX, PXB, PHB, NODE or SYS.
-    pub pcie: &'a str,
-    /// NVLink links between the two; 0: none.
-    pub nvlinks: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,22 +72,24 @@ pub fn node_to_json(node: &NodeInfo) -> NodeJson<'_> {
             .iter()
             .enumerate()
             .map(|(position, gpu)| GpuJson {
-                index: gpu.index,
-                uuid: &gpu.uuid,
-                model: &gpu.model,
-                memory_mib: gpu.memory_mib,
-                pci_bus_id: &gpu.pci_bus_id,
-                numa_node: (gpu.numa_node >= 0).then_some(gpu.numa_node),
-                nvlink: &gpu.nvlink,
-                links: gpu
-                    .links
-                    .iter()
-                    .map(|l| GpuLinkJson {
-                        peer: l.peer,
-                        pcie: &l.pcie,
-                        nvlinks: l.nvlinks,
-                    })
-                    .collect(),
+                gpu: ysched_common::gpu_json::GpuJson {
+                    index: gpu.index,
+                    uuid: &gpu.uuid,
+                    model: &gpu.model,
+                    memory_mib: gpu.memory_mib,
+                    pci_bus_id: &gpu.pci_bus_id,
+                    numa_node: (gpu.numa_node >= 0).then_some(gpu.numa_node),
+                    nvlink: &gpu.nvlink,
+                    links: gpu
+                        .links
+                        .iter()
+                        .map(|l| GpuLinkJson {
+                            peer: l.peer,
+                            pcie: &l.pcie,
+                            nvlinks: l.nvlinks,
+                        })
+                        .collect(),
+                },
                 job: match gpu_holder(node, position) {
                     Some(Holder::Job(job)) => Some(job),
                     _ => None,

@@ -118,6 +118,32 @@ fn a_gpu_held_by_a_private_job_is_in_use_by_nobody_named() {
 }
 
 #[test]
+fn a_gpu_is_the_inventorys_object_then_what_schedd_knows() {
+    // The fields in the order `yctl nodes --json` has always printed them.
+    let fields = [
+        "index",
+        "uuid",
+        "model",
+        "memory_mib",
+        "pci_bus_id",
+        "numa_node",
+        "nvlink",
+        "links",
+        "job",
+        "in_use",
+        "in_service",
+    ];
+    let text = serde_json::to_string(&node_to_json(&busy_node()).gpus[0]).unwrap();
+    let keys: Vec<&str> = text
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|k| fields.contains(k))
+        .collect();
+    assert_eq!(keys, fields, "{text}");
+}
+
+#[test]
 fn table() {
     let out = format_nodes_table(&[busy_node(), drained_node()], false);
     let lines: Vec<&str> = out.lines().collect();

@@ -1,36 +1,24 @@
 //! `yctl report --csv`: one row per group, then one for the whole cluster, written through
-//! the `csv` crate from one row type ([`UsageRow`]).
+//! the `csv` crate from one row type ([`UsageRow`]), whose fields name the header's columns.
 
 use super::json::{report_json, WaitJson};
 use serde::{Serialize, Serializer};
 use ysched_proto::ReportReply;
-use ysched_report::csv_rows::{write_rows, CsvError};
+use ysched_report::csv_rows::{header_of, write_rows, CsvError};
 
-/// The columns of every row before the waits, in [`UsageRow`]'s order.
-const COLUMNS: [&str; 16] = [
-    "by",
-    "name",
-    "gpu_hours",
-    "gpu_seconds",
-    "capacity_share",
-    "cpu_hours",
-    "jobs",
-    "runs",
-    "running",
-    "restarts",
-    "preemptions_suffered",
-    "preemptions_caused",
-    "checkpoints_saved",
-    "checkpoint_rate",
-    "lost_gpu_hours",
-    "share_of_used",
-];
-
-/// One row of the CSV: a group's figures (`by` = `account`, `user` or `tier`) or the whole
-/// cluster's (`by` = `cluster`, no name). Hours and shares have six decimals, seconds three;
-/// `None` is an empty field.
+/// One row of the CSV: a group's figures, then its waits per tier.
 #[derive(Debug, Serialize)]
 struct UsageRow<'a> {
+    figures: UsageFigures<'a>,
+    /// One per tier of the header, in its order.
+    waits: Vec<TierWaits>,
+}
+
+/// A row's columns before the waits, which name the header's: a group's figures (`by` =
+/// `account`, `user` or `tier`) or the whole cluster's (`by` = `cluster`, no name). Hours and
+/// shares have six decimals, seconds three; `None` is an empty field.
+#[derive(Debug, Serialize)]
+struct UsageFigures<'a> {
     by: &'a str,
     name: &'a str,
     #[serde(serialize_with = "decimals_6")]
@@ -57,8 +45,6 @@ struct UsageRow<'a> {
     /// Of the GPU-hours every group used (for the cluster: 1 when it used any).
     #[serde(serialize_with = "optional_decimals_6")]
     share_of_used: Option<f64>,
-    /// One per tier of the header, in its order.
-    waits: Vec<TierWaits>,
 }
 
 /// A row's three columns for one tier: runs started, and the median and 95th percentile wait
@@ -127,7 +113,55 @@ pub fn report_csv(r: &ReportReply) -> Result<String, CsvError> {
         .iter()
         .map(|w| w.tier.clone())
         .collect();
-    let mut header: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    let mut rows: Vec<UsageRow> = j
+        .groups
+        .iter()
+        .map(|g| UsageRow {
+            figures: UsageFigures {
+                by: &j.by,
+                name: &g.name,
+                gpu_hours: g.gpu_hours,
+                gpu_seconds: g.gpu_seconds,
+                capacity_share: g.capacity_share,
+                cpu_hours: Some(g.cpu_hours),
+                jobs: g.jobs,
+                runs: g.runs,
+                running: g.running,
+                restarts: g.restarts,
+                preemptions_suffered: g.preemptions_suffered,
+                preemptions_caused: g.preemptions_caused,
+                checkpoints_saved: g.checkpoints_saved,
+                checkpoint_rate: g.checkpoint_rate,
+                lost_gpu_hours: g.lost_gpu_hours,
+                share_of_used: g.share_of_used,
+            },
+            waits: tier_waits(&tiers, &g.waits),
+        })
+        .collect();
+    let c = &j.cluster;
+    let cluster = UsageRow {
+        figures: UsageFigures {
+            by: "cluster",
+            name: "",
+            gpu_hours: c.used_gpu_hours,
+            gpu_seconds: c.used_gpu_seconds,
+            capacity_share: c.utilization,
+            cpu_hours: None,
+            jobs: c.jobs,
+            runs: c.runs,
+            running: c.running,
+            restarts: c.restarts,
+            // A preemption is suffered by one job and caused by another, both in the cluster.
+            preemptions_suffered: c.preemptions,
+            preemptions_caused: c.preemptions,
+            checkpoints_saved: c.checkpoints_saved,
+            checkpoint_rate: c.checkpoint_rate,
+            lost_gpu_hours: c.lost_gpu_hours,
+            share_of_used: (c.used_gpu_seconds > 0.0).then_some(1.0),
+        },
+        waits: tier_waits(&tiers, &c.start_latency),
+    };
+    let mut header = header_of(&cluster.figures)?;
     for t in &tiers {
         header.extend([
             format!("starts_{t}"),
@@ -135,49 +169,6 @@ pub fn report_csv(r: &ReportReply) -> Result<String, CsvError> {
             format!("wait_p95_secs_{t}"),
         ]);
     }
-    let mut rows: Vec<UsageRow> = j
-        .groups
-        .iter()
-        .map(|g| UsageRow {
-            by: &j.by,
-            name: &g.name,
-            gpu_hours: g.gpu_hours,
-            gpu_seconds: g.gpu_seconds,
-            capacity_share: g.capacity_share,
-            cpu_hours: Some(g.cpu_hours),
-            jobs: g.jobs,
-            runs: g.runs,
-            running: g.running,
-            restarts: g.restarts,
-            preemptions_suffered: g.preemptions_suffered,
-            preemptions_caused: g.preemptions_caused,
-            checkpoints_saved: g.checkpoints_saved,
-            checkpoint_rate: g.checkpoint_rate,
-            lost_gpu_hours: g.lost_gpu_hours,
-            share_of_used: g.share_of_used,
-            waits: tier_waits(&tiers, &g.waits),
-        })
-        .collect();
-    let c = &j.cluster;
-    rows.push(UsageRow {
-        by: "cluster",
-        name: "",
-        gpu_hours: c.used_gpu_hours,
-        gpu_seconds: c.used_gpu_seconds,
-        capacity_share: c.utilization,
-        cpu_hours: None,
-        jobs: c.jobs,
-        runs: c.runs,
-        running: c.running,
-        restarts: c.restarts,
-        // A preemption is suffered by one job and caused by another, both in the cluster.
-        preemptions_suffered: c.preemptions,
-        preemptions_caused: c.preemptions,
-        checkpoints_saved: c.checkpoints_saved,
-        checkpoint_rate: c.checkpoint_rate,
-        lost_gpu_hours: c.lost_gpu_hours,
-        share_of_used: (c.used_gpu_seconds > 0.0).then_some(1.0),
-        waits: tier_waits(&tiers, &c.start_latency),
-    });
+    rows.push(cluster);
     write_rows(&header, &rows)
 }

@@ -2,6 +2,7 @@
 //! charts.
 
 use super::charts;
+use super::groups::{self, Medium};
 use super::json::report_json;
 use super::text::waits_text;
 use anyhow::{anyhow, Result};
@@ -9,7 +10,6 @@ use std::fmt::Write as _;
 use ysched_proto::ReportReply;
 use ysched_report::html::{self, push_figure, PAGE_END};
 use ysched_report::percent;
-use ysched_report::table::Align;
 
 /// `yctl report --html`: one file, readable offline in any browser: the cluster's lines and
 /// the groups as tables, and three SVG charts inline (daily utilization, GPU-hours per group
@@ -62,51 +62,8 @@ pub fn report_html(r: &ReportReply) -> Result<String> {
         e(&waits_text(&cluster.start_latency))
     );
     let _ = writeln!(h, "<h2>By {}</h2>", e(&j.by));
-    let mut rows = vec![[
-        j.by.as_str(),
-        "GPU-hours",
-        "Share of GPU-hours used",
-        "Jobs",
-        "Runs",
-        "Running",
-        "Restarts",
-        "Preempted",
-        "Caused",
-        "Checkpoint saved",
-        "GPU-hours lost",
-        "Wait p50/p95 (starts) by tier",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for (g, gj) in r.groups.iter().zip(&j.groups) {
-        rows.push(vec![
-            g.name.clone(),
-            format!("{:.2}", gj.gpu_hours),
-            percent(gj.share_of_used),
-            g.jobs.to_string(),
-            g.runs.to_string(),
-            g.running.to_string(),
-            g.restarts.to_string(),
-            g.preemptions_suffered.to_string(),
-            g.preemptions_caused.to_string(),
-            if g.preemptions_suffered == 0 {
-                "-".to_string()
-            } else {
-                format!(
-                    "{}/{} ({})",
-                    g.checkpoints_saved,
-                    g.preemptions_suffered,
-                    percent(gj.checkpoint_rate)
-                )
-            },
-            format!("{:.2}", gj.lost_gpu_hours),
-            waits_text(&g.waits),
-        ]);
-    }
-    // The name and the waits are text, the rest numbers.
-    let mut align = [Align::Right; 12];
-    (align[0], align[11]) = (Align::Left, Align::Left);
-    h.push_str(&html::table(&rows, &align));
+    let rows = groups::rows(r, &j, Medium::Html);
+    h.push_str(&html::table(&rows, &groups::align()));
     for svg in [utilization, by_day, waits] {
         push_figure(&mut h, &svg);
     }

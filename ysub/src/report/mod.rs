@@ -4,11 +4,12 @@
 //! are plain functions of the reply, unit tested without a daemon.
 //!
 //! One module per seam: the window (`window`), each rendering (`json`, `text`, `csv`, `html`
-//! with its `charts`, `trace`), writing a file whole (`file`) and the import (`import`).
+//! with its `charts`, `trace`; the groups' table of the text and the page, `groups`), writing a file whole (`file`) and the import (`import`).
 
 mod charts;
 mod csv;
 mod file;
+mod groups;
 mod html;
 mod import;
 mod json;

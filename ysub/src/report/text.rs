@@ -1,13 +1,13 @@
-//! The default text report: the cluster's lines, then a table of the groups.
+//! The default text report: the cluster's lines, then the table of the groups ([`super::groups`]).
 
+use super::groups::{self, Medium};
 use super::json::report_json;
-use crate::output::{Column, Table};
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use ysched_common::text::escape_for_terminal;
 use ysched_common::time::{format_elapsed, Millis};
 use ysched_proto::{ReportReply, TierWait};
 use ysched_report::percent;
+use ysched_report::table::render_rows;
 
 /// A wait as the table and the HTML page show it, never rounded up (as whole seconds rounded
 /// up, a 1.03 s wait once read `0:02`): under a minute in seconds to the hundredth, cut
@@ -41,21 +41,6 @@ pub(super) fn waits_text(w: &[TierWait]) -> String {
         parts.join(", ")
     }
 }
-
-const GROUP_COLUMNS: &[Column; 12] = &[
-    Column::left("NAME"),
-    Column::right("GPU-HOURS"),
-    Column::right("SHARE"),
-    Column::right("JOBS"),
-    Column::right("RUNS"),
-    Column::right("RUNNING"),
-    Column::right("RESTARTS"),
-    Column::right("PREEMPTED"),
-    Column::right("CAUSED"),
-    Column::right("CKPT-SAVED"),
-    Column::right("LOST-GPU-H"),
-    Column::left("WAIT P50/P95 (STARTS) BY TIER"),
-];
 
 /// The default text report: the cluster's lines, then one row per group.
 pub fn format_report(r: &ReportReply) -> String {
@@ -109,36 +94,19 @@ pub fn format_report(r: &ReportReply) -> String {
         let _ = writeln!(out, "Daily GPU utilization: {}", days.join(", "));
     }
     out.push('\n');
-    let mut table = Table::with_capacity(GROUP_COLUMNS, r.groups.len());
-    for (g, gj) in r.groups.iter().zip(&j.groups) {
-        table.push_row([
-            escape_for_terminal(&g.name),
-            Cow::Owned(format!("{:.1}", gj.gpu_hours)),
-            Cow::Owned(percent(gj.share_of_used)),
-            Cow::Owned(g.jobs.to_string()),
-            Cow::Owned(g.runs.to_string()),
-            Cow::Owned(g.running.to_string()),
-            Cow::Owned(g.restarts.to_string()),
-            Cow::Owned(g.preemptions_suffered.to_string()),
-            Cow::Owned(g.preemptions_caused.to_string()),
-            Cow::Owned(if g.preemptions_suffered == 0 {
-                "-".into()
-            } else {
-                format!(
-                    "{}/{} ({})",
-                    g.checkpoints_saved,
-                    g.preemptions_suffered,
-                    percent(gj.checkpoint_rate)
-                )
-            }),
-            Cow::Owned(format!("{:.2}", gj.lost_gpu_hours)),
-            Cow::Owned(waits_text(&g.waits)),
-        ]);
-    }
+    // Names are other users' text: shown escaped, as every cell (the rest is already safe).
+    let rows: Vec<Vec<String>> = groups::rows(r, &j, Medium::Text)
+        .into_iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| escape_for_terminal(cell).into_owned())
+                .collect()
+        })
+        .collect();
     if r.groups.is_empty() {
         out.push_str("(no usage in this window)\n");
     } else {
-        table.render(&mut out, true);
+        out.push_str(&render_rows(&rows, &groups::align()));
     }
     out
 }

@@ -1,17 +1,14 @@
 //! sbatch's option words (an `#SBATCH` line, or sbatch's command line) read as getopt_long
-//! reads them, and each option turned into ysub's options through [`super::table`].
-//!
-//! An option ysub has too is parsed by ysub's own definition (the same checks and messages);
-//! the others are converted here from Slurm's form. Later options override earlier ones.
+//! reads them, and each option turned through [`super::table`] into what it is in ysub's
+//! terms ([`Translated`]): ysub's own option words, or the counts Slurm gives that ysub has no
+//! flag for. Whoever takes them (ysub's submit) parses the words by ysub's own definitions,
+//! with the same checks and messages; Slurm's value forms are read in [`super::values`].
 
 use super::table::{self, Action, Conversion, SbatchOption, Takes};
-use crate::args::clap_error_message;
-use crate::submit::options::{gres, JobOptions, OptionWords, MAX_TASKS_PER_NODE};
-use clap::Parser;
+use super::values::{check_output_pattern, gres, slurm_constraint, slurm_mem, slurm_nodes};
 use std::fmt;
-use ysched_common::parse::{
-    parse_bounded_u32, parse_job_mem_mib, parse_mem_mib, parse_time_limit, MAX_CPUS, MAX_NODES,
-};
+use ysched_common::limits::{MAX_CPUS, MAX_NODES, MAX_NTASKS_PER_NODE};
+use ysched_common::parse::{parse_bounded_u32, parse_time_limit};
 use ysched_common::text::{escape_for_terminal, excerpt};
 
 /// Where sbatch words come from.
@@ -82,22 +79,38 @@ impl fmt::Display for SlurmOptionError {
 
 impl std::error::Error for SlurmOptionError {}
 
-/// What sbatch words add up to: the job options, and `--wrap`'s command.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SbatchOptions {
-    pub options: JobOptions,
-    pub wrap: Option<String>,
+/// What one sbatch option is in ysub's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Translated {
+    /// ysub's own option words (`--mem=16G`, `--gpu-type=a100 --gpus=2`).
+    Words(Vec<String>),
+    /// Slurm's CPUs per task (ysub's `-c` is CPUs per node).
+    CpusPerTask(u32),
+    /// Slurm's tasks in all.
+    Ntasks(u32),
+    /// `--wrap`'s command (the command line only).
+    Wrap(String),
 }
 
-/// Reads `words` as sbatch options into `into`, later ones overriding earlier ones. On the
-/// command line, the first word that is not an option (the script) ends them, and `--` does
-/// too; its index is returned (`words.len()` if none). In an `#SBATCH` line, every word must
-/// be an option.
-pub fn apply_sbatch_words(
+/// Reads `words` as sbatch options, handing each one's translation to `take` in order (an
+/// error from `take` is that option's, named with its place). On the command line, the first
+/// word that is not an option (the script) ends them, and `--` does too; its index is
+/// returned (`words.len()` if none). In an `#SBATCH` line, every word must be an option.
+pub fn read_sbatch_words(
     words: &[String],
     place: Place,
-    into: &mut SbatchOptions,
+    mut take: impl FnMut(Translated) -> Result<(), String>,
 ) -> Result<usize, SlurmOptionError> {
+    let mut apply = |entry: &SbatchOption, value: Option<String>, written: &str| match translate(
+        entry, value, written, place,
+    )? {
+        Some(translated) => take(translated).map_err(|message| SlurmOptionError {
+            place,
+            option: written.to_string(),
+            problem: Problem::Value(message),
+        }),
+        None => Ok(()),
+    };
     let error = |option: &str, problem: Problem| SlurmOptionError {
         place,
         option: option.to_string(),
@@ -137,7 +150,7 @@ pub fn apply_sbatch_words(
                     }
                 },
             };
-            apply(entry, value, &written, place, into)?;
+            apply(entry, value, &written)?;
         } else if word.len() > 1 && word.starts_with('-') {
             // A cluster of short options, as getopt reads it: `-HW`, `-t60`, `-t 60`.
             let letters: Vec<char> = word[1..].chars().collect();
@@ -149,13 +162,13 @@ pub fn apply_sbatch_words(
                 let rest: String = letters[j + 1..].iter().collect();
                 match entry.takes {
                     Takes::Nothing => {
-                        apply(entry, None, &written, place, into)?;
+                        apply(entry, None, &written)?;
                         j += 1;
                         continue;
                     }
                     Takes::Optional(_) => {
                         let value = (!rest.is_empty()).then_some(rest);
-                        apply(entry, value, &written, place, into)?;
+                        apply(entry, value, &written)?;
                     }
                     Takes::Value(_) => {
                         let value = if rest.is_empty() {
@@ -167,7 +180,7 @@ pub fn apply_sbatch_words(
                         } else {
                             rest
                         };
-                        apply(entry, Some(value), &written, place, into)?;
+                        apply(entry, Some(value), &written)?;
                     }
                 }
                 break;
@@ -182,14 +195,14 @@ pub fn apply_sbatch_words(
     Ok(words.len())
 }
 
-/// Carries out one option of the table with its value.
-fn apply(
+/// One option of the table with its value in ysub's terms; `None` for one that changes
+/// nothing.
+fn translate(
     entry: &SbatchOption,
     value: Option<String>,
     written: &str,
     place: Place,
-    into: &mut SbatchOptions,
-) -> Result<(), SlurmOptionError> {
+) -> Result<Option<Translated>, SlurmOptionError> {
     let error = |problem: Problem| SlurmOptionError {
         place,
         option: written.to_string(),
@@ -199,7 +212,7 @@ fn apply(
     let value_text = value.clone().unwrap_or_default();
     let ysub_words: Vec<String> = match entry.action {
         Action::Refuse => return Err(error(Problem::NotSupported(entry.note))),
-        Action::Accept => return Ok(()),
+        Action::Accept => return Ok(None),
         Action::Same(ysub) => {
             // ysub checks a time limit only when it builds the job: checked here, the
             // message names the line.
@@ -230,7 +243,7 @@ fn apply(
                 words
             }
             Conversion::Gres => {
-                let gpus = gres(&value_text).map_err(|e| bad(e.0))?;
+                let gpus = gres(&value_text).map_err(bad)?;
                 let mut words = vec![format!("--gpus-per-node={}", gpus.per_node)];
                 if let Some(model) = gpus.gpu_type {
                     words.push(format!("--gpu-type={model}"));
@@ -245,25 +258,13 @@ fn apply(
             Conversion::CpusPerTask => {
                 let cpus = parse_bounded_u32("--cpus-per-task", &value_text, 1, MAX_CPUS)
                     .map_err(|e| bad(e.to_string()))?;
-                return merge(
-                    into,
-                    JobOptions {
-                        cpus_per_task: Some(cpus),
-                        ..Default::default()
-                    },
-                );
+                return Ok(Some(Translated::CpusPerTask(cpus)));
             }
             Conversion::Ntasks => {
                 let tasks =
-                    parse_bounded_u32("--ntasks", &value_text, 1, MAX_NODES * MAX_TASKS_PER_NODE)
+                    parse_bounded_u32("--ntasks", &value_text, 1, MAX_NODES * MAX_NTASKS_PER_NODE)
                         .map_err(|e| bad(e.to_string()))?;
-                return merge(
-                    into,
-                    JobOptions {
-                        ntasks: Some(tasks),
-                        ..Default::default()
-                    },
-                );
+                return Ok(Some(Translated::Ntasks(tasks)));
             }
             Conversion::Output | Conversion::Error => {
                 check_output_pattern(&value_text).map_err(bad)?;
@@ -296,118 +297,9 @@ fn apply(
                         "--wrap belongs on the command line: put the command in the script",
                     )));
                 }
-                into.wrap = Some(value_text);
-                return Ok(());
+                return Ok(Some(Translated::Wrap(value_text)));
             }
         },
     };
-    let parsed =
-        OptionWords::try_parse_from(&ysub_words).map_err(|e| bad(clap_error_message(&e)))?;
-    merge(into, parsed.options)
-}
-
-/// `later` over what `into` holds.
-fn merge(into: &mut SbatchOptions, later: JobOptions) -> Result<(), SlurmOptionError> {
-    into.options = std::mem::take(&mut into.options).overridden_by(later);
-    Ok(())
-}
-
-/// Slurm's `--mem` as ysub's: `KB`, `MB`, `GB`, `TB` (as submitit writes them) are `K`, `M`,
-/// `G`, `T`; `0`, all of a node's memory in Slurm, is refused with what to give instead.
-fn slurm_mem(value: &str) -> Result<String, String> {
-    let trimmed = value.trim();
-    let size = match trimmed.strip_suffix(['B', 'b']) {
-        Some(head) if head.ends_with(|c: char| "KMGTkmgt".contains(c)) => head,
-        _ => trimmed,
-    };
-    if parse_mem_mib(size) == Ok(0) {
-        return Err(
-            "--mem=0 (all of a node's memory) is not supported: give --exclusive for whole \
-             nodes, or a size such as 64G"
-                .into(),
-        );
-    }
-    parse_job_mem_mib(size).map_err(|e| e.to_string())?;
-    Ok(size.to_string())
-}
-
-/// Slurm's `-N`: `N`, or `MIN-MAX` with MIN = MAX.
-fn slurm_nodes(value: &str) -> Result<String, String> {
-    let trimmed = value.trim();
-    let one_number = || {
-        format!(
-            "'{}': ysched runs a job on exactly N nodes: give one number",
-            excerpt(trimmed, 30)
-        )
-    };
-    if trimmed.contains([',', ':']) {
-        return Err(one_number());
-    }
-    match trimmed.split_once('-') {
-        None => Ok(trimmed.to_string()),
-        Some((low, high))
-            if !low.is_empty() && low.trim_start_matches('0') == high.trim_start_matches('0') =>
-        {
-            Ok(low.to_string())
-        }
-        Some(_) => Err(one_number()),
-    }
-}
-
-/// Slurm's `-C` as ysub's: `&` and `,` both mean "and"; the rest of Slurm's feature
-/// expressions (OR, brackets, counts, negation) has no ysched meaning.
-fn slurm_constraint(value: &str) -> Result<String, String> {
-    if let Some(bad) = value.chars().find(|c| "|[]*()!".contains(*c)) {
-        return Err(format!(
-            "'{}': '{bad}' is not supported: ysched's features are all required (a&b or a,b); \
-             for one of several, submit to each or ask for a common feature",
-            excerpt(value, 60)
-        ));
-    }
-    Ok(value.replace('&', ","))
-}
-
-/// The letters Slurm's output patterns take that ysched does not, and what they stand for.
-const PATTERN_LETTERS_NOT_TAKEN: &[(char, &str)] = &[
-    ('J', "job id.step id"),
-    ('s', "step id"),
-    ('t', "task id"),
-    ('n', "node id relative to the job"),
-    ('b', "array task id modulo 10"),
-];
-
-/// Refuses an `-o`/`-e` pattern with a `%` letter ysched does not expand, or with padding
-/// (`%4j`), naming it: a file name with `%t` left in it would surprise.
-fn check_output_pattern(pattern: &str) -> Result<(), String> {
-    let taken = "use %j %x %A %a %N %u or %%";
-    let mut chars = pattern.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            continue;
-        }
-        let mut width = String::new();
-        while let Some(d) = chars.next_if(char::is_ascii_digit) {
-            width.push(d);
-        }
-        match chars.next() {
-            Some(letter @ ('j' | 'x' | 'A' | 'a' | 'N' | 'u')) if !width.is_empty() => {
-                return Err(format!(
-                    "'%{width}{letter}': padding is not supported; write %{letter}"
-                ))
-            }
-            Some('j' | 'x' | 'A' | 'a' | 'N' | 'u' | '%') | None => {}
-            Some(letter) => {
-                let meaning = PATTERN_LETTERS_NOT_TAKEN
-                    .iter()
-                    .find(|(l, _)| *l == letter)
-                    .map(|(_, m)| format!(" ({m})"))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "'%{letter}'{meaning} in '{}' has no ysched meaning: {taken}",
-                    excerpt(pattern, 60)
-                ));
-            }
-        }
-    }
-    Ok(())
+    Ok(Some(Translated::Words(ysub_words)))
 }

@@ -71,7 +71,7 @@ pub fn resolve(cli: YsubCli) -> Result<(JobOptions, BatchScript)> {
 /// override earlier ones, except that `#YSUB --constraint`s add up. `script_name` only labels
 /// errors.
 pub fn options_from_directives(contents: &str, script_name: &str) -> Result<JobOptions> {
-    let sbatch = crate::slurm::options_from_sbatch_lines(contents)
+    let sbatch = super::sbatch::options_from_sbatch_lines(contents)
         .map_err(|e| anyhow!("{script_name}: {e}"))?;
     Ok(sbatch.overridden_by(options_from_ysub_lines(contents, script_name)?))
 }

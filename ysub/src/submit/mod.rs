@@ -1,11 +1,14 @@
 //! `ysub`: submit a batch script, like sbatch.
 //!
 //! Options come from four places, later ones winning: the `#SBATCH` lines of the script (top to
-//! bottom, translated by [`crate::slurm`]), its `#YSUB` lines, then the command line. Everything is checked before schedd is contacted, so a bad
-//! option never submits anything.
+//! bottom, translated through [`crate::slurm`]'s table by [`sbatch`]), its `#YSUB` lines, then the command
+//! line. Everything is checked before schedd is contacted, so a bad option never submits
+//! anything.
 //!
 //! - [`options`]: the job options and the command line, with their value parsers.
 //! - [`directives`]: the batch script, its `#YSUB` lines, and the options in effect.
+//! - [`sbatch`]: sbatch's options (`#SBATCH` lines, the `sbatch` front end's command line)
+//!   applied to ysub's, through [`crate::slurm`]'s table.
 //! - [`request`]: the job spec built from the options, checked before it is sent.
 //! - [`output_dir`]: the warning for an output directory missing on the submit host.
 //! - [`wait`]: `--wait`, following the jobs to their end, and the lines and exit code it ends with.
@@ -14,6 +17,7 @@ pub mod directives;
 pub mod options;
 pub mod output_dir;
 pub mod request;
+pub mod sbatch;
 pub mod wait;
 
 pub use directives::{options_from_directives, resolve, BatchScript};
@@ -97,5 +101,7 @@ pub async fn submit_and_report(
     Ok(ExitCode::from(code))
 }
 
+#[cfg(test)]
+mod sbatch_tests;
 #[cfg(test)]
 mod tests;

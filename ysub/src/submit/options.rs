@@ -2,8 +2,12 @@
 //! parsers that check each one's form, and the command line itself.
 
 use crate::args::OptionError;
+pub use crate::slurm::values::GresGpus;
 use clap::{Args, Parser};
-use ysched_common::parse::{parse_bounded_u32, MAX_CPUS, MAX_GPUS, MAX_NODES};
+use ysched_common::limits::{
+    MAX_ARRAY_SIZE_CEILING, MAX_CPUS, MAX_GPUS, MAX_NODES, MAX_NTASKS_PER_NODE,
+};
+use ysched_common::parse::parse_bounded_u32;
 use ysched_common::WarnSignal;
 use ysched_common::{ArraySpec, DependencyRequest};
 
@@ -124,7 +128,7 @@ pub struct JobOptions {
     /// Processes your launcher (torchrun, mpirun) starts per node, 1 to 10000: the job sees
     /// YS_NTASKS_PER_NODE and YS_NTASKS; the script still starts once per node
     #[arg(long = "ntasks-per-node", value_name = "N",
-          value_parser = bounded("--ntasks-per-node", 1, MAX_TASKS_PER_NODE),
+          value_parser = bounded("--ntasks-per-node", 1, MAX_NTASKS_PER_NODE),
           allow_negative_numbers = true)]
     pub ntasks_per_node: Option<u32>,
     /// GPUs on each node (the job's GPUs are N times its nodes), instead of -G
@@ -162,19 +166,9 @@ pub struct JobOptions {
     pub ntasks: Option<u32>,
 }
 
-/// The most processes per node `--ntasks-per-node` may name.
-pub const MAX_TASKS_PER_NODE: u32 = 10_000;
-
 /// Node names, a host list already expanded.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeNames(pub Vec<String>);
-
-/// `--gres gpu[:TYPE][:N]`: GPUs per node and their model.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GresGpus {
-    pub per_node: u32,
-    pub gpu_type: Option<String>,
-}
 
 /// `--mail-type`'s events, upper case; empty for `NONE`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -186,22 +180,6 @@ pub enum OpenMode {
     Append,
     Truncate,
 }
-
-/// The mail events Slurm names and ysched sends.
-pub const MAIL_TYPES: &[&str] = &[
-    "NONE",
-    "BEGIN",
-    "END",
-    "FAIL",
-    "REQUEUE",
-    "TIME_LIMIT",
-    "TIME_LIMIT_50",
-    "TIME_LIMIT_80",
-    "TIME_LIMIT_90",
-    "ARRAY_TASKS",
-    "INVALID_DEPEND",
-    "ALL",
-];
 
 /// The value parser of `--nodelist` and `--exclude`: a host list, expanded here.
 fn host_list(
@@ -221,76 +199,23 @@ fn begin_time(value: &str) -> Result<u64, OptionError> {
         .map_err(|e| OptionError(e.to_string()))
 }
 
-/// The value parser of `--mail-type`: a comma list of [`MAIL_TYPES`], any case; `NONE` only
-/// alone.
+/// The value parser of `--mail-type`: a comma list of [`ysched_common::mail_types`]' words,
+/// checked as schedd checks them, and sent as given (upper case, each once; none for `NONE`).
 fn mail_types(value: &str) -> Result<MailTypes, OptionError> {
+    let words: Vec<&str> = value.split(',').collect();
+    ysched_common::mail_types::parse(&words).map_err(OptionError)?;
     let mut types: Vec<String> = Vec::new();
-    for item in value.split(',').map(str::trim) {
-        let upper = item.to_ascii_uppercase();
-        if !MAIL_TYPES.contains(&upper.as_str()) {
-            return Err(OptionError(format!(
-                "invalid --mail-type '{}': '{}' is not one of {}",
-                ysched_common::text::excerpt(value, 60),
-                ysched_common::text::excerpt(item, 30),
-                MAIL_TYPES.join(", ")
-            )));
+    for word in words.iter().map(|w| w.trim().to_ascii_uppercase()) {
+        if word != ysched_common::mail_types::NONE && !types.contains(&word) {
+            types.push(word);
         }
-        if !types.contains(&upper) {
-            types.push(upper);
-        }
-    }
-    if types.iter().any(|t| t == "NONE") {
-        if types.len() > 1 {
-            return Err(OptionError(format!(
-                "invalid --mail-type '{}': NONE cannot be combined with other types",
-                ysched_common::text::excerpt(value, 60)
-            )));
-        }
-        types.clear();
     }
     Ok(MailTypes(types))
 }
 
-/// The value parser of `--gres`: `gpu`, `gpu:N`, `gpu:TYPE` or `gpu:TYPE:N` (N from 0 to
-/// 100000, default 1); another resource, or more than one, is refused.
-pub(crate) fn gres(value: &str) -> Result<GresGpus, OptionError> {
-    let text = value.trim();
-    let bad = |why: String| {
-        OptionError(format!(
-            "invalid --gres '{}': {why}",
-            ysched_common::text::excerpt(text, 60)
-        ))
-    };
-    if text.contains(',') {
-        return Err(bad("give one resource, gpu[:TYPE][:N]".into()));
-    }
-    let mut fields = text.split(':');
-    let name = fields.next().unwrap_or_default();
-    if name != "gpu" {
-        return Err(bad(format!(
-            "ysched schedules GPUs only ('{}' is not gpu): give gpu[:TYPE][:N], and -C/--constraint for node features",
-            ysched_common::text::excerpt(name, 30)
-        )));
-    }
-    let rest: Vec<&str> = fields.collect();
-    let count = |text: &str| {
-        parse_bounded_u32("--gres", text, 0, MAX_GPUS).map_err(|e| OptionError(e.to_string()))
-    };
-    let is_number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    let (gpu_type, per_node) = match rest[..] {
-        [] => (None, 1),
-        [n] if is_number(n) => (None, count(n)?),
-        [model] => (Some(model), 1),
-        [model, n] => (Some(model), count(n)?),
-        _ => return Err(bad("use gpu[:TYPE][:N]".into())),
-    };
-    if gpu_type.is_some_and(|t| t.trim().is_empty()) {
-        return Err(bad("the GPU type is empty".into()));
-    }
-    Ok(GresGpus {
-        per_node,
-        gpu_type: gpu_type.map(str::to_string),
-    })
+/// The value parser of `--gres`: Slurm's `gpu[:TYPE][:N]` ([`crate::slurm::values::gres`]).
+fn gres(value: &str) -> Result<GresGpus, OptionError> {
+    crate::slurm::values::gres(value).map_err(OptionError)
 }
 
 /// The value parser of a whole-number option that must lie in `min..=max`; its errors name
@@ -307,10 +232,6 @@ fn bounded(
 fn warn_signal(value: &str) -> Result<WarnSignal, OptionError> {
     WarnSignal::parse(value).map_err(OptionError)
 }
-
-/// The largest `scheduler.max_array_size` a configuration may set: any index at or above it
-/// is refused whatever the configuration says.
-const MAX_ARRAY_SIZE_CEILING: u32 = 4_000_001;
 
 /// The value parser of `--array`: its form. Whether its indices are within the cluster's
 /// `scheduler.max_array_size` is checked by [`super::build_spec`], which knows that limit.

@@ -4,15 +4,13 @@
 //! goes ahead).
 
 use std::path::{Path, PathBuf};
-use ysched_common::text::{escape_for_terminal, expand_output_pattern, PatternVars};
+use ysched_common::output_pattern::{expand_output_pattern, Letter, PatternVars, LETTERS};
+use ysched_common::text::escape_for_terminal;
 use ysched_proto::JobSpec;
 
 /// Output thrown away: no file is made, so its directory (`/dev`, not the user's) need not
 /// take one.
 const DISCARDED: &str = "/dev/null";
-
-/// Patterns only the job's run knows: a directory holding one cannot be checked at submit.
-const RUN_PATTERNS: [&str; 4] = ["%j", "%A", "%a", "%N"];
 
 /// The directory of the output file `pattern` as the job will open it, relative to `workdir`
 /// (`%x` and `%u` filled in), or `None` when it cannot be known at submit or is the working
@@ -26,8 +24,14 @@ pub fn output_dir(pattern: &str, workdir: &str, job_name: &str, user: &str) -> O
         return Some(PathBuf::from("/"));
     }
     // `%%j` is a literal `%j`, which is fine; anything else naming the run is not known yet.
+    // A directory holding a letter only the job's run knows cannot be checked at submit.
     let unescaped = dir.replace("%%", "");
-    if RUN_PATTERNS.iter().any(|p| unescaped.contains(p)) {
+    let at_run = |l: &&Letter| l.expanded && l.at_run;
+    if LETTERS
+        .iter()
+        .filter(at_run)
+        .any(|l| unescaped.contains(&format!("%{}", l.letter)))
+    {
         return None;
     }
     let vars = PatternVars {

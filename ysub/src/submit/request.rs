@@ -2,13 +2,14 @@
 //! check that can be made before schedd is contacted (the same ones schedd makes, with the
 //! same messages).
 
-use super::options::{OpenMode, MAX_TASKS_PER_NODE};
+use super::options::OpenMode;
 use super::{BatchScript, JobOptions};
 use crate::script::{current_environment, exported_environment};
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
-use ysched_common::parse::{parse_job_mem_mib, parse_time_limit, MAX_CPUS, MAX_GPUS, MAX_NODES};
+use ysched_common::limits::{MAX_CPUS, MAX_GPUS, MAX_NODES, MAX_NTASKS_PER_NODE};
+use ysched_common::parse::{parse_job_mem_mib, parse_time_limit};
 use ysched_common::text::check_printable;
 use ysched_common::ArraySpec;
 use ysched_common::Config;
@@ -219,10 +220,10 @@ fn job_shape(options: &JobOptions) -> Result<JobShape> {
                 }
                 // One task per node is how every job runs: nothing to ask for.
                 let per_node = tasks / n;
-                if per_node > MAX_TASKS_PER_NODE {
+                if per_node > MAX_NTASKS_PER_NODE {
                     bail!(
                         "--ntasks {tasks} over {n} nodes is {per_node} tasks per node; the \
-                         most is {MAX_TASKS_PER_NODE}"
+                         most is {MAX_NTASKS_PER_NODE}"
                     );
                 }
                 ntasks_per_node = (per_node > 1).then_some(per_node);
@@ -282,7 +283,7 @@ fn check_slurm_texts(options: &JobOptions) -> Result<()> {
     };
     bounded("partition", &options.partition, &limits::PARTITION)?;
     bounded("QOS", &options.qos, &limits::QOS)?;
-    bounded("mail user", &options.mail_user, &limits::MAIL_USER)?;
+    bounded("mail address", &options.mail_user, &limits::MAIL_USER)?;
     if let Some(mail_user) = &options.mail_user {
         ysched_common::mail_address::check_mail_user(mail_user.trim()).map_err(|e| anyhow!(e))?;
     }

@@ -1,46 +1,71 @@
-//! Slurm's words for what ysched shows in its own: job states (`PENDING`, `PD`), node states
-//! (`idle`, `mix`), times (`2026-01-05T08:00:00`), durations (`1-02:03:04`) and compressed
-//! host lists (`n[1-3,7]`).
+//! Slurm's words for what ysched shows in its own: job states (`PENDING`, `PD`) and node
+//! states (`idle`, `mix`), each in one table, times (`2026-01-05T08:00:00`), durations
+//! (`1-02:03:04`) and a job's nodes as a compressed host list (`n[1-3,7]`).
 
 use ysched_common::time::{rfc3339, Millis};
 use ysched_common::JobState;
 use ysched_proto::JobInfo;
 
-/// A job's state as Slurm names it, long (`squeue %T`, `sacct State`) and short (`%t`).
+/// A state as Slurm names it, long (`squeue %T`, `sacct State`, `sinfo %T`) and short (`%t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlurmState {
     pub long: &'static str,
     pub short: &'static str,
 }
 
+const fn state(long: &'static str, short: &'static str) -> SlurmState {
+    SlurmState { long, short }
+}
+
+const PENDING: SlurmState = state("PENDING", "PD");
+const RUNNING: SlurmState = state("RUNNING", "R");
+const COMPLETING: SlurmState = state("COMPLETING", "CG");
+const COMPLETED: SlurmState = state("COMPLETED", "CD");
+const FAILED: SlurmState = state("FAILED", "F");
+const CANCELLED: SlurmState = state("CANCELLED", "CA");
+const TIMEOUT: SlurmState = state("TIMEOUT", "TO");
+const NODE_FAIL: SlurmState = state("NODE_FAIL", "NF");
+const PREEMPTED: SlurmState = state("PREEMPTED", "PR");
+const OUT_OF_MEMORY: SlurmState = state("OUT_OF_MEMORY", "OOM");
+
+/// Every Slurm job state a ysched job can be in, as messages list them.
+pub const JOB_STATES: [SlurmState; 10] = [
+    PENDING,
+    RUNNING,
+    COMPLETING,
+    COMPLETED,
+    FAILED,
+    CANCELLED,
+    TIMEOUT,
+    NODE_FAIL,
+    PREEMPTED,
+    OUT_OF_MEMORY,
+];
+
 /// Slurm's state of a ysched state. A held job is PENDING (its reason says held); a job
 /// being preempted is COMPLETING, as squeue shows a job in its grace; a preempted job that
 /// ysched requeued is PENDING again (`--no-requeue` ones end PREEMPTED).
-pub fn slurm_state(state: &str) -> SlurmState {
-    let (long, short) = match JobState::parse(state) {
-        Some(JobState::Pending | JobState::Held) => ("PENDING", "PD"),
-        Some(JobState::Running) => ("RUNNING", "R"),
-        Some(JobState::Preempting) => ("COMPLETING", "CG"),
-        Some(JobState::Completed) => ("COMPLETED", "CD"),
-        Some(JobState::Failed) => ("FAILED", "F"),
-        Some(JobState::Cancelled) => ("CANCELLED", "CA"),
-        Some(JobState::Timeout) => ("TIMEOUT", "TO"),
-        Some(JobState::NodeFail) => ("NODE_FAIL", "NF"),
-        Some(JobState::Preempted) => ("PREEMPTED", "PR"),
-        Some(JobState::OutOfMemory) => ("OUT_OF_MEMORY", "OOM"),
-        None => ("UNKNOWN", "U"),
-    };
-    SlurmState { long, short }
+pub fn slurm_state(name: &str) -> SlurmState {
+    match JobState::parse(name) {
+        Some(JobState::Pending | JobState::Held) => PENDING,
+        Some(JobState::Running) => RUNNING,
+        Some(JobState::Preempting) => COMPLETING,
+        Some(JobState::Completed) => COMPLETED,
+        Some(JobState::Failed) => FAILED,
+        Some(JobState::Cancelled) => CANCELLED,
+        Some(JobState::Timeout) => TIMEOUT,
+        Some(JobState::NodeFail) => NODE_FAIL,
+        Some(JobState::Preempted) => PREEMPTED,
+        Some(JobState::OutOfMemory) => OUT_OF_MEMORY,
+        None => state("UNKNOWN", "U"),
+    }
 }
 
 /// A listed job's state in Slurm's words: COMPLETING (`CG`) also while the grace of a cancel
 /// runs (schedd says `cancelling`), as squeue shows such a job.
 pub fn slurm_job_state(job: &JobInfo) -> SlurmState {
     if job.cancelling {
-        SlurmState {
-            long: "COMPLETING",
-            short: "CG",
-        }
+        COMPLETING
     } else {
         slurm_state(&job.state)
     }
@@ -49,18 +74,6 @@ pub fn slurm_job_state(job: &JobInfo) -> SlurmState {
 /// The Slurm state words a user may filter by (`squeue -t`, `sacct -s`, `scancel -t`), long
 /// or short, any case, as the Slurm long names they match; `all` matches every state.
 pub fn parse_slurm_states(list: &str) -> Result<Option<Vec<&'static str>>, String> {
-    const KNOWN: [(&str, &str); 10] = [
-        ("PENDING", "PD"),
-        ("RUNNING", "R"),
-        ("COMPLETING", "CG"),
-        ("COMPLETED", "CD"),
-        ("FAILED", "F"),
-        ("CANCELLED", "CA"),
-        ("TIMEOUT", "TO"),
-        ("NODE_FAIL", "NF"),
-        ("PREEMPTED", "PR"),
-        ("OUT_OF_MEMORY", "OOM"),
-    ];
     let mut states = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item.eq_ignore_ascii_case("all") {
@@ -77,18 +90,18 @@ pub fn parse_slurm_states(list: &str) -> Result<Option<Vec<&'static str>>, Strin
             }
             _ => upper,
         };
-        let Some((long, _)) = KNOWN
+        let Some(found) = JOB_STATES
             .iter()
-            .find(|(long, short)| *long == upper || *short == upper)
+            .find(|s| s.long == upper || s.short == upper)
         else {
-            let names: Vec<&str> = KNOWN.iter().map(|(long, _)| *long).collect();
+            let names: Vec<&str> = JOB_STATES.iter().map(|s| s.long).collect();
             return Err(format!(
                 "invalid state '{item}': use one of {} (or short codes like PD, R, CD), or all",
                 names.join(", ")
             ));
         };
-        if !states.contains(long) {
-            states.push(*long);
+        if !states.contains(&found.long) {
+            states.push(found.long);
         }
     }
     if states.is_empty() {
@@ -142,108 +155,41 @@ pub fn time_limit(secs: u64, format: fn(u64) -> String) -> String {
 /// The nodes a job holds as a compressed host list (`n[1-3],gpu07`), empty when none.
 pub fn job_nodes(job: &JobInfo) -> String {
     let names: Vec<&str> = job.alloc.iter().map(|a| a.node.as_str()).collect();
-    compress_hostlist(&names)
+    super::compress_hostlist(&names)
 }
 
-/// Slurm's compressed host list: names that differ only in a trailing number share a
-/// prefix and a bracketed list of ranges (`n1,n2,n3,n7` → `n[1-3,7]`), numbers keeping
-/// their zero padding; others are listed as they are. Order is kept by first appearance.
-pub fn compress_hostlist(names: &[&str]) -> String {
-    // (prefix, width, numbers) groups in order; width 0: no zero padding.
-    let mut groups: Vec<(String, usize, Vec<u64>)> = Vec::new();
-    let mut items: Vec<Result<usize, String>> = Vec::new();
-    for name in names {
-        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let (prefix, number) = name.split_at(name.len() - digits);
-        let parsed = (digits > 0 && digits <= 18)
-            .then(|| number.parse::<u64>().ok())
-            .flatten();
-        let Some(value) = parsed else {
-            items.push(Err(name.to_string()));
-            continue;
-        };
-        let width = if number.starts_with('0') && digits > 1 {
-            digits
-        } else {
-            0
-        };
-        match groups
-            .iter()
-            .position(|(p, w, _)| p == prefix && *w == width)
-        {
-            Some(index) => groups[index].2.push(value),
-            None => {
-                groups.push((prefix.to_string(), width, vec![value]));
-                items.push(Ok(groups.len() - 1));
-            }
-        }
-    }
-    let rendered: Vec<String> = items
-        .into_iter()
-        .map(|item| match item {
-            Err(name) => name,
-            Ok(index) => {
-                let (prefix, width, numbers) = &mut groups[index];
-                numbers.sort_unstable();
-                numbers.dedup();
-                let number = |n: u64| format!("{n:0width$}", width = *width);
-                if let [only] = numbers.as_slice() {
-                    return format!("{prefix}{}", number(*only));
-                }
-                let mut ranges: Vec<String> = Vec::new();
-                let mut start = numbers[0];
-                let mut end = start;
-                for &n in &numbers[1..] {
-                    if n == end + 1 {
-                        end = n;
-                        continue;
-                    }
-                    ranges.push(range_text(start, end, &number));
-                    start = n;
-                    end = n;
-                }
-                ranges.push(range_text(start, end, &number));
-                format!("{prefix}[{}]", ranges.join(","))
-            }
-        })
-        .collect();
-    rendered.join(",")
-}
-
-fn range_text(start: u64, end: u64, number: &dyn Fn(u64) -> String) -> String {
-    if start == end {
-        number(start)
-    } else {
-        format!("{}-{}", number(start), number(end))
-    }
-}
+/// ysched's node states with sinfo's words for them.
+const NODE_STATES: [(&str, SlurmState); 6] = [
+    ("IDLE", state("idle", "idle")),
+    ("MIXED", state("mixed", "mix")),
+    ("ALLOCATED", state("allocated", "alloc")),
+    ("DRAINING", state("draining", "drng")),
+    ("DRAINED", state("drained", "drain")),
+    ("DOWN", state("down", "down")),
+];
 
 /// A node state as sinfo prints it, long (`%T`) and short (`%t`).
-pub fn node_state(state: &str) -> SlurmState {
-    let (long, short) = match state {
-        "IDLE" => ("idle", "idle"),
-        "MIXED" => ("mixed", "mix"),
-        "ALLOCATED" => ("allocated", "alloc"),
-        "DRAINING" => ("draining", "drng"),
-        "DRAINED" => ("drained", "drain"),
-        "DOWN" => ("down", "down"),
-        _ => ("unknown", "unk"),
-    };
-    SlurmState { long, short }
+pub fn node_state(name: &str) -> SlurmState {
+    NODE_STATES
+        .iter()
+        .find(|(ysched, _)| *ysched == name)
+        .map_or(state("unknown", "unk"), |(_, slurm)| *slurm)
 }
 
 /// Node states to filter by (`sinfo -t idle,mix`), long or short, as their short words.
 pub fn parse_node_states(list: &str) -> Result<Vec<&'static str>, String> {
-    const KNOWN: [&str; 6] = ["IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN"];
     let mut states = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let lower = item.to_ascii_lowercase();
-        let found = KNOWN.iter().map(|k| node_state(k)).find(|s| {
+        let found = NODE_STATES.iter().map(|(_, s)| s).find(|s| {
             s.long == lower || s.short == lower || (lower == "drain" && s.short == "drng")
         });
         let Some(state) = found else {
+            let shorts: Vec<&str> = NODE_STATES.iter().map(|(_, s)| s.short).collect();
+            let (last, rest) = shorts.split_last().expect("node states");
             return Err(format!(
-                "invalid node state '{item}': use idle, mix, alloc, drng, drain or down"
+                "invalid node state '{item}': use {} or {last}",
+                rest.join(", ")
             ));
         };
         if !states.contains(&state.short) {
@@ -280,6 +226,27 @@ mod tests {
             ysched_states_for(&["PENDING", "COMPLETING"]),
             ["PENDING", "HELD", "PREEMPTING"]
         );
+        // Every state ysched has comes to one of the table's.
+        for state in JobState::ALL {
+            assert!(
+                JOB_STATES.contains(&slurm_state(state.as_str())),
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_states_in_sinfos_words() {
+        assert_eq!(node_state("MIXED").short, "mix");
+        assert_eq!(node_state("bogus").long, "unknown");
+        assert_eq!(
+            parse_node_states("idle,drain").unwrap(),
+            ["idle", "drng", "drain"]
+        );
+        assert_eq!(
+            parse_node_states("busy").unwrap_err(),
+            "invalid node state 'busy': use idle, mix, alloc, drng, drain or down"
+        );
     }
 
     #[test]
@@ -291,17 +258,5 @@ mod tests {
         assert_eq!(sacct_duration(90_061), "1-01:01:01");
         assert_eq!(time_limit(0, sacct_duration), "UNLIMITED");
         assert_eq!(time_limit(3600, squeue_duration), "1:00:00");
-    }
-
-    #[test]
-    fn host_lists_compress_as_slurms() {
-        assert_eq!(compress_hostlist(&[]), "");
-        assert_eq!(compress_hostlist(&["n1"]), "n1");
-        assert_eq!(compress_hostlist(&["n1", "n2", "n3", "n7"]), "n[1-3,7]");
-        assert_eq!(
-            compress_hostlist(&["gpu07", "gpu08", "login"]),
-            "gpu[07-08],login"
-        );
-        assert_eq!(compress_hostlist(&["b2", "a1", "b1"]), "b[1-2],a1");
     }
 }
