@@ -502,10 +502,19 @@ impl Ysched for MockSchedd {
             detail: "bad fan".into(),
             host: String::new(),
         };
-        let mut entries = vec![entry(0, "drain"), entry(7, "cancel")];
-        entries[1].host = "login1".into();
-        entries.truncate(request.into_inner().limit.max(1) as usize);
-        Ok(Response::new(AuditList { entries }))
+        let mut log = vec![(2, entry(0, "drain")), (1, entry(7, "cancel"))];
+        log[1].1.host = "login1".into();
+        // One entry a page, as a schedd whose room for the answer is short sends them.
+        let request = request.into_inner();
+        let mut older = log
+            .into_iter()
+            .filter(|(id, _)| request.before_id == 0 || *id < request.before_id);
+        let (id, first) = older.next().expect("asked past the end of the log");
+        let next_before_id = if older.next().is_some() { id } else { 0 };
+        Ok(Response::new(AuditList {
+            entries: vec![first],
+            next_before_id,
+        }))
     }
 
     type WatchJobStream = JobStream;
@@ -1036,6 +1045,15 @@ fn yctl_audit() {
     assert_eq!(entries[0]["action"], "drain");
     assert_eq!(entries[0]["host"], serde_json::Value::Null);
     assert_eq!(entries[1]["host"], "login1");
+    // The whole log, page after page; and no more than asked for.
+    for (args, n) in [
+        (&["audit", "--json"][..], 2),
+        (&["audit", "--json", "-n", "1"], 1),
+    ] {
+        let entries: Vec<serde_json::Value> =
+            serde_json::from_str(&stdout(&mock.run("yctl", args))).unwrap();
+        assert_eq!(entries.len(), n, "{args:?}");
+    }
 }
 
 #[test]

@@ -442,15 +442,21 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::AuditRequest>,
     ) -> Result<Response<pb::AuditList>, Status> {
         let (caller, _) = self.caller(&req).await?;
-        self.room_to_make(&req)?;
-        let limit = req.get_ref().limit as usize;
+        // A page made in the room the caller has for answers not yet read (`yctl audit`
+        // follows the pages).
+        let room = self.room_to_make(&req)?;
+        let max_bytes = room.saturating_sub(ANSWER_FRAMING) as usize;
+        let (limit, before) = (req.get_ref().limit as usize, req.get_ref().before_id);
         // A scan of the audit log in the store: on a blocking thread.
-        let entries = self
+        let (entries, next) = self
             .cluster
-            .off_runtime(move |cluster| cluster.audit_log(&caller, limit))
+            .off_runtime(move |cluster| {
+                cluster.audit_page(&caller, (before != 0).then_some(before), limit, max_bytes)
+            })
             .await?;
         Ok(Response::new(pb::AuditList {
             entries: entries.iter().map(Into::into).collect(),
+            next_before_id: next.unwrap_or(0),
         }))
     }
 

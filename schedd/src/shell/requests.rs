@@ -333,7 +333,14 @@ impl Cluster {
         }
     }
 
-    pub fn audit_log(&self, caller: &Caller, limit: usize) -> ApiResult<Vec<AuditRecord>> {
+    /// A page of the audit log, for administrators (see [`Store::audit_page`]).
+    pub fn audit_page(
+        &self,
+        caller: &Caller,
+        before: Option<u64>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> ApiResult<(Vec<AuditRecord>, Option<u64>)> {
         if !caller.is_admin() {
             return Err(ApiError::Denied(
                 "only administrators may read the audit log (root on the schedd host, \
@@ -341,7 +348,7 @@ impl Cluster {
                     .into(),
             ));
         }
-        Ok(self.store.audit_log(limit)?)
+        Ok(self.store.audit_page(before, limit, max_bytes)?)
     }
 
     pub async fn drain(

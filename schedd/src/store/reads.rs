@@ -6,6 +6,9 @@ use super::{decode, usage, Payload, Result, Store};
 use crate::state::JobEventKind;
 use ysched_common::{AuditRecord, Job, JobEvent, JobId, RunRecord, RunView};
 
+/// What an audit record adds on the wire to its bytes as stored (field tags, lengths).
+const AUDIT_ENTRY_FRAMING: usize = 32;
+
 impl Store {
     pub fn payload(&self, id: JobId) -> Result<Payload> {
         match self.payloads.get(id.0.to_be_bytes())? {
@@ -139,6 +142,35 @@ impl Store {
             }
         }
         Ok((res, bound))
+    }
+
+    /// A page of the audit log, newest first: the records older than `before` (from the
+    /// newest when `None`), at most `limit` of them (no limit when 0) and about `max_bytes`
+    /// as stored (one record at least). Also returns the id to ask the next page before, if
+    /// older records remain.
+    pub fn audit_page(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<AuditRecord>, Option<u64>)> {
+        let n = if limit == 0 { usize::MAX } else { limit };
+        let older = match before {
+            Some(id) => self.audit.range(..id.to_be_bytes()),
+            None => self.audit.range::<&[u8], _>(..),
+        };
+        let (mut page, mut bytes) = (Vec::new(), 0usize);
+        let mut last = None;
+        for kv in older.rev() {
+            let (k, v) = kv?;
+            bytes = bytes.saturating_add(v.len() + AUDIT_ENTRY_FRAMING);
+            if page.len() == n || (!page.is_empty() && bytes > max_bytes) {
+                return Ok((page, last));
+            }
+            last = <[u8; 8]>::try_from(k.as_ref()).ok().map(u64::from_be_bytes);
+            page.push(decode(&k, &v)?);
+        }
+        Ok((page, None))
     }
 
     /// The newest `limit` audit records (all when 0), newest first.

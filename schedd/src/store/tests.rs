@@ -89,6 +89,18 @@ async fn roundtrip_and_recover() {
             ["second", "first"]
         );
         assert_eq!(store.audit_log(1).unwrap().len(), 1);
+        // Paged: one record when the next would pass the bytes asked for, then the rest.
+        let (page, next) = store.audit_page(None, 0, 1).unwrap();
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].action, "second");
+        let (page, last) = store.audit_page(next, 0, 1 << 20).unwrap();
+        assert_eq!(
+            page.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+            ["first"]
+        );
+        assert_eq!(last, None);
+        let (page, next) = store.audit_page(None, 1, 1 << 20).unwrap();
+        assert_eq!((page.len(), next.is_some()), (1, true));
         let mut b = Batch::default();
         b.event(JobId(1), 7, "ended", "z");
         store.apply(b).unwrap();

@@ -153,8 +153,13 @@ pub(super) async fn send(client: &mut Client, g: &mut Gen, rpc: &str) -> (String
         "Audit" => {
             let request = pb::AuditRequest {
                 limit: g.small_number(),
+                before_id: match g.rng.below(3) {
+                    0 => 0,
+                    1 => g.rng.below(1_000),
+                    _ => g.rng.next_u64(),
+                },
             };
-            (code(client.audit(request).await.map(|_| ())), 8)
+            (code(client.audit(request).await.map(|_| ())), 18)
         }
         "Shares" => (
             code(client.shares(pb::SharesRequest {}).await.map(|_| ())),

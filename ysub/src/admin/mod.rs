@@ -18,7 +18,7 @@ pub use audit::{audit_to_json, format_audit_table, AuditJson};
 pub use cli::{check_limits, Command, ShowCommand, YctlCli};
 pub use drain::{check_drain_reason, format_gpu_resumes};
 
-use crate::client::{self, reply};
+use crate::client::{self, reply, Client};
 use crate::jobs::{flatten_targets, format_job_detail, job_detail_to_json, job_ref};
 use crate::nodes::{
     format_gpu_lines, format_node_topology, format_nodes_table, format_outages, node_to_json,
@@ -30,8 +30,8 @@ use anyhow::{anyhow, Result};
 use std::process::ExitCode;
 use ysched_common::time::now_ms;
 use ysched_proto::{
-    AuditRequest, ClusterStatusRequest, DrainGpuRequest, DrainRequest, ListNodesRequest, NodeInfo,
-    NodeRef, ResumeGpuRequest, SharesRequest,
+    AuditEntry, AuditRequest, ClusterStatusRequest, DrainGpuRequest, DrainRequest,
+    ListNodesRequest, NodeInfo, NodeRef, ResumeGpuRequest, SharesRequest,
 };
 
 /// The `yctl` binary.
@@ -215,14 +215,7 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         }
         Command::Node { command } => hosts::run(&mut client, command).await?,
         Command::Audit { limit, json } => {
-            let entries = reply(
-                client
-                    .audit(AuditRequest {
-                        limit: limit.unwrap_or(0),
-                    })
-                    .await,
-            )?
-            .entries;
+            let entries = audit_log(&mut client, limit).await?;
             if json {
                 let objects: Vec<AuditJson> = entries.iter().map(audit_to_json).collect();
                 print_json(&objects)?;
@@ -232,6 +225,34 @@ pub async fn run(cli: YctlCli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The newest `limit` entries of the audit log (all of it when `None`), page by page: schedd
+/// sends a page bounded in bytes and says where the next begins.
+async fn audit_log(client: &mut Client, limit: Option<u32>) -> Result<Vec<AuditEntry>> {
+    let mut entries = Vec::new();
+    let mut before_id = 0;
+    loop {
+        let left = limit.map(|n| n.saturating_sub(entries.len() as u32));
+        if left == Some(0) {
+            return Ok(entries);
+        }
+        let page = reply(
+            client
+                .audit(AuditRequest {
+                    limit: left.unwrap_or(0),
+                    before_id,
+                })
+                .await,
+        )?;
+        entries.extend(page.entries);
+        // 0: no older entries (a schedd that does not page sends them all at once); each
+        // page must begin further back than the last.
+        if page.next_before_id == 0 || (before_id != 0 && page.next_before_id >= before_id) {
+            return Ok(entries);
+        }
+        before_id = page.next_before_id;
+    }
 }
 
 /// A node by name from the full list: there is no single-node RPC, and the list is small.
