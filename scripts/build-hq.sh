@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds HyperQueue's `hq` from its public source, for `HQ_BIN=... scripts/bench.sh hq`
-# (issue 23: ysched's throughput and latency measured side by side with HyperQueue's).
+# (ysched's throughput and latency measured side by side with HyperQueue's, see
+# docs/benchmarks.md).
 # Nothing of HyperQueue is built by the test suite or shipped with ysched.
 #
 #   scripts/build-hq.sh [SOURCE] [DEST]

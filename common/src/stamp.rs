@@ -3,7 +3,7 @@
 //! noded's), each stamp appends `<realtime µs> <pid> <label> <job id>` to the file; without it,
 //! nothing.
 //!
-//! A measurement aid (see docs/benchmarks.md, "the node's share of a job's cycle"): the
+//! A measurement aid (see docs/benchmarks.md, "Latency stamps"): the
 //! realtime clock, so that the stamps of noded, the supervisor and a job's own `date +%s%N`
 //! line up.
 

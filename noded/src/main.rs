@@ -9,7 +9,7 @@ use ysched_noded::{daemon, launch};
 
 // noded and the node's supervisor (the same binary) allocate and free a little for every job
 // on many threads; mimalloc spends 10-13 % less of their CPU per job than glibc's malloc on the
-// GPU array of `bench hq` (docs/benchmarks.md), for about 13 and
+// GPU array of `bench hq` (docs/notes/cost-per-job.md), for about 13 and
 // 9 MiB more resident memory on a node. C code loaded here (NVML) keeps the system allocator.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

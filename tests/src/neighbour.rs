@@ -1,5 +1,5 @@
-//! The `neighbour` benchmark group: one user floods `schedd` in every way the hostile tests of
-//! issue 19 found (connections held open, long names, huge task ranges, refused submits, big
+//! The `neighbour` benchmark group: one user floods `schedd` in every way a hostile local user
+//! can (connections held open, long names, huge task ranges, refused submits, big
 //! arrays) while another user works as usual. It measures what the other user sees: `yq --me`
 //! and `ysub` latency (whole CLI processes, as a person types them) and whether their running
 //! job was touched.

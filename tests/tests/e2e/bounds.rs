@@ -1,4 +1,4 @@
-//! End-to-end tests of the bounds on every input (issue 19, §1): each text has a limit that
+//! End-to-end tests of the bounds on every input: each text has a limit that
 //! the CLIs and schedd both enforce with the same message, task ranges cost what the array
 //! has, a job's whole launch fits the links, invisible characters and odd values are refused,
 //! users are held to `max_jobs_per_user`, and arbitrary requests to every RPC neither abort a
@@ -376,7 +376,7 @@ fn every_text_has_a_limit_checked_by_the_cli_and_again_by_schedd() {
 fn a_submit_is_refused_when_its_whole_launch_would_not_fit_and_one_that_fits_reaches_its_node() {
     let c = TestCluster::start(vec![FakeNode::uniform("n1", 2, A100)]);
     let config = ysched_common::Config::load_from(&c.conf).unwrap();
-    // The issue's poison job: a huge working directory, a relative checkpoint directory and
+    // A poison job: a huge working directory, a relative checkpoint directory and
     // an array. Refused at submit, before anything is queued.
     let poison = pb::JobSpec {
         workdir: format!("/{}", "d".repeat(8_900_000)),

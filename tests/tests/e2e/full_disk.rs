@@ -1,4 +1,4 @@
-//! End-to-end tests of full disks (issue 19, §3): a full disk degrades one node or refuses
+//! End-to-end tests of full disks: a full disk degrades one node or refuses
 //! requests, and never fails or kills jobs, wedges `schedd` or keeps it from starting. Real
 //! daemons, small tmpfs file systems as the state directory or a node's spool, real jobs.
 

@@ -31,7 +31,7 @@ fn other_user() -> u32 {
         })
         .expect("a user besides root and nobody")
 }
-/// "Not starved": the issue's criterion is an answer within 1 s; twice that leaves room for a
+/// "Not starved": an answer within 1 s is the aim; twice that leaves room for a
 /// loaded 2-core machine, while a starved client waited out its 10 s connect timeout.
 const PROMPT: Duration = Duration::from_secs(2);
 
@@ -476,7 +476,7 @@ fn a_refusal_echoing_a_huge_input_through_a_node_does_not_end_its_session() {
     c.wait_state(job, "RUNNING", SECS(10));
     let account = "z".repeat(60_000);
 
-    // As in the issue: nobody on node n1 submits with a 60,000-character account.
+    // nobody on node n1 submits with a 60,000-character account, over and over.
     for _ in 0..5 {
         let out = c.run_on(
             Some("n1"),

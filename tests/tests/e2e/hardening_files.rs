@@ -1,4 +1,4 @@
-//! End-to-end tests of what root does on a user's behalf (issue 19, §4 and §5), with real
+//! End-to-end tests of what root does on a user's behalf, with real
 //! daemons and the unprivileged user `nobody` as the attacker: output files that could block
 //! (a FIFO), a launch stuck before its exec on a hung filesystem (a FUSE mount nobody serves)
 //! that must still be cancelled, timed out and preempted, report files written where another

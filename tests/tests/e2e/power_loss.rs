@@ -1,4 +1,4 @@
-//! End-to-end tests of power loss (issue 23, §1): what a daemon acknowledged or reported is
+//! End-to-end tests of power loss: what a daemon acknowledged or reported is
 //! still there after the power goes, for schedd's state and for a node's spool.
 //!
 //! The daemon runs with the power-loss shim (tests/powerloss, `LD_PRELOAD`), which records

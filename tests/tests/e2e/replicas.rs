@@ -1,4 +1,4 @@
-//! schedd under Raft (issue 24): three replicas on loopback. A `kill -9` of the leader loses
+//! schedd under Raft: three replicas on loopback. A `kill -9` of the leader loses
 //! no acknowledged submit and hands out no id twice, under four submitting clients and with
 //! sixteen jobs running, none of which notices; a new leader serves within seconds; followers
 //! forward clients to the leader, as themselves; `yctl cluster` answers on every replica; a
@@ -161,7 +161,7 @@ fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
     wait_until(Duration::from_secs(60), "the new leader's job runs", || {
         job(&r, second, next).is_some_and(|j| j["state"] == "RUNNING")
     });
-    // Hung for 20 s in all, as the issue's hung leader.
+    // Hung for 20 s in all: long past the new leader's election, which meanwhile runs a job.
     std::thread::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed()));
     r.kill(leader, Signal::SIGCONT);
     // The old leader steps down: it exits (status 75), to come back as a follower. It

@@ -1,4 +1,4 @@
-//! End-to-end tests of Slurm's job options as schedd carries them out (issue 22): `-w`, `-x`,
+//! End-to-end tests of Slurm's job options as schedd carries them out: `-w`, `-x`,
 //! `--exclusive`, `--begin`, `--partition`/`--qos` through `[slurm]`, and mail through
 //! `notify.sendmail`. The specs go to schedd over gRPC as ysub would send them.
 

@@ -21,8 +21,8 @@ const ENTRY_BYTES: usize = 4_500;
 /// What schedd's and the agent's resident memory must stay under (generous: the caps hold
 /// 32 MiB per user, 256 MiB in all).
 const RSS_BOUND_MIB: f64 = 512.0;
-/// Another user's command answers within this (the criterion is 1 s; twice that
-/// leaves room for a loaded 2-core machine).
+/// Another user's command answers within this (it should within 1 s; twice that leaves room
+/// for a loaded 2-core machine).
 const PROMPT: Duration = Duration::from_secs(2);
 
 /// A user other than root and nobody (`yq --me` needs a user name): the first in the passwd

@@ -1,5 +1,5 @@
 //! End-to-end `yctl update` (and scontrol's `KEY=VALUE` forms), `yq`'s tier and name filters
-//! and `--format`, `ycancel`'s filters, and the rough edges of issue 22 a new user hit: the
+//! and `--format`, `ycancel`'s filters, and the rough edges a new user coming from Slurm hits: the
 //! output-directory warning, failed jobs kept in a plain `yq`, COMPLETING in a cancel's grace,
 //! `--wait`'s line for a TIMEOUT that exited 0, hold and release errors, expanded output paths
 //! in `yctl show job --json`, and daemon logs without colour codes.

@@ -85,7 +85,8 @@ fn the_table_is_consistent() {
             assert!(!option.note.contains('`'), "{}", option.long);
         }
     }
-    // Every option the issue names is in the table.
+    // sbatch options a Slurm user may write, rare ones included: each is in the table (so it is
+    // translated, carried out or refused with the alternative, never unknown).
     for name in [
         "mem-per-cpu",
         "mem-per-gpu",

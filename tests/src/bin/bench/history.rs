@@ -1,4 +1,4 @@
-//! The `history` group: a year of history (issue 25). A store of `HISTORY_JOBS` (1,000,000)
+//! The `history` group: a year of history. A store of `HISTORY_JOBS` (1,000,000)
 //! finished jobs, written straight into the stopped schedd's store as the events that end
 //! jobs write them (a record and an event each): 90 % ended 31 to 365 days ago (past the
 //! default `keep_finished` of 30 days), 7 % over the 30 days before yesterday, 3 % (30,000)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use ysched_proto as pb;
 use ysched_tests::*;
 
-/// The loaded cluster of issue 8: `FLEET_NODES` (1,000) simulated 8-GPU agents kept full by
+/// A loaded cluster: `FLEET_NODES` (1,000) simulated 8-GPU agents kept full by
 /// one-GPU jobs that end and are replaced (20–120 s each), and `LOADED_PENDING` (100,000)
 /// pending jobs of two tiers and several shapes behind them, so that every job end starts a
 /// pass over the whole queue. Measured meanwhile: what users wait for.

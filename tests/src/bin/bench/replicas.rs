@@ -1,4 +1,4 @@
-//! The `replicas` group (issue 24): what three schedd replicas cost and what a failover
+//! The `replicas` group: what three schedd replicas cost and what a failover
 //! looks like to a client. The gap a submitting client sees when the leader is killed
 //! (`SIGKILL`), over `REPLICAS_ROUNDS` (10) rounds; and `ysub`'s latency and sequential
 //! rate with three replicas against one schedd, measured alternately on the same machine.

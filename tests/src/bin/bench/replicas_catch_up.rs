@@ -1,4 +1,4 @@
-//! The `replicas_catch_up` group (issue 24): three schedd replicas in this process, linked by
+//! The `replicas_catch_up` group: three schedd replicas in this process, linked by
 //! direct calls (their Raft, log and store as in `schedd`; no gRPC). A follower wiped while
 //! 100,000 jobs are written catches up (a snapshot of the store, then the log after it): how
 //! long until it has applied what the leader has, and how much memory that takes. Then the

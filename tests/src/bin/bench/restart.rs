@@ -5,7 +5,7 @@ use crate::setup::{env_usize, held_spec, start_fleet, submit_all};
 use std::time::{Duration, Instant};
 use ysched_tests::*;
 
-/// A schedd outage under load (issue 10): `RESTART_NODES` (100) simulated agents, every GPU
+/// A schedd outage under load: `RESTART_NODES` (100) simulated agents, every GPU
 /// busy with 20 s jobs and as many queued behind them; schedd is killed (`SIGKILL`) and
 /// restarted after `RESTART_DOWN_SECS` (30), while about half the jobs end. Every job must
 /// still run once and end once: none lost, none started twice, every end acknowledged.

@@ -111,7 +111,8 @@ pub fn throughput(rt: &tokio::runtime::Runtime) -> Vec<Figure> {
             name,
             value: own + children,
             unit: "ms",
-            // HyperQueue's agent and job together, per `true` job, in issue 23's measure.
+            // HyperQueue's agent and job together, per `true` job, as first measured side by
+            // side (docs/notes/cost-per-job.md): the node's share may cost no more.
             target: 2.5,
             higher_is_better: false,
         });
