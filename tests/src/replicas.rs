@@ -60,6 +60,11 @@ impl Replicas {
             .collect::<Vec<_>>()
             .join(", ");
         let d = dir.path().display();
+        // Every user's jobs make their checkpoint directories in it, as in /tmp.
+        let ckpt = dir.path().join("ckpt");
+        std::fs::create_dir(&ckpt).unwrap();
+        std::fs::set_permissions(&ckpt, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .unwrap();
         for n in 1..=count {
             let port = ports[n as usize - 1];
             std::fs::write(
@@ -454,17 +459,73 @@ impl Clients {
 
     /// Runs `bin` against replica `n`'s socket; killed if it has not answered in `timeout`.
     pub fn run_within(&self, n: u64, timeout: Duration, bin: &str, args: &[&str]) -> Output {
-        let mut child = Command::new(self.bin_dir.join(bin))
-            .env("YSCHED_CONF", self.dir.join(format!("replica-{n}.toml")))
+        self.run_via(n, None, timeout, bin, args)
+    }
+
+    /// Runs `bin` with replica `n`'s config, against `agent`'s client socket when given (as
+    /// on that node: see [`Replicas::start_agent`]), else against the replica's own; killed
+    /// if it has not answered in `timeout`.
+    pub fn run_via(
+        &self,
+        n: u64,
+        agent: Option<&str>,
+        timeout: Duration,
+        bin: &str,
+        args: &[&str],
+    ) -> Output {
+        self.run_via_as(n, agent, None, timeout, bin, args)
+    }
+
+    /// [`Clients::run_via`] as `uid` (its own group too) when given (a copy of the binary in
+    /// the replicas' directory: the build tree may be closed to other users).
+    pub fn run_via_as(
+        &self,
+        n: u64,
+        agent: Option<&str>,
+        uid: Option<u32>,
+        timeout: Duration,
+        bin: &str,
+        args: &[&str],
+    ) -> Output {
+        let mut cmd = match uid {
+            None => Command::new(self.bin_dir.join(bin)),
+            Some(uid) => {
+                use std::os::unix::process::CommandExt;
+                let copy = self.dir.join(format!("{bin}-copy"));
+                if !copy.exists() {
+                    // Threads may copy at once: each its own file, renamed over the copy.
+                    let tmp = copy.with_extension(format!("{:?}.tmp", std::thread::current().id()));
+                    std::fs::copy(self.bin_dir.join(bin), &tmp).unwrap();
+                    std::fs::rename(&tmp, &copy).unwrap();
+                }
+                let mut cmd = Command::new(copy);
+                cmd.uid(uid).gid(uid);
+                cmd
+            }
+        };
+        if let Some(agent) = agent {
+            cmd.env("YSCHED_SOCKET", self.dir.join(format!("{agent}.sock")));
+        }
+        cmd.env("YSCHED_CONF", self.dir.join(format!("replica-{n}.toml")))
             .env("YSCHED_TEST_TAG", &self.tag)
             .env_remove("RUST_LOG")
             .current_dir(&self.dir)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run CLI");
+            .stderr(Stdio::piped());
+        // ETXTBSY: a child another thread forked meanwhile holds a copy of a fresh copy's
+        // write descriptor until its own exec (microseconds to milliseconds): try again.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                spawned => break spawned.expect("run CLI"),
+            }
+        };
         // Read as it comes: an answer larger than a pipe's buffer (a listing of a few hundred
         // jobs) would otherwise hold the CLI until it is killed. Both pipes close when the CLI
         // exits: their ends are what is waited for (no polling, which rounded every latency

@@ -29,6 +29,51 @@ const PASSED_HEADERS: [&str; 5] = [
     "grpc-accept-encoding",
 ];
 
+/// The leader's answer as the client gets it: should it break off (the leader gone in the
+/// middle of a `WatchJob` stream), the client's stream ends with `UNAVAILABLE`, which the
+/// tools take as a cue to ask again, rather than with the connection's own error (an HTTP/2
+/// reset, which reads as an internal error).
+struct BrokenOffAsUnavailable {
+    body: Body,
+    ended: bool,
+}
+
+impl tonic::codegen::Body for BrokenOffAsUnavailable {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.ended = true;
+                let status = Status::unavailable(format!(
+                    "the leader's answer broke off ({}); ask again",
+                    e.message()
+                ));
+                let mut trailers = http::HeaderMap::new();
+                let _ = status.add_header(&mut trailers);
+                Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// The replicas' proof of being one, on a forwarded request: HMAC-SHA256 of a fixed label,
 /// keyed by the cluster CA's private key (the same on every replica; agents have only the
 /// certificate).
@@ -150,10 +195,11 @@ impl Forwarder {
         headers.extend(metadata.into_headers());
         let channel = self.channels.get(addr).map_err(Refusal::Unreachable)?;
         use tower::ServiceExt;
-        channel
+        let answer = channel
             .oneshot(outgoing)
             .await
-            .map_err(|e| Refusal::Unreachable(transport_error(&e)))
+            .map_err(|e| Refusal::Unreachable(transport_error(&e)))?;
+        Ok(answer.map(|body| Body::new(BrokenOffAsUnavailable { body, ended: false })))
     }
 
     /// The caller the kernel named (`uid`, `gid`), encoded as the leader reads it.

@@ -870,3 +870,81 @@ fn ysub_wait_returns_the_exit_code_through_every_replica() {
     }
     let _ = r.leader(Duration::from_secs(5));
 }
+
+#[test]
+fn a_wait_carries_on_across_a_failover_through_a_follower_an_agent_and_the_old_leader() {
+    let (mut r, leader) = with_an_agent();
+    let follower = (1..=3).find(|n| *n != leader).unwrap();
+    // A job of nobody's on n1 lets n1's client socket relay nobody (a compute node relays
+    // only the users with a job running on it).
+    let anchor = r.run_as(
+        leader,
+        NOBODY,
+        NOBODY,
+        "ysub",
+        &["--parsable", "-D", "/tmp", "--wrap", "sleep 300"],
+    );
+    let anchor: u64 = stdout(&anchor).trim().parse().expect("the anchor job's id");
+    wait_until(Duration::from_secs(30), "the anchor job runs", || {
+        job(&r, leader, anchor).is_some_and(|j| j["state"] == "RUNNING")
+    });
+    let clients = r.clients();
+    let waits: Vec<_> = [
+        (leader, None, 21),
+        (follower, None, 22),
+        (follower, Some("n1"), 23),
+    ]
+    .into_iter()
+    .map(|(n, agent, code)| {
+        let clients = clients.clone();
+        std::thread::spawn(move || {
+            let script = format!("sleep 15; exit {code}");
+            let args = ["--wait", "-D", "/tmp", "--wrap", &script];
+            let timeout = Duration::from_secs(150);
+            let out = clients.run_via_as(n, agent, Some(NOBODY), timeout, "ysub", &args);
+            (n, agent, code, out)
+        })
+    })
+    .collect();
+    let start = std::time::Instant::now();
+    loop {
+        let jobs = r.jobs(follower);
+        if jobs.iter().filter(|j| j["state"] == "RUNNING").count() == 4 {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let states: Vec<_> = jobs.iter().map(|j| (&j["id"], &j["state"])).collect();
+            let ended: Vec<_> = waits
+                .into_iter()
+                .filter(|w| w.is_finished())
+                .map(|w| {
+                    let (n, agent, _, out) = w.join().unwrap();
+                    format!("replica {n} agent {agent:?}: {}", stderr(&out))
+                })
+                .collect();
+            panic!(
+                "the waited jobs do not run: {states:?}; {ended:?}\n{}",
+                r.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The leader dies while they run; they end under the next one. Its host comes back a
+    // little later (its socket is gone meanwhile).
+    r.kill(leader, Signal::SIGKILL);
+    let (next, _) = r.leader(Duration::from_secs(30));
+    assert_ne!(next, leader);
+    std::thread::sleep(Duration::from_secs(2));
+    r.start_replica(leader);
+    for wait in waits {
+        let (n, agent, code, out) = wait.join().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "ysub --wait through replica {n}'s socket (agent {agent:?}), the leader {leader} \
+             killed: {}\n{}",
+            stderr(&out),
+            r.logs()
+        );
+    }
+}

@@ -202,13 +202,16 @@ async fn watch_until_terminal(
     }
 }
 
-/// Errors that a broken connection produces, as opposed to a refusal by schedd.
+/// Errors that a broken connection produces, as opposed to a refusal by schedd: among them
+/// an HTTP/2 stream reset (which tonic reports as an internal error naming h2), as a schedd
+/// of an earlier version forwarded a leader's broken-off answer.
 fn is_transient(status: &tonic::Status) -> bool {
     use tonic::Code;
-    matches!(
-        status.code(),
-        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted
-    )
+    match status.code() {
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => true,
+        Code::Internal => status.message().starts_with("h2 protocol error"),
+        _ => false,
+    }
 }
 
 pub(super) fn is_finished(job: &JobInfo) -> bool {
