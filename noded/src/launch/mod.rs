@@ -40,6 +40,7 @@ mod health;
 mod job;
 pub mod journal;
 pub mod lease;
+mod node_protocol;
 pub mod node_supervisor;
 mod process;
 pub mod spool;
@@ -55,6 +56,7 @@ pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
 
 use health::Health;
+use node_protocol::{BadLine, Reply, Request};
 use process::{is_shepherd_of, Shepherd};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -298,16 +300,15 @@ impl Shared {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let stream = self.connect_supervisor(true).await?;
         let (read, mut write) = stream.into_split();
-        let json = serde_json::to_string(finished).map_err(io::Error::other)?;
+        let request = Request::Record(finished.clone()).to_line();
         write
-            .write_all(format!("record {json}\n").as_bytes())
+            .write_all(request.map_err(io::Error::other)?.as_bytes())
             .await?;
         let answer = tokio::io::BufReader::new(read).lines().next_line().await?;
-        match answer.as_deref() {
-            Some("recorded") => Ok(()),
-            Some(line) => Err(io::Error::other(
-                line.strip_prefix("failed ").unwrap_or(line).to_string(),
-            )),
+        match answer.as_deref().map(Reply::parse) {
+            Some(Ok(Reply::Recorded)) => Ok(()),
+            Some(Ok(Reply::Failed(why))) => Err(io::Error::other(why)),
+            Some(_) => Err(io::Error::other(answer.unwrap_or_default())),
             None => Err(io::Error::other("the supervisor closed the connection")),
         }
     }
@@ -317,15 +318,15 @@ impl Shared {
         use std::io::{BufRead, Write};
         let mut stream = std::os::unix::net::UnixStream::connect(self.socket.path())?;
         stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-        let json = serde_json::to_string(finished).map_err(io::Error::other)?;
-        stream.write_all(format!("record {json}\n").as_bytes())?;
+        let request = Request::Record(finished.clone()).to_line();
+        stream.write_all(request.map_err(io::Error::other)?.as_bytes())?;
         let mut answer = String::new();
         std::io::BufReader::new(stream).read_line(&mut answer)?;
-        match answer.trim_end() {
-            "recorded" => Ok(()),
-            line => Err(io::Error::other(
-                line.strip_prefix("failed ").unwrap_or(line).to_string(),
-            )),
+        let answer = answer.trim_end();
+        match Reply::parse(answer) {
+            Ok(Reply::Recorded) => Ok(()),
+            Ok(Reply::Failed(why)) => Err(io::Error::other(why)),
+            _ => Err(io::Error::other(answer.to_string())),
         }
     }
 
@@ -634,7 +635,8 @@ impl Launcher {
                     // No supervisor running: it replays the end at its next start, and a
                     // restarted noded reports it again.
                     if let Ok(mut stream) = shared.connect_supervisor(false).await {
-                        let _ = stream.write_all(format!("ack {job_id}\n").as_bytes()).await;
+                        let ack = Request::Ack { job_id }.to_line().unwrap_or_default();
+                        let _ = stream.write_all(ack.as_bytes()).await;
                     }
                 });
             }
@@ -851,10 +853,8 @@ impl Launcher {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let stream = self.shared.connect_supervisor(false).await.ok()?;
         let (read, mut write) = stream.into_split();
-        write
-            .write_all(format!("attach {job_id}\n").as_bytes())
-            .await
-            .ok()?;
+        let attach = Request::Attach { job_id }.to_line().ok()?;
+        write.write_all(attach.as_bytes()).await.ok()?;
         let lines = tokio::io::BufReader::new(read).lines();
         // The answer (`attached`, `ended`, `unknown`) is read by the job's task: a
         // supervisor that does not answer at once (stopped, busy) hangs no recovery.
@@ -877,7 +877,8 @@ async fn list_jobs(
 ) -> io::Result<(Vec<JobRecord>, Vec<FinishedRecord>)> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let (read, mut write) = stream.into_split();
-    write.write_all(b"list\n").await?;
+    let list = Request::List.to_line().map_err(io::Error::other)?;
+    write.write_all(list.as_bytes()).await?;
     let mut lines = tokio::io::BufReader::new(read).lines();
     let mut running = Vec::new();
     let mut ended = Vec::new();
@@ -886,13 +887,16 @@ async fn list_jobs(
             .next_line()
             .await?
             .ok_or_else(|| io::Error::other("the node's supervisor closed its list"))?;
-        let bad = |e: serde_json::Error| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{line:?}: {e}"))
-        };
-        match line.split_once(' ') {
-            Some(("job", json)) => running.push(serde_json::from_str(json).map_err(bad)?),
-            Some(("ended", json)) => ended.push(serde_json::from_str(json).map_err(bad)?),
-            _ if line == "done" => return Ok((running, ended)),
+        match Reply::parse(&line) {
+            Ok(Reply::Job(record)) => running.push(*record),
+            Ok(Reply::Ended(finished)) => ended.push(finished),
+            Ok(Reply::Done) => return Ok((running, ended)),
+            Err(BadLine::Unreadable { why, .. }) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{line:?}: {why}"),
+                ))
+            }
             _ => tracing::warn!("unexpected line from the node's supervisor: {line:?}"),
         }
     }
@@ -919,9 +923,9 @@ async fn hold_supervisor(shared: &Shared, stream: tokio::net::UnixStream) {
                 break;
             },
             Some(job_id) = acks.recv() => {
-                let mut lines = format!("ack {job_id}\n");
-                while let Ok(job_id) = acks.try_recv() {
-                    lines.push_str(&format!("ack {job_id}\n"));
+                let mut lines = String::new();
+                for job_id in std::iter::once(job_id).chain(std::iter::from_fn(|| acks.try_recv().ok())) {
+                    lines.push_str(&Request::Ack { job_id }.to_line().unwrap_or_default());
                 }
                 if write.write_all(lines.as_bytes()).await.is_err() {
                     break;

@@ -78,6 +78,7 @@ use spawn::{ChildInUse, ChildMemory};
 use super::cgroup::{read_populated, JobCgroup};
 use super::journal::{Entry, Journal, JournalOptions, Receipt};
 use super::lease::{boottime_ms, Lease, LEASE_FILE};
+use super::node_protocol::{self, BadLine, Reply, Request};
 use super::process::newest_mtime_ms;
 use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState, FILE_MODE};
 use super::supervisor::{checkpoint_to_check, finished_record, saved_since, LOST};
@@ -620,49 +621,52 @@ impl Supervisor {
     }
 
     fn request(&mut self, id: u64, line: &str) {
-        let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
-        match verb {
-            "launch" => match serde_json::from_str::<JobRecord>(rest) {
-                Ok(record) => {
-                    ysched_common::stamp::stamp("s.launch_req", record.job.job_id);
-                    self.launch(id, record)
-                }
-                Err(e) => self.refuse(id, &format!("unreadable launch: {e}")),
-            },
-            "attach" => match rest.parse::<u64>() {
-                Ok(job_id) => self.attach(id, job_id),
-                Err(_) => self.refuse(id, &format!("bad job id {rest:?}")),
-            },
-            "stop" => match serde_json::from_str::<StopState>(rest) {
-                Ok(stop) => self.stop(id, stop),
-                Err(e) => log(&format!("unreadable stop progress: {e}")),
-            },
-            "record" => match serde_json::from_str::<FinishedRecord>(rest) {
-                Ok(finished) => {
-                    let receipt = self.journal.append(Entry::Ended(finished));
-                    self.recording.push((id, receipt));
-                }
-                Err(e) => {
-                    self.send(id, &format!("failed unreadable end: {e}\n"));
-                    self.connections.remove(&id);
-                }
-            },
-            "list" => self.list(id),
-            "ack" => {
-                if let Ok(job_id) = rest.parse::<u64>() {
-                    let _ = self.journal.append(Entry::Acked { job_id });
-                }
+        let request = match Request::parse(line) {
+            Ok(request) => request,
+            Err(bad) => return self.bad_request(id, line, bad),
+        };
+        match request {
+            Request::Launch(record) => {
+                ysched_common::stamp::stamp("s.launch_req", record.job.job_id);
+                self.launch(id, *record)
             }
-            _ => {
+            Request::Attach { job_id } => self.attach(id, job_id),
+            Request::Stop(stop) => self.stop(id, stop),
+            Request::Record(finished) => {
+                let receipt = self.journal.append(Entry::Ended(finished));
+                self.recording.push((id, receipt));
+            }
+            Request::List => self.list(id),
+            Request::Ack { job_id } => {
+                let _ = self.journal.append(Entry::Acked { job_id });
+            }
+        }
+    }
+
+    /// A request that does not read: refused where noded waits for an answer, else said in
+    /// the log (an acknowledgement that does not read is dropped: the end is reported again).
+    fn bad_request(&mut self, id: u64, line: &str, bad: BadLine) {
+        match bad {
+            BadLine::Unknown => {
                 log(&format!("unknown request {line:?}"));
                 self.connections.remove(&id);
             }
+            BadLine::Unreadable { verb, why } => match verb {
+                node_protocol::LAUNCH => self.refuse(id, &format!("unreadable launch: {why}")),
+                node_protocol::ATTACH => self.refuse(id, &why),
+                node_protocol::STOP => log(&format!("unreadable stop progress: {why}")),
+                node_protocol::RECORD => {
+                    self.reply(id, &Reply::Failed(format!("unreadable end: {why}")));
+                    self.connections.remove(&id);
+                }
+                _ => {}
+            },
         }
     }
 
     fn refuse(&mut self, id: u64, why: &str) {
         log(&format!("refused: {why}"));
-        self.send(id, &format!("refused {why}\n"));
+        self.reply(id, &Reply::Refused(why.to_string()));
         self.connections.remove(&id);
     }
 
@@ -697,7 +701,7 @@ impl Supervisor {
             || self.checking.iter().any(|c| c.record.job.job_id == job_id)
             || self.ending.iter().any(|e| e.finished.job_id == job_id);
         if following {
-            self.send(id, "attached\n");
+            self.reply(id, &Reply::Attached);
             self.follow(id, job_id);
             let over = self
                 .checking
@@ -713,9 +717,9 @@ impl Supervisor {
         let ended = self
             .journal
             .with_live(|live| live.jobs.get(&job_id).and_then(|j| j.ended.clone()));
-        match ended.map(|finished| serde_json::to_string(&finished)) {
-            Some(Ok(json)) => self.send(id, &format!("ended {json}\n")),
-            _ => self.send(id, "unknown\n"),
+        match ended {
+            Some(finished) => self.reply(id, &Reply::Ended(finished)),
+            None => self.reply(id, &Reply::Unknown),
         }
         self.connections.remove(&id);
     }
@@ -726,7 +730,7 @@ impl Supervisor {
     /// number may be taken by a new group, which noded must not signal.
     fn say_group_gone(&mut self, job_id: u64) {
         for id in self.followers(job_id) {
-            self.send(id, "gone\n");
+            self.reply(id, &Reply::Gone);
         }
     }
 
@@ -768,8 +772,8 @@ impl Supervisor {
             .chain(self.checking.iter().map(|c| c.record.clone()))
             .chain(self.ending.iter().map(|e| e.record.clone()));
         for record in running {
-            if let Ok(json) = serde_json::to_string(&record) {
-                lines.push_str(&format!("job {json}\n"));
+            if let Ok(line) = Reply::Job(Box::new(record)).to_line() {
+                lines.push_str(&line);
             }
         }
         let ended: Vec<FinishedRecord> = self
@@ -785,11 +789,11 @@ impl Supervisor {
             if pending.contains(&finished.job_id) || self.jobs.contains_key(&finished.job_id) {
                 continue;
             }
-            if let Ok(json) = serde_json::to_string(&finished) {
-                lines.push_str(&format!("ended {json}\n"));
+            if let Ok(line) = Reply::Ended(finished).to_line() {
+                lines.push_str(&line);
             }
         }
-        lines.push_str("done\n");
+        lines.push_str(&Reply::Done.to_line().unwrap_or_default());
         self.send_all(id, lines.as_bytes());
         self.connections.remove(&id);
     }
@@ -822,6 +826,14 @@ impl Supervisor {
             .filter(|(_, c)| c.job == Some(job_id))
             .map(|(&id, _)| id)
             .collect()
+    }
+
+    /// Sends `reply` on connection `id`.
+    fn reply(&mut self, id: u64, reply: &Reply) {
+        match reply.to_line() {
+            Ok(line) => self.send(id, &line),
+            Err(e) => log(&format!("cannot encode {reply:?}: {e}")),
+        }
     }
 
     fn send(&mut self, id: u64, line: &str) {
@@ -858,7 +870,7 @@ impl Supervisor {
                         "job {job_id}: launch not recorded, not started: {e}"
                     ));
                     for id in self.followers(job_id) {
-                        self.send(id, &format!("refused {e}\n"));
+                        self.reply(id, &Reply::Refused(e.to_string()));
                         self.connections.remove(&id);
                     }
                 }
@@ -1050,27 +1062,27 @@ impl Supervisor {
                 continue;
             };
             let Ending { finished, .. } = self.ending.remove(index);
-            ysched_common::stamp::stamp("s.end_synced", finished.job_id);
+            let job_id = finished.job_id;
+            ysched_common::stamp::stamp("s.end_synced", job_id);
             if let Err(e) = result {
                 // The room reserved for it makes this a failing disk: noded keeps it in
                 // memory until schedd has it.
                 log(&format!(
-                    "job {}: cannot record its end in the journal: {e}",
-                    finished.job_id
+                    "job {job_id}: cannot record its end in the journal: {e}"
                 ));
             }
-            let line = match serde_json::to_string(&finished) {
-                Ok(json) => format!("ended {json}\n"),
+            let line = match Reply::Ended(finished).to_line() {
+                Ok(line) => line,
                 Err(e) => {
-                    log(&format!("job {}: {e}", finished.job_id));
+                    log(&format!("job {job_id}: {e}"));
                     continue;
                 }
             };
-            for id in self.followers(finished.job_id) {
+            for id in self.followers(job_id) {
                 self.send(id, &line);
                 self.connections.remove(&id);
             }
-            ysched_common::stamp::stamp("s.end_told", finished.job_id);
+            ysched_common::stamp::stamp("s.end_told", job_id);
         }
     }
 
@@ -1084,8 +1096,8 @@ impl Supervisor {
             };
             let (id, _) = self.recording.remove(index);
             match result {
-                Ok(()) => self.send(id, "recorded\n"),
-                Err(e) => self.send(id, &format!("failed {e}\n")),
+                Ok(()) => self.reply(id, &Reply::Recorded),
+                Err(e) => self.reply(id, &Reply::Failed(e.to_string())),
             }
             self.connections.remove(&id);
         }
@@ -1130,7 +1142,7 @@ impl Supervisor {
     /// means nothing after a power loss), and tells the connections following it
     /// (`started <pid> <time_ms>`), once.
     fn announce_starts(&mut self) {
-        let mut lines = Vec::new();
+        let mut starts = Vec::new();
         let mut late_joins = Vec::new();
         for (&job_id, job) in &mut self.jobs {
             if job.announced || job.step_pipe.is_some() || job.failure.is_some() {
@@ -1154,11 +1166,15 @@ impl Supervisor {
                 start_time_ms,
             });
             ysched_common::stamp::stamp("s.started_told", job_id);
-            lines.push((job_id, format!("started {} {start_time_ms}\n", job.pid)));
+            let started = Reply::Started {
+                pid: job.pid,
+                time_ms: Some(start_time_ms),
+            };
+            starts.push((job_id, started));
         }
-        for (job_id, line) in lines {
+        for (job_id, started) in starts {
             for id in self.followers(job_id) {
-                self.send(id, &line);
+                self.reply(id, &started);
             }
         }
         for (job_id, cgroup) in late_joins {

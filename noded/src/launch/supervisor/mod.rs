@@ -16,6 +16,7 @@ mod start;
 
 pub(in crate::launch) use finish::{checkpoint_to_check, finished_record, saved_since, LOST};
 
+use super::node_protocol::{self, BadLine, Reply, Request};
 use super::process::{Announcement, Shepherd, SupervisorWriter};
 use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState};
 use super::{Control, JobEvent, JobParams, JobStarted, Shared};
@@ -156,35 +157,38 @@ impl Supervisor {
                 biased;
                 // The supervisor's connection: its lines, then its end when the job is over.
                 line = next_line(&mut announcement), if announcement.is_some() => {
-                    match line {
-                        Some(line) if line.starts_with("started ") => {
+                    let Some(line) = line else {
+                        break;
+                    };
+                    match Reply::parse(&line) {
+                        Ok(Reply::Started { pid, time_ms }) => {
                             ysched_common::stamp::stamp("n.started_line", self.job_id());
-                            self.on_started(&line)
+                            self.on_started(pid, time_ms.unwrap_or_else(now_ms))
                         }
-                        Some(line) if line.starts_with("ended ") => {
+                        Ok(Reply::Ended(finished)) => {
                             ysched_common::stamp::stamp("n.ended_line", self.job_id());
-                            match serde_json::from_str(&line["ended ".len()..]) {
-                                Ok(finished) => ended = Some(finished),
-                                Err(e) => tracing::error!(
-                                    "job {}: unreadable end from the supervisor: {e}",
-                                    self.job_id()
-                                ),
-                            }
+                            ended = Some(finished);
                             break;
                         }
-                        Some(line) if line.starts_with("refused ") => {
-                            refused = Some(line["refused ".len()..].to_string());
+                        Err(BadLine::Unreadable { verb: node_protocol::ENDED, why }) => {
+                            tracing::error!(
+                                "job {}: unreadable end from the supervisor: {why}",
+                                self.job_id()
+                            );
+                            break;
+                        }
+                        Ok(Reply::Refused(why)) => {
+                            refused = Some(why);
                             break;
                         }
                         // A late answer to a restarted noded's attach: the job is not there.
-                        Some(line) if line == "unknown" => break,
-                        Some(line) if line == "attached" => {}
-                        Some(line) if line == "gone" => self.processes_gone = true,
-                        Some(line) => tracing::warn!(
+                        Ok(Reply::Unknown) => break,
+                        Ok(Reply::Attached) => {}
+                        Ok(Reply::Gone) => self.processes_gone = true,
+                        Ok(_) | Err(_) => tracing::warn!(
                             "job {}: unexpected word from the supervisor {line:?}",
                             self.job_id()
                         ),
-                        None => break,
                     }
                 }
                 Some(control) = self.controls.recv() => self.on_control(control),
@@ -213,23 +217,7 @@ impl Supervisor {
         self.finish_after_shepherd(true).await
     }
 
-    fn on_started(&mut self, line: &str) {
-        let mut words = line.split_whitespace();
-        let (Some("started"), Some(pid), time) = (words.next(), words.next(), words.next()) else {
-            tracing::warn!(
-                "job {}: unexpected supervisor message {line:?}",
-                self.job_id()
-            );
-            return;
-        };
-        let Ok(pid) = pid.parse::<u32>() else {
-            tracing::warn!(
-                "job {}: bad pid in supervisor message {line:?}",
-                self.job_id()
-            );
-            return;
-        };
-        let time_ms = time.and_then(|t| t.parse().ok()).unwrap_or_else(now_ms);
+    fn on_started(&mut self, pid: u32, time_ms: i64) {
         self.record.job_pid = Some(pid);
         self.record.start_time_ms = time_ms;
         // An older noded's shepherd keeps the pid in the job's record file. The node's
@@ -376,8 +364,8 @@ impl Supervisor {
     /// shepherd written to `state.json`.
     fn persist(&self) {
         if let Some(link) = &self.link {
-            let line = match serde_json::to_string(&self.record.stop) {
-                Ok(json) => format!("stop {json}\n"),
+            let line = match Request::Stop(self.record.stop.clone()).to_line() {
+                Ok(line) => line,
                 Err(e) => return tracing::error!("job {}: {e}", self.job_id()),
             };
             // A line into a socket the supervisor keeps reading: written whole at once, or

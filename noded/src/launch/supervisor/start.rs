@@ -11,6 +11,7 @@ use super::Supervisor;
 use crate::launch::checkpoint;
 use crate::launch::containment::JobLimits;
 use crate::launch::job::{plan_job, write_script};
+use crate::launch::node_protocol::Request;
 use crate::launch::process::{Announcement, Shepherd};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -138,9 +139,9 @@ impl Supervisor {
         let stream = self.shared.connect_supervisor(true).await?;
         ysched_common::stamp::stamp("n.connected", self.job_id());
         let (read, mut write) = stream.into_split();
-        let record = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
+        let launch = Request::Launch(Box::new(self.record.clone())).to_line();
         write
-            .write_all(format!("launch {record}\n").as_bytes())
+            .write_all(launch.map_err(std::io::Error::other)?.as_bytes())
             .await?;
         ysched_common::stamp::stamp("n.handed", self.job_id());
         self.link = Some(write);
