@@ -11,6 +11,7 @@ use super::Supervisor;
 use crate::launch::checkpoint_scan::CheckpointDir;
 use crate::launch::process::newest_mtime_ms;
 use crate::launch::spool::{ExitRecord, FinishedRecord, JobRecord, StopState};
+use crate::launch::supervisor_client::record_end;
 use crate::launch::tracking::JobProcesses;
 use crate::launch::JobEvent;
 use std::time::Duration;
@@ -104,7 +105,14 @@ impl Supervisor {
         }
         if self.old_layout {
             self.write_old_layout_end(&finished);
-        } else if let Err(e) = self.shared.record_end(&finished).await {
+            return self.report_end(finished);
+        }
+        let end = finished.clone();
+        let recorded = self
+            .shared
+            .on_blocking_thread(move |connection| record_end(connection, &end))
+            .await;
+        if let Err(e) = recorded {
             tracing::error!(
                 "job {}: cannot record its end in the node's journal ({e}): kept in memory \
                  until schedd acknowledges it",
