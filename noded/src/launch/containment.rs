@@ -382,7 +382,7 @@ fn create_all(cgroup: &JobCgroup) -> io::Result<bool> {
 }
 
 /// Removes the job cgroup `dir` if it is a leftover: empty, and created long enough ago that
-/// no launch can still be about to move a job into it (a shepherd killed with its job, a
+/// no launch can still be about to move a job into it (a supervisor killed with its job, a
 /// crash). Whether it was removed.
 fn remove_if_stale(dir: &Path) -> bool {
     const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);

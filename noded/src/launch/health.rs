@@ -195,7 +195,7 @@ impl Shared {
 
     /// Records the ends kept in memory, now that the spool can be written: in the node's
     /// journal through a running supervisor (none running: tried at the next probe), or for
-    /// an older noded's shepherd in its `finished.json`.
+    /// an older noded's per-job process in its `finished.json`.
     fn write_unwritten_ends(&self) {
         let ends: Vec<FinishedRecord> = self.unwritten_ends().values().cloned().collect();
         for end in ends {

@@ -3,21 +3,21 @@
 //! Every job is handed to the node's *supervisor* (one long-lived process per node, the noded
 //! binary run as `noded __supervisor <spool>` in its own session, see [`node_supervisor`]),
 //! which records its launch in the node's journal (see [`journal`]), starts it as the
-//! submitting user, and records its end there. It replaced a shepherd process per job (a
-//! restarted noded still adopts an older noded's live shepherds, from their files in the
-//! [`spool`]). Where the
-//! host allows, each job runs in its own cgroup, created by noded before the job is handed
-//! over, which holds every process the job starts and carries its limits (see
-//! [`containment`]); otherwise in its own process group. The supervisor closes the job's
-//! connection when the last of those processes has ended, so noded, which follows each job
-//! in one task, learns of the job's end as an event. That task also runs the warning, time-limit and grace
-//! timers and reports [`JobEvent`]s on a channel.
+//! submitting user, and records its end there. noded speaks to it in the node protocol (see
+//! [`node_protocol`], and [`supervisor_client`] for noded's side). Where the host allows,
+//! each job runs in its own cgroup, created by noded before the job is handed over, which
+//! holds every process the job starts and carries its limits (see [`containment`]);
+//! otherwise in its own process group. The supervisor closes the job's connection when the
+//! last of those processes has ended, so noded, which follows each job in one task (see
+//! [`job_task`]), learns of the job's end as an event. That task also runs the warning,
+//! time-limit and grace timers and reports [`JobEvent`]s on a channel.
 //!
 //! After a restart, [`Launcher::recover`] asks the supervisor for its jobs and the ends schedd
 //! has not acknowledged (or reads its journal, when it does not answer), re-attaches to them
-//! and resumes their timers from their journaled stop progress; an older noded's live
-//! shepherds are adopted from their spool files. A supervisor that starts after another died
-//! reports the jobs the journal says were running as lost.
+//! and resumes their timers from their journaled stop progress (see [`recovery`]). A
+//! supervisor that starts after another died reports the jobs the journal says were running
+//! as lost. An older noded ran one process per job instead: those still running are adopted
+//! from their files in the [`spool`].
 //!
 //! The supervisor also stops the jobs on its own when the node's fence lease runs out (see
 //! [`lease`]): the agent renews it while schedd answers.
@@ -38,6 +38,7 @@ pub mod containment;
 mod environment;
 mod health;
 mod job;
+mod job_task;
 pub mod journal;
 pub mod lease;
 mod node_protocol;
@@ -45,7 +46,6 @@ pub mod node_supervisor;
 mod process;
 mod recovery;
 pub mod spool;
-mod supervisor;
 mod supervisor_client;
 mod tracking;
 
@@ -54,17 +54,17 @@ pub use checkpoint::FALLBACK_CHECKPOINT_ROOT;
 pub use containment::{CgroupRoot, Containment, JobLimits, LimitSource};
 pub use environment::job_environment;
 pub use job::{expand_pattern, plan_job, ArrayTaskParams, ExecPlan, JobParams, PatternVars};
-pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
+pub use process::{newest_mtime_ms, signal_group};
 pub use recovery::Recovery;
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
 
 use health::Health;
+use job_task::JobTask;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use supervisor::Supervisor;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -102,8 +102,9 @@ pub struct LauncherOptions {
     pub spool_dir: PathBuf,
     /// This node's name, for `YS_NODE` and `%N`.
     pub node_name: String,
-    /// The binary run as `<program> __shepherd <job dir>`: noded itself by default.
-    pub shepherd_program: PathBuf,
+    /// The binary run as the node's supervisor, `<program> __supervisor <spool>`: noded
+    /// itself by default.
+    pub supervisor_program: PathBuf,
     /// `node.allow_root_jobs`: when false, every launch as uid 0 is refused (reported as the
     /// job's end with an error).
     pub allow_root_jobs: bool,
@@ -130,7 +131,7 @@ impl LauncherOptions {
             spool_dir: spool_dir.into(),
             node_name: node_name.into(),
             // The running binary, even if it was replaced on disk by an upgrade since.
-            shepherd_program: PathBuf::from("/proc/self/exe"),
+            supervisor_program: PathBuf::from("/proc/self/exe"),
             allow_root_jobs: true,
             cgroup_root: CgroupRoot::Detect,
             job_pids_max: 0,
@@ -143,11 +144,12 @@ impl LauncherOptions {
 }
 
 /// Starts, stops and supervises the jobs of this node. Dropping it stops supervising (the
-/// jobs and their shepherds keep running; a new `Launcher` can [`recover`](Self::recover)).
+/// jobs and the node's supervisor keep running; a new `Launcher` can
+/// [`recover`](Self::recover)).
 pub struct Launcher {
     shared: Arc<Shared>,
     /// Cancelled when the launcher is dropped: every per-job task stops at once (see
-    /// [`until_cancelled`]), leaving its job and shepherd running.
+    /// [`until_cancelled`]), leaving its job running.
     supervision: CancellationToken,
 }
 
@@ -181,7 +183,7 @@ struct Shared {
     /// Where the node's supervisor is reached (see [`node_supervisor::SocketAddress`]).
     socket: node_supervisor::SocketAddress,
     node_name: String,
-    shepherd_program: PathBuf,
+    supervisor_program: PathBuf,
     allow_root_jobs: bool,
     /// `node.slurm_env` (see [`LauncherOptions::slurm_env`]).
     slurm_env: bool,
@@ -221,7 +223,7 @@ struct JobHandle {
     checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
 }
 
-/// Requests to a job's supervisor task.
+/// Requests to a job's task (see [`job_task`]).
 #[derive(Debug, Clone, Copy)]
 enum Control {
     /// SIGTERM to every process of the job now (unless sent already), SIGKILL to those left
@@ -303,7 +305,7 @@ impl Launcher {
             socket,
             spool,
             node_name: options.node_name,
-            shepherd_program: options.shepherd_program,
+            supervisor_program: options.supervisor_program,
             allow_root_jobs: options.allow_root_jobs,
             slurm_env: options.slurm_env,
             containment,
@@ -364,7 +366,7 @@ impl Launcher {
         self.keep_supervisor();
         let (controls, receiver) = mpsc::unbounded_channel();
         let (restart_count, uid) = (params.restart_count, params.uid);
-        let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
+        let supervisor = JobTask::for_new_job(self.shared.clone(), params, receiver);
         let handle = JobHandle {
             restart_count,
             uid,
@@ -375,7 +377,7 @@ impl Launcher {
         Ok(())
     }
 
-    /// Starts a job's supervision task and keeps its handle among the node's jobs (`jobs`,
+    /// Starts a job's task and keeps its handle among the node's jobs (`jobs`,
     /// locked across both: the task never looks for a handle that is not there yet).
     fn supervise(
         &self,
@@ -441,7 +443,7 @@ impl Launcher {
 
     /// Every job's end that schedd has not acknowledged yet: those recorded in the node's
     /// journal (as the supervisor reported them, or as it listed them at
-    /// [`recover`](Self::recover)), those of an older noded's shepherds in the spool, and
+    /// [`recover`](Self::recover)), those of an older noded's per-job processes in the spool, and
     /// those that could not be written anywhere (kept in memory).
     pub fn unacked_finished(&self) -> Vec<FinishedRecord> {
         let spool = &self.shared.spool;
@@ -520,8 +522,8 @@ impl Drop for Launcher {
 
 /// Runs a job's supervision until it is over or `cancelled` (the launcher was dropped),
 /// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
-/// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
-/// running, for a new launcher to [`recover`](Launcher::recover).
+/// again, wherever it was (as if its task had been aborted); the job keeps running, for a
+/// new launcher to [`recover`](Launcher::recover).
 async fn until_cancelled(cancelled: CancellationToken, supervision: impl Future<Output = ()>) {
     tokio::select! {
         biased;

@@ -209,7 +209,7 @@ mod tests {
                 ..Default::default()
             },
             plan: None,
-            shepherd_pid: None,
+            old_process_pid: None,
             supervised: false,
             job_pid: None,
             start_time_ms: 0,

@@ -1,9 +1,9 @@
 //! Picking up the jobs of an earlier noded at start: those of the node's supervisor (and the
 //! ends schedd has not acknowledged), then those of an older noded's per-job processes.
 
-use super::process::{is_shepherd_of, Shepherd};
+use super::job_task::JobTask;
+use super::process::{is_old_job_process, JobOwner};
 use super::spool::{self, FinishedRecord, JobRecord};
-use super::supervisor::Supervisor;
 use super::supervisor_client::list_jobs;
 use super::{journal, Control, ExecPlan, JobEvent, JobHandle, Launcher};
 use std::io;
@@ -16,7 +16,7 @@ const LIST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
 /// What [`Launcher::recover`] found in the spool.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// Jobs whose shepherd is alive, now supervised again.
+    /// Jobs still running, followed again.
     pub reattached: Vec<u64>,
     /// Jobs that ended while noded was away (their end is now in the spool).
     pub ended: Vec<u64>,
@@ -24,7 +24,7 @@ pub struct Recovery {
 
 impl JobHandle {
     /// The handle of a job found at start, from its record, and the receiving end of its
-    /// controls (for its supervisor).
+    /// controls (for its task).
     fn recovered(record: &JobRecord) -> (JobHandle, mpsc::UnboundedReceiver<Control>) {
         let (controls, receiver) = mpsc::unbounded_channel();
         let handle = JobHandle {
@@ -52,7 +52,8 @@ impl Launcher {
     /// node has a journal and none runs, which then records the jobs its dead predecessor
     /// ran as lost) for the jobs it runs, re-attaches to them (resuming their timers), and
     /// reports the ends schedd has not acknowledged; then re-attaches to an older noded's
-    /// live shepherds (`jobs/<id>/state.json`) and finishes those whose shepherd is gone.
+    /// live per-job processes (`jobs/<id>/state.json`) and finishes those whose process is
+    /// gone.
     /// Call once, at start, before launching anything.
     pub async fn recover(&self) -> io::Result<Recovery> {
         let mut recovery = Recovery::default();
@@ -115,7 +116,7 @@ impl Launcher {
             let connection = self.attach(job_id).await;
             let (handle, receiver) = JobHandle::recovered(&record);
             thaw_recovered(&record);
-            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
+            let task = JobTask::for_recovered_job(self.shared.clone(), record, receiver);
             tracing::info!("job {job_id}: re-attached to its supervisor");
             // With no connection (the supervisor went away meanwhile), the job's task finds
             // it lost at once.
@@ -123,14 +124,14 @@ impl Launcher {
                 &mut self.shared.jobs(),
                 job_id,
                 handle,
-                supervisor.resume(Shepherd::Supervised, connection),
+                task.resume(JobOwner::NodeSupervisor, connection),
             );
             recovery.reattached.push(job_id);
         }
         Ok(true)
     }
 
-    /// The jobs of an older noded, one process (a shepherd) per job and a directory of
+    /// The jobs of an older noded, one process per job and a directory of
     /// files per job (see [`spool`]).
     async fn recover_old_layout(&self, recovery: &mut Recovery) -> io::Result<()> {
         let spool = self.shared.spool.clone();
@@ -146,34 +147,34 @@ impl Launcher {
                 tracing::error!("job {job_id}: {e}");
                 JobRecord::unreadable(job_id)
             });
-            let shepherd = job.shepherd_pid.and_then(|pid| {
-                let shepherd = Shepherd::adopt(pid).ok()?;
+            let old_process = job.old_process_pid.and_then(|pid| {
+                let owner = JobOwner::adopt(pid).ok()?;
                 // Checked again now that the pidfd pins the process: the pid may have been
                 // reused between the scan and the pidfd.
                 let dir = self.shared.spool.job_dir(job_id);
-                is_shepherd_of(pid, dir.path()).then_some(shepherd)
+                is_old_job_process(pid, dir.path()).then_some(owner)
             });
             let (handle, receiver) = JobHandle::recovered(&record);
-            if shepherd.is_some() {
+            if old_process.is_some() {
                 thaw_recovered(&record);
             }
             // An older noded's job: its stop progress and end go to its own files.
-            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver)
-                .of_old_layout();
-            match shepherd {
-                Some(shepherd) => {
-                    tracing::info!("job {job_id}: re-attached to its shepherd");
+            let task =
+                JobTask::for_recovered_job(self.shared.clone(), record, receiver).of_old_layout();
+            match old_process {
+                Some(owner) => {
+                    tracing::info!("job {job_id}: re-attached to its process");
                     self.supervise(
                         &mut self.shared.jobs(),
                         job_id,
                         handle,
-                        supervisor.resume(shepherd, None),
+                        task.resume(owner, None),
                     );
                     recovery.reattached.push(job_id);
                 }
                 None => {
                     tracing::info!("job {job_id}: ended while noded was away");
-                    supervisor.finish_after_shepherd(false).await;
+                    task.finish_after_owner_gone(false).await;
                     recovery.ended.push(job_id);
                 }
             }

@@ -115,7 +115,7 @@ impl Shared {
         log.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
             spool::FILE_MODE,
         ))?;
-        let mut child = tokio::process::Command::new(&self.shepherd_program)
+        let mut child = tokio::process::Command::new(&self.supervisor_program)
             .arg0("noded")
             .arg(node_supervisor::SUPERVISOR_SUBCOMMAND)
             .arg(self.spool.root())

@@ -1,13 +1,13 @@
 //! The node's supervisor: ONE long-lived process per node that starts and watches every job,
-//! run as `noded __supervisor <spool>`, replacing a shepherd process per job.
+//! run as `noded __supervisor <spool>`.
 //!
-//! Why: a shepherd was the 11.6 MB noded binary re-executed per job (loader, glibc's CPU
-//! probing that traps to the hypervisor, page faults, teardown: about 5 ms of CPU per job).
-//! The supervisor is started once, and each job costs it a `clone3` that shares its memory
-//! until the job's exec (see [`spawn`]: no page-table copy, no copy-on-write faults), the
-//! job's setup and exec, and a few descriptors in one poll loop.
+//! Why one: an older noded ran a process per job, the 11.6 MB noded binary re-executed
+//! (loader, glibc's CPU probing that traps to the hypervisor, page faults, teardown: about
+//! 5 ms of CPU per job). The supervisor is started once, and each job costs it a `clone3` that
+//! shares its memory until the job's exec (see [`spawn`]: no page-table copy, no
+//! copy-on-write faults), the job's setup and exec, and a few descriptors in one poll loop.
 //!
-//! It keeps every rule the shepherd kept (see [`super::shepherd`]'s docs):
+//! Its rules:
 //! - It runs in its own session (it calls `setsid` itself, so noded spawns it without a
 //!   fork of its own many-threaded process), outliving noded restarts (systemd
 //!   `KillMode=process`), and is the child subreaper of the jobs.
@@ -76,12 +76,12 @@ use child::StartError;
 use spawn::{ChildInUse, ChildMemory};
 
 use super::cgroup::{read_populated, JobCgroup};
+use super::job_task::{checkpoint_to_check, finished_record, saved_since, LOST};
 use super::journal::{Entry, Journal, JournalOptions, Receipt};
 use super::lease::{boottime_ms, Lease, LEASE_FILE};
 use super::node_protocol::{self, BadLine, Reply, Request};
 use super::process::newest_mtime_ms;
 use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState, FILE_MODE};
-use super::supervisor::{checkpoint_to_check, finished_record, saved_since, LOST};
 use super::tracking::JobProcesses;
 use super::ExecPlan;
 use nix::sys::signal::Signal;
@@ -1312,8 +1312,7 @@ impl Supervisor {
         }
     }
 
-    /// The lease ran out: stops every job not fenced yet, as noded would (see the shepherd's
-    /// fence, whose rules these are).
+    /// The lease ran out: stops every job not fenced yet, as noded would.
     fn fence_jobs(&mut self) {
         for job in self.jobs.values_mut() {
             if !job.fence.fenced {
