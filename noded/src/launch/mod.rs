@@ -216,7 +216,7 @@ struct JobHandle {
     /// Which run of the job this is (`LaunchJob.restart_count`).
     restart_count: u32,
     /// The uid the job runs as: the client socket relays a user of a compute node only
-    /// with a job of theirs running here (see [`Launcher::job_of_user`]).
+    /// with a job of theirs running here (see [`UserJobs::job_of`]).
     uid: u32,
     controls: mpsc::UnboundedSender<Control>,
     /// The job's checkpoint directory on this host, once its plan is made.
