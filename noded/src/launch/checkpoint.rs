@@ -23,7 +23,8 @@ const ROOT_MODE: u32 = 0o711;
 
 /// When `dir` is the fallback checkpoint directory of job `job_id`, makes sure it exists and
 /// belongs to `uid`:`gid` (see the module docs). Any other directory is left to the job's
-/// first process, which creates it as the job user. The error is the message for `FinishedRecord::error`.
+/// first process, which creates it as the job user. The error is the message for
+/// `FinishedRecord::error`.
 pub fn prepare(dir: &Path, job_id: u64, uid: u32, gid: u32) -> Result<(), String> {
     prepare_in(Path::new(FALLBACK_CHECKPOINT_ROOT), dir, job_id, uid, gid)
 }

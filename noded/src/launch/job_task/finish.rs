@@ -4,8 +4,8 @@
 //! killed) and whether it saved a checkpoint after its SIGTERM. The node's supervisor makes
 //! it for the jobs it ran (with these functions) and records it in the journal; noded makes
 //! it for a launch that failed before the hand-over, a job whose supervisor went away, and
-//! a job of an older noded's per-job process (from its `exit.json`). One that cannot be recorded is kept
-//! in memory until schedd acknowledges it.
+//! a job of an older noded's per-job process (from its `exit.json`). One that cannot be
+//! recorded is kept in memory until schedd acknowledges it.
 
 use super::JobTask;
 use crate::launch::checkpoint_scan::CheckpointDir;

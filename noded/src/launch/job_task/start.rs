@@ -47,8 +47,9 @@ impl From<String> for LaunchFailure {
 }
 
 impl JobTask {
-    /// Prepares the spool directory and hands the job to the node's supervisor. A failure to write the spool
-    /// also marks the node unhealthy (see [`crate::launch::Shared::spool_write_failed`]).
+    /// Prepares the spool directory and hands the job to the node's supervisor. A failure to
+    /// write the spool also marks the node unhealthy (see
+    /// [`crate::launch::Shared::spool_write_failed`]).
     pub(super) async fn start(&mut self) -> Result<(JobOwner, Announcement), LaunchFailure> {
         let shared = self.shared.clone();
         let mut job = self.record.job.clone();

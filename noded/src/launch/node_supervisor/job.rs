@@ -4,7 +4,7 @@
 use super::child::{self, StartError};
 use super::fence::Fence;
 use super::log;
-use super::spawn::{self, ChildInUse};
+use super::spawn::ChildInUse;
 use crate::launch::cgroup::read_populated;
 use crate::launch::spool::{ExitRecord, JobDir, JobRecord};
 use crate::launch::tracking::JobProcesses;
@@ -57,7 +57,7 @@ impl Job {
         let Some(pipe) = self.step_pipe.take() else {
             return;
         };
-        let mut report = [0u8; spawn::STEP_REPORT_LEN];
+        let mut report = [0u8; child::STEP_REPORT_LEN];
         let mut file = File::from(pipe);
         let read = file.read(&mut report);
         if matches!(read, Ok(0)) {

@@ -13,7 +13,7 @@
 //!   fork of its own many-threaded process), outliving noded restarts (systemd
 //!   `KillMode=process`), and is the child subreaper of the jobs.
 //! - It creates each job's first process itself; the child makes only system calls, no libc
-//!   call (`spawn::setup_child`, then `execve`), and the supervisor never waits for it: the
+//!   call (`in_child::run`: its setup, then `execve`), and the supervisor never waits for it: the
 //!   child's setup may block (a hung network filesystem), the exec's end is learnt from the
 //!   step pipe's end of file, a failed step from its report.
 //! - A job is over when its last process is gone: the main process's pidfd, then
@@ -21,8 +21,9 @@
 //!   20 ms. When the main process ended by itself the rest is killed; during a stop (the
 //!   `stopping` notice) the others keep their grace.
 //! - The fence (see [`fence`]): it reads the node's lease (see [`super::lease`]) every
-//!   second, for all jobs at once, and when it has run out stops every job itself (the `stopping` notice, SIGTERM,
-//!   the grace, SIGKILL), needing no noded; their exit records say `fenced`.
+//!   second, for all jobs at once, and when it has run out stops every job itself (the
+//!   `stopping` notice, SIGTERM, the grace, SIGKILL), needing no noded; their exit records
+//!   say `fenced`.
 //! - It is the writer of the node's journal (see [`super::journal`], and [`jobs`]): each
 //!   job's launch, start, stop progress and end, and schedd's acknowledgements,
 //!   group-committed. A launch's
@@ -48,6 +49,7 @@
 mod child;
 mod fence;
 mod first_process;
+mod in_child;
 mod job;
 mod jobs;
 mod socket;
@@ -236,7 +238,8 @@ struct Supervisor {
     /// Ends whose record is not synced yet: told once it is.
     ending: Vec<Ending>,
     /// Ends waiting for a look at the job's checkpoint directory (see
-    /// [`checkpoint_to_check`](super::job_task::checkpoint_to_check)): on a thread, as a hung file system must not stop the loop.
+    /// [`checkpoint_to_check`](super::job_task::checkpoint_to_check)): on a thread, as a hung
+    /// file system must not stop the loop.
     checking: Vec<Checking>,
     /// `record` requests whose end is not synced yet: answered once it is.
     recording: Vec<(u64, Receipt)>,

@@ -56,8 +56,8 @@ impl JobDir {
         // Private: it holds the job's environment.
         write_json_atomic(&self.state(), record, FILE_MODE)
     }
-    /// `Ok(None)` when an older noded's process of the job has not written it (yet): no file, or the blank noded
-    /// made.
+    /// `Ok(None)` when an older noded's process of the job has not written it (yet): no file,
+    /// or the blank noded made.
     pub fn read_exit(&self) -> io::Result<Option<ExitRecord>> {
         match std::fs::read(self.exit()) {
             Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(None),

@@ -1,8 +1,8 @@
 //! What the journal's records hold: a job's record, its exit, and its reported end.
 //!
 //! The job's [`JobRecord`] (an older noded's `state.json`), how it ended as its supervisor
-//! saw it ([`ExitRecord`], an older noded's per-job process's `exit.json`), and the end reported to schedd
-//! ([`FinishedRecord`], an older noded's `finished.json`). Fields marked `serde(default)`
+//! saw it ([`ExitRecord`], an older noded's per-job process's `exit.json`), and the end
+//! reported to schedd ([`FinishedRecord`], an older noded's `finished.json`). Fields marked `serde(default)`
 //! are newer than the first records: they read as their default from older records.
 
 use crate::launch::job::{ExecPlan, JobParams};
