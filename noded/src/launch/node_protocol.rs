@@ -200,22 +200,9 @@ fn job_id(verb: &'static str, argument: &str) -> Result<u64, BadLine> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::JobParams;
 
     fn record(job_id: u64) -> JobRecord {
-        JobRecord {
-            job: JobParams {
-                job_id,
-                ..Default::default()
-            },
-            plan: None,
-            old_process_pid: None,
-            supervised: false,
-            job_pid: None,
-            start_time_ms: 0,
-            launch_time_ms: 7,
-            stop: StopState::default(),
-        }
+        JobRecord::unreadable(job_id)
     }
 
     fn finished(job_id: u64) -> FinishedRecord {

@@ -114,15 +114,7 @@ impl JobTask {
             .on_blocking_thread(move |connection| record_end(connection, &end))
             .await;
         if let Err(e) = recorded {
-            tracing::error!(
-                "job {}: cannot record its end in the node's journal ({e}): kept in memory \
-                 until schedd acknowledges it",
-                finished.job_id
-            );
-            self.shared.spool_write_failed(&e);
-            self.shared
-                .unwritten_ends()
-                .insert(finished.job_id, finished.clone());
+            self.keep_unwritten(&finished, "the node's journal", &e);
         }
         self.report_end(finished);
     }
@@ -130,18 +122,24 @@ impl JobTask {
     /// The end of a job of an older noded's per-job process, in its `finished.json`.
     fn write_old_layout_end(&self, finished: &FinishedRecord) {
         if let Err(e) = self.dir.write_finished(finished) {
-            // Kept in memory until schedd acknowledges it; a noded restarted before that
-            // rebuilds it from `exit.json` (see the spool's docs).
-            tracing::error!(
-                "job {}: cannot record its end in the spool ({e}): kept in memory until \
-                 schedd acknowledges it",
-                finished.job_id
-            );
-            self.shared.spool_write_failed(&e);
-            self.shared
-                .unwritten_ends()
-                .insert(finished.job_id, finished.clone());
+            // A noded restarted before schedd acknowledges it rebuilds it from `exit.json`
+            // (see the spool's docs).
+            self.keep_unwritten(finished, "the spool", &e);
         }
+    }
+
+    /// An end that could not be recorded in `place`: kept in memory until schedd
+    /// acknowledges it, and the spool said to fail.
+    fn keep_unwritten(&self, finished: &FinishedRecord, place: &str, e: &std::io::Error) {
+        tracing::error!(
+            "job {}: cannot record its end in {place} ({e}): kept in memory until schedd \
+             acknowledges it",
+            finished.job_id
+        );
+        self.shared.spool_write_failed(e);
+        self.shared
+            .unwritten_ends()
+            .insert(finished.job_id, finished.clone());
     }
 
     /// Stops tracking the job and reports its end, recorded (or kept in memory) already.
