@@ -35,7 +35,7 @@ async fn session_with_schedd_end_to_end() {
         .unwrap()
         .port();
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();
@@ -238,7 +238,7 @@ async fn heartbeats_carry_checkpoint_times_but_not_of_huge_directories() {
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut schedd = Schedd::start().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();
@@ -333,7 +333,7 @@ async fn acknowledgements_renew_the_fence_lease_from_send_times() {
     std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut schedd = Schedd::start().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();
@@ -483,7 +483,7 @@ async fn a_login_node_offers_nothing_runs_nothing_and_relays_clients() {
 }
 
 /// The real binary, frozen (SIGSTOP) while its job runs and schedd stays silent: the job's
-/// shepherd stops the job on its own once the lease runs out (`fence_after_secs = 2`), and
+/// supervisor stops the job on its own once the lease runs out (`fence_after_secs = 2`), and
 /// noded, thawed, reports the end as fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_noded_still_fences_its_jobs() {
@@ -626,7 +626,7 @@ async fn gpu_faults_reach_schedd_and_forgets_are_confirmed() {
     );
     let mut schedd = Schedd::start().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();
@@ -676,7 +676,7 @@ async fn gpu_faults_reach_schedd_and_forgets_are_confirmed() {
     let spool = tempfile::tempdir().unwrap();
     std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(spool.path(), "n1")
     })
     .unwrap();

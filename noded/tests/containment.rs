@@ -559,7 +559,7 @@ async fn job_cgroup_names_skip_live_ones_and_reuse_leftovers() {
     // Ids no other test (or noded on this host) uses.
     let leftover_id = 9_100_000_000 + 10 * u64::from(std::process::id());
     let taken_id = leftover_id + 1;
-    // Left by a shepherd killed with its job long ago: empty, old.
+    // Left by a supervisor killed with its job long ago: empty, old.
     let leftover = root.join(format!("job_{leftover_id}.{tag}"));
     let _ = std::fs::create_dir(&leftover);
     let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);

@@ -1,4 +1,4 @@
-//! Fencing: a job's shepherd stops the job on its own once the node's lease runs out (no
+//! Fencing: the node's supervisor stops a job on its own once the node's lease runs out (no
 //! agent renews it here), and does nothing while the lease says "off", is missing or cannot
 //! be understood.
 
@@ -30,11 +30,11 @@ fn lease_of(fx: &Fixture) -> std::path::PathBuf {
     fx.spool.path().join("lease")
 }
 
-in_both_modes!(the_shepherd_fences_its_job_when_the_lease_runs_out);
+in_both_modes!(the_supervisor_fences_its_job_when_the_lease_runs_out);
 /// A job that saves a checkpoint on SIGTERM and exits (its background child dies of the
 /// SIGTERM too), and one that ignores SIGTERM. The lease runs out 1.5 s after they start:
 /// both get SIGTERM then, the second SIGKILL a grace (1 s) later; both are reported fenced.
-async fn the_shepherd_fences_its_job_when_the_lease_runs_out(mode: Mode, offset: u64) {
+async fn the_supervisor_fences_its_job_when_the_lease_runs_out(mode: Mode, offset: u64) {
     let fx = Fixture::new();
     let (launcher, mut events) = fx.launcher_in(mode);
     check_containment(&launcher, mode);

@@ -69,7 +69,7 @@ fn fill(dir: &Path) -> PathBuf {
 
 fn launcher(fx: &Fixture) -> (Launcher, Events) {
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         spool_reserve_mib: 1,
         ..LauncherOptions::new(fx.spool.path(), NODE)
     })

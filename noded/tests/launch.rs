@@ -1,4 +1,4 @@
-//! Real jobs through real shepherds (the built `noded` binary), real signals. The jobs'
+//! Real jobs through the node's real supervisor (the built `noded` binary), real signals. The jobs'
 //! containment (cgroups, process groups) has its own tests in `containment.rs`.
 
 mod support;
@@ -349,7 +349,7 @@ async fn jobs_survive_a_noded_restart() {
         pids.insert(job_id, events.wait_for_start(job_id).await.pid);
     }
 
-    // noded "restarts": the old launcher goes away, the shepherds stay.
+    // noded "restarts": the old launcher goes away, the supervisor and its jobs stay.
     drop(launcher);
     drop(events);
     let (launcher, mut events) = fx.launcher();
@@ -414,7 +414,8 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // A job whose shepherd vanished without a word (pid 2^22+1 is beyond pid_max's default).
+    // A job of an older noded whose process vanished without a word (pid 2^22+1 is beyond
+    // pid_max's default).
     let spool = Spool::open(fx.spool.path()).unwrap();
     let dir: JobDir = spool.create_job_dir(1002).unwrap();
     let mut record = JobRecord::unreadable(1002);
@@ -422,7 +423,7 @@ async fn jobs_that_ended_while_noded_was_away_are_reported() {
         job_id: 1002,
         ..Default::default()
     };
-    record.shepherd_pid = Some(4_194_305);
+    record.old_process_pid = Some(4_194_305);
     dir.write_record(&record).unwrap();
 
     let (launcher, _events) = fx.launcher();
@@ -706,7 +707,7 @@ async fn a_login_node_runs_no_job() {
     let fx = Fixture::new();
     let (launcher, events) =
         ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
-            shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            supervisor_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
             runs_jobs: false,
             ..ysched_noded::launch::LauncherOptions::new(fx.spool.path(), NODE)
         })
@@ -732,7 +733,7 @@ async fn jobs_get_the_client_socket_of_their_node() {
     let fx = Fixture::new();
     let (launcher, events) =
         ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
-            shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            supervisor_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
             client_socket: Some("/run/ysched/test-noded.sock".into()),
             ..ysched_noded::launch::LauncherOptions::new(fx.spool.path(), NODE)
         })
@@ -765,7 +766,7 @@ async fn a_spool_too_deep_for_a_socket_address_still_runs_jobs() {
     let launcher = |spool: &Path| {
         let (launcher, events) =
             ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
-                shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+                supervisor_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
                 ..ysched_noded::launch::LauncherOptions::new(spool, NODE)
             })
             .unwrap();
@@ -798,7 +799,7 @@ async fn acknowledged_ends_are_not_reported_again_after_a_restart() {
     let launcher = || {
         let (launcher, events) =
             ysched_noded::launch::Launcher::with_options(ysched_noded::launch::LauncherOptions {
-                shepherd_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+                supervisor_program: std::path::PathBuf::from(env!("CARGO_BIN_EXE_noded")),
                 ..ysched_noded::launch::LauncherOptions::new(fx.spool.path(), NODE)
             })
             .unwrap();

@@ -50,7 +50,7 @@ async fn client_requests_reach_schedd_with_the_session_token_as_the_caller() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut schedd = Schedd::start().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(dir.path().join("spool"), "n1")
     })
     .unwrap();
@@ -189,7 +189,7 @@ async fn a_relayed_answer_too_large_for_http2_does_not_end_the_session() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut schedd = Schedd::start().await;
     let (launcher, events) = Launcher::with_options(LauncherOptions {
-        shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+        supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
         ..LauncherOptions::new(dir.path().join("spool"), "n1")
     })
     .unwrap();

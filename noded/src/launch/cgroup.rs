@@ -302,7 +302,7 @@ impl Drop for Freeze<'_> {
 
 /// Waits until the cgroup whose `cgroup.events` is `events` holds no process. The kernel
 /// marks a change of that file as a priority event for poll(2), so this sleeps until a
-/// process leaves; `between` runs after each wake-up (the shepherd reaps its zombies there).
+/// process leaves; `between` runs after each wake-up (where a subreaper reaps its zombies).
 pub fn wait_until_empty(events: &File, mut between: impl FnMut()) -> io::Result<()> {
     // A safety net only: every change of `populated` wakes poll at once.
     const RECHECK: Duration = Duration::from_secs(5);

@@ -1,8 +1,8 @@
 //! The fallback checkpoint directory, for users without a usable home directory.
 //!
 //! With the default `scheduler.checkpoint_root` (`~/.ysched/checkpoints`), a user whose home
-//! is missing (`nobody`, home `/nonexistent`) could never run a job: the shepherd cannot
-//! create the checkpoint directory. `schedd` then gives the job
+//! is missing (`nobody`, home `/nonexistent`) could never run a job: its first process
+//! cannot create the checkpoint directory. `schedd` then gives the job
 //! `/var/tmp/ysched-checkpoints/<job id>` instead (`FALLBACK_CHECKPOINT_ROOT` in common's
 //! config, shared with schedd's `checkpoint_dir`).
 //!
@@ -22,8 +22,9 @@ pub use ysched_common::config::FALLBACK_CHECKPOINT_ROOT;
 const ROOT_MODE: u32 = 0o711;
 
 /// When `dir` is the fallback checkpoint directory of job `job_id`, makes sure it exists and
-/// belongs to `uid`:`gid` (see the module docs). Any other directory is left to the shepherd,
-/// which creates it as the job user. The error is the message for `FinishedRecord::error`.
+/// belongs to `uid`:`gid` (see the module docs). Any other directory is left to the job's
+/// first process, which creates it as the job user. The error is the message for
+/// `FinishedRecord::error`.
 pub fn prepare(dir: &Path, job_id: u64, uid: u32, gid: u32) -> Result<(), String> {
     prepare_in(Path::new(FALLBACK_CHECKPOINT_ROOT), dir, job_id, uid, gid)
 }

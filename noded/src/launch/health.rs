@@ -6,6 +6,7 @@
 //! forking). A change is logged and emitted as a [`JobEvent::Health`]; ends that could not be
 //! written to the spool are written once it can be again.
 
+use super::supervisor_client::record_end;
 use super::{FinishedRecord, JobEvent, Shared};
 use std::io;
 use std::sync::MutexGuard;
@@ -194,7 +195,7 @@ impl Shared {
 
     /// Records the ends kept in memory, now that the spool can be written: in the node's
     /// journal through a running supervisor (none running: tried at the next probe), or for
-    /// an older noded's shepherd in its `finished.json`.
+    /// an older noded's per-job process in its `finished.json`.
     fn write_unwritten_ends(&self) {
         let ends: Vec<FinishedRecord> = self.unwritten_ends().values().cloned().collect();
         for end in ends {
@@ -202,7 +203,8 @@ impl Shared {
             let written = if dir.state().exists() {
                 dir.write_finished(&end)
             } else {
-                self.record_end_blocking(&end)
+                self.running_supervisor()
+                    .and_then(|connection| record_end(connection, &end))
             };
             match written {
                 Ok(()) => {

@@ -1,4 +1,5 @@
-//! From a launch request ([`JobParams`]) to a concrete plan for the shepherd ([`ExecPlan`]).
+//! From a launch request ([`JobParams`]) to a concrete plan for the node's supervisor
+//! ([`ExecPlan`]).
 //!
 //! The plan says who runs what, where, with which environment (see [`super::environment`])
 //! and output files. Everything that needs the user database happens here, in noded, before
@@ -95,7 +96,7 @@ pub struct ArrayTaskParams {
     pub task_max: u32,
 }
 
-/// Everything the shepherd needs to start the job, resolved.
+/// Everything the node's supervisor needs to start the job, resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecPlan {
     pub user: String,
@@ -109,7 +110,7 @@ pub struct ExecPlan {
     pub workdir: PathBuf,
     pub program: PathBuf,
     pub args: Vec<String>,
-    /// The program named by the script's `#!` line, which the shepherd checks as the job
+    /// The program named by the script's `#!` line, which the job's first process checks as the job
     /// user before exec (execve would only say ENOENT, as if the script itself were missing).
     #[serde(default)]
     pub interpreter: Option<PathBuf>,
@@ -124,7 +125,7 @@ pub struct ExecPlan {
     pub append_output: bool,
     /// Created (as the job user) before the job starts.
     pub checkpoint_dir: Option<PathBuf>,
-    /// The job's cgroups, created by noded before the shepherd starts; `None`: the job is
+    /// The job's cgroups, created by noded before the job is handed over; `None`: the job is
     /// contained by its process group only.
     #[serde(default)]
     pub cgroup: Option<JobCgroup>,
@@ -191,7 +192,7 @@ pub fn plan_job(
     };
 
     // Only the form is checked here: whether the directory exists, and whether the job user
-    // may enter it, is found out by the shepherd's child after it became the job user. Asked
+    // may enter it, is found out by the job's first process after it became the job user. Asked
     // by root, the answer would tell a user about paths they cannot see (a missing directory
     // under /root reads "No such file", an existing one "Permission denied").
     let workdir = PathBuf::from(&job.workdir);
@@ -224,7 +225,7 @@ pub fn plan_job(
         .then(|| workdir.join(expand_home(&job.checkpoint_dir, &user.dir)));
 
     // A script without an interpreter line runs under /bin/sh, as sbatch does. The
-    // interpreter is checked by the shepherd's child, as the job user (see the workdir).
+    // interpreter is checked by the job's first process, as the job user (see the workdir).
     let (program, args, interpreter) = match interpreter(&job.script) {
         Some(interpreter) => (
             script.to_owned(),
@@ -411,7 +412,8 @@ mod tests {
             workdir: "/nonexistent/dir".into(),
             ..Default::default()
         };
-        // Whether it exists is for the job user to find out (in the shepherd), not noded.
+        // Whether it exists is for the job user to find out (in the job's first process), not
+        // noded.
         let plan = plan_job(&job, "n1", Path::new("/s"), None).unwrap();
         assert_eq!(plan.workdir, PathBuf::from("/nonexistent/dir"));
 

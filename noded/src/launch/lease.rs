@@ -8,12 +8,12 @@
 //!   and is never set, so neither a suspend nor an NTP step moves the deadline);
 //! - `off`: this node does not fence (F = 0, or a login node).
 //!
-//! Each job's shepherd reads it every second (see [`super::shepherd`]); once `CLOCK_BOOTTIME`
-//! is past the deadline it stops its job (SIGTERM, the job's grace, SIGKILL). It does so on
-//! its own, so a job is fenced even while noded is stopped, hung or gone. A missing file, or
-//! one that cannot be read or understood, fences nothing. A read that overlaps a rewrite may
-//! see part of each: the shepherd reads a deadline that has passed a second time before it
-//! acts on it.
+//! The node's supervisor reads it every second (see [`super::node_supervisor`]); once
+//! `CLOCK_BOOTTIME` is past the deadline it stops every job (SIGTERM, each job's grace,
+//! SIGKILL). It does so on its own, so a job is fenced even while noded is stopped, hung or
+//! gone. A missing file, or one that cannot be read or understood, fences nothing. A read
+//! that overlaps a rewrite may see part of each: the supervisor reads a deadline that has
+//! passed a second time before it acts on it.
 //!
 //! The agent moves the deadline only forwards, to the time it *sent* the message schedd just
 //! acknowledged plus F: the Register when `Registered` comes back, a heartbeat when its
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 /// The lease file's name, in the spool's root.
 pub const LEASE_FILE: &str = "lease";
 /// Mode of the lease file: root's only, as every file in the spool (its readers, the
-/// supervisor and an older noded's shepherds, are root).
+/// supervisor and an older noded's per-job processes, are root).
 pub const LEASE_MODE: u32 = 0o600;
 /// The lease file's size: the text right-aligned in 20 bytes (a `u64` in decimal), then a
 /// newline.
@@ -76,8 +76,8 @@ impl Lease {
     }
 
     /// Writes the lease at `path` (created if missing), mode 0600, in place. Not synced to
-    /// disk: the lease only matters to running shepherds, which a crash of the host ends
-    /// too.
+    /// disk: the lease only matters to a running supervisor (or an older noded's per-job
+    /// processes), which a crash of the host ends too.
     pub fn write(self, path: &Path) -> io::Result<()> {
         self.write_to(&open_lease_file(path)?)
     }
@@ -136,7 +136,7 @@ fn allocate(file: &std::fs::File) -> io::Result<()> {
 }
 
 /// `CLOCK_BOOTTIME` in milliseconds: monotonic, counting time suspended, shared by every
-/// process of the host (the agent and the shepherds compare their readings).
+/// process of the host (the agent and the supervisor compare their readings).
 pub fn boottime_ms() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -172,7 +172,8 @@ pub struct LeaseKeeper {
 
 impl LeaseKeeper {
     /// The lease at `path` for a node fencing after `fence_after_secs` (0: never, and the
-    /// file says `off` from now on, so that shepherds of earlier runs stop fencing too).
+    /// file says `off` from now on, so that the supervisor, and an older noded's per-job
+    /// processes, stop fencing too).
     /// The file is made (and its space taken) here, at start: renewals only rewrite it.
     pub fn new(path: PathBuf, fence_after_secs: u64) -> io::Result<LeaseKeeper> {
         let file = open_lease_file(&path)?;

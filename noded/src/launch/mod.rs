@@ -3,21 +3,21 @@
 //! Every job is handed to the node's *supervisor* (one long-lived process per node, the noded
 //! binary run as `noded __supervisor <spool>` in its own session, see [`node_supervisor`]),
 //! which records its launch in the node's journal (see [`journal`]), starts it as the
-//! submitting user, and records its end there. It replaced a shepherd process per job (a
-//! restarted noded still adopts an older noded's live shepherds, from their files in the
-//! [`spool`]). Where the
-//! host allows, each job runs in its own cgroup, created by noded before the job is handed
-//! over, which holds every process the job starts and carries its limits (see
-//! [`containment`]); otherwise in its own process group. The supervisor closes the job's
-//! connection when the last of those processes has ended, so noded, which follows each job
-//! in one task, learns of the job's end as an event. That task also runs the warning, time-limit and grace
-//! timers and reports [`JobEvent`]s on a channel.
+//! submitting user, and records its end there. noded speaks to it in the node protocol (see
+//! [`node_protocol`], and [`supervisor_client`] for noded's side). Where the host allows,
+//! each job runs in its own cgroup, created by noded before the job is handed over, which
+//! holds every process the job starts and carries its limits (see [`containment`]);
+//! otherwise in its own process group. The supervisor closes the job's connection when the
+//! last of those processes has ended, so noded, which follows each job in one task (see
+//! [`job_task`]), learns of the job's end as an event. That task also runs the warning,
+//! time-limit and grace timers and reports [`JobEvent`]s on a channel.
 //!
 //! After a restart, [`Launcher::recover`] asks the supervisor for its jobs and the ends schedd
 //! has not acknowledged (or reads its journal, when it does not answer), re-attaches to them
-//! and resumes their timers from their journaled stop progress; an older noded's live
-//! shepherds are adopted from their spool files. A supervisor that starts after another died
-//! reports the jobs the journal says were running as lost.
+//! and resumes their timers from their journaled stop progress (see [`recovery`]). A
+//! supervisor that starts after another died reports the jobs the journal says were running
+//! as lost. An older noded ran one process per job instead: those still running are adopted
+//! from their files in the [`spool`].
 //!
 //! The supervisor also stops the jobs on its own when the node's fence lease runs out (see
 //! [`lease`]): the agent renews it while schedd answers.
@@ -38,12 +38,15 @@ pub mod containment;
 mod environment;
 mod health;
 mod job;
+mod job_task;
 pub mod journal;
 pub mod lease;
+mod node_protocol;
 pub mod node_supervisor;
 mod process;
+mod recovery;
 pub mod spool;
-mod supervisor;
+mod supervisor_client;
 mod tracking;
 
 pub use cgroup::JobCgroup;
@@ -51,17 +54,17 @@ pub use checkpoint::FALLBACK_CHECKPOINT_ROOT;
 pub use containment::{CgroupRoot, Containment, JobLimits, LimitSource};
 pub use environment::job_environment;
 pub use job::{expand_pattern, plan_job, ArrayTaskParams, ExecPlan, JobParams, PatternVars};
-pub use process::{newest_mtime_ms, signal_group, SHEPHERD_SUBCOMMAND};
+pub use process::{newest_mtime_ms, signal_group};
+pub use recovery::Recovery;
 pub use spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, Spool, StopState};
 
 use health::Health;
-use process::{is_shepherd_of, Shepherd};
+use job_task::JobTask;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use supervisor::Supervisor;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -99,8 +102,9 @@ pub struct LauncherOptions {
     pub spool_dir: PathBuf,
     /// This node's name, for `YS_NODE` and `%N`.
     pub node_name: String,
-    /// The binary run as `<program> __shepherd <job dir>`: noded itself by default.
-    pub shepherd_program: PathBuf,
+    /// The binary run as the node's supervisor, `<program> __supervisor <spool>`: noded
+    /// itself by default.
+    pub supervisor_program: PathBuf,
     /// `node.allow_root_jobs`: when false, every launch as uid 0 is refused (reported as the
     /// job's end with an error).
     pub allow_root_jobs: bool,
@@ -127,7 +131,7 @@ impl LauncherOptions {
             spool_dir: spool_dir.into(),
             node_name: node_name.into(),
             // The running binary, even if it was replaced on disk by an upgrade since.
-            shepherd_program: PathBuf::from("/proc/self/exe"),
+            supervisor_program: PathBuf::from("/proc/self/exe"),
             allow_root_jobs: true,
             cgroup_root: CgroupRoot::Detect,
             job_pids_max: 0,
@@ -139,21 +143,13 @@ impl LauncherOptions {
     }
 }
 
-/// What [`Launcher::recover`] found in the spool.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Recovery {
-    /// Jobs whose shepherd is alive, now supervised again.
-    pub reattached: Vec<u64>,
-    /// Jobs that ended while noded was away (their end is now in the spool).
-    pub ended: Vec<u64>,
-}
-
 /// Starts, stops and supervises the jobs of this node. Dropping it stops supervising (the
-/// jobs and their shepherds keep running; a new `Launcher` can [`recover`](Self::recover)).
+/// jobs and the node's supervisor keep running; a new `Launcher` can
+/// [`recover`](Self::recover)).
 pub struct Launcher {
     shared: Arc<Shared>,
     /// Cancelled when the launcher is dropped: every per-job task stops at once (see
-    /// [`until_cancelled`]), leaving its job and shepherd running.
+    /// [`until_cancelled`]), leaving its job running.
     supervision: CancellationToken,
 }
 
@@ -187,7 +183,7 @@ struct Shared {
     /// Where the node's supervisor is reached (see [`node_supervisor::SocketAddress`]).
     socket: node_supervisor::SocketAddress,
     node_name: String,
-    shepherd_program: PathBuf,
+    supervisor_program: PathBuf,
     allow_root_jobs: bool,
     /// `node.slurm_env` (see [`LauncherOptions::slurm_env`]).
     slurm_env: bool,
@@ -227,32 +223,7 @@ struct JobHandle {
     checkpoint_dir: Option<checkpoint_scan::CheckpointDir>,
 }
 
-impl JobHandle {
-    /// The handle of a job found at start, from its record, and the receiving end of its
-    /// controls (for its supervisor).
-    fn recovered(record: &JobRecord) -> (JobHandle, mpsc::UnboundedReceiver<Control>) {
-        let (controls, receiver) = mpsc::unbounded_channel();
-        let handle = JobHandle {
-            restart_count: record.job.restart_count,
-            uid: record.job.uid,
-            controls,
-            checkpoint_dir: record.plan.as_ref().and_then(ExecPlan::checkpoint),
-        };
-        (handle, receiver)
-    }
-}
-
-/// Thaws the cgroup of a job found at start: noded may have stopped while it had the job
-/// frozen to signal it.
-fn thaw_recovered(record: &JobRecord) {
-    if let Some(cgroup) = record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
-        if let Err(e) = cgroup.thaw() {
-            tracing::warn!("job {}: cannot thaw its cgroup: {e}", record.job.job_id);
-        }
-    }
-}
-
-/// Requests to a job's supervisor task.
+/// Requests to a job's task (see [`job_task`]).
 #[derive(Debug, Clone, Copy)]
 enum Control {
     /// SIGTERM to every process of the job now (unless sent already), SIGKILL to those left
@@ -289,113 +260,6 @@ impl Shared {
         self.recorded_ends
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Records a job's end that its supervisor did not see (its launch failed before it was
-    /// handed over, or the supervisor went away) in the node's journal, through the
-    /// supervisor (started if none runs): `record <json>`, answered `recorded` once synced.
-    async fn record_end(&self, finished: &FinishedRecord) -> io::Result<()> {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let stream = self.connect_supervisor(true).await?;
-        let (read, mut write) = stream.into_split();
-        let json = serde_json::to_string(finished).map_err(io::Error::other)?;
-        write
-            .write_all(format!("record {json}\n").as_bytes())
-            .await?;
-        let answer = tokio::io::BufReader::new(read).lines().next_line().await?;
-        match answer.as_deref() {
-            Some("recorded") => Ok(()),
-            Some(line) => Err(io::Error::other(
-                line.strip_prefix("failed ").unwrap_or(line).to_string(),
-            )),
-            None => Err(io::Error::other("the supervisor closed the connection")),
-        }
-    }
-
-    /// The same, blocking (off the async threads), to a supervisor that runs already.
-    fn record_end_blocking(&self, finished: &FinishedRecord) -> io::Result<()> {
-        use std::io::{BufRead, Write};
-        let mut stream = std::os::unix::net::UnixStream::connect(self.socket.path())?;
-        stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-        let json = serde_json::to_string(finished).map_err(io::Error::other)?;
-        stream.write_all(format!("record {json}\n").as_bytes())?;
-        let mut answer = String::new();
-        std::io::BufReader::new(stream).read_line(&mut answer)?;
-        match answer.trim_end() {
-            "recorded" => Ok(()),
-            line => Err(io::Error::other(
-                line.strip_prefix("failed ").unwrap_or(line).to_string(),
-            )),
-        }
-    }
-
-    /// A connection to the node's supervisor; with `start`, the supervisor is started first
-    /// when none answers (it exits when idle, see [`node_supervisor::IDLE_EXIT`]).
-    async fn connect_supervisor(&self, start: bool) -> io::Result<tokio::net::UnixStream> {
-        let path = self.socket.path();
-        match tokio::net::UnixStream::connect(path).await {
-            Ok(stream) => return Ok(stream),
-            Err(e) if !start => return Err(e),
-            Err(_) => {}
-        }
-        let _starting = self.starting_supervisor.lock().await;
-        if let Ok(stream) = tokio::net::UnixStream::connect(path).await {
-            return Ok(stream);
-        }
-        self.start_supervisor()?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            match tokio::net::UnixStream::connect(path).await {
-                Ok(stream) => return Ok(stream),
-                Err(e) if std::time::Instant::now() > deadline => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "the supervisor did not come up on {}: {e}",
-                            self.spool
-                                .root()
-                                .join(node_supervisor::SOCKET_FILE)
-                                .display()
-                        ),
-                    ))
-                }
-                Err(_) => {}
-            }
-        }
-    }
-
-    /// Starts `noded __supervisor <spool>`: spawned without a fork of this many-threaded
-    /// process (no `pre_exec`: the supervisor makes its own session), its stderr its log.
-    /// It inherits noded's environment (an `LD_PRELOAD` a test gave noded included); jobs
-    /// never do, their environment is their plan's.
-    fn start_supervisor(&self) -> io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(spool::FILE_MODE)
-            .open(self.spool.root().join(node_supervisor::LOG_FILE))?;
-        // One an older noded left 0644 too: it quotes jobs' launches.
-        log.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
-            spool::FILE_MODE,
-        ))?;
-        let mut child = tokio::process::Command::new(&self.shepherd_program)
-            .arg0("noded")
-            .arg(node_supervisor::SUPERVISOR_SUBCOMMAND)
-            .arg(self.spool.root())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .kill_on_drop(false)
-            .spawn()?;
-        tracing::info!("started the node's supervisor, pid {:?}", child.id());
-        ysched_common::stamp::stamp("n.spawned_supervisor", 0);
-        // Reaped when it exits (idle), so that it leaves no zombie.
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-        });
-        Ok(())
     }
 }
 
@@ -441,7 +305,7 @@ impl Launcher {
             socket,
             spool,
             node_name: options.node_name,
-            shepherd_program: options.shepherd_program,
+            supervisor_program: options.supervisor_program,
             allow_root_jobs: options.allow_root_jobs,
             slurm_env: options.slurm_env,
             containment,
@@ -502,7 +366,7 @@ impl Launcher {
         self.keep_supervisor();
         let (controls, receiver) = mpsc::unbounded_channel();
         let (restart_count, uid) = (params.restart_count, params.uid);
-        let supervisor = Supervisor::for_new_job(self.shared.clone(), params, receiver);
+        let supervisor = JobTask::for_new_job(self.shared.clone(), params, receiver);
         let handle = JobHandle {
             restart_count,
             uid,
@@ -513,7 +377,7 @@ impl Launcher {
         Ok(())
     }
 
-    /// Starts a job's supervision task and keeps its handle among the node's jobs (`jobs`,
+    /// Starts a job's task and keeps its handle among the node's jobs (`jobs`,
     /// locked across both: the task never looks for a handle that is not there yet).
     fn supervise(
         &self,
@@ -579,7 +443,7 @@ impl Launcher {
 
     /// Every job's end that schedd has not acknowledged yet: those recorded in the node's
     /// journal (as the supervisor reported them, or as it listed them at
-    /// [`recover`](Self::recover)), those of an older noded's shepherds in the spool, and
+    /// [`recover`](Self::recover)), those of an older noded's per-job processes in the spool, and
     /// those that could not be written anywhere (kept in memory).
     pub fn unacked_finished(&self) -> Vec<FinishedRecord> {
         let spool = &self.shared.spool;
@@ -618,26 +482,8 @@ impl Launcher {
         }
         self.shared.unwritten_ends().remove(&job_id);
         let journaled = self.shared.recorded_ends().remove(&job_id).is_some();
-        // On the keep-alive connection while it is open (no connection per job), else on a
-        // connection of its own.
-        let linked = journaled
-            && self
-                .shared
-                .ack_link()
-                .as_ref()
-                .is_some_and(|link| link.send(job_id).is_ok());
-        if journaled && !linked {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let shared = self.shared.clone();
-                runtime.spawn(async move {
-                    use tokio::io::AsyncWriteExt;
-                    // No supervisor running: it replays the end at its next start, and a
-                    // restarted noded reports it again.
-                    if let Ok(mut stream) = shared.connect_supervisor(false).await {
-                        let _ = stream.write_all(format!("ack {job_id}\n").as_bytes()).await;
-                    }
-                });
-            }
+        if journaled {
+            self.shared.tell_acked(job_id);
         }
         self.shared.spool.remove_job(job_id)
     }
@@ -666,236 +512,6 @@ impl Launcher {
         let shared = Arc::clone(&self.shared);
         move || shared.check_health()
     }
-
-    /// Picks up the jobs of an earlier noded: asks the node's supervisor (started when the
-    /// node has a journal and none runs, which then records the jobs its dead predecessor
-    /// ran as lost) for the jobs it runs, re-attaches to them (resuming their timers), and
-    /// reports the ends schedd has not acknowledged; then re-attaches to an older noded's
-    /// live shepherds (`jobs/<id>/state.json`) and finishes those whose shepherd is gone.
-    /// Call once, at start, before launching anything.
-    pub async fn recover(&self) -> io::Result<Recovery> {
-        let mut recovery = Recovery::default();
-        if self.recover_journal(&mut recovery).await? {
-            self.keep_supervisor();
-        }
-        self.recover_old_layout(&mut recovery).await?;
-        Ok(recovery)
-    }
-
-    /// Keeps the node's supervisor running while this launcher lives (not on a login node):
-    /// a task holds a connection to it, on which nothing is said, so that it never sits
-    /// idle and exits (see [`node_supervisor::IDLE_EXIT`]). Else a job submitted to an idle
-    /// node would wait for a supervisor to be started, every time. When the supervisor goes
-    /// (killed, or its host's power), the task starts it again a moment later. Started once,
-    /// by the first call: the first launch, or a recovery that found a supervisor or a
-    /// journal (a node that never ran a job starts none); stopped when the launcher is
-    /// dropped.
-    fn keep_supervisor(&self) {
-        use std::sync::atomic::Ordering;
-        if !self.shared.runs_jobs || self.shared.keeping_supervisor.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.shared
-                .keeping_supervisor
-                .store(false, Ordering::SeqCst);
-            return;
-        };
-        let shared = self.shared.clone();
-        runtime.spawn(until_cancelled(self.supervision.clone(), async move {
-            let mut retry = SUPERVISOR_RESTART;
-            loop {
-                match shared.connect_supervisor(true).await {
-                    Ok(stream) => {
-                        retry = SUPERVISOR_RESTART;
-                        hold_supervisor(&shared, stream).await;
-                        tracing::debug!("the node's supervisor went away");
-                    }
-                    Err(e) => {
-                        tracing::warn!("cannot keep the node's supervisor running: {e}");
-                        retry = (retry * 2).min(SUPERVISOR_RESTART * 30);
-                    }
-                }
-                tokio::time::sleep(retry).await;
-            }
-        }));
-    }
-
-    /// Whether a supervisor runs now (one ran, or the node has a journal).
-    async fn recover_journal(&self, recovery: &mut Recovery) -> io::Result<bool> {
-        let has_journal = self
-            .shared
-            .spool
-            .root()
-            .join(journal::JOURNAL_FILE)
-            .exists();
-        let stream = match self.shared.connect_supervisor(has_journal).await {
-            Ok(stream) => stream,
-            Err(_) if !has_journal => return Ok(false),
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot reach the node's supervisor: {e}"),
-                ))
-            }
-        };
-        let listed = tokio::time::timeout(LIST_ANSWER, list_jobs(stream)).await;
-        let (running, ended) = match listed {
-            Ok(listed) => listed?,
-            Err(_) => {
-                // Alive (it took the connection) but not answering: stopped, or busy. Its
-                // journal says the same, as of its last write.
-                tracing::warn!(
-                    "the node's supervisor did not list its jobs within {LIST_ANSWER:?}: \
-                     reading its journal"
-                );
-                let root = self.shared.spool.root().to_path_buf();
-                let live = tokio::task::spawn_blocking(move || journal::read_live(&root))
-                    .await
-                    .map_err(io::Error::other)??;
-                let running: Vec<JobRecord> = live.unended().cloned().collect();
-                let ended: Vec<FinishedRecord> = live.unacked_ends().cloned().collect();
-                (running, ended)
-            }
-        };
-        for finished in ended {
-            let job_id = finished.job_id;
-            tracing::info!("job {job_id}: ended while noded was away");
-            self.shared.recorded_ends().insert(job_id, finished.clone());
-            self.shared.emit(JobEvent::Finished(finished));
-            recovery.ended.push(job_id);
-        }
-        for record in running {
-            let job_id = record.job.job_id;
-            if self.shared.jobs().contains_key(&job_id) {
-                continue;
-            }
-            let connection = self.attach(job_id).await;
-            let (handle, receiver) = JobHandle::recovered(&record);
-            thaw_recovered(&record);
-            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver);
-            tracing::info!("job {job_id}: re-attached to its supervisor");
-            // With no connection (the supervisor went away meanwhile), the job's task finds
-            // it lost at once.
-            self.supervise(
-                &mut self.shared.jobs(),
-                job_id,
-                handle,
-                supervisor.resume(Shepherd::Supervised, connection),
-            );
-            recovery.reattached.push(job_id);
-        }
-        Ok(true)
-    }
-
-    /// The jobs of an older noded, one process (a shepherd) per job and a directory of
-    /// files per job (see [`spool`]).
-    async fn recover_old_layout(&self, recovery: &mut Recovery) -> io::Result<()> {
-        let spool = self.shared.spool.clone();
-        let found = tokio::task::spawn_blocking(move || spool::scan_spool(&spool))
-            .await
-            .map_err(io::Error::other)??;
-        for job in found {
-            let job_id = job.job_id;
-            if self.shared.jobs().contains_key(&job_id) {
-                continue;
-            }
-            let record = job.record.unwrap_or_else(|e| {
-                tracing::error!("job {job_id}: {e}");
-                JobRecord::unreadable(job_id)
-            });
-            let shepherd = job.shepherd_pid.and_then(|pid| {
-                let shepherd = Shepherd::adopt(pid).ok()?;
-                // Checked again now that the pidfd pins the process: the pid may have been
-                // reused between the scan and the pidfd.
-                let dir = self.shared.spool.job_dir(job_id);
-                is_shepherd_of(pid, dir.path()).then_some(shepherd)
-            });
-            let (handle, receiver) = JobHandle::recovered(&record);
-            if shepherd.is_some() {
-                thaw_recovered(&record);
-            }
-            // An older noded's job: its stop progress and end go to its own files.
-            let supervisor = Supervisor::for_recovered_job(self.shared.clone(), record, receiver)
-                .of_old_layout();
-            match shepherd {
-                Some(shepherd) => {
-                    tracing::info!("job {job_id}: re-attached to its shepherd");
-                    self.supervise(
-                        &mut self.shared.jobs(),
-                        job_id,
-                        handle,
-                        supervisor.resume(shepherd, None),
-                    );
-                    recovery.reattached.push(job_id);
-                }
-                None => {
-                    tracing::info!("job {job_id}: ended while noded was away");
-                    supervisor.finish_after_shepherd(false).await;
-                    recovery.ended.push(job_id);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Launcher {
-    /// Asks the node's supervisor to follow job `job_id` again: its connection, or `None`
-    /// when no supervisor runs or it does not know the job. An end the supervisor recorded
-    /// meanwhile comes as the connection's first line (`ended <json>`).
-    async fn attach(
-        &self,
-        job_id: u64,
-    ) -> Option<(process::Announcement, process::SupervisorWriter)> {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let stream = self.shared.connect_supervisor(false).await.ok()?;
-        let (read, mut write) = stream.into_split();
-        write
-            .write_all(format!("attach {job_id}\n").as_bytes())
-            .await
-            .ok()?;
-        let lines = tokio::io::BufReader::new(read).lines();
-        // The answer (`attached`, `ended`, `unknown`) is read by the job's task: a
-        // supervisor that does not answer at once (stopped, busy) hangs no recovery.
-        Some((lines, write))
-    }
-}
-
-/// How long after the node's supervisor went away it is started again (see
-/// [`Launcher::keep_supervisor`]); doubled after each failure to start it.
-const SUPERVISOR_RESTART: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// How long a restarted noded waits for the supervisor's list of jobs before it reads the
-/// journal itself (a stopped supervisor must not hang noded's start).
-const LIST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Asks the node's supervisor for the jobs it runs and the ends schedd has not acknowledged
-/// (`list`, see [`node_supervisor`]).
-async fn list_jobs(
-    stream: tokio::net::UnixStream,
-) -> io::Result<(Vec<JobRecord>, Vec<FinishedRecord>)> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let (read, mut write) = stream.into_split();
-    write.write_all(b"list\n").await?;
-    let mut lines = tokio::io::BufReader::new(read).lines();
-    let mut running = Vec::new();
-    let mut ended = Vec::new();
-    loop {
-        let line = lines
-            .next_line()
-            .await?
-            .ok_or_else(|| io::Error::other("the node's supervisor closed its list"))?;
-        let bad = |e: serde_json::Error| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{line:?}: {e}"))
-        };
-        match line.split_once(' ') {
-            Some(("job", json)) => running.push(serde_json::from_str(json).map_err(bad)?),
-            Some(("ended", json)) => ended.push(serde_json::from_str(json).map_err(bad)?),
-            _ if line == "done" => return Ok((running, ended)),
-            _ => tracing::warn!("unexpected line from the node's supervisor: {line:?}"),
-        }
-    }
 }
 
 impl Drop for Launcher {
@@ -904,38 +520,10 @@ impl Drop for Launcher {
     }
 }
 
-/// Holds the keep-alive connection to the node's supervisor until the supervisor goes
-/// (nothing comes on it: its read ends then), and writes on it the acknowledgements
-/// [`Launcher::ack`] passes, those that came meanwhile in one write.
-async fn hold_supervisor(shared: &Shared, stream: tokio::net::UnixStream) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut read, mut write) = stream.into_split();
-    let (link, mut acks) = mpsc::unbounded_channel();
-    *shared.ack_link() = Some(link);
-    let mut buf = [0u8; 64];
-    loop {
-        tokio::select! {
-            read = read.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) {
-                break;
-            },
-            Some(job_id) = acks.recv() => {
-                let mut lines = format!("ack {job_id}\n");
-                while let Ok(job_id) = acks.try_recv() {
-                    lines.push_str(&format!("ack {job_id}\n"));
-                }
-                if write.write_all(lines.as_bytes()).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-    *shared.ack_link() = None;
-}
-
 /// Runs a job's supervision until it is over or `cancelled` (the launcher was dropped),
 /// whichever comes first. Cancellation wins: once cancelled, the supervision is not polled
-/// again, wherever it was (as if its task had been aborted); the job and its shepherd keep
-/// running, for a new launcher to [`recover`](Launcher::recover).
+/// again, wherever it was (as if its task had been aborted); the job keeps running, for a
+/// new launcher to [`recover`](Launcher::recover).
 async fn until_cancelled(cancelled: CancellationToken, supervision: impl Future<Output = ()>) {
     tokio::select! {
         biased;

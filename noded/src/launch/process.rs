@@ -1,7 +1,8 @@
-//! Process plumbing for noded: job process groups, recognising shepherds, their exits.
+//! Process plumbing for noded: job process groups, and an older noded's per-job processes.
 //!
-//! A job's process group is signalled as a whole; a shepherd's exit is learnt as an event
-//! (child wait or pidfd).
+//! A job's process group is signalled as a whole. An older noded ran one process per job
+//! (`noded __shepherd <job dir>`, its "shepherd"); a restarted noded recognises those still
+//! running by their command line, and learns of their exit as an event (pidfd).
 
 use super::checkpoint_scan::CheckpointDir;
 use nix::sys::signal::{killpg, Signal};
@@ -11,8 +12,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use tokio::io::unix::AsyncFd;
 
-/// The hidden subcommand that turns the noded binary into a job's shepherd.
-pub const SHEPHERD_SUBCOMMAND: &str = "__shepherd";
+/// The hidden subcommand an older noded ran each job's process as.
+const OLD_JOB_PROCESS_SUBCOMMAND: &str = "__shepherd";
 
 /// Sends `signal` to the process group `pgid`. `Ok(false)` when the group no longer exists.
 /// Group ids below 2 are refused: `killpg(0)` would hit noded's own group and 1 is init.
@@ -28,24 +29,24 @@ pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<bool> {
     }
 }
 
-/// Whether `pid` is a live shepherd of `job_dir`, judged by its command line
-/// (`<exe> __shepherd <job_dir>`), so a recycled pid is never mistaken for one.
-pub fn is_shepherd_of(pid: u32, job_dir: &Path) -> bool {
+/// Whether `pid` is an older noded's live process of the job in `job_dir`, judged by its
+/// command line (`<exe> __shepherd <job_dir>`), so a recycled pid is never mistaken for one.
+pub fn is_old_job_process(pid: u32, job_dir: &Path) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
     let mut args = cmdline.split(|&b| b == 0).skip(1);
-    args.next() == Some(SHEPHERD_SUBCOMMAND.as_bytes())
+    args.next() == Some(OLD_JOB_PROCESS_SUBCOMMAND.as_bytes())
         && args.next() == Some(job_dir.as_os_str().as_encoded_bytes())
 }
 
-/// Looks through `/proc` for the shepherd of `job_dir`: the fallback when noded stopped
-/// between starting a shepherd and recording its pid.
-pub fn find_shepherd(job_dir: &Path) -> Option<u32> {
+/// Looks through `/proc` for an older noded's process of the job in `job_dir`: the fallback
+/// when that noded stopped between starting it and recording its pid.
+pub fn find_old_job_process(job_dir: &Path) -> Option<u32> {
     std::fs::read_dir("/proc")
         .ok()?
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|&pid| is_shepherd_of(pid, job_dir))
+        .find(|&pid| is_old_job_process(pid, job_dir))
 }
 
 /// The node supervisor's connection for one job, read line by line (see
@@ -56,19 +57,19 @@ pub type Announcement = tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::
 /// goes there (`stop <json>`).
 pub type SupervisorWriter = tokio::net::unix::OwnedWriteHalf;
 
-/// What noded waits on for a job's end.
-pub enum Shepherd {
-    /// The job runs under the node's supervisor: its connection's end (read as the
-    /// announcement, see the per-job task) is the job's.
-    Supervised,
-    /// The shepherd of a job an older noded started, found after a restart (not our
-    /// child): its pidfd becomes readable when it exits.
-    Adopted(AsyncFd<OwnedFd>),
+/// Who runs a job, which noded waits on for the job's end.
+pub enum JobOwner {
+    /// The node's supervisor: its connection's end (read as the announcement, see the job's
+    /// task) is the job's.
+    NodeSupervisor,
+    /// An older noded's process of the job, found after a restart (not our child): its pidfd
+    /// becomes readable when it exits.
+    OldJobProcess(AsyncFd<OwnedFd>),
 }
 
-impl Shepherd {
-    /// Adopts the running process `pid`. Fails when it is already gone.
-    pub fn adopt(pid: u32) -> io::Result<Shepherd> {
+impl JobOwner {
+    /// Adopts an older noded's running process `pid` of a job. Fails when it is already gone.
+    pub fn adopt(pid: u32) -> io::Result<JobOwner> {
         let pid = libc::pid_t::try_from(pid)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
@@ -80,14 +81,15 @@ impl Shepherd {
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         // SAFETY: the OwnedFd moves into the AsyncFd and stays open as long as it lives.
         let pidfd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
-        Ok(Shepherd::Adopted(pidfd))
+        Ok(JobOwner::OldJobProcess(pidfd))
     }
 
-    /// Resolves when the shepherd has exited.
+    /// Resolves when an older noded's process of the job has exited; never for the node's
+    /// supervisor (its connection's end says the job's).
     pub async fn exited(&mut self) {
         match self {
-            Shepherd::Supervised => std::future::pending().await,
-            Shepherd::Adopted(pidfd) => {
+            JobOwner::NodeSupervisor => std::future::pending().await,
+            JobOwner::OldJobProcess(pidfd) => {
                 if let Err(e) = pidfd.readable().await {
                     tracing::warn!("waiting on pidfd {}: {e}", pidfd.get_ref().as_raw_fd());
                 }
@@ -122,9 +124,9 @@ mod tests {
     }
 
     #[test]
-    fn this_process_is_no_shepherd() {
-        assert!(!is_shepherd_of(std::process::id(), Path::new("/x")));
-        assert!(find_shepherd(Path::new("/nonexistent/jobs/1")).is_none());
+    fn this_process_is_no_old_job_process() {
+        assert!(!is_old_job_process(std::process::id(), Path::new("/x")));
+        assert!(find_old_job_process(Path::new("/nonexistent/jobs/1")).is_none());
     }
 
     #[test]

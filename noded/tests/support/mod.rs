@@ -45,7 +45,7 @@ impl Fixture {
 
     pub fn launcher(&self) -> (Launcher, Events) {
         let (launcher, events) = Launcher::with_options(LauncherOptions {
-            shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
             ..LauncherOptions::new(self.spool.path(), NODE)
         })
         .unwrap();
@@ -55,7 +55,7 @@ impl Fixture {
     /// A launcher of a node with `node.allow_root_jobs = false`.
     pub fn launcher_refusing_root(&self) -> (Launcher, Events) {
         let (launcher, events) = Launcher::with_options(LauncherOptions {
-            shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
             allow_root_jobs: false,
             ..LauncherOptions::new(self.spool.path(), NODE)
         })
@@ -237,7 +237,7 @@ impl Fixture {
             Mode::ProcessGroups => CgroupRoot::Disabled,
         };
         let (launcher, events) = Launcher::with_options(LauncherOptions {
-            shepherd_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
+            supervisor_program: PathBuf::from(env!("CARGO_BIN_EXE_noded")),
             cgroup_root,
             ..LauncherOptions::new(self.spool.path(), NODE)
         })

@@ -1,5 +1,6 @@
 //! Tests of containment: detecting the host's cgroups, and the job cgroups made on them.
 
+use super::host::detected_root;
 use super::*;
 
 /// `/proc/self/mountinfo` of a hybrid host (v1 controllers, controller-less v2 at `unified`).

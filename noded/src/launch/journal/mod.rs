@@ -22,12 +22,12 @@
 //! resolves the receipts. Records queued while a sync runs form the next batch.
 //!
 //! A full spool: the file is allocated ahead of its last record (`fallocate`, then zeros
-//! written over it, so that a record's sync has no metadata to write: see [`allocate`]), by
-//! [`END_RESERVE_BYTES`] for every job whose end is not recorded yet plus some slack, and a
-//! launch is refused when that reserve cannot be extended (the node's fault: spool full). So
-//! a running job's end always has allocated room, and is written with no free block left on
-//! the file system (as the blank `exit.json` made before each job did). A launch, the one
-//! record that grows the reserve, fails first.
+//! written over it, so that a record's sync has no metadata to write: see
+//! [`committer::allocate`]), by [`END_RESERVE_BYTES`] for every job whose end is not recorded
+//! yet plus some slack, and a launch is refused when that reserve cannot be extended (the
+//! node's fault: spool full). So a running job's end always has allocated room, and is
+//! written with no free block left on the file system (as the blank `exit.json` made before
+//! each job did). A launch, the one record that grows the reserve, fails first.
 //!
 //! Compaction: past [`JournalOptions::compact_after_bytes`] (and twice the size of what is
 //! live), the live records are rewritten to `journal.new`, synced, renamed over `journal`, and
@@ -39,18 +39,20 @@
 //! at a torn tail (see [`frame`]), which is then zeroed so that no stale bytes follow the next
 //! record. The journal holds the jobs' environments: mode 0600, root only.
 
+mod committer;
 mod frame;
+mod live;
 #[cfg(test)]
 mod tests;
 
-use super::spool::{FinishedRecord, JobRecord, StopState, EXIT_ERROR_MAX_BYTES, FILE_MODE};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+pub use live::{Entry, JobState, Live};
+
+use super::spool::FILE_MODE;
+use committer::{write_zeros, Committer};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
@@ -61,160 +63,14 @@ pub const JOURNAL_FILE: &str = "journal";
 /// Where compaction writes the new journal before renaming it over the old one.
 const COMPACTING_FILE: &str = "journal.new";
 /// Room kept allocated for the end of each job whose end is not recorded yet: its
-/// [`Entry::Ended`] (its error cut to [`EXIT_ERROR_MAX_BYTES`], escaped) and its stop
+/// [`Entry::Ended`] (its error cut to
+/// [`EXIT_ERROR_MAX_BYTES`](super::spool::EXIT_ERROR_MAX_BYTES), escaped) and its stop
 /// progress, many times over.
 pub const END_RESERVE_BYTES: u64 = 16 * 1024;
 /// Allocated beyond the reserve, so that small records need no allocation each.
 const SLACK_BYTES: u64 = 256 * 1024;
 /// The file grows in steps of this much.
 const ALLOCATION_STEP: u64 = 1024 * 1024;
-
-/// One record of the journal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "record", rename_all = "snake_case")]
-pub enum Entry {
-    /// A job accepted for launch here: everything needed to supervise it after a restart
-    /// (its environment included). Synced. A new run of a job replaces the earlier one.
-    Launched(Box<JobRecord>),
-    /// The job's main process exec'd: its pid (its process group) and when. Not synced.
-    Started {
-        job_id: u64,
-        job_pid: u32,
-        start_time_ms: i64,
-    },
-    /// The job's stop progress (asked, timed out, SIGTERM and SIGKILL times). Not synced.
-    Stop { job_id: u64, stop: StopState },
-    /// How the job ended, as reported to schedd. Synced before it is reported.
-    Ended(FinishedRecord),
-    /// schedd recorded the end: the job is forgotten. Not synced.
-    Acked { job_id: u64 },
-}
-
-impl Entry {
-    /// Whether the record must be on disk before anyone acts on it (see the module docs).
-    pub fn needs_sync(&self) -> bool {
-        matches!(self, Entry::Launched(_) | Entry::Ended(_))
-    }
-
-    pub fn job_id(&self) -> u64 {
-        match self {
-            Entry::Launched(record) => record.job.job_id,
-            Entry::Ended(finished) => finished.job_id,
-            Entry::Started { job_id, .. }
-            | Entry::Stop { job_id, .. }
-            | Entry::Acked { job_id } => *job_id,
-        }
-    }
-
-    fn encode(&self, out: &mut Vec<u8>) -> io::Result<()> {
-        let payload = match self {
-            // The error is cut as the blank `exit.json` cut it, so that an end always fits
-            // its reserve.
-            Entry::Ended(finished) if finished.error.len() > EXIT_ERROR_MAX_BYTES => {
-                let mut cut = finished.clone();
-                let mut end = EXIT_ERROR_MAX_BYTES;
-                while !cut.error.is_char_boundary(end) {
-                    end -= 1;
-                }
-                cut.error.truncate(end);
-                cut.error.push('…');
-                serde_json::to_vec(&Entry::Ended(cut))
-            }
-            entry => serde_json::to_vec(entry),
-        }
-        .map_err(io::Error::other)?;
-        frame::encode(&payload, out)
-    }
-}
-
-/// What the journal knows of one job.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobState {
-    /// The job as launched, with its start and stop progress folded in; `None` for an end
-    /// recorded without a launch (a launch refused before it was recorded).
-    pub record: Option<JobRecord>,
-    /// Its end, once recorded, until schedd acknowledges it.
-    pub ended: Option<FinishedRecord>,
-}
-
-/// The jobs the journal's records leave live: launched and not acknowledged.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Live {
-    pub jobs: BTreeMap<u64, JobState>,
-}
-
-impl Live {
-    /// Folds one record in.
-    pub fn apply(&mut self, entry: &Entry) {
-        match entry {
-            Entry::Launched(record) => {
-                self.jobs.insert(
-                    record.job.job_id,
-                    JobState {
-                        record: Some(JobRecord::clone(record)),
-                        ended: None,
-                    },
-                );
-            }
-            Entry::Started {
-                job_id,
-                job_pid,
-                start_time_ms,
-            } => {
-                if let Some(record) = self.record_mut(*job_id) {
-                    record.job_pid = Some(*job_pid);
-                    record.start_time_ms = *start_time_ms;
-                }
-            }
-            Entry::Stop { job_id, stop } => {
-                if let Some(record) = self.record_mut(*job_id) {
-                    record.stop = stop.clone();
-                }
-            }
-            Entry::Ended(finished) => {
-                self.jobs.entry(finished.job_id).or_default().ended = Some(finished.clone());
-            }
-            Entry::Acked { job_id } => {
-                self.jobs.remove(job_id);
-            }
-        }
-    }
-
-    fn record_mut(&mut self, job_id: u64) -> Option<&mut JobRecord> {
-        self.jobs.get_mut(&job_id)?.record.as_mut()
-    }
-
-    /// Jobs launched whose end is not recorded: running, or lost with their processes.
-    pub fn unended(&self) -> impl Iterator<Item = &JobRecord> {
-        self.jobs
-            .values()
-            .filter(|job| job.ended.is_none())
-            .filter_map(|job| job.record.as_ref())
-    }
-
-    /// Recorded ends schedd has not acknowledged, by job id.
-    pub fn unacked_ends(&self) -> impl Iterator<Item = &FinishedRecord> {
-        self.jobs.values().filter_map(|job| job.ended.as_ref())
-    }
-
-    /// The records that rebuild this state (what compaction writes).
-    pub fn snapshot(&self) -> Vec<Entry> {
-        let mut entries = Vec::new();
-        for job in self.jobs.values() {
-            if let Some(record) = &job.record {
-                entries.push(Entry::Launched(Box::new(record.clone())));
-            }
-            if let Some(finished) = &job.ended {
-                entries.push(Entry::Ended(finished.clone()));
-            }
-        }
-        entries
-    }
-
-    fn unended_count(&self) -> u64 {
-        self.jobs.values().filter(|job| job.ended.is_none()).count() as u64
-    }
-}
 
 /// What [`Journal::open`] found.
 #[derive(Debug, Default)]
@@ -493,184 +349,6 @@ impl Drop for Journal {
     }
 }
 
-/// The committer thread's own state: the file and where its records end.
-struct Committer {
-    shared: Arc<Shared>,
-    dir: PathBuf,
-    path: PathBuf,
-    file: File,
-    /// Where the next record goes.
-    end: u64,
-    /// The file's length: allocated, zeros past `end`.
-    allocated: u64,
-    /// Compact once `end` passes this.
-    compact_at: u64,
-    options: JournalOptions,
-}
-
-impl Committer {
-    fn run(mut self) {
-        loop {
-            let batch = {
-                let mut queue = self.shared.queue();
-                while queue.pending.is_empty() && !queue.closed {
-                    queue = self
-                        .shared
-                        .wake
-                        .wait(queue)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                if queue.pending.is_empty() {
-                    return;
-                }
-                std::mem::take(&mut queue.pending)
-            };
-            self.commit(batch);
-            if let Some(pipe) = &*self
-                .shared
-                .on_commit
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-            {
-                use std::io::Write;
-                let _ = (&*pipe).write(&[1]);
-            }
-            if self.end > self.compact_at {
-                self.compact();
-            }
-        }
-    }
-
-    /// Writes one batch: one `pwrite`, at most one `fdatasync`; then folds it into the live
-    /// state and resolves its receipts.
-    fn commit(&mut self, batch: Vec<Pending>) {
-        let unended = self.shared.queue().live.unended_count();
-        let mut accepted = Vec::with_capacity(batch.len());
-        let mut bytes = Vec::new();
-        let mut launches = 0;
-        for pending in batch {
-            match pending.entry.encode(&mut bytes) {
-                Ok(()) => {
-                    launches += u64::from(matches!(pending.entry, Entry::Launched(_)));
-                    accepted.push(pending);
-                }
-                Err(e) => {
-                    let _ = pending.done.send(Err(CommitError::from_io(&e)));
-                }
-            }
-        }
-        // Room for this batch and for the end of every job not ended yet, these included.
-        let wanted = self.end + bytes.len() as u64 + (unended + launches) * END_RESERVE_BYTES;
-        if let Err(e) = self.allocate(wanted + SLACK_BYTES) {
-            if launches > 0 {
-                // A full spool refuses launches, the only records that grow the reserve;
-                // the rest uses the room reserved for it.
-                let (refused, kept): (Vec<_>, Vec<_>) = accepted
-                    .into_iter()
-                    .partition(|p| matches!(p.entry, Entry::Launched(_)));
-                for pending in refused {
-                    let _ = pending.done.send(Err(CommitError::from_io(&e)));
-                }
-                return self.commit(kept);
-            }
-            if let Err(e) = self.allocate(self.end + bytes.len() as u64) {
-                return fail_all(accepted, &e);
-            }
-        }
-        let needs_sync = accepted.iter().any(|p| p.entry.needs_sync());
-        let written = self.file.write_all_at(&bytes, self.end).and_then(|()| {
-            if needs_sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = written {
-            // What was written may be on disk or not; the next batch writes over it, and a
-            // replay stops at it if it is torn.
-            return fail_all(accepted, &e);
-        }
-        self.end += bytes.len() as u64;
-        let mut queue = self.shared.queue();
-        queue.stats.writes += 1;
-        queue.stats.syncs += u64::from(needs_sync);
-        queue.stats.records += accepted.len() as u64;
-        for pending in &accepted {
-            queue.live.apply(&pending.entry);
-        }
-        drop(queue);
-        for pending in accepted {
-            let _ = pending.done.send(Ok(()));
-        }
-    }
-
-    /// Makes the file at least `len` bytes long, allocated and written (zeros past the
-    /// records; see [`allocate`]). The growth is synced before any record goes into it, so
-    /// that the syncs of the records written there have no metadata of the file's to write:
-    /// one `fdatasync` per [`ALLOCATION_STEP`], hundreds of records apart.
-    fn allocate(&mut self, len: u64) -> io::Result<()> {
-        if len <= self.allocated {
-            return Ok(());
-        }
-        let len = len.div_ceil(ALLOCATION_STEP) * ALLOCATION_STEP;
-        allocate(&self.file, self.allocated, len)?;
-        self.file.sync_data()?;
-        self.allocated = len;
-        Ok(())
-    }
-
-    /// Rewrites the live records into a new file and renames it over the journal (see the
-    /// module docs). A failure keeps the old journal, and is tried again once it has grown
-    /// as much again.
-    fn compact(&mut self) {
-        let snapshot = self.shared.queue().live.snapshot();
-        match self.write_compacted(&snapshot) {
-            Ok((file, end, allocated)) => {
-                self.file = file;
-                self.end = end;
-                self.allocated = allocated;
-                self.compact_at = self.options.compact_after_bytes.max(end.saturating_mul(2));
-                self.shared.queue().stats.compactions += 1;
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(self.dir.join(COMPACTING_FILE));
-                tracing::warn!("cannot compact {}: {e}", self.path.display());
-                self.compact_at = self.end.saturating_mul(2);
-            }
-        }
-    }
-
-    fn write_compacted(&self, snapshot: &[Entry]) -> io::Result<(File, u64, u64)> {
-        let mut bytes = frame::MAGIC.to_vec();
-        for entry in snapshot {
-            entry.encode(&mut bytes)?;
-        }
-        let end = bytes.len() as u64;
-        let unended = snapshot
-            .iter()
-            .filter(|e| matches!(e, Entry::Launched(_)))
-            .count() as u64;
-        let allocated = (end + unended * END_RESERVE_BYTES + SLACK_BYTES).div_ceil(ALLOCATION_STEP)
-            * ALLOCATION_STEP;
-        let new_path = self.dir.join(COMPACTING_FILE);
-        let file = open_rw(&new_path, true)?;
-        file.set_len(0)?;
-        allocate(&file, 0, allocated)?;
-        file.write_all_at(&bytes, 0)?;
-        file.sync_data()?;
-        std::fs::rename(&new_path, &self.path)?;
-        sync_dir(&self.dir)?;
-        Ok((file, end, allocated))
-    }
-}
-
-fn fail_all(batch: Vec<Pending>, error: &io::Error) {
-    tracing::error!("cannot write the journal: {error}");
-    for pending in batch {
-        let _ = pending.done.send(Err(CommitError::from_io(error)));
-    }
-}
-
 /// Opens the journal (or a compaction's new file) for reading and writing, mode 0600.
 fn open_rw(path: &Path, create: bool) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
@@ -684,40 +362,6 @@ fn open_rw(path: &Path, create: bool) -> io::Result<File> {
     // Exactly 0600 whatever the umask or an older file had: it holds jobs' environments.
     file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
     Ok(file)
-}
-
-/// Extends `file` from `from` to `to` bytes with zeros, allocated and written: `fallocate`
-/// first (a full file system says so here, at once, and the blocks come in one piece where
-/// it can), then the zeros written over it. Why written: `fallocate` leaves *unwritten*
-/// extents, and the first write into one changes the file's extent map, metadata that every
-/// `fdatasync` of a record landing there must then write too (ext4 writes the inode, or
-/// commits its journal). Into blocks written before, a record's sync writes its data alone,
-/// as databases do with their logs (PostgreSQL fills its WAL segments with zeros). Not synced
-/// here: see [`Committer::allocate`].
-fn allocate(file: &File, from: u64, to: u64) -> io::Result<()> {
-    let offset = libc::off_t::try_from(from).map_err(io::Error::other)?;
-    let len = libc::off_t::try_from(to - from).map_err(io::Error::other)?;
-    // SAFETY: fallocate with mode 0 (allocate and extend, zeros) on a descriptor we own.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, offset, len) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-            return Err(e);
-        }
-    }
-    write_zeros(file, from, to)
-}
-
-/// Writes zeros over `from..to` of `file`, a chunk at a time.
-fn write_zeros(file: &File, from: u64, to: u64) -> io::Result<()> {
-    const CHUNK: usize = 64 * 1024;
-    static ZEROS: [u8; CHUNK] = [0; CHUNK];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(CHUNK as u64) as usize;
-        file.write_all_at(&ZEROS[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
 }
 
 /// What the journal in the spool root `dir` says now, read without writing anything (its

@@ -1,8 +1,10 @@
 //! Tests of the journal: replay, torn tails, group commit, compaction, a full spool.
 
 use super::*;
-use crate::launch::spool::JobRecord;
+use crate::launch::spool::{FinishedRecord, JobRecord, StopState, EXIT_ERROR_MAX_BYTES};
 use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 
 fn launched(job_id: u64) -> Entry {
     Entry::Launched(Box::new(JobRecord::unreadable(job_id)))

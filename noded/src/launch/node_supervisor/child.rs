@@ -1,15 +1,15 @@
-//! Starting the job: its forked child's setup, prepared before the fork, and its failures.
+//! Starting the job: its first process's setup and exec arguments, prepared before it is
+//! created, and what its failures mean.
 //!
 //! Everything the child needs is resolved here (the child itself only runs
-//! [`spawn::setup_child`](super::spawn)); when it fails, the step it reports says what the failure means:
-//! whose fault it is (the node's or the job's), and the message for the job's end.
+//! [`in_child`](super::in_child)); when it fails, the step it reports says what the failure
+//! means: whose fault it is (the node's or the job's), and the message for the job's end.
 
-use super::spawn::{ChildSetup, ExecArgs, ParentCopies, STEP_REPORT_LEN};
 use crate::launch::spool::JobDir;
 use crate::launch::ExecPlan;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -343,3 +343,92 @@ impl Refused {
 
 /// `/dev/null`'s device number (1:3 on every Linux).
 const DEV_NULL: libc::dev_t = libc::makedev(1, 3);
+
+/// Everything the child needs, prepared before it is created so that it only makes system
+/// calls. Descriptors are numbers here: the parent's copies are closed once the child has
+/// its own (see [`ParentCopies`]).
+pub(in crate::launch) struct ChildSetup {
+    /// `cgroup.procs` of each cgroup the job's first process joins itself, written "0"
+    /// first thing.
+    pub(super) join_cgroups: Vec<RawFd>,
+    pub(super) switch_user: bool,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) groups: Vec<libc::gid_t>,
+    pub(super) workdir: CString,
+    /// The script's `#!` program, checked for execute permission as the job user.
+    pub(super) interpreter: Option<CString>,
+    /// The checkpoint directory and its ancestors, outermost first (`mkdir -p`).
+    pub(super) checkpoint_dirs: Vec<CString>,
+    pub(super) stdout: CString,
+    pub(super) stderr: Option<CString>,
+    pub(super) output_flags: libc::c_int,
+    pub(super) step_report: RawFd,
+    /// The job directory's `group` file, where the child writes its pid (its process group)
+    /// first thing; `None` with cgroups, which hold the job from its first instruction.
+    pub(super) group_file: Option<RawFd>,
+    /// A pipe's read end the child waits on, after its setup and before its exec, for the
+    /// supervisor's word that the job's launch is recorded (one byte): the setup overlaps
+    /// the journal's sync, and nothing of the job runs before it. End of file (the
+    /// supervisor gone) ends the child.
+    pub(super) go: Option<RawFd>,
+}
+
+/// The parent's copies of the descriptors a [`ChildSetup`] names: closed once the child is
+/// created (the step pipe's write end among them, so that its end of file means the child's
+/// exec or end).
+#[derive(Default)]
+pub(in crate::launch) struct ParentCopies(pub(super) Vec<OwnedFd>);
+
+impl ParentCopies {
+    /// Keeps `fd` open until the child is created; its number is for the child.
+    pub(super) fn keep(&mut self, fd: OwnedFd) -> RawFd {
+        let raw = fd.as_raw_fd();
+        self.0.push(fd);
+        raw
+    }
+}
+
+/// The job's program, arguments and environment as `execve` takes them, made before the child
+/// is (it may not allocate).
+pub(in crate::launch) struct ExecArgs {
+    pub(super) program: CString,
+    /// Owns what `argv` and `envp` point into.
+    _strings: Vec<CString>,
+    pub(super) argv: Vec<*const libc::c_char>,
+    pub(super) envp: Vec<*const libc::c_char>,
+}
+
+impl ExecArgs {
+    pub(in crate::launch) fn new(
+        program: CString,
+        args: Vec<CString>,
+        env: Vec<CString>,
+    ) -> ExecArgs {
+        let argc = args.len();
+        let mut strings = Vec::with_capacity(1 + argc + env.len());
+        strings.push(program.clone());
+        strings.extend(args);
+        strings.extend(env);
+        let pointers = |range: &[CString]| -> Vec<*const libc::c_char> {
+            range
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        // The CStrings' heap buffers do not move when the Vec holding them does.
+        let argv = pointers(&strings[..1 + argc]);
+        let envp = pointers(&strings[1 + argc..]);
+        ExecArgs {
+            program,
+            _strings: strings,
+            argv,
+            envp,
+        }
+    }
+}
+
+/// The length of a failure report on the step pipe: the step (0: the exec itself), what was
+/// refused (0: nothing), and the errno, little-endian.
+pub(in crate::launch) const STEP_REPORT_LEN: usize = 6;

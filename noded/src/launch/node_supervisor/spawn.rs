@@ -1,5 +1,5 @@
-//! Every `unsafe` of creating a job's first process: the clone, and the child's code until
-//! its exec.
+//! Every `unsafe` of creating a job's first process: the clone, and the system calls the
+//! child makes until its exec (its code, which has none, is [`super::in_child`]).
 //!
 //! **Why a clone that shares memory.** The supervisor used to `fork` each job: the kernel
 //! copied its page tables, and both processes then took copy-on-write faults on every page
@@ -10,7 +10,8 @@
 //! its exec gives it a memory of its own. Unlike `vfork` (`CLONE_VFORK`, which `posix_spawn`
 //! uses), the supervisor is **not** suspended meanwhile: the child's setup may block (a hung
 //! network file system, or the wait for the launch's record to be synced, see
-//! [`ChildSetup::go`]) while the supervisor goes on watching every other job.
+//! [`ChildSetup::go`](super::child::ChildSetup::go)) while the supervisor goes on watching
+//! every other job.
 //!
 //! What sharing memory asks of the child, and how it is kept:
 //! - It may change nothing the parent uses. It writes only its own stack, and makes every
@@ -30,16 +31,16 @@
 //!
 //! Elsewhere (another architecture, or a kernel without such a `clone3`), the child is forked
 //! as before and runs the same code on its own copy.
-//!
-//! On failure the child reports which step failed on a pipe (see [`Step`]).
 
-use super::child::{Refused, Step};
-use std::ffi::CString;
+use super::child::{ChildSetup, ExecArgs};
+use super::in_child::{self, TERMINATION_SIGNALS};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// System calls made without libc, returning the result or the errno.
-mod raw {
+/// System calls made without libc, returning the result or the errno: all the child calls.
+pub(super) mod raw {
+    use super::super::child::ExecArgs;
+
     /// One system call. On x86-64 it leaves `errno` alone (see the module's docs); elsewhere
     /// it goes through libc, and the child is forked (its errno is its own).
     ///
@@ -91,7 +92,7 @@ mod raw {
         }
     }
 
-    pub(super) fn write(fd: i32, bytes: &[u8]) -> Result<usize, i32> {
+    pub(in crate::launch::node_supervisor) fn write(fd: i32, bytes: &[u8]) -> Result<usize, i32> {
         // SAFETY: write(2) from a live slice, its length given.
         unsafe {
             syscall(
@@ -101,7 +102,7 @@ mod raw {
         }
     }
 
-    pub(super) fn read(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    pub(in crate::launch::node_supervisor) fn read(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
         // SAFETY: read(2) into a live slice, its length given.
         unsafe {
             syscall(
@@ -111,26 +112,29 @@ mod raw {
         }
     }
 
-    pub(super) fn close(fd: i32) {
+    pub(in crate::launch::node_supervisor) fn close(fd: i32) {
         // SAFETY: close(2) of a descriptor of the calling process.
         let _ = unsafe { syscall(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
     }
 
     /// A system call whose arguments are integers only.
-    pub(super) fn plain(nr: libc::c_long, args: [usize; 3]) -> Result<usize, i32> {
+    pub(in crate::launch::node_supervisor) fn plain(
+        nr: libc::c_long,
+        args: [usize; 3],
+    ) -> Result<usize, i32> {
         // SAFETY: callers pass system calls that take no pointer (setsid, getpid, setresuid,
         // setresgid, fcntl with integer commands, dup3, exit_group).
         unsafe { syscall(nr, [args[0], args[1], args[2], 0, 0, 0]) }
     }
 
-    pub(super) fn chdir(path: &std::ffi::CStr) -> Result<usize, i32> {
+    pub(in crate::launch::node_supervisor) fn chdir(path: &std::ffi::CStr) -> Result<usize, i32> {
         // SAFETY: chdir(2) of a live NUL-terminated path.
         unsafe { syscall(libc::SYS_chdir, [path.as_ptr() as usize, 0, 0, 0, 0, 0]) }
     }
 
     /// A system call on a path (relative to the working directory) and two integers:
     /// mkdirat, faccessat, openat.
-    pub(super) fn at_path(
+    pub(in crate::launch::node_supervisor) fn at_path(
         nr: libc::c_long,
         path: &std::ffi::CStr,
         a: usize,
@@ -145,22 +149,66 @@ mod raw {
         }
     }
 
-    /// `stat` of a path (`fd` < 0) or of a descriptor, into `st`.
-    pub(super) fn stat(fd: i32, path: &std::ffi::CStr, st: &mut libc::stat) -> Result<(), i32> {
-        let st = st as *mut libc::stat as usize;
+    /// `stat` of a path (`fd` < 0) or of a descriptor.
+    pub(in crate::launch::node_supervisor) fn stat(
+        fd: i32,
+        path: &std::ffi::CStr,
+    ) -> Result<libc::stat, i32> {
+        // SAFETY: a `struct stat` is plain integers, valid zeroed.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let out = &mut st as *mut libc::stat as usize;
         // SAFETY: newfstatat/fstat into a live `struct stat` (the kernel's layout on the
         // 64-bit targets, which is libc's), of a live NUL-terminated path.
         unsafe {
             if fd < 0 {
                 syscall(
                     libc::SYS_newfstatat,
-                    [libc::AT_FDCWD as usize, path.as_ptr() as usize, st, 0, 0, 0],
+                    [
+                        libc::AT_FDCWD as usize,
+                        path.as_ptr() as usize,
+                        out,
+                        0,
+                        0,
+                        0,
+                    ],
                 )
             } else {
-                syscall(libc::SYS_fstat, [fd as usize, st, 0, 0, 0, 0])
+                syscall(libc::SYS_fstat, [fd as usize, out, 0, 0, 0, 0])
             }
         }
-        .map(|_| ())
+        .map(|_| st)
+    }
+
+    /// Sets this thread's supplementary groups (the child's only thread: see its caller).
+    pub(in crate::launch::node_supervisor) fn setgroups(
+        groups: &[libc::gid_t],
+    ) -> Result<usize, i32> {
+        // SAFETY: setgroups(2) from a live slice of gid_t, its length given.
+        unsafe {
+            syscall(
+                libc::SYS_setgroups,
+                [groups.len(), groups.as_ptr() as usize, 0, 0, 0, 0],
+            )
+        }
+    }
+
+    /// Execs the job's program: returns only if that failed, with the errno.
+    pub(in crate::launch::node_supervisor) fn execve(exec: &ExecArgs) -> i32 {
+        // SAFETY: NUL-terminated arrays of pointers into CStrings `exec` owns.
+        let result = unsafe {
+            syscall(
+                libc::SYS_execve,
+                [
+                    exec.program.as_ptr() as usize,
+                    exec.argv.as_ptr() as usize,
+                    exec.envp.as_ptr() as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        };
+        result.err().unwrap_or(libc::EIO)
     }
 
     /// The kernel's `struct sigaction` (64-bit: handler, flags, restorer, mask).
@@ -173,7 +221,7 @@ mod raw {
     }
 
     /// Sets `sig`'s disposition to its default.
-    pub(super) fn default_disposition(sig: i32) {
+    pub(in crate::launch::node_supervisor) fn default_disposition(sig: i32) {
         let action = KernelSigaction {
             handler: libc::SIG_DFL,
             flags: 0,
@@ -191,7 +239,7 @@ mod raw {
     }
 
     /// Unblocks the signals of `mask` (bit `n - 1` for signal `n`).
-    pub(super) fn unblock(mask: u64) {
+    pub(in crate::launch::node_supervisor) fn unblock(mask: u64) {
         // SAFETY: rt_sigprocmask from a live 8-byte set.
         let _ = unsafe {
             syscall(
@@ -208,7 +256,7 @@ mod raw {
         };
     }
 
-    pub(super) fn sleep_ns(ns: i64) {
+    pub(in crate::launch::node_supervisor) fn sleep_ns(ns: i64) {
         let pause = libc::timespec {
             tv_sec: 0,
             tv_nsec: ns as _,
@@ -222,218 +270,9 @@ mod raw {
         };
     }
 
-    pub(super) fn exit(code: i32) -> ! {
+    pub(in crate::launch::node_supervisor) fn exit(code: i32) -> ! {
         loop {
             let _ = plain(libc::SYS_exit_group, [code as usize, 0, 0]);
-        }
-    }
-}
-
-/// Everything the child needs, prepared before it is created so that it only makes system
-/// calls. Descriptors are numbers here: the parent's copies are closed once the child has
-/// its own (see [`ParentCopies`]).
-pub(in crate::launch) struct ChildSetup {
-    /// `cgroup.procs` of each cgroup the job's first process joins itself, written "0"
-    /// first thing.
-    pub(super) join_cgroups: Vec<RawFd>,
-    pub(super) switch_user: bool,
-    pub(super) uid: u32,
-    pub(super) gid: u32,
-    pub(super) groups: Vec<libc::gid_t>,
-    pub(super) workdir: CString,
-    /// The script's `#!` program, checked for execute permission as the job user.
-    pub(super) interpreter: Option<CString>,
-    /// The checkpoint directory and its ancestors, outermost first (`mkdir -p`).
-    pub(super) checkpoint_dirs: Vec<CString>,
-    pub(super) stdout: CString,
-    pub(super) stderr: Option<CString>,
-    pub(super) output_flags: libc::c_int,
-    pub(super) step_report: RawFd,
-    /// The job directory's `group` file, where the child writes its pid (its process group)
-    /// first thing; `None` with cgroups, which hold the job from its first instruction.
-    pub(super) group_file: Option<RawFd>,
-    /// A pipe's read end the child waits on, after its setup and before its exec, for the
-    /// supervisor's word that the job's launch is recorded (one byte): the setup overlaps
-    /// the journal's sync, and nothing of the job runs before it. End of file (the
-    /// supervisor gone) ends the child.
-    pub(super) go: Option<RawFd>,
-}
-
-/// The parent's copies of the descriptors a [`ChildSetup`] names: closed once the child is
-/// created (the step pipe's write end among them, so that its end of file means the child's
-/// exec or end).
-#[derive(Default)]
-pub(in crate::launch) struct ParentCopies(pub(super) Vec<OwnedFd>);
-
-impl ParentCopies {
-    /// Keeps `fd` open until the child is created; its number is for the child.
-    pub(super) fn keep(&mut self, fd: OwnedFd) -> RawFd {
-        let raw = fd.as_raw_fd();
-        self.0.push(fd);
-        raw
-    }
-}
-
-/// Runs in the child, before exec: new session, user switch, directories, output. Makes no
-/// libc call (see the module's docs). Returns the errno of the step that failed, reported.
-fn setup_child(s: &ChildSetup) -> Result<(), i32> {
-    let fail = |step: Step, errno: i32| -> i32 {
-        report_step(s.step_report, step as u8, 0, errno);
-        errno
-    };
-    let check =
-        |step: Step, result: Result<usize, i32>| result.map(|_| ()).map_err(|e| fail(step, e));
-
-    // The supervisor ignores these; ignored dispositions survive exec, the job needs defaults.
-    // Reset before the child joins the job's cgroup: a stop that reaches it there before its
-    // exec ends it (its SIGTERM is not lost on an ignored disposition).
-    for sig in TERMINATION_SIGNALS {
-        raw::default_disposition(sig);
-    }
-    // Blocked by the parent around the clone (see `BlockedTermination`): a stop sent
-    // meanwhile ends the child here.
-    raw::unblock(termination_mask());
-    // Before anything that can block, while still root: from here on every process the job
-    // starts is in its cgroups, and cannot leave them, and noded can stop it.
-    for &procs in &s.join_cgroups {
-        match raw::write(procs, b"0") {
-            Ok(1) => {}
-            Ok(_) => return Err(fail(Step::Cgroup, libc::EIO)),
-            Err(e) => return Err(fail(Step::Cgroup, e)),
-        }
-    }
-    // Own session and process group: killpg(job pid) reaches the whole job, not the
-    // supervisor.
-    check(Step::Session, raw::plain(libc::SYS_setsid, [0; 3]))?;
-    if let Some(group) = s.group_file {
-        // Without cgroups, the process group is what noded stops: recorded before anything
-        // that can block. Best effort: if it cannot be written, stops wait for the exec.
-        let pid = raw::plain(libc::SYS_getpid, [0; 3]).unwrap_or(0);
-        let mut digits = [0u8; 20];
-        let _ = raw::write(group, decimal(pid as u32, &mut digits));
-    }
-    if s.switch_user {
-        // Groups first: after setuid the process may no longer change them. The system
-        // calls themselves, never libc's wrappers: in a process with other threads those
-        // make every thread change too, and the child is no thread libc knows of. Each call
-        // changes this process's (only) thread, which is what the child needs.
-        // SAFETY: setgroups(2) from a live slice of gid_t, its length given.
-        let set = unsafe {
-            raw::syscall(
-                libc::SYS_setgroups,
-                [s.groups.len(), s.groups.as_ptr() as usize, 0, 0, 0, 0],
-            )
-        };
-        check(Step::Groups, set)?;
-        let gid = s.gid as usize;
-        check(Step::Gid, raw::plain(libc::SYS_setresgid, [gid, gid, gid]))?;
-        let uid = s.uid as usize;
-        check(Step::Uid, raw::plain(libc::SYS_setresuid, [uid, uid, uid]))?;
-    }
-    // From here on, the kernel checks every path as the job user.
-    check(Step::Workdir, raw::chdir(&s.workdir))?;
-    if let Some(interpreter) = &s.interpreter {
-        check(
-            Step::Interpreter,
-            raw::at_path(libc::SYS_faccessat, interpreter, libc::X_OK as usize, 0),
-        )?;
-    }
-    // The directory itself first: where its parents exist (every job of a user after the
-    // first), one mkdir; `mkdir -p` of every ancestor only when one is missing.
-    let mkdir = |dir: &CString| match raw::at_path(libc::SYS_mkdirat, dir, 0o755, 0) {
-        Ok(_) | Err(libc::EEXIST) => Ok(()),
-        Err(e) => Err(e),
-    };
-    if let Some(dir) = s.checkpoint_dirs.last() {
-        if mkdir(dir).is_err() {
-            for dir in &s.checkpoint_dirs {
-                mkdir(dir).map_err(|e| fail(Step::CheckpointDir, e))?;
-            }
-        }
-    }
-    let out = open_output(&s.stdout, s.output_flags)
-        .map_err(|(refused, e)| fail_output(s, Step::Stdout, refused, e))?;
-    check(Step::Stdout, move_fd(out, 1))?;
-    match &s.stderr {
-        Some(path) => {
-            let err = open_output(path, s.output_flags)
-                .map_err(|(refused, e)| fail_output(s, Step::Stderr, refused, e))?;
-            check(Step::Stderr, move_fd(err, 2))?;
-        }
-        None => check(Step::Stderr, raw::plain(libc::SYS_dup3, [1, 2, 0]))?,
-    }
-    Ok(())
-}
-
-/// Makes `fd` (opened close-on-exec) descriptor `target` of the job, kept across the exec.
-fn move_fd(fd: RawFd, target: RawFd) -> Result<usize, i32> {
-    if fd == target {
-        // The descriptor was free (closed in the supervisor): already in place.
-        return raw::plain(libc::SYS_fcntl, [fd as usize, libc::F_SETFD as usize, 0]);
-    }
-    let moved = raw::plain(libc::SYS_dup3, [fd as usize, target as usize, 0]);
-    raw::close(fd);
-    moved
-}
-
-fn fail_output(s: &ChildSetup, step: Step, refused: Option<Refused>, errno: i32) -> i32 {
-    report_step(
-        s.step_report,
-        step as u8,
-        refused.map_or(0, |r| r as u8),
-        errno,
-    );
-    errno
-}
-
-/// The length of a failure report on the step pipe: the step (0: the exec itself), what was
-/// refused (0: nothing), and the errno, little-endian.
-pub(in crate::launch) const STEP_REPORT_LEN: usize = 6;
-
-/// Writes a failure report (see [`STEP_REPORT_LEN`]) on the step pipe.
-fn report_step(pipe: RawFd, step: u8, refused: u8, errno: i32) {
-    let errno = errno.to_le_bytes();
-    let bytes = [step, refused, errno[0], errno[1], errno[2], errno[3]];
-    // One write of less than PIPE_BUF bytes arrives whole.
-    let _ = raw::write(pipe, &bytes);
-}
-
-/// The job's program, arguments and environment as `execve` takes them, made before the child
-/// is (it may not allocate).
-pub(in crate::launch) struct ExecArgs {
-    program: CString,
-    /// Owns what `argv` and `envp` point into.
-    _strings: Vec<CString>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-}
-
-impl ExecArgs {
-    pub(in crate::launch) fn new(
-        program: CString,
-        args: Vec<CString>,
-        env: Vec<CString>,
-    ) -> ExecArgs {
-        let argc = args.len();
-        let mut strings = Vec::with_capacity(1 + argc + env.len());
-        strings.push(program.clone());
-        strings.extend(args);
-        strings.extend(env);
-        let pointers = |range: &[CString]| -> Vec<*const libc::c_char> {
-            range
-                .iter()
-                .map(|s| s.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect()
-        };
-        // The CStrings' heap buffers do not move when the Vec holding them does.
-        let argv = pointers(&strings[..1 + argc]);
-        let envp = pointers(&strings[1 + argc..]);
-        ExecArgs {
-            program,
-            _strings: strings,
-            argv,
-            envp,
         }
     }
 }
@@ -484,10 +323,11 @@ impl Drop for ChildInUse {
     }
 }
 
-/// Creates the job's first process, which runs [`setup_child`] and then execs the job;
+/// Creates the job's first process, which runs [`in_child::run`]: its setup, then the job's exec;
 /// returns its pid and pidfd at once. The parent never waits for the child's setup, which
 /// may block (a hung network filesystem): the step pipe's end of file says the exec is
-/// done, a report on it (see [`STEP_REPORT_LEN`]) that a step, or the exec itself, failed.
+/// done, a report on it (see [`STEP_REPORT_LEN`](super::child::STEP_REPORT_LEN)) that a
+/// step, or the exec itself, failed.
 ///
 /// With `cgroup_dir` (the job's cgroup v2 directory, open), the child is born there
 /// (`CLONE_INTO_CGROUP`): it writes no `cgroup.procs` of the v2 hierarchy (the first such
@@ -603,7 +443,7 @@ extern "C" fn child_main(memory: *const ChildMemory) -> ! {
     // SAFETY: the parent keeps the memory alive and unchanged until this child has exec'd or
     // ended (see `ChildInUse`).
     let memory = unsafe { &*memory };
-    run_child(&memory.exec, &memory.setup)
+    in_child::run(&memory.exec, &memory.setup)
 }
 
 /// As [`clone_job`], with `fork` (the child joins every cgroup itself): where the kernel has
@@ -611,10 +451,10 @@ extern "C" fn child_main(memory: *const ChildMemory) -> ! {
 pub(in crate::launch) fn fork_job(memory: &ChildMemory) -> io::Result<u32> {
     let blocked = BlockedTermination::begin();
     // SAFETY: the child runs only system calls on memory prepared before the fork
-    // (run_child) and never returns into the parent's code.
+    // (in_child::run) and never returns into the parent's code.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        run_child(&memory.exec, &memory.setup);
+        in_child::run(&memory.exec, &memory.setup);
     }
     let error = io::Error::last_os_error();
     drop(blocked);
@@ -626,6 +466,7 @@ pub(in crate::launch) fn fork_job(memory: &ChildMemory) -> io::Result<u32> {
 
 /// `clone3`'s `CLONE_INTO_CGROUP` (Linux 5.7): the child is born in the cgroup given.
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
 /// `clone3`'s `CLONE_CLEAR_SIGHAND` (Linux 5.5): the child has no signal handler.
 const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 
@@ -654,84 +495,11 @@ pub(in crate::launch) fn clone3_unsupported(error: &io::Error) -> bool {
     )
 }
 
-/// How often, and how far apart, an exec that failed with ETXTBSY is tried again (1 s).
-const EXEC_BUSY_TRIES: u32 = 50;
-const EXEC_BUSY_PAUSE_NS: i64 = 20_000_000;
-
-/// The child: its setup, then the job's exec.
-fn run_child(exec: &ExecArgs, setup: &ChildSetup) -> ! {
-    if setup_child(setup).is_ok() && wait_for_go(setup.go) {
-        let mut busy_tries = 0;
-        let errno = loop {
-            // SAFETY: NUL-terminated arrays of pointers into CStrings `exec` owns.
-            let result = unsafe {
-                raw::syscall(
-                    libc::SYS_execve,
-                    [
-                        exec.program.as_ptr() as usize,
-                        exec.argv.as_ptr() as usize,
-                        exec.envp.as_ptr() as usize,
-                        0,
-                        0,
-                        0,
-                    ],
-                )
-            };
-            let errno = result.err().unwrap_or(libc::EIO);
-            // ETXTBSY: the script is still open for writing somewhere. noded closed it
-            // before the launch, but a process forked meanwhile by noded (or by whatever
-            // wrote it) holds a copy of that descriptor until its own exec, for
-            // microseconds to milliseconds. Waiting a little is all it takes (as Go's
-            // os/exec learned); a script really held open for writing still fails, after
-            // a second.
-            if errno != libc::ETXTBSY || busy_tries == EXEC_BUSY_TRIES {
-                break errno;
-            }
-            busy_tries += 1;
-            raw::sleep_ns(EXEC_BUSY_PAUSE_NS);
-        };
-        report_step(setup.step_report, 0, 0, errno);
-    }
-    raw::exit(127)
-}
-
-/// In the child: waits for the byte that says its launch is recorded (see
-/// [`ChildSetup::go`]); `false` on end of file or an error.
-fn wait_for_go(go: Option<RawFd>) -> bool {
-    let Some(go) = go else {
-        return true;
-    };
-    let mut byte = [0u8; 1];
-    loop {
-        match raw::read(go, &mut byte) {
-            Ok(1) => return true,
-            Err(libc::EINTR) => continue,
-            _ => return false,
-        }
-    }
-}
-
-/// The signals the supervisor ignores and a job must get with their default action.
-const TERMINATION_SIGNALS: [libc::c_int; 5] = [
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGPIPE,
-];
-
-/// [`TERMINATION_SIGNALS`] as the kernel's signal set.
-fn termination_mask() -> u64 {
-    TERMINATION_SIGNALS
-        .iter()
-        .fold(0, |mask, &sig| mask | 1 << (sig - 1))
-}
-
 /// The termination signals blocked in the supervisor while a job's child is created: a
 /// child born in the job's cgroup (`clone3`) can be sent a stop's SIGTERM before it has
 /// reset the dispositions it inherited (ignored): blocked, the signal is kept pending rather
 /// than discarded, and ends the child once it unblocks them with their defaults (see
-/// [`setup_child`]).
+/// [`in_child`]).
 struct BlockedTermination {
     old: libc::sigset_t,
 }
@@ -759,225 +527,5 @@ impl Drop for BlockedTermination {
     }
 }
 
-/// Opens an output file of the job (in the child, as the job user) so that it cannot block:
-/// non-blocking (a FIFO without a reader fails at once), then checked to be a regular file or
-/// `/dev/null`, then made blocking again. Symlinks are followed: they are the user's own, and
-/// the path is opened with the user's rights. The error says what was refused, if anything.
-fn open_output(path: &CString, flags: libc::c_int) -> Result<RawFd, (Option<Refused>, i32)> {
-    let fd = match raw::at_path(libc::SYS_openat, path, flags as usize, 0o644) {
-        Ok(fd) => fd as RawFd,
-        Err(errno) => {
-            // ENXIO: a FIFO nobody has open for reading, or a socket; say which.
-            // SAFETY: a `struct stat` is plain integers, valid zeroed.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            let refused = (errno == libc::ENXIO && raw::stat(-1, path, &mut st).is_ok())
-                .then(|| Refused::of_mode(st.st_mode, st.st_rdev).unwrap_or(Refused::Other));
-            return Err((refused, errno));
-        }
-    };
-    let fail = |refused: Option<Refused>, errno: i32| {
-        raw::close(fd);
-        Err((refused, errno))
-    };
-    // SAFETY: as above.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if let Err(errno) = raw::stat(fd, path, &mut st) {
-        return fail(None, errno);
-    }
-    if let Some(refused) = Refused::of_mode(st.st_mode, st.st_rdev) {
-        return fail(Some(refused), libc::EINVAL);
-    }
-    let blocking =
-        raw::plain(libc::SYS_fcntl, [fd as usize, libc::F_GETFL as usize, 0]).and_then(|status| {
-            raw::plain(
-                libc::SYS_fcntl,
-                [
-                    fd as usize,
-                    libc::F_SETFL as usize,
-                    status & !(libc::O_NONBLOCK as usize),
-                ],
-            )
-        });
-    match blocking {
-        Ok(_) => Ok(fd),
-        Err(errno) => fail(None, errno),
-    }
-}
-
-/// `n` in decimal, in `buf` (no allocation).
-fn decimal(mut n: u32, buf: &mut [u8; 20]) -> &[u8] {
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        buf[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[start..];
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::fs::File;
-    use std::io::Write;
-
-    /// A child's setup running `program` with its output in `out`, waiting for the word on
-    /// `go`; returns what the parent keeps (the step pipe's read end, the go pipe's write end).
-    fn setup(
-        program: &str,
-        args: &[&str],
-        out: &std::path::Path,
-        checkpoint_dirs: Vec<CString>,
-    ) -> (Box<ChildMemory>, ParentCopies, OwnedFd, OwnedFd) {
-        let cstr = |s: &str| CString::new(s).unwrap();
-        let (step_read, step_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let (go_read, go_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let mut parent = ParentCopies::default();
-        let setup = ChildSetup {
-            join_cgroups: Vec::new(),
-            switch_user: false,
-            uid: 0,
-            gid: 0,
-            groups: Vec::new(),
-            workdir: cstr("/"),
-            interpreter: None,
-            checkpoint_dirs,
-            stdout: CString::new(out.as_os_str().as_encoded_bytes()).unwrap(),
-            stderr: None,
-            output_flags: libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            step_report: parent.keep(step_write),
-            group_file: None,
-            go: Some(parent.keep(go_read)),
-        };
-        let exec = ExecArgs::new(
-            cstr(program),
-            args.iter().map(|a| cstr(a)).collect(),
-            vec![cstr("PATH=/usr/bin:/bin")],
-        );
-        (ChildMemory::new(exec, setup), parent, step_read, go_write)
-    }
-
-    /// Reads the step pipe to its end: the child's failure report, empty after an exec.
-    /// Raw reads: std's `read_to_end` probes the pipe's size (`lseek`: ESPIPE in errno).
-    fn step_report(step_read: OwnedFd) -> Vec<u8> {
-        let mut report = Vec::new();
-        let mut buf = [0u8; 64];
-        loop {
-            match raw::read(step_read.as_raw_fd(), &mut buf) {
-                Ok(0) => return report,
-                Ok(n) => report.extend_from_slice(&buf[..n]),
-                Err(libc::EINTR) => {}
-                Err(e) => panic!("reading the step pipe: errno {e}"),
-            }
-        }
-    }
-
-    fn wait(pid: u32) -> libc::c_int {
-        let mut status = 0;
-        // SAFETY: waitpid of our own child into a live local.
-        assert_eq!(
-            unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) },
-            pid as libc::pid_t
-        );
-        status
-    }
-
-    /// The child reported that `step` failed with `errno`, and ended (status 127).
-    fn assert_failed_and_ended(report: &[u8], step: u8, errno: i32, in_use: ChildInUse, pid: u32) {
-        assert_eq!(report.len(), STEP_REPORT_LEN);
-        assert_eq!(report[0], step);
-        assert_eq!(i32::from_le_bytes(report[2..6].try_into().unwrap()), errno);
-        in_use.release();
-        assert_eq!(libc::WEXITSTATUS(wait(pid)), 127);
-    }
-
-    fn errno_location() -> *mut libc::c_int {
-        // SAFETY: glibc's pointer to this thread's errno.
-        unsafe { libc::__errno_location() }
-    }
-
-    #[test]
-    fn a_child_runs_its_program_with_its_output_once_told() {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out");
-        let (memory, parent, step_read, go) =
-            setup("/bin/sh", &["-c", "echo started"], &out, Vec::new());
-        let (pid, _pidfd, in_use) = clone_job(memory, None).unwrap();
-        drop(parent);
-        // Set up and waiting: nothing of the program has run.
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(std::fs::read_to_string(&out).unwrap(), "");
-        File::from(go).write_all(&[1]).unwrap();
-        assert_eq!(step_report(step_read), b"");
-        in_use.release();
-        let status = wait(pid);
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-        assert_eq!(std::fs::read_to_string(&out).unwrap(), "started\n");
-    }
-
-    /// The child shares this thread's memory, its errno included: its failing system calls
-    /// (here the exec's) must not change the parent's errno under it.
-    #[test]
-    fn a_child_sharing_memory_leaves_the_parents_errno_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let (memory, parent, step_read, go) = setup(
-            "/nonexistent/program",
-            &[],
-            &dir.path().join("out"),
-            Vec::new(),
-        );
-        let (pid, _pidfd, in_use) = clone_job(memory, None).unwrap();
-        drop(parent);
-        // SAFETY: this thread's errno, written before the child's exec fails.
-        unsafe { *errno_location() = 4242 };
-        // Raw system calls from here on: nothing of the parent's own sets errno.
-        raw::write(go.as_raw_fd(), &[1]).unwrap();
-        let report = step_report(step_read);
-        // SAFETY: as above.
-        assert_eq!(unsafe { *errno_location() }, 4242);
-        // Step 0: the exec itself failed.
-        assert_failed_and_ended(&report, 0, libc::ENOENT, in_use, pid);
-        drop(go);
-    }
-
-    #[test]
-    fn a_failed_step_is_reported_with_its_errno() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("file");
-        std::fs::write(&file, "").unwrap();
-        // A checkpoint directory under a regular file: ENOTDIR.
-        let under_file = CString::new(file.join("sub").as_os_str().as_encoded_bytes()).unwrap();
-        let (memory, parent, step_read, go) =
-            setup("/bin/true", &[], &dir.path().join("out"), vec![under_file]);
-        let (pid, _pidfd, in_use) = clone_job(memory, None).unwrap();
-        drop(parent);
-        let report = step_report(step_read);
-        let step = Step::CheckpointDir as u8;
-        assert_failed_and_ended(&report, step, libc::ENOTDIR, in_use, pid);
-        drop(go);
-    }
-
-    #[test]
-    fn a_forked_child_runs_the_same_setup() {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out");
-        let (memory, parent, step_read, go) =
-            setup("/bin/sh", &["-c", "echo forked"], &out, Vec::new());
-        let pid = fork_job(&memory).unwrap();
-        drop((memory, parent));
-        File::from(go).write_all(&[1]).unwrap();
-        assert_eq!(step_report(step_read), b"");
-        assert_eq!(libc::WEXITSTATUS(wait(pid)), 0);
-        assert_eq!(std::fs::read_to_string(&out).unwrap(), "forked\n");
-    }
-
-    #[test]
-    fn the_termination_mask_has_each_signal_at_its_bit() {
-        let mask = termination_mask();
-        assert_eq!(mask.count_ones() as usize, TERMINATION_SIGNALS.len());
-        assert_ne!(mask & (1 << (libc::SIGTERM - 1)), 0);
-        assert_eq!(mask & (1 << (libc::SIGKILL - 1)), 0);
-    }
-}
+mod tests;

@@ -44,7 +44,8 @@ impl JobDir {
     pub fn finished(&self) -> PathBuf {
         self.path.join("finished.json")
     }
-    pub fn shepherd_log(&self) -> PathBuf {
+    /// The log of an older noded's process of the job.
+    pub fn old_process_log(&self) -> PathBuf {
         self.path.join("shepherd.log")
     }
 
@@ -55,8 +56,8 @@ impl JobDir {
         // Private: it holds the job's environment.
         write_json_atomic(&self.state(), record, FILE_MODE)
     }
-    /// `Ok(None)` when the shepherd has not written it (yet): no file, or the blank noded
-    /// made.
+    /// `Ok(None)` when an older noded's process of the job has not written it (yet): no file,
+    /// or the blank noded made.
     pub fn read_exit(&self) -> io::Result<Option<ExitRecord>> {
         match std::fs::read(self.exit()) {
             Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(None),
@@ -71,8 +72,9 @@ impl JobDir {
         }
     }
 
-    /// Makes the blank `exit.json` the shepherd will write into (see [`JobDir::write_exit`]):
-    /// [`EXIT_RECORD_BYTES`] spaces, on disk before the shepherd starts.
+    /// Makes the blank `exit.json` an older noded's process of the job writes into (see
+    /// [`JobDir::write_exit`]): [`EXIT_RECORD_BYTES`] spaces, on disk before that process
+    /// starts.
     pub fn prepare_exit(&self) -> io::Result<()> {
         write_atomic(&self.exit(), &[b' '; EXIT_RECORD_BYTES], FILE_MODE)
     }
@@ -114,7 +116,7 @@ impl JobDir {
     pub fn write_finished(&self, finished: &FinishedRecord) -> io::Result<()> {
         write_json_atomic(&self.finished(), finished, FILE_MODE)
     }
-    /// The job's pid as the shepherd recorded it.
+    /// The job's pid as an older noded's process of the job recorded it.
     pub fn read_job_pid(&self) -> Option<u32> {
         std::fs::read_to_string(self.pid())
             .ok()?
@@ -145,10 +147,10 @@ impl JobDir {
             .ok()
             .filter(|&pgid| pgid > 1)
     }
-    /// Tells the shepherd that the job is being stopped (SIGTERM at `term_time_ms`, 0 for an
-    /// immediate kill): when the main process exits, the others keep their grace. Written
-    /// before the first signal, so the shepherd finds it whenever the signal ends the main
-    /// process.
+    /// Tells an older noded's process of the job that the job is being stopped (SIGTERM at
+    /// `term_time_ms`, 0 for an immediate kill): when the main process exits, the others keep
+    /// their grace. Written before the first signal, so that process finds it whenever the
+    /// signal ends the main process.
     pub fn write_stop_notice(&self, term_time_ms: i64) -> io::Result<()> {
         write_atomic(
             &self.stop_notice(),

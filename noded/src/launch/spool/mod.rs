@@ -17,10 +17,10 @@
 //! |                           |                | [`super::lease`])                        |
 //! | `supervisor.sock`, `.lock`, `.log` | the supervisor | its socket, lock and diagnostics |
 //!
-//! A job of an older noded (one shepherd process per job) keeps its files in `jobs/<id>/`
+//! A job of an older noded (which ran one process per job) keeps its files in `jobs/<id>/`
 //! until schedd acknowledges its end: `state.json` ([`JobRecord`]), `pid`, `stopping` (a
-//! stop began: its shepherd waits for every process of the job), `exit.json` ([`ExitRecord`],
-//! written by its shepherd into a blank made before it started, in place) and
+//! stop began: its process waits for every process of the job), `exit.json` ([`ExitRecord`],
+//! written by its process into a blank made before it started, in place) and
 //! `finished.json` ([`FinishedRecord`]). A restarted noded adopts such jobs from those files
 //! (see [`scan_spool`]); every JSON file is written atomically (temporary file, fsync,
 //! rename, directory fsync).
@@ -39,7 +39,7 @@ mod tests;
 pub use job_dir::JobDir;
 pub use records::{ExitRecord, FinishedRecord, JobRecord, StopState};
 
-use super::process::{find_shepherd, is_shepherd_of};
+use super::process::{find_old_job_process, is_old_job_process};
 use serde::Serialize;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 /// Mode of `jobs/` and of each job's directory: job users must pass through to run their
 /// script, but nobody may list them.
 pub const DIR_MODE: u32 = 0o711;
-/// Mode of every spool file but `script`: root (noded and the shepherd) only.
+/// Mode of every spool file but `script`: root (noded and the node's supervisor) only.
 pub const FILE_MODE: u32 = 0o600;
 /// Mode of `script`, owned by the job user.
 pub const SCRIPT_MODE: u32 = 0o700;
@@ -70,8 +70,9 @@ impl Spool {
     /// may have (see the module docs). The root and `jobs/` are 0711: job users pass through
     /// both to run their script, and nobody else lists or changes them (a root that group or
     /// others may read or write loses those bits).
-    /// The path is made absolute: shepherds are recognised by the job directory on their
-    /// command line, which must not depend on noded's working directory.
+    /// The path is made absolute: an older noded's per-job processes are recognised by the
+    /// job directory on their command line, which must not depend on noded's working
+    /// directory.
     pub fn open(root: &Path) -> io::Result<Spool> {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -172,7 +173,7 @@ impl Spool {
 
     pub fn remove_job(&self, job_id: u64) -> io::Result<()> {
         let dir = self.job_dir(job_id);
-        // A job's directory holds only its script (an older noded's shepherd's holds more):
+        // A job's directory holds only its script (an older noded's per-job process's holds more):
         // two system calls instead of a walk of the directory, whenever they are enough.
         let _ = std::fs::remove_file(dir.script());
         match std::fs::remove_dir(dir.path()) {
@@ -196,15 +197,16 @@ impl Spool {
     }
 }
 
-/// A job found in the spool at start: its record and its shepherd, if one still runs.
+/// A job of an older noded found in the spool at start: its record and its process, if one
+/// still runs.
 pub(super) struct FoundJob {
     pub job_id: u64,
     pub record: Result<JobRecord, String>,
-    pub shepherd_pid: Option<u32>,
+    pub old_process_pid: Option<u32>,
 }
 
-/// The jobs of an older noded's shepherds (a `state.json` in their directory) that are not
-/// finished yet (no `finished.json`), each with its live shepherd's pid when there is one.
+/// The jobs of an older noded's per-job processes (a `state.json` in their directory) that are not
+/// finished yet (no `finished.json`), each with its live process's pid when there is one.
 /// The directories of this noded's jobs hold only their script: the node's journal has the
 /// rest.
 pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
@@ -223,18 +225,18 @@ pub(super) fn scan_spool(spool: &Spool) -> std::io::Result<Vec<FoundJob>> {
             }
         }
         let record = dir.read_record().map_err(|e| e.to_string());
-        let shepherd_pid = match &record {
+        let old_process_pid = match &record {
             Ok(JobRecord {
-                shepherd_pid: Some(pid),
+                old_process_pid: Some(pid),
                 ..
-            }) => Some(*pid).filter(|&pid| is_shepherd_of(pid, dir.path())),
+            }) => Some(*pid).filter(|&pid| is_old_job_process(pid, dir.path())),
             // noded stopped before recording the pid (or the state): look for it.
-            _ => find_shepherd(dir.path()),
+            _ => find_old_job_process(dir.path()),
         };
         found.push(FoundJob {
             job_id,
             record,
-            shepherd_pid,
+            old_process_pid,
         });
     }
     Ok(found)
@@ -271,9 +273,8 @@ pub(super) fn write_json_atomic<T: Serialize>(path: &Path, value: &T, mode: u32)
 
 /// Writes `bytes` to `path` so that readers see either the old or the new content, durably: a
 /// temporary file in the same directory, flushed to disk, renamed over the target, and the
-/// directory synced. The
-/// temporary file is named after the writing process: noded and a shepherd's fence may write
-/// `stopping` at the same time.
+/// directory synced. The temporary file is named after the writing process: noded and an
+/// older noded's per-job process (its fence) may write `stopping` at the same time.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(".tmp.{}", std::process::id()));

@@ -1,8 +1,8 @@
 //! What the journal's records hold: a job's record, its exit, and its reported end.
 //!
 //! The job's [`JobRecord`] (an older noded's `state.json`), how it ended as its supervisor
-//! saw it ([`ExitRecord`], an older shepherd's `exit.json`), and the end reported to schedd
-//! ([`FinishedRecord`], an older noded's `finished.json`). Fields marked `serde(default)`
+//! saw it ([`ExitRecord`], an older noded's per-job process's `exit.json`), and the end
+//! reported to schedd ([`FinishedRecord`], an older noded's `finished.json`). Fields marked `serde(default)`
 //! are newer than the first records: they read as their default from older records.
 
 use crate::launch::job::{ExecPlan, JobParams};
@@ -14,9 +14,11 @@ pub struct JobRecord {
     pub job: JobParams,
     /// How the supervisor runs it; `None` when it could not be planned (launch error).
     pub plan: Option<ExecPlan>,
-    /// The shepherd of a job started by an older noded (one process per job); `None` for
-    /// jobs started through the node's supervisor.
-    pub shepherd_pid: Option<u32>,
+    /// The pid of an older noded's process of the job (it ran one per job, and called it the
+    /// job's shepherd, as its records still do); `None` for jobs started through the node's
+    /// supervisor.
+    #[serde(rename = "shepherd_pid")]
+    pub old_process_pid: Option<u32>,
     /// The job was handed to the node's supervisor (see
     /// [`crate::launch::node_supervisor`]); false in older records.
     #[serde(default)]
@@ -40,7 +42,7 @@ impl JobRecord {
                 ..Default::default()
             },
             plan: None,
-            shepherd_pid: None,
+            old_process_pid: None,
             supervised: false,
             job_pid: None,
             start_time_ms: 0,
@@ -71,18 +73,18 @@ pub struct StopState {
     pub warn_sent: bool,
 }
 
-/// How a job ended, as its supervisor (or an older noded's shepherd) saw it.
+/// How a job ended, as its supervisor (or an older noded's per-job process) saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitRecord {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub end_time_ms: i64,
-    /// Why the job never started (the shepherd could not set it up or exec it).
+    /// Why the job never started (its setup or exec failed).
     pub error: Option<String>,
     /// The kernel killed a process of the job for going over its memory limit.
     #[serde(default)]
     pub out_of_memory: bool,
-    /// The shepherd's fence stopped the job: the node's lease ran out (see
+    /// The fence stopped the job: the node's lease ran out (see
     /// [`crate::launch::lease`]).
     #[serde(default)]
     pub fenced: bool,
@@ -119,7 +121,7 @@ pub struct FinishedRecord {
     pub restart_count: u32,
     #[serde(default)]
     pub out_of_memory: bool,
-    /// Its shepherd's fence stopped it (the node had lost schedd for `fence_after_secs`).
+    /// The fence stopped it (the node had lost schedd for `fence_after_secs`).
     #[serde(default)]
     pub fenced: bool,
     /// It did not start for a reason of the node's (see [`ExitRecord::node_fault`]).

@@ -51,7 +51,8 @@ fn records_round_trip_and_ids_list() {
         spool.lease_path(),
         root.path().canonicalize().unwrap().join("lease")
     );
-    // An exit record of an older shepherd (without the fence's fields) still reads.
+    // An exit record of an older noded's per-job process (without the fence's fields) still
+    // reads.
     std::fs::write(
         dir.exit(),
         br#"{"exit_code":1,"signal":null,"end_time_ms":9,"error":null}"#,
@@ -66,6 +67,13 @@ fn records_round_trip_and_ids_list() {
     }
     std::fs::write(dir.state(), old.to_string()).unwrap();
     assert_eq!(dir.read_record().unwrap().stop, StopState::default());
+    // Its process's pid is under the name it gave it, read and written.
+    old["shepherd_pid"] = 4321.into();
+    std::fs::write(dir.state(), old.to_string()).unwrap();
+    let record = dir.read_record().unwrap();
+    assert_eq!(record.old_process_pid, Some(4321));
+    let written = serde_json::to_value(&record).unwrap();
+    assert_eq!(written["shepherd_pid"], 4321);
 
     std::fs::write(dir.finished(), b"{not json").unwrap();
     let err = dir.read_finished().unwrap_err().to_string();
@@ -108,12 +116,12 @@ fn files_are_private_and_an_old_spool_is_tightened() {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).unwrap()
     };
     std::fs::write(dir.script(), b"#!/bin/sh\n").unwrap();
-    std::fs::write(dir.shepherd_log(), b"log\n").unwrap();
+    std::fs::write(dir.old_process_log(), b"log\n").unwrap();
     open(root.path(), 0o777);
     open(&root.path().join("jobs"), 0o755);
     open(dir.path(), 0o755);
     open(&dir.script(), 0o755);
-    for file in [dir.state(), dir.exit(), dir.shepherd_log()] {
+    for file in [dir.state(), dir.exit(), dir.old_process_log()] {
         open(&file, 0o644);
     }
     // A link is never followed (nor changed).
@@ -128,7 +136,7 @@ fn files_are_private_and_an_old_spool_is_tightened() {
     assert_eq!(mode(&root.path().join("jobs")), DIR_MODE);
     assert_eq!(mode(dir.path()), DIR_MODE);
     assert_eq!(mode(&dir.script()), SCRIPT_MODE);
-    for file in [dir.state(), dir.exit(), dir.shepherd_log()] {
+    for file in [dir.state(), dir.exit(), dir.old_process_log()] {
         assert_eq!(mode(&file), FILE_MODE, "{}", file.display());
     }
     assert_eq!(mode(&outside), 0o644);
@@ -143,7 +151,7 @@ fn a_job_directory_is_removed_and_a_leftover_one_replaced() {
     std::fs::write(dir.script(), "#!/bin/sh\ntrue\n").unwrap();
     spool.remove_job(5).unwrap();
     assert!(!dir.path().exists());
-    // An empty one, and one of an older noded's shepherd, holding more than a script.
+    // An empty one, and one of an older noded's per-job process, holding more than a script.
     let dir = spool.create_job_dir(6).unwrap();
     spool.remove_job(6).unwrap();
     assert!(!dir.path().exists());

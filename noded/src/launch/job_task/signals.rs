@@ -4,11 +4,11 @@
 //! first moment of its launch where the host allows; until then a signal waits for the
 //! job's start.
 
-use super::Supervisor;
+use super::JobTask;
 use crate::launch::tracking::JobProcesses;
 use nix::sys::signal::Signal;
 
-impl Supervisor {
+impl JobTask {
     /// The job's `warn_signal`, to the batch shell only or to every process of the job.
     pub(super) fn warn(&mut self) {
         self.record.stop.warn_sent = true;

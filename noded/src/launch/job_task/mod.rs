@@ -1,7 +1,7 @@
-//! One task per job, which starts or adopts it, stops it when due, and reports its end.
+//! noded's task per job, which starts or adopts it, stops it when due, and reports its end.
 //!
 //! The task creates the job's cgroups and hands the job to the node's supervisor (or
-//! re-attaches to it after a restart, or to an older noded's shepherd), sends the warning
+//! re-attaches to it after a restart, or to an older noded's per-job process), sends the warning
 //! signal, SIGTERM and SIGKILL to every process of the job when asked or when the time limit
 //! and grace run out (its stop progress told to the supervisor before each signal), and
 //! reports the job's end. All of it reacts to events (the supervisor's lines, control
@@ -16,7 +16,8 @@ mod start;
 
 pub(in crate::launch) use finish::{checkpoint_to_check, finished_record, saved_since, LOST};
 
-use super::process::{Announcement, Shepherd, SupervisorWriter};
+use super::node_protocol::{self, BadLine, Reply, Request};
+use super::process::{Announcement, JobOwner, SupervisorWriter};
 use super::spool::{ExitRecord, FinishedRecord, JobDir, JobRecord, StopState};
 use super::{Control, JobEvent, JobParams, JobStarted, Shared};
 use nix::sys::signal::Signal;
@@ -26,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use ysched_common::time::now_ms;
 
-pub(super) struct Supervisor {
+pub(super) struct JobTask {
     shared: Arc<Shared>,
     dir: JobDir,
     record: JobRecord,
@@ -35,10 +36,10 @@ pub(super) struct Supervisor {
     /// ended): it is not sent again when the job's start is announced.
     term_delivered: bool,
     /// The write half of the job's connection to the node's supervisor, which its stop
-    /// progress goes to; `None` for an older noded's shepherd (then `state.json` and
+    /// progress goes to; `None` for an older noded's per-job process (then `state.json` and
     /// `stopping` in the job's directory) or before the job is handed over.
     link: Option<SupervisorWriter>,
-    /// A job of an older noded's shepherd: its state, stop notice and end in its directory's
+    /// A job of an older noded's per-job process: its state, stop notice and end in its directory's
     /// files.
     old_layout: bool,
     /// The node's supervisor said every process of the job is gone (`gone`, process-group
@@ -47,7 +48,7 @@ pub(super) struct Supervisor {
     processes_gone: bool,
 }
 
-impl Supervisor {
+impl JobTask {
     pub fn for_new_job(
         shared: Arc<Shared>,
         job: JobParams,
@@ -56,7 +57,7 @@ impl Supervisor {
         let record = JobRecord {
             job,
             plan: None,
-            shepherd_pid: None,
+            old_process_pid: None,
             supervised: false,
             job_pid: None,
             start_time_ms: 0,
@@ -72,7 +73,7 @@ impl Supervisor {
         controls: mpsc::UnboundedReceiver<Control>,
     ) -> Self {
         let dir = shared.spool.job_dir(record.job.job_id);
-        let mut supervisor = Supervisor {
+        let mut task = JobTask {
             shared,
             dir,
             record,
@@ -82,20 +83,20 @@ impl Supervisor {
             link: None,
             old_layout: false,
         };
-        // An older noded's shepherd may have written `pid` after its noded last saved the
+        // An older noded's per-job process may have written `pid` after its noded last saved the
         // record.
-        if supervisor.record.plan.is_some() && supervisor.record.job_pid.is_none() {
-            if let Some(pid) = supervisor.dir.read_job_pid() {
-                supervisor.record.job_pid = Some(pid);
-                if supervisor.record.start_time_ms == 0 {
-                    supervisor.record.start_time_ms = now_ms();
+        if task.record.plan.is_some() && task.record.job_pid.is_none() {
+            if let Some(pid) = task.dir.read_job_pid() {
+                task.record.job_pid = Some(pid);
+                if task.record.start_time_ms == 0 {
+                    task.record.start_time_ms = now_ms();
                 }
             }
         }
-        supervisor
+        task
     }
 
-    /// Marks a job of an older noded's shepherd (see [`Supervisor::old_layout`]).
+    /// Marks a job of an older noded's per-job process (see [`JobTask::old_layout`]).
     pub fn of_old_layout(mut self) -> Self {
         self.old_layout = true;
         self
@@ -109,7 +110,7 @@ impl Supervisor {
     /// its end.
     pub async fn launch(mut self) {
         match self.start().await {
-            Ok((shepherd, announcement)) => self.supervise(shepherd, Some(announcement)).await,
+            Ok((owner, announcement)) => self.supervise(owner, Some(announcement)).await,
             Err(LaunchFailure { error, node_fault }) => {
                 tracing::warn!(
                     "job {}: cannot start: {error}{}",
@@ -131,21 +132,21 @@ impl Supervisor {
         }
     }
 
-    /// A job whose supervisor (or older noded's shepherd) survived a noded restart:
+    /// A job whose supervisor (or older noded's per-job process) survived a noded restart:
     /// supervise it from where it was. `connection`: the supervisor's, with its write half.
     pub async fn resume(
         mut self,
-        shepherd: Shepherd,
+        owner: JobOwner,
         connection: Option<(Announcement, SupervisorWriter)>,
     ) {
         let announcement = connection.map(|(lines, writer)| {
             self.link = Some(writer);
             lines
         });
-        self.supervise(shepherd, announcement).await
+        self.supervise(owner, announcement).await
     }
 
-    async fn supervise(mut self, mut shepherd: Shepherd, mut announcement: Option<Announcement>) {
+    async fn supervise(mut self, mut owner: JobOwner, mut announcement: Option<Announcement>) {
         // How the supervisor's connection ended: the job's recorded end, or why it failed.
         let mut ended: Option<FinishedRecord> = None;
         let mut refused: Option<String> = None;
@@ -156,40 +157,43 @@ impl Supervisor {
                 biased;
                 // The supervisor's connection: its lines, then its end when the job is over.
                 line = next_line(&mut announcement), if announcement.is_some() => {
-                    match line {
-                        Some(line) if line.starts_with("started ") => {
+                    let Some(line) = line else {
+                        break;
+                    };
+                    match Reply::parse(&line) {
+                        Ok(Reply::Started { pid, time_ms }) => {
                             ysched_common::stamp::stamp("n.started_line", self.job_id());
-                            self.on_started(&line)
+                            self.on_started(pid, time_ms.unwrap_or_else(now_ms))
                         }
-                        Some(line) if line.starts_with("ended ") => {
+                        Ok(Reply::Ended(finished)) => {
                             ysched_common::stamp::stamp("n.ended_line", self.job_id());
-                            match serde_json::from_str(&line["ended ".len()..]) {
-                                Ok(finished) => ended = Some(finished),
-                                Err(e) => tracing::error!(
-                                    "job {}: unreadable end from the supervisor: {e}",
-                                    self.job_id()
-                                ),
-                            }
+                            ended = Some(finished);
                             break;
                         }
-                        Some(line) if line.starts_with("refused ") => {
-                            refused = Some(line["refused ".len()..].to_string());
+                        Err(BadLine::Unreadable { verb: node_protocol::ENDED, why }) => {
+                            tracing::error!(
+                                "job {}: unreadable end from the supervisor: {why}",
+                                self.job_id()
+                            );
+                            break;
+                        }
+                        Ok(Reply::Refused(why)) => {
+                            refused = Some(why);
                             break;
                         }
                         // A late answer to a restarted noded's attach: the job is not there.
-                        Some(line) if line == "unknown" => break,
-                        Some(line) if line == "attached" => {}
-                        Some(line) if line == "gone" => self.processes_gone = true,
-                        Some(line) => tracing::warn!(
+                        Ok(Reply::Unknown) => break,
+                        Ok(Reply::Attached) => {}
+                        Ok(Reply::Gone) => self.processes_gone = true,
+                        Ok(_) | Err(_) => tracing::warn!(
                             "job {}: unexpected word from the supervisor {line:?}",
                             self.job_id()
                         ),
-                        None => break,
                     }
                 }
                 Some(control) = self.controls.recv() => self.on_control(control),
                 () = sleep_until_ms(deadline) => self.on_deadline(),
-                () = shepherd.exited() => break,
+                () = owner.exited() => break,
             }
         }
         if let Some(finished) = ended {
@@ -210,29 +214,13 @@ impl Supervisor {
             };
             return self.finish(exit).await;
         }
-        self.finish_after_shepherd(true).await
+        self.finish_after_owner_gone(true).await
     }
 
-    fn on_started(&mut self, line: &str) {
-        let mut words = line.split_whitespace();
-        let (Some("started"), Some(pid), time) = (words.next(), words.next(), words.next()) else {
-            tracing::warn!(
-                "job {}: unexpected supervisor message {line:?}",
-                self.job_id()
-            );
-            return;
-        };
-        let Ok(pid) = pid.parse::<u32>() else {
-            tracing::warn!(
-                "job {}: bad pid in supervisor message {line:?}",
-                self.job_id()
-            );
-            return;
-        };
-        let time_ms = time.and_then(|t| t.parse().ok()).unwrap_or_else(now_ms);
+    fn on_started(&mut self, pid: u32, time_ms: i64) {
         self.record.job_pid = Some(pid);
         self.record.start_time_ms = time_ms;
-        // An older noded's shepherd keeps the pid in the job's record file. The node's
+        // An older noded's per-job process keeps the pid in the job's record file. The node's
         // supervisor told us both itself, and its journal has them: nothing to send.
         if self.link.is_none() {
             self.persist();
@@ -293,14 +281,14 @@ impl Supervisor {
     }
 
     /// Tells the job's supervisor that the job is being stopped, before the first signal (its
-    /// stop progress, or for an older noded's shepherd the `stopping` notice).
+    /// stop progress, or for an older noded's per-job process the `stopping` notice).
     fn announce_stop(&self) {
         if self.link.is_some() {
             return self.persist();
         }
         if let Err(e) = self.dir.write_stop_notice(self.record.stop.term_time_ms) {
             tracing::warn!(
-                "job {}: cannot tell its shepherd about the stop, so the job's main process \
+                "job {}: cannot tell its process about the stop, so the job's main process \
                  ending will end the others' grace: {e}",
                 self.job_id()
             );
@@ -373,11 +361,11 @@ impl Supervisor {
 
     /// Saves the job's stop progress: sent to the node's supervisor (which journals it and
     /// keeps the others' grace when the main process ends), or for an older noded's
-    /// shepherd written to `state.json`.
+    /// per-job process written to `state.json`.
     fn persist(&self) {
         if let Some(link) = &self.link {
-            let line = match serde_json::to_string(&self.record.stop) {
-                Ok(json) => format!("stop {json}\n"),
+            let line = match Request::Stop(self.record.stop.clone()).to_line() {
+                Ok(line) => line,
                 Err(e) => return tracing::error!("job {}: {e}", self.job_id()),
             };
             // A line into a socket the supervisor keeps reading: written whole at once, or

@@ -7,11 +7,12 @@
 //! says whose fault it is ([`LaunchFailure`]): the node's (its spool, cgroups, processes:
 //! the node is marked unhealthy and schedd places the job elsewhere) or the job's.
 
-use super::Supervisor;
+use super::JobTask;
 use crate::launch::checkpoint;
 use crate::launch::containment::JobLimits;
 use crate::launch::job::{plan_job, write_script};
-use crate::launch::process::{Announcement, Shepherd};
+use crate::launch::node_protocol::Request;
+use crate::launch::process::{Announcement, JobOwner};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Why a job could not be started: the message for `FinishedRecord::error`, and whether the
@@ -45,10 +46,11 @@ impl From<String> for LaunchFailure {
     }
 }
 
-impl Supervisor {
-    /// Prepares the spool directory and hands the job to the node's supervisor. A failure to write the spool
-    /// also marks the node unhealthy (see [`crate::launch::Shared::spool_write_failed`]).
-    pub(super) async fn start(&mut self) -> Result<(Shepherd, Announcement), LaunchFailure> {
+impl JobTask {
+    /// Prepares the spool directory and hands the job to the node's supervisor. A failure to
+    /// write the spool also marks the node unhealthy (see
+    /// [`crate::launch::Shared::spool_write_failed`]).
+    pub(super) async fn start(&mut self) -> Result<(JobOwner, Announcement), LaunchFailure> {
         let shared = self.shared.clone();
         let mut job = self.record.job.clone();
         // The node's default, for the plan only: the record keeps what schedd sent.
@@ -128,7 +130,7 @@ impl Supervisor {
             self.shared.launch_fault(&error);
             LaunchFailure::node(error)
         })?;
-        Ok((Shepherd::Supervised, connection))
+        Ok((JobOwner::NodeSupervisor, connection))
     }
 
     /// Asks the node's supervisor (started if none runs) to record the job's launch in the
@@ -138,9 +140,9 @@ impl Supervisor {
         let stream = self.shared.connect_supervisor(true).await?;
         ysched_common::stamp::stamp("n.connected", self.job_id());
         let (read, mut write) = stream.into_split();
-        let record = serde_json::to_string(&self.record).map_err(std::io::Error::other)?;
+        let launch = Request::Launch(Box::new(self.record.clone())).to_line();
         write
-            .write_all(format!("launch {record}\n").as_bytes())
+            .write_all(launch.map_err(std::io::Error::other)?.as_bytes())
             .await?;
         ysched_common::stamp::stamp("n.handed", self.job_id());
         self.link = Some(write);

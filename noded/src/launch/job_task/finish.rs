@@ -4,13 +4,14 @@
 //! killed) and whether it saved a checkpoint after its SIGTERM. The node's supervisor makes
 //! it for the jobs it ran (with these functions) and records it in the journal; noded makes
 //! it for a launch that failed before the hand-over, a job whose supervisor went away, and
-//! an older noded's shepherd's job (from its `exit.json`). One that cannot be recorded is kept
-//! in memory until schedd acknowledges it.
+//! a job of an older noded's per-job process (from its `exit.json`). One that cannot be
+//! recorded is kept in memory until schedd acknowledges it.
 
-use super::Supervisor;
+use super::JobTask;
 use crate::launch::checkpoint_scan::CheckpointDir;
 use crate::launch::process::newest_mtime_ms;
 use crate::launch::spool::{ExitRecord, FinishedRecord, JobRecord, StopState};
+use crate::launch::supervisor_client::record_end;
 use crate::launch::tracking::JobProcesses;
 use crate::launch::JobEvent;
 use std::time::Duration;
@@ -21,11 +22,12 @@ use ysched_common::time::now_ms;
 const MTIME_GRANULARITY_MS: i64 = 10;
 
 /// The end of a job whose supervisor went away without recording it (it died, or the host
-/// restarted). The words of the shepherds' days, which users and scripts may look for.
+/// restarted). The words an older noded used (it called its per-job processes shepherds),
+/// which users and scripts may look for.
 pub(in crate::launch) const LOST: &str = "lost: shepherd gone";
 
-impl Supervisor {
-    /// The exit an older noded's shepherd recorded; nothing for a job of the node's
+impl JobTask {
+    /// The exit an older noded's per-job process recorded; nothing for a job of the node's
     /// supervisor (its end comes on its connection, or not at all).
     fn read_old_layout_exit(&self) -> std::io::Result<Option<ExitRecord>> {
         if self.old_layout {
@@ -35,12 +37,12 @@ impl Supervisor {
         }
     }
 
-    /// Reports the end of a job of an older noded's shepherd from what the shepherd recorded
-    /// (its `exit.json`), or, with no word from it or from the node's supervisor, as lost.
-    /// `watched_exit`: noded saw the shepherd (or the supervisor's connection) go just now,
-    /// so the job's group id is still meaningful; after a restart (maybe a reboot) it may
-    /// belong to someone else by now.
-    pub async fn finish_after_shepherd(self, watched_exit: bool) {
+    /// Reports the end of a job whose owner went without telling it: from what an older
+    /// noded's per-job process recorded (its `exit.json`), or, with no word from it or from
+    /// the node's supervisor, as lost. `watched_exit`: noded saw that process (or the
+    /// supervisor's connection) go just now, so the job's group id is still meaningful; after
+    /// a restart (maybe a reboot) it may belong to someone else by now.
+    pub async fn finish_after_owner_gone(self, watched_exit: bool) {
         let exit = match self.read_old_layout_exit() {
             Ok(Some(exit)) => exit,
             Ok(None) => {
@@ -49,8 +51,8 @@ impl Supervisor {
                     self.job_id()
                 );
                 // Nobody supervises the job anymore: don't leave it running unseen. A cgroup
-                // is the job's for sure; a process group id only while noded watched the
-                // shepherd (after a restart, maybe a reboot, it may be someone else's).
+                // is the job's for sure; a process group id only while noded watched its
+                // owner (after a restart, maybe a reboot, it may be someone else's).
                 let cgroup = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref());
                 let job_pid = self
                     .record
@@ -76,11 +78,11 @@ impl Supervisor {
     }
 
     /// Records the job's end ([`FinishedRecord`]) (kept until acknowledged), stops tracking
-    /// the job, and reports it. The end of a job of an older noded's shepherd goes to its
+    /// the job, and reports it. The end of a job of an older noded's per-job process goes to its
     /// `finished.json`; any other, to the node's journal through the supervisor.
     pub(super) async fn finish(self, exit: ExitRecord) {
         // The supervisor removes the cgroups of the jobs it ran; not when it could not run
-        // them, or died, or for an older noded's shepherd.
+        // them, or died, or for an older noded's per-job process.
         if let Some(cgroup) = self.record.plan.as_ref().and_then(|p| p.cgroup.as_ref()) {
             match cgroup.remove() {
                 Ok(()) => {}
@@ -104,35 +106,40 @@ impl Supervisor {
         }
         if self.old_layout {
             self.write_old_layout_end(&finished);
-        } else if let Err(e) = self.shared.record_end(&finished).await {
-            tracing::error!(
-                "job {}: cannot record its end in the node's journal ({e}): kept in memory \
-                 until schedd acknowledges it",
-                finished.job_id
-            );
-            self.shared.spool_write_failed(&e);
-            self.shared
-                .unwritten_ends()
-                .insert(finished.job_id, finished.clone());
+            return self.report_end(finished);
+        }
+        let end = finished.clone();
+        let recorded = self
+            .shared
+            .on_blocking_thread(move |connection| record_end(connection, &end))
+            .await;
+        if let Err(e) = recorded {
+            self.keep_unwritten(&finished, "the node's journal", &e);
         }
         self.report_end(finished);
     }
 
-    /// The end of a job of an older noded's shepherd, in its `finished.json`.
+    /// The end of a job of an older noded's per-job process, in its `finished.json`.
     fn write_old_layout_end(&self, finished: &FinishedRecord) {
         if let Err(e) = self.dir.write_finished(finished) {
-            // Kept in memory until schedd acknowledges it; a noded restarted before that
-            // rebuilds it from `exit.json` (see the spool's docs).
-            tracing::error!(
-                "job {}: cannot record its end in the spool ({e}): kept in memory until \
-                 schedd acknowledges it",
-                finished.job_id
-            );
-            self.shared.spool_write_failed(&e);
-            self.shared
-                .unwritten_ends()
-                .insert(finished.job_id, finished.clone());
+            // A noded restarted before schedd acknowledges it rebuilds it from `exit.json`
+            // (see the spool's docs).
+            self.keep_unwritten(finished, "the spool", &e);
         }
+    }
+
+    /// An end that could not be recorded in `place`: kept in memory until schedd
+    /// acknowledges it, and the spool said to fail.
+    fn keep_unwritten(&self, finished: &FinishedRecord, place: &str, e: &std::io::Error) {
+        tracing::error!(
+            "job {}: cannot record its end in {place} ({e}): kept in memory until schedd \
+             acknowledges it",
+            finished.job_id
+        );
+        self.shared.spool_write_failed(e);
+        self.shared
+            .unwritten_ends()
+            .insert(finished.job_id, finished.clone());
     }
 
     /// Stops tracking the job and reports its end, recorded (or kept in memory) already.
