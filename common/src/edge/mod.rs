@@ -9,12 +9,15 @@
 //! * [`cap_message`]: an error message sent back is short, whatever input it echoes, so that
 //!   no answer can break HTTP/2's header limits (a gRPC status travels in a header);
 //! * [`answers`] and [`answer_body`]: the answers a client has not read yet hold at most so
-//!   much memory per connection, per user and in all; past it a request is refused.
+//!   much memory per connection, per user and in all; past it a request is refused;
+//! * [`passed_on`]: a client's request as a relay or a follower passes it on, with none of
+//!   the client's metadata.
 //!
 //! Unlike the rest of `common`, these do I/O (sockets, `tracing`, `setrlimit`).
 
 pub mod answer_body;
 pub mod answers;
+pub mod passed_on;
 pub mod peer_log;
 pub mod unix_listener;
 

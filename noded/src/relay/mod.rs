@@ -40,6 +40,7 @@ use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::transport::Channel;
 use tonic::Status;
 use ysched_common::edge::answers::{AnswerBudget, Holder, ANSWER_ROOM_METADATA};
+use ysched_common::edge::passed_on::passed_on;
 use ysched_common::edge::unix_listener::{ClientConnectInfo, ConnectionLimits, LimitedIncoming};
 use ysched_common::edge::{cap_message, MAX_STATUS_MESSAGE_BYTES};
 use ysched_common::identity::{relayed_caller, Handover, Hop};
@@ -216,15 +217,6 @@ impl Relay {
             .map_or("/", |p| p.as_str())
             .parse()
             .map_err(|e| Status::invalid_argument(format!("a request to a bad path: {e}")))?;
-        let mut outgoing = http::Request::new(body);
-        *outgoing.method_mut() = parts.method;
-        *outgoing.uri_mut() = uri;
-        let headers = outgoing.headers_mut();
-        for name in PASSED_HEADERS {
-            if let Some(value) = parts.headers.get(name) {
-                headers.insert(name, value.clone());
-            }
-        }
         let mut metadata = MetadataMap::new();
         if let Some(authorization) = &self.authorization {
             metadata.insert("authorization", authorization.clone());
@@ -233,7 +225,7 @@ impl Relay {
         if let Some(room) = &room {
             metadata.insert(ANSWER_ROOM_METADATA, MetadataValue::from(room.bytes()));
         }
-        headers.extend(metadata.into_headers());
+        let outgoing = passed_on(parts, body, uri, metadata);
         use tower::ServiceExt;
         let answer = link.channel.oneshot(outgoing).await.map_err(|e| {
             Status::unavailable(format!(
@@ -272,16 +264,6 @@ const LARGE_ANSWERS: [&str; 6] = [
 ];
 /// The room reserved before any other unary request goes on; its answer grows it if it must.
 const SMALL_ROOM: u64 = 64 << 10;
-
-/// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
-/// the client chose.
-const PASSED_HEADERS: [&str; 5] = [
-    "content-type",
-    "te",
-    "grpc-timeout",
-    "grpc-encoding",
-    "grpc-accept-encoding",
-];
 
 /// The headers of schedd's answer the client gets: gRPC's own, with a status (an answer that
 /// is only a status) capped as [`schedd_status`] caps it.

@@ -17,17 +17,8 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::Status;
+use ysched_common::edge::passed_on::passed_on;
 use ysched_common::identity::{relayed_caller, Handover, Hop, RELAYED_CALLER_METADATA};
-
-/// The client's headers passed on: gRPC's own (its deadline and encodings), never metadata
-/// the client chose.
-const PASSED_HEADERS: [&str; 5] = [
-    "content-type",
-    "te",
-    "grpc-timeout",
-    "grpc-encoding",
-    "grpc-accept-encoding",
-];
 
 /// The leader's answer as the client gets it: should it break off (the leader gone in the
 /// middle of a `WatchJob` stream), the client's stream ends with `UNAVAILABLE`, which the
@@ -178,21 +169,12 @@ impl Forwarder {
         let uri: http::Uri = format!("https://{addr}{path}")
             .parse()
             .map_err(|e| Refusal::Unreachable(format!("bad address {addr}: {e}")))?;
-        let mut outgoing = http::Request::new(body);
-        *outgoing.method_mut() = parts.method;
-        *outgoing.uri_mut() = uri;
-        let headers = outgoing.headers_mut();
-        for name in PASSED_HEADERS {
-            if let Some(value) = parts.headers.get(name) {
-                headers.insert(name, value.clone());
-            }
-        }
         let mut metadata = MetadataMap::new();
         if let Some(authorization) = &self.authorization {
             metadata.insert("authorization", authorization.clone());
         }
         metadata.insert_bin(RELAYED_CALLER_METADATA, MetadataValue::from_bytes(&caller));
-        headers.extend(metadata.into_headers());
+        let outgoing = passed_on(parts, body, uri, metadata);
         let channel = self.channels.get(addr).map_err(Refusal::Unreachable)?;
         use tower::ServiceExt;
         let answer = channel

@@ -30,6 +30,29 @@ pub fn enrolment_time(generation: u64) -> String {
 /// Who schedd's own records name as acting for an enrolment (the host has no user).
 const ENROLMENT_ACTOR: &str = "schedd";
 
+/// The effects of host `name` enrolling as `role` in enrolment `generation`: recorded, and
+/// audited with `detail`.
+fn enrolled(name: &str, role: HostRole, generation: u64, now: Millis, detail: String) -> Effects {
+    let mut fx = Effects::default();
+    fx.hosts.push(HostEnrolment {
+        name: name.to_string(),
+        role,
+        generation,
+        time: now,
+        revoked: false,
+    });
+    fx.audit(AuditRecord {
+        time: now,
+        user: ENROLMENT_ACTOR.into(),
+        uid: 0,
+        action: "enrol".into(),
+        job_id: None,
+        detail,
+        host: Some(name.to_string()),
+    });
+    fx
+}
+
 fn admins_only(caller: &Caller, what: &str) -> ApiResult<()> {
     if caller.is_admin() {
         return Ok(());
@@ -98,31 +121,21 @@ impl Records {
         {
             return None;
         }
-        let mut fx = Effects::default();
-        fx.hosts.push(HostEnrolment {
-            name: identity.name.clone(),
-            role: identity.role,
-            generation: identity.generation,
-            time: now,
-            revoked: false,
-        });
-        fx.audit(AuditRecord {
-            time: now,
-            user: ENROLMENT_ACTOR.into(),
-            uid: 0,
-            action: "enrol".into(),
-            job_id: None,
-            detail: format!(
-                "{} host '{}' came from {peer} with a certificate of this cluster's CA for an \
-                 enrolment the store did not know (of {}): recorded again (a store restored or \
-                 rebuilt loses the enrolments and revocations made after it)",
-                identity.role,
-                identity.name,
-                enrolment_time(identity.generation)
-            ),
-            host: Some(identity.name.clone()),
-        });
-        Some(fx)
+        let detail = format!(
+            "{} host '{}' came from {peer} with a certificate of this cluster's CA for an \
+             enrolment the store did not know (of {}): recorded again (a store restored or \
+             rebuilt loses the enrolments and revocations made after it)",
+            identity.role,
+            identity.name,
+            enrolment_time(identity.generation)
+        );
+        Some(enrolled(
+            &identity.name,
+            identity.role,
+            identity.generation,
+            now,
+            detail,
+        ))
     }
 
     /// An administrator made an enrolment token `token`: audited (the token itself is not
@@ -176,28 +189,18 @@ impl Records {
                 token.name, token.name
             )));
         }
-        let mut fx = Effects::default();
-        fx.hosts.push(HostEnrolment {
-            name: token.name.clone(),
-            role: token.role,
-            generation: token.generation,
-            time: now,
-            revoked: false,
-        });
-        fx.audit(AuditRecord {
-            time: now,
-            user: ENROLMENT_ACTOR.into(),
-            uid: 0,
-            action: "enrol".into(),
-            job_id: None,
-            detail: format!(
-                "{} host '{}' enrolled from {peer}: earlier certificates of the name are no \
-                 longer taken",
-                token.role, token.name
-            ),
-            host: Some(token.name.clone()),
-        });
-        Ok(fx)
+        let detail = format!(
+            "{} host '{}' enrolled from {peer}: earlier certificates of the name are no longer \
+             taken",
+            token.role, token.name
+        );
+        Ok(enrolled(
+            &token.name,
+            token.role,
+            token.generation,
+            now,
+            detail,
+        ))
     }
 
     /// An administrator revokes host `name`: no certificate of it is taken from now on, and
