@@ -91,6 +91,9 @@ pub struct Replica {
     pub raft: Raft<TypeConfig>,
     /// How recent a majority's acknowledgement must be for [`Replica::has_quorum`].
     quorum_fresh_ms: u64,
+    /// How long a leader goes on unacknowledged by a majority before it steps down (see
+    /// [`Replica::quorum_lost`]).
+    lease_ms: u64,
     /// Its state machine: what it keeps warm for the day it leads.
     state: StateMachine,
     /// Whether it may vote (a replica that lost its store may not).
@@ -168,6 +171,10 @@ impl Replica {
             id,
             raft,
             quorum_fresh_ms: timing.election_min_ms,
+            // A follower stands for election after the leader lease (the longest election
+            // timeout) and a random election timeout: no other leader can exist before the
+            // shortest such silence.
+            lease_ms: timing.election_max_ms + timing.election_min_ms,
             state,
             voting,
         })
@@ -177,6 +184,12 @@ impl Replica {
     /// applied (see [`StateMachine::take_warm`]); kept no longer after this.
     pub fn take_warm(&self) -> Option<Warm> {
         self.state.take_warm()
+    }
+
+    /// After stepping down: keeps warm again what leading needs, read from the store (see
+    /// [`StateMachine::keep_warm_again`]). Blocking: a whole read of the state.
+    pub fn keep_warm_again(&self) {
+        self.state.keep_warm_again()
     }
 
     /// Makes the first membership: every replica (id → address). Done once, by one replica,
@@ -241,6 +254,22 @@ impl Replica {
         m.current_leader == Some(self.id)
             && m.millis_since_quorum_ack
                 .is_some_and(|ms| ms < self.quorum_fresh_ms)
+    }
+
+    /// While this replica leads: how long (ms) no majority has acknowledged it, once that is
+    /// a leader's lease or more; `None` otherwise. A leader past it steps down: another
+    /// replica may have been elected meanwhile.
+    pub fn quorum_lost(&self) -> Option<u64> {
+        let m = self.raft.metrics().borrow().clone();
+        (m.current_leader == Some(self.id))
+            .then_some(m.millis_since_quorum_ack)
+            .flatten()
+            .filter(|ms| *ms >= self.lease_ms)
+    }
+
+    /// See [`Replica::quorum_lost`].
+    pub fn lease_ms(&self) -> u64 {
+        self.lease_ms
     }
 
     /// This replica's Raft state, as its metrics say now (`yctl cluster`).

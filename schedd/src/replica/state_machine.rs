@@ -61,8 +61,8 @@ enum Kept {
     Off,
     /// Kept: with the half-life the usage book is built with.
     On(Box<Warm>, i64),
-    /// Handed to the leader: no longer kept (a replica that loses the lead exits).
-    Taken,
+    /// Handed to the leader, with the half-life to keep it again with once it steps down.
+    Taken(i64),
 }
 
 /// The state machine of one replica; clones share it (a clone builds snapshots).
@@ -110,7 +110,11 @@ impl StateMachine {
     /// applied last (else `None`: the leader reads the store). Kept no longer after this.
     pub fn take_warm(&self) -> Option<Warm> {
         let mut kept = self.warm();
-        let Kept::On(warm, _) = std::mem::replace(&mut *kept, Kept::Taken) else {
+        let half_life = match &*kept {
+            Kept::On(_, half_life) | Kept::Taken(half_life) => *half_life,
+            Kept::Off => return None,
+        };
+        let Kept::On(warm, _) = std::mem::replace(&mut *kept, Kept::Taken(half_life)) else {
             return None;
         };
         let stored = self
@@ -128,6 +132,26 @@ impl StateMachine {
             return None;
         }
         Some(*warm)
+    }
+
+    /// A leader that stepped down keeps its state warm again: read whole from the store now,
+    /// under the lock each entry's apply takes, so that it is of the entry the store applied
+    /// last. A state machine that kept nothing warm keeps nothing; one whose read fails keeps
+    /// nothing either (its next leader reads the store).
+    pub fn keep_warm_again(&self) {
+        let mut kept = self.warm();
+        let Kept::Taken(half_life) = *kept else {
+            return;
+        };
+        *kept = match Warm::read(&self.store, half_life) {
+            Ok(warm) => Kept::On(Box::new(warm), half_life),
+            Err(e) => {
+                tracing::warn!(
+                    "the state is no longer kept warm (the next lead reads the store): {e}"
+                );
+                Kept::Off
+            }
+        };
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Current> {

@@ -113,7 +113,17 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         tracing::info!(node = %name, "agent registered");
         let cluster = self.cluster.clone();
         tokio::spawn(async move {
-            while let Some(msg) = inbound.next().await {
+            // A schedd that steps down hears nothing more (the agent finds the leader).
+            let retired = cluster.retirement();
+            tokio::pin!(retired);
+            loop {
+                let msg = tokio::select! {
+                    msg = inbound.next() => match msg {
+                        Some(msg) => msg,
+                        None => break,
+                    },
+                    () = &mut retired => return,
+                };
                 match msg {
                     Ok(pb::AgentMessage {
                         msg: Some(Msg::Started(s)),

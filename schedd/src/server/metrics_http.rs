@@ -122,10 +122,14 @@ impl Drop for Place {
     }
 }
 
-/// Serves `listener` until `stop` completes.
+/// Which cluster's metrics a scrape gets: the one this `schedd` serves now, if it leads.
+pub(super) type MetricsOf = Arc<dyn Fn() -> Option<Arc<Cluster>> + Send + Sync>;
+
+/// Serves `listener` until `stop` completes, with the metrics of the cluster `cluster` names
+/// at each scrape (a replica that does not lead answers with a comment only).
 pub(super) async fn serve(
     listener: TcpListener,
-    cluster: Arc<Cluster>,
+    cluster: MetricsOf,
     stop: impl Future<Output = ()>,
 ) {
     let places: SharedPlaces = Arc::new(Mutex::new(Places::new(MAX_CONNECTIONS)));
@@ -148,7 +152,7 @@ pub(super) async fn serve(
             },
         };
         let places_for_task = places.clone();
-        let cluster = cluster.clone();
+        let cluster = cluster();
         // Not admitted: every place serves a request; the stream is dropped (closed) here.
         lock(&places).admit(move |id| {
             let place = Place {
@@ -162,10 +166,14 @@ pub(super) async fn serve(
 }
 
 /// One TCP connection: its request answered, then what the client still sends drained.
-async fn tcp_connection(stream: TcpStream, place: Place, cluster: Arc<Cluster>) {
+async fn tcp_connection(stream: TcpStream, place: Place, cluster: Option<Arc<Cluster>>) {
     let stream = Arc::new(stream);
     let place = Arc::new(place);
     let render = move |format| async move {
+        let Some(cluster) = cluster else {
+            return "# this schedd replica does not lead: the leader's endpoint has the metrics\n"
+                .to_string();
+        };
         // The census takes the state lock for one pass over the jobs: not on a worker.
         tokio::task::spawn_blocking(move || cluster.metrics_text(format))
             .await

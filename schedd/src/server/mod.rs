@@ -210,7 +210,9 @@ pub async fn serve(
     let stop = CancellationToken::new();
     let metrics_task = doors.metrics.take().map(|listener| {
         let stopped = stop.clone().cancelled_owned();
-        tokio::spawn(metrics_http::serve(listener, cluster.clone(), stopped))
+        let served = cluster.clone();
+        let metrics_of: metrics_http::MetricsOf = Arc::new(move || Some(served.clone()));
+        tokio::spawn(metrics_http::serve(listener, metrics_of, stopped))
     });
     let (_leader, serving) = tokio::sync::watch::channel(leading::Serving::Leader(Leader::of(
         &cluster, None, &doors.ca,

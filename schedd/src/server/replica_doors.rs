@@ -11,16 +11,15 @@ use super::{
 use crate::shell::Cluster;
 use std::future::Future;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use ysched_proto as pb;
 
 /// Serves as replica `place` of `scheduler.replicas` over `store`: always the replication
 /// service and `ClusterStatus`; clients and agents only while this replica leads (otherwise
 /// its client socket's requests are forwarded to the leader, and agents and relayed requests
-/// are told where the leader is). A replica that becomes the leader loads the state from its store (every
-/// committed change is in it) and starts scheduling; one that loses the lead exits (status
-/// 75), to be restarted as a follower.
+/// are told where the leader is). A replica that becomes the leader loads the state from its
+/// store (every committed change is in it) and starts scheduling; one that loses the lead
+/// steps down and follows (see [`lead_when_elected`]).
 pub async fn serve_replica(
     config: ysched_common::Config,
     store: crate::store::Store,
@@ -86,6 +85,17 @@ pub async fn serve_replica(
         members: members.clone(),
     });
     let stop = CancellationToken::new();
+    // The metrics endpoint answers from the start, with the leading cluster's metrics while
+    // this replica leads.
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(None);
+    if let Some(listener) = doors.metrics.take() {
+        let metrics_of: metrics_http::MetricsOf = Arc::new(move || leading_rx.borrow().clone());
+        tokio::spawn(metrics_http::serve(
+            listener,
+            metrics_of,
+            stop.clone().cancelled_owned(),
+        ));
+    }
     let leading = tokio::spawn(lead_when_elected(
         Electable {
             config: config.clone(),
@@ -97,8 +107,7 @@ pub async fn serve_replica(
             forming,
         },
         leader_tx,
-        doors.metrics.take(),
-        stop.clone(),
+        leading_tx,
     ));
     let replica_doors = ReplicaDoors {
         replication: replication_service,
@@ -215,13 +224,16 @@ struct Electable {
 }
 
 /// Follows the replica's role: once it leads and has applied everything committed, starts
-/// the `Cluster` from what the replica kept warm (or the store) and serves it (and the metrics endpoint); exits when the
-/// lead is lost (see `shell::lead_lost`).
+/// the `Cluster` from what the replica kept warm (or the store) and serves it (`serving`;
+/// `leading` names it for the metrics endpoint). It steps down when it no longer leads, when
+/// no majority has acknowledged it for [`Replica::lease_ms`] (so that it stops before another
+/// replica can be elected), or when its replication failed: the cluster retires (see
+/// `shell::retire`), clients and agents are told where the leader is, and the replica keeps
+/// its state warm again to lead once more if elected.
 async fn lead_when_elected(
     electable: Electable,
     serving: tokio::sync::watch::Sender<leading::Serving<Leader>>,
-    metrics: Option<TcpListener>,
-    stop: CancellationToken,
+    leading: tokio::sync::watch::Sender<Option<Arc<Cluster>>>,
 ) {
     let Electable {
         config,
@@ -234,7 +246,6 @@ async fn lead_when_elected(
     } = electable;
     let configured = members.len();
     let mut watch = replica.raft.metrics();
-    let mut metrics = metrics;
     // Where a leader is: every replica of scheduler.replicas, and those added since.
     let members = |m: &openraft::RaftMetrics<u64, openraft::BasicNode>| {
         let mut all = members.clone();
@@ -250,16 +261,25 @@ async fn lead_when_elected(
     loop {
         let m = watch.borrow_and_update().clone();
         let leads = m.current_leader == Some(replica.id) && m.state.is_leader();
-        match (&cluster, leads) {
-            (Some(_), false) => {
-                tracing::error!(
-                    "replica {} lost the lead ({}); exiting so that it restarts as a follower",
+        if let Some(c) = &cluster {
+            if let Some(why) = why_step_down(c, &replica, leads, || {
+                where_the_leader_is(replica.id, m.current_leader, &members(&m)).why
+            }) {
+                c.retire(why);
+                cluster = None;
+                let _ = leading.send(None);
+                let _ = serving.send(leading::Serving::Elsewhere(where_the_leader_is(
                     replica.id,
-                    where_the_leader_is(replica.id, m.current_leader, &members(&m)).why
-                );
-                eprintln!("schedd: fatal: lost the lead");
-                std::process::exit(75);
+                    m.current_leader,
+                    &members(&m),
+                )));
+                // Warm again before it may lead again (a whole read of the state).
+                let r = replica.clone();
+                let _ = tokio::task::spawn_blocking(move || r.keep_warm_again()).await;
+                tracing::info!(replica = replica.id, "stepped down: following");
             }
+        }
+        match (&cluster, leads) {
             (None, true)
                 if m.last_applied.map(|l| l.index) >= m.last_log_index
                     && replica.has_quorum()
@@ -274,13 +294,7 @@ async fn lead_when_elected(
                             took = ?loading.elapsed(),
                             "leading: state loaded, serving clients and agents"
                         );
-                        if let Some(listener) = metrics.take() {
-                            tokio::spawn(metrics_http::serve(
-                                listener,
-                                c.clone(),
-                                stop.clone().cancelled_owned(),
-                            ));
-                        }
+                        let _ = leading.send(Some(c.clone()));
                         let _ = serving.send(leading::Serving::Leader(Leader::of(
                             &c,
                             Some(forwarded.clone()),
@@ -302,7 +316,7 @@ async fn lead_when_elected(
                     &members(&m),
                 )));
             }
-            (Some(_), true) => {}
+            (Some(_), _) => {}
         }
         // Looked at again on each change, and every 100 ms (a majority's acknowledgement
         // ages without a change).
@@ -321,4 +335,36 @@ async fn lead_when_elected(
             _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
         }
     }
+}
+
+/// Why the leading cluster `c` of `replica` must step down, if it must: its replication
+/// failed, Raft no longer has it lead (`leads`; `elsewhere` says where the lead is), or no
+/// majority acknowledged it for a leader's lease.
+fn why_step_down(
+    c: &Cluster,
+    replica: &crate::replica::Replica,
+    leads: bool,
+    elsewhere: impl FnOnce() -> String,
+) -> Option<String> {
+    // Said to the requests still waiting, and to the log: nothing more was acknowledged.
+    const UNSURE: &str = "a change not yet acknowledged takes effect only if a majority took \
+                          it (check with yq before you repeat it)";
+    if c.is_retired() {
+        return Some(format!("replica {} could not replicate", replica.id));
+    }
+    if !leads {
+        return Some(format!(
+            "not the leader: replica {} lost the lead ({}); {UNSURE}",
+            replica.id,
+            elsewhere()
+        ));
+    }
+    replica.quorum_lost().map(|ms| {
+        format!(
+            "no quorum: replica {} heard from no majority of scheduler.replicas for {ms} ms and \
+             stepped down (another may be elected after {} ms); {UNSURE}",
+            replica.id,
+            replica.lease_ms()
+        )
+    })
 }

@@ -64,6 +64,17 @@ impl ToClient {
     }
 }
 
+/// Resolves once `cluster` no longer leads (see `shell::retire`): its watches end, and the
+/// clients watch again where the leader is.
+fn retired(cluster: &Cluster) -> impl std::future::Future<Output = ()> + Send + 'static {
+    cluster.retirement()
+}
+
+/// What a watch ends with when its schedd steps down: the tools ask again.
+fn no_longer_leads() -> Status {
+    Status::unavailable("this schedd no longer leads: watch again (the tools do)")
+}
+
 /// `WatchJob` of one job, as `seen_by_caller` shows it: `first`, then each change until it
 /// ends.
 pub(super) fn watch_one(
@@ -88,6 +99,7 @@ pub(super) fn watch_one(
             let change = tokio::select! {
                 change = changes.recv() => change,
                 () = tx.closed() => return,
+                () = retired(&cluster) => return tx.fail(no_longer_leads()).await,
             };
             match change {
                 Ok(changed) if changed != id => continue,
@@ -180,6 +192,7 @@ pub(super) fn watch_ends(
             let change = tokio::select! {
                 change = changes.recv() => change,
                 () = tx.closed() => return,
+                () = retired(&cluster) => return tx.fail(no_longer_leads()).await,
             };
             match change {
                 Ok(id) if waiting.contains(id) => {

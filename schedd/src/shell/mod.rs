@@ -31,6 +31,7 @@ pub use queries::{JobDetail, JobFilter, Listing, Named, Page};
 pub use requests::{GpuResumeOutcome, GPU_CONFIRM_WAIT};
 pub use submits::Submitted;
 mod requests;
+mod retire;
 mod scheduling;
 mod submits;
 pub use scheduling::usage_half_life_ms;
@@ -136,6 +137,9 @@ pub struct Cluster {
     /// Jobs whose change is announced to watchers after the next flush (see
     /// [`Cluster::changed_when_durable`]).
     announced_after_flush: Mutex<Vec<JobId>>,
+    /// Cancelled when this `schedd` no longer leads its replicas: its loops end, and it
+    /// changes nothing more (see `retire`).
+    retired: tokio_util::sync::CancellationToken,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -193,8 +197,9 @@ impl Cluster {
         metrics.recovered(rec.active_jobs.values());
         let deps = EndedTargets::rebuild(&rec.active_jobs, |id| store.job_state(id))?;
         let limits = crate::state::RecordLimits::from_config(&config);
+        let retired = tokio_util::sync::CancellationToken::new();
         let durability: Arc<dyn Durability> = match replica {
-            Some(replica) => Arc::new(durability::Replicated::new(replica)),
+            Some(replica) => Arc::new(durability::Replicated::new(replica, retired.clone())),
             None => {
                 let watch = Arc::new(durability::StoreWatch::default());
                 watch.start();
@@ -232,12 +237,14 @@ impl Cluster {
             mailer: mail::Mailer::new(&config_notify),
             durability,
             announced_after_flush: Mutex::default(),
+            retired,
         });
-        tokio::spawn(cluster.clone().report_loop(reports_rx));
-        tokio::spawn(cluster.clone().submit_loop(submits_rx));
-        tokio::spawn(cluster.clone().flush_loop(flush_rx));
-        tokio::spawn(cluster.clone().schedule_loop());
-        tokio::spawn(cluster.clone().upkeep_loop());
+        // Each loop holds the cluster; they end when it retires.
+        cluster.spawn_until_retired(cluster.clone().report_loop(reports_rx));
+        cluster.spawn_until_retired(cluster.clone().submit_loop(submits_rx));
+        cluster.spawn_until_retired(cluster.clone().flush_loop(flush_rx));
+        cluster.spawn_until_retired(cluster.clone().schedule_loop());
+        cluster.spawn_until_retired(cluster.clone().upkeep_loop());
         cluster.wake.notify_one();
         Ok(cluster)
     }
@@ -521,6 +528,8 @@ impl State {
         clock: &dyn Clock,
         event: impl FnOnce(&Records, i64) -> ApiResult<(Effects, T)>,
     ) -> ApiResult<reactor::Done<T>> {
+        // A leader that stepped down changes nothing more: it would never be durable.
+        cluster.refuse_if_retired()?;
         let mails_before = self.mails.len();
         let ports = Ports {
             clock,

@@ -125,6 +125,12 @@ impl Sessions {
         Ok((id, token))
     }
 
+    /// Ends every session (a leader stepping down): each agent's stream of commands ends,
+    /// and it looks for the leader again.
+    pub(super) fn close_all(&mut self) {
+        self.by_name.clear();
+    }
+
     /// `name`'s session while its agent is still there.
     fn live(&self, name: &str) -> Option<&Session> {
         self.by_name.get(name).filter(|s| !s.tx.is_closed())

@@ -163,9 +163,11 @@ impl Cluster {
         self.submits_tx
             .send(QueuedSubmit { event, reply })
             .map_err(|_| ApiError::Unavailable("schedd is shutting down".into()))?;
-        answer
-            .await
-            .map_err(|_| ApiError::Internal("the submit loop stopped".into()))?
+        // The loop ends only when this schedd steps down.
+        answer.await.map_err(|_| match self.refuse_if_retired() {
+            Err(retired) => retired,
+            Ok(()) => ApiError::Internal("the submit loop stopped".into()),
+        })?
     }
 
     /// Runs the submits' events that came since its last round together, under one hold of

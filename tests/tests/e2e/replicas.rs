@@ -164,16 +164,14 @@ fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
     // Hung for 20 s in all: long past the new leader's election, which meanwhile runs a job.
     std::thread::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed()));
     r.kill(leader, Signal::SIGCONT);
-    // The old leader steps down: it exits (status 75), to come back as a follower. It
-    // learns it no longer leads either from Raft ("lost the lead") or, when a write it had
-    // queued fails to replicate first (a busy machine, where its Raft hears of the new term
-    // later), from that failure ("replication failed"); both say it exits to restart as a
-    // follower.
+    // The old leader steps down and follows, without exiting. It learns it no longer leads
+    // from Raft ("lost the lead"), from its lease ("heard from no majority"), or, when a
+    // write it had queued fails to replicate first, from that failure.
     let log = r.dir.path().join(format!("replica-{leader}.log"));
     let stepped_down = || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
-            .contains("restarts as a follower")
+            .contains("stepped down: following")
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !stepped_down() {
@@ -188,6 +186,14 @@ fn a_hung_leader_is_replaced_and_when_it_wakes_launches_nothing() {
     std::thread::sleep(Duration::from_secs(2));
     let (now, _) = r.leader(Duration::from_secs(30));
     assert_ne!(now, leader, "the woken leader leads again");
+    assert!(
+        r.runs(leader) && r.restarts() == 0,
+        "the old leader exited rather than follow\n{}",
+        r.logs()
+    );
+    // It serves its socket's clients again, forwarding them to the leader.
+    let out = r.run(leader, "yq", &["--json"]);
+    assert!(out.status.success(), "{}\n{}", stderr(&out), r.logs());
     // Each job started once, and both still run.
     let started = std::fs::read_to_string(&pids).unwrap();
     assert_eq!(started.lines().count(), 2, "{started}");

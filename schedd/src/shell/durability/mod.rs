@@ -44,7 +44,7 @@ pub(super) enum Failure {
     /// The store refused it and changed nothing (a full disk): it may be tried again later.
     Refused(store::Error),
     /// Durability failed for good (the replicas' quorum is lost): this `schedd` acknowledges
-    /// nothing more and is on its way out.
+    /// nothing more (one `schedd` exits; a replicas' leader steps down).
     Lost(String),
 }
 
@@ -72,8 +72,9 @@ pub(super) trait Durability: Send + Sync {
     /// Why nothing is acknowledged any more, once durability failed for good.
     fn failure(&self) -> Option<String>;
 
-    /// Durability failed for good (`why`): from now on nothing is acknowledged, and this
-    /// `schedd` exits shortly, to start again from what is durable.
+    /// Durability failed for good (`why`): from now on nothing is acknowledged; one
+    /// `schedd` exits shortly, to start again from what is durable, and a replicas' leader
+    /// steps down (see `retire`).
     fn fail(&self, why: String);
 
     /// Whether the store has a change only once a flush covered it (replicas apply what is

@@ -1,22 +1,20 @@
 //! A replicas' leader's durability: each change proposed as one entry of the Raft log at the
 //! next flush, durable once a majority has it (and applied to every replica's store, this
 //! one's too, once committed). A leader that cannot replicate acknowledges nothing more and
-//! exits (75), to start again as a follower from what was committed.
+//! steps down (see `shell::retire`): it goes on as a follower, and leads again, if elected,
+//! from what was committed.
 
 use super::{Durability, Failure, Flushing, Unwritten};
 use crate::error::ApiResult;
 use crate::replica::Replica;
 use crate::store::Batch;
 use std::sync::{Mutex, OnceLock, PoisonError};
+use tokio_util::sync::CancellationToken;
 
 /// How long a leader waits for a majority to take its changes before it gives up the lead:
 /// clients then get "no quorum" until one is back.
 pub(in crate::shell) const REPLICATION_TIMEOUT: std::time::Duration =
     std::time::Duration::from_secs(5);
-
-/// How long a leader that could not replicate goes on answering (every change refused with
-/// why) before it exits.
-const EXIT_AFTER_FAILED_REPLICATION: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A replicas' leader's durability.
 pub(in crate::shell) struct Replicated {
@@ -26,14 +24,18 @@ pub(in crate::shell) struct Replicated {
     proposals: Mutex<Vec<Batch>>,
     /// Set once replication failed: why.
     failure: OnceLock<String>,
+    /// Cancelled once replication failed: the leader steps down.
+    retired: CancellationToken,
 }
 
 impl Replicated {
-    pub(in crate::shell) fn new(replica: Replica) -> Replicated {
+    /// The durability of the leader of `replica`, which steps down by `retired`.
+    pub(in crate::shell) fn new(replica: Replica, retired: CancellationToken) -> Replicated {
         Replicated {
             replica,
             proposals: Mutex::default(),
             failure: OnceLock::new(),
+            retired,
         }
     }
 
@@ -115,17 +117,11 @@ impl Durability for Replicated {
 
     /// A leader that could not replicate (it lost the lead, or a majority of the replicas
     /// did not answer in time) holds changes in memory that may never be durable: from now
-    /// on it acknowledges nothing (each waiting request is told why), and it exits shortly
-    /// (status 75), so that the service manager restarts it as a follower of whoever leads,
-    /// from what was committed.
+    /// on it acknowledges nothing (each waiting request is told why), and it steps down,
+    /// leaving those changes behind; if it leads again it starts from what was committed.
     fn fail(&self, why: String) {
-        tracing::error!("replication failed: {why}; exiting so that schedd restarts as a follower");
         if self.failure.set(why).is_ok() {
-            tokio::spawn(async {
-                tokio::time::sleep(EXIT_AFTER_FAILED_REPLICATION).await;
-                eprintln!("schedd: fatal: replication failed");
-                std::process::exit(75)
-            });
+            self.retired.cancel();
         }
     }
 
