@@ -32,6 +32,11 @@ fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
+    // openraft logs each failed send to a down replica (several lines a second, as long as
+    // it is down): schedd says so itself, once and then every minute (`replica::reachability`).
+    let default = format!(
+        "{default},openraft::replication=off,openraft::engine::handler::replication_handler=off"
+    );
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()

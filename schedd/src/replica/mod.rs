@@ -7,8 +7,9 @@
 //! follower keeps warm for the day it leads ([`Warm`]); the network over a transport-neutral
 //! [`network::Link`] (its gRPC side is `server::replication`); a [`Replica`] that starts,
 //! joins and replicates; whether it may vote ([`voting`]: a replica that lost its store does
-//! not); the membership changes administrators make (`membership`); tests of three replicas
-//! in one process (`tests`, `cluster_tests`).
+//! not); the membership changes administrators make (`membership`); which other replicas
+//! answer (`reachability`: a down one logged once, then rarely); tests of three replicas in
+//! one process (`tests`, `cluster_tests`).
 
 // openraft's `StorageError` is what its traits return, large as it is.
 #![allow(clippy::result_large_err)]
@@ -19,6 +20,7 @@ mod log_store;
 mod membership;
 pub mod network;
 mod node;
+mod reachability;
 mod state_machine;
 #[cfg(test)]
 mod tests;

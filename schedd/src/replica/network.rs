@@ -2,6 +2,7 @@
 //! answer as bytes (gRPC between schedd processes, in `server`; a direct call in tests), so
 //! that this module knows openraft and not the transport.
 
+use super::reachability::Reachability;
 use super::{decode, encode, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -83,11 +84,15 @@ pub trait Link: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct Network {
     link: Arc<dyn Link>,
+    reachability: Arc<Reachability>,
 }
 
 impl Network {
     pub fn new(link: Arc<dyn Link>) -> Self {
-        Network { link }
+        Network {
+            link,
+            reachability: Arc::default(),
+        }
     }
 }
 
@@ -97,6 +102,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Peer {
         Peer {
             link: Arc::clone(&self.link),
+            reachability: Arc::clone(&self.reachability),
             target,
             addr: node.addr.clone(),
         }
@@ -106,6 +112,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 /// Another replica, as this one's leader or candidate sends to it.
 pub struct Peer {
     link: Arc<dyn Link>,
+    reachability: Arc<Reachability>,
     target: u64,
     addr: String,
 }
@@ -121,11 +128,20 @@ impl Peer {
         Resp: serde::de::DeserializeOwned,
         E: std::error::Error + serde::de::DeserializeOwned,
     {
-        let answer = self
+        let answer = match self
             .link
             .call(self.target, &self.addr, message, encode(request))
             .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        {
+            Ok(answer) => {
+                self.reachability.answered(self.target);
+                answer
+            }
+            Err(e) => {
+                self.reachability.failed(self.target, &self.addr, &e.why);
+                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            }
+        };
         let result: Result<Resp, RaftError<u64, E>> =
             decode(&answer).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))

@@ -954,3 +954,45 @@ fn a_wait_carries_on_across_a_failover_through_a_follower_an_agent_and_the_old_l
         );
     }
 }
+
+#[test]
+fn a_down_replica_is_logged_once_then_rarely() {
+    let (mut r, leader) = with_an_agent();
+    let down = (1..=3).find(|n| *n != leader).unwrap();
+    let log = r.dir.path().join(format!("replica-{leader}.log"));
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+    let before = lines().lines().count();
+    r.kill(down, Signal::SIGKILL);
+    // Submits go on meanwhile (each a replication the down replica misses).
+    for _ in 0..5 {
+        r.submit(leader, &["--hold", "--wrap", "true"]);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let text = lines();
+    // What an administrator sees by default (schedd logs warnings and errors).
+    let since: Vec<&str> = text
+        .lines()
+        .skip(before)
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(
+        since.len() <= 3,
+        "{} warnings in 10 s about a down replica:\n{}",
+        since.len(),
+        since.join("\n")
+    );
+    assert!(
+        since
+            .iter()
+            .any(|l| l.contains(&format!("replica {down}")) && l.contains("does not answer")),
+        "the down replica is not named:\n{}",
+        since.join("\n")
+    );
+    // It comes back: said once.
+    r.start_replica(down);
+    wait_until(
+        Duration::from_secs(30),
+        "the replica is said to answer again",
+        || lines().contains(&format!("replica {down} answers again")),
+    );
+}
