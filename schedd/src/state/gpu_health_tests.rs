@@ -486,7 +486,6 @@ fn outages_and_forgets_survive_a_restart_of_the_store() {
         store.apply(&fx).unwrap();
         rec.commit(fx);
     }
-    // sled's flusher may still hold the lock briefly after the drop.
     let store = crate::store::tests::reopen(dir.path());
     let recovered = store.recover().unwrap();
     let n1 = &recovered.nodes["n1"];

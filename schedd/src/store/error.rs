@@ -13,8 +13,15 @@ pub enum Error {
     MissingArraySpec { id: u64, array_id: u64 },
     #[error("state store: corrupt usage record {key}: {why}")]
     CorruptRun { key: String, why: String },
-    #[error("state store: cannot open {path}: {source}")]
-    Open { path: String, source: sled::Error },
+    // Not a `source`: the message says it already (a source would be printed twice).
+    #[error("state store: cannot open {path}: {why}")]
+    Open { path: String, why: sled::Error },
+    /// Another process holds the store's lock past [`super::LOCK_WAIT`].
+    #[error(
+        "state store {path} is in use by another process, still after {secs} s: is another \
+         schedd running with this scheduler.state_dir? (`fuser -v {path}/db/db` names it)"
+    )]
+    Locked { path: String, secs: u64 },
     /// The state disk has too little free space for the change (see [`Store::check_room`]).
     #[error("state store full: {0}; nothing was changed: free some space and retry")]
     Full(String),

@@ -52,6 +52,7 @@ mod error;
 mod follow;
 mod history;
 mod listed;
+mod lock;
 mod raft;
 mod reads;
 mod stable;
@@ -67,6 +68,7 @@ pub use error::{Error, Result};
 pub use history::Expired;
 use history::IndexWrite;
 pub use listed::{Finished, FinishedEntry, PageRoom, StoredBytes};
+use lock::open_when_unlocked;
 pub use raft::{create_snapshot_file, APPLIED_MARK, MEMBERSHIP_MARK};
 
 pub use crate::state::commands::Payload;
@@ -271,10 +273,7 @@ impl Store {
                 .cache_capacity(64 * 1024 * 1024)
                 .open()
         };
-        let db = upkeep::open_db(dir, open).map_err(|source| Error::Open {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        let db = open_when_unlocked(dir, || upkeep::open_db(dir, open))?;
         let stability = stable::Stability::open(dir).map_err(Error::Sync)?;
         let audit = db.open_tree("audit")?;
         let store = Store {

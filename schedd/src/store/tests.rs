@@ -4,15 +4,10 @@
 use super::*;
 use ysched_common::{AuditRecord, JobSpec, JobState, Owner, RunRecord};
 
-/// Opens the store in `dir` again once the last handle is dropped: sled's flusher may still
-/// hold its lock briefly after drop.
+/// Opens the store in `dir` again once the last handle is dropped (sled's flusher may still
+/// hold its lock briefly after drop: the opening waits for it).
 pub(crate) fn reopen(dir: &std::path::Path) -> Store {
-    loop {
-        match Store::open(dir) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-        }
-    }
+    Store::open(dir).unwrap()
 }
 
 /// A plain job in `state` (tests of other modules that write the store use it too).
@@ -110,13 +105,7 @@ async fn roundtrip_and_recover() {
         assert_eq!(store.payload(JobId(1)).unwrap().script, "s");
         assert!(store.job(JobId(1)).unwrap().unwrap().spec.script.is_empty());
     }
-    // sled's flusher may still hold the lock briefly after drop (sled#1234).
-    let store = loop {
-        match Store::open(dir.path()) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-        }
-    };
+    let store = reopen(dir.path());
     let rec = store.recover().unwrap();
     assert_eq!(rec.next_job_id, 3);
     assert_eq!(

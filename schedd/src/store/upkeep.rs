@@ -254,7 +254,6 @@ fn allocate(file: &std::fs::File, len: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Error;
 
     #[test]
     fn details_are_cut_at_a_character_boundary_with_a_note() {
@@ -345,17 +344,7 @@ mod tests {
     #[test]
     fn a_snapshot_sled_did_not_finish_does_not_keep_the_store_from_opening() {
         let dir = tempfile::tempdir().unwrap();
-        let reopen = || loop {
-            match Store::open(dir.path()) {
-                Ok(s) => break s,
-                // sled's flusher may still hold the lock briefly after drop (sled#1234).
-                Err(Error::Open {
-                    source: sled::Error::Io(_),
-                    ..
-                }) => std::thread::sleep(std::time::Duration::from_millis(50)),
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let reopen = || crate::store::tests::reopen(dir.path());
         let store = Store::open(dir.path()).unwrap();
         let mut batch = super::super::Batch::default();
         batch.set_next_job_id(42);

@@ -427,3 +427,24 @@ fn a_node_silent_past_its_timeout_fails_its_jobs_and_the_agent_kills_them_on_ret
     });
     assert_eq!(c.job(id)["state"], "NODE_FAIL");
 }
+
+#[test]
+fn a_schedd_started_while_the_last_one_still_holds_the_store_waits_for_it() {
+    let mut c = TestCluster::start(vec![FakeNode::uniform("n1", 1, A100)]);
+    let id = c.submit(&["--hold", "--wrap", "true"]);
+    c.stop_schedd(nix::sys::signal::Signal::SIGTERM);
+    // The store's lock held a while longer, as by a schedd still stopping.
+    let holder = ysched_schedd::store::Store::open(&c.state_dir()).unwrap();
+    let released = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        drop(holder);
+    });
+    c.start_schedd();
+    released.join().unwrap();
+    let logs = c.logs();
+    assert!(
+        logs.contains("is in use by another process") && logs.contains("was let go after"),
+        "{logs}"
+    );
+    assert_eq!(c.job(id)["state"], "HELD");
+}
