@@ -51,12 +51,12 @@ use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, NodeAlloc, StopReason, StopRequest, TierConfig};
 
 use super::backfill::{earliest_start, end_if_started, Reservation};
-use super::fit::{
-    capacity_views, find_placement, find_placement_ending, find_placement_whole_at_most, n_nodes,
-    required_path, satisfiable_on, Claim, Hold, Views,
-};
+use super::demand::{n_nodes, required_path};
+use super::node_view::{Claim, Hold, Views};
+use super::placement::{find_placement, find_placement_ending, find_placement_whole_at_most};
 use super::preempt::{evictable, plan_preemption, Preemption};
 use super::quota::{gpus_charged, Quotas};
+use super::satisfiable::{capacity_views, satisfiable_on};
 use super::topo::{Path, Topologies};
 use super::{Eviction, ExpectedStart, JobMap, PendingReason, Placement, Plan, Policy, Snapshot};
 
