@@ -64,6 +64,8 @@ mod tests;
 pub use explain::explain;
 pub use order::FairShare;
 pub use quota::{check_quota_reachable, TierQuota};
+#[cfg(test)]
+pub(crate) use reason::every_reason_as_rendered;
 pub use reason::PendingReason;
 pub use satisfiable::{check_satisfiable, check_satisfiable_with};
 pub use topo::Topologies;

@@ -242,10 +242,11 @@ impl Records {
         }
         for (id, reason) in effects.reasons {
             if let Some(job) = self.jobs.get_mut(&id) {
-                if job.reason != reason {
+                if !reason.is_text_of(&job.reason) {
                     // Its own job for the records (the copy's, shared until now, keeps the
-                    // old reason), which the copy takes again at its next refresh.
-                    Arc::make_mut(job).reason = reason;
+                    // old reason), which the copy takes again at its next refresh. Rendered
+                    // here: the record keeps (and the store and listings show) its text.
+                    Arc::make_mut(job).reason = reason.to_string();
                     self.touched.insert(id);
                     self.listings.remove(&id);
                 }

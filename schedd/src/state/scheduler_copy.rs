@@ -84,6 +84,7 @@ const REBUILD_AFTER: usize = 1024;
 mod tests {
     use super::SchedulerCopy;
     use crate::core::testkit::JobBuilder;
+    use crate::core::PendingReason;
     use crate::state::{Effects, Records};
     use std::sync::Arc;
     use ysched_common::{Job, JobId};
@@ -126,7 +127,7 @@ mod tests {
         // What a pass that began now looks at (the map cloned: its jobs shared).
         let in_pass = copy.jobs.clone();
         let mut fx = Effects::default();
-        fx.reasons.push((JobId(1), "Resources".into()));
+        fx.reasons.push((JobId(1), PendingReason::Resources));
         let mut held = Job::clone(&rec.jobs()[&JobId(2)]);
         held.state = ysched_common::JobState::Held;
         fx.put_job(held);
