@@ -321,7 +321,7 @@ fn node_names(flag: &str, names: &[String]) -> Result<Vec<String>, String> {
         }
         out.push(name.to_string());
     }
-    // Sorted: placement looks names up by binary search (`core::fit::listed`).
+    // Sorted: placement looks names up by binary search (`core::demand::listed`).
     out.sort_unstable();
     Ok(out)
 }

@@ -17,10 +17,10 @@
 //! per changed node, and asks placement only once enough do, which is exactly when it
 //! succeeds.
 //!
-//! **What a reservation binds** (see `fit::NodeView::free_for`): the pass keeps the part of the
-//! reserved allocation that is free now as a [`Claim::Backfill`] hold. A job that ends by the
-//! reservation's start may use it (it is gone in time); no other job may. The part that running
-//! jobs hold now is theirs until they end, which is by the start.
+//! **What a reservation binds** (see `node_view::NodeView::free_for`): the pass keeps the part
+//! of the reserved allocation that is free now as a [`Claim::Backfill`] hold. A job that ends
+//! by the reservation's start may use it (it is gone in time); no other job may. The part that
+//! running jobs hold now is theirs until they end, which is by the start.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,9 +28,10 @@ use std::sync::Arc;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobSpec, NodeAlloc};
 
-use super::fit::{
-    find_placement, fit_on_node, gang_models, n_nodes, Claim, NodeDemand, NodeView, Views,
-};
+use super::demand::{n_nodes, NodeDemand};
+use super::fit::fit_on_node;
+use super::node_view::{Claim, NodeView, Views};
+use super::placement::{find_placement, gang_models};
 use super::JobMap;
 
 /// A waiting job's reserved start: at `at`, with this allocation (one entry per node).

@@ -10,10 +10,12 @@ use proptest::test_runner::TestRunner;
 use ysched_common::{JobId, JobState};
 
 use super::backfill::{end_if_started, expected_end, Reservation};
-use super::fit::{capacity_views, find_placement, Claim};
+use super::node_view::Claim;
 use super::order::pending_in_order;
 use super::pass::{Decision, Pass};
+use super::placement::find_placement;
 use super::prop_tests::{check_plan, cluster_gen, NOW};
+use super::satisfiable::capacity_views;
 use super::testkit::{render, Cluster, JobBuilder as J, NodeBuilder as N, A100, HOUR, MINUTE, T0};
 use super::topo::Topologies;
 use super::{PendingReason, Plan};
@@ -535,7 +537,7 @@ pub(super) fn busy_cluster_gen() -> impl Strategy<Value = Cluster> {
                     .running
                     .then(|| {
                         let nth = (id as usize) % views.len();
-                        let one: super::fit::Views<'_> = views
+                        let one: super::node_view::Views<'_> = views
                             .iter()
                             .skip(nth)
                             .take(1)

@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId};
 
-use super::fit::{fit_on_node, plural, Claim, NodeDemand};
+use super::demand::NodeDemand;
+use super::fit::{fit_on_node, plural};
+use super::node_view::Claim;
 use super::order::{pending_in_order, queue_key};
 use super::pass::{HeldBack, Pass};
 use super::{Policy, Snapshot, Topologies};

@@ -6,8 +6,11 @@
 //!   then submit time, then id) and [`FairShare`], the factors the caller hands in.
 //! - `topo`: GPU topology inside a node (NVLink, PCIe) and `Topology::best_set`, the one place
 //!   that picks which GPUs of a node a job gets; [`Topologies`], the callers' cache of them.
-//! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), node ranking and
-//!   gang placement (`find_placement`), and [`check_satisfiable`].
+//! - `demand`: what a job asks of each node it runs on (`NodeDemand`).
+//! - `node_view`: a node as a pass sees it (`NodeView`): its holds and the free room they leave.
+//! - `fit`: whether a job fits on a node (`fit_on_node`, the one fit check), and why not.
+//! - `placement`: node ranking and gang placement (`find_placement`).
+//! - `satisfiable`: whether a job could ever run, and why not ([`check_satisfiable`]).
 //! - `preempt`: the minimal victim set on a node, the cheapest nodes to evict on, and the
 //!   victims of a job spanning nodes.
 //! - `pass`: one pass over the queue, building the plan and keeping node views in step; what
@@ -30,13 +33,17 @@ use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, Node, NodeAlloc, TierConfig};
 
 mod backfill;
+mod demand;
 mod explain;
 mod fit;
+mod node_view;
 mod order;
 mod pass;
+mod placement;
 mod preempt;
 mod quota;
 mod reason;
+mod satisfiable;
 mod topo;
 
 #[cfg(test)]
@@ -55,10 +62,12 @@ pub mod testkit;
 mod tests;
 
 pub use explain::explain;
-pub use fit::{check_satisfiable, check_satisfiable_with};
 pub use order::FairShare;
 pub use quota::{check_quota_reachable, TierQuota};
+#[cfg(test)]
+pub(crate) use reason::every_reason_as_rendered;
 pub use reason::PendingReason;
+pub use satisfiable::{check_satisfiable, check_satisfiable_with};
 pub use topo::Topologies;
 
 /// Jobs by id, each behind an `Arc`: schedd's records and the scheduler's copy of them share

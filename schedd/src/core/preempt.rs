@@ -17,9 +17,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, NodeAlloc, TierConfig};
 
-use super::fit::{
-    fit_on_node, gang_models, n_nodes, Claim, Fit, NodeDemand, NodeRank, NodeView, Views,
-};
+use super::demand::{n_nodes, NodeDemand};
+use super::fit::{fit_on_node, Fit};
+use super::node_view::{Claim, NodeView, Views};
+use super::placement::{gang_models, NodeRank};
 use super::topo::{Connectivity, Path};
 
 /// What preemption needs to know of a running job that a higher tier may evict.

@@ -8,9 +8,13 @@ use proptest::test_runner::TestRunner;
 use ysched_common::time::Millis;
 use ysched_common::{JobId, JobState, StopReason, StopRequest};
 
-use super::fit::{capacity_views, find_placement, fit_on_node, Claim, NodeDemand};
+use super::demand::NodeDemand;
+use super::fit::fit_on_node;
+use super::node_view::Claim;
 use super::order::pending_in_order;
 use super::pass::{Decision, Pass};
+use super::placement::find_placement;
+use super::satisfiable::capacity_views;
 use super::testkit::{Cluster, JobBuilder, NodeBuilder, A10, A100, H100, HOUR, MINUTE, T0};
 use super::topo::Topologies;
 use super::PendingReason;
@@ -608,8 +612,8 @@ proptest! {
             prop_assert_eq!(&plan, &cluster.schedule(NOW));
             // The submit-time check's short cut gives the full check's answer.
             for job in cluster.jobs.values() {
-                let full = crate::core::fit::satisfiable_on(
-                    &crate::core::fit::capacity_views(&cluster.nodes, &mut Topologies::default()),
+                let full = crate::core::satisfiable::satisfiable_on(
+                    &crate::core::satisfiable::capacity_views(&cluster.nodes, &mut Topologies::default()),
                     &job.spec,
                 );
                 let quick = crate::core::check_satisfiable_with(&job.spec, &cluster.nodes, &mut kept);

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use ysched_common::{Job, JobSpec, Node, NodeAlloc, TierConfig};
 
-use super::fit::{fit_on_node, n_nodes, plural, NodeDemand, NodeView};
+use super::demand::{n_nodes, NodeDemand};
+use super::fit::{fit_on_node, plural};
+use super::node_view::NodeView;
 use super::{PendingReason, Topologies};
 
 /// The GPUs a job holding `allocs` counts against its tier's quotas: those of its

@@ -106,9 +106,78 @@ impl PartialEq<&str> for PendingReason {
     }
 }
 
+/// One reason of each kind with the text it renders to, exactly as `yq`, the store and
+/// Slurm-speaking tools read it: a change of wording changes this table too, deliberately.
+#[cfg(test)]
+pub(crate) fn every_reason_as_rendered() -> Vec<(PendingReason, &'static str)> {
+    vec![
+        (PendingReason::Resources, "Resources"),
+        (PendingReason::Priority, "Priority"),
+        (PendingReason::Dependency, "Dependency"),
+        (
+            PendingReason::DependencyNeverSatisfied,
+            "DependencyNeverSatisfied",
+        ),
+        (PendingReason::JobArrayTaskLimit, "JobArrayTaskLimit"),
+        (PendingReason::AccountLimit, "AccountLimit"),
+        (PendingReason::UserLimit, "UserLimit"),
+        (PendingReason::BeginTime, "BeginTime"),
+        (PendingReason::ReqNodeNotAvail, "ReqNodeNotAvail"),
+        (
+            PendingReason::Preempting {
+                victims: vec![JobId(17), JobId(18)],
+                nodes: vec!["n1".into(), "n2".into()],
+            },
+            "Preempting 17,18 on n1,n2",
+        ),
+        (
+            PendingReason::Preempting {
+                victims: vec![JobId(7)],
+                nodes: vec!["gpu-a1".into()],
+            },
+            "Preempting 7 on gpu-a1",
+        ),
+        (
+            PendingReason::Unsatisfiable("no node has 16 GPUs (largest has 8)".into()),
+            "Unsatisfiable: no node has 16 GPUs (largest has 8)",
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reason_renders_exactly_as_before() {
+        let table = every_reason_as_rendered();
+        // Each kind of reason once at least: a new kind fails to compile here until it is
+        // named, and then this until the table has it.
+        let kind = |reason: &PendingReason| match reason {
+            PendingReason::Resources => 0,
+            PendingReason::Priority => 1,
+            PendingReason::Dependency => 2,
+            PendingReason::DependencyNeverSatisfied => 3,
+            PendingReason::JobArrayTaskLimit => 4,
+            PendingReason::AccountLimit => 5,
+            PendingReason::UserLimit => 6,
+            PendingReason::BeginTime => 7,
+            PendingReason::ReqNodeNotAvail => 8,
+            PendingReason::Preempting { .. } => 9,
+            PendingReason::Unsatisfiable(_) => 10,
+        };
+        let kinds: std::collections::BTreeSet<u32> = table.iter().map(|(r, _)| kind(r)).collect();
+        assert_eq!(kinds, (0..=10).collect());
+        for (reason, text) in &table {
+            assert_eq!(reason.to_string(), *text, "{reason:?}");
+            assert!(reason.is_text_of(text), "{reason:?}");
+            // Compared without rendering, a reason is its own text and no other's.
+            for (other, other_text) in &table {
+                assert_eq!(reason.is_text_of(other_text), reason == other, "{reason:?}");
+                assert_eq!(other.is_text_of(text), reason == other, "{other:?}");
+            }
+        }
+    }
 
     #[test]
     fn each_reason_renders_as_slurm_and_yq_name_it() {

@@ -104,7 +104,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
         let session_id = self
             .cluster
             .register_node(
-                super::convert::registration(&reg),
+                super::convert::agent::registration(&reg),
                 &peer,
                 tx,
                 credential.identity(),
@@ -160,8 +160,9 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
                             .iter()
                             .map(|c| (c.job_id, c.newest_mtime_ms))
                             .collect();
-                        let unhealthy = super::convert::unhealthy_reason(&h.unhealthy_reason);
-                        let gpus = super::convert::gpu_report(&h);
+                        let unhealthy =
+                            super::convert::agent::unhealthy_reason(&h.unhealthy_reason);
+                        let gpus = super::convert::agent::gpu_report(&h);
                         cluster.heartbeat(
                             &name,
                             session_id,
@@ -182,7 +183,7 @@ impl pb::node_agent_server::NodeAgent for AgentApi {
             cluster.node_disconnected(&name, session_id);
         });
         let out = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
-            .map(|command| Ok(super::convert::scheduler_message(command)));
+            .map(|command| Ok(super::convert::agent::scheduler_message(command)));
         Ok(Response::new(Box::pin(out)))
     }
 }

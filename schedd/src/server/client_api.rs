@@ -2,7 +2,7 @@
 //! answered from the listing entries active jobs keep (see `client_service`).
 
 use super::answering::Answering;
-use super::convert::JobListReply;
+use super::convert::listing::JobListReply;
 use super::forward::ForwardToken;
 use super::watch;
 use crate::error::ApiError;
@@ -101,15 +101,15 @@ impl ClientApi {
     }
 
     /// `ListJobs`' reply, encoded: the jobs the request selects, as the caller may see them
-    /// (see `convert::WireListing`).
+    /// (see `convert::listing::WireListing`).
     pub(super) async fn job_list(
         &self,
         req: Request<pb::ListJobsRequest>,
     ) -> Result<JobListReply, Status> {
         let t = std::time::Instant::now();
         let (caller, _) = self.caller(&req).await?;
-        // Bounded before anything is looked up (see `convert::job_filter`).
-        let mut filter = super::convert::job_filter(req.get_ref())?;
+        // Bounded before anything is looked up (see `convert::listing::job_filter`).
+        let mut filter = super::convert::listing::job_filter(req.get_ref())?;
         // The page is made in the room the caller has for answers not yet read, and cut
         // shorter when that is less than a whole page (the tools follow the pages).
         let room = self.room_to_make(&req)?;
@@ -127,8 +127,12 @@ impl ClientApi {
                 filter.ids.extend(named);
             }
             let (view, expected) = (cluster.queue_view(), cluster.expected_starts());
-            let listing =
-                super::convert::WireListing::new(&caller, cluster.config(), &view, &expected);
+            let listing = super::convert::listing::WireListing::new(
+                &caller,
+                cluster.config(),
+                &view,
+                &expected,
+            );
             let page = cluster.list_jobs_with(&filter, &listing)?;
             Ok(listing.encode(page.entries, page.next_after))
         };
@@ -212,14 +216,14 @@ impl pb::ysched_server::Ysched for ClientApi {
             .cluster
             .resolve_one(&Named::from_ref(r.job_id, &r.target)?, "show")
             .await?;
-        let mut detail = super::convert::job_detail(&self.cluster.job_detail(id).await?);
+        let mut detail = super::convert::client::job_detail(&self.cluster.job_detail(id).await?);
         let view = self.cluster.queue_view();
-        super::convert::add_queue_places(detail.job.as_mut_slice(), &view);
-        super::convert::add_expected_starts(
+        super::convert::listing::add_queue_places(detail.job.as_mut_slice(), &view);
+        super::convert::listing::add_expected_starts(
             detail.job.as_mut_slice(),
             &self.cluster.expected_starts(),
         );
-        super::convert::hide_others_usage(
+        super::convert::listing::hide_others_usage(
             detail.job.as_mut_slice(),
             &caller,
             self.cluster.config(),
@@ -361,7 +365,7 @@ impl pb::ysched_server::Ysched for ClientApi {
                 .cluster
                 .list_nodes(&caller)
                 .iter()
-                .map(super::convert::node_info)
+                .map(super::convert::client::node_info)
                 .collect(),
         }))
     }
@@ -465,7 +469,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         req: Request<pb::SharesRequest>,
     ) -> Result<Response<pb::ShareList>, Status> {
         let (caller, _) = self.caller(&req).await?;
-        Ok(Response::new(super::convert::share_list(
+        Ok(Response::new(super::convert::client::share_list(
             &self.cluster.shares(&caller),
         )))
     }
@@ -484,7 +488,7 @@ impl pb::ysched_server::Ysched for ClientApi {
             .usage_report(&caller, r.from_ms, r.to_ms, &r.by)
             .await?;
         tracing::debug!(took = ?t.elapsed(), "report");
-        Ok(Response::new(super::convert::report_reply(&report)))
+        Ok(Response::new(super::convert::client::report_reply(&report)))
     }
 
     async fn export_trace(
@@ -500,7 +504,7 @@ impl pb::ysched_server::Ysched for ClientApi {
             .export_trace(&caller, r.from_ms, r.to_ms)
             .await?;
         tracing::debug!(took = ?t.elapsed(), jobs = export.trace.rows.len(), "export_trace");
-        Ok(Response::new(super::convert::trace_reply(&export)))
+        Ok(Response::new(super::convert::client::trace_reply(&export)))
     }
 
     async fn import_usage(
@@ -535,7 +539,7 @@ impl pb::ysched_server::Ysched for ClientApi {
         let cluster = self.cluster.clone();
         let seen_by_caller = move |job: &ysched_common::Job| {
             let mut info = pb::JobInfo::from(job);
-            super::convert::hide_others_usage(
+            super::convert::listing::hide_others_usage(
                 std::slice::from_mut(&mut info),
                 &caller,
                 cluster.config(),

@@ -4,7 +4,7 @@
 
 use super::answering::Answering;
 use super::client_api::ClientApi;
-use super::convert::JobListReply;
+use super::convert::listing::JobListReply;
 use super::forward::ForwardToken;
 use crate::shell::Cluster;
 use std::pin::Pin;

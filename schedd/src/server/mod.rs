@@ -28,7 +28,7 @@ mod replication;
 mod tls;
 mod watch;
 
-pub(crate) use convert::part_end;
+pub(crate) use convert::agent::part_end;
 pub use replica_doors::serve_replica;
 pub use tls::{load_or_create_ca, server_config as tls_server_config};
 /// Agent-port connections that may be open without having authenticated yet, in all.

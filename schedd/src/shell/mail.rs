@@ -40,6 +40,7 @@ use ysched_common::edge::peer_log;
 use ysched_common::{Job, JobId, JobState};
 
 use super::mail_queue::{Bounds, MailQueue};
+use crate::core::PendingReason;
 use crate::state::Records;
 
 /// sendmails running at once.
@@ -159,13 +160,13 @@ pub fn collect(rec: &Records, jobs: &[Job], out: &mut Vec<Mail>) {
 /// The `INVALID_DEPEND` mails of an event's new pending reasons (kept in memory only, not
 /// among its jobs): a job whose dependency has just become impossible to meet. Cheap when no
 /// reason is that one.
-pub fn collect_reasons(rec: &Records, reasons: &[(JobId, String)], out: &mut Vec<Mail>) {
-    let never = "DependencyNeverSatisfied";
-    for (id, reason) in reasons.iter().filter(|(_, r)| r == never) {
+pub fn collect_reasons(rec: &Records, reasons: &[(JobId, PendingReason)], out: &mut Vec<Mail>) {
+    let never = PendingReason::DependencyNeverSatisfied;
+    for (id, reason) in reasons.iter().filter(|(_, r)| *r == never) {
         let Some(job) = rec.jobs().get(id) else {
             continue;
         };
-        if job.reason == never || !wants(job, "INVALID_DEPEND") {
+        if never.is_text_of(&job.reason) || !wants(job, "INVALID_DEPEND") {
             continue;
         }
         let per_task = job.array.is_none() || wants(job, "ARRAY_TASKS");
@@ -174,7 +175,7 @@ pub fn collect_reasons(rec: &Records, reasons: &[(JobId, String)], out: &mut Vec
             continue;
         }
         let mut job = Job::clone(job);
-        job.reason = reason.clone();
+        job.reason = reason.to_string();
         let subject_id = subject_id(&job, per_task);
         out.extend(mail_for(&job, Event::InvalidDepend, &subject_id, per_task));
     }
@@ -198,7 +199,9 @@ fn event_of(old: &Job, new: &Job) -> Option<Event> {
     } else if old.state.holds_resources() && matches!(new.state, JobState::Pending | JobState::Held)
     {
         Some(Event::Requeued)
-    } else if new.reason == "DependencyNeverSatisfied" && old.reason != new.reason {
+    } else if PendingReason::DependencyNeverSatisfied.is_text_of(&new.reason)
+        && old.reason != new.reason
+    {
         Some(Event::InvalidDepend)
     } else {
         None
@@ -239,7 +242,7 @@ fn mail_for(job: &Job, event: Event, subject_id: &str, per_task: bool) -> Option
             .iter()
             .any(|t| t.starts_with("TIME_LIMIT"));
     // `scheduler.kill_invalid_depend` ends such a job CANCELLED with this reason.
-    let never_satisfied = job.reason == "DependencyNeverSatisfied";
+    let never_satisfied = PendingReason::DependencyNeverSatisfied.is_text_of(&job.reason);
     let what = match event {
         Event::Began if wants(job, "BEGIN") => "Began",
         Event::Ended if never_satisfied && wants(job, "INVALID_DEPEND") => {

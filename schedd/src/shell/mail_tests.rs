@@ -261,7 +261,7 @@ fn a_dependency_that_can_never_be_met_mails_once() {
     let pending = with_mail(J::new(8), &["INVALID_DEPEND"]);
     let rec = records(std::slice::from_ref(&pending));
     let mut out = Vec::new();
-    let never = vec![(JobId(8), "DependencyNeverSatisfied".to_string())];
+    let never = vec![(JobId(8), PendingReason::DependencyNeverSatisfied)];
     collect_reasons(&rec, &never, &mut out);
     assert_eq!(out.len(), 1);
     assert_eq!(
@@ -276,6 +276,6 @@ fn a_dependency_that_can_never_be_met_mails_once() {
     assert!(out.is_empty());
     // Other reasons mail nothing.
     let mut out = Vec::new();
-    collect_reasons(&rec, &[(JobId(8), "Resources".into())], &mut out);
+    collect_reasons(&rec, &[(JobId(8), PendingReason::Resources)], &mut out);
     assert!(out.is_empty());
 }

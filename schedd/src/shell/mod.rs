@@ -42,7 +42,7 @@ mod upkeep;
 mod usage;
 pub use usage::TraceExport;
 
-use crate::core::{self, Policy, Snapshot};
+use crate::core::{self, PendingReason, Policy, Snapshot};
 pub use crate::error::{ApiError, ApiResult};
 use crate::fair_share::QueueView;
 use crate::state::agent_events::{AgentReport, Limits};
@@ -501,7 +501,7 @@ impl reactor::Observer for ShellObserver<'_> {
         mail::collect(rec, jobs, self.mails);
     }
 
-    fn reasons(&mut self, rec: &Records, reasons: &[(JobId, String)]) {
+    fn reasons(&mut self, rec: &Records, reasons: &[(JobId, PendingReason)]) {
         mail::collect_reasons(rec, reasons, self.mails);
     }
 }

@@ -279,7 +279,7 @@ async fn the_last_pass_s_expected_starts_are_kept_for_pending_jobs() {
     let mut infos = c
         .list_jobs(&filter, ysched_common::convert::job_listing)
         .unwrap();
-    crate::server::convert::add_expected_starts(&mut infos, &c.expected_starts());
+    crate::server::convert::listing::add_expected_starts(&mut infos, &c.expected_starts());
     let info = |id: JobId| infos.iter().find(|j| j.id == id.0).unwrap();
     assert_eq!(info(waiting).expected_start_ms, expected.at);
     assert_eq!(info(waiting).expected_nodes, ["n1"]);
@@ -606,7 +606,8 @@ async fn a_listing_by_end_time_hides_what_others_jobs_used_when_reports_are_priv
     };
     let (view, expected) = (c.queue_view(), c.expected_starts());
     let me = alice();
-    let listing = crate::server::convert::WireListing::new(&me, c.config(), &view, &expected);
+    let listing =
+        crate::server::convert::listing::WireListing::new(&me, c.config(), &view, &expected);
     let page = c.list_jobs_with(&window, &listing).unwrap();
     let reply = listing.encode(page.entries, page.next_after);
     let bytes = prost::Message::encode_to_vec(&reply);

@@ -7,6 +7,7 @@
 
 use super::commands::{AgentCommand, Payload};
 use super::history::{HistoryEntry, JobEventKind};
+use crate::core::PendingReason;
 use std::collections::BTreeSet;
 use ysched_common::time::Millis;
 use ysched_common::{AuditRecord, HostEnrolment, Job, JobId, JobState, Node};
@@ -26,8 +27,10 @@ pub struct Effects {
     pub events: Vec<HistoryEntry>,
     /// Entries of the audit log, written in order.
     pub audit: Vec<AuditRecord>,
-    /// Why pending jobs wait, updated in memory only: every pass derives them again.
-    pub reasons: Vec<(JobId, String)>,
+    /// Why pending jobs wait, updated in memory only: every pass derives them again. Typed
+    /// until the records take them: rendered into `Job::reason` by
+    /// [`Records::commit`](super::Records::commit).
+    pub reasons: Vec<(JobId, PendingReason)>,
     /// A submit's jobs (one, or every task of an array): written by the event, but taken
     /// into memory only once durable (see [`super::reactor::Reactor::submit_durable`]).
     pub submitted: Vec<Job>,

@@ -133,6 +133,43 @@ pub struct HistoryEntry {
 mod tests {
     use super::*;
 
+    /// A kind's text is what stores hold and scripts read: a change of wording changes this
+    /// table too, deliberately (and leaves older stores' entries unreadable as that kind).
+    #[test]
+    fn every_kind_is_written_as_it_always_has_been() {
+        let table = [
+            (JobEventKind::Submitted, "submitted"),
+            (JobEventKind::Held, "held"),
+            (JobEventKind::Released, "released"),
+            (JobEventKind::Scheduled, "scheduled"),
+            (JobEventKind::Started, "started"),
+            (JobEventKind::Exited, "exited"),
+            (JobEventKind::Evicting, "evicting"),
+            (JobEventKind::Preempting, "preempting"),
+            (JobEventKind::Preemption, "preemption"),
+            (JobEventKind::Stopping, "stopping"),
+            (JobEventKind::Cancel, "cancel"),
+            (JobEventKind::Cancelled, "cancelled"),
+            (JobEventKind::Requeue, "requeue"),
+            (JobEventKind::Requeued, "requeued"),
+            (JobEventKind::LaunchFailed, "launch_failed"),
+            (JobEventKind::NodeFail, "node_fail"),
+            (JobEventKind::NodeSilent, "node_silent"),
+            (JobEventKind::NodeBack, "node_back"),
+            (JobEventKind::Fenced, "fenced"),
+            (JobEventKind::GpuFailed, "gpu_failed"),
+            (JobEventKind::LeftoverGone, "leftover_gone"),
+            (JobEventKind::Updated, "updated"),
+        ];
+        let kinds: std::collections::BTreeSet<JobEventKind> =
+            table.iter().map(|(kind, _)| *kind).collect();
+        assert_eq!(kinds, JobEventKind::ALL.into_iter().collect());
+        for (kind, text) in table {
+            assert_eq!(kind.as_str(), text);
+            assert_eq!(kind.to_string(), text);
+        }
+    }
+
     #[test]
     fn every_kind_reads_back_from_its_text() {
         for kind in JobEventKind::ALL {

@@ -27,7 +27,7 @@ impl Records {
                 .get(id)
                 .is_some_and(|j| !reason.is_text_of(&j.reason))
             {
-                fx.reasons.push((*id, reason.to_string()));
+                fx.reasons.push((*id, reason.clone()));
             }
         }
         for ev in &plan.evictions {

@@ -26,6 +26,31 @@ fn payload(_: JobId) -> Option<Arc<Payload>> {
     }))
 }
 
+/// A pending reason stays typed until the records take it: what a job's record keeps (which
+/// the store writes and listings send) is the reason's text of today, for every kind of
+/// reason; and a reason a job already holds changes nothing.
+#[test]
+fn the_records_keep_each_pending_reason_as_its_text_of_today() {
+    let table = crate::core::every_reason_as_rendered();
+    let ids = || (1..=table.len() as u64).map(JobId);
+    let mut rec = Records::with_jobs(ids().map(|id| JobBuilder::new(id.0).build()).collect());
+    let plan = Plan {
+        pending_reasons: ids().zip(table.iter().map(|(r, _)| r.clone())).collect(),
+        ..Plan::default()
+    };
+    let fx = rec.apply_plan(&plan, &payload, NOW);
+    assert!(fx.writes_nothing());
+    assert_eq!(fx.reasons.len(), table.len());
+    rec.commit(fx);
+    for (id, (reason, text)) in ids().zip(&table) {
+        let job = &rec.jobs()[&id];
+        assert_eq!(job.reason, *text, "{reason:?}");
+        assert_eq!(ysched_common::convert::job_listing(job).reason, *text);
+    }
+    // The same plan again: every job already holds its reason.
+    assert!(rec.apply_plan(&plan, &payload, NOW).reasons.is_empty());
+}
+
 #[test]
 fn evictions_stop_victims_and_placements_launch_every_part() {
     let rec = Records::with_jobs(vec![
@@ -81,7 +106,7 @@ fn evictions_stop_victims_and_placements_launch_every_part() {
     assert_eq!(placed.state, JobState::Running);
     assert_eq!(placed.parts.nodelist, ["n2", "n1"]);
     // Reasons change memory only: nothing is written for them.
-    assert_eq!(fx.reasons, [(JobId(5), "Resources".to_string())]);
+    assert_eq!(fx.reasons, [(JobId(5), PendingReason::Resources)]);
     let mut rec = rec;
     let done = rec.commit(fx);
     assert_eq!(rec.jobs[&JobId(5)].reason, "Resources");

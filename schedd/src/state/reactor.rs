@@ -17,6 +17,7 @@
 use super::commands::AgentCommand;
 use super::dependencies::EndedTargets;
 use super::{Effects, Records};
+use crate::core::PendingReason;
 use crate::error::ApiResult;
 use crate::fair_share::UsageBook;
 pub use crate::store::Room;
@@ -65,7 +66,7 @@ pub trait Observer {
     fn applying(&mut self, _rec: &Records, _jobs: &[Job]) {}
     /// Before the records take the event too: the pending jobs' new reasons (changed in
     /// memory only, not among `jobs`).
-    fn reasons(&mut self, _rec: &Records, _reasons: &[(JobId, String)]) {}
+    fn reasons(&mut self, _rec: &Records, _reasons: &[(JobId, PendingReason)]) {}
     /// After the records took it: the runs the event ended.
     fn committed(&mut self, _runs: &[RunRecord]) {}
 }

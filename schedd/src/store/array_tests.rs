@@ -1,12 +1,14 @@
 //! Arrays in the store: one submit of N tasks is one write, the spec is stored once and
 //! shared again after a reopen, and the payload is the array's.
 
+use super::arrays::Shared;
 use super::tests::reopen;
 use super::*;
 use crate::state::submission::NewJob;
 use crate::state::Records;
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use ysched_common::{ArraySpec, JobSpec, JobState, Owner};
+use ysched_common::{ArraySpec, Job, JobId, JobSpec, JobState, Owner};
 
 fn owner() -> Owner {
     Owner {

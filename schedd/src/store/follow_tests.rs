@@ -10,7 +10,7 @@ use crate::fair_share::UsageBook;
 use crate::state::submission::NewJob;
 use crate::state::Records;
 use proptest::prelude::*;
-use ysched_common::{ArraySpec, JobSpec, JobState, Owner};
+use ysched_common::{ArraySpec, Job, JobId, JobSpec, JobState, Owner};
 
 /// One step of a made-up history; `pick` chooses among the jobs it may apply to.
 #[derive(Debug, Clone)]

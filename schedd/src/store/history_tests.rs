@@ -7,7 +7,7 @@ use super::*;
 use crate::state::submission::NewJob;
 use crate::state::Records;
 use std::collections::BTreeSet;
-use ysched_common::{ArraySpec, JobSpec, JobState, Owner, RunRecord};
+use ysched_common::{ArraySpec, Job, JobId, JobSpec, JobState, Owner, RunRecord};
 
 fn owner() -> Owner {
     Owner {

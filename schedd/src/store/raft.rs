@@ -236,7 +236,7 @@ impl Store {
             trees.len(),
             |tree, key, value| {
                 if tree == events_tree {
-                    event_id_floor = event_id_floor.max(super::event_id_after(&key));
+                    event_id_floor = event_id_floor.max(super::write::event_id_after(&key));
                 }
                 if let Some((t, batch, bytes)) = pending.take() {
                     if t == tree && bytes < IMPORT_BATCH_BYTES {

@@ -2,7 +2,7 @@
 //! scanned by their end.
 
 use super::*;
-use ysched_common::{AuditRecord, JobSpec, JobState, Owner, RunRecord};
+use ysched_common::{AuditRecord, Job, JobId, JobSpec, JobState, Owner, RunRecord};
 
 /// Opens the store in `dir` again once the last handle is dropped (sled's flusher may still
 /// hold its lock briefly after drop: the opening waits for it).

@@ -46,19 +46,25 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ysched_common::dependency::{DepStatus, Dependency, TargetState};
+use ysched_common::dependency::DepStatus;
 use ysched_common::time::Millis;
 use ysched_common::{Job, JobId, JobState, NodeAlloc, StopReason, StopRequest, TierConfig};
 
 use super::backfill::{earliest_start, end_if_started, Reservation};
-use super::fit::{
-    capacity_views, find_placement, find_placement_ending, find_placement_whole_at_most, n_nodes,
-    required_path, satisfiable_on, Claim, Hold, Views,
-};
+use super::demand::{n_nodes, required_path};
+use super::node_view::{Claim, Views};
+use super::placement::{find_placement, find_placement_ending, find_placement_whole_at_most};
 use super::preempt::{evictable, plan_preemption, Preemption};
 use super::quota::{gpus_charged, Quotas};
+use super::satisfiable::{capacity_views, satisfiable_on};
 use super::topo::{Path, Topologies};
-use super::{Eviction, ExpectedStart, JobMap, PendingReason, Placement, Plan, Policy, Snapshot};
+use super::{JobMap, PendingReason, Plan, Policy, Snapshot};
+
+mod held_back;
+mod record;
+
+use held_back::limited_array;
+pub(crate) use held_back::{begin_ms, HeldBack};
 
 /// What the pass decided for one pending job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,33 +96,6 @@ pub(crate) enum Decision {
     /// connected). It waits for that node, not for room: later jobs are not held up by it.
     NodesUnavailable,
     Unsatisfiable(String),
-}
-
-/// Why a job is not considered for room at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeldBack {
-    /// Its `--begin` time has not come.
-    BeginTime,
-    /// Its dependency may still be met.
-    Dependency,
-    /// Its dependency can never be met.
-    NeverSatisfied,
-    /// A `singleton` while a job of its name and user runs or was placed in the pass.
-    Singleton,
-    /// Its array's `%N` tasks run or were placed in the pass.
-    ArrayLimit,
-}
-
-impl HeldBack {
-    /// The pending reason, as Slurm names it.
-    pub(crate) fn reason(self) -> PendingReason {
-        match self {
-            HeldBack::BeginTime => PendingReason::BeginTime,
-            HeldBack::Dependency | HeldBack::Singleton => PendingReason::Dependency,
-            HeldBack::NeverSatisfied => PendingReason::DependencyNeverSatisfied,
-            HeldBack::ArrayLimit => PendingReason::JobArrayTaskLimit,
-        }
-    }
 }
 
 /// Everything about a job that placement and preemption look at, except its tier: jobs of one
@@ -490,63 +469,6 @@ impl<'a> Pass<'a> {
             .exceeded(job, self.tiers, self.charge_of(job, allocs))
     }
 
-    /// Why `job` is not considered for room at all, if it is not: its dependency, `singleton`,
-    /// or its array's `%N` limit (see the module doc).
-    pub(crate) fn held_back(&mut self, job: &'a Job) -> Option<HeldBack> {
-        if job
-            .spec
-            .begin_unix_secs
-            .is_some_and(|begin| begin_ms(begin) > self.now)
-        {
-            return Some(HeldBack::BeginTime);
-        }
-        if let Some(dependency) = &job.spec.dependency {
-            match self.dependency_status(job, dependency) {
-                DepStatus::Satisfied => {}
-                DepStatus::Waiting => return Some(HeldBack::Dependency),
-                DepStatus::Never => return Some(HeldBack::NeverSatisfied),
-            }
-            if dependency.singleton && self.singleton_taken(job) {
-                return Some(HeldBack::Singleton);
-            }
-        }
-        let over = limited_array(job).is_some_and(|array| {
-            let max = job.spec.array.as_ref().map_or(0, |a| a.max_running);
-            self.array_tasks.get(&array).copied().unwrap_or(0) >= max
-        });
-        over.then_some(HeldBack::ArrayLimit)
-    }
-
-    /// The status of `job`'s dependency, evaluated once per pass per spec.
-    fn dependency_status(&mut self, job: &Job, dependency: &Dependency) -> DepStatus {
-        if dependency.clauses.is_empty() {
-            return DepStatus::Satisfied;
-        }
-        let key = std::sync::Arc::as_ptr(&job.spec) as usize;
-        if let Some(status) = self.dependencies.get(&key) {
-            return *status;
-        }
-        let (jobs, ended) = (self.jobs, self.ended);
-        let status = dependency.status(|id| target_state(jobs, ended, id));
-        self.dependencies.insert(key, status);
-        status
-    }
-
-    /// Another job of `job`'s name and user holds resources, or was placed (or let preempt)
-    /// earlier in this pass.
-    fn singleton_taken(&mut self, job: &'a Job) -> bool {
-        let (jobs, claimed) = (self.jobs, &self.claimed);
-        let taken = self.singletons.get_or_insert_with(|| {
-            jobs.values()
-                .map(|j| &**j)
-                .filter(|j| j.state.holds_resources())
-                .chain(claimed.iter().copied())
-                .map(singleton_key)
-                .collect()
-        });
-        taken.contains(&singleton_key(job))
-    }
-
     /// Backfill's reservation for a job that waits for room, if it is one of its tier's first
     /// `reservations` waiting jobs, its tier may not preempt, and it could start some time.
     fn reserve_start(&mut self, job: &'a Job) -> Option<Reservation> {
@@ -624,200 +546,6 @@ impl<'a> Pass<'a> {
             .get(&job.spec.tier)
             .is_some_and(|tier| tier.may_preempt)
     }
-
-    fn record(&mut self, job: &'a Job, decision: &Decision) {
-        let held = match decision {
-            Decision::Placed(allocs) => Some(allocs),
-            Decision::Preempting(preemption) => Some(&preemption.targets),
-            Decision::AwaitingEviction { targets, .. } => Some(targets),
-            _ => None,
-        };
-        if let Some(allocs) = held {
-            let gpus = self.charge_of(job, allocs);
-            self.claim(job, gpus);
-        }
-        match decision {
-            Decision::Placed(allocs) => {
-                for alloc in allocs {
-                    if let Some(view) = self.views.get_mut(alloc.node.as_str()) {
-                        view.add_alloc(job.id, Claim::Placed, alloc, None, job.spec.exclusive);
-                    }
-                }
-                self.plan.placements.push(Placement {
-                    job: job.id,
-                    alloc: allocs.clone(),
-                });
-            }
-            Decision::Preempting(preemption) => {
-                for (victim, node) in &preemption.victims {
-                    self.plan.evictions.push(Eviction {
-                        victim: *victim,
-                        preemptor: job.id,
-                        node: node.clone(),
-                        grace_secs: self.jobs.get(victim).map_or(0, |v| v.grace_secs),
-                    });
-                    // Its resources are promised: no later preemptor may count on them.
-                    for alloc in self.jobs.get(victim).map_or(&[][..], |v| &v.alloc) {
-                        if let Some(view) = self.views.get_mut(alloc.node.as_str()) {
-                            view.protect(*victim);
-                        }
-                    }
-                }
-                for target in &preemption.targets {
-                    self.reserve(job, target);
-                }
-                self.promise(job.id, &preemption.targets);
-                let ids: Vec<JobId> = preemption.victims.iter().map(|(id, _)| *id).collect();
-                let nodes = preemption.nodes.iter().map(String::as_str);
-                self.wait(job, preempting_reason(&ids, nodes));
-            }
-            Decision::AwaitingEviction {
-                victims,
-                nodes,
-                targets,
-            } => {
-                for target in targets {
-                    self.reserve(job, target);
-                }
-                self.promise(job.id, targets);
-                self.wait(
-                    job,
-                    preempting_reason(victims, nodes.iter().map(String::as_str)),
-                );
-            }
-            Decision::Waiting(reason) => self.wait(job, reason.clone()),
-            Decision::Reserved(reason, reservation) => {
-                self.keep_for(job, reservation);
-                self.wait(job, reason.clone());
-            }
-            Decision::Dependency(reason) => {
-                // Not `someone_waiting`: it waits for other jobs to end (or its time to
-                // come), not for room.
-                if let (PendingReason::BeginTime, Some(begin)) = (reason, job.spec.begin_unix_secs)
-                {
-                    // Slurm's StartTime of a job waiting for its begin time: that time (where
-                    // is not known until then).
-                    let at = begin_ms(begin);
-                    let nodes = Vec::new();
-                    self.plan
-                        .expected_starts
-                        .insert(job.id, ExpectedStart { at, nodes });
-                }
-                self.give_reason(job, reason.clone());
-            }
-            Decision::NodesUnavailable => {
-                // Not `someone_waiting`: it waits for its nodes to come back, not for room.
-                self.give_reason(job, PendingReason::ReqNodeNotAvail);
-            }
-            Decision::OverLimit(limit) => {
-                // Not `someone_waiting`: it waits for its own account's (array's) jobs, not
-                // for room.
-                self.give_reason(job, limit.clone());
-            }
-            Decision::Unsatisfiable(why) => {
-                // Not `someone_waiting`: a job that can never run blocks nobody.
-                self.give_reason(job, PendingReason::Unsatisfiable(why.clone()));
-            }
-        }
-    }
-
-    /// `job` will hold its resources (`gpus` as its quotas count them): count them against
-    /// its quotas, its array's limit and its name's `singleton`.
-    fn claim(&mut self, job: &'a Job, gpus: u32) {
-        self.quotas.charge(job, self.tiers, gpus);
-        if let Some(array) = limited_array(job) {
-            *self.array_tasks.entry(array).or_default() += 1;
-        }
-        match &mut self.singletons {
-            Some(taken) => {
-                taken.insert(singleton_key(job));
-            }
-            None => self.claimed.push(job),
-        }
-    }
-
-    /// These allocations are promised to `job` for good: later reservations keep off them.
-    fn promise(&mut self, job: JobId, allocs: &[NodeAlloc]) {
-        if self.backfill.enabled {
-            let promised = allocs.iter().map(|alloc| (job, alloc.clone()));
-            self.backfill.promised.extend(promised);
-        }
-    }
-
-    /// Keeps the room of `reservation` that is free now for `job` (the rest is held by jobs
-    /// that end by its start): only jobs that end by then may use it.
-    fn keep_for(&mut self, job: &Job, reservation: &Reservation) {
-        let (whole, job) = (job.spec.exclusive, job.id);
-        for alloc in &reservation.allocs {
-            let Some(view) = self.views.get_mut(alloc.node.as_str()) else {
-                continue;
-            };
-            let hold = Hold {
-                job,
-                claim: Claim::Backfill(reservation.at),
-                gpus: view.topology().mask_of(&alloc.gpus) & view.free_gpus(),
-                cpus: alloc.cpus.min(view.free_cpus()),
-                mem_mib: alloc.mem_mib.min(view.free_mem_mib()),
-                evictable: None,
-                whole,
-            };
-            view.add_hold(hold);
-        }
-        self.promise(job, &reservation.allocs);
-        let at = self
-            .backfill
-            .starts
-            .partition_point(|s| *s <= reservation.at);
-        self.backfill.starts.insert(at, reservation.at);
-        self.plan.expected_starts.insert(
-            job,
-            ExpectedStart {
-                at: reservation.at,
-                nodes: reservation.allocs.iter().map(|a| a.node.clone()).collect(),
-            },
-        );
-        self.backfill.reservations.push((job, reservation.clone()));
-    }
-
-    fn wait(&mut self, job: &Job, reason: PendingReason) {
-        self.someone_waiting = true;
-        self.give_reason(job, reason);
-    }
-
-    /// `job` stays pending for `reason`: into the plan, unless only changed reasons are
-    /// kept and it is the job's own already.
-    fn give_reason(&mut self, job: &Job, reason: PendingReason) {
-        if reason == PendingReason::DependencyNeverSatisfied {
-            self.plan.never_satisfied.push(job.id);
-        }
-        if self.only_changed_reasons && reason.is_text_of(&job.reason) {
-            // A job is given one reason a pass; should it ever be given a second, the plan
-            // must not keep the first.
-            self.plan.pending_reasons.remove(&job.id);
-            return;
-        }
-        self.plan.pending_reasons.insert(job.id, reason);
-    }
-
-    /// Keeps for `job` the part of `target` that is free now; its victims hold the rest until
-    /// they exit. Lower jobs later in this pass therefore cannot take it, and the next pass
-    /// renews the reservation while the eviction is in flight.
-    fn reserve(&mut self, job: &Job, target: &NodeAlloc) {
-        let (whole, job) = (job.spec.exclusive, job.id);
-        let Some(view) = self.views.get_mut(target.node.as_str()) else {
-            return;
-        };
-        let hold = Hold {
-            job,
-            claim: Claim::Reserved,
-            gpus: view.topology().mask_of(&target.gpus) & view.free_gpus(),
-            cpus: target.cpus.min(view.free_cpus()),
-            mem_mib: target.mem_mib.min(view.free_mem_mib()),
-            evictable: None,
-            whole,
-        };
-        view.add_hold(hold);
-    }
 }
 
 /// A node name that compares fast, in the order of the names themselves: its first 16 bytes,
@@ -871,46 +599,4 @@ impl<'n> NameKey<'n> {
 /// How many GPUs node `name` has in all, out of service or not (`None`: not known).
 fn node_gpus(capacity: &Views<'_>, name: &str) -> Option<u32> {
     capacity.get(name).map(|view| view.node().gpus.len() as u32)
-}
-
-/// `--begin` (seconds since the epoch) in the pass's milliseconds.
-pub(crate) fn begin_ms(begin_unix_secs: u64) -> Millis {
-    i64::try_from(begin_unix_secs)
-        .unwrap_or(i64::MAX)
-        .saturating_mul(1000)
-}
-
-/// The array whose `%N` limit applies to `job`, if it is a task of one with a limit.
-fn limited_array(job: &Job) -> Option<JobId> {
-    let task = job.array.as_ref()?;
-    let limited = job.spec.array.as_ref().is_some_and(|a| a.max_running > 0);
-    limited.then_some(task.array_id)
-}
-
-/// What `singleton` compares: the user and the job name.
-fn singleton_key(job: &Job) -> (&str, &str) {
-    (job.owner.user.as_str(), job.spec.name.as_str())
-}
-
-/// How a dependency sees job `id`: from its record while it is not finished, from how it
-/// ended once it is; a job known to neither is gone.
-fn target_state(jobs: &JobMap, ended: &BTreeMap<JobId, JobState>, id: JobId) -> TargetState {
-    if let Some(job) = jobs.get(&id) {
-        TargetState::of(job.state, job.has_run())
-    } else if let Some(state) = ended.get(&id) {
-        TargetState::Ended(*state)
-    } else {
-        TargetState::Gone
-    }
-}
-
-/// `Preempting 17,18 on n1,n2`
-fn preempting_reason<'n>(
-    victims: &[JobId],
-    nodes: impl IntoIterator<Item = &'n str>,
-) -> PendingReason {
-    PendingReason::Preempting {
-        victims: victims.to_vec(),
-        nodes: nodes.into_iter().map(str::to_string).collect(),
-    }
 }
