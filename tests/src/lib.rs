@@ -3,7 +3,7 @@
 //! serving a machine file, see [`NvmlNode`]), driven through the real CLIs.
 //!
 //! Every process the harness starts carries `YSCHED_TEST_TAG` in its environment (jobs inherit
-//! it through `--export=ALL`), so dropping the harness kills all of them, shepherds and jobs
+//! it through `--export=ALL`), so dropping the harness kills all of them, supervisors and jobs
 //! included, even after an agent was killed.
 
 pub mod core_bench;

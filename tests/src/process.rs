@@ -120,7 +120,7 @@ pub fn rss_mib(pid: u32) -> f64 {
 }
 
 /// The CPU time process `pid` has used so far, in ms: its own (user + system), and that of
-/// its children it has reaped (`cutime + cstime`: for `noded`, its shepherds and their jobs).
+/// its children it has reaped (`cutime + cstime`: for `noded`, its node supervisor and their jobs).
 /// `None` when it is gone.
 pub fn cpu_ms(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -411,9 +411,9 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
     c.wait_state(a, "NODE_FAIL", SECS(20));
     let b = c.submit(&["-G", "1", "--wrap", "true"]);
     // The supervisor is frozen, so the leftover's end cannot be reported when it is killed.
-    let shepherd = supervisor_pid(&c, "n1").expect("supervisor of the leftover job");
-    let shepherd = nix::unistd::Pid::from_raw(shepherd);
-    nix::sys::signal::kill(shepherd, SIGSTOP).unwrap();
+    let supervisor = supervisor_pid(&c, "n1").expect("supervisor of the leftover job");
+    let supervisor = nix::unistd::Pid::from_raw(supervisor);
+    nix::sys::signal::kill(supervisor, SIGSTOP).unwrap();
     c.start_agent("n1");
     wait_log(&c, "schedd", "agent still runs jobs");
     // A pass after the agent's return leaves b waiting for the leftover's processes.
@@ -427,7 +427,7 @@ fn gpus_of_killed_leftovers_are_reused_only_once_the_processes_are_gone() {
         let detail = c.run("yctl", &["show", "job", &b.to_string()]);
         ysched_tests::stdout(&detail).contains("killing leftover processes")
     });
-    nix::sys::signal::kill(shepherd, SIGCONT).unwrap();
+    nix::sys::signal::kill(supervisor, SIGCONT).unwrap();
     c.wait_state(b, "COMPLETED", SECS(20));
     let out = c.run("yctl", &["show", "job", &a.to_string(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -139,7 +139,7 @@ fn apply_part_end(
 /// What an agent reports about a job while its session runs.
 #[derive(Debug, Clone)]
 pub enum AgentReport {
-    /// The job's part on this node started (its shepherd's pid, the start time).
+    /// The job's part on this node started (the pid of its first process, the start time).
     Started { job_id: u64, pid: u32, time: Millis },
     /// The job's part on this node ended.
     Finished(PartEnd),

@@ -11,7 +11,7 @@ use ysched_common::{Job, JobState, PartFailure, StopReason, StopRequest};
 
 /// How long schedd waits, past the latest moment a silent node's fence can fire plus the
 /// job's grace, before it counts the job's processes there as gone and runs the job again:
-/// the shepherd looks at its lease once a second (so the fence may fire up to a second late),
+/// the node supervisor looks at its lease once a second (so the fence may fire up to a second late),
 /// and after SIGKILL the processes take a moment to die and the cgroup to empty (longer on a
 /// loaded node, or with a process stuck in the kernel for a moment). Five seconds cover that
 /// with room; erring long only delays the requeue, erring short could run a job twice.
