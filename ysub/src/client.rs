@@ -74,10 +74,25 @@ pub fn socket_path(config: &Config) -> PathBuf {
 
 /// Loads the config (`YSCHED_CONF`) and connects to its socket (see [`socket_path`]).
 pub async fn connect_from_config() -> Result<(Client, PathBuf)> {
-    let config = Config::load()?;
-    let socket = socket_path(&config);
-    let client = connect(&socket).await?;
-    Ok((client, socket))
+    connect_with_config(&Config::load()?).await
+}
+
+/// Connects to `config`'s socket (see [`socket_path`]). When that is the local agent's only
+/// because schedd's own socket is not there (schedd not running on this host, or
+/// restarting), a failure says both.
+pub async fn connect_with_config(config: &Config) -> Result<(Client, PathBuf)> {
+    let socket = socket_path(config);
+    let scheduler = &config.scheduler.socket;
+    match connect(&socket).await {
+        Ok(client) => Ok((client, socket)),
+        Err(e) if socket != *scheduler && std::env::var_os(SOCKET_ENV).is_none() => Err(anyhow!(
+            "{e}; it is this host's noded's socket (node.client_socket), used because schedd's \
+             own socket {} (scheduler.socket) is not there: on a scheduler host, schedd is not \
+             running or is restarting",
+            scheduler.display()
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 /// Connects to schedd on the Unix socket at `socket`.

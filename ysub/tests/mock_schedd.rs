@@ -1730,3 +1730,33 @@ fn yctl_cluster_changes_name_the_action_the_replica_and_the_address() {
     let out = mock.run("yctl", &["cluster", "promote", "x"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn without_schedds_socket_a_silent_agents_socket_is_named_with_why_it_was_used() {
+    let dir = tempfile::tempdir().unwrap();
+    // The agent's socket is there (a stale file: noded is not running), schedd's is not.
+    let agent = dir.path().join("noded.sock");
+    std::fs::write(&agent, "").unwrap();
+    let config = dir.path().join("ysched.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[scheduler]\nsocket = \"{}/schedd.sock\"\n[node]\nclient_socket = \"{}\"\n",
+            dir.path().display(),
+            agent.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_yq"))
+        .env("YSCHED_CONF", &config)
+        .env_remove("YSCHED_SOCKET")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains(&agent.display().to_string()), "{err}");
+    assert!(
+        err.contains("schedd.sock (scheduler.socket) is not there"),
+        "{err}"
+    );
+}

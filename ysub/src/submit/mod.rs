@@ -63,8 +63,7 @@ pub async fn submit_and_report(
     let spec = build_spec(options, script, &SubmitContext::from_process(&config)?)?;
     check_payload_size(&spec, &config)?;
     output_dir::warn_about_output_dirs(&spec);
-    let socket = client::socket_path(&config);
-    let mut client = client::connect(&socket).await?;
+    let (mut client, socket) = client::connect_with_config(&config).await?;
     let submitted = reply_to(
         "submit",
         client.submit(SubmitRequest { spec: Some(spec) }).await,
