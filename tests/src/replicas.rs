@@ -90,6 +90,33 @@ impl Replicas {
         }
     }
 
+    /// Configures a new host to replace replica `n`'s (dead, with its disk): another address,
+    /// an empty state directory, and a config that lists it in `n`'s place, as an
+    /// administrator writes it (the others' configs keep the old address). Its agent
+    /// address; start it with [`Replicas::start_replica`] once added (`yctl cluster add`).
+    pub fn configure_replacement(&mut self, n: u64) -> String {
+        let path = self.dir.path().join(format!("replica-{n}.toml"));
+        let old = std::fs::read_to_string(&path).unwrap();
+        let old_addr = old
+            .lines()
+            .find_map(|l| l.strip_prefix("listen = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let d = self.dir.path().display();
+        let config = old
+            .replace(&old_addr, &addr)
+            .replace(&format!("{d}/state-{n}\""), &format!("{d}/state-{n}-new\""));
+        std::fs::write(&path, config).unwrap();
+        addr
+    }
+
     fn command(&self, n: u64, bin: &str) -> Command {
         let mut cmd = Command::new(self.bin_dir.join(bin));
         cmd.env(

@@ -996,3 +996,89 @@ fn a_down_replica_is_logged_once_then_rarely() {
         || lines().contains(&format!("replica {down} answers again")),
     );
 }
+
+/// A dead replica's host replaced by a new one at another address, under submits: removed,
+/// the new host (with the dead one's number) added as a learner, promoted once caught up; then the leader is killed and
+/// the cluster, counting the new host in its majority, has every acknowledged submit.
+#[test]
+fn a_dead_host_replaced_by_a_new_one_under_load_loses_nothing() {
+    let (mut r, leader) = with_an_agent();
+    let running = r.submit(leader, &["--wrap", "sleep 300"]);
+    let dead = (1..=3).find(|n| *n != leader).unwrap();
+    let stay = (1..=3).find(|n| *n != leader && *n != dead).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let submitters: Vec<_> = [leader, stay]
+        .into_iter()
+        .map(|n| {
+            let (clients, stop) = (r.clients(), stop.clone());
+            std::thread::spawn(move || {
+                let mut acknowledged = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let args = ["--parsable", "--hold", "--wrap", "true"];
+                    let out = clients.run(n, "ysub", &args);
+                    if out.status.success() {
+                        acknowledged.push(stdout(&out).trim().parse::<u64>().unwrap());
+                    } else {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    r.kill(dead, Signal::SIGKILL);
+    let removed = r.run(leader, "yctl", &["cluster", "remove", &dead.to_string()]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    // The new host takes the dead one's number, at its own address.
+    let new = dead;
+    let addr = r.configure_replacement(new);
+    let added = r.run(
+        leader,
+        "yctl",
+        &["cluster", "add", &addr, "--id", &new.to_string()],
+    );
+    assert!(added.status.success(), "{}\n{}", stderr(&added), r.logs());
+    r.start_replica(new);
+    wait_until(Duration::from_secs(60), "the new host catches up", || {
+        r.cluster(leader).is_some_and(|rows| {
+            rows.iter()
+                .any(|x| x["replica"] == new && x["membership"] == "learner" && x["lag"] == 0)
+        })
+    });
+    let promoted = r.run(leader, "yctl", &["cluster", "promote", &new.to_string()]);
+    assert!(promoted.status.success(), "{}", stderr(&promoted));
+    wait_until(Duration::from_secs(30), "the new host votes", || {
+        r.cluster(new).is_some_and(|rows| {
+            rows.iter()
+                .any(|x| x["replica"] == new && x["membership"] == "voter" && x["votes"] == true)
+        })
+    });
+    // Now a majority needs the new host: the leader dies, and the other two elect one.
+    r.kill(leader, Signal::SIGKILL);
+    let (next, _) = r.leader(Duration::from_secs(30));
+    assert!(next == stay || next == new, "replica {next} leads");
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acknowledged: Vec<u64> = submitters
+        .into_iter()
+        .flat_map(|s| s.join().unwrap())
+        .collect();
+    assert!(
+        acknowledged.len() >= 5,
+        "only {acknowledged:?} acknowledged"
+    );
+    let listed = ids(&r.jobs(next));
+    let lost: Vec<&u64> = acknowledged
+        .iter()
+        .filter(|id| !listed.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged and lost: {lost:?}\n{}",
+        r.logs()
+    );
+    assert_eq!(
+        job(&r, next, running).map(|j| j["state"].clone()),
+        Some("RUNNING".into())
+    );
+}
