@@ -13,9 +13,13 @@
 //! - `agents`: agent sessions and their reports; `sessions`: the live sessions themselves.
 //! - `hosts`: hosts' enrolments, revocations, and the check of their certificates.
 //! - `scheduling`: the scheduling loop, node timeouts, and a pass off the lock.
-//! - `usage`: usage reports (off the lock) and imports of usage.
+//! - `usage`: usage reports (off the lock) and imports of usage; `scrape`: the metrics.
 //! - `mail`: the mail users asked for about their jobs, sent after the flush; `mail_queue`:
 //!   its queue, bounded in all and per user.
+//! - `durability`: where a change becomes durable (one schedd's store, or the replicas'
+//!   log); `flusher`: the group commit, and what waits for it.
+//! - `retire`: a replicas' leader stepping down, its cluster changing nothing more.
+//! - `upkeep`: the state disk (retention, the audit log's bounds, the ballast).
 
 mod agents;
 mod sessions;
@@ -23,6 +27,8 @@ pub use sessions::RelaySession;
 use sessions::{AgentTx, Sessions};
 mod bulk;
 mod durability;
+mod flusher;
+use flusher::Flushes;
 mod hosts;
 pub mod mail;
 mod mail_queue;
@@ -109,7 +115,7 @@ pub struct Cluster {
     /// Job ids whose record changed, for `WatchJob` streams.
     changes: broadcast::Sender<JobId>,
     /// Group commit: each waiter is answered after one flush that began after it queued.
-    flush_tx: mpsc::UnboundedSender<Option<oneshot::Sender<bool>>>,
+    flushes: Flushes,
     /// When this schedd started: a node's silence is counted from here at the earliest, so
     /// a schedd that was down longer than `node_timeout_secs` does not fail every job at start.
     started: i64,
@@ -188,7 +194,7 @@ impl Cluster {
                 scheduling::usage_book(&config, &store, now)?,
             ),
         };
-        let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        let (flushes, flush_rx) = Flushes::new();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         let (submits_tx, submits_rx) = mpsc::unbounded_channel();
         let metrics = Arc::new(crate::metrics::Metrics::new(
@@ -227,7 +233,7 @@ impl Cluster {
             }),
             wake: Notify::new(),
             changes: broadcast::channel(4096).0,
-            flush_tx,
+            flushes,
             reports_tx,
             submits_tx,
             scheduler_view: Default::default(),
@@ -263,71 +269,6 @@ impl Cluster {
         self.request_flush().await
     }
 
-    /// Asks for a flush of everything applied so far (at once, not when polled); the future
-    /// is ready once it is durable and the queued agent messages are delivered.
-    fn request_flush(&self) -> impl std::future::Future<Output = ApiResult<()>> + '_ {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.flush_tx.send(Some(tx));
-        async move {
-            match rx.await {
-                Ok(true) => Ok(()),
-                _ => Err(match self.durability.failure() {
-                    Some(why) => ApiError::Unavailable(why),
-                    None => ApiError::Internal("state store flush failed".into()),
-                }),
-            }
-        }
-    }
-
-    /// One task flushes for everybody: concurrent submits share a flush (group commit), and
-    /// agent messages leave in queue order, each after the flush that covers its change.
-    async fn flush_loop(
-        self: Arc<Self>,
-        mut rx: mpsc::UnboundedReceiver<Option<oneshot::Sender<bool>>>,
-    ) {
-        while let Some(first) = rx.recv().await {
-            let mut waiters: Vec<_> = first.into_iter().collect();
-            while let Ok(w) = rx.try_recv() {
-                waiters.extend(w);
-            }
-            let (outbox, mails, announced, flushing) = {
-                let mut st = lock(&self.state);
-                if let Err(e) = self.durability.write_held(&mut st.unwritten) {
-                    tracing::error!("writing held changes failed: {e}");
-                }
-                (
-                    std::mem::take(&mut st.outbox),
-                    std::mem::take(&mut st.mails),
-                    std::mem::take(
-                        &mut *self
-                            .announced_after_flush
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner),
-                    ),
-                    // Taken with the outbox, under the lock: it covers what the outbox needs.
-                    self.durability.flush(),
-                )
-            };
-            let ok = flushing.await.is_ok();
-            if ok {
-                let st = lock(&self.state);
-                for (node, msg) in outbox {
-                    if let AgentCommand::Launch(order) = &msg {
-                        ysched_common::stamp::stamp("d.launch_out", order.job.id.0);
-                    }
-                    st.sessions.send(&node, msg);
-                }
-                drop(st);
-                // Durable now: the users may be told (queued, never waited for).
-                self.mailer.send(mails);
-                self.changed(announced);
-            }
-            for w in waiters {
-                let _ = w.send(ok);
-            }
-        }
-    }
-
     fn changed(&self, ids: impl IntoIterator<Item = JobId>) {
         for id in ids {
             let _ = self.changes.send(id);
@@ -348,7 +289,7 @@ impl Cluster {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .extend(ids);
-        let _ = self.flush_tx.send(None);
+        self.flushes.soon();
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
@@ -412,7 +353,7 @@ impl Cluster {
             st.unwritten.hold = false;
             done?
         };
-        let _ = self.flush_tx.send(None);
+        self.flushes.soon();
         Ok((done.changed, done.wake, done.out))
     }
 
@@ -446,7 +387,7 @@ impl Cluster {
     /// and any launch or stop it leads to leave through the outbox after the flush that covers
     /// the change (a flush is of the whole store), and until then the agent keeps the report.
     fn settle_report(&self, changed: Vec<JobId>, wake: bool) {
-        let _ = self.flush_tx.send(None);
+        self.flushes.soon();
         if wake {
             self.wake.notify_one();
         }
@@ -509,13 +450,13 @@ impl reactor::Observer for ShellObserver<'_> {
 /// schedd's outbox: commands wait for the next flush, which they ask for.
 struct FlushedOutbox<'a> {
     outbox: &'a mut Vec<(String, AgentCommand)>,
-    flush_tx: &'a mpsc::UnboundedSender<Option<oneshot::Sender<bool>>>,
+    flushes: &'a Flushes,
 }
 
 impl reactor::Outbox for FlushedOutbox<'_> {
     fn post(&mut self, commands: Vec<(String, AgentCommand)>) {
         self.outbox.extend(commands);
-        let _ = self.flush_tx.send(None);
+        self.flushes.soon();
     }
 }
 
@@ -543,13 +484,13 @@ impl State {
             },
             outbox: &mut FlushedOutbox {
                 outbox: &mut self.outbox,
-                flush_tx: &cluster.flush_tx,
+                flushes: &cluster.flushes,
             },
         };
         let done = self.reactor.run(&mut self.rec, ports, room, event);
         if self.mails.len() > mails_before {
             // The mails leave after a flush: make sure one comes.
-            let _ = cluster.flush_tx.send(None);
+            cluster.flushes.soon();
         }
         done
     }

@@ -218,7 +218,7 @@ impl Cluster {
                 .await;
         }
         if jobs + runs > 0 {
-            let _ = self.flush_tx.send(None);
+            self.flushes.soon();
             tracing::info!(
                 "history: removed {jobs} finished jobs (scheduler.keep_finished = {}) and \
                  {runs} usage records (scheduler.keep_usage = {})",
@@ -247,7 +247,7 @@ impl Cluster {
             })
             .await;
         if removed > 0 {
-            let _ = self.flush_tx.send(None);
+            self.flushes.soon();
             tracing::info!(
                 "audit log: removed {removed} entries (scheduler.audit_keep_days = {}, \
                  scheduler.audit_max_mib = {})",
